@@ -1,0 +1,152 @@
+"""The Backend contract every engine adapter implements, and the registry by name.
+
+A backend module imports its framework only inside methods, so `availability()` and
+`python -m bench backends` stay fast and work on machines without the framework.
+Lifecycle, inside one worker process: `load(model, workload, precision)` once, then many
+concurrent `stream(request)` calls, then `close()`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.errors import UserError
+from bench.schema import ModelInfo
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here, and why not when it cannot."""
+
+    name: str
+    available: bool
+    version: str | None = None
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One generation: a token-ID prompt and the exact number of tokens to produce."""
+
+    id: str
+    prompt_token_ids: list[int]
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class ForwardRequest:
+    """One batched forward pass; the backend builds inputs of this shape from the model."""
+
+    id: str
+    batch_size: int
+    sequence_length: int | None = None
+    image_size: int | None = None
+
+
+Request = GenerateRequest | ForwardRequest
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Tokens (or, for the forward kind, samples) that arrived at `t_ns` (perf_counter_ns)."""
+
+    t_ns: int
+    tokens: int = 1
+
+
+@dataclass
+class LoadInfo:
+    """What loading cost and what the engine is doing (reported apart from steady state)."""
+
+    load_s: float
+    compile_s: float | None = None
+    build_s: float | None = None
+    engine: dict[str, Any] = field(default_factory=dict)
+
+
+def package_version(distribution: str) -> str | None:
+    """Installed version of a distribution, or None, without importing it."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class Backend(ABC):
+    """An inference engine adapter. Subclasses set `name`, `kinds` and `options_model`."""
+
+    name: ClassVar[str]
+    kinds: ClassVar[frozenset[str]] = frozenset({"generate"})
+    options_model: ClassVar[type[BaseModel] | None] = None
+    """Known engine options (pydantic, extra='forbid'); None = free-form pass-through."""
+
+    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
+        self.engine_args = self.validate_engine_args(engine_args or {})
+
+    @classmethod
+    def validate_engine_args(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
+        """Check options against the backend's known ones; UserError names the bad key."""
+        if cls.options_model is None:
+            return dict(engine_args)
+        from pydantic import ValidationError
+
+        try:
+            parsed = cls.options_model.model_validate(engine_args)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(p) for p in first["loc"]) or "?"
+            known = ", ".join(sorted(cls.options_model.model_fields))
+            raise UserError(
+                f"bad engine argument for {cls.name}: {key}: {first['msg']} (known: {known})"
+            ) from None
+        return parsed.model_dump(exclude_unset=True)
+
+    @classmethod
+    @abstractmethod
+    def availability(cls) -> Availability:
+        """Installed? Which version? If not usable here, why (one line)."""
+
+    @abstractmethod
+    async def load(
+        self,
+        model: ModelInfo,
+        workload: GenerateWorkload | ForwardWorkload,
+        precision: Precision,
+        device: str,
+    ) -> LoadInfo:
+        """Load (and compile/build) the model; time spent here is reported apart."""
+
+    @abstractmethod
+    def stream(self, request: Request) -> AsyncIterator[Chunk]:
+        """Run one request, yielding chunks as they arrive (async generator)."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the engine (GPU memory, threads, child processes)."""
+
+
+_REGISTRY: dict[str, type[Backend]] = {}
+
+
+def register_backend(name: str) -> Callable[[type[Backend]], type[Backend]]:
+    """Class decorator: register a backend under `name` (= config `backend` = results field)."""
+
+    def wrap(cls: type[Backend]) -> type[Backend]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"backend {name!r} registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def registry() -> dict[str, type[Backend]]:
+    return dict(_REGISTRY)

@@ -1,0 +1,216 @@
+"""What to run: the pydantic configuration of one benchmark run (workload, load pattern, SLOs).
+
+Field descriptions double as CLI and web-form help text. Every model forbids unknown fields so a
+typo in a profile or plan is an error, not a silently ignored option.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Strict(BaseModel):
+    """Base for every config model: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- workload shapes
+
+
+class LengthDistribution(Strict):
+    """A distribution of token counts (prompt or output length), sampled with a seeded RNG."""
+
+    kind: Literal["fixed", "uniform", "normal", "lognormal"] = Field(
+        "fixed", description="fixed = always `mean`; uniform = mean ± spread; normal/lognormal "
+        "= mean with standard deviation `spread` (lognormal keeps that mean and std)."
+    )
+    mean: int = Field(128, gt=0, description="Mean length in tokens.")
+    spread: float = Field(0.0, ge=0, description="Half-width (uniform) or standard deviation.")
+    min: int = Field(1, ge=1, description="Lower clip in tokens.")
+    max: int | None = Field(None, gt=0, description="Upper clip in tokens (none = no clip).")
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> LengthDistribution:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
+
+
+class GenerateWorkload(Strict):
+    """LLM decoding: token-ID prompts of a length distribution, outputs forced to a length."""
+
+    kind: Literal["generate"] = "generate"
+    prompt_tokens: LengthDistribution = Field(
+        default_factory=lambda: LengthDistribution(mean=128),
+        description="Prompt length distribution (tokens).",
+    )
+    output_tokens: LengthDistribution = Field(
+        default_factory=lambda: LengthDistribution(mean=128),
+        description="Output length distribution (tokens); engines are told to ignore EOS.",
+    )
+    seed: int = Field(0, description="Seed of the prompt/length generator (reproducible runs).")
+
+
+class ForwardWorkload(Strict):
+    """Batched fixed- or variable-shape inference (encoders, CV): one request = one batch."""
+
+    kind: Literal["forward"] = "forward"
+    batch_size: int = Field(1, gt=0, description="Samples per request (batch).")
+    sequence_length: LengthDistribution | None = Field(
+        None, description="Text models: sequence length per batch (fixed = fixed shape)."
+    )
+    image_size: int | None = Field(None, gt=0, description="CV models: square input side (px).")
+    dynamic_shapes: bool = Field(
+        False, description="Export/compile with dynamic axes (batch and sequence) instead of fixed."
+    )
+    seed: int = Field(0, description="Seed of the input generator.")
+
+
+Workload = Annotated[GenerateWorkload | ForwardWorkload, Field(discriminator="kind")]
+
+
+# --------------------------------------------------------------------------- load patterns
+
+
+class LoadCommon(Strict):
+    """Options every load pattern shares: warm-up, time-outs, hard bounds."""
+
+    warmup_requests: int = Field(
+        2, ge=0, description="Requests sent and completed before measuring; excluded from metrics."
+    )
+    request_timeout_s: float = Field(
+        120.0, gt=0, description="A request taking longer is cancelled and counted as failed."
+    )
+    max_duration_s: float = Field(
+        3600.0, gt=0, description="Hard bound on the whole run, all phases included."
+    )
+
+
+class ConcurrencyLoad(LoadCommon):
+    """Closed loop: keep N requests in flight for a duration or a number of requests."""
+
+    pattern: Literal["concurrency"] = "concurrency"
+    concurrency: int = Field(1, gt=0, description="Requests in flight at all times.")
+    duration_s: float | None = Field(30.0, gt=0, description="Measured phase length (s).")
+    max_requests: int | None = Field(None, gt=0, description="Stop after this many requests.")
+
+
+class RateLoad(LoadCommon):
+    """Open loop: requests sent at a rate (Poisson or constant arrivals, seeded)."""
+
+    pattern: Literal["rate"] = "rate"
+    rate_rps: float = Field(1.0, gt=0, description="Mean arrival rate (requests/s).")
+    arrival: Literal["poisson", "constant"] = Field("poisson", description="Inter-arrival law.")
+    seed: int = Field(0, description="Seed of the arrival process.")
+    duration_s: float | None = Field(30.0, gt=0, description="Measured phase length (s).")
+    max_requests: int | None = Field(None, gt=0, description="Stop after this many requests.")
+    max_concurrency: int | None = Field(
+        None, gt=0, description="Client-side cap on requests in flight (none = unbounded)."
+    )
+
+
+class StepLoad(LoadCommon):
+    """Seed 3.3 ladder: concurrency start/step/max, each stage timed, the knee found."""
+
+    pattern: Literal["step"] = "step"
+    start: int = Field(10, gt=0, description="First stage's concurrency.")
+    step: int = Field(10, gt=0, description="Concurrency added per stage (seed: 10).")
+    max: int = Field(100, gt=0, description="Last stage's concurrency at most.")
+    stage_duration_s: float = Field(30.0, gt=0, description="Length of each stage (s).")
+    min_gain: float = Field(
+        0.05, ge=0, description="Knee = first stage whose throughput gain is under this fraction."
+    )
+    stop_at_knee: bool = Field(True, description="Stop climbing once the knee is found.")
+
+
+class SteadyLoad(LoadCommon):
+    """Seed 3.3 soak: hold a fraction of capacity for a duration; detect leaks and drift."""
+
+    pattern: Literal["steady"] = "steady"
+    fraction: float = Field(0.8, gt=0, le=2, description="Fraction of capacity to hold.")
+    capacity_rps: float | None = Field(
+        None, gt=0, description="Capacity in requests/s; none = find it first with a step ladder."
+    )
+    duration_s: float = Field(1800.0, gt=0, description="Soak length (seed: 30 min).")
+    window_s: float = Field(60.0, gt=0, description="Window for the per-window slope fits.")
+
+
+class PulseLoad(LoadCommon):
+    """Seed 3.3 burst: baseline, then a multiple of capacity, then baseline; measure recovery."""
+
+    pattern: Literal["pulse"] = "pulse"
+    capacity_rps: float | None = Field(
+        None, gt=0, description="Capacity in requests/s; none = find it first with a step ladder."
+    )
+    baseline_fraction: float = Field(0.5, gt=0, description="Baseline rate as capacity fraction.")
+    burst_factor: float = Field(2.0, gt=0, description="Burst rate as capacity multiple (seed 2x).")
+    baseline_s: float = Field(30.0, gt=0, description="Baseline length before the burst (s).")
+    burst_s: float = Field(10.0, gt=0, description="Burst length (s).")
+    recovery_s: float = Field(60.0, gt=0, description="Baseline length after the burst (s).")
+    window_s: float = Field(2.0, gt=0, description="Window for p99 tracking during recovery.")
+
+
+LoadPattern = Annotated[
+    ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad,
+    Field(discriminator="pattern"),
+]
+PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse")
+
+
+# --------------------------------------------------------------------------- SLOs and validity
+
+
+class SLO(Strict):
+    """Service-level objectives; a request meets them when every one set is met (goodput)."""
+
+    ttft_ms: float | None = Field(None, gt=0, description="Time to first token at most (ms).")
+    tpot_ms: float | None = Field(None, gt=0, description="Time per output token at most (ms).")
+    e2e_ms: float | None = Field(None, gt=0, description="End-to-end latency at most (ms).")
+
+    def is_set(self) -> bool:
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
+
+
+class ValidityRules(Strict):
+    """When a run counts: a run breaking any rule is INVALID, with the reasons listed."""
+
+    min_duration_s: float = Field(10.0, ge=0, description="Measured window at least (s).")
+    min_requests: int = Field(20, ge=0, description="Completed measured requests at least.")
+    max_error_rate: float = Field(0.01, ge=0, le=1, description="Failed fraction at most.")
+
+
+class Precision(Strict):
+    """One precision semantics per comparison, stated in every result."""
+
+    dtype: Literal["float16", "bfloat16", "float32"] = Field(
+        "bfloat16", description="Weights and activations dtype."
+    )
+    allow_tf32: bool = Field(
+        False, description="Allow TF32 matmuls for float32 (ONNX Runtime CUDA allows by default)."
+    )
+    quantization: str | None = Field(None, description="Weight quantisation (e.g. awq, fp8).")
+
+
+class RunConfig(Strict):
+    """One benchmark run: one backend on one model with one workload and load pattern."""
+
+    backend: str = Field(description="Backend registry name (python -m bench backends).")
+    model: str = Field(description="Model preset name (e.g. tiny-llama) or a checkpoint path.")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="Framework options under the framework's own names."
+    )
+    workload: Workload = Field(default_factory=GenerateWorkload)
+    load: LoadPattern = Field(default_factory=ConcurrencyLoad)
+    slo: SLO = Field(default_factory=SLO)
+    validity: ValidityRules = Field(default_factory=ValidityRules)
+    precision: Precision = Field(default_factory=Precision)
+    device: Literal["auto", "cuda", "cpu"] = Field("auto", description="Where the engine runs.")
+    telemetry_interval_s: float = Field(0.5, gt=0, description="NVML/RSS sampling interval (s).")
+    watchdog_s: float = Field(
+        300.0, gt=0, description="No token progress for this long = hung worker, killed."
+    )
+    trust_remote_code: bool = Field(False, description="Let the model's own code run (opt-in).")
+    label: str | None = Field(None, max_length=200, description="Free-text label for the run.")

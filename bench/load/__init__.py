@@ -1,0 +1,1 @@
+"""Load patterns (what shape of load) and strategies (when each request goes)."""

@@ -1,0 +1,193 @@
+"""What a run produces: RequestRecord, metric summaries, validity and the versioned RunResult.
+
+All timestamps are integer nanoseconds from `time.perf_counter_ns` (see bench/clock.py); they are
+converted to ms/s only in summaries and for display. Every model round-trips through JSON.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bench import SCHEMA_VERSION
+from bench.config import RunConfig
+
+
+class Record(BaseModel):
+    """Base for result models: unknown fields are errors (a corrupt file is caught, not read)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class RequestRecord(Record):
+    """One request as the client saw it. `chunk_tokens[i]` tokens arrived at `chunk_ns[i]`."""
+
+    id: str
+    start_ns: int = Field(description="When the request was issued (includes client queueing).")
+    chunk_ns: list[int] = Field(default_factory=list, description="Arrival time of each chunk.")
+    chunk_tokens: list[int] = Field(
+        default_factory=list, description="Tokens per chunk; empty = 1 token per chunk."
+    )
+    end_ns: int = Field(description="When the last byte arrived or the request failed.")
+    input_tokens: int = Field(0, ge=0)
+    output_tokens: int = Field(0, ge=0)
+    error: str | None = None
+    phase: str = Field("", description="Name of the load phase that sent it.")
+    scheduled_ns: int | None = Field(
+        None, description="Planned send time (open loop); start_ns - scheduled_ns = harness lag."
+    )
+    warmup: bool = Field(False, description="Warm-up requests are stored but never measured.")
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Percentiles(Record):
+    """Mean and percentiles of one latency metric, in milliseconds."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+class MetricsSummary(Record):
+    """Summary of a set of records; formulas in bench/metrics.py (vLLM's definitions)."""
+
+    requests: int
+    successful: int
+    failed: int
+    duration_s: float
+    request_throughput_rps: float
+    output_throughput_tok_s: float
+    input_tokens: int = 0
+    output_tokens: int = 0
+    goodput_rps: float | None = None
+    error_rate: float
+    ttft_ms: Percentiles | None = None
+    tpot_ms: Percentiles | None = None
+    itl_ms: Percentiles | None = None
+    e2e_ms: Percentiles | None = None
+
+
+class ValidityStatus(StrEnum):
+    VALID = "VALID"
+    INVALID = "INVALID"
+
+
+class Validity(Record):
+    status: ValidityStatus
+    reasons: list[str] = Field(default_factory=list)
+
+
+class RunStatus(StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+
+class PhaseResult(Record):
+    """One measured phase of a load pattern (a ladder stage, the soak, the pulse baseline...)."""
+
+    name: str
+    strategy: Literal["concurrency", "rate"]
+    target: float = Field(description="Concurrency (closed loop) or request rate (open loop).")
+    start_ns: int
+    end_ns: int
+    summary: MetricsSummary
+
+
+class ModelInfo(Record):
+    """The checkpoint a run used and the sizes that memory efficiency and roofline need."""
+
+    name: str = Field(description="Preset name or the checkpoint path as given.")
+    path: str
+    architecture: str = ""
+    parameters: int = Field(0, ge=0)
+    weight_bytes: int = Field(0, ge=0, description="Bytes of weights at the run's dtype.")
+    vocab_size: int | None = Field(None, gt=0, description="Tokenizer size (generate kind).")
+    kind: Literal["generate", "forward"] = "generate"
+    random_weights: bool = True
+
+
+class TelemetrySample(Record):
+    """One sampler tick; None where the device does not support the reading."""
+
+    t_ns: int
+    gpu_memory_used_bytes: int | None = None
+    process_gpu_memory_bytes: int | None = None
+    gpu_utilization_pct: float | None = None
+    power_w: float | None = None
+    energy_mj: int | None = None
+    sm_clock_mhz: int | None = None
+    host_rss_bytes: int | None = None
+
+
+class TelemetrySummary(Record):
+    gpu_available: bool = False
+    reason: str | None = Field(None, description="Why GPU readings are missing, if they are.")
+    peak_gpu_memory_gb: float | None = None
+    mean_gpu_utilization_pct: float | None = None
+    mean_power_w: float | None = None
+    energy_j: float | None = None
+    energy_per_output_token_j: float | None = None
+    memory_efficiency_gb_per_b_params: float | None = None
+    peak_host_rss_gb: float | None = None
+    samples: list[TelemetrySample] = Field(default_factory=list)
+
+
+class Timings(Record):
+    """Time outside steady-state measurement, reported apart from it."""
+
+    load_s: float | None = None
+    compile_s: float | None = None
+    build_s: float | None = None
+    warmup_s: float | None = None
+
+
+class Failure(Record):
+    cause: str
+    advice: str | None = None
+    log_tail: str | None = None
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
+
+
+class RunResult(Record):
+    """Everything about one run except the per-request records (stored beside it)."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str = Field(default_factory=new_run_id)
+    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat())
+    status: RunStatus = RunStatus.QUEUED
+    config: RunConfig
+    command: str = Field("", description="The exact command that reproduces this run.")
+    environment: dict[str, Any] = Field(default_factory=dict)
+    model: ModelInfo | None = None
+    engine: dict[str, Any] = Field(
+        default_factory=dict, description="Engine facts: version, CUDA graphs, attention kernel."
+    )
+    timings: Timings = Field(default_factory=Timings)
+    phases: list[PhaseResult] = Field(default_factory=list)
+    summary: MetricsSummary | None = Field(
+        None, description="All measured (non-warm-up) records of the run together."
+    )
+    pattern_report: dict[str, Any] = Field(
+        default_factory=dict, description="Knee/capacity, soak slopes or pulse recovery."
+    )
+    telemetry: TelemetrySummary = Field(default_factory=TelemetrySummary)
+    server_metrics: list[dict[str, Any]] = Field(
+        default_factory=list, description="Scraped Prometheus samples of a served engine."
+    )
+    validity: Validity | None = None
+    failure: Failure | None = None
+    log_path: str | None = None
