@@ -134,9 +134,19 @@ class TelemetrySummary(Record):
     gpu_available: bool = False
     reason: str | None = Field(None, description="Why GPU readings are missing, if they are.")
     peak_gpu_memory_gb: float | None = None
+    peak_gpu_memory_source: Literal["process", "device"] | None = Field(
+        None,
+        description="process = memory NVML attributes to the engine's processes; "
+        "device = all memory used on the GPU(s) (per-process figures unavailable).",
+    )
     mean_gpu_utilization_pct: float | None = None
     mean_power_w: float | None = None
     energy_j: float | None = None
+    energy_source: Literal["counter", "power_integral"] | None = Field(
+        None,
+        description="counter = NVML total-energy counter delta; power_integral = power "
+        "samples integrated over time (the counter is unsupported).",
+    )
     energy_per_output_token_j: float | None = None
     memory_efficiency_gb_per_b_params: float | None = None
     peak_host_rss_gb: float | None = None
