@@ -24,8 +24,9 @@ class LengthDistribution(Strict):
     """A distribution of token counts (prompt or output length), sampled with a seeded RNG."""
 
     kind: Literal["fixed", "uniform", "normal", "lognormal"] = Field(
-        "fixed", description="fixed = always `mean`; uniform = mean ± spread; normal/lognormal "
-        "= mean with standard deviation `spread` (lognormal keeps that mean and std)."
+        "fixed",
+        description="fixed = always `mean`; uniform = mean ± spread; normal/lognormal "
+        "= mean with standard deviation `spread` (lognormal keeps that mean and std).",
     )
     mean: int = Field(128, gt=0, description="Mean length in tokens.")
     spread: float = Field(0.0, ge=0, description="Half-width (uniform) or standard deviation.")

@@ -1,0 +1,286 @@
+"""The one programmatic entry: `launch(config)` runs a benchmark and returns its RunResult.
+
+It serves the CLI, the web app's job runner, the tests and the benchmarks alike. Steps: check the
+backend and model (user errors raised before anything starts), fingerprint the environment,
+register the run in the store, sample telemetry while an isolated worker process runs the engine,
+stream records to the store and `records.jsonl` as they complete, then summarise, judge validity,
+analyse the load pattern and store the finished result (`result.json` with `out_dir`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.backends import get_backend
+from bench.config import RunConfig
+from bench.errors import BackendUnavailable, UserError
+from bench.schema import (
+    Failure,
+    RequestRecord,
+    RunResult,
+    RunStatus,
+    TelemetrySample,
+    Timings,
+    ValidityStatus,
+)
+
+STORE_FLUSH_S = 0.5
+HEARTBEAT_S = 5.0
+
+
+def check_runnable(config: RunConfig) -> None:
+    """Raise a UserError for an unknown/unavailable backend or bad engine arguments."""
+    backend_cls = get_backend(config.backend)
+    availability = backend_cls.availability()
+    if not availability.available:
+        raise BackendUnavailable(
+            f"backend {config.backend!r} is not available here: {availability.reason}"
+        )
+    if config.workload.kind not in backend_cls.kinds:
+        raise UserError(
+            f"backend {config.backend!r} does not run the {config.workload.kind!r} "
+            f"workload kind (it runs: {', '.join(sorted(backend_cls.kinds))})"
+        )
+    backend_cls.validate_engine_args(config.engine_args)
+
+
+def reproduce_command(config: RunConfig) -> str:
+    """The exact `python -m bench run` command line that reproduces `config`."""
+    args = [
+        "python",
+        "-m",
+        "bench",
+        "run",
+        "--backend",
+        config.backend,
+        "--model",
+        config.model,
+        "--pattern",
+        config.load.pattern,
+    ]
+    for key, value in sorted(config.engine_args.items()):
+        args += [
+            "--engine-arg",
+            f"{key}={json.dumps(value) if not isinstance(value, str) else value}",
+        ]
+    dumped = config.model_dump(
+        mode="json", exclude_defaults=True, exclude={"backend", "model", "engine_args"}
+    )
+    dumped.get("load", {}).pop("pattern", None)
+    for path, value in _flatten(dumped):
+        args += ["--option", f"{path}={json.dumps(value)}"]
+    return shlex.join(args)
+
+
+def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(data, dict) and data:
+        items: list[tuple[str, Any]] = []
+        for key, value in data.items():
+            items += _flatten(value, f"{prefix}.{key}" if prefix else key)
+        return items
+    return [(prefix, data)] if prefix and data != {} else []
+
+
+class _RecordSink:
+    """Buffers records and writes them to the store and JSONL in batches (never holds a run)."""
+
+    def __init__(self, store: Any, run_id: str, jsonl_path: Path | None) -> None:
+        from bench.metrics import MetricsAccumulator
+
+        self.store = store
+        self.run_id = run_id
+        self.buffer: list[RequestRecord] = []
+        self.last_flush = time.monotonic()
+        self.jsonl = open(jsonl_path, "a", encoding="utf-8") if jsonl_path else None  # noqa: SIM115
+        self.measured = MetricsAccumulator()
+        self.output_tokens = 0
+        self.lock = threading.Lock()
+
+    def add(self, records: list[RequestRecord]) -> None:
+        with self.lock:
+            for record in records:
+                if not record.warmup:
+                    self.measured.add(record)
+                    if record.error is None:
+                        self.output_tokens += record.output_tokens
+            self.buffer.extend(records)
+            if time.monotonic() - self.last_flush > STORE_FLUSH_S:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self.buffer:
+            if self.store is not None:
+                self.store.add_records(self.run_id, self.buffer)
+            if self.jsonl is not None:
+                for record in self.buffer:
+                    self.jsonl.write(record.model_dump_json() + "\n")
+                self.jsonl.flush()
+            self.buffer = []
+        self.last_flush = time.monotonic()
+
+    def close(self) -> None:
+        with self.lock:
+            self._flush()
+            if self.jsonl is not None:
+                self.jsonl.close()
+
+
+def launch(
+    config: RunConfig,
+    store: Any | None = None,
+    out_dir: Path | None = None,
+    on_progress: Callable[[dict], None] | None = None,
+    stop: threading.Event | None = None,
+    log_dir: Path | None = None,
+) -> RunResult:
+    """Run one benchmark in an isolated worker and return the stored, finished RunResult.
+
+    User errors (unknown backend, unavailable backend, missing model path, bad engine argument)
+    raise `UserError` before anything is stored. Engine failures never raise: the run is
+    returned (and stored) as FAILED with the cause, advice and the engine log's tail.
+    """
+    from bench.environment import fingerprint
+    from bench.load.analysis import pulse_report, steady_report
+    from bench.metrics import judge_validity
+    from bench.models import resolve_model
+    from bench.telemetry import NvmlSampler, gpu_processes, nvml_status, summarize_telemetry
+    from bench.worker import Worker
+
+    check_runnable(config)
+    model = resolve_model(
+        config.model, dtype=config.precision.dtype, trust_remote_code=config.trust_remote_code
+    )
+    progress = on_progress or (lambda _p: None)
+
+    result = RunResult(
+        config=config,
+        status=RunStatus.RUNNING,
+        command=reproduce_command(config),
+        environment=fingerprint(),
+        model=model,
+    )
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+    logs = Path(log_dir) if log_dir else (out_dir or Path(tempfile.gettempdir()) / "bench-logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    result.log_path = str(logs / f"engine-{result.run_id}.log")
+    if store is not None:
+        store.create_run(result)
+
+    sink = _RecordSink(store, result.run_id, out_dir / "records.jsonl" if out_dir else None)
+    samples: list[TelemetrySample] = []
+    latest: dict[str, Any] = {}
+
+    def on_sample(sample: TelemetrySample) -> None:
+        samples.append(sample)
+        latest.update(sample.model_dump(exclude_none=True))
+
+    worker = Worker(config, model, Path(result.log_path))
+    gpu_ok, gpu_reason = nvml_status()
+    sampler = NvmlSampler(
+        config.telemetry_interval_s, on_sample, pids=lambda: [worker.pid] if worker.pid else []
+    )
+    last_heartbeat = [time.monotonic()]
+
+    def forward_progress(p: dict) -> None:
+        now = time.monotonic()
+        if store is not None and now - last_heartbeat[0] > HEARTBEAT_S:
+            store.heartbeat(result.run_id)
+            last_heartbeat[0] = now
+        progress({**p, "run_id": result.run_id, "telemetry": dict(latest)})
+
+    started = time.monotonic()
+    sampler.start()
+    try:
+        worker.start()
+        progress({"stage": "loading", "run_id": result.run_id})
+        outcome = worker.run(sink.add, forward_progress, stop=stop)
+    finally:
+        sampler.stop()
+        sink.close()
+    result.engine = outcome.loaded.get("engine", {})
+    result.engine["worker_exit_code"] = outcome.exit_code
+    with contextlib.suppress(Exception):  # check the engine's GPU processes are gone
+        result.engine["gpu_processes_left"] = [
+            p for p in gpu_processes() if p.get("pid") == worker.pid
+        ]
+    result.timings = Timings(
+        load_s=outcome.loaded.get("load_s"),
+        compile_s=outcome.loaded.get("compile_s"),
+        build_s=outcome.loaded.get("build_s"),
+        warmup_s=outcome.warmup_s,
+    )
+    result.phases = outcome.phases
+    result.pattern_report = outcome.pattern_report
+    result.status = RunStatus(outcome.status)
+    result.failure = outcome.failure
+    result.summary = sink.measured.summary(config.slo)
+    result.validity = judge_validity(result.summary, config.validity)
+    if result.status != RunStatus.COMPLETED:
+        result.validity.status = ValidityStatus.INVALID
+        result.validity.reasons.append(f"run {result.status.value.lower()}")
+    result.telemetry = summarize_telemetry(
+        samples, sink.output_tokens, model.parameters, gpu_ok, None if gpu_ok else gpu_reason
+    )
+    result.engine["wall_s"] = round(time.monotonic() - started, 3)
+
+    _analyse_pattern(result, store, out_dir, samples, steady_report, pulse_report)
+
+    if store is not None:
+        store.update_run(result)
+    if out_dir is not None:
+        _write_atomic(out_dir / "result.json", result.model_dump_json(indent=2))
+    progress({"stage": "done", "run_id": result.run_id, "status": result.status.value})
+    return result
+
+
+def _analyse_pattern(result, store, out_dir, samples, steady_report, pulse_report) -> None:
+    """Post-run analysis that needs every record: soak slopes and pulse recovery."""
+    pattern = result.config.load.pattern
+    if pattern not in ("steady", "pulse") or result.summary is None:
+        return
+    records = _measured_records(result.run_id, store, out_dir)
+    try:
+        if pattern == "steady":
+            window = result.config.load.window_s
+            result.pattern_report["steady"] = steady_report(records, samples, window)
+        else:
+            report = result.pattern_report
+            if "burst_start_ns" in report and "burst_end_ns" in report:
+                result.pattern_report["pulse"] = pulse_report(
+                    records,
+                    report["burst_start_ns"],
+                    report["burst_end_ns"],
+                    result.config.load.window_s,
+                )
+    except Exception as exc:  # analysis must not lose the run
+        result.pattern_report["analysis_error"] = f"{type(exc).__name__}: {exc}"
+
+
+def _measured_records(run_id: str, store: Any, out_dir: Path | None):
+    if store is not None:
+        return store.iter_records(run_id)
+    if out_dir is not None and (out_dir / "records.jsonl").exists():
+        with open(out_dir / "records.jsonl", encoding="utf-8") as fh:
+            return [
+                r for r in (RequestRecord.model_validate_json(line) for line in fh) if not r.warmup
+            ]
+    return []
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+__all__ = ["Failure", "check_runnable", "launch", "reproduce_command"]

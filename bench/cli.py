@@ -1,0 +1,399 @@
+"""`python -m bench ...`: run benchmarks, summarise records, fingerprint the environment.
+
+A stable surface documented in the README. Every user error (bad file, unknown backend, bad
+option) prints one line to stderr and exits with code 2; nothing is written in that case.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bench.errors import UserError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Benchmark inference engines with exact, reproducible metrics.",
+    pretty_exceptions_enable=False,
+)
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Results store: a SQLite file or sqlite:/// URL "
+        "(default: $ADVISOR_STORE or the user data folder).",
+    ),
+]
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+@app.command()
+def summarize(
+    records: Annotated[Path, typer.Argument(help="JSONL file, one RequestRecord per line.")],
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO (ms) for goodput.")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO (ms) for goodput.")] = None,
+    slo_e2e_ms: Annotated[float | None, typer.Option(help="E2E SLO (ms) for goodput.")] = None,
+) -> None:
+    """Summarise request records (TTFT, TPOT, ITL, E2E, throughput, goodput) as JSON."""
+    from bench.config import SLO
+    from bench.metrics import read_records_jsonl
+    from bench.metrics import summarize as summarize_records
+
+    slo = _build(SLO, {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms})
+    summary = summarize_records(read_records_jsonl(records), slo if slo.is_set() else None)
+    data = summary.model_dump(mode="json")
+    if not slo.is_set():
+        data.pop("goodput_rps", None)
+    _print_json(data)
+
+
+@app.command()
+def env(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Environment fingerprint and read-only preflight (what would make a run unrepeatable)."""
+    from bench.environment import fingerprint, preflight
+
+    fp = fingerprint()
+    items = preflight(fp)
+    if as_json:
+        _print_json({"fingerprint": fp, "preflight": [i.model_dump() for i in items]})
+        return
+    from rich.console import Console
+
+    console = Console()
+    gpus = fp.get("gpus") or []
+    console.print(f"[bold]GPUs[/bold]: {', '.join(g.get('name', '?') for g in gpus) or 'none'}")
+    for item in items:
+        console.print(f"[{item.severity}] {item.what}: {item.why}")
+        if item.admin_command:
+            console.print(f"    admin could run: {item.admin_command}")
+
+
+@app.command()
+def backends(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List every backend: installed or not, version, and why not."""
+    from dataclasses import asdict
+
+    from bench.backends import all_availability
+
+    rows = all_availability()
+    if as_json:
+        _print_json([asdict(a) for a in rows])
+        return
+    for a in rows:
+        mark = "yes" if a.available else "no "
+        typer.echo(f"{a.name:14} {mark} {a.version or '-':12} {a.reason}")
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _parse_pairs(pairs: list[str], what: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"{what} {pair!r} must look like key=value")
+        out[key.strip()] = _parse_value(value)
+    return out
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
+    node = data
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"--option {dotted}: {part} is not a section")
+    node[parts[-1]] = value
+
+
+def _build(model_cls: Any, data: dict) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return model_cls.model_validate({k: v for k, v in data.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or model_cls.__name__
+        raise UserError(f"{where}: {first['msg']}") from None
+
+
+def build_run_config(
+    config_file: Path | None,
+    backend: str | None,
+    model: str | None,
+    pattern: str | None,
+    flags: dict[str, Any],
+    engine_args: list[str],
+    options: list[str],
+) -> Any:
+    """RunConfig from an optional YAML/JSON file, then flags, then `--option a.b=v` overrides."""
+    from bench.config import PATTERN_NAMES, RunConfig
+
+    data: dict[str, Any] = {}
+    if config_file is not None:
+        data = _load_mapping(config_file)
+    if backend:
+        data["backend"] = backend
+    if model:
+        data["model"] = model
+    load = data.setdefault("load", {})
+    if pattern:
+        if pattern not in PATTERN_NAMES:
+            raise UserError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERN_NAMES)}")
+        if load.get("pattern") != pattern:
+            data["load"] = load = {"pattern": pattern}
+    for dotted, value in flags.items():
+        if value is not None:
+            _set_path(data, dotted, value)
+    data.setdefault("engine_args", {}).update(_parse_pairs(engine_args, "--engine-arg"))
+    for dotted, value in _parse_pairs(options, "--option").items():
+        _set_path(data, dotted, value)
+    for required in ("backend", "model"):
+        if not data.get(required):
+            raise UserError(f"--{required} is required (or give it in --config)")
+    return _build(RunConfig, data)
+
+
+def _load_mapping(path: Path) -> dict:
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a mapping of run options")
+    return data
+
+
+@app.command()
+def run(
+    backend: Annotated[
+        str | None, typer.Option(help="Backend name (see `bench backends`).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Preset name or checkpoint path.")] = None,
+    pattern: Annotated[
+        str | None, typer.Option(help="concurrency | rate | step | steady | pulse")
+    ] = None,
+    concurrency: Annotated[int | None, typer.Option(help="concurrency pattern: in flight.")] = None,
+    rate: Annotated[float | None, typer.Option(help="rate pattern: requests/s.")] = None,
+    duration_s: Annotated[float | None, typer.Option(help="Measured duration (s).")] = None,
+    max_requests: Annotated[int | None, typer.Option(help="Stop after N requests.")] = None,
+    prompt_tokens: Annotated[int | None, typer.Option(help="Mean prompt length.")] = None,
+    output_tokens: Annotated[int | None, typer.Option(help="Mean output length.")] = None,
+    warmup_requests: Annotated[int | None, typer.Option(help="Warm-up requests.")] = None,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO (ms).")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO (ms).")] = None,
+    slo_e2e_ms: Annotated[float | None, typer.Option(help="E2E SLO (ms).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
+    device: Annotated[str | None, typer.Option(help="auto | cuda | cpu")] = None,
+    engine_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine-arg", help="Framework option key=value (JSON values allowed); repeatable."
+        ),
+    ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option", help="Any RunConfig field by dotted path, e.g. load.stage_duration_s=10."
+        ),
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="RunConfig YAML/JSON file.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write result.json + records.jsonl here.")
+    ] = None,
+    store: StoreOption = None,
+    no_store: Annotated[bool, typer.Option(help="Do not write to the results store.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult JSON.")] = False,
+) -> None:
+    """Run a real benchmark: one backend, one model, one load pattern; stores the run."""
+    from bench.api import check_runnable, launch
+    from bench.store import ResultStore
+
+    flags = {
+        "load.concurrency": concurrency,
+        "load.rate_rps": rate,
+        "load.duration_s": duration_s,
+        "load.max_requests": max_requests,
+        "load.warmup_requests": warmup_requests,
+        "slo.ttft_ms": slo_ttft_ms,
+        "slo.tpot_ms": slo_tpot_ms,
+        "slo.e2e_ms": slo_e2e_ms,
+        "precision.dtype": dtype,
+        "device": device,
+        "workload.prompt_tokens.mean": prompt_tokens,
+        "workload.output_tokens.mean": output_tokens,
+    }
+    run_config = build_run_config(
+        config, backend, model, pattern, flags, engine_arg or [], option or []
+    )
+    check_runnable(run_config)
+    if out is not None:
+        out = Path(out)
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {out} exists and is not a folder")
+    result_store = None if no_store else ResultStore(store)
+    progress = _ProgressPrinter(enabled=not as_json)
+    try:
+        result = launch(run_config, store=result_store, out_dir=out, on_progress=progress)
+    finally:
+        progress.close()
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        _print_result(result)
+    if result.status.value != "COMPLETED":
+        raise typer.Exit(1)
+
+
+class _ProgressPrinter:
+    """rich progress bar fed by the run's progress events."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar = None
+        if self.enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                transient=True,
+            )
+            self.task = self.bar.add_task("starting", total=None, info="")
+            self.bar.start()
+
+    def __call__(self, p: dict) -> None:
+        if not self.bar:
+            return
+        stage = p.get("stage", "")
+        desc = p.get("phase") or stage
+        total = p.get("phase_duration_s")
+        done = p.get("phase_elapsed_s")
+        info = (
+            f"{p.get('completed', 0)} ok, {p.get('failed', 0)} failed" if "completed" in p else ""
+        )
+        self.bar.update(self.task, description=str(desc), total=total, completed=done, info=info)
+
+    def close(self) -> None:
+        if self.bar:
+            self.bar.stop()
+
+
+def _print_result(result: Any) -> None:
+    s = result.summary
+    typer.echo(
+        f"run {result.run_id}: {result.status.value}"
+        f" ({result.validity.status.value if result.validity else '-'})"
+    )
+    if result.failure:
+        typer.echo(f"  failure: {result.failure.cause}")
+        if result.failure.advice:
+            typer.echo(f"  advice: {result.failure.advice}")
+    if result.validity and result.validity.reasons:
+        typer.echo(f"  validity: {'; '.join(result.validity.reasons)}")
+    if s:
+        typer.echo(
+            f"  requests {s.successful}/{s.requests} in {s.duration_s:.1f} s: "
+            f"{s.request_throughput_rps:.2f} req/s, "
+            f"{s.output_throughput_tok_s:.1f} output tok/s"
+        )
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            p = getattr(s, name)
+            if p:
+                typer.echo(
+                    f"  {name:8} mean {p.mean:9.2f}  p50 {p.p50:9.2f}  p90 {p.p90:9.2f}"
+                    f"  p99 {p.p99:9.2f}"
+                )
+    t = result.telemetry
+    if t.peak_gpu_memory_gb is not None:
+        typer.echo(f"  peak GPU memory {t.peak_gpu_memory_gb:.2f} GB")
+    elif t.reason:
+        typer.echo(f"  GPU telemetry: {t.reason}")
+
+
+@app.command()
+def runs(
+    store: StoreOption = None,
+    backend: Annotated[str | None, typer.Option(help="Filter by backend.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List stored runs."""
+    from bench.store import ResultStore
+
+    rows = ResultStore(store).list_runs(backend=backend, limit=limit)
+    if as_json:
+        _print_json([r.model_dump(mode="json", exclude={"telemetry": {"samples"}}) for r in rows])
+        return
+    for r in rows:
+        s = r.summary
+        thr = f"{s.output_throughput_tok_s:.1f} tok/s" if s else "-"
+        typer.echo(
+            f"{r.run_id}  {r.status.value:9} {r.config.backend:13} {r.config.model:14} "
+            f"{r.config.load.pattern:11} {thr}"
+        )
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="Run id (see `bench runs`).")],
+    store: StoreOption = None,
+) -> None:
+    """Print one stored run as JSON."""
+    from bench.store import ResultStore
+
+    typer.echo(ResultStore(store).get_run(run_id).model_dump_json(indent=2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; user errors become one line on stderr and exit code 2."""
+    from pydantic import ValidationError
+
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        typer.echo(f"error: {'.'.join(map(str, first['loc']))}: {first['msg']}", err=True)
+        return 2
+    except typer.Exit as exc:
+        return exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("aborted", err=True)
+        return 130
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return 2
+        raise
+    return 0

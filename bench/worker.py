@@ -1,0 +1,355 @@
+"""Process isolation: each engine runs in its own spawned process, in a session of its own.
+
+The child loads the backend and runs the load pattern (bench/runner.py) in-process, so no IPC
+sits between a request and its timestamps; it streams records, progress and the outcome to the
+parent over a multiprocessing queue. The parent never shares the engine's fate: a crash, an
+out-of-memory error or a hang (no token progress within the watchdog interval) ends the child,
+and the parent reports FAILED with the cause and keeps the records it already received.
+Stop = polite stop event, grace period, SIGTERM to the whole process group, then SIGKILL.
+Engine output (stdout/stderr, vLLM's engine-core children included) goes to a log file per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.config import RunConfig
+from bench.schema import Failure, ModelInfo, PhaseResult, RequestRecord
+
+RECORD_FLUSH_S = 0.05
+RECORD_FLUSH_COUNT = 256
+LOG_TAIL_BYTES = 4000
+
+
+# --------------------------------------------------------------------------- child side
+
+
+def _child_main(config_json: str, model_json: str, log_path: str, events: Any, stop: Any) -> None:
+    """Entry point of the worker process (spawned, so it imports nothing from the parent)."""
+    os.setsid()  # own session and process group: the parent can kill the whole tree at once
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    try:
+        asyncio.run(_child_async(config_json, model_json, events, stop))
+    except BaseException as exc:  # report every failure, then exit non-zero
+        traceback.print_exc()
+        events.put(("error", _describe(exc), traceback.format_exc()[-LOG_TAIL_BYTES:]))
+        raise SystemExit(1) from None
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+async def _child_async(config_json: str, model_json: str, events: Any, stop_mp: Any) -> None:
+    from bench.backends import get_backend
+    from bench.runner import RunEvents, execute
+
+    config = RunConfig.model_validate_json(config_json)
+    model = ModelInfo.model_validate_json(model_json)
+    backend = get_backend(config.backend)(config.engine_args)
+    device = config.device
+    events.put(("progress", {"stage": "loading"}))
+    info = await backend.load(model, config.workload, config.precision, device)
+    events.put(
+        (
+            "loaded",
+            {
+                "load_s": info.load_s,
+                "compile_s": info.compile_s,
+                "build_s": info.build_s,
+                "engine": info.engine,
+            },
+        )
+    )
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    threading.Thread(
+        target=lambda: (stop_mp.wait(), loop.call_soon_threadsafe(stop.set)), daemon=True
+    ).start()
+
+    pending: list[dict] = []
+    last_flush = time.monotonic()
+
+    def flush() -> None:
+        nonlocal last_flush
+        if pending:
+            events.put(("records", list(pending)))
+            pending.clear()
+        last_flush = time.monotonic()
+
+    def on_record(record: RequestRecord) -> None:
+        pending.append(record.model_dump())
+        if len(pending) >= RECORD_FLUSH_COUNT or time.monotonic() - last_flush > RECORD_FLUSH_S:
+            flush()
+
+    def on_phase(phase: PhaseResult) -> None:
+        flush()
+        events.put(("phase", phase.model_dump()))
+
+    def on_progress(progress: dict) -> None:
+        flush()
+        events.put(("progress", {"stage": "running", **progress}))
+
+    async def flusher() -> None:  # records of a slow run still reach the parent promptly
+        while True:
+            await asyncio.sleep(0.25)
+            flush()
+
+    flush_task = asyncio.create_task(flusher())
+    try:
+        outcome = await execute(
+            config, backend, model, RunEvents(on_record, on_phase, on_progress), stop
+        )
+    finally:
+        flush_task.cancel()
+        flush()
+    events.put(
+        (
+            "outcome",
+            {
+                "pattern_report": outcome.pattern_report,
+                "warmup_s": outcome.warmup_s,
+                "stopped": stop.is_set(),
+            },
+        )
+    )
+    await backend.close()
+    events.put(("closed", {}))
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+@dataclass
+class WorkerOutcome:
+    """What the parent learned from one worker run."""
+
+    status: str  # COMPLETED | FAILED | STOPPED
+    failure: Failure | None = None
+    loaded: dict[str, Any] = field(default_factory=dict)
+    phases: list[PhaseResult] = field(default_factory=list)
+    pattern_report: dict[str, Any] = field(default_factory=dict)
+    warmup_s: float | None = None
+    exit_code: int | None = None
+
+
+OOM_MARKERS = ("out of memory", "outofmemory", "cuda_error_out_of_memory", "oom")
+
+
+def advice_for(cause: str) -> str | None:
+    """Inference-correct advice for common failure causes (never training-time remedies)."""
+    low = cause.lower()
+    if any(m in low for m in OOM_MARKERS):
+        return (
+            "Out of GPU memory: lower gpu_memory_utilization / max_num_seqs / max_model_len, "
+            "use a smaller batch, quantise weights (AWQ, FP8) or the KV cache (FP8), or add "
+            "tensor parallelism."
+        )
+    if "hung" in low or "watchdog" in low:
+        return (
+            "The engine stopped producing tokens: read the engine log; raise --watchdog-s "
+            "only if the engine is legitimately slow (e.g. long compiles)."
+        )
+    if "exited with code -9" in low or "sigkill" in low:
+        return (
+            "The worker was killed (host out of memory or an external kill): check dmesg "
+            "and the engine log."
+        )
+    return None
+
+
+class Worker:
+    """Parent-side handle of one isolated engine process."""
+
+    def __init__(self, config: RunConfig, model: ModelInfo, log_path: Path) -> None:
+        self.config = config
+        self.model = model
+        self.log_path = Path(log_path)
+        ctx = mp.get_context("spawn")
+        self._events = ctx.Queue()
+        self._stop = ctx.Event()
+        self._process = ctx.Process(
+            target=_child_main,
+            args=(
+                config.model_dump_json(),
+                model.model_dump_json(),
+                str(self.log_path),
+                self._events,
+                self._stop,
+            ),
+            daemon=False,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._process.start()
+
+    def run(
+        self,
+        on_records: Callable[[list[RequestRecord]], None],
+        on_progress: Callable[[dict], None],
+        stop: threading.Event | None = None,
+        load_timeout_s: float = 3600.0,
+    ) -> WorkerOutcome:
+        """Drive the worker to the end; always returns (never raises for engine failures)."""
+        outcome = WorkerOutcome(status="FAILED")
+        loaded = False
+        last_progress = time.monotonic()
+        started = time.monotonic()
+        output_tokens_seen = -1
+        stop_requested_at: float | None = None
+        hard_deadline = started + load_timeout_s + self.config.load.max_duration_s + 60
+        while True:
+            if stop is not None and stop.is_set() and stop_requested_at is None:
+                stop_requested_at = time.monotonic()
+                self._stop.set()
+            try:
+                kind, *payload = self._events.get(timeout=0.2)
+            except queue.Empty:
+                now = time.monotonic()
+                if not self._process.is_alive():
+                    self._drain(outcome, on_records, on_progress)
+                    code = self._process.exitcode
+                    outcome.exit_code = code
+                    if outcome.failure is None and outcome.status != "COMPLETED":
+                        outcome.failure = Failure(
+                            cause=f"worker exited with code {code} before finishing"
+                        )
+                    break
+                if stop_requested_at is not None and now - stop_requested_at > 10:
+                    self.kill()
+                    outcome.status = "STOPPED"
+                    outcome.failure = Failure(cause="stopped by user; engine killed after grace")
+                    break
+                watch = self.config.watchdog_s if loaded else load_timeout_s
+                if now - last_progress > watch or now > hard_deadline:
+                    self.kill()
+                    what = "token progress" if loaded else "finished loading"
+                    outcome.failure = Failure(
+                        cause=f"engine hung: no {what} for {watch:.0f} s (watchdog)"
+                    )
+                    break
+                continue
+            if kind == "records":
+                records = [RequestRecord.model_construct(**r) for r in payload[0]]
+                on_records(records)
+                if records:
+                    last_progress = time.monotonic()
+            elif kind == "progress":
+                progress = payload[0]
+                tokens = progress.get("output_tokens", -1)
+                if tokens != output_tokens_seen or progress.get("stage") != "running":
+                    output_tokens_seen = tokens
+                    last_progress = time.monotonic()
+                on_progress(progress)
+            elif kind == "loaded":
+                loaded = True
+                outcome.loaded = payload[0]
+                last_progress = time.monotonic()
+                on_progress(
+                    {"stage": "loaded", **{k: v for k, v in payload[0].items() if k != "engine"}}
+                )
+            elif kind == "phase":
+                outcome.phases.append(PhaseResult.model_validate(payload[0]))
+            elif kind == "outcome":
+                data = payload[0]
+                outcome.pattern_report = data["pattern_report"]
+                outcome.warmup_s = data["warmup_s"]
+                outcome.status = "STOPPED" if data["stopped"] else "COMPLETED"
+                last_progress = time.monotonic()
+            elif kind == "closed":
+                break
+            elif kind == "error":
+                cause, tb = payload
+                outcome.status = "FAILED"
+                outcome.failure = Failure(cause=cause, advice=advice_for(cause), log_tail=tb)
+                break
+        self.shutdown()
+        if outcome.failure is not None:
+            if outcome.failure.advice is None:
+                outcome.failure.advice = advice_for(outcome.failure.cause)
+            tail = self.log_tail()
+            if tail:
+                outcome.failure.log_tail = tail
+        return outcome
+
+    def _drain(self, outcome: WorkerOutcome, on_records: Callable, on_progress: Callable) -> None:
+        """Take what a dead worker left in the queue (records sent just before it died)."""
+        with contextlib.suppress(Exception):
+            while True:
+                kind, *payload = self._events.get(timeout=0.1)
+                if kind == "records":
+                    on_records([RequestRecord.model_construct(**r) for r in payload[0]])
+                elif kind == "phase":
+                    outcome.phases.append(PhaseResult.model_validate(payload[0]))
+                elif kind == "error":
+                    outcome.failure = Failure(cause=payload[0], advice=advice_for(payload[0]))
+                elif kind == "outcome":
+                    outcome.pattern_report = payload[0]["pattern_report"]
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group (engine children included)."""
+        pid = self._process.pid
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        self._process.join(timeout=10)
+
+    def shutdown(self, grace_s: float = 15.0) -> None:
+        """Wait for a clean exit, then SIGTERM the group, then SIGKILL it."""
+        pid = self._process.pid
+        if pid is None:
+            return
+        self._process.join(timeout=grace_s)
+        if self._process.is_alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
+            self._process.join(timeout=grace_s)
+        # Children of the group (vLLM engine core, compile workers) may outlive the leader.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        self._process.join(timeout=5)
+        self._events.cancel_join_thread()
+
+    def group_alive(self) -> bool:
+        """True while any process of the worker's group still exists."""
+        pid = self._process.pid
+        if pid is None:
+            return False
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
