@@ -120,6 +120,10 @@ class StepLoad(LoadCommon):
     start: int = Field(10, gt=0, description="First stage's concurrency.")
     step: int = Field(10, gt=0, description="Concurrency added per stage (seed: 10).")
     max: int = Field(100, gt=0, description="Last stage's concurrency at most.")
+    levels: list[int] | None = Field(
+        None, description="Explicit concurrency per stage (e.g. [1, 16, 64, 256]); overrides "
+        "start/step/max."
+    )
     stage_duration_s: float = Field(30.0, gt=0, description="Length of each stage (s).")
     min_gain: float = Field(
         0.05, ge=0, description="Knee = first stage whose throughput gain is under this fraction."
