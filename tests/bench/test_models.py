@@ -1,0 +1,203 @@
+"""Random-weight presets: written for real, loaded by transformers, sizes from configs/headers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import models
+from bench.errors import UserError
+from bench.models import (
+    PRESETS,
+    ensure_preset,
+    first_shard_sha256,
+    parameter_count,
+    preset_info,
+    resolve_model,
+    safetensors_parameter_count,
+    weight_bytes,
+)
+from bench.schema import ModelInfo
+
+PYTHON_SNIPPET = "def mean(values):\n    return sum(values) / len(values)  # average\n"
+
+
+def test_tiny_llama_loads_with_transformers_and_matching_tokenizer(tiny_llama: ModelInfo) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama.path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama.path)
+    assert len(tokenizer) == model.config.vocab_size == tiny_llama.vocab_size == 32000
+    assert {tokenizer.bos_token, tokenizer.eos_token, tokenizer.unk_token, tokenizer.pad_token} == {
+        "<s>",
+        "</s>",
+        "<unk>",
+        "<pad>",
+    }
+    assert tokenizer.pad_token_id == model.config.pad_token_id
+    assert tokenizer.eos_token_id == model.config.eos_token_id
+    ids = tokenizer(PYTHON_SNIPPET).input_ids
+    assert tokenizer.unk_token_id not in ids
+    # Byte-level BPE: real text round-trips and is compressed well below one token per byte.
+    assert tokenizer.decode(ids, skip_special_tokens=True) == PYTHON_SNIPPET
+    assert len(ids) < len(PYTHON_SNIPPET) / 2
+    assert tiny_llama.parameters == sum(p.numel() for p in model.parameters())
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([ids]), max_new_tokens=8, min_new_tokens=8, do_sample=False
+        )
+        logits = model(out).logits
+    assert out.shape[1] == len(ids) + 8
+    assert torch.isfinite(logits).all()
+
+
+def test_tiny_llama_bf16_stays_finite() -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    info = resolve_model("tiny-llama", dtype="bfloat16")
+    model = AutoModelForCausalLM.from_pretrained(info.path, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        logits = model(torch.arange(4, 132).unsqueeze(0)).logits
+    assert torch.isfinite(logits).all()
+    assert info.weight_bytes == info.parameters * 2
+
+
+def test_checkpoint_files_and_config(tiny_llama: ModelInfo) -> None:
+    model_dir = Path(tiny_llama.path)
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["torch_dtype"] == "float32"
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["max_position_embeddings"] >= 2048
+    for name in (
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    ):
+        assert (model_dir / name).exists(), name
+    assert safetensors_parameter_count(model_dir) == tiny_llama.parameters
+    assert not list(model_dir.parent.glob(".tmp-*"))  # no staging leftovers
+
+
+def test_same_seed_same_weights_other_seed_differs(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path))
+    first = ensure_preset("tiny-bert", seed=3, dtype="float32")
+    digest = first_shard_sha256(first)
+    import shutil
+
+    shutil.rmtree(first)
+    again = ensure_preset("tiny-bert", seed=3, dtype="float32")
+    assert first_shard_sha256(again) == digest
+    other = ensure_preset("tiny-bert", seed=4, dtype="float32")
+    assert first_shard_sha256(other) != digest
+
+
+def test_ensure_preset_writes_once(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path))
+    model_dir = ensure_preset("tiny-vit", dtype="float32")
+    stamp = (model_dir / "model.safetensors").stat().st_mtime_ns
+
+    def must_not_write(*args, **kwargs):
+        raise AssertionError("checkpoint written twice")
+
+    monkeypatch.setattr(models, "_write_random_checkpoint", must_not_write)
+    assert ensure_preset("tiny-vit", dtype="float32") == model_dir
+    assert (model_dir / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_failed_write_leaves_no_checkpoint(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path))
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("disk full (simulated)")
+
+    monkeypatch.setattr(models, "_write_random_checkpoint", crash)
+    with pytest.raises(RuntimeError):
+        ensure_preset("tiny-resnet", dtype="float32")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_forward_presets_load_and_run(tiny_bert, tiny_resnet, tiny_vit) -> None:
+    import torch
+
+    from bench.models import load_config, model_class_for
+
+    for info in (tiny_bert, tiny_resnet, tiny_vit):
+        assert info.kind == "forward"
+        config = load_config(info.path)
+        model = model_class_for(config).from_pretrained(info.path).eval()
+        assert sum(p.numel() for p in model.parameters()) == info.parameters
+        with torch.inference_mode():
+            if info.architecture == "BertModel":
+                out = model(input_ids=torch.randint(0, config.vocab_size, (2, 16)))
+                values = out.last_hidden_state
+            else:
+                size = getattr(config, "image_size", 64)
+                out = model(pixel_values=torch.randn(2, 3, size, size))
+                values = out.logits
+        assert torch.isfinite(values).all()
+
+
+def test_llama_2_13b_sizes_from_config_alone(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path))
+    config = PRESETS["llama-2-13b"].build_config()
+    parameters = parameter_count(config)
+    assert abs(parameters - 13.0e9) / 13.0e9 < 0.01
+    assert parameters == 13_015_864_320  # the published Llama-2-13B count
+    assert abs(weight_bytes(parameters, "float16") - 26.0e9) / 26.0e9 < 0.01
+    info = preset_info("llama-2-13b", dtype="float16")
+    assert info.parameters == parameters and info.vocab_size == 32000
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("llama-2-7b", 6_738_415_616),
+        ("llama-3-8b", 8_030_261_248),
+        ("mistral-7b", 7_241_732_096),
+        ("resnet-50", 25_557_032),
+        ("bert-base", 109_482_240),
+        ("vit-base", 86_567_656),
+    ],
+)
+def test_real_architecture_parameter_counts(name: str, expected: int) -> None:
+    assert parameter_count(PRESETS[name].build_config()) == expected
+
+
+def test_local_checkpoint_resolves_as_real(tiny_llama: ModelInfo, tmp_path) -> None:
+    import shutil
+
+    copy = tmp_path / "my-checkpoint"
+    shutil.copytree(tiny_llama.path, copy)
+    (copy / "advisor_preset.json").unlink()
+    info = resolve_model(str(copy), dtype="float16")
+    assert info.random_weights is False
+    assert info.parameters == tiny_llama.parameters
+    assert info.weight_bytes == tiny_llama.parameters * 2
+    assert info.kind == "generate" and info.architecture == "LlamaForCausalLM"
+
+
+def test_bad_model_names_and_paths(tmp_path) -> None:
+    with pytest.raises(UserError, match="does not exist"):
+        resolve_model(str(tmp_path / "nowhere"))
+    with pytest.raises(UserError, match=r"has no config\.json"):
+        resolve_model(str(tmp_path))
+    with pytest.raises(UserError, match="tiny-llama"):
+        resolve_model("no-such-preset")
+    with pytest.raises(UserError, match="dtype"):
+        resolve_model("tiny-llama", dtype="int3")
+
+
+@pytest.mark.slow
+def test_llama_3_tokenizer_size_matches_exactly() -> None:
+    from bench.models import train_bpe_tokenizer
+
+    tokenizer = train_bpe_tokenizer(128256)
+    assert tokenizer.get_vocab_size() == 128256
+    ids = tokenizer.encode(PYTHON_SNIPPET).ids
+    assert max(ids) < 128256 and tokenizer.decode(ids) == PYTHON_SNIPPET
