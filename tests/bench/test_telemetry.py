@@ -8,11 +8,13 @@ import os
 import subprocess
 import threading
 import time
+import urllib.request
 
 import psutil
 import pytest
 
-from bench.schema import TelemetrySample
+from bench.prometheus import LiveMetrics, parse_prometheus_text
+from bench.schema import RequestRecord, TelemetrySample
 from bench.telemetry import (
     MAX_STORED_SAMPLES,
     NvmlSampler,
@@ -316,3 +318,90 @@ def test_real_absent_nvml_still_samples_host_rss():
     summary = summarize_telemetry(received, 10, None, sampler.gpu_available, sampler.reason)
     assert summary.gpu_available is False and summary.reason == reason
     assert summary.peak_host_rss_gb > 0
+
+
+# --------------------------------------------------------------------------- Prometheus (live)
+
+
+def _record(i: int, **changes) -> RequestRecord:
+    fields = {
+        "id": f"r{i}",
+        "start_ns": 0,
+        "chunk_ns": [250_000_000, 400_000_000],
+        "end_ns": 400_000_000,
+        "output_tokens": 2,
+    }
+    fields.update(changes)
+    return RequestRecord(**fields)
+
+
+def _value(samples: list[dict], name: str, **labels) -> float | None:
+    for item in samples:
+        if item["name"] == name and all(item["labels"].get(k) == v for k, v in labels.items()):
+            return item["value"]
+    return None
+
+
+def test_live_metrics_served_and_parsed_back():
+    live = LiveMetrics()
+    port = live.start(0)
+    try:
+        for _ in range(4):
+            live.request_started()
+        live.observe(_record(0))
+        live.observe(_record(1, chunk_ns=[50_000_000], end_ns=2_000_000_000, output_tokens=1))
+        live.observe(_record(2, error="timeout", chunk_ns=[], output_tokens=0))
+        live.observe(_record(3, warmup=True))  # not counted
+        live.observe_sample(sample(1, gpu_memory_used_bytes=5 * GB, power_w=None))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            scraped = parse_prometheus_text(response.read().decode())
+    finally:
+        live.stop()
+    assert _value(scraped, "bench_requests_total") == 3
+    assert _value(scraped, "bench_request_errors_total") == 1
+    assert _value(scraped, "bench_output_tokens_total") == 3
+    assert _value(scraped, "bench_requests_in_flight") == 0
+    assert _value(scraped, "bench_ttft_seconds_count") == 2
+    assert _value(scraped, "bench_ttft_seconds_sum") == pytest.approx(0.30)
+    assert _value(scraped, "bench_ttft_seconds_bucket", le="0.2") == 1  # 50 ms yes, 250 ms no
+    assert _value(scraped, "bench_e2e_seconds_sum") == pytest.approx(2.4)
+    assert _value(scraped, "bench_gpu_memory_used_bytes") == 5 * GB
+    assert _value(scraped, "bench_gpu_power_watts") == 0  # never set: None readings skipped
+    assert {item["type"] for item in scraped} >= {"counter", "histogram", "gauge"}
+
+
+def test_live_metrics_use_their_own_registry():
+    first, second = LiveMetrics(), LiveMetrics()  # a second one would clash on a shared registry
+    first.observe(_record(0))
+    assert first.requests._value.get() == 1
+    assert second.requests._value.get() == 0
+    from prometheus_client import REGISTRY
+
+    assert "bench_requests" not in REGISTRY._names_to_collectors
+
+
+def test_parse_vllm_style_metrics_text():
+    text = (
+        "# HELP vllm:num_requests_running Number of requests running.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{model_name="tiny"} 3.0\n'
+        "# TYPE vllm:gpu_cache_usage_perc gauge\n"
+        'vllm:gpu_cache_usage_perc{model_name="tiny"} NaN\n'
+    )
+    parsed = parse_prometheus_text(text)
+    assert parsed == [
+        {
+            "name": "vllm:num_requests_running",
+            "labels": {"model_name": "tiny"},
+            "value": 3.0,
+            "type": "gauge",
+        },
+        {
+            "name": "vllm:gpu_cache_usage_perc",
+            "labels": {"model_name": "tiny"},
+            "value": None,
+            "type": "gauge",
+        },
+    ]
+    with pytest.raises(ValueError, match="not Prometheus text format"):
+        parse_prometheus_text("this is { not metrics\n")
