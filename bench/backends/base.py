@@ -60,6 +60,11 @@ class Chunk:
 
     t_ns: int
     tokens: int = 1
+    usage_output_tokens: int | None = None
+    """Server-reported output token count of the whole request (OpenAI `usage`), set on the last
+    chunk only; when present it is authoritative for the record's output_tokens."""
+    usage_input_tokens: int | None = None
+    """Server-reported prompt token count (text prompts may re-tokenize differently)."""
 
 
 @dataclass

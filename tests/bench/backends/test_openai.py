@@ -1,0 +1,366 @@
+"""Tests of the `openai` backend: SSE parsing, errors and slots against a labelled test double of an
+OpenAI server (fast), then for real against a vLLM server of the CPU build (slow)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+
+import psutil
+import pytest
+from aiohttp import web
+
+from bench.backends.base import Chunk, GenerateRequest
+from bench.backends.openai import (
+    OpenAIBackend,
+    OpenAIServerError,
+    SSEDecoder,
+    _chunks_from_sse,
+    error_message,
+    event_token_count,
+    parse_prometheus,
+)
+from bench.config import GenerateWorkload, Precision
+from bench.errors import UserError
+from bench.schema import ModelInfo
+
+# --------------------------------------------------------------------------- pure parsing
+
+
+def test_sse_decoder_joins_data_lines_and_skips_comments() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b": keep-alive\n") is None
+    assert decoder.feed(b"event: message\n") is None
+    assert decoder.feed(b'data: {"a":\n') is None
+    assert decoder.feed(b"data: 1}\r\n") is None
+    assert decoder.feed(b"\n") == '{"a":\n1}'
+    assert decoder.feed(b"\n") is None  # a blank line alone is no event
+    assert decoder.feed("data: [DONE]") is None
+    assert decoder.flush() == "[DONE]"
+
+
+def test_event_token_count_prefers_exact_sources() -> None:
+    assert event_token_count({"choices": [{"text": "ab", "token_ids": [1, 2, 3]}]}, None) == 3
+    with_usage = {"choices": [{"text": "x"}], "usage": {"completion_tokens": 7}}
+    assert event_token_count(with_usage, 5) == 2
+    with_logprobs = {"choices": [{"text": "xy", "logprobs": {"tokens": ["x", "y"]}}]}
+    assert event_token_count(with_logprobs, None) == 2
+    assert event_token_count({"choices": [{"text": "x"}]}, None) == 1
+    assert event_token_count({"choices": [{"text": ""}]}, None) == 0
+    assert event_token_count({"choices": [], "usage": {"completion_tokens": 9}}, 9) == 0
+
+
+def test_error_message_extracts_the_servers_words() -> None:
+    assert error_message('{"error": {"message": "max_tokens too big", "code": 400}}') == (
+        "max_tokens too big"
+    )
+    assert error_message('{"detail": "Not Found"}') == "Not Found"
+    assert error_message("plain failure") == "plain failure"
+
+
+def test_parse_prometheus_sums_label_sets_and_filters_names() -> None:
+    text = (
+        "# HELP vllm:num_requests_running Running.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_running{engine="1",model_name="m"} 2.0\n'
+        "# TYPE vllm:num_preemptions counter\n"
+        'vllm:num_preemptions_total{engine="0"} 4.0\n'
+        "# TYPE other gauge\nother 1.0\n"
+    )
+    names = {"vllm:num_requests_running", "vllm:num_preemptions_total"}
+    assert parse_prometheus(text, names) == {
+        "vllm:num_requests_running": 5.0,
+        "vllm:num_preemptions_total": 4.0,
+    }
+    assert parse_prometheus(text, None)["other"] == 1.0
+
+
+async def _lines(*lines: bytes):
+    for line in lines:
+        yield line
+
+
+async def test_chunks_hold_usage_on_the_last_chunk() -> None:
+    def event(text: str, completion_tokens: int) -> bytes:
+        body = {"choices": [{"text": text}], "usage": {"completion_tokens": completion_tokens}}
+        return b"data: " + json.dumps(body).encode() + b"\n"
+
+    usage = {"prompt_tokens": 11, "completion_tokens": 4}
+    stream = _lines(
+        event("a", 1),
+        b"\n",
+        event("bc", 3),  # two tokens merged into one event
+        b"\n",
+        event("", 3),  # no new token: no chunk
+        b"\n",
+        event("d", 4),
+        b"\n",
+        b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n",
+        b"\n",
+        b"data: [DONE]\n",
+        b"\n",
+    )
+    chunks = [chunk async for chunk in _chunks_from_sse(stream)]
+    assert [c.tokens for c in chunks] == [1, 2, 1]
+    assert [c.usage_output_tokens for c in chunks] == [None, None, 4]
+    assert chunks[-1].usage_input_tokens == 11
+    assert all(a.t_ns <= b.t_ns for a, b in itertools.pairwise(chunks))
+
+
+async def test_error_event_mid_stream_raises() -> None:
+    stream = _lines(b'data: {"error": {"message": "engine died"}}\n', b"\n")
+    with pytest.raises(OpenAIServerError, match="engine died"):
+        [chunk async for chunk in _chunks_from_sse(stream)]
+
+
+def test_options_need_a_server_and_reject_unknown_names() -> None:
+    with pytest.raises(UserError, match="base_url"):
+        OpenAIBackend({})
+    with pytest.raises(UserError, match="max_conections"):
+        OpenAIBackend({"base_url": "http://127.0.0.1:1", "max_conections": 4})
+    backend = OpenAIBackend({"base_url": "http://127.0.0.1:1", "prompt_format": "text"})
+    assert backend.options.prompt_format == "text"
+
+
+# --------------------------------------------------------------------------- test double server
+
+
+class FakeOpenAIServer:
+    """TEST DOUBLE of an OpenAI-compatible server (aiohttp), for error paths and client logic.
+
+    /v1/completions streams one event per token with continuous usage; max_tokens 400 -> HTTP
+    400 with an OpenAI error body, 500 -> HTTP 500 text. It records request bodies and the
+    highest number of requests it saw in flight.
+    """
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> FakeOpenAIServer:
+        app = web.Application()
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/metrics", self.metrics)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "double-model"}]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text="# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0"}} {self.in_flight}\n'
+        )
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        n = body["max_tokens"]
+        if n == 400:
+            return web.json_response(
+                {"error": {"message": "max_tokens is too large", "type": "BadRequestError"}},
+                status=400,
+            )
+        if n == 500:
+            return web.Response(status=500, text="Internal Server Error")
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for i in range(n):
+                await asyncio.sleep(0.002)
+                event = {
+                    "choices": [{"index": 0, "text": f"t{i} "}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": i + 1},
+                }
+                await response.write(f"data: {json.dumps(event)}\n\n".encode())
+            usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3}
+            await response.write(
+                f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
+            )
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.fixture
+async def fake_server():
+    server = await FakeOpenAIServer().start()
+    yield server
+    await server.stop()
+
+
+MODEL = ModelInfo(name="double", path="/nonexistent")
+
+
+async def _collect(backend: OpenAIBackend, request: GenerateRequest) -> list[Chunk]:
+    return [chunk async for chunk in backend.stream(request)]
+
+
+async def test_stream_against_double_and_request_body(fake_server: FakeOpenAIServer) -> None:
+    backend = OpenAIBackend(
+        {"base_url": fake_server.url, "metrics_interval_s": 0.05, "extra_body": {"top_k": 1}}
+    )
+    info = await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
+    try:
+        assert info.engine["served_model"] == "double-model"
+        chunks = await _collect(backend, GenerateRequest("r1", [5, 6, 7], 6))
+        assert sum(c.tokens for c in chunks) == 6 == chunks[-1].usage_output_tokens
+        body = fake_server.bodies[-1]
+        assert body["prompt"] == [5, 6, 7] and body["stream"] is True
+        assert body["min_tokens"] == 6 and body["ignore_eos"] is True
+        assert body["stream_options"]["include_usage"] is True
+        assert body["top_k"] == 1 and body["model"] == "double-model"
+        await asyncio.sleep(0.2)
+        samples = backend.server_metrics()
+        assert samples and "vllm:num_requests_running" in samples[0]
+    finally:
+        await backend.close()
+
+
+async def test_strict_server_mode_sends_no_extras(fake_server: FakeOpenAIServer) -> None:
+    backend = OpenAIBackend(
+        {"base_url": fake_server.url, "sampling_extras": False, "scrape_metrics": False}
+    )
+    await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
+    try:
+        await _collect(backend, GenerateRequest("r1", [5], 2))
+        body = fake_server.bodies[-1]
+        assert "min_tokens" not in body and "ignore_eos" not in body
+        assert body["stream_options"] == {"include_usage": True}
+    finally:
+        await backend.close()
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "expected"),
+    [(400, r"HTTP 400 .*max_tokens is too large"), (500, "HTTP 500 .*Internal Server Error")],
+)
+async def test_http_errors_raise_with_status_and_message(
+    fake_server: FakeOpenAIServer, max_tokens: int, expected: str
+) -> None:
+    backend = OpenAIBackend({"base_url": fake_server.url, "scrape_metrics": False})
+    await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
+    try:
+        with pytest.raises(OpenAIServerError, match=expected):
+            await _collect(backend, GenerateRequest("bad", [1], max_tokens))
+    finally:
+        await backend.close()
+
+
+async def test_client_slots_cap_in_flight_requests(fake_server: FakeOpenAIServer) -> None:
+    backend = OpenAIBackend(
+        {"base_url": fake_server.url, "max_connections": 2, "scrape_metrics": False}
+    )
+    await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
+    try:
+        requests = [GenerateRequest(f"r{i}", [1, 2], 5) for i in range(6)]
+        results = await asyncio.gather(*(_collect(backend, r) for r in requests))
+        assert all(sum(c.tokens for c in chunks) == 5 for chunks in results)
+        assert fake_server.max_in_flight == 2
+    finally:
+        await backend.close()
+
+
+# --------------------------------------------------------------------------- real vLLM server
+
+
+def _vllm_installed() -> bool:
+    from bench.backends.vllm import vllm_version
+
+    return vllm_version() is not None
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_llama: ModelInfo):
+    """A REAL vLLM OpenAI server of the installed (CPU) build on 127.0.0.1, started by the
+    launcher; yields (launcher, descendant pids seen while it ran)."""
+    if not _vllm_installed():
+        pytest.skip("vLLM is not installed")
+    from bench.launchers import ServerLauncher, free_port, vllm_serve_command
+
+    port = free_port()
+    command = vllm_serve_command(
+        tiny_llama.path,
+        port,
+        {"max_model_len": 512, "max_num_seqs": 8, "enforce_eager": True},
+        dtype="float32",
+    )
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    launcher = ServerLauncher(
+        command, f"http://127.0.0.1:{port}", log_path, env=env, startup_timeout_s=300
+    )
+    launcher.start()
+    try:
+        yield launcher
+    finally:
+        launcher.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt_format", ["tokens", "text"])
+async def test_real_vllm_server(vllm_server, tiny_llama: ModelInfo, prompt_format: str) -> None:
+    backend = OpenAIBackend(
+        {
+            "base_url": vllm_server.base_url,
+            "prompt_format": prompt_format,
+            "metrics_interval_s": 0.2,
+            "max_connections": 8,
+        }
+    )
+    await backend.load(tiny_llama, GenerateWorkload(), Precision(dtype="float32"), "auto")
+    try:
+        lengths = [3, 9, 17, 5]
+        requests = [
+            GenerateRequest(f"{prompt_format}-{i}", list(range(100, 100 + 8 + i)), n)
+            for i, n in enumerate(lengths)
+        ]
+        results = await asyncio.gather(*(_collect(backend, r) for r in requests))
+        await asyncio.sleep(0.5)  # at least one scrape after the requests
+        for request, chunks in zip(requests, results, strict=True):
+            assert chunks[-1].usage_output_tokens == request.output_tokens
+            assert sum(c.tokens for c in chunks) == request.output_tokens
+            assert all(a.t_ns <= b.t_ns for a, b in itertools.pairwise(chunks))
+            if prompt_format == "tokens":
+                assert chunks[-1].usage_input_tokens == len(request.prompt_token_ids)
+            else:
+                assert chunks[-1].usage_input_tokens > 0
+        samples = backend.server_metrics()
+        assert any(any(key.startswith("vllm:") for key in sample) for sample in samples)
+        finished = [s.get("vllm:request_success_total") for s in samples]
+        assert max(v for v in finished if v is not None) >= len(lengths)
+    finally:
+        await backend.close()
+
+
+@pytest.mark.slow
+def test_real_vllm_server_stop_leaves_no_process(vllm_server) -> None:
+    """Runs after the request tests (same module fixture): stop kills the whole group."""
+    leader = psutil.Process(vllm_server.pid)
+    family = [leader, *leader.children(recursive=True)]
+    assert len(family) >= 2  # API server + engine core (vLLM V1 runs the engine apart)
+    vllm_server.stop()
+    _gone, alive = psutil.wait_procs(family, timeout=5)
+    assert not alive, f"still running: {[p.pid for p in alive]}"
+    assert vllm_server.pid is None
