@@ -392,7 +392,8 @@ def _clock_items(gpu: dict[str, Any]) -> list[PreflightItem]:
     commands = []
     if max_sm:
         commands.append(f"sudo nvidia-smi -i {index} -lgc {max_sm},{max_sm}")
-    if best.get("memory") and best.get("sm"):
+    best_pair = (best.get("memory"), best.get("sm"))
+    if all(best_pair) and best_pair != (app_mem, app_sm):  # -ac at today's values changes nothing
         commands.append(f"sudo nvidia-smi -i {index} -ac {best['memory']},{best['sm']}")
     return [
         PreflightItem(
