@@ -1,0 +1,258 @@
+"""The versioned report data model: everything a report shows, as data, before any formatting.
+
+`build.py` fills a `Report`; each formatter (markdown, html, pdf, json) only renders it. The JSON
+format is `Report.model_dump_json()` and reads back with `Report.model_validate_json()`.
+Bump `REPORT_SCHEMA_VERSION` on any change that is not a new optional field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+REPORT_SCHEMA_VERSION = 1
+
+EvidenceSource = Literal["measured-here", "measured-elsewhere", "published"]
+EVIDENCE_SOURCES: tuple[str, ...] = ("measured-here", "measured-elsewhere", "published")
+
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("summary", "Summary"),
+    ("profile", "Workload profile"),
+    ("decision-path", "Decision path"),
+    ("recommendation", "Recommendation"),
+    ("evidence", "Evidence"),
+    ("reference", "Published reference (seed article, A100)"),
+    ("charts", "Charts"),
+    ("feasibility", "Feasibility and physical floor"),
+    ("diagnostics", "Diagnostics"),
+    ("environment", "Environment"),
+    ("reproduce", "Reproduce every run"),
+    ("caveats", "Caveats"),
+)
+"""(anchor id, heading) of every section, in order; every format prints each heading once."""
+
+
+class ReportPart(BaseModel):
+    """Base for report models: unknown fields are errors (a corrupt report file is caught)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class KeyValue(ReportPart):
+    key: str
+    value: str
+
+
+class ReportMeta(ReportPart):
+    title: str
+    generated_at: str = Field(description="ISO 8601 UTC time the report was built.")
+    for_whom: str | None = Field(None, description="Team or reader, from the profile.")
+    description: str | None = Field(None, description="Free-text purpose, from the profile.")
+    profile_file: str | None = Field(None, description="Profile file name the report came from.")
+    generator: str = "python -m advisor report"
+
+
+class DecisionStep(ReportPart):
+    question: str
+    answer: str
+    why: str = ""
+
+
+class Alternative(ReportPart):
+    framework: str
+    reason: str = ""
+
+
+class StageReport(ReportPart):
+    """One stage's recommendation (a workload may chain stages, e.g. encoder then LLM)."""
+
+    name: str
+    kind: str | None = None
+    framework: str | None = Field(None, description="Recommended backend registry name.")
+    configuration: dict[str, Any] = Field(default_factory=dict)
+    confidence: str | None = None
+    rationale: list[str] = Field(default_factory=list)
+    path: list[DecisionStep] = Field(default_factory=list)
+    candidates: list[str] = Field(default_factory=list)
+    alternatives: list[Alternative] = Field(default_factory=list)
+    what_would_change: list[str] = Field(default_factory=list)
+    caveats: list[str] = Field(default_factory=list)
+
+
+class EvidenceRow(ReportPart):
+    """One framework's figures; `source` says whether they were measured here, elsewhere or
+    published (published figures never outrank a measurement and are shown as such)."""
+
+    framework: str
+    source: EvidenceSource
+    stage: str | None = None
+    run_id: str | None = None
+    context: str = Field("", description="Model, device and load the figures come from.")
+    request_throughput_rps: float | None = None
+    output_throughput_tok_s: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    error_rate: float | None = None
+    peak_gpu_memory_gb: float | None = None
+    gb_per_billion_params: float | None = None
+    energy_per_output_token_j: float | None = None
+    validity: str | None = None
+    validity_reasons: list[str] = Field(default_factory=list)
+
+
+class ReferenceTable(ReportPart):
+    """A published table shown as a labelled reference, never mixed with measurements."""
+
+    title: str
+    source: str
+    conditions: str = ""
+    note: str = ""
+    columns: list[str]
+    rows: list[list[str | float | int | None]]
+
+
+class Series(ReportPart):
+    name: str
+    x: list[float]
+    y: list[float]
+
+
+class Marker(ReportPart):
+    """A point or vertical line worth calling out (the knee, a burst start, recovery)."""
+
+    label: str
+    x: float
+    y: float | None = None
+    series: str | None = None
+
+
+class Chart(ReportPart):
+    """A chart as data; `available=False` charts keep their title and say why they are absent."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,60}$")
+    title: str
+    kind: Literal["line", "step", "bar"] = "line"
+    x_label: str = ""
+    x_integer: bool = Field(False, description="Whole-number x axis (concurrency levels).")
+    y_label: str = ""
+    description: str = ""
+    series: list[Series] = Field(default_factory=list)
+    markers: list[Marker] = Field(default_factory=list)
+    available: bool = True
+    absent_reason: str | None = None
+
+
+class Estimate(ReportPart):
+    """The feasibility estimate made before anything ran (fit, floors, what would make it fit)."""
+
+    available: bool = False
+    absent_reason: str | None = None
+    fits: bool | None = None
+    decode_floor_ms: float | None = None
+    prefill_floor_ms: float | None = None
+    items: list[KeyValue] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class FloorDistance(ReportPart):
+    """Measured TPOT p50 against the batch-1 decode floor (weight bytes / memory bandwidth)."""
+
+    framework: str
+    run_id: str
+    measured_tpot_p50_ms: float | None = None
+    decode_floor_ms: float | None = None
+    ratio_to_floor: float | None = Field(None, description="measured / floor (1.0 = at floor).")
+    percent_of_floor: float | None = Field(
+        None, description="floor / measured x 100: how close to the physical limit (100 = at it)."
+    )
+    note: str = ""
+
+
+class Diagnostic(ReportPart):
+    run_id: str | None = None
+    framework: str | None = None
+    title: str
+    severity: str = "warning"
+    finding: str = ""
+    advice: str = ""
+    command: str | None = None
+
+
+class PreflightWarning(ReportPart):
+    severity: str
+    what: str
+    why: str = ""
+    admin_command: str | None = None
+
+
+class RunEnvironment(ReportPart):
+    run_id: str
+    framework: str
+    items: list[KeyValue] = Field(default_factory=list)
+
+
+class EnvironmentSection(ReportPart):
+    fingerprint: list[KeyValue] = Field(
+        default_factory=list, description="The machine the report was built on."
+    )
+    fingerprint_absent_reason: str | None = None
+    preflight: list[PreflightWarning] = Field(default_factory=list)
+    runs: list[RunEnvironment] = Field(default_factory=list)
+
+
+class ReproduceEntry(ReportPart):
+    run_id: str
+    framework: str
+    status: str
+    created_at: str
+    command: str
+
+
+class Caveat(ReportPart):
+    kind: Literal["not-measured", "data", "recommendation", "environment"] = "data"
+    framework: str | None = None
+    text: str
+
+
+class RunRef(ReportPart):
+    """A run the report uses, with where its figures count (here or elsewhere)."""
+
+    run_id: str
+    framework: str
+    model: str
+    pattern: str
+    status: str
+    validity: str | None = None
+    source: EvidenceSource
+    records: int = Field(0, ge=0, description="Measured request records read for the charts.")
+
+
+class Report(ReportPart):
+    """The whole report; JSON format = this model dumped, with `schema_version` first."""
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    meta: ReportMeta
+    profile: list[KeyValue] = Field(default_factory=list, description="Flattened for display.")
+    profile_data: dict[str, Any] = Field(default_factory=dict, description="The profile as given.")
+    headline: str = Field("", description="One-sentence answer, per stage.")
+    stages: list[StageReport] = Field(default_factory=list)
+    evidence: list[EvidenceRow] = Field(default_factory=list)
+    reference: ReferenceTable | None = None
+    reference_absent_reason: str | None = None
+    charts: list[Chart] = Field(default_factory=list)
+    estimate: Estimate = Field(default_factory=Estimate)
+    floor_distances: list[FloorDistance] = Field(default_factory=list)
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+    reproduce: list[ReproduceEntry] = Field(default_factory=list)
+    caveats: list[Caveat] = Field(default_factory=list)
+    runs: list[RunRef] = Field(default_factory=list)
+
+    def available_charts(self) -> list[Chart]:
+        return [chart for chart in self.charts if chart.available]
+
+    def absent_charts(self) -> list[Chart]:
+        return [chart for chart in self.charts if not chart.available]
