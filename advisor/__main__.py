@@ -1,0 +1,8 @@
+"""`python -m advisor`: the advisor's command line (see advisor/cli.py)."""
+
+from __future__ import annotations
+
+from advisor.cli import main
+
+if __name__ == "__main__":
+    main()

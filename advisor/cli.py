@@ -1,0 +1,325 @@
+"""`python -m advisor ...`: recommend a framework for a workload profile, print its benchmark plan.
+
+`app` is the typer application; other modules add commands to it (e.g. `report`). Importing this
+module stays cheap (no torch, no scikit-learn) so `--help` is fast. A user error (missing or bad
+profile, unknown field, bad flag) prints one line on stderr and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from bench.errors import UserError
+
+if TYPE_CHECKING:
+    from advisor.profile import WorkloadProfile
+    from advisor.recommend import Report
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Framework-selection advisor: workload profile -> decision tree -> evidence -> answer.",
+    pretty_exceptions_enable=False,
+)
+
+
+def user_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a UserError into one line on stderr and exit code 2 (no traceback)."""
+
+    @wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except UserError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+# --------------------------------------------------------------------------- shared options
+
+ProfileOption = Annotated[
+    Path | None, typer.Option("--profile", "-p", help="Workload profile (YAML or JSON).")
+]
+StageOption = Annotated[
+    str | None, typer.Option("--stage", help="Stage the flags change (multi-stage profiles).")
+]
+YesNo = str | None
+
+
+def _flag(help_text: str) -> Any:
+    return typer.Option(help=help_text, show_default=False)
+
+
+def build_profile(
+    profile: Path | None, stage: str | None, flags: dict[str, Any]
+) -> WorkloadProfile:
+    """A profile from --profile, overridden by flags; flags alone build a single-stage profile."""
+    from advisor.profile import load_profile, profile_from_flags
+
+    base = load_profile(profile) if profile is not None else None
+    given = {key: value for key, value in flags.items() if value is not None}
+    if base is None and not given:
+        raise UserError(
+            "give a workload: --profile FILE and/or flags such as --kind, --model, --gpu"
+        )
+    if not given and stage is None:
+        assert base is not None
+        return base
+    return profile_from_flags(base, stage=stage, **flags)
+
+
+def open_store(store: str | None) -> Any:
+    """The results store given, or the default one if it exists (never created by the advisor)."""
+    from bench.store import ResultStore, resolve_location
+
+    location = resolve_location(store)
+    if not location.exists():
+        if store is not None:
+            raise UserError(f"results store {store} does not exist")
+        return None
+    return ResultStore(location)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@app.command()
+@user_errors
+def recommend(
+    profile: ProfileOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Results store (SQLite file or sqlite:/// URL); default: $ADVISOR_STORE "
+            "or the user data folder, when it exists."
+        ),
+    ] = None,
+    reference_dir: Annotated[
+        Path | None, typer.Option(help="Folder of reference evidence (default data/reference).")
+    ] = None,
+    tree: Annotated[
+        Path | None, typer.Option(help="Decision tree YAML (default data/decision_tree.yaml).")
+    ] = None,
+    stage: StageOption = None,
+    dynamic_control_flow: Annotated[YesNo, _flag("yes/no: data-dependent control flow.")] = None,
+    fixed_input_shapes: Annotated[YesNo, _flag("yes/no: every request has one shape.")] = None,
+    long_sequence_generation: Annotated[YesNo, _flag("yes/no: long generated outputs.")] = None,
+    multi_backend: Annotated[YesNo, _flag("yes/no: must run on several runtimes.")] = None,
+    determinism_required: Annotated[YesNo, _flag("yes/no: identical outputs run to run.")] = None,
+    kind: Annotated[str | None, _flag("generate or forward.")] = None,
+    model: Annotated[str | None, _flag("Model preset name or checkpoint path.")] = None,
+    parameters_b: Annotated[float | None, _flag("Parameters in billions (override).")] = None,
+    prompt_tokens: Annotated[int | None, _flag("Mean prompt length (tokens).")] = None,
+    output_tokens: Annotated[int | None, _flag("Mean output length (tokens).")] = None,
+    batch_size: Annotated[int | None, _flag("Samples per request (forward kind).")] = None,
+    concurrency: Annotated[int | None, _flag("Requests in flight at peak.")] = None,
+    request_rate_rps: Annotated[float | None, _flag("Arrival rate (requests/s).")] = None,
+    ttft_ms: Annotated[float | None, _flag("TTFT SLO (ms).")] = None,
+    tpot_ms: Annotated[float | None, _flag("TPOT SLO (ms).")] = None,
+    e2e_ms: Annotated[float | None, _flag("End-to-end latency SLO (ms).")] = None,
+    objective: Annotated[
+        str | None,
+        _flag(
+            "maximize_throughput, maximize_goodput, minimize_latency or minimize_cost_per_token."
+        ),
+    ] = None,
+    gpu: Annotated[str | None, _flag("GPU type (e.g. H200, A100-80GB-SXM, L4).")] = None,
+    gpu_count: Annotated[int | None, _flag("GPUs for the stage.")] = None,
+    gpu_memory_gb: Annotated[float | None, _flag("Memory per GPU (GB).")] = None,
+    dtype: Annotated[str | None, _flag("float16, bfloat16 or float32.")] = None,
+    quantization: Annotated[str | None, _flag("Weight quantisation: awq, gptq, int4, fp8.")] = None,
+    build_time_tolerance: Annotated[str | None, _flag("none, minutes or hours.")] = None,
+) -> None:
+    """Walk the decision tree, estimate the fit and floor, weigh the evidence, recommend."""
+    flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
+    workload = build_profile(profile, stage, flags)
+    from advisor.recommend import recommend as run_recommend
+    from advisor.tree import load_tree
+
+    report = run_recommend(
+        workload,
+        store=open_store(store),
+        reference_dir=reference_dir,
+        tree=load_tree(tree) if tree is not None else None,
+    )
+    if as_json:
+        typer.echo(json.dumps(report.to_json_dict(), indent=2, default=str))
+    else:
+        typer.echo(format_text(report))
+
+
+@app.command("bench-plan")
+@user_errors
+def bench_plan_command(
+    profile: ProfileOption = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Short runs: a first answer in minutes.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    stage: StageOption = None,
+    kind: Annotated[str | None, _flag("generate or forward.")] = None,
+    model: Annotated[str | None, _flag("Model preset name or checkpoint path.")] = None,
+    gpu: Annotated[str | None, _flag("GPU type.")] = None,
+    concurrency: Annotated[int | None, _flag("Requests in flight at peak.")] = None,
+    dynamic_control_flow: Annotated[YesNo, _flag("yes/no.")] = None,
+    fixed_input_shapes: Annotated[YesNo, _flag("yes/no.")] = None,
+    long_sequence_generation: Annotated[YesNo, _flag("yes/no.")] = None,
+    multi_backend: Annotated[YesNo, _flag("yes/no.")] = None,
+) -> None:
+    """Print one run configuration per candidate (and its `python -m bench run` command)."""
+    flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
+    workload = build_profile(profile, stage, flags)
+    from advisor.estimate import estimate_stage
+    from advisor.evidence import bench_plan
+    from advisor.tree import evaluate, load_tree
+    from bench.api import reproduce_command
+
+    tree = load_tree()
+    plans = []
+    for stage_profile in workload.stages:
+        decision = evaluate(tree, stage_profile, estimate_stage(stage_profile))
+        configs = bench_plan(stage_profile, decision, quick=quick)
+        plans.append((stage_profile.name, decision, configs))
+    if as_json:
+        data = [
+            {
+                "stage": name,
+                "candidates": [c.framework for c in decision.candidates],
+                "configs": [c.model_dump(mode="json") for c in configs],
+                "commands": [reproduce_command(c) for c in configs],
+            }
+            for name, decision, configs in plans
+        ]
+        typer.echo(json.dumps({"quick": quick, "stages": data}, indent=2))
+        return
+    for name, decision, configs in plans:
+        typer.echo(
+            f"# stage {name}: candidates {', '.join(c.framework for c in decision.candidates)}"
+        )
+        skipped = [c.framework for c in decision.candidates if not c.benchmarked]
+        if skipped:
+            typer.echo(f"# not benchmarked by this tool: {', '.join(skipped)}")
+        for config in configs:
+            typer.echo(reproduce_command(config))
+
+
+_FLAG_NAMES = (
+    "dynamic_control_flow",
+    "fixed_input_shapes",
+    "long_sequence_generation",
+    "multi_backend",
+    "determinism_required",
+    "kind",
+    "model",
+    "parameters_b",
+    "prompt_tokens",
+    "output_tokens",
+    "batch_size",
+    "concurrency",
+    "request_rate_rps",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "objective",
+    "gpu",
+    "gpu_count",
+    "gpu_memory_gb",
+    "dtype",
+    "quantization",
+    "build_time_tolerance",
+)
+
+
+# --------------------------------------------------------------------------- text output
+
+
+def _number(value: float | None, unit: str = "", digits: int = 3) -> str:
+    return "unknown" if value is None else f"{value:.{digits}g}{unit}"
+
+
+def format_text(report: Report) -> str:
+    """The recommendation as plain text for a terminal."""
+    lines = [f"{report.title}" + (f"  (for {report.owner})" if report.owner else "")]
+    for stage in report.stages:
+        rec = stage.recommendation
+        est = stage.estimate
+        lines += ["", f"== stage {stage.stage} ({stage.kind}) =="]
+        marker = "" if rec.benchmarked else " (not benchmarked)"
+        lines.append(
+            f"Recommendation: {rec.framework}{marker}  [follows {rec.follows}; "
+            f"confidence {rec.confidence.level}: {rec.confidence.why}]"
+        )
+        lines.append("Decision path:")
+        for step in stage.decision.path:
+            lines.append(f"  - {step.question} -> {step.answer}: {step.why}")
+        lines.append(
+            "Candidates: "
+            + ", ".join(f"{c.rank}. {c.framework}" for c in stage.decision.candidates)
+        )
+        lines.append(
+            f"Estimate: {est.model or 'model ?'} {_number(est.parameters_b)}B params, "
+            f"{est.precision}: weights {_number(est.weights_gb, ' GB')}, KV cache "
+            f"{_number(est.kv_cache_gb, ' GB')} ({est.context_tokens} tok x {est.concurrency}), "
+            f"needs {_number(est.required_gb, ' GB')} of {_number(est.available_gb, ' GB')} -> "
+            f"{ {True: 'fits', False: 'does NOT fit', None: 'fit unknown'}[est.fits] }"
+        )
+        if est.decode_floor_ms_per_token is not None:
+            lines.append(
+                f"Physical floor: decode {est.decode_floor_ms_per_token:.2f} ms/token at batch 1 "
+                f"({est.memory_bandwidth_tb_s} TB/s, {est.bandwidth_source}); prefill "
+                f"{_number(est.prefill_floor_ms, ' ms')}"
+            )
+        for item in est.suggestions:
+            lines.append(f"  suggestion: {item}")
+        if stage.evidence:
+            lines.append("Evidence (ranked):")
+            for row in stage.evidence[:12]:
+                lines.append(
+                    f"  [{row.source}] {row.framework} on {row.gpu or 'cpu'}, {row.model}, "
+                    f"{row.shape}: {row.status}, {row.objective_metric} "
+                    f"{_number(row.objective_value)} x{row.repeats}"
+                    + ("" if row.meets_slo is not False else " (misses SLO)")
+                )
+        else:
+            lines.append("Evidence: none stored for this kind of workload yet.")
+        for text in rec.contradictions:
+            lines.append(f"Contradiction: {text}")
+        for caveat in rec.caveats:
+            lines.append(f"Caveat: {caveat}")
+        for alt in rec.alternatives:
+            lines.append(f"Alternative {alt.framework}: {alt.why_not_first}")
+        for diagnostic in stage.diagnostics:
+            lines.append(
+                f"Diagnostic [{diagnostic.severity}] {diagnostic.rule} ({diagnostic.run_id}): "
+                f"{diagnostic.finding}. {diagnostic.advice}"
+            )
+        if stage.learned is not None:
+            learned = stage.learned
+            if learned.fitted:
+                lines.append(
+                    f"Learned second opinion: {learned.prediction} ({learned.agrees_with}); CV "
+                    f"accuracy {learned.cv_accuracy:.2f} ({learned.cv_scheme}), baseline "
+                    f"{learned.baseline_accuracy:.2f}, {learned.groups} groups / "
+                    f"{learned.runs} runs"
+                )
+            else:
+                lines.append(f"Learned second opinion: {learned.message}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Diagnostics: the seed's troubleshooting guide (section 5) applied to one RunResult.
+
+Every finding carries its numbers, inference-time advice and the profiling command to run. The
+seed's out-of-memory advice is for training and does not apply to serving; it is replaced by
+inference remedies: lower gpu_memory_utilization / max_num_seqs /
+max_model_len, AWQ or FP8 weights, an FP8 KV cache, tensor parallelism, a smaller batch.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from bench.schema import RunResult, RunStatus, ValidityStatus
+
+GPU_UTILIZATION_TARGET_PCT = 90.0
+"""Seed 5.1: throughput below expectation -> check GPU-Util reaches 90%."""
+LONG_TAIL_RATIO = 3.0
+"""p99 more than 3x p50 (E2E, else TTFT) = a long tail worth acting on; a steady service's p99 is
+usually within 2x of its median, so 3x leaves room for normal queueing noise."""
+MEMORY_EFFICIENCY_REFERENCE_GB_PER_B = 1.2
+"""Seed 3.2 reference: peak GPU memory / parameters in billions."""
+MEMORY_EFFICIENCY_FLAG_FACTOR = 2.0
+"""Flag memory efficiency above 2x the reference (2.4 GB per billion parameters)."""
+OOM_PATTERN = re.compile(
+    r"out of memory|outofmemory|\boom\b|cuda_error_out_of_memory|failed to allocate", re.IGNORECASE
+)
+
+
+class Diagnostic(BaseModel):
+    """One troubleshooting finding for one run."""
+
+    run_id: str
+    rule: str
+    severity: Literal["info", "warning", "error"]
+    finding: str = Field(description="What was seen, with the numbers.")
+    advice: str = Field(description="What to change (inference-time remedies only).")
+    command: str | None = Field(None, description="Profiling command to run next.")
+
+
+def profiling_command(run: RunResult) -> str:
+    """`nsys profile -t cuda,nvtx --stats=true -o <run_id> <the run's command>` (seed 5.1)."""
+    command = run.command
+    if not command:
+        from bench.api import reproduce_command
+
+        command = reproduce_command(run.config)
+    return f"nsys profile -t cuda,nvtx --stats=true -o {shlex.quote(run.run_id)} {command}"
+
+
+def _cuda_graphs_off(run: RunResult) -> str | None:
+    """Why CUDA graphs look off: engine facts say so, or the options force eager mode."""
+    if run.engine.get("cuda_graphs") is False:
+        return "the engine reports cuda_graphs = false"
+    args = run.config.engine_args
+    if args.get("enforce_eager") is True:
+        return "engine_args has enforce_eager = true"
+    if run.engine.get("enforce_eager") is True:
+        return "the engine reports enforce_eager = true"
+    return None
+
+
+def diagnose(run: RunResult) -> list[Diagnostic]:
+    """Apply every rule to one run; rules whose inputs were not measured stay silent."""
+    findings: list[Diagnostic] = []
+    profile_cmd = profiling_command(run)
+    backend = run.config.backend
+
+    def add(rule: str, severity: str, finding: str, advice: str, command: str | None = None):
+        findings.append(
+            Diagnostic(
+                run_id=run.run_id,
+                rule=rule,
+                severity=severity,  # type: ignore[arg-type]
+                finding=finding,
+                advice=advice,
+                command=command,
+            )
+        )
+
+    failure_text = (
+        " ".join(part for part in (run.failure.cause, run.failure.log_tail) if part)
+        if run.failure is not None
+        else ""
+    )
+    if failure_text and OOM_PATTERN.search(failure_text):
+        add(
+            "out_of_memory",
+            "error",
+            f"the run failed out of GPU memory: {run.failure.cause if run.failure else ''}",
+            "Make the weights and KV cache fit: lower gpu_memory_utilization if other processes "
+            "share the GPU, cap max_num_seqs and max_model_len to the workload's concurrency and "
+            "context, quantise the weights (AWQ 4-bit or FP8), use an FP8 KV cache "
+            "(kv_cache_dtype=fp8), split the model with tensor parallelism "
+            "(tensor_parallel_size), or send a smaller batch. Check the estimate first: "
+            "python -m advisor recommend --profile <profile> shows weights + KV cache vs memory.",
+        )
+    elif run.status == RunStatus.FAILED and run.failure is not None:
+        add(
+            "run_failed",
+            "error",
+            f"the run failed: {run.failure.cause}",
+            run.failure.advice or "Read the worker log (log_path) for the cause.",
+        )
+
+    if run.validity is not None and run.validity.status == ValidityStatus.INVALID:
+        add(
+            "invalid_run",
+            "warning",
+            "the run is INVALID: " + "; ".join(run.validity.reasons or ["no reason recorded"]),
+            "Do not compare it: lengthen the measured phase (duration_s), send more requests, or "
+            "fix the errors, then run again.",
+        )
+
+    summary = run.summary
+    if summary is not None and summary.requests > 0:
+        budget = run.config.validity.max_error_rate
+        if summary.error_rate > budget:
+            add(
+                "high_error_rate",
+                "error",
+                f"{summary.failed} of {summary.requests} requests failed "
+                f"(error rate {summary.error_rate:.1%} > budget {budget:.1%})",
+                "Read the failures' errors in the records; lower the concurrency or request rate "
+                "to the engine's capacity (find it with a step pattern), raise request_timeout_s "
+                "only if requests time out while still progressing, and add admission control "
+                "(a bounded queue) in front of the engine.",
+            )
+        latency = summary.e2e_ms or summary.ttft_ms
+        metric = "E2E" if summary.e2e_ms is not None else "TTFT"
+        if latency is not None and latency.p50 > 0 and latency.p99 > LONG_TAIL_RATIO * latency.p50:
+            add(
+                "long_tail",
+                "warning",
+                f"{metric} p99 {latency.p99:.1f} ms is {latency.p99 / latency.p50:.1f}x its "
+                f"p50 {latency.p50:.1f} ms (threshold {LONG_TAIL_RATIO:g}x)",
+                "Set per-request execution time-outs so stragglers cannot pile up; enable "
+                "FlashAttention (torch.backends.cuda.enable_flash_sdp(True) for PyTorch; vLLM "
+                "picks its flash backend itself); put a request priority queue in front of the "
+                "engine; long prompts stalling decodes call for chunked prefill "
+                "(enable_chunked_prefill) or a lower max_num_batched_tokens; keep concurrency "
+                "below the knee of a step pattern.",
+                profile_cmd,
+            )
+
+    telemetry = run.telemetry
+    utilization = telemetry.mean_gpu_utilization_pct
+    if utilization is not None and utilization < GPU_UTILIZATION_TARGET_PCT:
+        add(
+            "low_gpu_utilization",
+            "warning",
+            f"mean GPU utilisation {utilization:.0f}% < {GPU_UTILIZATION_TARGET_PCT:.0f}%",
+            "The GPU waits on the host: raise the concurrency or batch size (vLLM max_num_seqs, "
+            "TensorRT-LLM max_batch_size), make sure CUDA graphs are on, move tokenisation and "
+            "pre-processing off the serving path, and profile to see the share of data movement "
+            "(host-to-device copies) and kernel-launch gaps.",
+            profile_cmd,
+        )
+
+    why_off = _cuda_graphs_off(run)
+    if why_off is not None:
+        per_backend = {
+            "vllm": "drop enforce_eager (vLLM captures CUDA graphs for decode batch sizes)",
+            "torch_compile": "compile with mode='reduce-overhead' (CUDA graphs)",
+            "tensorrt_llm": "enable CUDA graphs (cuda_graph_config in the LLM API)",
+        }
+        add(
+            "cuda_graphs_off",
+            "warning",
+            f"CUDA graphs are off: {why_off}",
+            "Decode steps are short kernels and launch overhead dominates without CUDA graphs: "
+            + per_backend.get(backend, "turn CUDA graphs on in the engine's options")
+            + "; verify with the profile that kernel launches are replayed as graphs.",
+            profile_cmd,
+        )
+
+    efficiency = telemetry.memory_efficiency_gb_per_b_params
+    threshold = MEMORY_EFFICIENCY_REFERENCE_GB_PER_B * MEMORY_EFFICIENCY_FLAG_FACTOR
+    if efficiency is not None and efficiency > threshold:
+        add(
+            "memory_efficiency",
+            "info",
+            f"peak GPU memory is {efficiency:.2f} GB per billion parameters, "
+            f"{efficiency / MEMORY_EFFICIENCY_REFERENCE_GB_PER_B:.1f}x the seed's "
+            f"{MEMORY_EFFICIENCY_REFERENCE_GB_PER_B} GB/B reference (fp16 weights alone are "
+            "2 GB/B, so the reference implies 8-bit weights or less)",
+            "Engines such as vLLM pre-allocate a KV-cache pool up to gpu_memory_utilization, so "
+            "peak memory reflects that setting, not need: lower gpu_memory_utilization to what "
+            "the concurrency needs if the GPU is shared; for smaller weights use AWQ or FP8 "
+            "quantisation; an FP8 KV cache halves the pool per token.",
+        )
+    return findings
+
+
+__all__ = ["Diagnostic", "diagnose", "profiling_command"]

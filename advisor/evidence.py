@@ -1,0 +1,605 @@
+"""Evidence: the benchmark plan for a stage, and ranked evidence rows from the store and references.
+
+Sources, strongest first: `measured-here` (a stored run whose fingerprinted GPU is the profile's
+GPU type), `measured-elsewhere` (another GPU, or a CPU), `published` (figures from an article,
+workload unknown). Ranking: rows that are VALID and meet the SLOs first, then by source (published
+never outranks a measurement on the user's GPU), then closeness (same model, same shape), then
+the user's objective. Repeats of one configuration are grouped into one row with their variance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, computed_field
+
+from advisor.estimate import high_tokens
+from advisor.gpus import find_gpu
+from advisor.profile import Objective, StageProfile
+from advisor.tree import BENCHMARKABLE_FRAMEWORKS, Decision
+from bench.config import (
+    SLO,
+    ConcurrencyLoad,
+    ForwardWorkload,
+    GenerateWorkload,
+    RateLoad,
+    RunConfig,
+    StepLoad,
+    ValidityRules,
+)
+from bench.schema import MetricsSummary, RunResult, RunStatus, ValidityStatus
+
+DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "reference"
+Source = Literal["measured-here", "measured-elsewhere", "published"]
+SOURCE_RANK: dict[str, int] = {"measured-here": 0, "measured-elsewhere": 1, "published": 2}
+SHAPE_TOLERANCE = 0.25
+"""Prompt/output means and load level within 25% of the profile's count as the same shape."""
+QUICK_DURATION_S = 25.0
+QUICK_CONCURRENCY_DEFAULT = 8
+FULL_DURATION_S = 120.0
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
+    """Each framework at its own experts' usual serving settings for this stage's shape."""
+    context = high_tokens(stage.prompt_tokens) + high_tokens(stage.output_tokens)
+    max_model_len = int(math.ceil(context / 256) * 256)
+    concurrency = stage.concurrency or QUICK_CONCURRENCY_DEFAULT
+    tensor_parallel = stage.gpu.count if stage.gpu.count > 1 else None
+    args: dict[str, Any] = {}
+    if framework == "vllm":
+        args = {
+            "enforce_eager": False,  # CUDA graphs on: the decode step is launch-bound without them
+            "gpu_memory_utilization": 0.9,
+            "max_model_len": max_model_len,
+        }
+        if concurrency > 256:  # vLLM's default max_num_seqs
+            args["max_num_seqs"] = concurrency
+        if tensor_parallel:
+            args["tensor_parallel_size"] = tensor_parallel
+        if stage.precision.quantization:
+            args["quantization"] = stage.precision.quantization
+    elif framework == "tensorrt_llm":
+        args = {"max_batch_size": max(concurrency, 1), "max_seq_len": max_model_len}
+        if tensor_parallel:
+            args["tensor_parallel_size"] = tensor_parallel
+    elif framework == "torch_compile":
+        # reduce-overhead = CUDA graphs (decode is launch-bound); max-autotune for fixed shapes.
+        fixed_forward = stage.kind == "forward" and stage.fixed_input_shapes
+        args = {"mode": "max-autotune" if fixed_forward else "reduce-overhead"}
+    elif framework == "pytorch":
+        args = {"attn_implementation": "sdpa"}
+    elif framework == "onnxruntime":
+        args = {"enable_io_binding": True, "graph_optimization_level": "all"}
+        if stage.kind == "generate":
+            args["max_batch_size"] = max(concurrency, 1)
+    return _known_args_only(framework, args)
+
+
+def _known_args_only(framework: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Drop options the installed adapter does not declare (when it declares its options)."""
+    try:
+        from bench.backends import registry
+
+        backend = registry().get(framework)
+    except Exception:  # an adapter failing to import must not break planning
+        backend = None
+    options_model = getattr(backend, "options_model", None) if backend is not None else None
+    if options_model is None:
+        return args
+    return {key: value for key, value in args.items() if key in options_model.model_fields}
+
+
+def _backend_runs_kind(framework: str, kind: str) -> bool | None:
+    try:
+        from bench.backends import registry
+
+        backend = registry().get(framework)
+    except Exception:
+        return None
+    return None if backend is None else kind in backend.kinds
+
+
+def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> list[RunConfig]:
+    """One RunConfig per benchmarkable candidate, in the stage's workload shape.
+
+    quick = a first benchmark-backed answer in minutes: one closed-loop phase of 25 s at the
+    user's concurrency (8 when none is given), 2 warm-ups, validity relaxed to 10 requests over
+    10 s; a 7B model on one GPU fits in under 3 minutes per candidate with the model load.
+    Full = 120 s at the user's concurrency or rate, or a step ladder (seed 3.3) when neither is
+    given. `jax` (not run by the bench) and adapters that do not run the stage's kind are skipped.
+    """
+    if stage.model is None:
+        from bench.errors import UserError
+
+        raise UserError(f"stage {stage.name!r} has no model; set `model` to plan benchmarks")
+    configs: list[RunConfig] = []
+    for candidate in decision.candidates:
+        if candidate.framework not in BENCHMARKABLE_FRAMEWORKS:
+            continue
+        if _backend_runs_kind(candidate.framework, stage.kind) is False:
+            continue
+        configs.append(
+            RunConfig(
+                backend=candidate.framework,
+                model=stage.model,
+                engine_args=_expert_engine_args(candidate.framework, stage),
+                workload=_workload(stage),
+                load=_load(stage, quick),
+                slo=SLO(
+                    ttft_ms=stage.slo.ttft_ms, tpot_ms=stage.slo.tpot_ms, e2e_ms=stage.slo.e2e_ms
+                ),
+                validity=ValidityRules(min_duration_s=10, min_requests=10)
+                if quick
+                else ValidityRules(),
+                precision=stage.precision,
+                label=f"advisor {'quick ' if quick else ''}plan: stage {stage.name}, "
+                f"{candidate.framework} (tree rank {candidate.rank})",
+            )
+        )
+    return configs
+
+
+def _workload(stage: StageProfile) -> GenerateWorkload | ForwardWorkload:
+    if stage.kind == "generate":
+        return GenerateWorkload(
+            prompt_tokens=stage.prompt_tokens, output_tokens=stage.output_tokens
+        )
+    return ForwardWorkload(
+        batch_size=stage.batch_size,
+        sequence_length=stage.sequence_length,
+        image_size=stage.image_size,
+        dynamic_shapes=not stage.fixed_input_shapes,
+    )
+
+
+def _load(stage: StageProfile, quick: bool) -> ConcurrencyLoad | RateLoad | StepLoad:
+    if quick:
+        return ConcurrencyLoad(
+            concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,
+            duration_s=QUICK_DURATION_S,
+            warmup_requests=2,
+            max_duration_s=150.0,
+        )
+    if stage.request_rate_rps is not None and stage.concurrency is None:
+        return RateLoad(
+            rate_rps=stage.request_rate_rps, duration_s=FULL_DURATION_S, warmup_requests=8
+        )
+    if stage.concurrency is not None:
+        return ConcurrencyLoad(
+            concurrency=stage.concurrency, duration_s=FULL_DURATION_S, warmup_requests=8
+        )
+    return StepLoad(start=10, step=10, max=100, stage_duration_s=60.0, warmup_requests=8)
+
+
+# --------------------------------------------------------------------------- evidence rows
+
+
+class Closeness(BaseModel):
+    same_gpu: bool
+    same_model: bool
+    same_shape: bool | None = Field(None, description="None when the shape is not known.")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def score(self) -> int:
+        return 2 * self.same_model + (1 if self.same_shape else 0)
+
+
+class EvidenceRow(BaseModel):
+    """One configuration's evidence (repeats grouped): where it comes from, how close, numbers."""
+
+    framework: str
+    source: Source
+    gpu: str | None
+    model: str | None
+    shape: str
+    precision: str = ""
+    closeness: Closeness
+    repeats: int = 1
+    run_ids: list[str] = Field(default_factory=list)
+    status: str = Field(description="VALID, INVALID, FAILED or published.")
+    valid: bool | None = None
+    meets_slo: bool | None = None
+    slo_failures: list[str] = Field(default_factory=list)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    objective_metric: str | None = None
+    objective_value: float | None = None
+    objective_cv: float | None = Field(
+        None, description="Coefficient of variation of the objective over repeats (stdev/mean)."
+    )
+    failure: str | None = None
+    reference: str | None = Field(None, description="Reference file / article the row came from.")
+    caveats: list[str] = Field(default_factory=list)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def eligible(self) -> bool:
+        """Counts for ranking: VALID (or published) and no SLO broken."""
+        return self.valid is not False and self.meets_slo is not False and self.status != "FAILED"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.objective_metric in HIGHER_IS_BETTER
+
+
+HIGHER_IS_BETTER = {"output_throughput_tok_s", "request_throughput_rps", "goodput_rps"}
+
+
+def objective_metric(stage: StageProfile, published: bool = False) -> str:
+    """The metric the stage's objective ranks on (published tables only have request rates)."""
+    objective = stage.objective
+    if objective == Objective.MINIMIZE_LATENCY:
+        return "e2e_ms_p99" if published else f"e2e_ms_{stage.slo.percentile}"
+    if objective == Objective.MINIMIZE_COST_PER_TOKEN:
+        return "gpu_s_per_million_tokens"
+    if objective == Objective.MAXIMIZE_GOODPUT and not published:
+        return "goodput_rps"
+    if published or stage.kind == "forward":
+        return "request_throughput_rps"
+    return "output_throughput_tok_s"
+
+
+def run_gpu_name(run: RunResult) -> str | None:
+    """The canonical catalogue name of the run's first GPU, the raw name, or None (CPU)."""
+    gpus = run.environment.get("gpus") or []
+    raw = gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None
+    if raw is None:
+        return None
+    spec = find_gpu(raw)
+    return spec.name if spec is not None else raw
+
+
+def _load_level(config: RunConfig) -> tuple[str, float] | None:
+    load = config.load
+    if isinstance(load, ConcurrencyLoad):
+        return "concurrency", float(load.concurrency)
+    if isinstance(load, RateLoad):
+        return "rate", float(load.rate_rps)
+    return None
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= SHAPE_TOLERANCE * max(abs(b), 1e-9)
+
+
+def _summary_for(run: RunResult, stage: StageProfile) -> tuple[MetricsSummary | None, str | None]:
+    """The run summary, or a ladder phase at the stage's concurrency when there is one."""
+    if stage.concurrency is not None:
+        for phase in run.phases:
+            if phase.strategy == "concurrency" and int(phase.target) == stage.concurrency:
+                return phase.summary, f"phase {phase.name}"
+    return run.summary, None
+
+
+def _shape(run: RunResult, stage: StageProfile) -> tuple[str, bool | None]:
+    config = run.config
+    workload = config.workload
+    if isinstance(workload, GenerateWorkload):
+        level = _load_level(config)
+        text = f"prompt {workload.prompt_tokens.mean} / output {workload.output_tokens.mean} tok"
+        same = _close(workload.prompt_tokens.mean, stage.prompt_tokens.mean) and _close(
+            workload.output_tokens.mean, stage.output_tokens.mean
+        )
+        if level is not None:
+            text += f", {level[0]} {level[1]:g}"
+            wanted = stage.concurrency if level[0] == "concurrency" else stage.request_rate_rps
+            if wanted is not None:
+                same = same and _close(level[1], wanted)
+        else:
+            text += f", {config.load.pattern} pattern"
+        return text, same
+    text = f"batch {workload.batch_size}"
+    same = workload.batch_size == stage.batch_size
+    if workload.sequence_length is not None:
+        text += f" x {workload.sequence_length.mean} tok"
+        if stage.sequence_length is not None:
+            same = same and workload.sequence_length.mean == stage.sequence_length.mean
+    if workload.image_size is not None:
+        text += f" x {workload.image_size} px"
+        same = same and workload.image_size == (stage.image_size or workload.image_size)
+    return text, same
+
+
+def _metrics(summary: MetricsSummary | None, run: RunResult) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if summary is not None:
+        out["request_throughput_rps"] = summary.request_throughput_rps
+        out["output_throughput_tok_s"] = summary.output_throughput_tok_s
+        out["error_rate"] = summary.error_rate
+        if summary.goodput_rps is not None:
+            out["goodput_rps"] = summary.goodput_rps
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            percentiles = getattr(summary, name)
+            if percentiles is not None:
+                for stat in ("mean", "p50", "p90", "p99"):
+                    out[f"{name}_{stat}"] = getattr(percentiles, stat)
+        gpus = int(run.config.engine_args.get("tensor_parallel_size", 1) or 1)
+        throughput = (
+            summary.output_throughput_tok_s
+            if run.config.workload.kind == "generate"
+            else summary.request_throughput_rps
+        )
+        if throughput > 0:
+            out["gpu_s_per_million_tokens"] = gpus * 1e6 / throughput
+    telemetry = run.telemetry
+    for name in ("peak_gpu_memory_gb", "energy_per_output_token_j", "mean_gpu_utilization_pct"):
+        value = getattr(telemetry, name)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _slo_check(
+    stage: StageProfile, metrics: dict[str, float], published: bool
+) -> tuple[bool | None, list[str]]:
+    """Whether the row meets every SLO the profile sets; None when none could be checked."""
+    slo = stage.slo
+    percentile = "p99" if published else slo.percentile
+    checks: list[tuple[str, float | None, str, bool]] = [
+        ("ttft_ms", slo.ttft_ms, f"ttft_ms_{percentile}", False),
+        ("tpot_ms", slo.tpot_ms, f"tpot_ms_{percentile}", False),
+        ("e2e_ms", slo.e2e_ms, f"e2e_ms_{percentile}", False),
+        (
+            "min_request_throughput_rps",
+            slo.min_request_throughput_rps,
+            "request_throughput_rps",
+            True,
+        ),
+        (
+            "min_output_throughput_tok_s",
+            slo.min_output_throughput_tok_s,
+            "output_throughput_tok_s",
+            True,
+        ),
+    ]
+    failures: list[str] = []
+    checked = False
+    for name, limit, metric, is_minimum in checks:
+        if limit is None or metric not in metrics:
+            continue
+        checked = True
+        value = metrics[metric]
+        broken = value < limit if is_minimum else value > limit
+        if broken:
+            relation = "<" if is_minimum else ">"
+            failures.append(f"{metric} {value:.4g} {relation} {name} {limit:g}")
+    if not checked:
+        return None, []
+    return not failures, failures
+
+
+def _status(run: RunResult) -> tuple[str, bool | None]:
+    if run.status == RunStatus.FAILED:
+        return "FAILED", False
+    if run.validity is not None:
+        valid = run.validity.status == ValidityStatus.VALID
+        return run.validity.status.value, valid and run.status == RunStatus.COMPLETED
+    return run.status.value, False if run.status != RunStatus.COMPLETED else None
+
+
+def rows_from_runs(
+    stage: StageProfile, runs: Iterable[RunResult], reference: str | None = None
+) -> list[EvidenceRow]:
+    """Evidence rows from RunResults of the stage's kind, repeats of one configuration grouped."""
+    groups: dict[tuple, list[tuple[RunResult, dict[str, float], str, bool | None, str | None]]] = {}
+    for run in runs:
+        if run.config.workload.kind != stage.kind:
+            continue
+        if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            continue
+        summary, phase_note = _summary_for(run, stage)
+        metrics = _metrics(summary, run)
+        shape, same_shape = _shape(run, stage)
+        status, valid = _status(run)
+        gpu = run_gpu_name(run)
+        model = run.model.name if run.model is not None else run.config.model
+        precision = run.config.precision.dtype + (
+            f" + {run.config.precision.quantization}" if run.config.precision.quantization else ""
+        )
+        key = (
+            run.config.backend,
+            gpu,
+            model,
+            shape,
+            precision,
+            status,
+            json.dumps(run.config.engine_args, sort_keys=True, default=str),
+        )
+        groups.setdefault(key, []).append((run, metrics, shape, same_shape, phase_note))
+    rows: list[EvidenceRow] = []
+    metric_name = objective_metric(stage)
+    for (framework, gpu, model, shape, precision, status, _), members in groups.items():
+        first_run = members[0][0]
+        all_metrics = [m for _, m, _, _, _ in members]
+        merged = _mean_metrics(all_metrics)
+        values = [m[metric_name] for m in all_metrics if metric_name in m]
+        cv = None
+        if len(values) >= 2 and statistics.mean(values) > 0:
+            cv = statistics.stdev(values) / statistics.mean(values)
+        same_gpu = stage.gpu.type is not None and gpu == stage.gpu.type
+        model_names = {model, first_run.config.model}
+        meets, failures = _slo_check(stage, merged, published=False)
+        _, valid = _status(first_run)
+        caveats = [note for *_, note in members if note][:1]
+        if first_run.model is not None and first_run.model.random_weights:
+            caveats.append("random-weight checkpoint (speed does not depend on weight values)")
+        rows.append(
+            EvidenceRow(
+                framework=framework,
+                source="measured-here" if same_gpu else "measured-elsewhere",
+                gpu=gpu,
+                model=model,
+                shape=shape,
+                precision=precision,
+                closeness=Closeness(
+                    same_gpu=same_gpu,
+                    same_model=stage.model is not None and stage.model in model_names,
+                    same_shape=members[0][3],
+                ),
+                repeats=len(members),
+                run_ids=[run.run_id for run, *_ in members],
+                status=status,
+                valid=valid,
+                meets_slo=meets,
+                slo_failures=failures,
+                metrics=merged,
+                objective_metric=metric_name,
+                objective_value=merged.get(metric_name),
+                objective_cv=cv,
+                failure=first_run.failure.cause if first_run.failure is not None else None,
+                reference=reference,
+                caveats=caveats,
+                engine_args=dict(first_run.config.engine_args),
+            )
+        )
+    return rows
+
+
+def _mean_metrics(all_metrics: list[dict[str, float]]) -> dict[str, float]:
+    keys = {key for metrics in all_metrics for key in metrics}
+    return {key: statistics.mean(m[key] for m in all_metrics if key in m) for key in sorted(keys)}
+
+
+# --------------------------------------------------------------------------- reference files
+
+
+def published_rows(stage: StageProfile, data: dict[str, Any], reference: str) -> list[EvidenceRow]:
+    """Rows of a published table (`kind: published`); its caveats travel with every row."""
+    environment = data.get("environment", {})
+    gpu = environment.get("gpu")
+    model = data.get("model")
+    kind = data.get("workload_kind", "generate")
+    if kind != stage.kind:
+        return []
+    source = data.get("source", {})
+    reference_text = f"{reference}: {source.get('title', '')}".strip()
+    metric_name = objective_metric(stage, published=True)
+    rows = []
+    for entry in data.get("rows", []):
+        metrics = {
+            key: float(value)
+            for key, value in entry.items()
+            if key != "framework" and isinstance(value, int | float)
+        }
+        meets, failures = _slo_check(stage, metrics, published=True)
+        caveats = list(data.get("caveats", []))
+        caveats += entry.get("caveats", []) if isinstance(entry.get("caveats"), list) else []
+        rows.append(
+            EvidenceRow(
+                framework=entry["framework"],
+                source="published",
+                gpu=gpu,
+                model=model,
+                shape=data.get("shape", "not stated"),
+                precision=entry.get("precision", data.get("precision", "not stated")),
+                closeness=Closeness(
+                    same_gpu=stage.gpu.type is not None and gpu == stage.gpu.type,
+                    same_model=stage.model is not None and model == stage.model,
+                    same_shape=None,
+                ),
+                repeats=1,
+                status="published",
+                valid=None,
+                meets_slo=meets,
+                slo_failures=failures,
+                metrics=metrics,
+                objective_metric=metric_name,
+                objective_value=metrics.get(metric_name),
+                reference=reference_text,
+                caveats=caveats,
+            )
+        )
+    return rows
+
+
+def reference_runs_and_rows(
+    stage: StageProfile, reference_dir: str | Path | None
+) -> tuple[dict[str, list[RunResult]], list[EvidenceRow], list[str]]:
+    """Measured RunResults (by file name) and published rows in the reference folder, plus notes."""
+    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
+    runs: dict[str, list[RunResult]] = {}
+    rows: list[EvidenceRow] = []
+    notes: list[str] = []
+    if not folder.is_dir():
+        return runs, rows, [f"reference folder {folder} does not exist"]
+    for file in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            notes.append(f"{file.name}: unreadable ({exc})")
+            continue
+        if isinstance(data, dict) and data.get("kind") == "published":
+            rows += published_rows(stage, data, file.name)
+            continue
+        items = data.get("runs", [data]) if isinstance(data, dict) else data
+        for item in items if isinstance(items, list) else []:
+            try:
+                runs.setdefault(file.name, []).append(RunResult.model_validate(item))
+            except ValidationError as exc:
+                notes.append(f"{file.name}: not a RunResult ({exc.errors()[0]['msg']})")
+                break
+    return runs, rows, notes
+
+
+def stored_runs(store: Any) -> list[RunResult]:
+    """Every finished run in the store (any object with `list_runs()`), or [] for None."""
+    if store is None:
+        return []
+    return [
+        run for run in store.list_runs() if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+    ]
+
+
+def gather_evidence(
+    stage: StageProfile, store: Any = None, reference_dir: str | Path | None = None
+) -> list[EvidenceRow]:
+    """Ranked evidence for a stage from the store and the reference folder."""
+    rows = rows_from_runs(stage, stored_runs(store))
+    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
+    reference_runs, published, _ = reference_runs_and_rows(stage, folder)
+    for file_name, runs in reference_runs.items():
+        rows += rows_from_runs(stage, runs, reference=str(folder / file_name))
+    rows += published
+    return rank_rows(rows)
+
+
+def rank_rows(rows: list[EvidenceRow]) -> list[EvidenceRow]:
+    """Eligible first, then source (here > elsewhere > published), closeness, objective."""
+
+    def key(row: EvidenceRow) -> tuple:
+        value = row.objective_value
+        objective_key = math.inf
+        if value is not None:
+            objective_key = -value if row.higher_is_better else value
+        return (
+            0 if row.eligible else 1,
+            SOURCE_RANK[row.source],
+            -row.closeness.score,
+            objective_key,
+        )
+
+    return sorted(rows, key=key)
+
+
+__all__ = [
+    "DEFAULT_REFERENCE_DIR",
+    "Closeness",
+    "EvidenceRow",
+    "bench_plan",
+    "gather_evidence",
+    "objective_metric",
+    "rank_rows",
+    "reference_runs_and_rows",
+    "rows_from_runs",
+    "run_gpu_name",
+    "stored_runs",
+]

@@ -1,0 +1,427 @@
+"""The workload profile an engineer fills in (YAML, JSON, CLI flags or the web form).
+
+A profile has one or more stages (the seed's e-commerce case: an encoder stage feeding an LLM
+stage); each stage gets its own recommendation. A simple single-stage YAML needs no `stages:` key:
+its stage fields sit at the top level. With `stages:`, top-level stage fields are defaults every
+stage inherits (a stage's own value wins). Field descriptions are the CLI and web-form help text.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from advisor.gpus import GPUS, find_gpu
+from bench.config import SLO, LengthDistribution, Precision
+from bench.errors import UserError
+
+PROFILE_LEVEL_FIELDS = ("title", "owner", "notes", "stages")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Objective(StrEnum):
+    """What "best" means when candidates meet the SLOs."""
+
+    MAXIMIZE_THROUGHPUT = "maximize_throughput"
+    MAXIMIZE_GOODPUT = "maximize_goodput"
+    MINIMIZE_LATENCY = "minimize_latency"
+    MINIMIZE_COST_PER_TOKEN = "minimize_cost_per_token"
+
+
+class Constraint(StrEnum):
+    """Deployment constraints that call for a portable runtime (the seed's "several backends")."""
+
+    NON_NVIDIA_HARDWARE = "non_nvidia_hardware"
+    EDGE = "edge"
+    CPU_ONLY = "cpu_only"
+    MULTIPLE_RUNTIMES = "multiple_runtimes"
+
+
+class GpuProfile(Strict):
+    """The GPU the workload will be served on."""
+
+    type: str | None = Field(
+        None,
+        description=f"GPU model from the catalogue ({', '.join(GPUS)}); none = not decided.",
+    )
+    count: int = Field(1, gt=0, le=64, description="GPUs available to this stage.")
+    memory_gb: float | None = Field(
+        None, gt=0, description="Memory per GPU (GB); derived from the GPU type when not given."
+    )
+    memory_bandwidth_tb_s: float | None = Field(
+        None,
+        gt=0,
+        description="Measured memory bandwidth (TB/s); none = the datasheet figure.",
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _known_gpu(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        spec = find_gpu(value)
+        if spec is None:
+            raise ValueError(f"{value!r} is not a known GPU; known: {', '.join(GPUS)}")
+        return spec.name
+
+    @model_validator(mode="after")
+    def _derive_memory(self) -> GpuProfile:
+        if self.memory_gb is None and self.type is not None:
+            self.memory_gb = float(GPUS[self.type].memory_gb)
+        return self
+
+
+class ProfileSLO(SLO):
+    """Service-level objectives (bench's SLO) plus minimum throughputs and the percentile judged."""
+
+    percentile: Literal["p50", "p90", "p99"] = Field(
+        "p99", description="Latency percentile that must meet ttft_ms/tpot_ms/e2e_ms (seed: P99)."
+    )
+    min_request_throughput_rps: float | None = Field(
+        None, gt=0, description="Successful requests per second at least."
+    )
+    min_output_throughput_tok_s: float | None = Field(
+        None, gt=0, description="Output tokens per second at least (generate kind)."
+    )
+
+    def is_set(self) -> bool:
+        return super().is_set() or any(
+            v is not None
+            for v in (self.min_request_throughput_rps, self.min_output_throughput_tok_s)
+        )
+
+
+class StageProfile(Strict):
+    """One stage of a workload: one model served one way; it gets its own recommendation."""
+
+    name: str = Field("main", min_length=1, max_length=100, description="Stage name.")
+    notes: str | None = Field(None, description="Free text about this stage.")
+    # The seed's four traits (section 6), in the seed's order.
+    dynamic_control_flow: bool = Field(
+        False,
+        description="The model's forward pass branches or loops on data (Python control flow, "
+        "variable-depth recursion, custom research code).",
+    )
+    fixed_input_shapes: bool = Field(
+        False, description="Every request has the same input shape (batch, length or image size)."
+    )
+    long_sequence_generation: bool = Field(
+        False, description="Long generated outputs (chat, creative writing, long answers)."
+    )
+    multi_backend: bool = Field(
+        False, description="The same model must run on several runtimes or hardware vendors."
+    )
+    kind: Literal["generate", "forward"] = Field(
+        "generate", description="generate = LLM decoding; forward = batched encoder/CV inference."
+    )
+    model: str | None = Field(
+        None, description="Model preset name (e.g. llama-2-13b) or a local checkpoint path."
+    )
+    parameters_b: float | None = Field(
+        None, gt=0, description="Parameter count in billions (overrides the preset's count)."
+    )
+    prompt_tokens: LengthDistribution = Field(
+        default_factory=lambda: LengthDistribution(mean=512),
+        description="Prompt length distribution in tokens (generate kind).",
+    )
+    output_tokens: LengthDistribution = Field(
+        default_factory=lambda: LengthDistribution(mean=256),
+        description="Output length distribution in tokens (generate kind).",
+    )
+    batch_size: int = Field(1, gt=0, description="Samples per request (forward kind).")
+    sequence_length: LengthDistribution | None = Field(
+        None, description="Text encoders: tokens per sample (forward kind)."
+    )
+    image_size: int | None = Field(None, gt=0, description="CV models: square input side in px.")
+    concurrency: int | None = Field(
+        None, gt=0, description="Requests in flight at peak (closed-loop clients)."
+    )
+    request_rate_rps: float | None = Field(
+        None, gt=0, description="Expected arrival rate in requests per second (open loop)."
+    )
+    slo: ProfileSLO = Field(default_factory=ProfileSLO, description="Service-level objectives.")
+    objective: Objective = Field(
+        Objective.MAXIMIZE_THROUGHPUT, description="What best means among candidates meeting SLOs."
+    )
+    gpu: GpuProfile = Field(default_factory=GpuProfile, description="Target GPU.")
+    precision: Precision = Field(
+        default_factory=lambda: Precision(dtype="float16"),
+        description="Weights/activations dtype and weight quantisation (awq, gptq, int4, fp8).",
+    )
+    determinism_required: bool = Field(
+        False, description="Identical outputs for identical inputs, run to run (audit, finance)."
+    )
+    build_time_tolerance: Literal["none", "minutes", "hours"] | None = Field(
+        None,
+        description="How long an ahead-of-time compile or engine build may take: none (serve "
+        "seconds after load), minutes (JIT compile), hours (long engine builds); unset = "
+        "not stated.",
+    )
+    constraints: list[Constraint] = Field(
+        default_factory=list,
+        description="Deployment constraints: non_nvidia_hardware, edge, cpu_only, "
+        "multiple_runtimes.",
+    )
+
+
+class WorkloadProfile(Strict):
+    """A workload: who it is for and its stages (one stage is the common case)."""
+
+    title: str = Field("Untitled workload", max_length=200, description="Short title.")
+    owner: str | None = Field(None, description="Team or person the recommendation is for.")
+    notes: str | None = Field(None, description="Free text: context for the review.")
+    stages: list[StageProfile] = Field(min_length=1, description="Stages, in pipeline order.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_stage_fields(cls, data: Any) -> Any:
+        """Top-level stage fields become the single stage, or defaults shared by all stages."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        shared = {
+            key: data.pop(key)
+            for key in list(data)
+            if key in StageProfile.model_fields and key not in PROFILE_LEVEL_FIELDS
+        }
+        if "stages" not in data:
+            data["stages"] = [shared]
+            return data
+        stages = data["stages"]
+        if isinstance(stages, list) and shared:
+            data["stages"] = [
+                _merge(shared, stage) if isinstance(stage, dict) else stage for stage in stages
+            ]
+        return data
+
+    @property
+    def primary(self) -> StageProfile:
+        return self.stages[0]
+
+
+def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """A stage's own values over the shared defaults; nested dicts (gpu, slo) merge one level."""
+    merged = dict(defaults)
+    for key, value in own.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_profile(path: str | Path) -> WorkloadProfile:
+    """Read a YAML or JSON profile; any problem is a one-line UserError naming the field."""
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"profile file {path} does not exist")
+    text = file.read_text(encoding="utf-8")
+    try:
+        if file.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise UserError(f"profile {path}: not valid JSON ({exc})") from None
+    except Exception as exc:  # yaml.YAMLError and friends
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"profile {path}: not valid YAML ({first_line})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"profile {path}: expected a mapping of fields at the top level")
+    return profile_from_dict(data, source=str(path))
+
+
+def profile_from_dict(data: dict[str, Any], source: str = "profile") -> WorkloadProfile:
+    """Validate a profile mapping; errors name the field (`stages[1].gpu.type`) and the fix."""
+    try:
+        return WorkloadProfile.model_validate(data)
+    except ValidationError as exc:
+        message = describe_validation_error(exc, single="stages" not in data)
+        raise UserError(f"{source}: {message}") from None
+
+
+def describe_validation_error(exc: ValidationError, single: bool = False) -> str:
+    """The first pydantic error as `field.path: what is wrong; allowed: ...` on one line."""
+    error = exc.errors()[0]
+    loc = list(error["loc"])
+    if single and loc[:2] == ["stages", 0]:
+        loc = loc[2:]  # the user wrote a single-stage profile without `stages:`
+    path = _format_loc(loc) or "profile"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        parent_loc = list(error["loc"])[:-1]
+        allowed = (
+            _allowed_fields(WorkloadProfile, parent_loc) if parent_loc else _top_level_fields()
+        )
+        message = f"unknown field; allowed: {', '.join(allowed)}"
+    elif error["type"] == "missing":
+        message = "required field is missing"
+    return f"{path}: {message}"
+
+
+def _format_loc(loc: list[Any]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _top_level_fields() -> list[str]:
+    stage_fields = [f for f in StageProfile.model_fields if f not in PROFILE_LEVEL_FIELDS]
+    return [*PROFILE_LEVEL_FIELDS, *stage_fields]
+
+
+def _allowed_fields(model: type[BaseModel], loc: list[Any]) -> list[str]:
+    """Field names of the model found by walking `loc` from `model` (for unknown-field errors)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The BaseModel class inside `X | None` or `list[X]`, if there is one."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+# --------------------------------------------------------------------------- CLI flags
+
+_YES = {"yes", "y", "true", "1", "on"}
+_NO = {"no", "n", "false", "0", "off"}
+
+FLAG_FIELDS: dict[str, tuple[str, ...]] = {
+    # flag keyword -> path inside a stage mapping
+    "dynamic_control_flow": ("dynamic_control_flow",),
+    "fixed_input_shapes": ("fixed_input_shapes",),
+    "long_sequence_generation": ("long_sequence_generation",),
+    "multi_backend": ("multi_backend",),
+    "determinism_required": ("determinism_required",),
+    "kind": ("kind",),
+    "model": ("model",),
+    "parameters_b": ("parameters_b",),
+    "prompt_tokens": ("prompt_tokens", "mean"),
+    "output_tokens": ("output_tokens", "mean"),
+    "batch_size": ("batch_size",),
+    "concurrency": ("concurrency",),
+    "request_rate_rps": ("request_rate_rps",),
+    "ttft_ms": ("slo", "ttft_ms"),
+    "tpot_ms": ("slo", "tpot_ms"),
+    "e2e_ms": ("slo", "e2e_ms"),
+    "objective": ("objective",),
+    "gpu": ("gpu", "type"),
+    "gpu_count": ("gpu", "count"),
+    "gpu_memory_gb": ("gpu", "memory_gb"),
+    "dtype": ("precision", "dtype"),
+    "quantization": ("precision", "quantization"),
+    "build_time_tolerance": ("build_time_tolerance",),
+}
+BOOL_FLAGS = (
+    "dynamic_control_flow",
+    "fixed_input_shapes",
+    "long_sequence_generation",
+    "multi_backend",
+    "determinism_required",
+)
+
+
+def parse_yes_no(flag: str, value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower()
+    if lowered in _YES:
+        return True
+    if lowered in _NO:
+        return False
+    raise UserError(f"--{flag.replace('_', '-')}: {value!r} is not yes or no")
+
+
+def profile_from_flags(
+    base: WorkloadProfile | None = None, stage: str | None = None, **flags: Any
+) -> WorkloadProfile:
+    """Build a profile from CLI-style flags, or override a loaded one (None = flag not given).
+
+    Boolean traits accept yes/no/true/false. With a multi-stage base profile, `stage` names the
+    stage the flags change; without it, flags on a multi-stage profile are a UserError.
+    """
+    given = {key: value for key, value in flags.items() if value is not None}
+    unknown = sorted(set(given) - set(FLAG_FIELDS))
+    if unknown:
+        raise UserError(f"unknown flag(s): {', '.join(unknown)}; known: {', '.join(FLAG_FIELDS)}")
+    data = base.model_dump(mode="json") if base is not None else {"title": "Workload from flags"}
+    stages = data.setdefault("stages", [{}])
+    if stage is not None:
+        names = [s.get("name", "main") for s in stages]
+        if stage not in names:
+            raise UserError(f"--stage {stage!r} is not in the profile; stages: {', '.join(names)}")
+        target = stages[names.index(stage)]
+    elif given and len(stages) > 1:
+        names = ", ".join(s.get("name", "main") for s in stages)
+        raise UserError(f"the profile has {len(stages)} stages; choose one with --stage ({names})")
+    else:
+        target = stages[0]
+    for key, value in given.items():
+        if key in BOOL_FLAGS:
+            value = parse_yes_no(key, value)
+        node = target
+        *parents, leaf = FLAG_FIELDS[key]
+        for parent in parents:
+            if not isinstance(node.get(parent), dict):
+                node[parent] = {}
+            node = node[parent]
+        node[leaf] = value
+        if key == "gpu" and "memory_gb" not in given:
+            target["gpu"]["memory_gb"] = None  # re-derive from the new GPU type
+    try:
+        return WorkloadProfile.model_validate(data)
+    except ValidationError as exc:
+        message = describe_validation_error(exc, single=len(stages) == 1)
+        raise UserError(f"flags: {message}") from None
+
+
+__all__ = [
+    "Constraint",
+    "GpuProfile",
+    "Objective",
+    "ProfileSLO",
+    "StageProfile",
+    "WorkloadProfile",
+    "describe_validation_error",
+    "load_profile",
+    "parse_yes_no",
+    "profile_from_dict",
+    "profile_from_flags",
+]

@@ -1,0 +1,497 @@
+"""From a profile to a recommendation per stage: tree, estimate, evidence, settled by a stated rule.
+
+The rule (also in every report as `rule`):
+1. The tree decides which frameworks are candidates and their order; a framework the tree left out
+   is never recommended, however fast, because the tree excludes for capability reasons (control
+   flow, portability, determinism).
+2. Measurements on the user's GPU type (`measured-here`, same model, same shape when available)
+   settle the order among the candidates: the best VALID run meeting every SLO on the user's
+   objective wins, even over the tree's first choice; the report says so.
+3. Without such measurements the tree's order stands; measurements elsewhere and published
+   figures are shown and, when they disagree, the disagreement is stated, but they do not change
+   the answer (other hardware, unknown workloads).
+4. A candidate that is not installed here is not treated as slower: the report says it could not
+   be measured and why (`bench.backends.all_availability()`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from advisor.diagnose import Diagnostic, diagnose
+from advisor.estimate import Estimate, estimate_stage
+from advisor.evidence import (
+    DEFAULT_REFERENCE_DIR,
+    EvidenceRow,
+    bench_plan,
+    rank_rows,
+    reference_runs_and_rows,
+    rows_from_runs,
+    stored_runs,
+)
+from advisor.learned import LearnedOpinion, learned_opinion
+from advisor.profile import StageProfile, WorkloadProfile
+from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
+from bench.schema import RunResult
+
+MEASUREMENT_RULE = (
+    "The tree picks the candidates and their order; measurements on the user's GPU type (VALID, "
+    "meeting every SLO, ranked on the objective) reorder the candidates and win over the tree; "
+    "published figures and measurements on other GPUs are shown but never change the answer."
+)
+HIGH_CONFIDENCE_MAX_CV = 0.10
+"""Repeats varying by more than 10% (coefficient of variation) cap confidence at medium."""
+MIN_MARGIN = 0.05
+"""A winner less than 5% ahead of the runner-up is a close call (medium confidence at most)."""
+
+
+class Confidence(BaseModel):
+    level: Literal["high", "medium", "low"]
+    why: str
+
+
+class Alternative(BaseModel):
+    framework: str
+    rank: int = Field(description="The tree's rank.")
+    benchmarked: bool = True
+    why_not_first: str
+    what_would_change: list[str] = Field(default_factory=list)
+
+
+class Recommendation(BaseModel):
+    framework: str
+    benchmarked: bool = Field(description="False for frameworks the bench cannot run (jax).")
+    follows: Literal["tree", "measurements"]
+    configuration: dict[str, Any] = Field(default_factory=dict)
+    evidence: list[EvidenceRow] = Field(
+        default_factory=list, description="Rows for the recommended framework."
+    )
+    confidence: Confidence
+    caveats: list[str] = Field(default_factory=list)
+    alternatives: list[Alternative] = Field(default_factory=list)
+    contradictions: list[str] = Field(
+        default_factory=list, description="Where evidence disagrees with the tree, and who won."
+    )
+    availability: dict[str, str] = Field(
+        default_factory=dict, description="Candidate -> 'available' or why it cannot run here."
+    )
+
+
+class StageRecommendation(BaseModel):
+    stage: str
+    kind: str
+    decision: Decision
+    estimate: Estimate
+    recommendation: Recommendation
+    evidence: list[EvidenceRow] = Field(default_factory=list, description="All rows, ranked.")
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    learned: LearnedOpinion | None = None
+
+
+class Report(BaseModel):
+    """The advisor's answer for a whole profile; `to_json_dict()` is the CLI's JSON."""
+
+    title: str
+    owner: str | None = None
+    notes: str | None = None
+    generated_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat())
+    rule: str = MEASUREMENT_RULE
+    tree_source: str = ""
+    evidence_notes: list[str] = Field(default_factory=list)
+    profile: WorkloadProfile
+    stages: list[StageRecommendation]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Top-level fields describe the first (primary) stage; `stages` has every stage."""
+        stages = [_stage_json(stage) for stage in self.stages]
+        return {
+            "schema": "advisor-recommendation/1",
+            "title": self.title,
+            "owner": self.owner,
+            "generated_at": self.generated_at,
+            "rule": self.rule,
+            "tree_source": self.tree_source,
+            "evidence_notes": self.evidence_notes,
+            **stages[0],
+            "stages": stages,
+            "profile": self.profile.model_dump(mode="json"),
+        }
+
+
+def _stage_json(stage: StageRecommendation) -> dict[str, Any]:
+    recommendation = stage.recommendation
+    return {
+        "stage": stage.stage,
+        "kind": stage.kind,
+        "recommendation": recommendation.model_dump(mode="json"),
+        "path": [
+            {"question": s.question, "answer": s.answer, "why": s.why, "node": s.node}
+            for s in stage.decision.path
+        ],
+        "leaf": stage.decision.leaf,
+        "candidates": [c.model_dump(mode="json") for c in stage.decision.candidates],
+        "evidence": [row.model_dump(mode="json") for row in stage.evidence],
+        "caveats": recommendation.caveats,
+        "estimate": stage.estimate.model_dump(mode="json"),
+        "diagnostics": [d.model_dump(mode="json") for d in stage.diagnostics],
+        "learned": stage.learned.model_dump(mode="json") if stage.learned else None,
+    }
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def availability_map() -> dict[str, str]:
+    """Backend name -> 'available' or the one-line reason it cannot run here."""
+    try:
+        from bench.backends import all_availability
+
+        return {
+            a.name: "available" if a.available else (a.reason or "not available")
+            for a in all_availability()
+        }
+    except Exception as exc:  # an adapter crashing must not take the advisor down
+        return {"_error": f"backend availability could not be read: {exc}"}
+
+
+def recommend(
+    profile: WorkloadProfile,
+    store: Any = None,
+    reference_dir: str | Path | None = None,
+    tree: DecisionTree | None = None,
+    availability: dict[str, str] | None = None,
+    runs: list[RunResult] | None = None,
+) -> Report:
+    """Recommend per stage. `store` = a ResultStore (anything with list_runs()) or None; `runs`
+    adds RunResults directly (tests, the web app's unsaved runs)."""
+    tree = tree or load_tree()
+    availability = availability if availability is not None else availability_map()
+    all_runs = stored_runs(store) + list(runs or [])
+    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
+    stage_results = []
+    notes: list[str] = []
+    for stage in profile.stages:
+        reference_runs, published, ref_notes = reference_runs_and_rows(stage, folder)
+        notes += [n for n in ref_notes if n not in notes]
+        rows = rows_from_runs(stage, all_runs)
+        for file_name, file_runs in reference_runs.items():
+            rows += rows_from_runs(stage, file_runs, reference=str(folder / file_name))
+        rows = rank_rows(rows + published)
+        every_run = all_runs + [r for runs_ in reference_runs.values() for r in runs_]
+        stage_results.append(_recommend_stage(tree, stage, rows, every_run, availability))
+    return Report(
+        title=profile.title,
+        owner=profile.owner,
+        notes=profile.notes,
+        tree_source=tree.source,
+        evidence_notes=notes,
+        profile=profile,
+        stages=stage_results,
+    )
+
+
+def _recommend_stage(
+    tree: DecisionTree,
+    stage: StageProfile,
+    rows: list[EvidenceRow],
+    runs: list[RunResult],
+    availability: dict[str, str],
+) -> StageRecommendation:
+    estimate = estimate_stage(stage)
+    decision = evaluate(tree, stage, estimate)
+    changes = what_would_change(tree, stage, estimate, decision)
+    recommendation = settle(stage, decision, rows, availability, changes)
+    runs_by_id = {run.run_id: run for run in runs}
+    diagnostics: list[Diagnostic] = []
+    candidates = {c.framework for c in decision.candidates}
+    for row in rows:
+        if row.source == "published" or row.framework not in candidates:
+            continue
+        for run_id in row.run_ids:
+            if run_id in runs_by_id:
+                diagnostics += diagnose(runs_by_id[run_id])
+    learned = learned_opinion(runs, stage, estimate.parameters_b, recommendation.framework)
+    return StageRecommendation(
+        stage=stage.name,
+        kind=stage.kind,
+        decision=decision,
+        estimate=estimate,
+        recommendation=recommendation,
+        evidence=rows,
+        diagnostics=diagnostics,
+        learned=learned,
+    )
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+def _comparable_here(rows: list[EvidenceRow], candidates: list[str]) -> list[EvidenceRow]:
+    """Rows measured on the user's GPU for the same model: the same-shape ones when any exist,
+    else the shape with the most frameworks measured (frameworks are compared at one shape)."""
+    here = [
+        r
+        for r in rows
+        if r.source == "measured-here" and r.framework in candidates and r.closeness.same_model
+    ]
+    same_shape = [r for r in here if r.closeness.same_shape]
+    if same_shape or not here:
+        return same_shape
+    by_shape: dict[str, list[EvidenceRow]] = {}
+    for row in here:
+        by_shape.setdefault(row.shape, []).append(row)
+    return max(by_shape.values(), key=lambda group: len({r.framework for r in group}))
+
+
+def _best_per_framework(rows: list[EvidenceRow]) -> dict[str, EvidenceRow]:
+    best: dict[str, EvidenceRow] = {}
+    for row in rank_rows(rows):  # ranked: the first row per framework is its best
+        best.setdefault(row.framework, row)
+    return best
+
+
+def _describe(row: EvidenceRow) -> str:
+    value = row.objective_value
+    number = f"{row.objective_metric} {value:.4g}" if value is not None else "no objective value"
+    if row.status == "FAILED":
+        return f"FAILED ({row.failure or 'no cause recorded'})"
+    if row.valid is False:
+        return f"{row.status} ({number})"
+    if row.meets_slo is False:
+        return f"{number}, misses the SLOs: {'; '.join(row.slo_failures)}"
+    runs = f", {row.repeats} run{'s' if row.repeats != 1 else ''}"
+    return f"{number}{runs}"
+
+
+def settle(
+    stage: StageProfile,
+    decision: Decision,
+    rows: list[EvidenceRow],
+    availability: dict[str, str],
+    changes: dict[str, list[str]] | None = None,
+) -> Recommendation:
+    """Apply the rule (module docstring) to the tree's candidates and the ranked evidence."""
+    changes = changes or {}
+    candidates = [c.framework for c in decision.candidates]
+    by_name = {c.framework: c for c in decision.candidates}
+    tree_first = candidates[0]
+    gpu = stage.gpu.type or "your GPU"
+    contradictions: list[str] = []
+    pool = _comparable_here(rows, candidates)
+    best = _best_per_framework(pool)
+    eligible = {
+        name: row for name, row in best.items() if row.eligible and row.objective_value is not None
+    }
+
+    def candidate_availability(name: str) -> str:
+        if not by_name[name].benchmarked:
+            return "not benchmarked by this tool"
+        return availability.get(name, "no adapter for it in this installation")
+
+    avail = {name: candidate_availability(name) for name in candidates}
+    if eligible:
+        ordered = rank_rows(list(eligible.values()))
+        winner_row = ordered[0]
+        chosen = winner_row.framework
+        follows: Literal["tree", "measurements"] = "measurements"
+        if chosen != tree_first:
+            first_row = best.get(tree_first)
+            if first_row is None:
+                state = f"was not measured on {gpu}" + (
+                    f" ({avail[tree_first]})" if avail[tree_first] != "available" else ""
+                )
+            else:
+                state = f"measured {_describe(first_row)}"
+            contradictions.append(
+                f"The tree ranks {tree_first} first, but on {gpu} {chosen} measured "
+                f"{_describe(winner_row)} while {tree_first} {state}. Following the measurements "
+                "(rule: measurements on the user's GPU win)."
+            )
+        confidence = _measured_confidence(winner_row, ordered[1:] if len(ordered) > 1 else [])
+    else:
+        chosen = tree_first
+        follows = "tree"
+        first_row = best.get(tree_first)
+        if first_row is not None:
+            contradictions.append(
+                f"The tree's first choice {tree_first} was measured on {gpu} but "
+                f"{_describe(first_row)}; no other candidate has an eligible measurement there, so "
+                "the tree's order stands until the plan is run for the others."
+            )
+        if avail[tree_first] != "available" and by_name[tree_first].benchmarked:
+            runnable = [n for n in candidates if avail.get(n) == "available"]
+            contradictions.append(
+                f"The tree ranks {tree_first} first, but it cannot be measured here "
+                f"({avail[tree_first]}); the answer follows the tree, not a measurement. "
+                + (
+                    f"Runnable candidates here: {', '.join(runnable)}."
+                    if runnable
+                    else "No candidate is runnable here."
+                )
+            )
+        confidence = _tree_confidence(stage, tree_first, rows, candidates)
+    # Evidence elsewhere that disagrees is stated, never followed.
+    for source in ("measured-elsewhere", "published"):
+        other = [
+            r
+            for r in rows
+            if r.source == source
+            and r.framework in candidates
+            and r.eligible
+            and r.objective_value is not None
+            and r.closeness.same_model
+        ]
+        if len(other) >= 2:
+            top = rank_rows(other)[0]
+            if top.framework != chosen:
+                where = top.gpu or "another machine"
+                contradictions.append(
+                    f"{source.capitalize()} evidence ({where}, {top.reference or 'stored run'}) "
+                    f"puts {top.framework} ahead of {chosen}; it is not a measurement of this "
+                    "workload on your GPU, so it does not change the answer."
+                )
+    alternatives = []
+    for candidate in decision.candidates:
+        if candidate.framework == chosen:
+            continue
+        row = best.get(candidate.framework)
+        if row is not None:
+            why = f"measured on {gpu}: {_describe(row)}"
+        elif candidate.rank < by_name[chosen].rank:
+            why = f"the tree's rank {candidate.rank}, but not measured: {candidate.rationale}"
+        else:
+            why = f"the tree's rank {candidate.rank}: {candidate.rationale}"
+        if avail[candidate.framework] != "available":
+            why += f" [cannot run here: {avail[candidate.framework]}]"
+        would_change = list(changes.get(candidate.framework, []))
+        if candidate.benchmarked:
+            would_change.append(
+                f"a VALID measurement on {gpu} where {candidate.framework} beats {chosen} on "
+                f"{stage.objective.value} within the SLOs"
+            )
+        alternatives.append(
+            Alternative(
+                framework=candidate.framework,
+                rank=candidate.rank,
+                benchmarked=candidate.benchmarked,
+                why_not_first=why,
+                what_would_change=would_change,
+            )
+        )
+    chosen_candidate = by_name[chosen]
+    caveats = list(chosen_candidate.caveats) + list(decision.caveats)
+    if not chosen_candidate.benchmarked:
+        caveats.insert(
+            0, f"{chosen} is not benchmarked by this tool; the evidence covers the others."
+        )
+    if stage.gpu.type is None:
+        caveats.append("No GPU type in the profile: no measurement can count as measured-here.")
+    return Recommendation(
+        framework=chosen,
+        benchmarked=chosen_candidate.benchmarked,
+        follows=follows,
+        configuration=_configuration(stage, decision, chosen, best.get(chosen)),
+        evidence=[r for r in rows if r.framework == chosen],
+        confidence=confidence,
+        caveats=caveats,
+        alternatives=alternatives,
+        contradictions=contradictions,
+        availability=avail,
+    )
+
+
+def _measured_confidence(winner: EvidenceRow, others: list[EvidenceRow]) -> Confidence:
+    reasons: list[str] = []
+    level: Literal["high", "medium", "low"] = "high"
+    if winner.closeness.same_shape is not True:
+        level = "medium"
+        reasons.append("measured at a different workload shape than the profile's")
+    if winner.repeats < 2:
+        level = "medium"
+        reasons.append("a single run (no repeats)")
+    elif winner.objective_cv is not None and winner.objective_cv > HIGH_CONFIDENCE_MAX_CV:
+        level = "medium"
+        reasons.append(f"repeats vary by {winner.objective_cv:.0%} (CV)")
+    if others and winner.objective_value and others[0].objective_value:
+        a, b = winner.objective_value, others[0].objective_value
+        margin = abs(a - b) / max(abs(b), 1e-12)
+        if margin < MIN_MARGIN:
+            level = "medium"
+            reasons.append(f"only {margin:.1%} ahead of {others[0].framework}")
+    elif not others:
+        reasons.append("no other candidate measured eligibly on this GPU")
+        level = "medium"
+    basis = (
+        f"measured on the user's GPU ({winner.gpu}): {winner.repeats} run(s), "
+        f"{winner.objective_metric} {winner.objective_value:.4g}"
+    )
+    return Confidence(level=level, why=basis + ("; " + "; ".join(reasons) if reasons else ""))
+
+
+def _tree_confidence(
+    stage: StageProfile, first: str, rows: list[EvidenceRow], candidates: list[str]
+) -> Confidence:
+    support = [
+        r
+        for r in rows
+        if r.source == "measured-elsewhere"
+        and r.closeness.same_model
+        and r.closeness.same_shape
+        and r.eligible
+        and r.framework in candidates
+        and r.objective_value is not None
+    ]
+    if len({r.framework for r in support}) >= 2 and rank_rows(support)[0].framework == first:
+        return Confidence(
+            level="medium",
+            why="the tree's choice, and measurements of the same model and shape on another GPU "
+            "agree; no measurement on the user's GPU yet (run the benchmark plan)",
+        )
+    return Confidence(
+        level="low",
+        why="the tree's choice only: no eligible measurement of the candidates on the user's GPU "
+        "(run `python -m advisor bench-plan` and the bench to settle it)",
+    )
+
+
+def _configuration(
+    stage: StageProfile, decision: Decision, framework: str, measured: EvidenceRow | None
+) -> dict[str, Any]:
+    """What to deploy: the measured configuration when there is one, else the plan's settings."""
+    if measured is not None:
+        return {
+            "source": f"measured run(s) {', '.join(measured.run_ids)}",
+            "engine_args": measured.engine_args,
+            "precision": measured.precision,
+            "shape": measured.shape,
+        }
+    if stage.model is None:
+        return {"source": "no model in the profile: no configuration planned"}
+    plan = [c for c in bench_plan(stage, decision) if c.backend == framework]
+    if not plan:
+        return {"source": f"{framework} is not run by the bench: no configuration planned"}
+    config = plan[0]
+    return {
+        "source": "benchmark plan defaults (not yet measured)",
+        "engine_args": config.engine_args,
+        "precision": config.precision.model_dump(mode="json"),
+        "workload": config.workload.model_dump(mode="json"),
+        "load": config.load.model_dump(mode="json"),
+    }
+
+
+__all__ = [
+    "MEASUREMENT_RULE",
+    "Alternative",
+    "Confidence",
+    "Recommendation",
+    "Report",
+    "StageRecommendation",
+    "availability_map",
+    "recommend",
+    "settle",
+]

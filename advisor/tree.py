@@ -1,0 +1,415 @@
+"""The decision tree: loaded from data/decision_tree.yaml, validated at load, evaluated per stage.
+
+Conditions are a small data language (see the YAML's header), evaluated without `eval`: a field
+path into the stage profile (or `estimate.*`), one comparison, or all/any/not of conditions.
+Evaluation returns the path taken (question, answer, why) and the leaf's ranked candidates.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from advisor.estimate import Estimate
+from advisor.profile import StageProfile
+from bench.errors import UserError
+
+DEFAULT_TREE_PATH = Path(__file__).resolve().parent.parent / "data" / "decision_tree.yaml"
+BENCHMARKABLE_FRAMEWORKS = (
+    "pytorch",
+    "torch_compile",
+    "vllm",
+    "tensorrt_llm",
+    "tensorrt",
+    "onnxruntime",
+    "openai",
+)
+"""Backend registry names: the bench can run these."""
+NOT_BENCHMARKED_FRAMEWORKS = ("jax",)
+"""Named by the seed (PyTorch/JAX) but not run by the bench; shown as `benchmarked: false`."""
+KNOWN_FRAMEWORKS = BENCHMARKABLE_FRAMEWORKS + NOT_BENCHMARKED_FRAMEWORKS
+COMPARISONS = ("equals", "not_equals", "lt", "le", "gt", "ge", "in", "not_in", "is_set")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Condition(Strict):
+    """`{field, <one comparison>}` or exactly one of `all`, `any`, `not`."""
+
+    field: str | None = None
+    equals: Any = None
+    not_equals: Any = None
+    lt: float | None = None
+    le: float | None = None
+    gt: float | None = None
+    ge: float | None = None
+    in_: list[Any] | None = Field(None, alias="in")
+    not_in: list[Any] | None = None
+    is_set: bool | None = None
+    all_: list[Condition] | None = Field(None, alias="all")
+    any_: list[Condition] | None = Field(None, alias="any")
+    not_: Condition | None = Field(None, alias="not")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Condition:
+        given = self.model_fields_set
+        comparisons = [c for c in COMPARISONS if _attr(c) in given]
+        combinators = [c for c in ("all_", "any_", "not_") if c in given]
+        if self.field is not None:
+            if len(comparisons) != 1 or combinators:
+                raise ValueError(
+                    f"condition on {self.field!r} needs exactly one of {', '.join(COMPARISONS)}"
+                )
+        elif len(combinators) != 1 or comparisons:
+            raise ValueError("a condition is {field, <comparison>} or exactly one of all/any/not")
+        return self
+
+    def fields(self) -> list[str]:
+        if self.field is not None:
+            return [self.field]
+        children = self.all_ or self.any_ or ([self.not_] if self.not_ else [])
+        return [name for child in children for name in child.fields()]
+
+    def evaluate(self, context: dict[str, Any]) -> bool:
+        if self.all_ is not None:
+            return all(child.evaluate(context) for child in self.all_)
+        if self.any_ is not None:
+            return any(child.evaluate(context) for child in self.any_)
+        if self.not_ is not None:
+            return not self.not_.evaluate(context)
+        value = resolve(context, self.field or "")
+        op = next(c for c in COMPARISONS if _attr(c) in self.model_fields_set)
+        expected = getattr(self, _attr(op))
+        if op == "is_set":
+            has_value = value is not None and value != [] and value != ""
+            return has_value == bool(expected)
+        if value is None:
+            return False  # unknown never satisfies a comparison
+        if op == "equals":
+            return value == expected
+        if op == "not_equals":
+            return value != expected
+        if op == "in":
+            return value in expected
+        if op == "not_in":
+            return value not in expected
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        return {
+            "lt": value < expected,
+            "le": value <= expected,
+            "gt": value > expected,
+            "ge": value >= expected,
+        }[op]
+
+
+def _attr(op: str) -> str:
+    return {"in": "in_", "all": "all_", "any": "any_", "not": "not_"}.get(op, op)
+
+
+def resolve(context: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path; None when any part is missing."""
+    value: Any = context
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+class Question(Strict):
+    ask: str
+    test: Condition
+    yes: str
+    no: str
+    why_yes: str = ""
+    why_no: str = ""
+
+
+class LeafCandidate(Strict):
+    framework: str
+    rationale: str
+    caveats: list[str] = Field(default_factory=list)
+
+
+class ConditionalCaveat(Strict):
+    when: Condition
+    text: str
+
+
+class Leaf(Strict):
+    title: str
+    candidates: list[LeafCandidate] = Field(min_length=1)
+    caveats: list[str] = Field(default_factory=list)
+    caveats_when: list[ConditionalCaveat] = Field(default_factory=list)
+
+
+class DecisionTree(Strict):
+    version: int = 1
+    root: str
+    questions: dict[str, Question]
+    leaves: dict[str, Leaf]
+    source: str = ""
+
+
+class PathStep(BaseModel):
+    """One question on the path: the answer taken and why (the facts tested and the reason)."""
+
+    node: str
+    question: str
+    answer: str
+    why: str
+
+
+class Candidate(BaseModel):
+    framework: str
+    rank: int
+    rationale: str
+    caveats: list[str] = Field(default_factory=list)
+    benchmarked: bool = True
+
+
+class Decision(BaseModel):
+    """Where the tree led for one stage: the path and the leaf's ranked candidates."""
+
+    leaf: str
+    title: str
+    path: list[PathStep]
+    candidates: list[Candidate]
+    caveats: list[str] = Field(default_factory=list)
+
+    @property
+    def first(self) -> Candidate:
+        return self.candidates[0]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def known_fields() -> set[str]:
+    """Every dotted path a condition may test: stage-profile fields and estimate.<field>."""
+    paths: set[str] = set()
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            paths.add(prefix + name)
+            annotation = info.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, prefix + name + ".")
+
+    walk(StageProfile, "")
+    from advisor.profile import GpuProfile, ProfileSLO
+
+    walk(GpuProfile, "gpu.")
+    walk(ProfileSLO, "slo.")
+    walk(Estimate, "estimate.")
+    return paths
+
+
+def load_tree(path: str | Path | None = None) -> DecisionTree:
+    """Load and validate the tree; any defect is a UserError naming the node."""
+    file = Path(path) if path is not None else DEFAULT_TREE_PATH
+    if not file.is_file():
+        raise UserError(f"decision tree {file} does not exist")
+    import yaml
+
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        first_line = str(exc).splitlines()[0]
+        raise UserError(f"decision tree {file}: not valid YAML ({first_line})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"decision tree {file}: expected a mapping at the top level")
+    data = _yes_no_keys(data)
+    try:
+        tree = DecisionTree.model_validate({**data, "source": str(file)})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        raise UserError(
+            f"decision tree {file}: {where}: {error['msg'].removeprefix('Value error, ')}"
+        ) from None
+    validate_tree(tree)
+    return tree
+
+
+def _yes_no_keys(data: Any) -> Any:
+    """YAML 1.1 reads unquoted `yes:`/`no:` keys as booleans; turn them back into names."""
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            if key is True:
+                key = "yes"
+            elif key is False:
+                key = "no"
+            out[key] = _yes_no_keys(value)
+        return out
+    if isinstance(data, list):
+        return [_yes_no_keys(item) for item in data]
+    return data
+
+
+def validate_tree(tree: DecisionTree) -> None:
+    """Every branch reaches a leaf, no cycles, nothing unreachable, known frameworks and fields."""
+    prefix = f"decision tree {tree.source or '(in memory)'}"
+    overlap = set(tree.questions) & set(tree.leaves)
+    if overlap:
+        raise UserError(f"{prefix}: {sorted(overlap)[0]!r} is both a question and a leaf")
+    if tree.root not in tree.questions and tree.root not in tree.leaves:
+        raise UserError(f"{prefix}: root {tree.root!r} is neither a question nor a leaf")
+    fields = known_fields()
+    for node_id, question in tree.questions.items():
+        for branch in ("yes", "no"):
+            target = getattr(question, branch)
+            if target not in tree.questions and target not in tree.leaves:
+                raise UserError(
+                    f"{prefix}: node {node_id!r}: branch {branch!r} goes to {target!r}, "
+                    "which is neither a question nor a leaf"
+                )
+        for field in question.test.fields():
+            if field not in fields:
+                raise UserError(f"{prefix}: node {node_id!r}: unknown field {field!r} in its test")
+    for leaf_id, leaf in tree.leaves.items():
+        for candidate in leaf.candidates:
+            if candidate.framework not in KNOWN_FRAMEWORKS:
+                raise UserError(
+                    f"{prefix}: leaf {leaf_id!r}: unknown framework {candidate.framework!r}; "
+                    f"known: {', '.join(KNOWN_FRAMEWORKS)}"
+                )
+        for caveat in leaf.caveats_when:
+            for field in caveat.when.fields():
+                if field not in fields:
+                    raise UserError(f"{prefix}: leaf {leaf_id!r}: unknown field {field!r}")
+    # Depth-first walk from the root: a node met again on the current path is a cycle.
+    reached: set[str] = set()
+
+    def visit(node_id: str, on_path: tuple[str, ...]) -> None:
+        if node_id in on_path:
+            cycle = " -> ".join((*on_path[on_path.index(node_id) :], node_id))
+            raise UserError(f"{prefix}: node {node_id!r} is on a cycle ({cycle})")
+        reached.add(node_id)
+        question = tree.questions.get(node_id)
+        if question is not None:
+            for target in (question.yes, question.no):
+                visit(target, (*on_path, node_id))
+
+    visit(tree.root, ())
+    unreachable = sorted((set(tree.questions) | set(tree.leaves)) - reached)
+    if unreachable:
+        raise UserError(f"{prefix}: node {unreachable[0]!r} is unreachable from the root")
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def context_for(stage: StageProfile, estimate: Estimate | None) -> dict[str, Any]:
+    context = stage.model_dump(mode="json")
+    context["estimate"] = estimate.model_dump(mode="json") if estimate is not None else {}
+    return context
+
+
+def evaluate(
+    tree: DecisionTree,
+    stage: StageProfile,
+    estimate: Estimate | None = None,
+    flips: frozenset[str] = frozenset(),
+) -> Decision:
+    """Walk the tree for one stage. `flips` = question ids whose answer is inverted (used to
+    find what would change the answer)."""
+    context = context_for(stage, estimate)
+    path: list[PathStep] = []
+    node_id = tree.root
+    while node_id in tree.questions:
+        question = tree.questions[node_id]
+        answer = question.test.evaluate(context)
+        if node_id in flips:
+            answer = not answer
+        reason = question.why_yes if answer else question.why_no
+        facts = _facts(question.test, context)
+        why = f"{reason} ({facts})" if facts else reason
+        path.append(
+            PathStep(node=node_id, question=question.ask, answer="yes" if answer else "no", why=why)
+        )
+        node_id = question.yes if answer else question.no
+    leaf = tree.leaves[node_id]
+    candidates = [
+        Candidate(
+            framework=c.framework,
+            rank=rank,
+            rationale=c.rationale,
+            caveats=list(c.caveats),
+            benchmarked=c.framework in BENCHMARKABLE_FRAMEWORKS,
+        )
+        for rank, c in enumerate(leaf.candidates, start=1)
+    ]
+    caveats = list(leaf.caveats)
+    caveats += [c.text for c in leaf.caveats_when if c.when.evaluate(context)]
+    if stage.build_time_tolerance is None and any(
+        c.framework in ("tensorrt", "tensorrt_llm") for c in candidates[:1]
+    ):
+        caveats.append(
+            "Build-time tolerance is not stated; TensorRT engine builds can take hours "
+            "(set build_time_tolerance: none/minutes/hours)."
+        )
+    if estimate is not None and estimate.fits is False:
+        caveats += [f"Estimate: {s}" for s in estimate.suggestions]
+    return Decision(
+        leaf=node_id, title=leaf.title, path=path, candidates=candidates, caveats=caveats
+    )
+
+
+def _facts(condition: Condition, context: dict[str, Any]) -> str:
+    """The tested values, e.g. `dynamic_control_flow = true, slo.ttft_ms = 250`."""
+    seen: list[str] = []
+    for field in condition.fields():
+        if field in (f.split(" = ")[0] for f in seen):
+            continue
+        seen.append(f"{field} = {_show(resolve(context, field))}")
+    return ", ".join(seen)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]" if value else "none"
+    return re.sub(r"\s+", " ", str(value))
+
+
+def what_would_change(
+    tree: DecisionTree, stage: StageProfile, estimate: Estimate | None, decision: Decision
+) -> dict[str, list[str]]:
+    """For each framework other than the first: the single answers that would put it first."""
+    changes: dict[str, list[str]] = {}
+    for step in decision.path:
+        flipped = evaluate(tree, stage, estimate, flips=frozenset({step.node}))
+        top = flipped.candidates[0].framework
+        if top != decision.candidates[0].framework:
+            other = "no" if step.answer == "yes" else "yes"
+            changes.setdefault(top, []).append(f"if the answer to '{step.question}' were {other}")
+    return changes
+
+
+__all__ = [
+    "BENCHMARKABLE_FRAMEWORKS",
+    "KNOWN_FRAMEWORKS",
+    "NOT_BENCHMARKED_FRAMEWORKS",
+    "Candidate",
+    "Condition",
+    "Decision",
+    "DecisionTree",
+    "PathStep",
+    "evaluate",
+    "load_tree",
+    "validate_tree",
+    "what_would_change",
+]
