@@ -1,0 +1,127 @@
+"""A TEST DOUBLE backend: no model, no inference; timed token chunks for scheduler tests.
+
+Registered as "fake". It sleeps `ttft_s` before the first token and `itl_s` between tokens on
+`bench.clock.CLOCK` (so tests can travel in time), fails a seeded fraction of requests, and can
+saturate (`max_parallel`) so the step ladder has a knee to find. Never a performance figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bench.backends.base import (
+    Availability,
+    Backend,
+    Chunk,
+    ForwardRequest,
+    LoadInfo,
+    Request,
+    register_backend,
+)
+from bench.clock import CLOCK
+from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.schema import ModelInfo
+
+TEST_DOUBLE_REASON = "test double: no inference (timed fake tokens for harness tests)"
+
+
+class FakeOptions(BaseModel):
+    """Knobs of the fake backend (engine_args of a run with backend 'fake')."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_s: float = Field(0.0, ge=0, description="Delay before the first token (s).")
+    itl_s: float = Field(0.0, ge=0, description="Delay between consecutive tokens (s).")
+    error_rate: float = Field(0.0, ge=0, le=1, description="Fraction of requests that fail.")
+    seed: int = Field(0, ge=0, description="Seed of the failure draw.")
+    max_parallel: int | None = Field(
+        None,
+        gt=0,
+        description="Requests served at once; more queue first-come-first-served, so "
+        "throughput saturates at max_parallel / per-request time (a knee for step tests).",
+    )
+
+
+class FakeInjectedError(RuntimeError):
+    """The failure the fake backend injects for `error_rate`."""
+
+
+@register_backend("fake")
+class FakeBackend(Backend):
+    """Test double: yields one Chunk per output token (forward: one chunk of batch_size) after
+    configurable delays; runs nothing. With zero delays it never suspends, so it costs only the
+    harness's own per-chunk work."""
+
+    kinds: ClassVar[frozenset[str]] = frozenset({"generate", "forward"})
+    options_model: ClassVar[type[BaseModel] | None] = FakeOptions
+
+    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
+        super().__init__(engine_args)
+        self.options = FakeOptions(**self.engine_args)
+        self._failure_rng = random.Random(self.options.seed)
+        self._slots: Any = None
+        self.active = 0
+        self.max_active = 0
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return Availability(
+            name="fake",
+            available=True,
+            version=None,
+            reason=TEST_DOUBLE_REASON,
+            details={"test_double": True, "note": TEST_DOUBLE_REASON},
+        )
+
+    async def load(
+        self,
+        model: ModelInfo,
+        workload: GenerateWorkload | ForwardWorkload,
+        precision: Precision,
+        device: str,
+    ) -> LoadInfo:
+        if self.options.max_parallel is not None:
+            self._slots = asyncio.Semaphore(self.options.max_parallel)
+        return LoadInfo(
+            load_s=0.0, engine={"test_double": True, "options": self.options.model_dump()}
+        )
+
+    def stream(self, request: Request) -> AsyncIterator[Chunk]:
+        # No wrapper generator on the common path: one async generator per request.
+        if self._slots is None:
+            return self._serve(request)
+        return self._serve_queued(request)
+
+    async def _serve_queued(self, request: Request) -> AsyncIterator[Chunk]:
+        async with self._slots:
+            async for chunk in self._serve(request):
+                yield chunk
+
+    async def _serve(self, request: Request) -> AsyncIterator[Chunk]:
+        options = self.options
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            if options.ttft_s:
+                await CLOCK.sleep(options.ttft_s)
+            if options.error_rate and self._failure_rng.random() < options.error_rate:
+                raise FakeInjectedError("fake backend: injected failure (error_rate)")
+            now_ns = CLOCK.now_ns
+            if isinstance(request, ForwardRequest):
+                yield Chunk(now_ns(), request.batch_size)
+                return
+            itl_s = options.itl_s
+            for index in range(request.output_tokens):
+                if index and itl_s:
+                    await CLOCK.sleep(itl_s)
+                yield Chunk(now_ns(), 1)
+        finally:
+            self.active -= 1
+
+    async def close(self) -> None:
+        self._slots = None

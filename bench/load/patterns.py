@@ -1,0 +1,251 @@
+"""What shape of load: each pattern is a generator of phases that reads each phase's summary.
+
+`plan()` yields a `PhaseSpec`, the runner runs it and sends back its `MetricsSummary`, and the
+generator's return value is the pattern report (knee and capacity, soak or pulse parameters).
+Time-series analysis of soak and pulse runs happens afterwards (bench/load/analysis.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from bench.config import (
+    SLO,
+    ConcurrencyLoad,
+    PulseLoad,
+    RateLoad,
+    SteadyLoad,
+    StepLoad,
+    ValidityRules,
+)
+from bench.load.driver import PhaseSpec
+from bench.schema import MetricsSummary
+
+PhasePlan = Generator[PhaseSpec, MetricsSummary, dict[str, Any]]
+
+CAPACITY_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""Concurrencies of the short ladder that finds capacity for steady/pulse when none is given:
+doubling (not +10) so a few stages span one to hundreds of requests in flight."""
+CAPACITY_STAGE_S = 10.0
+"""Length of each stage of that ladder (s); same knee rule as `step` with min_gain 5%."""
+CAPACITY_MIN_GAIN = 0.05
+
+
+def slo_breaches(summary: MetricsSummary, slo: SLO, rules: ValidityRules) -> list[str]:
+    """Why a stage breaks the latency SLO or error budget (empty list = it does not).
+
+    Rule: the stage's p99 TTFT, p99 TPOT and p99 E2E are each compared with the SLO set for
+    that metric (p99 > SLO breaks it); error_rate > max_error_rate breaks the budget; a stage
+    with no successful request breaks both.
+    """
+    reasons: list[str] = []
+    if summary.successful == 0:
+        return ["no successful requests"]
+    checks = (
+        ("ttft", summary.ttft_ms, slo.ttft_ms),
+        ("tpot", summary.tpot_ms, slo.tpot_ms),
+        ("e2e", summary.e2e_ms, slo.e2e_ms),
+    )
+    for name, measured, limit in checks:
+        if limit is not None and measured is not None and measured.p99 > limit:
+            reasons.append(f"p99 {name} {measured.p99:.1f} ms > SLO {limit:g} ms")
+    if summary.error_rate > rules.max_error_rate:
+        reasons.append(f"error rate {summary.error_rate:.2%} > budget {rules.max_error_rate:.2%}")
+    return reasons
+
+
+def _stage_row(concurrency: int, summary: MetricsSummary) -> dict[str, Any]:
+    return {
+        "concurrency": concurrency,
+        "requests": summary.requests,
+        "request_throughput_rps": summary.request_throughput_rps,
+        "output_throughput_tok_s": summary.output_throughput_tok_s,
+        "error_rate": summary.error_rate,
+        "p99_ttft_ms": summary.ttft_ms.p99 if summary.ttft_ms else None,
+        "p99_tpot_ms": summary.tpot_ms.p99 if summary.tpot_ms else None,
+        "p99_e2e_ms": summary.e2e_ms.p99 if summary.e2e_ms else None,
+    }
+
+
+def ladder(
+    concurrencies: list[int] | tuple[int, ...],
+    stage_duration_s: float,
+    min_gain: float,
+    slo: SLO,
+    rules: ValidityRules,
+    stop_at_knee: bool = True,
+    name_prefix: str = "step",
+) -> PhasePlan:
+    """Closed-loop stages at rising concurrency; returns the knee/capacity report.
+
+    Throughput here is output-token throughput (output_throughput_tok_s: tokens for generate,
+    samples for forward), the work actually done; gain = (this - previous) / previous.
+    Knee = the first stage that breaks the SLO or error budget (`slo_breaches`), or, from the
+    second stage on, whose gain is below `min_gain`. Capacity = the last stage before the knee
+    (the knee stage added nothing or broke a limit); a knee at the first stage leaves capacity
+    None. No knee: capacity = the last stage and `capacity_is_lower_bound` is True.
+    """
+    stages: list[dict[str, Any]] = []
+    knee_index: int | None = None
+    for index, concurrency in enumerate(concurrencies):
+        summary = yield PhaseSpec(
+            name=f"{name_prefix}-c{concurrency}",
+            strategy="concurrency",
+            target=concurrency,
+            duration_s=stage_duration_s,
+        )
+        row = _stage_row(concurrency, summary)
+        reasons = slo_breaches(summary, slo, rules)
+        if stages:
+            previous = stages[-1]["output_throughput_tok_s"]
+            current = row["output_throughput_tok_s"]
+            gain = (current - previous) / previous if previous > 0 else None
+            row["gain"] = gain
+            if gain is not None and gain < min_gain:
+                reasons.append(f"throughput gain {gain:.1%} < {min_gain:.0%}")
+        else:
+            row["gain"] = None
+        row["knee_reasons"] = reasons
+        stages.append(row)
+        if reasons and knee_index is None:
+            knee_index = index
+            if stop_at_knee:
+                break
+    if knee_index is None:
+        capacity_index: int | None = len(stages) - 1 if stages else None
+    else:
+        capacity_index = knee_index - 1 if knee_index > 0 else None
+    capacity = stages[capacity_index] if capacity_index is not None else None
+    return {
+        "stages": stages,
+        "knee_stage": knee_index,
+        "knee_concurrency": stages[knee_index]["concurrency"] if knee_index is not None else None,
+        "knee_reasons": stages[knee_index]["knee_reasons"] if knee_index is not None else [],
+        "capacity_concurrency": capacity["concurrency"] if capacity else None,
+        "capacity_rps": capacity["request_throughput_rps"] if capacity else None,
+        "capacity_output_tok_s": capacity["output_throughput_tok_s"] if capacity else None,
+        "capacity_is_lower_bound": knee_index is None,
+        "throughput_metric": "output_throughput_tok_s",
+    }
+
+
+def step_concurrencies(load: StepLoad) -> list[int]:
+    return list(range(load.start, load.max + 1, load.step)) or [load.start]
+
+
+def _find_capacity(
+    given_rps: float | None, slo: SLO, rules: ValidityRules
+) -> Generator[PhaseSpec, MetricsSummary, tuple[float | None, dict[str, Any]]]:
+    """Capacity (req/s) given or measured with the short ladder; plus how it was obtained."""
+    if given_rps is not None:
+        return given_rps, {"capacity_rps": given_rps, "capacity_source": "config"}
+    report = yield from ladder(
+        CAPACITY_LADDER, CAPACITY_STAGE_S, CAPACITY_MIN_GAIN, slo, rules, name_prefix="capacity"
+    )
+    capacity = report["capacity_rps"]
+    note = None
+    if capacity is None and report["stages"]:
+        # The first stage already broke a limit: hold a fraction of what concurrency 1 did.
+        capacity = report["stages"][0]["request_throughput_rps"] or None
+        note = "the first capacity stage already broke the SLO or error budget"
+    info = {
+        "capacity_rps": capacity,
+        "capacity_source": "capacity ladder",
+        "capacity_ladder": report,
+    }
+    if note:
+        info["capacity_note"] = note
+    return capacity, info
+
+
+def plan(load: Any, slo: SLO, rules: ValidityRules) -> PhasePlan:
+    """The phases of a load pattern; send each phase's summary back, get the report at the end.
+
+    concurrency/rate: one phase. step: `ladder()` over start, start+step, ... <= max.
+    steady: open-loop Poisson at fraction x capacity for duration_s (one phase "steady").
+    pulse: "pulse-baseline" at baseline_fraction x capacity, "pulse-burst" at burst_factor x
+    capacity, "pulse-recovery" at the baseline rate; baseline and burst do not drain, so the
+    burst's queue carries into recovery. Steady/pulse without capacity_rps first run the
+    `CAPACITY_LADDER` (stages of CAPACITY_STAGE_S) to measure it.
+    """
+    if isinstance(load, ConcurrencyLoad):
+        yield PhaseSpec(
+            name="concurrency",
+            strategy="concurrency",
+            target=load.concurrency,
+            duration_s=load.duration_s,
+            max_requests=load.max_requests,
+        )
+        return {"pattern": "concurrency", "concurrency": load.concurrency}
+    if isinstance(load, RateLoad):
+        yield PhaseSpec(
+            name="rate",
+            strategy="rate",
+            target=load.rate_rps,
+            duration_s=load.duration_s,
+            max_requests=load.max_requests,
+            arrival=load.arrival,
+            seed=load.seed,
+            max_concurrency=load.max_concurrency,
+        )
+        return {"pattern": "rate", "rate_rps": load.rate_rps, "arrival": load.arrival}
+    if isinstance(load, StepLoad):
+        report = yield from ladder(
+            step_concurrencies(load),
+            load.stage_duration_s,
+            load.min_gain,
+            slo,
+            rules,
+            stop_at_knee=load.stop_at_knee,
+        )
+        return {"pattern": "step", **report}
+    if isinstance(load, SteadyLoad):
+        capacity, info = yield from _find_capacity(load.capacity_rps, slo, rules)
+        report: dict[str, Any] = {
+            "pattern": "steady",
+            "fraction": load.fraction,
+            "duration_s": load.duration_s,
+            "window_s": load.window_s,
+            **info,
+        }
+        if not capacity:
+            report["error"] = "capacity could not be measured: no steady phase was run"
+            return report
+        report["rate_rps"] = load.fraction * capacity
+        yield PhaseSpec(
+            name="steady",
+            strategy="rate",
+            target=report["rate_rps"],
+            duration_s=load.duration_s,
+        )
+        return report
+    if isinstance(load, PulseLoad):
+        capacity, info = yield from _find_capacity(load.capacity_rps, slo, rules)
+        report = {"pattern": "pulse", "window_s": load.window_s, **info}
+        if not capacity:
+            report["error"] = "capacity could not be measured: no pulse was run"
+            return report
+        baseline_rps = load.baseline_fraction * capacity
+        burst_rps = load.burst_factor * capacity
+        report.update(baseline_rps=baseline_rps, burst_rps=burst_rps)
+        yield PhaseSpec(
+            "pulse-baseline", "rate", baseline_rps, load.baseline_s, seed=1, drain=False
+        )
+        yield PhaseSpec("pulse-burst", "rate", burst_rps, load.burst_s, seed=2, drain=False)
+        yield PhaseSpec("pulse-recovery", "rate", baseline_rps, load.recovery_s, seed=3)
+        return report
+    raise ValueError(f"unknown load pattern {type(load).__name__}")
+
+
+def phases_total(load: Any) -> int | None:
+    """Number of phases plan() will yield, when known in advance (for progress bars)."""
+    if isinstance(load, ConcurrencyLoad | RateLoad):
+        return 1
+    if isinstance(load, StepLoad):
+        return None if load.stop_at_knee else len(step_concurrencies(load))
+    if isinstance(load, SteadyLoad):
+        return 1 if load.capacity_rps is not None else None
+    if isinstance(load, PulseLoad):
+        return 3 if load.capacity_rps is not None else None
+    return None

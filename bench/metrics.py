@@ -1,0 +1,413 @@
+"""Request records -> metric summaries with vLLM's benchmark definitions, plus run validity.
+
+Every latency is computed from integer-nanosecond timestamps and converted to milliseconds only
+here, for the summary. The accumulator keeps compact numeric arrays, never the records, so a
+one-hour soak (360,000 requests) fits in well under 500 MB.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from bench.config import SLO, ValidityRules
+from bench.errors import UserError
+from bench.schema import (
+    MetricsSummary,
+    Percentiles,
+    RequestRecord,
+    Validity,
+    ValidityStatus,
+)
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+PERCENTILES = (50.0, 90.0, 99.0)
+ITL_BLOCK_VALUES = 1 << 20
+"""Inter-token gaps are pooled in float32 blocks of this many values (4 MiB each)."""
+MAX_DISTINCT_ERRORS = 20
+"""Distinct error messages counted by the accumulator; the rest are counted as 'other'."""
+
+
+def percentiles_ms(values_ms: np.ndarray | array | list[float]) -> Percentiles | None:
+    """Mean, p50, p90, p99 (numpy `percentile`, method 'linear') of values in ms; None if empty."""
+    data = np.asarray(values_ms, dtype=np.float64)
+    if data.size == 0:
+        return None
+    p50, p90, p99 = np.percentile(data, PERCENTILES)
+    return Percentiles(mean=float(data.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+
+
+class MetricsAccumulator:
+    """Incremental summary of request records (vLLM `benchmark_serving` definitions).
+
+    Per measured request (warm-up records, `warmup=True`, are skipped entirely):
+
+    - E2E (end-to-end latency) = `end_ns - start_ns`.
+    - TTFT (time to first token) = `chunk_ns[0] - start_ns`; a request with no chunk has none.
+    - TPOT (time per output token) = `(E2E - TTFT) / (output_tokens - 1)`, only for requests
+      with more than one output token (vLLM leaves the others out).
+    - ITL (inter-token latency) = every gap `chunk_ns[i] - chunk_ns[i-1]` between consecutive
+      chunks, pooled over all requests. As in vLLM's bench, a chunk carrying k > 1 tokens adds
+      one gap (the time before it), not k gaps; TPOT is the per-token figure.
+
+    Failed requests (`error` set) are counted (requests, failed, error rate) and their time span
+    counts in the window, but they never enter a latency metric or a throughput numerator.
+
+    Storage: per successful request three float64 values (TTFT, TPOT, E2E in ms; NaN where not
+    defined) and the pooled ITL gaps as float32 ms (relative rounding <= 6e-8, i.e. 6 ns on a
+    100 ms gap) in fixed-size blocks, so memory grows by ~4 bytes per token and never doubles on
+    a resize.
+    """
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.successful = 0
+        self.failed = 0
+        self.warmup_skipped = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.first_start_ns: int | None = None
+        self.last_end_ns: int | None = None
+        self.errors: Counter[str] = Counter()
+        self._ttft_ms = array("d")
+        self._tpot_ms = array("d")
+        self._e2e_ms = array("d")
+        self._itl_blocks: list[array] = [array("f")]
+        self._itl_adopted: list[np.ndarray] = []  # pools taken over from merged accumulators
+        self._itl_sorted: np.ndarray | None = None  # consolidated (and partitioned) gaps
+
+    def __len__(self) -> int:
+        return self.requests
+
+    def add(self, record: RequestRecord) -> None:
+        """Fold one record in (warm-up records are skipped and only counted)."""
+        if record.warmup:
+            self.warmup_skipped += 1
+            return
+        start_ns = record.start_ns
+        end_ns = record.end_ns
+        self.requests += 1
+        if self.first_start_ns is None or start_ns < self.first_start_ns:
+            self.first_start_ns = start_ns
+        if self.last_end_ns is None or end_ns > self.last_end_ns:
+            self.last_end_ns = end_ns
+        error = record.error
+        if error is not None:
+            self.failed += 1
+            if error in self.errors or len(self.errors) < MAX_DISTINCT_ERRORS:
+                self.errors[error] += 1
+            else:
+                self.errors["other"] += 1
+            return
+        self.successful += 1
+        output_tokens = record.output_tokens
+        self.input_tokens += record.input_tokens
+        self.output_tokens += output_tokens
+        e2e_ns = end_ns - start_ns
+        self._e2e_ms.append(e2e_ns / NS_PER_MS)
+        chunk_ns = record.chunk_ns
+        if not chunk_ns:
+            self._ttft_ms.append(math.nan)
+            self._tpot_ms.append(math.nan)
+            return
+        ttft_ns = chunk_ns[0] - start_ns
+        self._ttft_ms.append(ttft_ns / NS_PER_MS)
+        if output_tokens > 1:
+            self._tpot_ms.append((e2e_ns - ttft_ns) / (output_tokens - 1) / NS_PER_MS)
+        else:
+            self._tpot_ms.append(math.nan)
+        if len(chunk_ns) > 1:
+            self._add_gaps(chunk_ns)
+
+    def _add_gaps(self, chunk_ns: list[int]) -> None:
+        if len(chunk_ns) > 48:  # numpy pays off for long outputs only
+            gaps = (np.diff(np.asarray(chunk_ns, dtype=np.int64)) / NS_PER_MS).astype(np.float32)
+            block = self._itl_blocks[-1]
+            if len(block) + gaps.size > ITL_BLOCK_VALUES:
+                block = array("f")
+                self._itl_blocks.append(block)
+            block.frombytes(gaps.tobytes())
+            return
+        previous = chunk_ns[0]
+        gaps_ms = []
+        for t_ns in chunk_ns[1:]:
+            gaps_ms.append((t_ns - previous) / NS_PER_MS)
+            previous = t_ns
+        block = self._itl_blocks[-1]
+        if len(block) + len(gaps_ms) > ITL_BLOCK_VALUES:
+            block = array("f")
+            self._itl_blocks.append(block)
+        block.extend(gaps_ms)
+
+    def add_many(self, records: Iterable[RequestRecord]) -> MetricsAccumulator:
+        for record in records:
+            self.add(record)
+        return self
+
+    def merge(self, other: MetricsAccumulator) -> None:
+        """Fold another accumulator in (e.g. a run-wide summary from its phases)."""
+        self.requests += other.requests
+        self.successful += other.successful
+        self.failed += other.failed
+        self.warmup_skipped += other.warmup_skipped
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        if other.first_start_ns is not None and (
+            self.first_start_ns is None or other.first_start_ns < self.first_start_ns
+        ):
+            self.first_start_ns = other.first_start_ns
+        if other.last_end_ns is not None and (
+            self.last_end_ns is None or other.last_end_ns > self.last_end_ns
+        ):
+            self.last_end_ns = other.last_end_ns
+        self.errors.update(other.errors)
+        self._ttft_ms.extend(other._ttft_ms)
+        self._tpot_ms.extend(other._tpot_ms)
+        self._e2e_ms.extend(other._e2e_ms)
+        other_itl = other._itl_values()
+        if other_itl.size:
+            self._itl_adopted.append(other_itl)  # shared, not copied: both only partition it
+
+    def _itl_values(self) -> np.ndarray:
+        """All pooled gaps as one float32 array, consolidating blocks without doubling memory."""
+        parts: list[np.ndarray | array] = []
+        if self._itl_sorted is not None:
+            parts.append(self._itl_sorted)
+        parts.extend(self._itl_adopted)
+        parts.extend(block for block in self._itl_blocks if len(block))
+        if len(parts) == 1 and isinstance(parts[0], np.ndarray):
+            self._itl_sorted = parts[0]
+        elif not parts:
+            self._itl_sorted = None
+        else:
+            values = np.empty(sum(len(part) for part in parts), dtype=np.float32)
+            self._itl_sorted = None
+            self._itl_adopted = []
+            self._itl_blocks = []
+            position = 0
+            while parts:  # drop each part as soon as it is copied
+                part = parts.pop(0)
+                data = part if isinstance(part, np.ndarray) else np.frombuffer(part, np.float32)
+                values[position : position + len(data)] = data
+                position += len(data)
+                del part, data
+            self._itl_sorted = values
+        self._itl_adopted = []
+        self._itl_blocks = [array("f")]
+        return self._itl_sorted if self._itl_sorted is not None else np.empty(0, np.float32)
+
+    def e2e_ms(self) -> np.ndarray:
+        return np.frombuffer(self._e2e_ms, dtype=np.float64) if self._e2e_ms else np.empty(0)
+
+    def summary(self, slo: SLO | None = None) -> MetricsSummary:
+        """The summary of everything added so far (can be called repeatedly).
+
+        - duration_s = last `end_ns` - first `start_ns` over measured records (failed included).
+        - request_throughput_rps = successful requests / duration_s.
+        - output_throughput_tok_s = output tokens of successful requests / duration_s.
+        - goodput_rps = successful requests meeting every SLO that is set / duration_s; only
+          when `slo.is_set()`. As in vLLM, a request without a TPOT (<= 1 output token) meets a
+          TPOT SLO; a request without a TTFT (no chunk arrived) fails a TTFT SLO.
+        - error_rate = failed / requests.
+        A zero duration gives zero throughputs rather than a division error.
+        """
+        duration_ns = (
+            0
+            if self.first_start_ns is None or self.last_end_ns is None
+            else max(0, self.last_end_ns - self.first_start_ns)
+        )
+        duration_s = duration_ns / NS_PER_S
+        per_s = (1.0 / duration_s) if duration_s > 0 else 0.0
+        ttft = np.frombuffer(self._ttft_ms, dtype=np.float64) if self._ttft_ms else np.empty(0)
+        tpot = np.frombuffer(self._tpot_ms, dtype=np.float64) if self._tpot_ms else np.empty(0)
+        e2e = self.e2e_ms()
+        goodput_rps = None
+        if slo is not None and slo.is_set():
+            meets = np.ones(e2e.size, dtype=bool)
+            if slo.ttft_ms is not None:
+                meets &= ttft <= slo.ttft_ms  # NaN compares False: no first token = miss
+            if slo.tpot_ms is not None:
+                meets &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
+            if slo.e2e_ms is not None:
+                meets &= e2e <= slo.e2e_ms
+            goodput_rps = int(meets.sum()) * per_s
+        itl = self._itl_values()
+        itl_summary = None
+        if itl.size:
+            mean = float(itl.mean(dtype=np.float64))
+            # overwrite_input partitions the held array in place: no copy of a 46M-value pool.
+            p50, p90, p99 = np.percentile(itl, PERCENTILES, overwrite_input=True)
+            itl_summary = Percentiles(mean=mean, p50=float(p50), p90=float(p90), p99=float(p99))
+        return MetricsSummary(
+            requests=self.requests,
+            successful=self.successful,
+            failed=self.failed,
+            duration_s=duration_s,
+            request_throughput_rps=self.successful * per_s,
+            output_throughput_tok_s=self.output_tokens * per_s,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            goodput_rps=goodput_rps,
+            error_rate=(self.failed / self.requests) if self.requests else 0.0,
+            ttft_ms=percentiles_ms(ttft[~np.isnan(ttft)]),
+            tpot_ms=percentiles_ms(tpot[~np.isnan(tpot)]),
+            itl_ms=itl_summary,
+            e2e_ms=percentiles_ms(e2e),
+        )
+
+
+def summarize(records: Iterable[RequestRecord], slo: SLO | None = None) -> MetricsSummary:
+    """Summary of records with the definitions of `MetricsAccumulator` (warm-up excluded)."""
+    return MetricsAccumulator().add_many(records).summary(slo)
+
+
+def judge_validity(summary: MetricsSummary | None, rules: ValidityRules) -> Validity:
+    """VALID, or INVALID with every rule broken as a reason.
+
+    Rules: at least one measured request; not all failed; measured duration >= min_duration_s;
+    successful requests >= min_requests (failures have their own rule: a latency sample needs a
+    success); error_rate <= max_error_rate.
+    """
+    reasons: list[str] = []
+    if summary is None or summary.requests == 0:
+        reasons.append("no measured requests")
+    else:
+        if summary.successful == 0:
+            reasons.append(f"all {summary.requests} measured requests failed")
+        if summary.duration_s < rules.min_duration_s:
+            reasons.append(
+                f"measured duration {summary.duration_s:.2f} s is below the minimum "
+                f"{rules.min_duration_s:g} s"
+            )
+        if summary.successful < rules.min_requests:
+            reasons.append(
+                f"{summary.successful} successful requests is below the minimum "
+                f"{rules.min_requests}"
+            )
+        if summary.error_rate > rules.max_error_rate:
+            reasons.append(
+                f"error rate {summary.error_rate:.2%} ({summary.failed}/{summary.requests}) is "
+                f"over the budget {rules.max_error_rate:.2%}"
+            )
+    status = ValidityStatus.INVALID if reasons else ValidityStatus.VALID
+    return Validity(status=status, reasons=reasons)
+
+
+# --------------------------------------------------------------------------- JSONL records
+
+_REQUIRED_KEYS = ("id", "start_ns", "chunk_ns", "end_ns", "input_tokens", "output_tokens", "error")
+_OPTIONAL_KEYS = ("chunk_tokens", "phase", "scheduled_ns", "warmup")
+_KNOWN_KEYS = frozenset(_REQUIRED_KEYS + _OPTIONAL_KEYS)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_record(data: object) -> RequestRecord:
+    """Validate one decoded JSON line; ValueError says what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    missing = [key for key in _REQUIRED_KEYS if key not in data]
+    if missing:
+        raise ValueError(f"missing field(s): {', '.join(missing)}")
+    unknown = sorted(set(data) - _KNOWN_KEYS)
+    if unknown:
+        raise ValueError(f"unknown field(s): {', '.join(unknown)}")
+    record_id = data["id"]
+    if not isinstance(record_id, str | int) or isinstance(record_id, bool):
+        raise ValueError("id must be a string")
+    for key in ("start_ns", "end_ns"):
+        if not _is_int(data[key]) or data[key] < 0:
+            raise ValueError(f"{key} must be a non-negative integer (ns)")
+    for key in ("input_tokens", "output_tokens"):
+        if not _is_int(data[key]) or data[key] < 0:
+            raise ValueError(f"{key} must be a non-negative integer")
+    start_ns, end_ns = data["start_ns"], data["end_ns"]
+    if end_ns < start_ns:
+        raise ValueError(f"end_ns ({end_ns}) is before start_ns ({start_ns})")
+    chunk_ns = data["chunk_ns"]
+    if not isinstance(chunk_ns, list) or not all(_is_int(t) for t in chunk_ns):
+        raise ValueError("chunk_ns must be a list of integers (ns)")
+    if chunk_ns:
+        if chunk_ns[0] < start_ns:
+            raise ValueError("chunk_ns[0] is before start_ns")
+        if chunk_ns[-1] > end_ns:
+            raise ValueError("the last chunk_ns is after end_ns")
+        for index in range(1, len(chunk_ns)):
+            if chunk_ns[index] < chunk_ns[index - 1]:
+                raise ValueError(f"chunks out of order: chunk_ns[{index}] < chunk_ns[{index - 1}]")
+    chunk_tokens = data.get("chunk_tokens")
+    if chunk_tokens is None:
+        chunk_tokens = []
+    elif not isinstance(chunk_tokens, list) or not all(_is_int(k) and k >= 0 for k in chunk_tokens):
+        raise ValueError("chunk_tokens must be a list of non-negative integers")
+    elif chunk_tokens and len(chunk_tokens) != len(chunk_ns):
+        raise ValueError(
+            f"chunk_tokens has {len(chunk_tokens)} entries but chunk_ns has {len(chunk_ns)}"
+        )
+    error = data["error"]
+    if error is not None and not isinstance(error, str):
+        raise ValueError("error must be null or a string")
+    scheduled_ns = data.get("scheduled_ns")
+    if scheduled_ns is not None and not _is_int(scheduled_ns):
+        raise ValueError("scheduled_ns must be null or an integer (ns)")
+    warmup = data.get("warmup", False)
+    if not isinstance(warmup, bool):
+        raise ValueError("warmup must be true or false")
+    phase = data.get("phase", "")
+    if not isinstance(phase, str):
+        raise ValueError("phase must be a string")
+    return RequestRecord.model_construct(
+        id=str(record_id),
+        start_ns=start_ns,
+        chunk_ns=chunk_ns,
+        chunk_tokens=chunk_tokens,
+        end_ns=end_ns,
+        input_tokens=data["input_tokens"],
+        output_tokens=data["output_tokens"],
+        error=error,
+        phase=phase,
+        scheduled_ns=scheduled_ns,
+        warmup=warmup,
+    )
+
+
+def iter_records_jsonl(path: str | Path) -> Iterator[RequestRecord]:
+    """Stream records from a JSONL file (blank lines skipped); UserError names file and line."""
+    try:
+        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise UserError(f"cannot read records file {path}: {exc.strerror or exc}") from None
+    with handle:
+        line_number = 0
+        try:
+            for line_number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UserError(f"{path}:{line_number}: bad JSON: {exc.msg}") from None
+                try:
+                    yield _parse_record(data)
+                except ValueError as exc:
+                    raise UserError(f"{path}:{line_number}: {exc}") from None
+        except UnicodeDecodeError:
+            raise UserError(
+                f"{path}:{line_number + 1}: not UTF-8 text (is this a records file?)"
+            ) from None
+        except OSError as exc:
+            raise UserError(f"cannot read records file {path}: {exc.strerror or exc}") from None
+
+
+def read_records_jsonl(path: str | Path) -> list[RequestRecord]:
+    """All records of a JSONL file; see `iter_records_jsonl` for the format checks."""
+    return list(iter_records_jsonl(path))
