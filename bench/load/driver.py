@@ -112,8 +112,11 @@ def build_record(values: dict) -> RequestRecord:
     """A RequestRecord from already-typed values, without validation (the driver's hot path).
 
     Same result as `RequestRecord.model_construct(**values)` with every field given, at a third
-    of its cost; `values` must hold exactly the model's fields (tests check the equivalence).
+    of its cost; `values` holds every field of the model (tests check the equivalence), else
+    it falls back to model_construct so defaults of newer fields are filled in.
     """
+    if len(values) != len(_RECORD_FIELDS):  # the schema gained a field: take the safe path
+        return RequestRecord.model_construct(**values)
     record = object.__new__(RequestRecord)
     object.__setattr__(record, "__dict__", values)
     object.__setattr__(record, "__pydantic_fields_set__", set(_RECORD_FIELDS))

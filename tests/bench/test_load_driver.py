@@ -12,9 +12,9 @@ from bench.backends.fake import FakeBackend
 from bench.clock import CLOCK
 from bench.config import GenerateWorkload, LengthDistribution, Precision
 from bench.load.analysis import max_in_flight
-from bench.load.driver import DEADLINE_REACHED, PhaseOutcome, PhaseSpec, run_phase
+from bench.load.driver import DEADLINE_REACHED, PhaseOutcome, PhaseSpec, build_record, run_phase
 from bench.load.strategies import ConstantIntervals, PoissonIntervals, make_intervals
-from bench.schema import ModelInfo
+from bench.schema import ModelInfo, RequestRecord
 from bench.workload import RequestFactory
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=1000)
@@ -289,3 +289,24 @@ async def test_outcome_is_live_and_sink_errors_surface(time_travel):
 
     with pytest.raises(OSError, match="disk full"):
         await run_phase(spec, backend.stream, requests(1), broken_sink, 30)
+
+
+def test_build_record_matches_a_validated_record():
+    values = {
+        "id": "r1",
+        "start_ns": 1,
+        "chunk_ns": [2, 3],
+        "chunk_tokens": [],
+        "end_ns": 5,
+        "input_tokens": 7,
+        "output_tokens": 2,
+        "error": None,
+        "phase": "rate",
+        "scheduled_ns": 0,
+        "warmup": False,
+    }
+    fast = build_record(dict(values))
+    validated = RequestRecord(**values)
+    assert fast == validated and fast.model_dump_json() == validated.model_dump_json()
+    assert fast.model_fields_set == validated.model_fields_set
+    assert set(values) == set(RequestRecord.model_fields)  # else the slower fallback path runs

@@ -1,0 +1,258 @@
+"""The in-process run loop (inside the worker process): warm-up, then the phases of a pattern.
+
+The backend is already loaded. Records stream out through `RunEvents.on_record` as requests
+complete; phase results and progress (at least once a second) go out through the other two
+callbacks. `config.load.max_duration_s` bounds warm-up and every phase together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.backends.base import Backend
+from bench.clock import CLOCK
+from bench.config import RunConfig
+from bench.load.driver import DEADLINE_REACHED, STOPPED, PhaseOutcome, PhaseSpec, run_phase
+from bench.load.patterns import phases_total, plan
+from bench.metrics import MetricsAccumulator
+from bench.schema import MetricsSummary, PhaseResult, RequestRecord
+from bench.workload import RequestFactory
+
+PROGRESS_INTERVAL_S = 0.5
+"""on_progress period (the contract is at least once a second)."""
+
+
+@dataclass
+class RunEvents:
+    """Callbacks out of the run loop (the worker forwards them to the parent process)."""
+
+    on_record: Callable[[RequestRecord], None]
+    on_phase: Callable[[PhaseResult], None]
+    on_progress: Callable[[dict], None]
+
+
+@dataclass
+class ExecuteOutcome:
+    """What `execute` did. `summary` covers every measured record of every phase together."""
+
+    phases: list[PhaseResult]
+    pattern_report: dict
+    warmup_s: float | None
+    summary: MetricsSummary | None = None
+    stopped: bool = False
+    deadline_reached: bool = False
+    scheduling_lag_ms: dict[str, Any] = field(default_factory=dict)
+
+
+class _Progress:
+    """Reads the live phase outcome and reports progress periodically."""
+
+    def __init__(self, events: RunEvents, run_start_ns: int, total: int | None) -> None:
+        self.events = events
+        self.run_start_ns = run_start_ns
+        self.total = total
+        self.phase_name = "warmup"
+        self.phase_index: int | None = None
+        self.phase_duration_s: float | None = None
+        self.outcome: PhaseOutcome | None = None
+        self.run_completed = 0
+        self.run_failed = 0
+
+    def start_phase(
+        self, name: str, index: int | None, duration_s: float | None, outcome: PhaseOutcome
+    ) -> None:
+        self.phase_name = name
+        self.phase_index = index
+        self.phase_duration_s = duration_s
+        self.outcome = outcome
+
+    def finish_phase(self, outcome: PhaseOutcome, measured: bool) -> None:
+        if measured:
+            self.run_completed += outcome.completed
+            self.run_failed += outcome.failed
+
+    def snapshot(self) -> dict[str, Any]:
+        now = CLOCK.now_ns()
+        outcome = self.outcome
+        phase_start = outcome.start_ns if outcome is not None and outcome.start_ns else now
+        return {
+            "phase": self.phase_name,
+            "phase_index": self.phase_index,
+            "phases_total": self.total,
+            "completed": outcome.completed if outcome else 0,
+            "failed": outcome.failed if outcome else 0,
+            "elapsed_s": (now - self.run_start_ns) / 1e9,
+            "phase_elapsed_s": (now - phase_start) / 1e9,
+            "phase_duration_s": self.phase_duration_s,
+            "output_tokens": outcome.output_tokens if outcome else 0,
+            "in_flight": outcome.in_flight if outcome else 0,
+            "run_completed": self.run_completed,
+            "run_failed": self.run_failed,
+        }
+
+    def emit(self) -> None:
+        self.events.on_progress(self.snapshot())
+
+    async def loop(self) -> None:
+        while True:
+            await CLOCK.sleep(PROGRESS_INTERVAL_S)
+            self.emit()
+
+
+def _phase_result(spec: PhaseSpec, outcome: PhaseOutcome, config: RunConfig) -> PhaseResult:
+    return PhaseResult(
+        name=spec.name,
+        strategy=spec.strategy,
+        target=spec.target,
+        start_ns=outcome.start_ns,
+        end_ns=outcome.end_ns,
+        summary=outcome.summary(config.slo),
+    )
+
+
+async def execute(
+    config: RunConfig,
+    backend: Backend,
+    model: Any,
+    events: RunEvents,
+    stop: asyncio.Event,
+) -> ExecuteOutcome:
+    """Warm up, run every phase of `plan(config.load, ...)`, and return what happened.
+
+    - Warm-up: `config.load.warmup_requests` sequential requests, phase "warmup",
+      `warmup=True` (recorded, never measured); `warmup_s` is its wall time.
+    - Phases: closed/open loop per `PhaseSpec`; each finished phase goes to `on_phase`.
+    - Hard bound: everything stops at run start + `max_duration_s` (in-flight requests are
+      recorded as errors); `stop` ends the run the same way with error "stopped".
+    - Progress: `on_progress` every PROGRESS_INTERVAL_S and at each phase change with keys
+      phase, phase_index (0-based; None during warm-up), phases_total (None if unknown),
+      completed, failed, output_tokens, in_flight (current phase), elapsed_s,
+      phase_elapsed_s, phase_duration_s, run_completed, run_failed (finished measured phases).
+    - Pattern report: plan()'s report plus `phase_windows` {name: [start_ns, end_ns]}; steady
+      adds steady_start_ns/steady_end_ns, pulse adds burst_start_ns/burst_end_ns so
+      `bench.load.analysis.finish_pattern_report` can analyse the records afterwards.
+    """
+    load = config.load
+    requests = RequestFactory(config.workload, model.vocab_size, config.workload.seed)
+    run_start_ns = CLOCK.now_ns()
+    deadline_ns = run_start_ns + int(load.max_duration_s * 1e9)
+    timeout_s = load.request_timeout_s
+    progress = _Progress(events, run_start_ns, phases_total(load))
+    reporter = asyncio.get_running_loop().create_task(progress.loop())
+    phases: list[PhaseResult] = []
+    run_accumulator = MetricsAccumulator()
+    waiting: list[tuple[PhaseSpec, PhaseOutcome]] = []  # non-draining phases, still finishing
+    lags: dict[str, Any] = {}
+    stopped = deadline_reached = False
+    warmup_s: float | None = None
+    report: dict[str, Any] = {}
+    windows: dict[str, list[int]] = {}  # phase name -> [start_ns, end of issuing ns]
+
+    async def settle(outcomes: list[tuple[PhaseSpec, PhaseOutcome]]) -> None:
+        """Wait for the background requests of non-draining phases, then publish them."""
+        for spec, outcome in outcomes:
+            remaining_s = max(0.0, (deadline_ns - CLOCK.now_ns()) / 1e9)
+            await outcome.wait_pending(remaining_s)
+            if outcome.pending:
+                outcome.cancel_pending(DEADLINE_REACHED)
+                await outcome.wait_pending()
+            outcome.end_ns = max(outcome.end_ns, CLOCK.now_ns())
+            publish(spec, outcome)
+
+    def publish(spec: PhaseSpec, outcome: PhaseOutcome) -> None:
+        result = _phase_result(spec, outcome, config)
+        phases.append(result)
+        run_accumulator.merge(outcome.accumulator)
+        lag = outcome.scheduling_lag_ms()
+        if lag is not None:
+            lags[spec.name] = lag.model_dump()
+        events.on_phase(result)
+
+    try:
+        if load.warmup_requests:
+            spec = PhaseSpec(
+                "warmup", "concurrency", 1, None, max_requests=load.warmup_requests, warmup=True
+            )
+            outcome = PhaseOutcome.for_spec(spec)
+            progress.start_phase("warmup", None, None, outcome)
+            progress.emit()
+            outcome = await run_phase(
+                spec,
+                backend.stream,
+                requests,
+                events.on_record,
+                timeout_s,
+                stop,
+                deadline_ns,
+                outcome,
+            )
+            warmup_s = (outcome.end_ns - outcome.start_ns) / 1e9
+            stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
+
+        generator = plan(load, config.slo, config.validity)
+        index = 0
+        summary: MetricsSummary | None = None
+        while not (stopped or deadline_reached):
+            try:
+                spec = next(generator) if index == 0 else generator.send(summary)  # type: ignore[arg-type]
+            except StopIteration as finished:
+                report = dict(finished.value or {})
+                break
+            outcome = PhaseOutcome.for_spec(spec)
+            progress.start_phase(spec.name, index, spec.duration_s, outcome)
+            progress.emit()
+            outcome = await run_phase(
+                spec,
+                backend.stream,
+                requests,
+                events.on_record,
+                timeout_s,
+                stop,
+                deadline_ns,
+                outcome,
+            )
+            stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
+            windows[spec.name] = [
+                outcome.start_ns,
+                outcome.issue_end_ns or outcome.end_ns,
+            ]
+            progress.finish_phase(outcome, measured=True)
+            if spec.drain:
+                await settle(waiting)
+                waiting = []
+                publish(spec, outcome)
+            else:
+                waiting.append((spec, outcome))
+            summary = outcome.summary(config.slo)
+            index += 1
+        if stopped or deadline_reached:
+            for _, outcome in waiting:
+                outcome.cancel_pending(STOPPED if stopped else DEADLINE_REACHED)
+            report.setdefault("pattern", load.pattern)
+            report["incomplete"] = "stopped" if stopped else "max_duration_s reached"
+        await settle(waiting)
+    finally:
+        reporter.cancel()
+        for _, outcome in waiting:
+            outcome.cancel_pending(STOPPED)
+    progress.emit()
+
+    report["phase_windows"] = windows
+    if "steady" in windows:
+        report["steady_start_ns"], report["steady_end_ns"] = windows["steady"]
+    if "pulse-burst" in windows:
+        report["burst_start_ns"], report["burst_end_ns"] = windows["pulse-burst"]
+    if lags:
+        report["scheduling_lag_ms"] = lags
+    return ExecuteOutcome(
+        phases=phases,
+        pattern_report=report,
+        warmup_s=warmup_s,
+        summary=run_accumulator.summary(config.slo) if run_accumulator.requests else None,
+        stopped=stopped,
+        deadline_reached=deadline_reached,
+        scheduling_lag_ms=lags,
+    )
