@@ -166,6 +166,8 @@ def build_run_config(
     data.setdefault("engine_args", {}).update(_parse_pairs(engine_args, "--engine-arg"))
     for dotted, value in _parse_pairs(options, "--option").items():
         _set_path(data, dotted, value)
+    if isinstance(data.get("workload"), dict):
+        data["workload"].setdefault("kind", "generate")
     for required in ("backend", "model"):
         if not data.get(required):
             raise UserError(f"--{required} is required (or give it in --config)")

@@ -31,6 +31,9 @@ from bench.schema import Failure, ModelInfo, PhaseResult, RequestRecord
 RECORD_FLUSH_S = 0.05
 RECORD_FLUSH_COUNT = 256
 LOG_TAIL_BYTES = 4000
+CONSECUTIVE_FAILURES_FATAL = 200
+"""A dead engine fails every request instantly; after this many failures in a row with none
+succeeding in between, the run is stopped as FAILED with the first error as its cause."""
 
 
 # --------------------------------------------------------------------------- child side
@@ -218,6 +221,8 @@ class Worker:
         started = time.monotonic()
         output_tokens_seen = -1
         stop_requested_at: float | None = None
+        failures_in_row = 0
+        first_error: str | None = None
         hard_deadline = started + load_timeout_s + self.config.load.max_duration_s + 60
         while True:
             if stop is not None and stop.is_set() and stop_requested_at is None:
@@ -253,7 +258,19 @@ class Worker:
             if kind == "records":
                 records = [RequestRecord.model_construct(**r) for r in payload[0]]
                 on_records(records)
-                if records:
+                for record in records:
+                    if record.error is None:
+                        failures_in_row, first_error = 0, None
+                    elif record.error != "stopped":
+                        failures_in_row += 1
+                        first_error = first_error or record.error
+                if failures_in_row >= CONSECUTIVE_FAILURES_FATAL:
+                    self.kill()
+                    cause = f"engine failed {failures_in_row} requests in a row: {first_error}"
+                    outcome.failure = Failure(cause=cause[:500])
+                    outcome.status = "FAILED"
+                    break
+                if any(r.error is None for r in records):
                     last_progress = time.monotonic()
             elif kind == "progress":
                 progress = payload[0]
