@@ -1,0 +1,241 @@
+"""`python -m advisor`: exit codes, one-line errors, JSON keys, flags, the plan, the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from advisor.cli import app
+from bench.store import ResultStore
+from tests.advisor.synthetic import synthetic_run
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "profiles"
+
+
+@pytest.fixture(autouse=True)
+def no_default_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never read the user's own results store in tests."""
+    monkeypatch.setenv("ADVISOR_STORE", str(tmp_path / "absent.sqlite"))
+
+
+def advisor(*args: str, env_store: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ADVISOR_STORE": str(env_store)}
+    return subprocess.run(
+        [sys.executable, "-m", "advisor", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_help_is_fast_and_imports_no_heavy_framework() -> None:
+    code = (
+        "import sys, advisor.cli, advisor.__main__;"
+        "heavy = [m for m in ('torch', 'sklearn', 'vllm', 'transformers', 'streamlit') "
+        "if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_recommend_json_subprocess(tmp_path: Path) -> None:
+    result = advisor(
+        "recommend",
+        "--profile",
+        str(EXAMPLES / "chatbot_long_generation.yaml"),
+        "--json",
+        env_store=tmp_path / "absent.sqlite",
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    for key in ("recommendation", "path", "candidates", "evidence", "caveats", "estimate"):
+        assert key in data
+    assert data["recommendation"]["framework"] == "vllm"
+    assert data["recommendation"]["benchmarked"] is True
+    assert all(set(step) >= {"question", "answer", "why"} for step in data["path"])
+    assert data["estimate"]["fits"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["recommend", "--profile", "no/such/file.yaml"], "does not exist"),
+        (["recommend", "--gpu", "H300", "--model", "llama-2-7b"], "'H300' is not a known GPU"),
+        (["recommend", "--dynamic-control-flow", "maybe"], "is not yes or no"),
+        (["recommend"], "give a workload"),
+        (["bench-plan", "--long-sequence-generation", "yes"], "has no model"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = advisor(*args, env_store=tmp_path / "absent.sqlite")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_profile_field_exit_2(tmp_path: Path) -> None:
+    profile = tmp_path / "bad.yaml"
+    profile.write_text("title: x\nstages:\n  - {name: a, dynamic_control_flow: perhaps}\n")
+    result = invoke("recommend", "--profile", str(profile))
+    assert result.exit_code == 2
+    assert "stages[0].dynamic_control_flow" in result.output
+    profile.write_text("title: x\nmodle: llama-2-7b\n")
+    result = invoke("recommend", "--profile", str(profile))
+    assert result.exit_code == 2 and "modle: unknown field" in result.output
+
+
+def test_flags_build_the_profile() -> None:
+    result = invoke(
+        "recommend",
+        "--dynamic-control-flow",
+        "no",
+        "--fixed-input-shapes",
+        "no",
+        "--long-sequence-generation",
+        "yes",
+        "--multi-backend",
+        "no",
+        "--kind",
+        "generate",
+        "--model",
+        "llama-2-13b",
+        "--gpu",
+        "H200",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["recommendation"]["framework"] == "vllm"
+    assert [s["answer"] for s in data["path"][:3]] == ["no", "no", "yes"]
+    assert data["estimate"]["gpu"] == "H200"
+
+
+def test_flags_override_a_profile() -> None:
+    result = invoke(
+        "recommend",
+        "--profile",
+        str(EXAMPLES / "chatbot_long_generation.yaml"),
+        "--dynamic-control-flow",
+        "yes",
+        "--json",
+    )
+    data = json.loads(result.output)
+    assert data["recommendation"]["framework"] == "pytorch"
+
+
+def test_jax_is_flagged_in_json() -> None:
+    data = json.loads(invoke("recommend", "--dynamic-control-flow", "yes", "--json").output)
+    jax = next(c for c in data["candidates"] if c["framework"] == "jax")
+    assert jax["benchmarked"] is False
+
+
+def test_multi_stage_json_and_stage_flag() -> None:
+    profile = str(EXAMPLES / "ecommerce_two_stage.yaml")
+    data = json.loads(invoke("recommend", "--profile", profile, "--json").output)
+    assert [s["recommendation"]["framework"] for s in data["stages"]] == ["tensorrt", "vllm"]
+    result = invoke("recommend", "--profile", profile, "--model", "llama-2-13b")
+    assert result.exit_code == 2 and "--stage" in result.output
+    data = json.loads(
+        invoke(
+            "recommend",
+            "--profile",
+            profile,
+            "--stage",
+            "generation",
+            "--dynamic-control-flow",
+            "yes",
+            "--json",
+        ).output
+    )
+    # the generation stage has TTFT/TPOT SLOs and tolerates builds: torch.compile first
+    assert data["stages"][1]["leaf"] == "torch_compile_first"
+    assert data["stages"][1]["recommendation"]["framework"] == "torch_compile"
+    assert data["stages"][0]["recommendation"]["framework"] == "tensorrt"  # untouched
+
+
+def test_text_output_shows_path_estimate_and_evidence() -> None:
+    result = invoke(
+        "recommend",
+        "--long-sequence-generation",
+        "yes",
+        "--model",
+        "llama-2-13b",
+        "--gpu",
+        "A100-80GB-PCIE",
+    )
+    assert result.exit_code == 0
+    for text in (
+        "Recommendation: vllm",
+        "Decision path:",
+        "Estimate:",
+        "[published]",
+        "Physical floor",
+    ):
+        assert text in result.output
+
+
+def test_store_option(tmp_path: Path) -> None:
+    path = tmp_path / "results.sqlite"
+    store = ResultStore(path)
+    for run in (
+        synthetic_run("tensorrt_llm", throughput_tok_s=800),
+        synthetic_run("vllm", throughput_tok_s=1600),
+    ):
+        store.create_run(run)
+        store.update_run(run)
+    store.close()
+    result = invoke(
+        "recommend",
+        "--fixed-input-shapes",
+        "yes",
+        "--build-time-tolerance",
+        "hours",
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "H200",
+        "--prompt-tokens",
+        "512",
+        "--output-tokens",
+        "256",
+        "--concurrency",
+        "8",
+        "--store",
+        str(path),
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["candidates"][0]["framework"] == "tensorrt_llm"
+    assert data["recommendation"]["framework"] == "vllm"
+    assert data["recommendation"]["follows"] == "measurements"
+    missing = invoke("recommend", "--model", "llama-2-7b", "--store", str(tmp_path / "nope.db"))
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_bench_plan_json_and_text() -> None:
+    profile = str(EXAMPLES / "chatbot_long_generation.yaml")
+    data = json.loads(invoke("bench-plan", "--profile", profile, "--quick", "--json").output)
+    assert data["quick"] is True
+    stage = data["stages"][0]
+    assert [c["backend"] for c in stage["configs"]] == ["vllm", "tensorrt_llm", "pytorch"]
+    assert all(c["load"]["duration_s"] <= 30 for c in stage["configs"])
+    assert all(cmd.startswith("python -m bench run --backend") for cmd in stage["commands"])
+    text = invoke("bench-plan", "--profile", profile).output
+    assert "# stage main: candidates vllm, tensorrt_llm, pytorch" in text
+    assert text.count("python -m bench run") == 3

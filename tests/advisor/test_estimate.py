@@ -1,0 +1,259 @@
+"""The estimate against hand-computed figures, and the GPU catalogue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from advisor.estimate import ARCHITECTURES, GB, estimate_stage
+from advisor.gpus import GPUS, find_gpu, get_gpu
+from advisor.profile import profile_from_dict
+from bench.errors import UserError
+
+LLAMA_2_13B_PARAMETERS = 13_015_864_320
+"""Hand count: embed 32000x5120 + 40 x (4x5120^2 + 3x5120x13824 + 2x5120) + 5120 + lm_head."""
+LLAMA_2_7B_PARAMETERS = 6_738_415_616
+
+
+def stage(**data):
+    return profile_from_dict(data).primary
+
+
+def test_llama_2_13b_parameter_count_by_hand() -> None:
+    hidden, layers, intermediate, vocab = 5120, 40, 13824, 32000
+    per_layer = 4 * hidden * hidden + 3 * hidden * intermediate + 2 * hidden
+    assert vocab * hidden * 2 + layers * per_layer + hidden == LLAMA_2_13B_PARAMETERS
+    assert ARCHITECTURES["llama-2-13b"].parameters == LLAMA_2_13B_PARAMETERS
+
+
+def test_llama_2_13b_fp16_weights_26_gb() -> None:
+    estimate = estimate_stage(stage(model="llama-2-13b", precision={"dtype": "float16"}))
+    assert estimate.parameters == LLAMA_2_13B_PARAMETERS
+    assert estimate.weights_gb == pytest.approx(LLAMA_2_13B_PARAMETERS * 2 / 1e9)
+    assert round(estimate.weights_gb, 1) == 26.0
+
+
+def test_llama_2_13b_kv_cache_4096_tokens_one_sequence() -> None:
+    estimate = estimate_stage(
+        stage(
+            model="llama-2-13b",
+            prompt_tokens={"mean": 2048},
+            output_tokens={"mean": 2048},
+            concurrency=1,
+        )
+    )
+    # 2 (K,V) x 40 layers x 40 heads x 128 head dim x 2 bytes x 4096 tokens
+    expected_bytes = 2 * 40 * 40 * 128 * 2 * 4096
+    assert expected_bytes == 3_355_443_200
+    assert estimate.kv_cache_bytes_per_token == 2 * 40 * 5120 * 2
+    assert estimate.context_tokens == 4096
+    assert estimate.kv_cache_gb == pytest.approx(3.3554432)
+    assert round(estimate.kv_cache_gb, 2) == 3.36
+
+
+def test_kv_cache_scales_with_concurrency() -> None:
+    one = estimate_stage(stage(model="llama-2-13b", concurrency=1))
+    many = estimate_stage(stage(model="llama-2-13b", concurrency=16))
+    assert many.kv_cache_gb == pytest.approx(16 * one.kv_cache_gb)
+
+
+@pytest.mark.parametrize(
+    ("model", "kv_heads"),
+    [("llama-2-7b", 32), ("llama-3-8b", 8), ("mistral-7b", 8), ("llama-2-13b", 40)],
+)
+def test_kv_cache_is_gqa_aware(model: str, kv_heads: int) -> None:
+    estimate = estimate_stage(stage(model=model))
+    layers = 40 if model == "llama-2-13b" else 32
+    assert estimate.kv_cache_bytes_per_token == 2 * layers * kv_heads * 128 * 2
+
+
+def test_llama_2_7b_decode_floor_on_h200() -> None:
+    estimate = estimate_stage(stage(model="llama-2-7b", gpu={"type": "H200"}))
+    # 6,738,415,616 x 2 bytes = 13.48 GB; / 4.8 TB/s = 2.81 ms per token at batch 1
+    assert estimate.weights_gb == pytest.approx(13.476831232)
+    assert estimate.memory_bandwidth_tb_s == 4.8
+    assert estimate.decode_floor_ms_per_token == pytest.approx(13.476831232 / 4.8, rel=1e-9)
+    assert estimate.decode_floor_ms_per_token == pytest.approx(2.81, abs=0.01)
+    assert estimate.bandwidth_source.startswith("datasheet")
+
+
+def test_measured_bandwidth_replaces_datasheet() -> None:
+    estimate = estimate_stage(
+        stage(model="llama-2-7b", gpu={"type": "H200", "memory_bandwidth_tb_s": 4.0})
+    )
+    assert estimate.decode_floor_ms_per_token == pytest.approx(13.476831232 / 4.0)
+    assert estimate.bandwidth_source == "measured (profile)"
+
+
+def test_prefill_floor() -> None:
+    estimate = estimate_stage(
+        stage(model="llama-2-7b", gpu={"type": "H200"}, prompt_tokens={"mean": 512})
+    )
+    expected_ms = 2 * LLAMA_2_7B_PARAMETERS * 512 / 989e12 * 1e3
+    assert estimate.prefill_floor_ms == pytest.approx(expected_ms)
+
+
+@pytest.mark.parametrize(
+    ("precision", "bytes_per_param"),
+    [
+        ({"dtype": "float32"}, 4.0),
+        ({"dtype": "bfloat16"}, 2.0),
+        ({"dtype": "float16", "quantization": "fp8"}, 1.0),
+        ({"dtype": "float16", "quantization": "awq"}, 0.5 + 4 / 128),
+        ({"dtype": "float16", "quantization": "gptq-int4"}, 0.5 + 4 / 128),
+    ],
+)
+def test_weight_bytes_per_precision(precision: dict, bytes_per_param: float) -> None:
+    estimate = estimate_stage(stage(model="llama-2-7b", precision=precision))
+    assert estimate.bytes_per_parameter == bytes_per_param
+    assert estimate.weights_gb == pytest.approx(LLAMA_2_7B_PARAMETERS * bytes_per_param / GB)
+
+
+def test_unknown_quantisation_is_noted() -> None:
+    estimate = estimate_stage(
+        stage(model="llama-2-7b", precision={"dtype": "float16", "quantization": "magic"})
+    )
+    assert estimate.bytes_per_parameter == 2.0
+    assert any("magic" in note for note in estimate.notes)
+
+
+def test_fit_and_suggestions_when_it_does_not_fit() -> None:
+    estimate = estimate_stage(stage(model="llama-2-13b", gpu={"type": "L4"}))
+    assert estimate.fits is False
+    assert estimate.available_gb == 24
+    assert estimate.tensor_parallel_needed == 2
+    text = " | ".join(estimate.suggestions)
+    assert "tensor_parallel_size=2" in text
+    assert "awq" in text and "-> fits" in text
+    assert "FP8 KV cache" in text
+
+
+def test_required_memory_formula() -> None:
+    estimate = estimate_stage(
+        stage(model="llama-2-13b", gpu={"type": "A100-80GB-SXM"}, concurrency=2)
+    )
+    weights = LLAMA_2_13B_PARAMETERS * 2
+    kv = 2 * 40 * 5120 * 2 * (512 + 256) * 2
+    required = (weights + kv) * 1.10 + 1.0 * GB
+    assert estimate.required_gb == pytest.approx(required / GB)
+    assert estimate.fits is True
+    assert estimate.headroom_gb == pytest.approx(80 - required / GB)
+    assert estimate.suggestions == []
+
+
+def test_tensor_parallel_splits_the_floor() -> None:
+    one = estimate_stage(stage(model="llama-2-13b", gpu={"type": "H100-SXM"}))
+    two = estimate_stage(stage(model="llama-2-13b", gpu={"type": "H100-SXM", "count": 2}))
+    assert two.available_gb == 160
+    assert two.decode_floor_ms_per_token == pytest.approx(one.decode_floor_ms_per_token / 2)
+
+
+def test_littles_law_concurrency() -> None:
+    estimate = estimate_stage(stage(model="llama-2-7b", request_rate_rps=10, slo={"e2e_ms": 2500}))
+    assert estimate.concurrency == 25
+    assert "Little" in estimate.concurrency_source
+
+
+def test_unknown_model_and_gpu() -> None:
+    estimate = estimate_stage(stage(model="/nowhere/model"))
+    assert estimate.parameters is None
+    assert estimate.fits is None
+    assert any("parameters_b" in note for note in estimate.notes)
+    override = estimate_stage(stage(model="/nowhere/model", parameters_b=7.0, gpu={"type": "L4"}))
+    assert override.weights_gb == pytest.approx(14.0)
+    assert override.decode_floor_ms_per_token == pytest.approx(14.0 / 0.3)
+
+
+def test_local_checkpoint_config(tmp_path: Path) -> None:
+    config = {
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "intermediate_size": 11008,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    estimate = estimate_stage(stage(model=str(tmp_path)))
+    assert estimate.parameters == LLAMA_2_7B_PARAMETERS
+    assert "config.json" in estimate.parameters_source
+
+
+def test_forward_floor_for_cnn() -> None:
+    estimate = estimate_stage(
+        stage(kind="forward", model="resnet-50", batch_size=32, image_size=224, gpu={"type": "L4"})
+    )
+    compute_ms = 8.2e9 * 32 / 121e12 * 1e3
+    assert estimate.forward_floor_ms == pytest.approx(compute_ms)
+    assert estimate.kv_cache_gb is None
+
+
+def test_long_context_over_position_limit_is_noted() -> None:
+    estimate = estimate_stage(
+        stage(model="llama-2-7b", prompt_tokens={"mean": 4000}, output_tokens={"mean": 512})
+    )
+    assert any("4096 positions" in note for note in estimate.notes)
+
+
+# ---------------------------------------------------------------- the catalogue
+
+
+def test_catalogue_has_the_asked_gpus_with_sources() -> None:
+    for name in (
+        "A100-40GB-PCIE",
+        "A100-80GB-PCIE",
+        "A100-40GB-SXM",
+        "A100-80GB-SXM",
+        "H100-SXM",
+        "H100-PCIE",
+        "H200",
+        "L4",
+        "L40S",
+        "A10G",
+        "T4",
+        "RTX-4090",
+    ):
+        spec = GPUS[name]
+        assert spec.memory_gb > 0 and spec.memory_bandwidth_tb_s > 0
+        assert "datasheet" in spec.source or "whitepaper" in spec.source
+        assert spec.figures_kind == "datasheet"
+
+
+@pytest.mark.parametrize(
+    ("raw", "name"),
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB-SXM"),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB-PCIE"),
+        ("NVIDIA A100-PCIE-40GB", "A100-40GB-PCIE"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA H100 PCIe", "H100-PCIE"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A10G", "A10G"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("h100 sxm", "H100-SXM"),
+        ("rtx4090", "RTX-4090"),
+    ],
+)
+def test_find_gpu_by_nvml_or_loose_name(raw: str, name: str) -> None:
+    spec = find_gpu(raw)
+    assert spec is not None and spec.name == name
+
+
+def test_unknown_gpu() -> None:
+    assert find_gpu("A100") is None  # ambiguous: 40/80 GB, PCIe/SXM
+    with pytest.raises(UserError, match="'H300' is not a known GPU; known: A100-40GB-PCIE"):
+        get_gpu("H300")
+
+
+@pytest.mark.slow
+def test_preset_counts_match_bench_models() -> None:
+    """The estimate's table equals bench.models' exact counts (meta-device models, torch)."""
+    from bench.models import PRESETS, parameter_count
+
+    for name, preset in PRESETS.items():
+        assert ARCHITECTURES[name].parameters == parameter_count(preset.build_config()), name

@@ -1,0 +1,300 @@
+"""Benchmark plans and evidence rows: sources, closeness, SLOs, repeats, ranking, the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from advisor.estimate import estimate_stage
+from advisor.evidence import (
+    DEFAULT_REFERENCE_DIR,
+    bench_plan,
+    gather_evidence,
+    rank_rows,
+    rows_from_runs,
+)
+from advisor.profile import profile_from_dict
+from advisor.tree import evaluate, load_tree
+from bench.config import ConcurrencyLoad, ForwardWorkload, GenerateWorkload, RateLoad, StepLoad
+from bench.errors import UserError
+from bench.schema import RunStatus
+from bench.store import ResultStore
+from tests.advisor.synthetic import synthetic_run
+
+TREE = load_tree()
+
+
+def stage(**data):
+    return profile_from_dict(data).primary
+
+
+def decision_for(s):
+    return evaluate(TREE, s, estimate_stage(s))
+
+
+CHAT = {
+    "long_sequence_generation": True,
+    "model": "llama-2-7b",
+    "gpu": {"type": "H200"},
+    "prompt_tokens": {"mean": 512},
+    "output_tokens": {"mean": 256},
+    "concurrency": 8,
+    "slo": {"ttft_ms": 500, "tpot_ms": 50},
+}
+
+
+# ---------------------------------------------------------------- plan
+
+
+def test_plan_one_config_per_benchmarkable_candidate() -> None:
+    s = stage(**CHAT)
+    decision = decision_for(s)
+    configs = bench_plan(s, decision)
+    assert [c.backend for c in configs] == [c.framework for c in decision.candidates]
+    for config in configs:
+        assert config.model == "llama-2-7b"
+        assert isinstance(config.workload, GenerateWorkload)
+        assert config.workload.prompt_tokens.mean == 512
+        assert config.workload.output_tokens.mean == 256
+        assert isinstance(config.load, ConcurrencyLoad) and config.load.concurrency == 8
+        assert config.slo.ttft_ms == 500 and config.slo.tpot_ms == 50
+        assert config.precision == s.precision
+    vllm = next(c for c in configs if c.backend == "vllm")
+    assert vllm.engine_args["enforce_eager"] is False  # CUDA graphs on
+    assert vllm.engine_args["max_model_len"] >= 512 + 256
+
+
+def test_quick_plan_is_short() -> None:
+    s = stage(**CHAT)
+    configs = bench_plan(s, decision_for(s), quick=True)
+    for config in configs:
+        assert isinstance(config.load, ConcurrencyLoad)
+        assert config.load.duration_s <= 30
+        assert config.load.warmup_requests <= 3
+        assert config.load.max_duration_s <= 180
+        assert "quick" in (config.label or "")
+
+
+def test_plan_skips_jax() -> None:
+    s = stage(dynamic_control_flow=True, model="llama-2-7b")
+    decision = decision_for(s)
+    assert "jax" in [c.framework for c in decision.candidates]
+    assert "jax" not in [c.backend for c in bench_plan(s, decision)]
+
+
+def test_plan_load_pattern_follows_the_profile() -> None:
+    rate = stage(model="llama-2-7b", request_rate_rps=5.0)
+    assert isinstance(bench_plan(rate, decision_for(rate))[0].load, RateLoad)
+    neither = stage(model="llama-2-7b")
+    assert isinstance(bench_plan(neither, decision_for(neither))[0].load, StepLoad)
+
+
+def test_plan_forward_kind_fixed_shapes() -> None:
+    s = stage(
+        kind="forward",
+        fixed_input_shapes=True,
+        model="resnet-50",
+        batch_size=16,
+        image_size=224,
+        build_time_tolerance="minutes",
+    )
+    configs = bench_plan(s, decision_for(s))
+    assert configs[0].backend == "tensorrt"
+    for config in configs:
+        assert isinstance(config.workload, ForwardWorkload)
+        assert config.workload.batch_size == 16
+        assert config.workload.dynamic_shapes is False
+
+
+def test_plan_needs_a_model() -> None:
+    s = stage(long_sequence_generation=True)
+    with pytest.raises(UserError, match="has no model"):
+        bench_plan(s, decision_for(s))
+
+
+# ---------------------------------------------------------------- rows
+
+
+def test_measured_here_vs_elsewhere_by_fingerprinted_gpu() -> None:
+    s = stage(**CHAT)
+    rows = rows_from_runs(
+        s, [synthetic_run("vllm", gpu="H200"), synthetic_run("vllm", gpu="A100-80GB-SXM")]
+    )
+    sources = {row.gpu: row.source for row in rows}
+    assert sources == {"H200": "measured-here", "A100-80GB-SXM": "measured-elsewhere"}
+    here = next(r for r in rows if r.source == "measured-here")
+    assert here.closeness.same_gpu and here.closeness.same_model and here.closeness.same_shape
+    assert here.objective_metric == "output_throughput_tok_s"
+    assert here.objective_value == 1000.0
+
+
+def test_closeness_shape_and_model() -> None:
+    s = stage(**CHAT)
+    rows = rows_from_runs(
+        s,
+        [
+            synthetic_run("vllm", output_mean=2048),  # different output length
+            synthetic_run("vllm", concurrency=64),  # different concurrency
+            synthetic_run("vllm", model="mistral-7b"),  # different model
+        ],
+    )
+    by_shape = {(r.model, r.shape): r.closeness for r in rows}
+    assert all(c.same_gpu for c in by_shape.values())
+    assert sum(1 for c in by_shape.values() if c.same_shape) == 1  # only the mistral one
+    mistral = next(c for (model, _), c in by_shape.items() if model == "mistral-7b")
+    assert mistral.same_model is False and mistral.same_shape is True
+
+
+def test_slo_check_uses_the_profile_percentile() -> None:
+    s = stage(**CHAT)  # ttft 500 ms at p99
+    rows = rows_from_runs(s, [synthetic_run("vllm", ttft_p50_ms=200, ttft_p99_ms=900)])
+    assert rows[0].meets_slo is False
+    assert "ttft_ms_p99 900 > ttft_ms 500" in rows[0].slo_failures[0]
+    p50 = stage(**{**CHAT, "slo": {"ttft_ms": 500, "percentile": "p50"}})
+    assert rows_from_runs(p50, [synthetic_run("vllm", ttft_p50_ms=200, ttft_p99_ms=900)])[
+        0
+    ].meets_slo
+
+
+def test_min_throughput_slo() -> None:
+    s = stage(**{**CHAT, "slo": {"min_output_throughput_tok_s": 2000}})
+    rows = rows_from_runs(s, [synthetic_run("vllm", throughput_tok_s=1500)])
+    assert rows[0].meets_slo is False
+
+
+def test_repeats_grouped_with_variance() -> None:
+    s = stage(**CHAT)
+    runs = [synthetic_run("vllm", throughput_tok_s=v) for v in (900.0, 1000.0, 1100.0)]
+    rows = rows_from_runs(s, runs)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row.repeats == 3 and len(row.run_ids) == 3
+    assert row.objective_value == pytest.approx(1000.0)
+    assert row.objective_cv == pytest.approx(100.0 / 1000.0)
+
+
+def test_invalid_and_failed_runs_are_not_eligible() -> None:
+    s = stage(**CHAT)
+    rows = rows_from_runs(
+        s,
+        [
+            synthetic_run("vllm", valid=False),
+            synthetic_run("tensorrt_llm", status=RunStatus.FAILED, failure="CUDA out of memory"),
+            synthetic_run("pytorch"),
+        ],
+    )
+    eligible = {r.framework: r.eligible for r in rows}
+    assert eligible == {"vllm": False, "tensorrt_llm": False, "pytorch": True}
+    ranked = rank_rows(rows)
+    assert ranked[0].framework == "pytorch"
+    failed = next(r for r in rows if r.framework == "tensorrt_llm")
+    assert failed.status == "FAILED" and "out of memory" in failed.failure
+
+
+def test_other_kinds_are_ignored() -> None:
+    s = stage(**CHAT)
+    assert rows_from_runs(s, [synthetic_run("tensorrt", kind="forward", batch_size=8)]) == []
+
+
+def test_objectives_pick_their_metric() -> None:
+    runs = [
+        synthetic_run("vllm", throughput_tok_s=2000, e2e_p99_ms=9000),
+        synthetic_run("tensorrt_llm", throughput_tok_s=1500, e2e_p99_ms=4000),
+    ]
+    fast = rank_rows(rows_from_runs(stage(**CHAT), runs))
+    assert fast[0].framework == "vllm"
+    latency = stage(**{**CHAT, "objective": "minimize_latency"})
+    ranked = rank_rows(rows_from_runs(latency, runs))
+    assert ranked[0].framework == "tensorrt_llm"
+    assert ranked[0].objective_metric == "e2e_ms_p99"
+    cost = rank_rows(
+        rows_from_runs(stage(**{**CHAT, "objective": "minimize_cost_per_token"}), runs)
+    )
+    assert cost[0].framework == "vllm"
+    assert cost[0].objective_value == pytest.approx(1e6 / 2000)
+
+
+# ---------------------------------------------------------------- published and ranking
+
+
+def test_published_seed_table_rows() -> None:
+    s = stage(long_sequence_generation=True, model="llama-2-13b", gpu={"type": "A100-80GB-PCIE"})
+    rows = gather_evidence(s, store=None)
+    published = [r for r in rows if r.source == "published"]
+    assert {r.framework: r.metrics["request_throughput_rps"] for r in published} == {
+        "pytorch": 18.7,
+        "tensorrt_llm": 52.3,
+        "vllm": 61.8,
+        "onnxruntime": 45.6,
+    }
+    for row in published:
+        assert row.closeness.same_gpu and row.closeness.same_model
+        assert row.closeness.same_shape is None
+        assert any("not state the workload" in c for c in row.caveats)
+        assert "seed_a100_llama2_13b.json" in row.reference
+    # forward-kind stages get no LLM rows
+    assert gather_evidence(stage(kind="forward", model="resnet-50")) == []
+
+
+def test_published_never_outranks_a_measurement_on_the_users_gpu() -> None:
+    s = stage(long_sequence_generation=True, model="llama-2-13b", gpu={"type": "A100-80GB-PCIE"})
+    slow_here = synthetic_run(
+        "pytorch", gpu="A100-80GB-PCIE", model="llama-2-13b", throughput_tok_s=10, request_rps=0.1
+    )
+    rows = rank_rows(rows_from_runs(s, [slow_here]) + gather_evidence(s))
+    assert rows[0].source == "measured-here"
+    assert rows[0].objective_value < 61.8  # slower than every published figure, still first
+    assert all(r.source == "published" for r in rows[1:])
+
+
+def test_published_slo_check_only_where_comparable() -> None:
+    s = stage(
+        long_sequence_generation=True,
+        model="llama-2-13b",
+        slo={"e2e_ms": 400, "ttft_ms": 100},
+    )
+    rows = {r.framework: r for r in gather_evidence(s) if r.source == "published"}
+    assert rows["vllm"].meets_slo is True  # P99 380 ms <= 400; TTFT statistic unknown: unchecked
+    assert rows["tensorrt_llm"].meets_slo is False  # P99 420 ms
+
+
+def test_measured_reference_file(tmp_path: Path) -> None:
+    run = synthetic_run("vllm", gpu="H200")
+    (tmp_path / "measured_h200.json").write_text(
+        json.dumps({"runs": [run.model_dump(mode="json")]})
+    )
+    (tmp_path / "README.md").write_text("not evidence")
+    rows = gather_evidence(stage(**CHAT), reference_dir=tmp_path)
+    assert len(rows) == 1
+    assert rows[0].source == "measured-here"
+    assert rows[0].reference.endswith("measured_h200.json")
+
+
+def test_default_reference_dir_is_data_reference() -> None:
+    assert DEFAULT_REFERENCE_DIR.name == "reference"
+    assert (DEFAULT_REFERENCE_DIR / "seed_a100_llama2_13b.json").is_file()
+    data = json.loads((DEFAULT_REFERENCE_DIR / "seed_a100_llama2_13b.json").read_text())
+    assert data["kind"] == "published"
+    assert "seed" in data["source"]["title"]
+
+
+def test_evidence_from_a_real_result_store(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "results.sqlite")
+    for run in (
+        synthetic_run("vllm", throughput_tok_s=1200),
+        synthetic_run("tensorrt_llm", throughput_tok_s=1500),
+        synthetic_run("pytorch", throughput_tok_s=300, gpu="L4"),
+    ):
+        store.create_run(run)
+        store.update_run(run)
+    running = synthetic_run("vllm", throughput_tok_s=99999)
+    store.create_run(running)  # still RUNNING: not evidence
+    rows = gather_evidence(stage(**CHAT), store=store, reference_dir=tmp_path / "none")
+    assert [(r.framework, r.source) for r in rows] == [
+        ("tensorrt_llm", "measured-here"),
+        ("vllm", "measured-here"),
+        ("pytorch", "measured-elsewhere"),
+    ]
+    store.close()
