@@ -96,6 +96,8 @@ def flatten(data: Any, prefix: str = "", skip_none: bool = True) -> list[KeyValu
             rows += flatten(inner, f"{prefix}[{index}]", skip_none)
     elif data is None and skip_none:
         return rows
+    elif data == [] or data == {}:
+        rows.append(KeyValue(key=prefix or "value", value="none"))
     else:
         value = ", ".join(_text(item) for item in data) if isinstance(data, list) else _text(data)
         rows.append(KeyValue(key=prefix or "value", value=value))
@@ -145,7 +147,9 @@ def _alternatives(values: Any) -> list[Alternative]:
     alternatives = []
     for value in values or []:
         if isinstance(value, Mapping):
-            reason = _first(value, ("why", "reason", "why_not", "rationale", "note", "score"))
+            reason = _first(
+                value, ("why_not_first", "why", "reason", "why_not", "rationale", "note")
+            )
             alternatives.append(Alternative(framework=_framework_name(value), reason=_text(reason)))
         else:
             alternatives.append(Alternative(framework=_text(value)))
@@ -162,6 +166,31 @@ def _strings(values: Any) -> list[str]:
     return [_text(value) for value in values if value not in (None, "")]
 
 
+def _confidence(value: Any) -> tuple[str | None, str | None]:
+    """(level, why) from the advisor's confidence ({level, why}, or plain text)."""
+    if isinstance(value, Mapping):
+        level = value.get("level")
+        return (_text(level) or None), (_text(value.get("why")) or None)
+    return (_text(value) or None), None
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(item for item in items if item))
+
+
+def _second_opinion(learned: Any) -> str | None:
+    if not isinstance(learned, Mapping):
+        return None
+    parts = [_text(learned.get("message"))]
+    if learned.get("prediction"):
+        parts.append(f"its pick: {learned['prediction']}")
+    if isinstance(learned.get("cv_accuracy"), int | float):
+        parts.append(f"cross-validated accuracy {learned['cv_accuracy']:.0%}")
+    if learned.get("runs"):
+        parts.append(f"{learned['runs']} runs behind it")
+    return "; ".join(part for part in parts if part) or None
+
+
 def stage_report(stage: Mapping[str, Any], index: int) -> StageReport:
     chosen = stage.get("recommendation")
     chosen = chosen if isinstance(chosen, Mapping) else stage
@@ -169,22 +198,50 @@ def stage_report(stage: Mapping[str, Any], index: int) -> StageReport:
     path = _first(stage, ("path",)) or decision.get("path") or chosen.get("path")
     candidates = _first(stage, ("candidates",)) or decision.get("candidates") or []
     configuration = chosen.get("configuration")
+    framework = _framework_name(chosen.get("framework")) or None
+    level, confidence_why = _confidence(chosen.get("confidence"))
+    alternatives = _alternatives(_first(chosen, ("alternatives", "runner_ups")))
+    follows = chosen.get("follows")
+    rationale = _strings(_first(chosen, ("rationale", "why", "reasons")))
+    if follows == "measurements":
+        rationale.append(
+            "Decided by measurements on the profile's GPU type (they win over the tree)."
+        )
+    elif follows == "tree":
+        rationale.append("Decided by the decision tree: no comparable measurement outranked it.")
+    rationale += [
+        _text(candidate.get("rationale"))
+        for candidate in candidates
+        if isinstance(candidate, Mapping) and _framework_name(candidate) == framework
+    ]
+    rationale += _strings(chosen.get("contradictions"))
+    if confidence_why:
+        rationale.append(f"Confidence {level}: {confidence_why}")
+    would_change = _strings(
+        _first(chosen, ("what_would_change", "would_change", "change_if", "flip_conditions"))
+    )
+    for alternative in chosen.get("alternatives") or []:
+        if isinstance(alternative, Mapping):
+            would_change += [
+                f"{_framework_name(alternative)}: {_text(condition)}"
+                for condition in alternative.get("what_would_change") or []
+            ]
+    caveats = _strings(chosen.get("caveats")) + _strings(decision.get("caveats"))
+    if chosen is not stage:
+        caveats += _strings(stage.get("caveats"))
     return StageReport(
         name=_text(_first(stage, ("name", "stage", "title")) or f"stage {index + 1}"),
         kind=_text(_first(stage, ("kind", "workload_kind"))) or None,
-        framework=_framework_name(chosen.get("framework")) or None,
+        framework=framework,
         configuration=configuration if isinstance(configuration, Mapping) else {},
-        confidence=_text(chosen.get("confidence")) or None,
-        rationale=_strings(_first(chosen, ("rationale", "why", "reasons", "contradiction"))),
+        confidence=level,
+        rationale=_unique(rationale),
         path=_steps(path),
         candidates=[_framework_name(candidate) for candidate in candidates],
-        alternatives=_alternatives(_first(chosen, ("alternatives", "runner_ups"))),
-        what_would_change=_strings(
-            _first(chosen, ("what_would_change", "would_change", "change_if", "flip_conditions"))
-        ),
-        caveats=_strings(chosen.get("caveats")) + _strings(stage.get("caveats"))
-        if chosen is not stage
-        else _strings(stage.get("caveats")),
+        alternatives=alternatives,
+        what_would_change=_unique(would_change),
+        caveats=_unique(caveats),
+        second_opinion=_second_opinion(stage.get("learned")),
     )
 
 
@@ -285,15 +342,33 @@ def _run_context(run: RunResult) -> str:
     return f"{run.config.model} on {device}, {run.config.precision.dtype}, {shape}"
 
 
-def run_source(run: RunResult, marks: Mapping[str, str], here: Mapping[str, Any] | None) -> str:
-    """measured-here when the advisor says so, else when the run's GPU/driver/library digest
-    (and host) match the machine the report is built on; measured-elsewhere otherwise."""
+def run_source(
+    run: RunResult,
+    marks: Mapping[str, str],
+    here: Mapping[str, Any] | None,
+    profile_gpus: Iterable[str] = (),
+) -> str:
+    """The advisor's mark when it cited the run; otherwise its rule: measured-here when the run's
+    GPU is the profile's GPU type, measured-elsewhere for another GPU or a CPU. Without a GPU type
+    in the profile, a run whose fingerprint digest and host match this machine is measured-here."""
     if run.run_id in marks and marks[run.run_id] != "published":
         return marks[run.run_id]
+    from bench.environment import fingerprint_digest, primary_gpu_name
+
+    run_gpu = primary_gpu_name(run.environment) if run.environment else None
+    wanted = [gpu for gpu in profile_gpus if gpu]
+    if wanted:
+        if run_gpu is None or run.config.device == "cpu":
+            return "measured-elsewhere"
+        try:
+            from advisor.gpus import find_gpu
+        except ImportError:
+            return "measured-elsewhere"
+        spec = find_gpu(run_gpu)
+        same = spec is not None and any(find_gpu(gpu) == spec for gpu in wanted)
+        return "measured-here" if same else "measured-elsewhere"
     if not here or not run.environment:
         return "measured-elsewhere"
-    from bench.environment import fingerprint_digest
-
     same = fingerprint_digest(run.environment) == fingerprint_digest(dict(here))
     same_host = run.environment.get("hostname") == here.get("hostname")
     return "measured-here" if same and same_host else "measured-elsewhere"
@@ -325,10 +400,10 @@ def evidence_row(run: RunResult, source: str) -> EvidenceRow:
 _PUBLISHED_KEYS = {
     "request_throughput_rps": ("request_throughput_rps", "throughput_rps", "throughput_req_s"),
     "output_throughput_tok_s": ("output_throughput_tok_s",),
-    "ttft_p50_ms": ("ttft_p50_ms", "ttft_ms"),
-    "ttft_p99_ms": ("ttft_p99_ms",),
-    "tpot_p50_ms": ("tpot_p50_ms", "tpot_ms"),
-    "e2e_p99_ms": ("e2e_p99_ms", "p99_latency_ms", "p99_ms"),
+    "ttft_p50_ms": ("ttft_p50_ms", "ttft_ms_p50", "ttft_ms"),
+    "ttft_p99_ms": ("ttft_p99_ms", "ttft_ms_p99"),
+    "tpot_p50_ms": ("tpot_p50_ms", "tpot_ms_p50", "tpot_ms"),
+    "e2e_p99_ms": ("e2e_p99_ms", "e2e_ms_p99", "p99_latency_ms", "p99_ms"),
     "error_rate": ("error_rate",),
     "peak_gpu_memory_gb": ("peak_gpu_memory_gb", "gpu_memory_gb"),
     "gb_per_billion_params": ("gb_per_billion_params", "memory_efficiency_gb_per_b_params"),
@@ -388,12 +463,14 @@ def floor_distance(
     floor_ms: float | None = None
     note = ""
     bandwidth, why = _datasheet_bandwidth_tb_s(run)
+    on_gpu = bandwidth is not None or "unknown" in why
     if bandwidth and run.model and run.model.weight_bytes:
         floor_ms = run.model.weight_bytes / (bandwidth * 1e12) * 1e3
         note = f"floor = {run.model.weight_bytes / 1e9:.3g} GB weights / {why}"
-    elif estimate.decode_floor_ms and run.config.model in profile_models:
+    elif on_gpu and estimate.decode_floor_ms and run.config.model in profile_models:
+        # Only a GPU run of the profile's model compares with the estimate's GPU floor.
         floor_ms = estimate.decode_floor_ms
-        note = "floor from the feasibility estimate (the profile's model and GPU)"
+        note = f"floor from the feasibility estimate (the profile's model and GPU); {why}"
     else:
         note = why
     if measured is None:
@@ -505,43 +582,72 @@ def _preflight(items: Iterable[Any]) -> list[PreflightWarning]:
 # --------------------------------------------------------------------------- reference
 
 
+COLUMN_LABELS = {
+    "framework": "Framework",
+    "precision": "Precision",
+    "request_throughput_rps": "Requests/s",
+    "throughput_rps": "Requests/s",
+    "output_throughput_tok_s": "Output tok/s",
+    "e2e_ms_p99": "E2E p99 (ms)",
+    "p99_latency_ms": "P99 latency (ms)",
+    "peak_gpu_memory_gb": "GPU memory (GB)",
+    "ttft_ms_statistic_not_stated": "TTFT (ms, statistic not stated)",
+    "ttft_ms": "TTFT (ms)",
+}
+
+
+def column_label(key: str) -> str:
+    return COLUMN_LABELS.get(key) or key.replace("_", " ")
+
+
 def load_reference(path: Path) -> ReferenceTable:
-    """The seed's published table from data/reference (several JSON layouts accepted)."""
+    """The seed's published table from data/reference (`kind: published` layout; a plain
+    `columns` + `rows` table works too)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read reference table {str(path)!r}: {exc}") from None
-    rows_raw = data.get("rows") or data.get("results") or data.get("frameworks") or []
-    columns: list[str] = list(data.get("columns") or [])
+    if not isinstance(data, Mapping):
+        raise UserError(f"reference table {str(path)!r} is not a JSON object")
+    rows_raw = data.get("rows") or []
+    keys: list[str] = list(data.get("columns") or [])
+    for row in rows_raw:
+        if isinstance(row, Mapping):
+            for key, value in row.items():
+                plain = isinstance(value, str | int | float) or value is None
+                if plain and key not in keys:
+                    keys.append(key)
     rows: list[list[Any]] = []
     for row in rows_raw:
         if isinstance(row, Mapping):
-            flat = {
-                key: value
-                for key, value in row.items()
-                if isinstance(value, str | int | float) or value is None
-            }
-            for key in flat:
-                if key not in columns:
-                    columns.append(key)
-            rows.append([flat.get(column) for column in columns])
+            rows.append([row.get(key) for key in keys])
         elif isinstance(row, list):
-            rows.append(list(row))
-    rows = [row + [None] * (len(columns) - len(row)) for row in rows]
+            rows.append(list(row) + [None] * (len(keys) - len(row)))
     source = data.get("source")
     source_title = _text(source.get("title")) if isinstance(source, Mapping) else _text(source)
     conditions = _first(data, ("conditions", "hardware", "environment")) or {}
     if isinstance(conditions, Mapping):
-        conditions = ", ".join(f"{key}: {_text(value)}" for key, value in conditions.items())
-    if data.get("model"):
-        conditions = f"model: {_text(data['model'])}" + (f", {conditions}" if conditions else "")
+        conditions = ", ".join(
+            f"{key.replace('_', ' ')}: {_text(value)}"
+            for key, value in conditions.items()
+            if not key.endswith("_as_published") or key == "gpu_as_published"
+        )
+    model = data.get("model_as_published") or data.get("model")
+    if model:
+        conditions = f"model: {_text(model)}" + (f"; {conditions}" if conditions else "")
+    caveats = _strings(data.get("caveats"))
+    configurations = data.get("configurations")
+    if isinstance(configurations, Mapping):
+        caveats += [f"{name} configuration: {_text(v)}" for name, v in configurations.items()]
     return ReferenceTable(
         title=_text(data.get("title")) or "Seed article: Llama2-13B on NVIDIA A100 80GB PCIe",
         source=source_title or "seed article (published)",
         conditions=_text(conditions),
-        note=_text(_first(data, ("note", "notes", "caveat", "caveats")))
-        or "Published figures, not measured by this project; workload and concurrency unstated.",
-        columns=columns,
+        note=_text(data.get("note"))
+        or "Published figures, not measured by this project, and not comparable row by row.",
+        caveats=caveats,
+        keys=keys,
+        columns=[column_label(key) for key in keys],
         rows=rows,
     )
 
@@ -567,6 +673,8 @@ def _not_measured(
         if name in measured:
             continue
         info = as_plain(availability.get(name)) if name in availability else None
+        if isinstance(info, str):  # the advisor's map: "available" or the reason it is not
+            info = {"available": info == "available", "reason": info}
         if info is None:
             why = "no backend of that name in this installation (not benchmarked here)"
         elif not info.get("available"):
@@ -622,13 +730,23 @@ def build_report(
         if isinstance(stage, Mapping) and isinstance(stage.get("model"), str)
     }
 
-    sources = {run.run_id: run_source(run, marks, environment) for run in runs}
+    profile_gpus = [
+        _text((stage.get("gpu") or {}).get("type"))
+        for stage in [profile_data, *(profile_data.get("stages") or [])]
+        if isinstance(stage, Mapping) and isinstance(stage.get("gpu"), Mapping)
+    ]
+    sources = {run.run_id: run_source(run, marks, environment, profile_gpus) for run in runs}
     evidence = [evidence_row(run, sources[run.run_id]) for run in runs]
     evidence += published_rows(rec, SEED_REFERENCE_FILE)
     order = {"measured-here": 0, "measured-elsewhere": 1, "published": 2}
     evidence.sort(key=lambda row: (order[row.source], row.framework))
 
-    caveats = _not_measured(stages, runs, availability or {})
+    advisor_availability: dict[str, Any] = {}
+    for stage in stage_dicts:
+        chosen = stage.get("recommendation")
+        if isinstance(chosen, Mapping) and isinstance(chosen.get("availability"), Mapping):
+            advisor_availability.update(chosen["availability"])
+    caveats = _not_measured(stages, runs, {**advisor_availability, **(availability or {})})
     for stage in stages:
         caveats += [
             Caveat(kind="recommendation", framework=stage.framework, text=f"{stage.name}: {text}")
@@ -644,6 +762,16 @@ def build_report(
                     framework=run.config.backend,
                     text=f"run {run.run_id} is {run.validity.status.value}: "
                     + "; ".join(run.validity.reasons),
+                )
+            )
+    for run in runs:
+        if run.config.backend == "fake":
+            caveats.append(
+                Caveat(
+                    kind="data",
+                    framework="fake",
+                    text=f"run {run.run_id} used the 'fake' backend, a test double that does no "
+                    "inference: its figures test the harness and say nothing about a framework.",
                 )
             )
     random_weight_runs = [run.run_id for run in runs if run.model and run.model.random_weights]
@@ -734,13 +862,31 @@ def relevant_run_ids(recommendation: Any) -> list[str]:
     return ids
 
 
+def _reference_runs(profile: Any, reference_dir: Path) -> dict[str, RunResult]:
+    """Measured RunResults stored as files in data/reference (cited by the advisor too)."""
+    try:
+        from advisor.evidence import reference_runs_and_rows
+    except ImportError:
+        return {}
+    found: dict[str, RunResult] = {}
+    for stage in getattr(profile, "stages", []):
+        runs_by_file, _, _ = reference_runs_and_rows(stage, reference_dir)
+        for runs in runs_by_file.values():
+            found.update({run.run_id: run for run in runs})
+    return found
+
+
 def assemble_report(
     profile_path: str | Path,
     run_ids: Sequence[str] = (),
     store_location: str | None = None,
     reference_dir: Path | None = None,
 ) -> Report:
-    """Load the profile, ask the advisor, read runs and records from the store, build a Report."""
+    """Load the profile, ask the advisor, read runs and records, and build the Report.
+
+    Runs: those named (each must exist in the store or the reference folder), else every run
+    the advisor's evidence cites for the profile.
+    """
     from advisor.profile import load_profile
     from advisor.recommend import recommend
     from bench.backends import all_availability
@@ -752,11 +898,17 @@ def assemble_report(
     store = ResultStore(store_location)
     reference_dir = reference_dir or REFERENCE_DIR
     recommendation = recommend(profile, store=store, reference_dir=reference_dir)
+    reference_runs = _reference_runs(profile, reference_dir)
     chosen = list(dict.fromkeys(run_ids)) or relevant_run_ids(recommendation)
     runs: list[RunResult] = []
+    records: dict[str, list[RequestRecord]] = {}
     for run_id in chosen:
-        runs.append(store.get_run(run_id))  # UserError names a missing run
-    records = {run.run_id: list(store.iter_records(run.run_id)) for run in runs}
+        if run_id in reference_runs:  # a file in data/reference: no per-request records
+            runs.append(reference_runs[run_id])
+            records[run_id] = []
+            continue
+        runs.append(store.get_run(run_id))  # UserError names a run that is nowhere
+        records[run_id] = list(store.iter_records(run_id))
     environment = fingerprint()
     seed_path = reference_dir / SEED_REFERENCE_FILE
     reference, absent = None, None

@@ -78,6 +78,9 @@ class StageReport(ReportPart):
     alternatives: list[Alternative] = Field(default_factory=list)
     what_would_change: list[str] = Field(default_factory=list)
     caveats: list[str] = Field(default_factory=list)
+    second_opinion: str | None = Field(
+        None, description="The learned tree's view (never overrides measurements)."
+    )
 
 
 class EvidenceRow(ReportPart):
@@ -110,7 +113,9 @@ class ReferenceTable(ReportPart):
     source: str
     conditions: str = ""
     note: str = ""
-    columns: list[str]
+    caveats: list[str] = Field(default_factory=list)
+    keys: list[str] = Field(default_factory=list, description="Field names behind `columns`.")
+    columns: list[str] = Field(description="Column headings as shown.")
     rows: list[list[str | float | int | None]]
 
 

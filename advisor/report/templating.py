@@ -80,6 +80,13 @@ def css_string(value: Any) -> Any:
     return Markup(f'"{escaped}"')
 
 
+def _flat_items(data: Any) -> list[tuple[str, str]]:
+    """Nested configuration as (dotted key, value) rows for a two-column table."""
+    from advisor.report.build import flatten
+
+    return [(item.key, item.value) for item in flatten(data)]
+
+
 @cache
 def environment(kind: str):  # -> jinja2.Environment (imported lazily: keeps CLI start fast)
     """A jinja2 environment; kind = "html" (autoescape on) or "markdown" (autoescape off)."""
@@ -98,5 +105,6 @@ def environment(kind: str):  # -> jinja2.Environment (imported lazily: keeps CLI
     env.filters["md"] = markdown_escape
     env.filters["mdcode"] = markdown_code
     env.filters["css_string"] = css_string
+    env.filters["flat"] = _flat_items
     env.globals["SECTIONS"] = dict(SECTIONS)
     return env

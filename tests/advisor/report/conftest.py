@@ -295,45 +295,64 @@ def make_synthetic_report(title: str = XSS_TITLE):
     )
 
 
-def launched_store(tmp_root: Path) -> tuple[Any, list[RunResult]]:
-    """Real stored runs made by `bench.api.launch` (the worker process, store and records).
+@pytest.fixture(scope="session")
+def real_report_dir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """All four formats written by the `report` command from REAL stored runs.
 
-    Uses the CPU `pytorch` engine on tiny-llama when that backend exists, else the `fake`
-    backend, which is a TEST DOUBLE engine (timed fake tokens) behind the real harness.
+    The run is made by `bench.api.launch` (worker process, store, records, telemetry) with the
+    CPU `pytorch` engine on tiny-llama when that backend is available here; otherwise with the
+    `fake` backend, a TEST DOUBLE engine (timed fake tokens) behind the same real harness.
     """
+    import typer
+    from typer.testing import CliRunner
+
+    from advisor.report.cli import register
     from bench.api import launch
     from bench.backends import backend_names, get_backend
     from bench.store import ResultStore
 
-    store = ResultStore(tmp_root / "results.sqlite")
+    root = tmp_path_factory.mktemp("real-report")
+    store = ResultStore(root / "results.sqlite")
     real = "pytorch" in backend_names() and get_backend("pytorch").availability().available
-    workload = GenerateWorkload(
-        prompt_tokens=LengthDistribution(mean=16), output_tokens=LengthDistribution(mean=16)
+    config = RunConfig(
+        backend="pytorch" if real else "fake",
+        model="tiny-llama",
+        device="cpu",
+        engine_args={} if real else {"ttft_s": 0.01, "itl_s": 0.002},
+        workload=GenerateWorkload(
+            prompt_tokens=LengthDistribution(mean=16), output_tokens=LengthDistribution(mean=8)
+        ),
+        validity=ValidityRules(min_duration_s=1.0, min_requests=3),
+        load=StepLoad(
+            start=1, step=1, max=2, stage_duration_s=2.5, warmup_requests=1, stop_at_knee=False
+        ),
     )
-    rules = ValidityRules(min_duration_s=1.0, min_requests=5)
-    if real:
-        configs = [
-            RunConfig(
-                backend="pytorch",
-                model="tiny-llama",
-                device="cpu",
-                workload=workload,
-                validity=rules,
-                load=StepLoad(start=1, step=1, max=2, stage_duration_s=3, stop_at_knee=False),
-            ),
-        ]
-    else:
-        fake = {"ttft_s": 0.01, "itl_s": 0.002}
-        configs = [
-            RunConfig(
-                backend="fake",
-                model="tiny-llama",
-                device="cpu",
-                workload=workload,
-                engine_args=fake,
-                validity=rules,
-                load=StepLoad(start=1, step=1, max=2, stage_duration_s=1.5, stop_at_knee=False),
-            ),
-        ]
-    runs = [launch(config, store=store) for config in configs]
-    return store, runs
+    run = launch(config, store=store)
+    store.close()
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)
+    out = root / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "report",
+            "--profile",
+            str(PROFILE),
+            "--run",
+            run.run_id,
+            "--store",
+            str(root / "results.sqlite"),
+            "--format",
+            "all",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    return {"run": run, "out": out, "stem": PROFILE.stem, "real_engine": real}
+
+
+PROFILE = (
+    Path(__file__).resolve().parents[3] / "examples" / "profiles" / "chatbot_long_generation.yaml"
+)
