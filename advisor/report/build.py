@@ -181,7 +181,7 @@ def _unique(items: Iterable[str]) -> list[str]:
 def _second_opinion(learned: Any) -> str | None:
     if not isinstance(learned, Mapping):
         return None
-    parts = [_text(learned.get("message"))]
+    parts = [_text(learned.get("message")).rstrip(". ")]
     if learned.get("prediction"):
         parts.append(f"its pick: {learned['prediction']}")
     if isinstance(learned.get("cv_accuracy"), int | float):
