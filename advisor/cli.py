@@ -317,6 +317,20 @@ def format_text(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _register_optional_commands() -> None:
+    """Commands owned by other modules add themselves here (`report`: advisor/report/cli.py)."""
+    try:
+        from advisor.report.cli import register
+    except ModuleNotFoundError as exc:  # only a missing report module, never a broken import
+        if exc.name not in ("advisor.report", "advisor.report.cli"):
+            raise
+        return
+    register(app)
+
+
+_register_optional_commands()
+
+
 def main() -> None:
     app()
 

@@ -155,6 +155,23 @@ def high_tokens(distribution: LengthDistribution) -> int:
     return max(distribution.min, math.ceil(value))
 
 
+def upper_tokens(distribution: LengthDistribution) -> int:
+    """The longest length the workload generator can produce (engine limits such as
+    max_model_len must cover it): the `max` clip when set; else fixed = mean, uniform =
+    mean + spread, normal = mean + 5 std, lognormal = its 1-in-3.5-million quantile (5 sigma)."""
+    if distribution.max is not None:
+        return distribution.max
+    if distribution.kind == "fixed" or distribution.spread == 0:
+        return distribution.mean
+    if distribution.kind == "uniform":
+        return math.ceil(distribution.mean + distribution.spread)
+    if distribution.kind == "normal":
+        return math.ceil(distribution.mean + 5 * distribution.spread)
+    sigma = math.sqrt(math.log1p((distribution.spread / distribution.mean) ** 2))
+    mu = math.log(distribution.mean) - sigma**2 / 2
+    return math.ceil(math.exp(mu + 5 * sigma))
+
+
 def bytes_per_parameter(dtype: str, quantization: str | None) -> tuple[float, str | None]:
     """Weight bytes per parameter and a note when the quantisation name is not known."""
     if quantization:
@@ -257,6 +274,7 @@ def estimate_stage(stage: StageProfile) -> Estimate:
         memory_per_gpu_gb=memory_per_gpu,
         notes=notes,
     )
+    notes = estimate.notes  # pydantic copied the list: keep appending to the model's own
     weight_bytes = parameters * per_param if parameters else None
     if weight_bytes is not None:
         estimate.weights_gb = weight_bytes / GB
@@ -436,4 +454,5 @@ __all__ = [
     "bytes_per_parameter",
     "estimate_stage",
     "high_tokens",
+    "upper_tokens",
 ]

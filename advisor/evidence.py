@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, computed_field
 
-from advisor.estimate import high_tokens
+from advisor.estimate import upper_tokens
 from advisor.gpus import find_gpu
 from advisor.profile import Objective, StageProfile
 from advisor.tree import BENCHMARKABLE_FRAMEWORKS, Decision
@@ -49,7 +49,8 @@ FULL_DURATION_S = 120.0
 
 def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
     """Each framework at its own experts' usual serving settings for this stage's shape."""
-    context = high_tokens(stage.prompt_tokens) + high_tokens(stage.output_tokens)
+    # Engine limits cover the longest sequence the generator can send, rounded up to 256.
+    context = upper_tokens(stage.prompt_tokens) + upper_tokens(stage.output_tokens)
     max_model_len = int(math.ceil(context / 256) * 256)
     concurrency = stage.concurrency or QUICK_CONCURRENCY_DEFAULT
     tensor_parallel = stage.gpu.count if stage.gpu.count > 1 else None
@@ -68,14 +69,21 @@ def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
             args["quantization"] = stage.precision.quantization
     elif framework == "tensorrt_llm":
         args = {"max_batch_size": max(concurrency, 1), "max_seq_len": max_model_len}
+        if stage.fixed_input_shapes and stage.build_time_tolerance in (None, "hours"):
+            args["backend"] = "tensorrt"  # a built engine: the fixed-shape case the tree means
         if tensor_parallel:
             args["tensor_parallel_size"] = tensor_parallel
     elif framework == "torch_compile":
         # reduce-overhead = CUDA graphs (decode is launch-bound); max-autotune for fixed shapes.
         fixed_forward = stage.kind == "forward" and stage.fixed_input_shapes
         args = {"mode": "max-autotune" if fixed_forward else "reduce-overhead"}
+        if stage.kind == "generate":
+            args["max_batch_size"] = max(concurrency, 1)
+            args["max_cache_len"] = max_model_len  # static KV cache for the longest sequence
     elif framework == "pytorch":
         args = {"attn_implementation": "sdpa"}
+        if stage.kind == "generate":
+            args["max_batch_size"] = max(concurrency, 1)
     elif framework == "onnxruntime":
         args = {"enable_io_binding": True, "graph_optimization_level": "all"}
         if stage.kind == "generate":

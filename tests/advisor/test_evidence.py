@@ -298,3 +298,30 @@ def test_evidence_from_a_real_result_store(tmp_path: Path) -> None:
         ("pytorch", "measured-elsewhere"),
     ]
     store.close()
+
+
+def test_plan_engine_limits_cover_the_longest_request() -> None:
+    s = stage(
+        model="llama-2-7b",
+        concurrency=4,
+        prompt_tokens={"kind": "normal", "mean": 256, "spread": 64, "max": 1024},
+        output_tokens={"kind": "fixed", "mean": 128},
+    )
+    configs = {c.backend: c for c in bench_plan(s, decision_for(s))}
+    assert configs["vllm"].engine_args["max_model_len"] >= 1024 + 128
+    assert configs["tensorrt_llm"].engine_args["max_seq_len"] >= 1024 + 128
+    assert configs["tensorrt_llm"].engine_args["max_batch_size"] == 4
+
+
+def test_plan_engine_args_are_accepted_by_the_adapters() -> None:
+    """Every planned option is one the registered adapter declares (names and types)."""
+    from bench.backends import get_backend
+
+    for data in (
+        CHAT,
+        {**CHAT, "dynamic_control_flow": True},
+        {"kind": "forward", "fixed_input_shapes": True, "model": "resnet-50", "image_size": 224},
+    ):
+        s = stage(**data)
+        for config in bench_plan(s, decision_for(s)):
+            get_backend(config.backend).validate_engine_args(config.engine_args)
