@@ -197,8 +197,8 @@ def _engine_facts(engine: Any, engine_args: dict[str, Any]) -> dict[str, Any]:
         enforce_eager=bool(model_config.enforce_eager),
         # CUDA graphs exist only on CUDA devices; vLLM turns them off for enforce_eager.
         cuda_graphs=device_type == "cuda" and not model_config.enforce_eager and cudagraph_on,
-        cudagraph_mode=getattr(cudagraph_mode, "name", None),
-        compilation_mode=str(getattr(compilation, "mode", getattr(compilation, "level", None))),
+        cudagraph_mode=_enum_name(cudagraph_mode),
+        compilation_mode=_enum_name(getattr(compilation, "mode", None)),
         dtype=str(model_config.dtype).removeprefix("torch."),
         max_model_len=model_config.max_model_len,
         block_size=config.cache_config.block_size,
@@ -214,6 +214,10 @@ def _engine_facts(engine: Any, engine_args: dict[str, Any]) -> dict[str, Any]:
         engine_args=dict(engine_args),
     )
     return facts
+
+
+def _enum_name(value: Any) -> str | None:
+    return None if value is None else str(getattr(value, "name", value))
 
 
 def _attention_backend(config: Any) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
+from pathlib import Path
 
 import psutil
 import pytest
@@ -25,6 +25,7 @@ from bench.backends.openai import (
 from bench.config import GenerateWorkload, Precision
 from bench.errors import UserError
 from bench.schema import ModelInfo
+from tests.bench.backends.test_vllm import cpu_attention_compatible
 
 # --------------------------------------------------------------------------- pure parsing
 
@@ -291,76 +292,68 @@ def _vllm_installed() -> bool:
     return vllm_version() is not None
 
 
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_llama: ModelInfo):
-    """A REAL vLLM OpenAI server of the installed (CPU) build on 127.0.0.1, started by the
-    launcher; yields (launcher, descendant pids seen while it ran)."""
-    if not _vllm_installed():
-        pytest.skip("vLLM is not installed")
-    from bench.launchers import ServerLauncher, free_port, vllm_serve_command
-
-    port = free_port()
-    command = vllm_serve_command(
-        tiny_llama.path,
-        port,
-        {"max_model_len": 512, "max_num_seqs": 8, "enforce_eager": True},
-        dtype="float32",
-    )
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    launcher = ServerLauncher(
-        command, f"http://127.0.0.1:{port}", log_path, env=env, startup_timeout_s=300
-    )
-    launcher.start()
-    try:
-        yield launcher
-    finally:
-        launcher.stop()
+async def _check_real_requests(backend: OpenAIBackend, prompt_format: str) -> None:
+    lengths = [3, 9, 17, 5]
+    requests = [
+        GenerateRequest(f"{prompt_format}-{i}", list(range(100, 100 + 8 + i)), n)
+        for i, n in enumerate(lengths)
+    ]
+    results = await asyncio.gather(*(_collect(backend, r) for r in requests))
+    for request, chunks in zip(requests, results, strict=True):
+        assert chunks[-1].usage_output_tokens == request.output_tokens
+        assert sum(c.tokens for c in chunks) == request.output_tokens
+        assert all(a.t_ns <= b.t_ns for a, b in itertools.pairwise(chunks))
+        if prompt_format == "tokens":
+            assert chunks[-1].usage_input_tokens == len(request.prompt_token_ids)
+        else:  # decoded text re-tokenizes to some other length
+            assert chunks[-1].usage_input_tokens > 0
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prompt_format", ["tokens", "text"])
-async def test_real_vllm_server(vllm_server, tiny_llama: ModelInfo, prompt_format: str) -> None:
-    backend = OpenAIBackend(
+@pytest.mark.skipif(not _vllm_installed(), reason="vLLM is not installed")
+async def test_real_vllm_server_launched_measured_and_stopped(
+    tiny_llama: ModelInfo, tmp_path: Path
+) -> None:
+    """A REAL vLLM OpenAI server of the installed (CPU) build, launched by the backend on
+    127.0.0.1: token-ID and text prompts, usage counts, /metrics scraped, and after close()
+    no process of the server's tree is left."""
+    model = cpu_attention_compatible(tiny_llama, tmp_path / "tiny-llama-hd32")
+    precision = Precision(dtype="float32")
+    launched = OpenAIBackend(
         {
-            "base_url": vllm_server.base_url,
-            "prompt_format": prompt_format,
+            "launch": "vllm",
+            "server_args": {"max_model_len": 512, "max_num_seqs": 8, "enforce_eager": True},
+            "server_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+            "server_log_path": str(tmp_path / "server.log"),
+            "startup_timeout_s": 300,
             "metrics_interval_s": 0.2,
             "max_connections": 8,
         }
     )
-    await backend.load(tiny_llama, GenerateWorkload(), Precision(dtype="float32"), "auto")
+    info = await launched.load(model, GenerateWorkload(), precision, "auto")
     try:
-        lengths = [3, 9, 17, 5]
-        requests = [
-            GenerateRequest(f"{prompt_format}-{i}", list(range(100, 100 + 8 + i)), n)
-            for i, n in enumerate(lengths)
-        ]
-        results = await asyncio.gather(*(_collect(backend, r) for r in requests))
+        assert info.engine["server"] == "vllm" and info.engine["server_startup_s"] > 0
+        assert "--enforce-eager" in info.engine["server_command"]
+        await _check_real_requests(launched, "tokens")
+        text_client = OpenAIBackend(
+            {"base_url": launched.base_url, "prompt_format": "text", "scrape_metrics": False}
+        )
+        await text_client.load(model, GenerateWorkload(), precision, "auto")
+        try:
+            await _check_real_requests(text_client, "text")
+        finally:
+            await text_client.close()
         await asyncio.sleep(0.5)  # at least one scrape after the requests
-        for request, chunks in zip(requests, results, strict=True):
-            assert chunks[-1].usage_output_tokens == request.output_tokens
-            assert sum(c.tokens for c in chunks) == request.output_tokens
-            assert all(a.t_ns <= b.t_ns for a, b in itertools.pairwise(chunks))
-            if prompt_format == "tokens":
-                assert chunks[-1].usage_input_tokens == len(request.prompt_token_ids)
-            else:
-                assert chunks[-1].usage_input_tokens > 0
-        samples = backend.server_metrics()
-        assert any(any(key.startswith("vllm:") for key in sample) for sample in samples)
-        finished = [s.get("vllm:request_success_total") for s in samples]
-        assert max(v for v in finished if v is not None) >= len(lengths)
+        samples = launched.server_metrics()
+        assert any(key.startswith("vllm:") for sample in samples for key in sample)
+        finished = [
+            s["vllm:request_success_total"] for s in samples if "vllm:request_success_total" in s
+        ]
+        assert max(finished) >= 8
+        leader = psutil.Process(launched._launcher.pid)
+        family = [leader, *leader.children(recursive=True)]
+        assert len(family) >= 2  # API server + engine core (vLLM V1 runs the engine apart)
     finally:
-        await backend.close()
-
-
-@pytest.mark.slow
-def test_real_vllm_server_stop_leaves_no_process(vllm_server) -> None:
-    """Runs after the request tests (same module fixture): stop kills the whole group."""
-    leader = psutil.Process(vllm_server.pid)
-    family = [leader, *leader.children(recursive=True)]
-    assert len(family) >= 2  # API server + engine core (vLLM V1 runs the engine apart)
-    vllm_server.stop()
+        await launched.close()
     _gone, alive = psutil.wait_procs(family, timeout=5)
     assert not alive, f"still running: {[p.pid for p in alive]}"
-    assert vllm_server.pid is None

@@ -1,0 +1,146 @@
+"""Tests of the `vllm` backend: option checks (fast) and the real vLLM engine of the installed build
+(the CPU build here) on tiny-llama (slow)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bench.backends import get_backend
+from bench.backends.base import GenerateRequest
+from bench.backends.vllm import VllmBackend, check_arg_names, engine_arg_fields, vllm_version
+from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.errors import UserError
+from bench.schema import ModelInfo
+
+needs_vllm = pytest.mark.skipif(vllm_version() is None, reason="vLLM is not installed")
+
+
+def test_registered_and_cheap_type_checks() -> None:
+    assert get_backend("vllm") is VllmBackend
+    VllmBackend({"block_size": 16, "gpu_memory_utilization": 0.5, "enforce_eager": True})
+    with pytest.raises(UserError, match="max_num_seqs must be int"):
+        VllmBackend({"max_num_seqs": "many"})
+    with pytest.raises(UserError, match="enforce_eager must be bool"):
+        VllmBackend({"enforce_eager": 1})
+    with pytest.raises(UserError, match="gpu_memory_utilization must be in"):
+        VllmBackend({"gpu_memory_utilization": 1.5})
+    with pytest.raises(UserError, match=r"dtype.*precision"):
+        VllmBackend({"dtype": "float16"})
+
+
+@needs_vllm
+def test_engine_arg_names_from_source_match_the_dataclass_list() -> None:
+    names = engine_arg_fields(import_vllm=False)
+    assert {"tensor_parallel_size", "block_size", "max_num_seqs", "load_format"} <= names
+    with pytest.raises(UserError, match=r"'tensor_paralel_size'.*tensor_parallel_size"):
+        check_arg_names({"tensor_paralel_size": 2}, names, "vLLM engine")
+
+
+@needs_vllm
+def test_availability_names_the_version() -> None:
+    availability = VllmBackend.availability()
+    assert availability.available and availability.version == vllm_version()
+
+
+# vLLM's CPU attention kernels support head sizes 32, 64, 80, ... (CPUAttentionBackend.
+# get_supported_head_sizes); a preset with head_dim 16 fails in the engine core with
+# "Unsupported CPU attention configuration: head_dim=16".
+CPU_ATTENTION_MIN_HEAD_DIM = 32
+
+
+def cpu_attention_compatible(model: ModelInfo, out_dir: Path) -> ModelInfo:
+    """The same checkpoint seen with fewer, wider heads when its head_dim is under 32.
+
+    Halving the query and KV head counts while doubling head_dim leaves every weight shape
+    unchanged (q/k/v/o projections are heads x head_dim wide), so the weights and tokenizer are
+    linked, not copied; only config.json differs.
+    """
+    config = json.loads((Path(model.path) / "config.json").read_text())
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    if head_dim >= CPU_ATTENTION_MIN_HEAD_DIM:
+        return model
+    factor = CPU_ATTENTION_MIN_HEAD_DIM // head_dim
+    assert heads % factor == 0 and kv_heads % factor == 0, "cannot widen heads evenly"
+    config.update(
+        num_attention_heads=heads // factor,
+        num_key_value_heads=kv_heads // factor,
+        head_dim=head_dim * factor,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for item in Path(model.path).iterdir():
+        if item.name != "config.json" and not (out_dir / item.name).exists():
+            (out_dir / item.name).symlink_to(item)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return model.model_copy(update={"path": str(out_dir)})
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny_llama(tiny_llama: ModelInfo, tmp_path_factory: pytest.TempPathFactory) -> ModelInfo:
+    return cpu_attention_compatible(tiny_llama, tmp_path_factory.mktemp("tiny-llama-hd32"))
+
+
+def _engine_processes() -> list[psutil.Process]:
+    """Child processes, less multiprocessing's resource tracker (one per Python process,
+    started by vLLM's first spawn and kept until this process exits by design)."""
+    children = psutil.Process(os.getpid()).children(recursive=True)
+    return [p for p in children if "resource_tracker" not in " ".join(p.cmdline())]
+
+
+@pytest.mark.slow
+@needs_vllm
+async def test_unknown_engine_arg_is_named_at_load(vllm_tiny_llama: ModelInfo) -> None:
+    tiny_llama = vllm_tiny_llama
+    backend = VllmBackend({"max_num_seq": 8})
+    with pytest.raises(UserError, match=r"max_num_seq'.*max_num_seqs"):
+        await backend.load(tiny_llama, GenerateWorkload(), Precision(dtype="float32"), "auto")
+    with pytest.raises(UserError, match="generate"):
+        await VllmBackend().load(tiny_llama, ForwardWorkload(), Precision(), "auto")
+
+
+@pytest.mark.slow
+@needs_vllm
+async def test_real_engine_exact_lengths_ordered_times_clean_close(
+    vllm_tiny_llama: ModelInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiny_llama = vllm_tiny_llama
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    before = {p.pid for p in _engine_processes()}
+    backend = VllmBackend({"max_model_len": 512, "max_num_seqs": 8, "enforce_eager": True})
+    info = await backend.load(tiny_llama, GenerateWorkload(), Precision(dtype="float32"), "auto")
+    engine_children = [p for p in _engine_processes() if p.pid not in before]
+    try:
+        assert info.load_s > 0
+        assert info.engine["version"] == vllm_version()
+        assert info.engine["max_num_seqs"] == 8 and info.engine["enforce_eager"] is True
+        assert info.engine["cuda_graphs"] is False  # eager, and no CUDA on this machine
+        assert info.engine["dtype"] == "float32"
+        assert engine_children, "vLLM V1 runs its engine core in a child process"
+
+        lengths = [1, 7, 16, 33, 5, 12]
+        # Same id twice on purpose: the backend must make vLLM request ids unique.
+        requests = [
+            GenerateRequest("same-id", [100 + i] * (4 + 3 * i), n) for i, n in enumerate(lengths)
+        ]
+
+        async def run(request: GenerateRequest) -> list:
+            return [chunk async for chunk in backend.stream(request)]
+
+        results = await asyncio.gather(*(run(r) for r in requests))
+        for request, chunks in zip(requests, results, strict=True):
+            assert sum(c.tokens for c in chunks) == request.output_tokens
+            assert all(c.tokens > 0 for c in chunks)
+            assert all(a.t_ns <= b.t_ns for a, b in itertools.pairwise(chunks))
+        # Continuous batching: the longest request streams while others finish.
+        assert len(results[3]) > 1
+    finally:
+        await backend.close()
+    _gone, alive = psutil.wait_procs(engine_children, timeout=30)
+    assert not alive, f"engine processes still running: {[p.pid for p in alive]}"
