@@ -266,10 +266,15 @@ def format_text(report: Report) -> str:
             "Candidates: "
             + ", ".join(f"{c.rank}. {c.framework}" for c in stage.decision.candidates)
         )
+        kv_text = (
+            f"KV cache {_number(est.kv_cache_gb, ' GB')} ({est.context_tokens} tok x "
+            f"{est.concurrency})"
+            if stage.kind == "generate"
+            else "no KV cache (forward kind)"
+        )
         lines.append(
             f"Estimate: {est.model or 'model ?'} {_number(est.parameters_b)}B params, "
-            f"{est.precision}: weights {_number(est.weights_gb, ' GB')}, KV cache "
-            f"{_number(est.kv_cache_gb, ' GB')} ({est.context_tokens} tok x {est.concurrency}), "
+            f"{est.precision}: weights {_number(est.weights_gb, ' GB')}, {kv_text}, "
             f"needs {_number(est.required_gb, ' GB')} of {_number(est.available_gb, ' GB')} -> "
             f"{ {True: 'fits', False: 'does NOT fit', None: 'fit unknown'}[est.fits] }"
         )
@@ -279,6 +284,8 @@ def format_text(report: Report) -> str:
                 f"({est.memory_bandwidth_tb_s} TB/s, {est.bandwidth_source}); prefill "
                 f"{_number(est.prefill_floor_ms, ' ms')}"
             )
+        if est.forward_floor_ms is not None:
+            lines.append(f"Physical floor: {est.forward_floor_ms:.3f} ms per batch")
         for item in est.suggestions:
             lines.append(f"  suggestion: {item}")
         if stage.evidence:
