@@ -205,3 +205,29 @@ def test_read_records_unreadable_file(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(UserError, match=r"b\.jsonl:1: not UTF-8"):
         read_records_jsonl(binary)
+
+
+def test_itl_percentiles_match_numpy_across_blocks(monkeypatch):
+    # Small blocks force many of them; the radix selection must equal np.percentile exactly
+    # (up to float32 storage), ties and a negative gap (an out-of-order input) included.
+    monkeypatch.setattr("bench.metrics.ITL_BLOCK_VALUES", 1000)
+    rng = np.random.default_rng(0)
+    accumulator = MetricsAccumulator()
+    gaps_ms = []
+    for index in range(300):
+        gaps = rng.lognormal(2, 1, size=rng.integers(1, 60)).round(3)
+        if index == 7:
+            gaps[0] = -0.5
+        chunk_ms = np.concatenate([[5.0], 5.0 + np.cumsum(gaps)])
+        chunk_ns = np.round(chunk_ms * 1_000_000).astype(np.int64)
+        record = make_record(f"r{index}", 0, [0.0] * len(chunk_ns))
+        record = record.model_copy(
+            update={"chunk_ns": chunk_ns.tolist(), "end_ns": int(chunk_ns[-1])}
+        )
+        accumulator.add(record)
+        gaps_ms.extend((np.diff(chunk_ns) / 1_000_000).astype(np.float32).tolist())
+    assert len(accumulator._itl_blocks) > 5
+    expected = np.percentile(np.asarray(gaps_ms, dtype=np.float64), [50, 90, 99])
+    itl = accumulator.summary().itl_ms
+    assert [itl.p50, itl.p90, itl.p99] == pytest.approx(expected.tolist(), rel=1e-6)
+    assert itl.mean == pytest.approx(np.mean(gaps_ms), rel=1e-9)
