@@ -334,14 +334,18 @@ class _PhaseRun:
             if request is None:
                 return
             delay_ns = planned_ns - now_ns()
+            yielded = False
             if delay_ns > slack_ns:
                 await asyncio.sleep((delay_ns - slack_ns) / 1e9)
-            # Always yield at least once per send: when behind schedule, tasks already created
-            # must start now, not after a backlog of further sends.
-            await asyncio.sleep(0)
+                yielded = True
             if slack_ns:
                 while now_ns() < planned_ns:
                     await asyncio.sleep(0)
+                    yielded = True
+            if not yielded:
+                # Behind schedule: yield once anyway, so tasks already created start now rather
+                # than after a backlog of further sends.
+                await asyncio.sleep(0)
             self.outcome.sent += 1
             task = create_task(self._open_request(request, planned_ns))
             pending.add(task)
