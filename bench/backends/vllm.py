@@ -413,6 +413,12 @@ def llm_generate_throughput(
     outputs = llm.generate(prompts, params, use_tqdm=False)
     elapsed_s = time.perf_counter() - start
     output_tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    # LLM has no public shutdown in 0.25/0.32; its engine-core client does.
+    engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if engine_core is not None:
+        engine_core.shutdown()
+    del llm
+    gc.collect()
     return {
         "method": "vllm.LLM.generate",
         "vllm_version": vllm_version(),
@@ -450,6 +456,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", help="also write the JSON result to this file")
     args = parser.parse_args(argv)
     if args.prompts_file:
         with open(args.prompts_file) as handle:
@@ -467,7 +474,11 @@ def main(argv: list[str] | None = None) -> None:
     result = llm_generate_throughput(
         args.model, prompts, args.output_len, engine_args, dtype=args.dtype
     )
-    print(json.dumps(result, indent=2))
+    text = json.dumps(result, indent=2)
+    if args.out:
+        with open(args.out, "w") as handle:
+            handle.write(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
