@@ -1,0 +1,766 @@
+"""Advisor page: the workload questionnaire, the decision path, candidates and the recommendation.
+
+The form builds an `advisor.profile.WorkloadProfile`; `advisor.recommend.recommend` does all the
+thinking. Help texts are the profile's Field descriptions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+import yaml
+from pydantic import ValidationError
+
+from advisor.gpus import GPUS
+from advisor.profile import (
+    Constraint,
+    GpuProfile,
+    Objective,
+    ProfileSLO,
+    StageProfile,
+    WorkloadProfile,
+    describe_validation_error,
+    profile_from_dict,
+)
+from bench.config import LengthDistribution, Precision
+from bench.errors import UserError
+from ui import state
+from ui.components import empty_state, field_help, format_number, yes_no
+
+MAX_PROFILE_BYTES = 256 * 1024
+"""Profiles are a few KB; anything larger is refused before YAML parses it."""
+CUSTOM_MODEL = "Local checkpoint path…"
+NO_GPU = "Not decided"
+OBJECTIVE_LABELS = {
+    Objective.MAXIMIZE_THROUGHPUT.value: "Maximise throughput",
+    Objective.MAXIMIZE_GOODPUT.value: "Maximise goodput (requests meeting every SLO)",
+    Objective.MINIMIZE_LATENCY.value: "Minimise latency",
+    Objective.MINIMIZE_COST_PER_TOKEN.value: "Minimise cost per token",
+}
+BUILD_TIME_LABELS = {
+    None: "Not stated",
+    "none": "None — serve seconds after load",
+    "minutes": "Minutes — JIT compile is fine",
+    "hours": "Hours — long engine builds are fine",
+}
+QUANTIZATIONS = [None, "awq", "gptq", "int8", "int4", "fp8"]
+
+
+@st.cache_data(ttl=3600, show_spinner=False)
+def model_presets() -> dict[str, tuple[str, str]]:
+    """Preset name -> (kind, description), from bench.models (imports nothing heavy)."""
+    from bench.models import PRESETS
+
+    return {name: (preset.kind, preset.description) for name, preset in PRESETS.items()}
+
+
+def _key(stage_index: int, name: str) -> str:
+    return f"v{st.session_state[state.FORM_VERSION_KEY]}_s{stage_index}_{name}"
+
+
+# --------------------------------------------------------------------------- the form
+
+
+def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
+    """Widgets for one stage; returns the stage as a dict for StageProfile to validate."""
+    presets = model_presets()
+    out: dict[str, Any] = {"name": stage.get("name") or f"stage {index + 1}"}
+
+    st.markdown("##### 1 · The four questions of the seed's decision tree")
+    traits = st.columns(2)
+    for position, trait, label in (
+        (0, "dynamic_control_flow", "Does the model need dynamic control flow?"),
+        (1, "fixed_input_shapes", "Are all input shapes fixed?"),
+        (0, "long_sequence_generation", "Does it generate long sequences?"),
+        (1, "multi_backend", "Must it run on several backends / vendors?"),
+    ):
+        with traits[position]:
+            out[trait] = yes_no(
+                label,
+                bool(stage.get(trait)),
+                key=_key(index, trait),
+                help=field_help(StageProfile, trait),
+            )
+
+    st.markdown("##### 2 · Model and workload shape")
+    left, right = st.columns(2)
+    with left:
+        kinds = ["generate", "forward"]
+        out["kind"] = st.radio(
+            "Kind of inference",
+            kinds,
+            index=kinds.index(stage.get("kind") or "generate"),
+            format_func={
+                "generate": "generate (LLM decoding)",
+                "forward": "forward (encoder / CV batches)",
+            }.get,
+            horizontal=True,
+            key=_key(index, "kind"),
+            help=field_help(StageProfile, "kind"),
+        )
+        names = [name for name, (kind, _) in presets.items() if kind == out["kind"]]
+        options = [*names, CUSTOM_MODEL]
+        current = stage.get("model")
+        choice = st.selectbox(
+            "Model",
+            options,
+            index=options.index(current) if current in names else len(options) - 1,
+            format_func=lambda n: n if n == CUSTOM_MODEL else f"{n} — {presets[n][1]}",
+            key=_key(index, "model_choice"),
+            help=field_help(StageProfile, "model"),
+        )
+        if choice == CUSTOM_MODEL:
+            out["model"] = (
+                st.text_input(
+                    "Checkpoint folder",
+                    value=current if current and current not in presets else "",
+                    placeholder="/models/my-llama (a local Hugging Face checkpoint)",
+                    key=_key(index, "model_path"),
+                ).strip()
+                or None
+            )
+            out["parameters_b"] = st.number_input(
+                "Parameters (billions)",
+                min_value=0.001,
+                value=stage.get("parameters_b"),
+                step=1.0,
+                key=_key(index, "parameters_b"),
+                help=field_help(StageProfile, "parameters_b"),
+            )
+        else:
+            out["model"] = choice
+    with right:
+        if out["kind"] == "generate":
+            prompt = LengthDistribution.model_validate(stage.get("prompt_tokens") or {"mean": 512})
+            output = LengthDistribution.model_validate(stage.get("output_tokens") or {"mean": 256})
+            lengths = st.columns(2)
+            prompt_mean = lengths[0].number_input(
+                "Prompt length (tokens)",
+                min_value=1,
+                max_value=1_000_000,
+                value=prompt.mean,
+                step=64,
+                key=_key(index, "prompt_mean"),
+                help=field_help(StageProfile, "prompt_tokens"),
+            )
+            output_mean = lengths[1].number_input(
+                "Output length (tokens)",
+                min_value=1,
+                max_value=1_000_000,
+                value=output.mean,
+                step=64,
+                key=_key(index, "output_mean"),
+                help=field_help(StageProfile, "output_tokens"),
+            )
+            out["prompt_tokens"] = {**prompt.model_dump(), "mean": int(prompt_mean)}
+            out["output_tokens"] = {**output.model_dump(), "mean": int(output_mean)}
+        else:
+            shape = st.columns(2)
+            out["batch_size"] = int(
+                shape[0].number_input(
+                    "Batch size",
+                    min_value=1,
+                    value=int(stage.get("batch_size") or 1),
+                    key=_key(index, "batch_size"),
+                    help=field_help(StageProfile, "batch_size"),
+                )
+            )
+            out["image_size"] = shape[1].number_input(
+                "Image side (px, CV models)",
+                min_value=1,
+                value=stage.get("image_size"),
+                placeholder="text model: leave empty",
+                key=_key(index, "image_size"),
+                help=field_help(StageProfile, "image_size"),
+            )
+            sequence = stage.get("sequence_length") or {}
+            seq_mean = st.number_input(
+                "Sequence length (tokens, text encoders)",
+                min_value=1,
+                value=sequence.get("mean"),
+                placeholder="CV model: leave empty",
+                key=_key(index, "sequence_mean"),
+                help=field_help(StageProfile, "sequence_length"),
+            )
+            out["sequence_length"] = {"mean": int(seq_mean)} if seq_mean else None
+        load_kinds = ["concurrency", "rate"]
+        load_kind = st.radio(
+            "Load is described by",
+            load_kinds,
+            index=1 if stage.get("request_rate_rps") and not stage.get("concurrency") else 0,
+            format_func={
+                "concurrency": "requests in flight",
+                "rate": "arrival rate",
+            }.get,
+            horizontal=True,
+            key=_key(index, "load_kind"),
+        )
+        if load_kind == "concurrency":
+            out["concurrency"] = int(
+                st.number_input(
+                    "Requests in flight at peak",
+                    min_value=1,
+                    max_value=100_000,
+                    value=int(stage.get("concurrency") or 16),
+                    key=_key(index, "concurrency"),
+                    help=field_help(StageProfile, "concurrency"),
+                )
+            )
+        else:
+            out["request_rate_rps"] = float(
+                st.number_input(
+                    "Arrival rate (requests/s)",
+                    min_value=0.01,
+                    value=float(stage.get("request_rate_rps") or 10.0),
+                    key=_key(index, "rate"),
+                    help=field_help(StageProfile, "request_rate_rps"),
+                )
+            )
+
+    st.markdown("##### 3 · Service-level objectives")
+    slo = stage.get("slo") or {}
+    slo_cols = st.columns(4)
+    percentile = slo.get("percentile") or "p99"
+    out["slo"] = {"percentile": percentile}
+    for column, (name, label) in zip(
+        slo_cols,
+        (
+            ("ttft_ms", f"TTFT {percentile} at most (ms)"),
+            ("tpot_ms", f"TPOT {percentile} at most (ms)"),
+            ("e2e_ms", f"End-to-end {percentile} at most (ms)"),
+            ("min_output_throughput_tok_s", "Output throughput at least (tok/s)"),
+        ),
+        strict=True,
+    ):
+        out["slo"][name] = column.number_input(
+            label,
+            min_value=0.001,
+            value=slo.get(name),
+            placeholder="no limit",
+            key=_key(index, f"slo_{name}"),
+            help=field_help(ProfileSLO, name),
+        )
+    with st.expander("More SLO options"):
+        more = st.columns(2)
+        out["slo"]["percentile"] = more[0].selectbox(
+            "Percentile judged",
+            ["p99", "p90", "p50"],
+            index=["p99", "p90", "p50"].index(percentile),
+            key=_key(index, "slo_percentile"),
+            help=field_help(ProfileSLO, "percentile"),
+        )
+        out["slo"]["min_request_throughput_rps"] = more[1].number_input(
+            "Request throughput at least (req/s)",
+            min_value=0.001,
+            value=slo.get("min_request_throughput_rps"),
+            placeholder="no limit",
+            key=_key(index, "slo_min_rps"),
+            help=field_help(ProfileSLO, "min_request_throughput_rps"),
+        )
+
+    st.markdown("##### 4 · Deployment")
+    gpu = stage.get("gpu") or {}
+    precision = stage.get("precision") or {}
+    deploy = st.columns(4)
+    objectives = list(OBJECTIVE_LABELS)
+    out["objective"] = deploy[0].selectbox(
+        "Objective",
+        objectives,
+        index=objectives.index(stage.get("objective") or objectives[0]),
+        format_func=OBJECTIVE_LABELS.get,
+        key=_key(index, "objective"),
+        help=field_help(StageProfile, "objective"),
+    )
+    gpu_options = [NO_GPU, *GPUS]
+    gpu_type = deploy[1].selectbox(
+        "GPU type",
+        gpu_options,
+        index=gpu_options.index(gpu.get("type")) if gpu.get("type") in GPUS else 0,
+        key=_key(index, "gpu_type"),
+        help=field_help(GpuProfile, "type"),
+    )
+    gpu_count = deploy[2].number_input(
+        "GPU count",
+        min_value=1,
+        max_value=64,
+        value=int(gpu.get("count") or 1),
+        key=_key(index, "gpu_count"),
+        help=field_help(GpuProfile, "count"),
+    )
+    out["gpu"] = {"type": None if gpu_type == NO_GPU else gpu_type, "count": int(gpu_count)}
+    if gpu_type == NO_GPU:
+        out["gpu"]["memory_gb"] = deploy[3].number_input(
+            "GPU memory (GB each)",
+            min_value=1.0,
+            value=gpu.get("memory_gb"),
+            placeholder="unknown",
+            key=_key(index, "gpu_memory"),
+            help=field_help(GpuProfile, "memory_gb"),
+        )
+    dtypes = ["float16", "bfloat16", "float32"]
+    more_deploy = st.columns(4)
+    dtype = more_deploy[0].selectbox(
+        "Precision",
+        dtypes,
+        index=dtypes.index(precision.get("dtype") or "float16"),
+        key=_key(index, "dtype"),
+        help=field_help(Precision, "dtype"),
+    )
+    quantization = more_deploy[1].selectbox(
+        "Weight quantisation",
+        QUANTIZATIONS,
+        index=QUANTIZATIONS.index(precision.get("quantization"))
+        if precision.get("quantization") in QUANTIZATIONS
+        else 0,
+        format_func=lambda q: "none" if q is None else q,
+        key=_key(index, "quantization"),
+        help=field_help(Precision, "quantization"),
+    )
+    out["precision"] = {**precision, "dtype": dtype, "quantization": quantization}
+    with more_deploy[2]:
+        out["determinism_required"] = yes_no(
+            "Identical outputs run to run?",
+            bool(stage.get("determinism_required")),
+            key=_key(index, "determinism"),
+            help=field_help(StageProfile, "determinism_required"),
+        )
+    build_options = list(BUILD_TIME_LABELS)
+    out["build_time_tolerance"] = more_deploy[3].selectbox(
+        "Build / compile time acceptable",
+        build_options,
+        index=build_options.index(stage.get("build_time_tolerance")),
+        format_func=BUILD_TIME_LABELS.get,
+        key=_key(index, "build_time"),
+        help=field_help(StageProfile, "build_time_tolerance"),
+    )
+    out["constraints"] = st.multiselect(
+        "Deployment constraints",
+        [c.value for c in Constraint],
+        default=[c for c in stage.get("constraints") or [] if c in {x.value for x in Constraint}],
+        format_func=lambda c: c.replace("_", " "),
+        key=_key(index, "constraints"),
+        help=field_help(StageProfile, "constraints"),
+    )
+    return out
+
+
+# --------------------------------------------------------------------------- profile actions
+
+
+def _add_stage() -> None:
+    profile = state.current_profile().model_dump(mode="json")
+    names = {stage["name"] for stage in profile["stages"]}
+    number = len(profile["stages"]) + 1
+    while f"stage {number}" in names:
+        number += 1
+    profile["stages"].append(state.default_stage(f"stage {number}"))
+    state.replace_profile(WorkloadProfile.model_validate(profile))
+
+
+def _remove_stage(index: int) -> None:
+    profile = state.current_profile().model_dump(mode="json")
+    if len(profile["stages"]) > 1:
+        profile["stages"].pop(index)
+        state.replace_profile(WorkloadProfile.model_validate(profile))
+
+
+def _reset_profile() -> None:
+    state.replace_profile(WorkloadProfile.model_validate(state.default_profile()))
+
+
+def profile_yaml(profile: WorkloadProfile) -> str:
+    return yaml.safe_dump(
+        profile.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True
+    )
+
+
+def read_uploaded_profile(data: bytes, name: str) -> WorkloadProfile:
+    """Parse an uploaded YAML/JSON profile; UserError with a one-line message otherwise."""
+    if len(data) > MAX_PROFILE_BYTES:
+        raise UserError(f"{name}: {len(data) // 1024} KB is too large for a profile (max 256 KB)")
+    try:
+        loaded = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"{name}: not valid YAML ({first})") from None
+    if not isinstance(loaded, dict):
+        raise UserError(f"{name}: expected a mapping of profile fields at the top level")
+    return profile_from_dict(loaded, source=name)
+
+
+def _profile_file_panel(profile: WorkloadProfile) -> None:
+    with st.expander("Profile file (YAML): download, upload, reset"):
+        left, right = st.columns([1, 2])
+        with left:
+            st.download_button(
+                "Download profile (YAML)",
+                profile_yaml(profile),
+                file_name="workload-profile.yaml",
+                mime="application/x-yaml",
+                icon=":material/download:",
+            )
+            st.button("Reset to the example", on_click=_reset_profile, type="tertiary")
+        with right:
+            upload = st.file_uploader(
+                "Upload a profile (YAML or JSON)",
+                type=["yaml", "yml", "json"],
+                key=f"upload_{st.session_state[state.FORM_VERSION_KEY]}",
+                help="A profile written by `python -m advisor` or downloaded here (max 256 KB).",
+            )
+            if upload is not None:
+                try:
+                    uploaded = read_uploaded_profile(upload.getvalue(), upload.name)
+                except UserError as exc:
+                    st.error(str(exc))
+                else:
+                    if st.button("Use this profile", type="primary"):
+                        state.replace_profile(uploaded)
+                        st.rerun()
+
+
+# --------------------------------------------------------------------------- the advice
+
+
+def path_graph(decision: Any) -> str:
+    """The decision path as Graphviz DOT: each question, the answer taken, then the leaf."""
+
+    def quote(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = [
+        "digraph path {",
+        '  rankdir=TB; bgcolor="transparent";',
+        '  node [shape=box, style="rounded,filled", fillcolor="#f0f2f6", color="#c0c4cc", '
+        'fontname="Helvetica", fontsize=11];',
+        '  edge [fontname="Helvetica", fontsize=10, color="#808495"];',
+    ]
+    for number, step in enumerate(decision.path, start=1):
+        label = _wrap(f"{number}. {step.question}", 38)
+        lines.append(f"  q{number} [label={quote(label)}];")
+    leaf_label = _wrap(
+        f"{decision.title}\n→ " + ", ".join(c.framework for c in decision.candidates), 38
+    )
+    lines.append(f'  leaf [label={quote(leaf_label)}, fillcolor="#d3f0dc", color="#21a35a"];')
+    targets = [f"q{n}" for n in range(2, len(decision.path) + 1)] + ["leaf"]
+    for number, (step, target) in enumerate(zip(decision.path, targets, strict=True), start=1):
+        colour = "#21a35a" if step.answer == "yes" else "#808495"
+        lines.append(
+            f"  q{number} -> {target} [label={quote(step.answer)}, color={quote(colour)}];"
+        )
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _wrap(text: str, width: int) -> str:
+    words, lines, line = text.split(), [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    lines.append(line)
+    return "\n".join(lines)
+
+
+def show_path(decision: Any) -> None:
+    st.markdown("#### How the tree decided")
+    left, right = st.columns([2, 3])
+    with left:
+        st.graphviz_chart(path_graph(decision))
+    with right:
+        for number, step in enumerate(decision.path, start=1):
+            icon = "✅" if step.answer == "yes" else "▫️"
+            st.markdown(f"**{number}. {step.question}**  \n{icon} **{step.answer}** — {step.why}")
+        st.markdown(f"**Leaf:** {decision.title}")
+
+
+def show_candidates(stage_result: Any) -> None:
+    decision, estimate = stage_result.decision, stage_result.estimate
+    availability = stage_result.recommendation.availability
+    st.markdown("#### Candidates and feasibility")
+    rows = [
+        {
+            "rank": candidate.rank,
+            "framework": candidate.framework,
+            "why": candidate.rationale,
+            "runs here": availability.get(candidate.framework, "—") == "available",
+            "note": ""
+            if availability.get(candidate.framework) == "available"
+            else availability.get(candidate.framework, ""),
+        }
+        for candidate in decision.candidates
+    ]
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        column_config={
+            "rank": st.column_config.NumberColumn(width="small"),
+            "why": st.column_config.TextColumn(width="large"),
+            "runs here": st.column_config.CheckboxColumn(),
+            "note": st.column_config.TextColumn(width="medium"),
+        },
+    )
+    show_estimate(estimate)
+
+
+def show_estimate(estimate: Any) -> None:
+    columns = st.columns(4)
+    verdicts = {None: "unknown", True: "fits", False: "does not fit"}
+    verdict = verdicts[estimate.fits]
+    columns[0].metric(
+        "Memory",
+        verdict,
+        delta=None if estimate.headroom_gb is None else f"{estimate.headroom_gb:+.1f} GB headroom",
+        delta_color="normal" if estimate.fits else "inverse",
+        help="Weights + KV cache at the stage's concurrency and context + activation margin + "
+        "runtime overhead, against the GPU memory.",
+    )
+    columns[1].metric(
+        "Needed / available",
+        format_number(estimate.required_gb, "", 1)
+        + " / "
+        + format_number(estimate.available_gb, "GB", 1),
+    )
+    columns[2].metric(
+        "Decode floor (batch 1)",
+        format_number(estimate.decode_floor_ms_per_token, "ms/token", 2),
+        help="Weight bytes / memory bandwidth: no engine decodes one sequence faster "
+        f"({estimate.bandwidth_source or 'bandwidth source unknown'}).",
+    )
+    columns[3].metric(
+        "Max concurrency that fits",
+        format_number(estimate.max_concurrency_that_fits, "", 0),
+        help=f"Concurrency used: {estimate.concurrency} ({estimate.concurrency_source}).",
+    )
+    parts = {
+        "weights": estimate.weights_gb,
+        "KV cache": estimate.kv_cache_gb,
+        "activations": estimate.activation_margin_gb,
+        "runtime overhead": estimate.runtime_overhead_gb,
+    }
+    parts = {name: value for name, value in parts.items() if value}
+    if parts:
+        bars = pd.DataFrame(
+            [{"what": name, "GB": value, "row": "needed"} for name, value in parts.items()]
+        )
+        chart = (
+            alt.Chart(bars)
+            .mark_bar()
+            .encode(
+                x=alt.X("sum(GB):Q", title="GB"),
+                y=alt.Y("row:N", title=None, axis=None),
+                color=alt.Color("what:N", legend=alt.Legend(orient="bottom", title=None)),
+                order=alt.Order("what:N"),
+                tooltip=["what", alt.Tooltip("GB:Q", format=".2f")],
+            )
+        )
+        if estimate.available_gb:
+            rule = (
+                alt.Chart(pd.DataFrame({"GB": [estimate.available_gb]}))
+                .mark_rule(color="#d33", strokeWidth=2)
+                .encode(x="GB:Q")
+            )
+            chart = chart + rule
+        st.altair_chart(chart.properties(height=90))
+        st.caption(
+            f"Memory breakdown for {estimate.gpu_count} × {estimate.gpu or 'GPU'} "
+            f"({estimate.precision}); red line = memory available"
+            + (
+                f" · parameters: {estimate.parameters_b:.2f} B ({estimate.parameters_source})"
+                if estimate.parameters_b
+                else ""
+            )
+        )
+    for suggestion in estimate.suggestions:
+        st.warning(suggestion, icon=":material/lightbulb:")
+    if estimate.notes:
+        with st.expander("How the estimate was made"):
+            for note in estimate.notes:
+                st.markdown(f"- {note}")
+
+
+CONFIDENCE_COLOURS = {"high": "green", "medium": "orange", "low": "gray"}
+
+
+def show_recommendation(stage_result: Any) -> None:
+    recommendation = stage_result.recommendation
+    st.markdown("#### Recommendation")
+    basis = (
+        "settled by measurements on your GPU type"
+        if recommendation.follows == "measurements"
+        else "the decision tree's first choice (no deciding measurement yet)"
+    )
+    st.success(f"### {recommendation.framework}\n{basis}", icon=":material/recommend:")
+    st.badge(
+        f"confidence: {recommendation.confidence.level}",
+        color=CONFIDENCE_COLOURS.get(recommendation.confidence.level, "gray"),
+    )
+    st.caption(recommendation.confidence.why)
+    for contradiction in recommendation.contradictions:
+        st.warning(
+            f"**Evidence disagrees with the tree.** {contradiction}", icon=":material/warning:"
+        )
+    for caveat in recommendation.caveats:
+        st.markdown(f"- {caveat}")
+    if recommendation.configuration:
+        with st.expander("Configuration to deploy"):
+            st.json(recommendation.configuration)
+    show_evidence(stage_result)
+    if recommendation.alternatives:
+        with st.expander("Alternatives and what would change the answer"):
+            for alternative in recommendation.alternatives:
+                st.markdown(
+                    f"**{alternative.framework}** (tree rank {alternative.rank}) — "
+                    f"{alternative.why_not_first}"
+                )
+                for change in alternative.what_would_change:
+                    st.markdown(f"  - {change}")
+    learned = stage_result.learned
+    if learned is not None:
+        with st.expander("Second opinion: a decision tree fitted on stored evidence"):
+            st.markdown(learned.message)
+            if learned.cv_accuracy is not None:
+                st.caption(
+                    f"Cross-validated accuracy {learned.cv_accuracy:.0%} ({learned.cv_scheme}); "
+                    f"always guessing the most common winner: "
+                    f"{format_number((learned.baseline_accuracy or 0) * 100, '%', 0)}"
+                )
+
+
+SOURCE_LABELS = {
+    "measured-here": "measured on your GPU type",
+    "measured-elsewhere": "measured on another GPU",
+    "published": "published (seed article)",
+}
+
+
+def show_evidence(stage_result: Any) -> None:
+    rows = stage_result.evidence
+    if not rows:
+        empty_state(
+            "No evidence yet for this stage.",
+            "Run the plan on the **Benchmark** page to settle the choice with measurements.",
+        )
+        return
+    table = pd.DataFrame(
+        [
+            {
+                "framework": row.framework,
+                "source": SOURCE_LABELS.get(row.source, row.source),
+                "GPU": row.gpu or "—",
+                "model": row.model or "—",
+                "shape": row.shape,
+                "status": row.status,
+                "meets SLOs": row.meets_slo,
+                "objective": row.objective_metric or "—",
+                "value": row.objective_value,
+                "runs": row.repeats,
+            }
+            for row in rows
+        ]
+    )
+    st.markdown("**Evidence** (ranked: eligible first, then how close to your case)")
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config={
+            "meets SLOs": st.column_config.CheckboxColumn(),
+            "value": st.column_config.NumberColumn(format="%.4g"),
+        },
+    )
+    if any(row.source == "published" for row in rows):
+        st.caption(
+            "Published rows are the seed article's A100 figures for orientation; they never "
+            "change the answer."
+        )
+
+
+def render_stage_advice(profile: WorkloadProfile, index: int) -> None:
+    """The path, candidates, estimate and recommendation for one stage."""
+    try:
+        report = state.advise(profile.model_dump_json(), state.store_location())
+    except UserError as exc:
+        st.error(str(exc))
+        return
+    stage_result = report.stages[index]
+    show_path(stage_result.decision)
+    show_candidates(stage_result)
+    show_recommendation(stage_result)
+
+
+# --------------------------------------------------------------------------- page
+
+
+def render() -> None:
+    state.init_session()
+    st.title("Which inference framework?")
+    st.caption(
+        "Describe the workload. The advisor walks the seed article's decision tree, checks "
+        "what fits on the GPU, and settles the choice on benchmarks measured here."
+    )
+    profile = state.current_profile()
+    head = st.columns([3, 2])
+    title = head[0].text_input(
+        "Workload title",
+        value=profile.title,
+        key=f"v{st.session_state[state.FORM_VERSION_KEY]}_title",
+        help=field_help(WorkloadProfile, "title"),
+    )
+
+    stages_data = [stage.model_dump(mode="json") for stage in profile.stages]
+    names = [stage["name"] for stage in stages_data]
+    stage_outputs: list[dict[str, Any]] = []
+    tabs = st.tabs([f"Stage {i + 1}: {name}" for i, name in enumerate(names)])
+    for index, (tab, stage) in enumerate(zip(tabs, stages_data, strict=True)):
+        with tab:
+            if len(stages_data) > 1:
+                row = st.columns([3, 1])
+                stage_name = row[0].text_input(
+                    "Stage name",
+                    value=stage["name"],
+                    key=_key(index, "name"),
+                    help=field_help(StageProfile, "name"),
+                )
+                row[1].button(
+                    "Remove this stage",
+                    key=_key(index, "remove"),
+                    on_click=_remove_stage,
+                    args=(index,),
+                    icon=":material/delete:",
+                )
+                stage = {**stage, "name": stage_name}
+            stage_outputs.append(stage_form(index, stage))
+    st.button(
+        "Add a stage",
+        on_click=_add_stage,
+        icon=":material/add:",
+        help="A pipeline of models (the seed's e-commerce case: a TensorRT encoder feeding a "
+        "vLLM generator); each stage gets its own recommendation.",
+    )
+
+    try:
+        profile = WorkloadProfile.model_validate({"title": title, "stages": stage_outputs})
+    except ValidationError as exc:
+        st.error(f"The profile is not complete: {describe_validation_error(exc)}")
+        return
+    st.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    _profile_file_panel(profile)
+
+    st.divider()
+    st.header("Advice")
+    for index, stage in enumerate(profile.stages):
+        if len(profile.stages) > 1:
+            st.subheader(f"Stage {index + 1}: {stage.name}")
+        render_stage_advice(profile, index)
+    st.page_link(
+        "ui/benchmark_page.py",
+        label="Settle it with measurements: open the Benchmark page",
+        icon=":material/speed:",
+    )
+
+
+render()

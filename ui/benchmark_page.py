@@ -1,0 +1,816 @@
+"""Benchmark page: the plan for the current profile, this machine, and live jobs with a Stop.
+
+Runs never happen in the script thread: Run writes a job into the store and makes sure the
+detached runner (`bench.jobs`) is up; a fragment polls the job row once a second. Reloading the
+page, switching pages or closing the tab loses nothing: the job lives in the store.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+import yaml
+
+from advisor.profile import StageProfile
+from bench.config import PATTERN_NAMES, RunConfig
+from bench.errors import UserError
+from bench.schema import RunStatus
+from ui import state
+from ui.components import empty_state, format_number, status_badge
+
+PLAN_KEY = "bench_plan"
+LOG_TAIL_LINES = 60
+POLL_S = 1.0
+RATE_WINDOW_POINTS = 10
+# Live throughput = tokens over the last 10 progress points (~5 s at the runner's 0.5 s throttle).
+LOAD_HELP = (
+    "concurrency: requests in flight · rate: requests/s · step: highest concurrency of the "
+    "ladder · steady/pulse: capacity in requests/s (empty = found first with a ladder)"
+)
+DURATION_HELP = (
+    "concurrency/rate/steady: measured length · step: each stage · pulse: baseline before the burst"
+)
+
+
+# --------------------------------------------------------------------------- cached reads
+
+
+@st.cache_data(ttl=30, max_entries=2, show_spinner="Reading the machine (GPU, clocks, memory)…")
+def machine_facts() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The environment fingerprint and its preflight findings (read-only, refreshed every 30 s)."""
+    from bench.environment import fingerprint, preflight
+
+    facts = fingerprint()
+    return facts, [item.model_dump() for item in preflight(facts)]
+
+
+@st.cache_data(ttl=60, max_entries=2, show_spinner="Checking which frameworks are installed…")
+def backend_availability() -> list[dict[str, Any]]:
+    from bench.backends import all_availability
+
+    return [
+        {
+            "backend": item.name,
+            "available": item.available,
+            "version": item.version or "—",
+            "reason": item.reason,
+            "test double": bool(item.details.get("test_double")),
+        }
+        for item in all_availability()
+    ]
+
+
+@st.cache_resource(max_entries=1, ttl=3600, show_spinner=False)
+def decision_tree() -> Any:
+    from advisor.tree import load_tree
+
+    return load_tree()
+
+
+def plan_for(stage: StageProfile, quick: bool) -> list[RunConfig]:
+    """The advisor's benchmark plan for one stage (its tree candidates, its workload shape)."""
+    from advisor.estimate import estimate_stage
+    from advisor.evidence import bench_plan
+    from advisor.tree import evaluate
+
+    decision = evaluate(decision_tree(), stage, estimate_stage(stage))
+    return bench_plan(stage, decision, quick=quick)
+
+
+@st.cache_data(ttl=2, max_entries=16, show_spinner=False)
+def records_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
+    """Measured records of a run as rows (time since the first request, TTFT, E2E), newest 5000."""
+    rows = []
+    for record in state.get_store().iter_records(run_id):
+        if record.error is not None:
+            continue
+        first = record.chunk_ns[0] if record.chunk_ns else None
+        rows.append(
+            {
+                "start_ns": record.start_ns,
+                "TTFT (ms)": (first - record.start_ns) / 1e6 if first else None,
+                "E2E (ms)": (record.end_ns - record.start_ns) / 1e6,
+                "output tokens": record.output_tokens,
+            }
+        )
+    frame = pd.DataFrame(rows[-5000:])
+    if not frame.empty:
+        frame["time (s)"] = (frame["start_ns"] - frame["start_ns"].min()) / 1e9
+    return frame
+
+
+# --------------------------------------------------------------------------- plan <-> table
+
+
+def _load_level(config: RunConfig) -> float | None:
+    load = config.load
+    if load.pattern == "concurrency":
+        return float(load.concurrency)
+    if load.pattern == "rate":
+        return load.rate_rps
+    if load.pattern == "step":
+        return float(max(load.levels) if load.levels else load.max)
+    return load.capacity_rps
+
+
+def _duration(config: RunConfig) -> float | None:
+    load = config.load
+    if load.pattern == "step":
+        return load.stage_duration_s
+    if load.pattern == "pulse":
+        return load.baseline_s
+    return load.duration_s
+
+
+def format_engine_args(args: dict[str, Any]) -> str:
+    """`key=value, key=value`, values in YAML flow style so parse_engine_args reads them back."""
+    return ", ".join(f"{key}={_yaml_scalar(value)}" for key, value in args.items())
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def parse_engine_args(text: str) -> dict[str, Any]:
+    """`key=value, key=value` -> dict; values are read as YAML scalars (0.9, true, [1, 2])."""
+    text = (text or "").strip()
+    if not text:
+        return {}
+    parsed: dict[str, Any] = {}
+    for item in re.split(r",\s*(?=[A-Za-z_][\w.\-]*\s*=)", text):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not re.fullmatch(r"[A-Za-z_][\w.\-]*", key):
+            raise UserError(f"engine arguments: {item.strip()!r} is not key=value")
+        try:
+            parsed[key] = yaml.safe_load(value.strip()) if value.strip() else ""
+        except yaml.YAMLError:
+            parsed[key] = value.strip()
+    return parsed
+
+
+def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:
+    """The plan as editable rows; frameworks not installed here start unticked."""
+    return pd.DataFrame(
+        [
+            {
+                "run": config.backend in available,
+                "backend": config.backend,
+                "model": config.model,
+                "pattern": config.load.pattern,
+                "load": _load_level(config),
+                "duration (s)": _duration(config),
+                "engine args": format_engine_args(config.engine_args),
+                "device": config.device,
+            }
+            for config in configs
+        ],
+        columns=[
+            "run",
+            "backend",
+            "model",
+            "pattern",
+            "load",
+            "duration (s)",
+            "engine args",
+            "device",
+        ],
+    )
+
+
+def config_from_row(base: RunConfig, row: dict[str, Any]) -> RunConfig:
+    """The plan's RunConfig with the table's edits applied; UserError names what is wrong."""
+    from pydantic import ValidationError
+
+    from advisor.profile import describe_validation_error
+    from bench.backends import get_backend
+
+    backend = str(row.get("backend") or "").strip()
+    backend_cls = get_backend(backend)  # UserError lists the known names
+    engine_args = backend_cls.validate_engine_args(parse_engine_args(row.get("engine args", "")))
+    pattern = row.get("pattern") or base.load.pattern
+    level = row.get("load")
+    level = None if level is None or pd.isna(level) else float(level)
+    duration = row.get("duration (s)")
+    duration = None if duration is None or pd.isna(duration) else float(duration)
+    common = {
+        key: getattr(base.load, key)
+        for key in ("warmup_requests", "request_timeout_s", "max_duration_s")
+    }
+    load: dict[str, Any] = (
+        base.load.model_dump() if pattern == base.load.pattern else {"pattern": pattern, **common}
+    )
+    if pattern == "concurrency":
+        load.update(concurrency=int(level or 1), duration_s=duration)
+    elif pattern == "rate":
+        load.update(rate_rps=level or 1.0, duration_s=duration)
+    elif pattern == "step":
+        if level is not None and level != _load_level(base):
+            load.update(max=int(level), levels=None)
+        if duration:
+            load["stage_duration_s"] = duration
+    elif pattern == "steady":
+        load["capacity_rps"] = level
+        if duration:
+            load["duration_s"] = duration
+    elif pattern == "pulse":
+        load["capacity_rps"] = level
+        if duration:
+            load["baseline_s"] = duration
+    data = base.model_dump(mode="json")
+    data.update(
+        backend=backend,
+        model=str(row.get("model") or base.model).strip(),
+        engine_args=engine_args,
+        load=load,
+        device=row.get("device") or base.device,
+    )
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(describe_validation_error(exc)) from None
+
+
+# --------------------------------------------------------------------------- machine panel
+
+
+def machine_panel() -> bool:
+    """GPU, clocks, free memory, other processes and preflight; returns whether a GPU is here."""
+    facts, findings = machine_facts()
+    gpu_available = bool(facts.get("gpu_available"))
+    gpus = facts.get("gpus") or []
+    title = (
+        f"This machine: {len(gpus)} × {gpus[0].get('name')}"
+        if gpu_available and gpus
+        else "This machine: CPU only"
+    )
+    warnings = sum(1 for item in findings if item["severity"] == "warn")
+    if warnings:
+        title += f" · {warnings} preflight warning{'s' if warnings != 1 else ''}"
+    with st.expander(title, icon=":material/developer_board:"):
+        if gpu_available:
+            rows = [
+                {
+                    "GPU": f"{gpu.get('index')}: {gpu.get('name')}",
+                    "free memory (GB)": _gb(gpu.get("memory_free_bytes")),
+                    "total memory (GB)": _gb(gpu.get("memory_total_bytes")),
+                    "SM clock now (MHz)": gpu.get("sm_clock_mhz"),
+                    "SM clock max (MHz)": gpu.get("max_sm_clock_mhz"),
+                    "persistence": _on_off(gpu.get("persistence_mode")),
+                    "power limit (W)": gpu.get("power_limit_w"),
+                    "MIG": _on_off(gpu.get("mig_enabled")),
+                }
+                for gpu in gpus
+            ]
+            st.dataframe(
+                pd.DataFrame(rows),
+                hide_index=True,
+                column_config={
+                    "free memory (GB)": st.column_config.NumberColumn(format="%.1f"),
+                    "total memory (GB)": st.column_config.NumberColumn(format="%.1f"),
+                },
+            )
+            others = facts.get("gpu_processes") or []
+            st.caption(
+                f"Driver {facts.get('driver_version') or '—'} · CUDA "
+                f"{facts.get('cuda_driver_version') or '—'} · "
+                f"{len(others)} other process(es) holding GPU memory"
+            )
+        cpu = facts.get("cpu") or {}
+        memory = facts.get("host_memory") or {}
+        system = facts.get("os") or {}
+        st.caption(
+            f"Host {facts.get('hostname') or '—'} · {system.get('distribution') or ''} · "
+            f"{cpu.get('model') or 'CPU'} ({cpu.get('usable_cores') or '?'} usable cores) · "
+            f"{format_number(_gb(memory.get('total_bytes')), 'GB', 0)} RAM"
+        )
+        if findings:
+            st.markdown(
+                "**Preflight**: what would make runs unrepeatable. Read-only: the app never "
+                "changes GPU settings; the commands are for an admin."
+            )
+            for item in findings:
+                text = f"**{item['what']}** — {item['why']}"
+                if item["severity"] == "warn":
+                    st.warning(text, icon=":material/warning:")
+                else:
+                    st.info(text, icon=":material/info:")
+                if item.get("admin_command"):
+                    st.code(item["admin_command"], language="bash")
+        else:
+            st.success("Preflight: nothing found that would make runs unrepeatable.")
+    return gpu_available
+
+
+def _gb(value: Any) -> float | None:
+    return value / 1e9 if isinstance(value, int | float) else None
+
+
+def _on_off(value: Any) -> str:
+    return "—" if value is None else ("on" if value else "off")
+
+
+def availability_panel() -> list[dict[str, Any]]:
+    items = backend_availability()
+    usable = [item["backend"] for item in items if item["available"] and not item["test double"]]
+    with st.expander(
+        f"Frameworks installed here: {', '.join(usable) or 'none'}", icon=":material/extension:"
+    ):
+        frame = pd.DataFrame(items)
+        st.dataframe(
+            frame,
+            hide_index=True,
+            column_config={
+                "available": st.column_config.CheckboxColumn(),
+                "reason": st.column_config.TextColumn(width="large"),
+            },
+        )
+    return items
+
+
+# --------------------------------------------------------------------------- plan editor
+
+
+def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -> None:
+    plan = st.session_state.get(PLAN_KEY)
+    buttons = st.container(horizontal=True)
+    quick = buttons.button(
+        "Quick plan",
+        type="primary" if not plan else "secondary",
+        icon=":material/bolt:",
+        help="One short closed-loop run per candidate: a first answer in minutes.",
+    )
+    full = buttons.button(
+        "Full plan",
+        icon=":material/tune:",
+        help="Longer runs at your load (or a step ladder): deeper, slower.",
+    )
+    if quick or full:
+        try:
+            configs = plan_for(stage, quick=bool(quick))
+        except UserError as exc:
+            st.error(str(exc))
+            return
+        plan = {
+            "digest": profile_digest,
+            "stage": stage.name,
+            "quick": bool(quick),
+            "configs": [config.model_dump(mode="json") for config in configs],
+            "version": (plan or {}).get("version", 0) + 1,
+        }
+        st.session_state[PLAN_KEY] = plan
+    if not plan:
+        empty_state(
+            "No plan yet.",
+            "Press **Quick plan** for one short run per framework the advisor suggests, or "
+            "**Full plan** for longer runs at your load. You can edit every row before running.",
+        )
+        return
+    if plan["digest"] != profile_digest:
+        st.info("The profile changed since this plan was made: press a plan button to refresh it.")
+    configs = [RunConfig.model_validate(data) for data in plan["configs"]]
+    if not configs:
+        empty_state("The advisor found no benchmarkable candidate for this stage.")
+        return
+    st.caption(
+        f"{'Quick' if plan['quick'] else 'Full'} plan for stage **{plan['stage']}**: one run per "
+        "candidate, in the stage's workload shape. Edit the cells; untick a row to skip it."
+    )
+    from bench.backends import backend_names
+
+    missing = sorted({c.backend for c in configs if c.backend not in available})
+    if missing:
+        st.caption(
+            f"Unticked: {', '.join(missing)} — not installed here (see *Frameworks installed "
+            "here*); the advisor's answer will say it could not be measured."
+        )
+    edited = st.data_editor(
+        plan_table(configs, available),
+        key=f"plan_editor_{plan['version']}",
+        hide_index=True,
+        num_rows="dynamic",
+        column_config={
+            "run": st.column_config.CheckboxColumn("run", width="small"),
+            "backend": st.column_config.SelectboxColumn(
+                "backend", options=backend_names(), required=True
+            ),
+            "model": st.column_config.TextColumn("model", help="Preset name or checkpoint path."),
+            "pattern": st.column_config.SelectboxColumn(
+                "pattern", options=list(PATTERN_NAMES), required=True
+            ),
+            "load": st.column_config.NumberColumn("load", help=LOAD_HELP, min_value=0.01),
+            "duration (s)": st.column_config.NumberColumn(
+                "duration (s)", help=DURATION_HELP, min_value=1
+            ),
+            "engine args": st.column_config.TextColumn(
+                "engine args",
+                width="medium",
+                help="key=value, key=value under the framework's own option names; checked "
+                "against the adapter's known options.",
+            ),
+            "device": st.column_config.SelectboxColumn("device", options=["auto", "cuda", "cpu"]),
+        },
+    )
+    chosen: list[RunConfig] = []
+    problems: list[str] = []
+    for position, row in enumerate(edited.to_dict("records")):
+        if not row.get("run"):
+            continue
+        base = configs[position] if position < len(configs) else configs[0]
+        try:
+            config = config_from_row(base, row)
+        except UserError as exc:
+            problems.append(f"Row {position + 1} ({row.get('backend')}): {exc}")
+            continue
+        if config.backend not in available:
+            problems.append(
+                f"Row {position + 1}: {config.backend} is not installed here "
+                "(see *Frameworks installed here*); untick the row or pick another backend."
+            )
+            continue
+        chosen.append(config)
+    for problem in problems:
+        st.error(problem, icon=":material/error:")
+    run = st.button(
+        f"Run {len(chosen)} benchmark{'s' if len(chosen) != 1 else ''}",
+        type="primary",
+        icon=":material/play_arrow:",
+        disabled=bool(problems) or not chosen,
+    )
+    if run:
+        start_job(chosen, label=f"{stage.name}: {'quick' if plan['quick'] else 'full'} plan")
+
+
+def start_job(configs: list[RunConfig], label: str) -> None:
+    """Queue the runs as one job and make sure a runner serves the store; nothing runs here."""
+    from bench.jobs import ensure_runner
+
+    store = state.get_store()
+    job_id = store.create_job(configs, label=label)
+    ensure_runner(state.store_location(), log_path=_runner_log_path(store))
+    st.session_state[state.ACTIVE_JOB_KEY] = job_id
+    st.query_params["job"] = job_id
+    st.toast(f"Queued job {job_id}", icon=":material/schedule:")
+
+
+def _runner_log_path(store: Any) -> Path:
+    return Path(store.path).with_name(Path(store.path).stem + "-runner.log")
+
+
+# --------------------------------------------------------------------------- live job panel
+
+
+def active_job_id() -> str | None:
+    """The job to show: the one this session started, the URL's, or the newest in the store."""
+    job_id = st.session_state.get(state.ACTIVE_JOB_KEY) or st.query_params.get("job")
+    if job_id:
+        return job_id
+    jobs = state.get_store().list_jobs(limit=1)
+    return jobs[0].job_id if jobs else None
+
+
+def job_picker() -> str | None:
+    jobs = state.get_store().list_jobs(limit=20)
+    if not jobs:
+        return None
+    current = active_job_id()
+    ids = [job.job_id for job in jobs]
+    if current not in ids:
+        ids.insert(0, current)
+    labels = {
+        job.job_id: f"{job.created_at[:19].replace('T', ' ')} UTC · {job.label or job.job_id}"
+        for job in jobs
+    }
+    chosen = st.selectbox(
+        "Job",
+        ids,
+        index=ids.index(current),
+        format_func=lambda job_id: labels.get(job_id, job_id),
+        help="Jobs live in the results store: close the tab and come back, they are still here.",
+    )
+    if chosen != current:
+        st.session_state[state.ACTIVE_JOB_KEY] = chosen
+        st.query_params["job"] = chosen
+    return chosen
+
+
+def job_panel(job_id: str) -> None:
+    """The job's runs with progress bars, live charts, Stop, and results or logs when done."""
+    store = state.get_store()
+    try:
+        job = store.get_job(job_id)
+    except UserError:
+        st.warning(f"Job {job_id} is not in this store.")
+        return
+    head = st.columns([4, 1])
+    with head[0]:
+        status_badge(job.status.value)
+        st.caption(f"Job {job.job_id} · {job.label or ''} · {len(job.configs)} run(s)")
+    if not job.finished:
+        with head[1]:
+            if job.stop_requested:
+                st.button("Stopping…", disabled=True, key=f"stopping_{job_id}")
+            elif st.button("Stop", icon=":material/stop:", key=f"stop_{job_id}", type="primary"):
+                store.request_stop(job_id)
+                st.toast("Stop requested: the engine is being ended.", icon=":material/stop:")
+        _runner_hint(job)
+    if job.error:
+        (st.warning if job.status == RunStatus.STOPPED else st.error)(job.error)
+    runs = (job.progress or {}).get("runs") or [
+        {
+            "index": i,
+            "backend": c.backend,
+            "model": c.model,
+            "pattern": c.load.pattern,
+            "status": RunStatus.QUEUED.value,
+            "latest": {},
+            "history": [],
+            "run_id": None,
+        }
+        for i, c in enumerate(job.configs)
+    ]
+    for run in runs:
+        run_section(run, job)
+    if job.finished and job.status != RunStatus.QUEUED and job.run_ids:
+        st.page_link(
+            "ui/results_page.py",
+            label="Compare these runs on the Results page",
+            icon=":material/table_chart:",
+        )
+
+
+def _runner_hint(job: Any) -> None:
+    from bench.jobs import runner_pid
+
+    if job.status == RunStatus.QUEUED and runner_pid(state.store_location()) is None:
+        st.info("Waiting for the job runner to start…")
+        from bench.jobs import ensure_runner
+
+        ensure_runner(state.store_location(), log_path=_runner_log_path(state.get_store()))
+    elif job.status == RunStatus.QUEUED:
+        st.caption("Queued: one GPU job runs at a time; this one starts when the current ends.")
+
+
+def run_section(run: dict[str, Any], job: Any) -> None:
+    status = run.get("status") or RunStatus.QUEUED.value
+    latest = run.get("latest") or {}
+    title = f"{run['index'] + 1}. **{run['backend']}** · {run['model']} · {run['pattern']}"
+    with st.container(border=True):
+        head = st.columns([4, 1])
+        head[0].markdown(title)
+        with head[1]:
+            status_badge(status)
+        if status == RunStatus.RUNNING.value:
+            _progress_bars(latest)
+        if run.get("history"):
+            live_charts(run)
+        if status in (RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.STOPPED.value):
+            finished_run(run)
+
+
+def _progress_bars(latest: dict[str, Any]) -> None:
+    stage = latest.get("stage")
+    if stage in (None, "loading", "loaded"):
+        st.progress(0.0, text="Loading the model (compile or engine build included)…")
+        return
+    if stage == "warmup" or latest.get("phase_index") is None:
+        st.progress(0.0, text="Warming up (these requests are excluded from the figures)…")
+        return
+    phases_total = latest.get("phases_total") or 1
+    phase_index = latest.get("phase_index") or 0
+    phase_duration = latest.get("phase_duration_s")
+    phase_elapsed = latest.get("phase_elapsed_s") or 0.0
+    phase_fraction = min(1.0, phase_elapsed / phase_duration) if phase_duration else 0.0
+    overall = min(1.0, (phase_index + phase_fraction) / phases_total)
+    st.progress(
+        overall,
+        text=(
+            f"Run: {phase_elapsed:.0f} s of {phase_duration or 0:.0f} s"
+            if phases_total == 1
+            else f"Run: phase {phase_index + 1} of {phases_total}"
+        )
+        + f" · {latest.get('completed', 0)} "
+        f"requests done, {latest.get('failed', 0)} failed, {latest.get('in_flight', 0)} in flight",
+    )
+    if phases_total > 1:
+        st.progress(
+            phase_fraction,
+            text=f"Phase {latest.get('phase') or phase_index + 1}: "
+            f"{phase_elapsed:.0f} s of {phase_duration or 0:.0f} s",
+        )
+
+
+def live_charts(run: dict[str, Any]) -> None:
+    """Throughput from progress history, latency from stored records, GPU memory and power."""
+    history = pd.DataFrame(run["history"])
+    if history.empty or "elapsed_s" not in history:
+        return
+    history = history.sort_values("elapsed_s")
+    history = history[history["phase"] != "warmup"]
+    if history.empty:
+        return
+    # Counters are per phase: differences are taken within a phase, never across a boundary.
+    # Tokens are counted as requests complete, so a rate over a few seconds reads smoother.
+    by_phase = history.groupby("phase", sort=False)
+    seconds = by_phase["elapsed_s"].diff(RATE_WINDOW_POINTS)
+    first = by_phase["elapsed_s"].transform("first")
+    seconds = seconds.fillna(history["elapsed_s"] - first)
+    tokens = by_phase["output_tokens"].diff(RATE_WINDOW_POINTS).fillna(history["output_tokens"])
+    history["output tok/s"] = (tokens / seconds).where(seconds > 0)
+    charts = st.columns(3)
+    with charts[0]:
+        st.markdown("**Throughput** (live)")
+        st.line_chart(
+            history.dropna(subset=["output tok/s"]),
+            x="elapsed_s",
+            y="output tok/s",
+            x_label="time (s)",
+            y_label="output tok/s",
+            height=200,
+        )
+    with charts[1]:
+        st.markdown("**Latency per request**")
+        frame = records_frame(run["run_id"], state.store_location()) if run.get("run_id") else None
+        if frame is None or frame.empty:
+            st.caption("Appears as requests complete.")
+        else:
+            long = frame.melt(
+                id_vars=["time (s)"],
+                value_vars=["TTFT (ms)", "E2E (ms)"],
+                var_name="metric",
+                value_name="ms",
+            )
+            chart = (
+                alt.Chart(long)
+                .mark_circle(size=14, opacity=0.6)
+                .encode(
+                    x=alt.X("time (s):Q"),
+                    y=alt.Y("ms:Q", title="latency (ms)"),
+                    color=alt.Color("metric:N", legend=alt.Legend(orient="bottom", title=None)),
+                )
+                .properties(height=200)
+            )
+            st.altair_chart(chart)
+    with charts[2]:
+        memory = history.get("gpu_memory_used_bytes")
+        if memory is not None and memory.notna().any():
+            st.markdown("**GPU memory and power**")
+            gpu = pd.DataFrame(
+                {
+                    "time (s)": history["elapsed_s"],
+                    "GPU memory (GB)": memory / 1e9,
+                    "power (W)": history.get("power_w"),
+                }
+            )
+            st.line_chart(gpu, x="time (s)", y=["GPU memory (GB)", "power (W)"], height=200)
+        else:
+            st.markdown("**Host memory** (no GPU readings here)")
+            rss = history.get("host_rss_bytes")
+            if rss is not None and rss.notna().any():
+                st.line_chart(
+                    pd.DataFrame({"time (s)": history["elapsed_s"], "host RSS (GB)": rss / 1e9}),
+                    x="time (s)",
+                    y="host RSS (GB)",
+                    height=200,
+                )
+            else:
+                st.caption("No memory readings yet.")
+
+
+def finished_run(run: dict[str, Any]) -> None:
+    store = state.get_store()
+    run_id = run.get("run_id")
+    if not run_id:
+        if run.get("error"):
+            st.error(run["error"])
+        return
+    try:
+        result = store.get_run(run_id)
+    except UserError:
+        st.caption(f"Run {run_id} is not in the store.")
+        return
+    summary = result.summary
+    if summary is not None and summary.successful:
+        metrics = st.columns(5)
+        metrics[0].metric(
+            "Output throughput", format_number(summary.output_throughput_tok_s, "tok/s")
+        )
+        metrics[1].metric("Requests/s", format_number(summary.request_throughput_rps, "", 2))
+        metrics[2].metric(
+            "TTFT p99", format_number(summary.ttft_ms.p99 if summary.ttft_ms else None, "ms")
+        )
+        metrics[3].metric(
+            "TPOT p99", format_number(summary.tpot_ms.p99 if summary.tpot_ms else None, "ms", 2)
+        )
+        if result.telemetry.peak_gpu_memory_gb is not None:
+            metrics[4].metric(
+                "Peak GPU memory", format_number(result.telemetry.peak_gpu_memory_gb, "GB", 2)
+            )
+        else:
+            metrics[4].metric(
+                "Peak host memory",
+                format_number(result.telemetry.peak_host_rss_gb, "GB", 2),
+                help="No GPU readings on this machine: "
+                + (result.telemetry.reason or "no NVIDIA GPU"),
+            )
+    if result.validity is not None and result.validity.reasons:
+        st.caption(
+            f"Validity: **{result.validity.status.value}** — " + "; ".join(result.validity.reasons)
+        )
+    if result.failure is not None:
+        st.error(
+            f"**{result.failure.cause}**"
+            + (f"  \n{result.failure.advice}" if result.failure.advice else "")
+        )
+        log_tail = result.failure.log_tail or _read_log_tail(result.log_path)
+        if log_tail:
+            with st.expander("Engine log (last lines)", expanded=result.status == RunStatus.FAILED):
+                st.code(log_tail, language="text")
+    st.caption(f"Run id `{result.run_id}` · reproduce: `{result.command}`")
+
+
+def _read_log_tail(log_path: str | None) -> str | None:
+    if not log_path:
+        return None
+    path = Path(log_path)
+    if not path.is_file():
+        return None
+    with path.open("rb") as handle:
+        handle.seek(0, 2)
+        handle.seek(max(0, handle.tell() - 64 * 1024))
+        lines = handle.read().decode("utf-8", "replace").splitlines()
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+# --------------------------------------------------------------------------- page
+
+
+def render() -> None:
+    state.init_session()
+    st.title("Benchmark")
+    st.caption(
+        "Measure the advisor's candidates on this machine with your workload's shape. Runs go "
+        "to a background job runner: you can switch pages or close the tab and come back."
+    )
+    profile = state.current_profile()
+    availability = availability_panel_and_machine()
+    st.subheader("Plan")
+    stage_names = [stage.name for stage in profile.stages]
+    stage_index = 0
+    if len(stage_names) > 1:
+        stage_index = st.selectbox(
+            "Stage", range(len(stage_names)), format_func=lambda i: stage_names[i]
+        )
+    stage = profile.stages[stage_index]
+    st.caption(
+        f"Profile **{profile.title}** · stage **{stage.name}** · model **{stage.model or '—'}** "
+        "(change it on the Advisor page)."
+    )
+    digest = f"{profile.model_dump_json()}#{stage_index}"
+    available = {item["backend"] for item in availability if item["available"]}
+    plan_editor(digest, stage, available)
+
+    st.subheader("Jobs")
+    job_id = job_picker()
+    if job_id is None:
+        empty_state("No benchmark has run yet.", "Make a plan above and press **Run**.")
+        return
+    job = state.get_store().get_job(job_id)
+    if job.finished:
+        job_panel(job_id)
+    else:
+        live_job_panel(job_id)
+
+
+@st.fragment(run_every=POLL_S)
+def live_job_panel(job_id: str) -> None:
+    """Polls the job row once a second; when the job ends, reruns the page once to stop polling."""
+    job_panel(job_id)
+    if state.get_store().get_job(job_id).finished:
+        st.rerun()
+
+
+def availability_panel_and_machine() -> list[dict[str, Any]]:
+    facts, _ = machine_facts()
+    if not facts.get("gpu_available"):
+        st.warning(
+            "**CPU-only machine: engines run on the CPU, and the figures are not GPU figures.** "
+            f"{facts.get('gpu_reason') or 'No NVIDIA GPU found'}. Use CPU runs to check the "
+            "harness and to compare frameworks on a CPU, not to size a GPU deployment.",
+            icon=":material/memory:",
+        )
+    columns = st.columns(2)
+    with columns[0]:
+        machine_panel()
+    with columns[1]:
+        return availability_panel()
+
+
+render()

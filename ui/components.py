@@ -1,0 +1,133 @@
+"""Small shared widgets and formatters for the pages (labels, numbers with units, run tables).
+
+Display only: every figure shown here was computed by `bench` or `advisor`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+from pydantic import BaseModel
+
+from bench.schema import RunResult, RunStatus
+
+STATUS_ICONS = {
+    RunStatus.QUEUED.value: ":material/schedule:",
+    RunStatus.RUNNING.value: ":material/progress_activity:",
+    RunStatus.COMPLETED.value: ":material/check_circle:",
+    RunStatus.FAILED.value: ":material/error:",
+    RunStatus.STOPPED.value: ":material/stop_circle:",
+}
+STATUS_COLORS = {
+    RunStatus.QUEUED.value: "gray",
+    RunStatus.RUNNING.value: "blue",
+    RunStatus.COMPLETED.value: "green",
+    RunStatus.FAILED.value: "red",
+    RunStatus.STOPPED.value: "orange",
+}
+
+
+def field_help(model: type[BaseModel], name: str) -> str | None:
+    """The pydantic Field description: the one help text shared by CLI, YAML docs and the form."""
+    field = model.model_fields.get(name)
+    return field.description if field is not None else None
+
+
+def yes_no(label: str, value: bool, key: str, help: str | None = None) -> bool:
+    """A yes/no question as two radio options (clearer than a checkbox for a questionnaire)."""
+    answer = st.radio(
+        label, ["No", "Yes"], index=1 if value else 0, key=key, help=help, horizontal=True
+    )
+    return answer == "Yes"
+
+
+def status_badge(status: str) -> None:
+    st.badge(status.title(), icon=STATUS_ICONS.get(status), color=STATUS_COLORS.get(status, "gray"))
+
+
+def format_number(value: float | None, unit: str = "", digits: int = 1) -> str:
+    """`1,234.5 ms`; an em dash for a missing value (never a misleading zero)."""
+    if value is None:
+        return "—"
+    text = f"{value:,.{digits}f}"
+    return f"{text} {unit}".strip()
+
+
+def format_bytes_gb(value: int | float | None) -> str:
+    return "—" if value is None else f"{value / 1e9:,.2f} GB"
+
+
+def run_title(run: RunResult) -> str:
+    """`vllm · llama-2-7b · step · 20261129-101500` — how a run is named across the pages."""
+    return f"{run.config.backend} · {run.config.model} · {run.config.load.pattern} · {run.run_id}"
+
+
+def runs_frame(runs: Iterable[RunResult]) -> pd.DataFrame:
+    """One row per run with its headline figures (the stored summaries, nothing recomputed)."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        summary = run.summary
+        telemetry = run.telemetry
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "created": run.created_at[:19].replace("T", " "),
+                "backend": run.config.backend,
+                "model": run.config.model,
+                "pattern": run.config.load.pattern,
+                "status": run.status.value,
+                "validity": run.validity.status.value if run.validity else "—",
+                "device": _device_of(run),
+                "requests": summary.successful if summary else None,
+                "output tok/s": summary.output_throughput_tok_s if summary else None,
+                "req/s": summary.request_throughput_rps if summary else None,
+                "TTFT p99 (ms)": summary.ttft_ms.p99 if summary and summary.ttft_ms else None,
+                "TPOT p99 (ms)": summary.tpot_ms.p99 if summary and summary.tpot_ms else None,
+                "E2E p99 (ms)": summary.e2e_ms.p99 if summary and summary.e2e_ms else None,
+                "error rate": summary.error_rate if summary else None,
+                "peak GPU mem (GB)": telemetry.peak_gpu_memory_gb,
+                "label": run.config.label or "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _device_of(run: RunResult) -> str:
+    gpus = run.environment.get("gpus") or []
+    if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
+        return str(gpus[0]["name"])
+    return "CPU"
+
+
+RUN_COLUMN_CONFIG = {
+    "output tok/s": st.column_config.NumberColumn(format="%.1f"),
+    "req/s": st.column_config.NumberColumn(format="%.2f"),
+    "TTFT p99 (ms)": st.column_config.NumberColumn(format="%.1f"),
+    "TPOT p99 (ms)": st.column_config.NumberColumn(format="%.2f"),
+    "E2E p99 (ms)": st.column_config.NumberColumn(format="%.1f"),
+    "error rate": st.column_config.NumberColumn(format="percent"),
+    "peak GPU mem (GB)": st.column_config.NumberColumn(format="%.2f"),
+}
+
+
+def empty_state(message: str, next_step: str | None = None) -> None:
+    """An empty section says what is missing and what to do about it."""
+    st.info(message + (f"  \n{next_step}" if next_step else ""), icon=":material/info:")
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
+    """For (throughput, latency) points: True where no other point has higher-or-equal
+    throughput and lower-or-equal latency with at least one strictly better."""
+    flags = []
+    for throughput, latency in points:
+        dominated = any(
+            other_t >= throughput
+            and other_l <= latency
+            and (other_t > throughput or other_l < latency)
+            for other_t, other_l in points
+        )
+        flags.append(not dominated)
+    return flags

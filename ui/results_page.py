@@ -1,0 +1,364 @@
+"""Results page: every stored run, filterable; side-by-side comparison, curves and diagnostics.
+
+Measurements come from the results store; the seed article's published A100 table is shown in
+its own labelled section and never mixed into a chart or table of measurements.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from bench.schema import RunResult, RunStatus
+from ui import state
+from ui.components import (
+    RUN_COLUMN_CONFIG,
+    empty_state,
+    format_number,
+    pareto_front,
+    run_title,
+    runs_frame,
+)
+
+REFERENCE_FILE = (
+    Path(__file__).resolve().parent.parent / "data" / "reference" / ("seed_a100_llama2_13b.json")
+)
+MAX_COMPARED = 8
+
+
+@st.cache_data(ttl=5, max_entries=8, show_spinner=False)
+def stored_runs(store_location: str | None) -> list[RunResult]:
+    """Every run in the store, newest first (re-read at most every 5 s)."""
+    return state.get_store().list_runs()
+
+
+@st.cache_data(ttl=60, max_entries=32, show_spinner=False)
+def latency_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
+    """Per-request latencies of a finished run's measured records, in ms (vLLM definitions)."""
+    rows = []
+    for record in state.get_store().iter_records(run_id):
+        if record.error is not None:
+            continue
+        row = {"E2E (ms)": (record.end_ns - record.start_ns) / 1e6}
+        if record.chunk_ns:
+            ttft_ns = record.chunk_ns[0] - record.start_ns
+            row["TTFT (ms)"] = ttft_ns / 1e6
+            if record.output_tokens > 1:
+                row["TPOT (ms)"] = (
+                    (record.end_ns - record.start_ns - ttft_ns) / 1e6 / (record.output_tokens - 1)
+                )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@st.cache_data(ttl=600, max_entries=2, show_spinner=False)
+def reference_table() -> tuple[Any, str | None]:
+    """The seed's published table (advisor.report's loader) or why it is missing."""
+    from advisor.report.build import load_reference
+
+    if not REFERENCE_FILE.is_file():
+        return None, f"{REFERENCE_FILE.name} is not in data/reference"
+    return load_reference(REFERENCE_FILE), None
+
+
+@st.cache_data(ttl=60, max_entries=64, show_spinner=False)
+def run_diagnostics(run_id: str, store_location: str | None) -> list[dict[str, Any]]:
+    from advisor.diagnose import diagnose
+
+    return [item.model_dump() for item in diagnose(state.get_store().get_run(run_id))]
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def filters(frame: pd.DataFrame) -> pd.DataFrame:
+    columns = st.columns(4)
+    chosen = {}
+    for column, name in zip(columns, ("backend", "model", "status", "validity"), strict=True):
+        options = sorted(frame[name].dropna().unique())
+        chosen[name] = column.multiselect(name.title(), options, placeholder="any")
+    for name, values in chosen.items():
+        if values:
+            frame = frame[frame[name].isin(values)]
+    return frame
+
+
+def compare(runs: list[RunResult]) -> None:
+    st.subheader("Side by side")
+    columns: dict[str, dict[str, str]] = {}
+    for run in runs:
+        summary, telemetry, timings = run.summary, run.telemetry, run.timings
+        key = f"{run.config.backend} · {run.run_id[-8:]}"
+        columns[key] = {
+            "backend": run.config.backend,
+            "model": run.config.model,
+            "pattern": run.config.load.pattern,
+            "status / validity": f"{run.status.value} / "
+            f"{run.validity.status.value if run.validity else '—'}",
+            "precision": f"{run.config.precision.dtype}"
+            + (
+                f", {run.config.precision.quantization}"
+                if run.config.precision.quantization
+                else ""
+            ),
+            "engine args": ", ".join(f"{k}={v}" for k, v in run.config.engine_args.items()) or "—",
+            "successful requests": str(summary.successful) if summary else "—",
+            "output throughput": format_number(
+                summary.output_throughput_tok_s if summary else None, "tok/s"
+            ),
+            "request throughput": format_number(
+                summary.request_throughput_rps if summary else None, "req/s", 2
+            ),
+            "goodput": format_number(summary.goodput_rps if summary else None, "req/s", 2),
+            "TTFT p50 / p99": _pair(summary.ttft_ms if summary else None, "ms"),
+            "TPOT p50 / p99": _pair(summary.tpot_ms if summary else None, "ms", 2),
+            "E2E p50 / p99": _pair(summary.e2e_ms if summary else None, "ms"),
+            "error rate": f"{summary.error_rate:.1%}" if summary else "—",
+            "peak GPU memory": format_number(telemetry.peak_gpu_memory_gb, "GB", 2)
+            if telemetry.peak_gpu_memory_gb is not None
+            else f"not measured ({telemetry.reason or 'no GPU'})",
+            "energy per output token": format_number(telemetry.energy_per_output_token_j, "J", 3),
+            "load / compile / build": " / ".join(
+                format_number(value, "s")
+                for value in (timings.load_s, timings.compile_s, timings.build_s)
+            ),
+            "device": (run.environment.get("gpus") or [{}])[0].get("name", "CPU")
+            if run.environment.get("gpus")
+            else "CPU",
+        }
+    st.dataframe(pd.DataFrame(columns), width="stretch")
+
+
+def _pair(percentiles: Any, unit: str, digits: int = 1) -> str:
+    if percentiles is None:
+        return "—"
+    return f"{percentiles.p50:,.{digits}f} / {percentiles.p99:,.{digits}f} {unit}"
+
+
+def step_curves(runs: list[RunResult]) -> None:
+    from advisor.report.charts import knee_concurrency
+
+    step_runs = [run for run in runs if run.config.load.pattern == "step" and run.phases]
+    st.subheader("Step-load curves")
+    if not step_runs:
+        empty_state(
+            "None of the selected runs used the step pattern.",
+            "Run a plan row with pattern **step** to see throughput and p99 latency against "
+            "concurrency, with the knee marked.",
+        )
+        return
+    rows, knees = [], []
+    for run in step_runs:
+        name = f"{run.config.backend} · {run.run_id[-8:]}"
+        for phase in run.phases:
+            summary = phase.summary
+            rows.append(
+                {
+                    "run": name,
+                    "concurrency": phase.target,
+                    "output tok/s": summary.output_throughput_tok_s,
+                    "E2E p99 (ms)": summary.e2e_ms.p99 if summary.e2e_ms else None,
+                }
+            )
+        knee = knee_concurrency(run)
+        if knee is not None:
+            knees.append({"run": name, "concurrency": knee})
+    data = pd.DataFrame(rows)
+    columns = st.columns(2)
+    for column, metric in zip(columns, ("output tok/s", "E2E p99 (ms)"), strict=True):
+        base = alt.Chart(data).encode(
+            x=alt.X("concurrency:Q", title="concurrency (requests in flight)"),
+            y=alt.Y(f"{metric}:Q", title=metric),
+            color=alt.Color("run:N", legend=alt.Legend(orient="bottom", title=None)),
+        )
+        chart = base.mark_line(point=True)
+        if knees:
+            chart = chart + alt.Chart(pd.DataFrame(knees)).mark_rule(strokeDash=[4, 4]).encode(
+                x="concurrency:Q",
+                color=alt.Color("run:N", legend=None),
+                tooltip=["run", "concurrency"],
+            )
+        column.altair_chart(chart.properties(height=280))
+    if knees:
+        st.caption(
+            "Dashed line = the knee: the first stage whose throughput gain is under the step "
+            "pattern's min_gain, or that breaks the SLO or error budget."
+        )
+
+
+def latency_distributions(runs: list[RunResult]) -> None:
+    st.subheader("Latency distributions")
+    metric = (
+        st.segmented_control(
+            "Metric",
+            ["TTFT (ms)", "TPOT (ms)", "E2E (ms)"],
+            default="E2E (ms)",
+            key="latency_metric",
+        )
+        or "E2E (ms)"
+    )
+    frames = []
+    for run in runs:
+        frame = latency_frame(run.run_id, state.store_location())
+        if metric in frame:
+            frames.append(
+                pd.DataFrame(
+                    {"run": f"{run.config.backend} · {run.run_id[-8:]}", metric: frame[metric]}
+                ).dropna()
+            )
+    if not frames:
+        empty_state("No measured requests for these runs.")
+        return
+    data = pd.concat(frames)
+    chart = (
+        alt.Chart(data)
+        .transform_density(metric, groupby=["run"], as_=[metric, "density"])
+        .mark_area(opacity=0.45)
+        .encode(
+            x=alt.X(f"{metric}:Q"),
+            y=alt.Y("density:Q", title="share of requests (density)"),
+            color=alt.Color("run:N", legend=alt.Legend(orient="bottom", title=None)),
+        )
+        .properties(height=260)
+    )
+    box = (
+        alt.Chart(data)
+        .mark_boxplot(extent="min-max")
+        .encode(
+            x=alt.X(f"{metric}:Q"),
+            y=alt.Y("run:N", title=None),
+            color=alt.Color("run:N", legend=None),
+        )
+        .properties(height=40 * len(runs) + 20)
+    )
+    st.altair_chart(chart)
+    st.altair_chart(box)
+
+
+def pareto(frame: pd.DataFrame) -> None:
+    st.subheader("Throughput against latency (Pareto view)")
+    data = frame.dropna(subset=["output tok/s", "E2E p99 (ms)"])
+    data = data[data["status"] == RunStatus.COMPLETED.value]
+    if data.empty:
+        empty_state("No completed run with throughput and latency to plot yet.")
+        return
+    data = data.assign(
+        frontier=pareto_front(list(zip(data["output tok/s"], data["E2E p99 (ms)"], strict=True)))
+    )
+    points = (
+        alt.Chart(data)
+        .mark_point(filled=True, size=90)
+        .encode(
+            x=alt.X(
+                "E2E p99 (ms):Q",
+                title="E2E p99 latency (ms), lower is better",
+                axis=alt.Axis(format=",.0f"),
+            ),
+            y=alt.Y("output tok/s:Q", title="output tok/s, higher is better"),
+            color=alt.Color("backend:N", legend=alt.Legend(orient="bottom")),
+            shape=alt.Shape("validity:N", legend=alt.Legend(orient="bottom")),
+            tooltip=["run_id", "backend", "model", "pattern", "output tok/s", "E2E p99 (ms)"],
+        )
+    )
+    front = (
+        alt.Chart(data[data["frontier"]].sort_values("E2E p99 (ms)"))
+        .mark_line(strokeDash=[4, 3], color="gray")
+        .encode(x="E2E p99 (ms):Q", y="output tok/s:Q")
+    )
+    st.altair_chart((front + points).properties(height=340))
+    st.caption(
+        "Dashed line joins the runs no other run beats on both axes. Runs on different "
+        "machines, models or workloads are not comparable: filter first."
+    )
+
+
+def diagnostics(runs: list[RunResult]) -> None:
+    st.subheader("Diagnostics (seed section 5, applied per run)")
+    for run in runs:
+        findings = run_diagnostics(run.run_id, state.store_location())
+        label = f"{run_title(run)} — {len(findings)} finding{'s' if len(findings) != 1 else ''}"
+        with st.expander(label, expanded=False):
+            if not findings:
+                st.success("No rule fired: nothing measured here calls for troubleshooting.")
+            for item in findings:
+                show = {"error": st.error, "warning": st.warning}.get(item["severity"], st.info)
+                show(
+                    f"**{item['rule'].replace('_', ' ')}** — {item['finding']}  \n{item['advice']}"
+                )
+                if item.get("command"):
+                    st.code(item["command"], language="bash")
+
+
+def reference_section() -> None:
+    st.subheader("Published reference: the seed article's A100 table")
+    table, absent = reference_table()
+    if table is None:
+        empty_state(f"The published table is missing: {absent}.")
+        return
+    st.warning(
+        "**Published figures, not measured here.** Llama2-13B on an NVIDIA A100 80GB PCIe as "
+        "the seed article reports them; workload and settings differ between rows and are "
+        "partly unstated. Shown for orientation only; never mixed with the measurements above.",
+        icon=":material/menu_book:",
+    )
+    st.dataframe(pd.DataFrame(table.rows, columns=table.columns), hide_index=True)
+    st.caption(f"Source: {table.source}. {table.conditions}")
+    if table.note:
+        with st.expander("Caveats of the published table"):
+            st.markdown(table.note)
+
+
+# --------------------------------------------------------------------------- page
+
+
+def render() -> None:
+    state.init_session()
+    st.title("Results")
+    location = state.store_location()
+    runs = stored_runs(location)
+    st.caption(f"Every run in the results store `{state.get_store().path}`.")
+    if not runs:
+        empty_state(
+            "The store has no runs yet.",
+            "Go to **Benchmark**, make a plan and press **Run**; finished runs appear here.",
+        )
+        reference_section()
+        return
+    by_id = {run.run_id: run for run in runs}
+    frame = filters(runs_frame(runs))
+    st.caption(
+        f"{len(frame)} of {len(runs)} runs. Tick rows to compare them (up to {MAX_COMPARED})."
+    )
+    selection = st.dataframe(
+        frame,
+        hide_index=True,
+        column_config={"run_id": st.column_config.TextColumn("run id"), **RUN_COLUMN_CONFIG},
+        on_select="rerun",
+        selection_mode="multi-row",
+        key="results_table",
+    )
+    rows = selection.selection.rows if selection else []
+    selected_ids = [frame.iloc[i]["run_id"] for i in rows][:MAX_COMPARED]
+    st.session_state[state.SELECTED_RUNS_KEY] = selected_ids
+    if not selected_ids:
+        empty_state(
+            "No run selected.",
+            "Tick the box at the left of one or more rows to compare them, see their latency "
+            "distributions, step curves and diagnostics. The Pareto view below shows every "
+            "filtered run.",
+        )
+    else:
+        chosen = [by_id[run_id] for run_id in selected_ids]
+        compare(chosen)
+        step_curves(chosen)
+        latency_distributions(chosen)
+        diagnostics(chosen)
+    pareto(frame)
+    reference_section()
+
+
+render()

@@ -1,0 +1,97 @@
+"""Session defaults and shared handles: the results store, the current profile, the chosen runs.
+
+Nothing that matters lives only here: benchmarks are jobs in the store, results are runs in the
+store, and the profile can be downloaded as YAML. The session only remembers what the person
+is looking at.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import streamlit as st
+
+from advisor.profile import StageProfile, WorkloadProfile
+from bench.store import ResultStore
+
+PROFILE_KEY = "profile"
+"""Session key of the current workload profile, as a JSON-ready dict."""
+FORM_VERSION_KEY = "form_version"
+"""Bumped when the profile is replaced (upload, reset) so every form widget starts afresh."""
+ACTIVE_JOB_KEY = "active_job_id"
+SELECTED_RUNS_KEY = "selected_run_ids"
+
+
+def default_stage(name: str = "main") -> dict[str, Any]:
+    """A first-visit stage: a 7B chat model on one GPU, lengths and SLOs the seed's table uses."""
+    stage = StageProfile(
+        name=name,
+        model="llama-2-7b",
+        long_sequence_generation=True,
+        concurrency=16,
+        slo={"ttft_ms": 300, "e2e_ms": 5000},
+        gpu={"type": "H100-SXM", "count": 1} if _known_gpu("H100-SXM") else {"count": 1},
+    )
+    return stage.model_dump(mode="json")
+
+
+def _known_gpu(name: str) -> bool:
+    from advisor.gpus import find_gpu
+
+    return find_gpu(name) is not None
+
+
+def default_profile() -> dict[str, Any]:
+    return WorkloadProfile(title="Chat assistant", stages=[default_stage()]).model_dump(mode="json")
+
+
+def init_session() -> None:
+    """Fill the session defaults once per browser session (called by app.py on every run)."""
+    st.session_state.setdefault(PROFILE_KEY, default_profile())
+    st.session_state.setdefault(FORM_VERSION_KEY, 0)
+    st.session_state.setdefault(ACTIVE_JOB_KEY, None)
+    st.session_state.setdefault(SELECTED_RUNS_KEY, [])
+
+
+def current_profile() -> WorkloadProfile:
+    """The profile the Advisor page last validated (the default one before any edit)."""
+    init_session()
+    return WorkloadProfile.model_validate(st.session_state[PROFILE_KEY])
+
+
+def replace_profile(profile: WorkloadProfile) -> None:
+    """Swap the whole profile (upload, reset, stage added) and restart the form widgets."""
+    st.session_state[PROFILE_KEY] = profile.model_dump(mode="json")
+    st.session_state[FORM_VERSION_KEY] = st.session_state.get(FORM_VERSION_KEY, 0) + 1
+
+
+def store_location() -> str | None:
+    """Where the results live: $ADVISOR_STORE, else the store's default file (None)."""
+    return os.environ.get("ADVISOR_STORE") or None
+
+
+@st.cache_resource(max_entries=4, ttl=3600, show_spinner=False)
+def _open_store(location: str | None) -> ResultStore:
+    return ResultStore(location)
+
+
+def get_store() -> ResultStore:
+    """The shared store handle (one SQLite connection per location, thread-safe)."""
+    return _open_store(store_location())
+
+
+@st.cache_data(ttl=30, max_entries=2, show_spinner=False)
+def availability_map() -> dict[str, str]:
+    from advisor.recommend import availability_map as read_availability
+
+    return read_availability()
+
+
+@st.cache_data(ttl=10, max_entries=32, show_spinner="Walking the decision tree…")
+def advise(profile_json: str, store_location: str | None) -> Any:
+    """`advisor.recommend.recommend` on the profile and the stored runs (re-read every 10 s)."""
+    from advisor.recommend import recommend
+
+    profile = WorkloadProfile.model_validate_json(profile_json)
+    return recommend(profile, store=get_store(), availability=availability_map())
