@@ -724,19 +724,28 @@ def load_config(model_dir: str | Path, trust_remote_code: bool = False) -> Pretr
 
 
 def _info_from_dir(model_dir: Path, name: str, dtype: str, *, trust_remote_code: bool) -> ModelInfo:
-    config = load_config(model_dir, trust_remote_code=trust_remote_code)
-    kind = kind_of(config)
-    parameters = safetensors_parameter_count(model_dir) or parameter_count(config)
+    """Sizes from config.json and the safetensors headers: no transformers import (seconds)."""
+    try:
+        document = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"model {model_dir}: unreadable config.json ({exc})") from None
+    architectures = document.get("architectures") or []
+    kind: Kind = (
+        "generate" if any(a.endswith(_GENERATE_SUFFIXES) for a in architectures) else "forward"
+    )
+    parameters = safetensors_parameter_count(model_dir)
+    if not parameters:  # .bin or other weights: count from the config on the meta device
+        parameters = parameter_count(load_config(model_dir, trust_remote_code=trust_remote_code))
     marker = model_dir / "advisor_preset.json"
     random_weights = marker.exists() and json.loads(marker.read_text()).get("random_weights", False)
-    vocab_size = getattr(config, "vocab_size", None) if kind == "generate" else None
+    vocab_size = document.get("vocab_size") or document.get("text_config", {}).get("vocab_size")
     return ModelInfo(
         name=name,
         path=str(model_dir.resolve()),
-        architecture=(getattr(config, "architectures", None) or [type(config).__name__])[0],
+        architecture=architectures[0] if architectures else document.get("model_type", ""),
         parameters=parameters,
         weight_bytes=weight_bytes(parameters, dtype),
-        vocab_size=vocab_size,
+        vocab_size=vocab_size if kind == "generate" else None,
         kind=kind,
         random_weights=bool(random_weights),
     )

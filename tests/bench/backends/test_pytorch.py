@@ -142,7 +142,8 @@ def test_plain_generate_throughput_reference(tiny_llama: ModelInfo) -> None:
 
     result = plain_generate_throughput(tiny_llama.path, 4, 16, 8, dtype="float32", device="cpu")
     assert result["output_tokens_per_row"] == 8
-    assert result["output_throughput_tok_s"] == pytest.approx(4 * 8 / result["elapsed_s"])
+    assert len(result["runs_output_throughput_tok_s"]) == 3
+    assert min(result["runs_output_throughput_tok_s"]) <= result["output_throughput_tok_s"]
     assert result["output_throughput_tok_s"] > 0
 
 
