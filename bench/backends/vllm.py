@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 from bench.backends.base import (
@@ -312,6 +313,7 @@ class VllmBackend(Backend):
             f" (vLLM {vllm_version()} EngineArgs)",
         )
         self._check_device(device)
+        _check_cpu_head_size(model.path)
         kwargs = {k: v for k, v in self.engine_args.items() if k not in BACKEND_OPTIONS}
         if precision.quantization is not None:
             given = kwargs.setdefault("quantization", precision.quantization)
@@ -375,6 +377,29 @@ class VllmBackend(Backend):
 # with the one the package import already registered.
 if __name__ == "bench.backends.vllm":
     register_backend("vllm")(VllmBackend)
+
+
+def _check_cpu_head_size(model_dir: str) -> None:
+    """UserError up front for a head size vLLM's CPU attention lacks (else the engine core dies
+    with "Unsupported CPU attention configuration" after a minute of start-up)."""
+    from vllm.platforms import current_platform
+
+    if str(current_platform.device_type) != "cpu":
+        return
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        supported = list(CPUAttentionBackend.get_supported_head_sizes())
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (ImportError, AttributeError, OSError, json.JSONDecodeError):
+        return  # unknown layout: let vLLM decide
+    heads = config.get("num_attention_heads")
+    head_dim = config.get("head_dim") or (config["hidden_size"] // heads if heads else None)
+    if head_dim and supported and head_dim not in supported:
+        raise UserError(
+            f"vLLM's CPU attention does not support head_dim {head_dim} (supported: "
+            f"{', '.join(map(str, supported))}); use a model with one of those head sizes"
+        )
 
 
 def _empty_cuda_cache() -> None:

@@ -107,6 +107,20 @@ async def test_unknown_engine_arg_is_named_at_load(vllm_tiny_llama: ModelInfo) -
 
 @pytest.mark.slow
 @needs_vllm
+async def test_cpu_build_refuses_unsupported_head_size_up_front(tiny_llama: ModelInfo) -> None:
+    from vllm.platforms import current_platform
+
+    if str(current_platform.device_type) != "cpu":
+        pytest.skip("CPU build only")
+    config = json.loads((Path(tiny_llama.path) / "config.json").read_text())
+    if config.get("head_dim", 32) >= CPU_ATTENTION_MIN_HEAD_DIM:
+        pytest.skip("tiny-llama's head size is supported here")
+    with pytest.raises(UserError, match="head_dim 16"):
+        await VllmBackend().load(tiny_llama, GenerateWorkload(), Precision(dtype="float32"), "auto")
+
+
+@pytest.mark.slow
+@needs_vllm
 async def test_real_engine_exact_lengths_ordered_times_clean_close(
     vllm_tiny_llama: ModelInfo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
