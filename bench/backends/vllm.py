@@ -455,6 +455,7 @@ def llm_generate_throughput(
         "request_throughput_rps": len(prompts) / elapsed_s,
         "engine_args": engine_args,
         "dtype": dtype,
+        "detokenize": detokenize,
     }
 
 
@@ -482,6 +483,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", help="also write the JSON result to this file")
+    parser.add_argument(
+        "--no-detokenize", action="store_true", help="as the backend's detokenize=false option"
+    )
     args = parser.parse_args(argv)
     if args.prompts_file:
         with open(args.prompts_file) as handle:
@@ -497,7 +501,12 @@ def main(argv: list[str] | None = None) -> None:
         ]
     engine_args = dict(_parse_engine_arg(item) for item in args.engine_arg)
     result = llm_generate_throughput(
-        args.model, prompts, args.output_len, engine_args, dtype=args.dtype
+        args.model,
+        prompts,
+        args.output_len,
+        engine_args,
+        dtype=args.dtype,
+        detokenize=not args.no_detokenize,
     )
     text = json.dumps(result, indent=2)
     if args.out:
