@@ -11,7 +11,6 @@ from typing import Any
 import altair as alt
 import pandas as pd
 import streamlit as st
-import yaml
 from pydantic import ValidationError
 
 from advisor.gpus import GPUS
@@ -23,15 +22,12 @@ from advisor.profile import (
     StageProfile,
     WorkloadProfile,
     describe_validation_error,
-    profile_from_dict,
 )
 from bench.config import LengthDistribution, Precision
 from bench.errors import UserError
 from ui import state
 from ui.components import empty_state, field_help, format_number, yes_no
 
-MAX_PROFILE_BYTES = 256 * 1024
-"""Profiles are a few KB; anything larger is refused before YAML parses it."""
 CUSTOM_MODEL = "Local checkpoint path…"
 NO_GPU = "Not decided"
 OBJECTIVE_LABELS = {
@@ -371,33 +367,13 @@ def _reset_profile() -> None:
     state.replace_profile(WorkloadProfile.model_validate(state.default_profile()))
 
 
-def profile_yaml(profile: WorkloadProfile) -> str:
-    return yaml.safe_dump(
-        profile.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True
-    )
-
-
-def read_uploaded_profile(data: bytes, name: str) -> WorkloadProfile:
-    """Parse an uploaded YAML/JSON profile; UserError with a one-line message otherwise."""
-    if len(data) > MAX_PROFILE_BYTES:
-        raise UserError(f"{name}: {len(data) // 1024} KB is too large for a profile (max 256 KB)")
-    try:
-        loaded = yaml.safe_load(data.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserError(f"{name}: not valid YAML ({first})") from None
-    if not isinstance(loaded, dict):
-        raise UserError(f"{name}: expected a mapping of profile fields at the top level")
-    return profile_from_dict(loaded, source=name)
-
-
 def _profile_file_panel(profile: WorkloadProfile) -> None:
     with st.expander("Profile file (YAML): download, upload, reset"):
         left, right = st.columns([1, 2])
         with left:
             st.download_button(
                 "Download profile (YAML)",
-                profile_yaml(profile),
+                state.profile_yaml(profile),
                 file_name="workload-profile.yaml",
                 mime="application/x-yaml",
                 icon=":material/download:",
@@ -412,7 +388,7 @@ def _profile_file_panel(profile: WorkloadProfile) -> None:
             )
             if upload is not None:
                 try:
-                    uploaded = read_uploaded_profile(upload.getvalue(), upload.name)
+                    uploaded = state.read_uploaded_profile(upload.getvalue(), upload.name)
                 except UserError as exc:
                     st.error(str(exc))
                 else:
@@ -763,4 +739,6 @@ def render() -> None:
     )
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (tests) only defines its functions.
+if __name__ == "__main__":
+    render()

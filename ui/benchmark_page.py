@@ -813,4 +813,6 @@ def availability_panel_and_machine() -> list[dict[str, Any]]:
         return availability_panel()
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (tests) only defines its functions.
+if __name__ == "__main__":
+    render()

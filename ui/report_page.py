@@ -192,4 +192,6 @@ def render() -> None:
         st.code(markdown_text(report, stem), language="markdown")
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (tests) only defines its functions.
+if __name__ == "__main__":
+    render()

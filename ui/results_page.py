@@ -361,4 +361,6 @@ def render() -> None:
     reference_section()
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (tests) only defines its functions.
+if __name__ == "__main__":
+    render()

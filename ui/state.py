@@ -11,8 +11,10 @@ import os
 from typing import Any
 
 import streamlit as st
+import yaml
 
-from advisor.profile import StageProfile, WorkloadProfile
+from advisor.profile import StageProfile, WorkloadProfile, profile_from_dict
+from bench.errors import UserError
 from bench.store import ResultStore
 
 PROFILE_KEY = "profile"
@@ -21,6 +23,8 @@ FORM_VERSION_KEY = "form_version"
 """Bumped when the profile is replaced (upload, reset) so every form widget starts afresh."""
 ACTIVE_JOB_KEY = "active_job_id"
 SELECTED_RUNS_KEY = "selected_run_ids"
+MAX_PROFILE_BYTES = 256 * 1024
+"""Profiles are a few KB; anything larger is refused before YAML parses it."""
 
 
 def default_stage(name: str = "main") -> dict[str, Any]:
@@ -95,3 +99,23 @@ def advise(profile_json: str, store_location: str | None) -> Any:
 
     profile = WorkloadProfile.model_validate_json(profile_json)
     return recommend(profile, store=get_store(), availability=availability_map())
+
+
+def profile_yaml(profile: WorkloadProfile) -> str:
+    return yaml.safe_dump(
+        profile.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True
+    )
+
+
+def read_uploaded_profile(data: bytes, name: str) -> WorkloadProfile:
+    """Parse an uploaded YAML/JSON profile; UserError with a one-line message otherwise."""
+    if len(data) > MAX_PROFILE_BYTES:
+        raise UserError(f"{name}: {len(data) // 1024} KB is too large for a profile (max 256 KB)")
+    try:
+        loaded = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"{name}: not valid YAML ({first})") from None
+    if not isinstance(loaded, dict):
+        raise UserError(f"{name}: expected a mapping of profile fields at the top level")
+    return profile_from_dict(loaded, source=name)

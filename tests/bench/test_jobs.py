@@ -1,0 +1,217 @@
+"""The job runner: throttled progress, queueing one job at a time, stop, and the detached runner.
+
+Runs go through the real `bench.api.launch` (worker processes) with the `fake` backend, a
+labelled test double, except the one slow test that runs the real PyTorch engine on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bench import jobs
+from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.schema import RunStatus
+from bench.store import ResultStore
+
+
+def fake_config(duration_s: float = 2.0, itl_s: float = 0.002, **load) -> RunConfig:
+    """A short run on the fake backend (test double: timed fake tokens, no inference)."""
+    return RunConfig(
+        backend="fake",
+        model="tiny-llama",
+        engine_args={"ttft_s": 0.005, "itl_s": itl_s},
+        workload=GenerateWorkload(
+            prompt_tokens=LengthDistribution(mean=8), output_tokens=LengthDistribution(mean=16)
+        ),
+        load=ConcurrencyLoad(concurrency=2, duration_s=duration_s, warmup_requests=1, **load),
+        validity={"min_duration_s": 0.5, "min_requests": 1},
+        device="cpu",
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ResultStore:
+    path = tmp_path / "store.sqlite"
+    monkeypatch.setenv("ADVISOR_STORE", str(path))
+    return ResultStore(path)
+
+
+def serve_in_thread(store: ResultStore, tmp_path: Path) -> tuple[threading.Thread, threading.Event]:
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=jobs.serve,
+        args=(str(store.path),),
+        kwargs={"idle_exit_s": 60, "log_dir": tmp_path / "logs", "stop": stop},
+        daemon=True,
+    )
+    thread.start()
+    return thread, stop
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def test_progress_writes_are_throttled_and_stage_changes_forced():
+    writes: list[dict] = []
+    progress = jobs.JobProgress([fake_config()], writes.append)
+    progress.start_run(0)
+    started = len(writes)
+    for step in range(50):  # 50 updates in a burst: at most one unforced write gets through
+        progress.on_progress(
+            0, {"stage": "running", "phase": "p", "elapsed_s": step * 0.01, "output_tokens": step}
+        )
+    assert len(writes) - started <= 2
+    progress.on_progress(0, {"stage": "done", "run_id": "r1"})  # a stage change is written now
+    assert writes[-1]["runs"][0]["latest"]["stage"] == "done"
+    assert writes[-1]["runs"][0]["run_id"] == "r1"
+    assert len(progress.state["runs"][0]["history"]) == 50
+
+
+def test_history_is_bounded_but_spans_the_run():
+    progress = jobs.JobProgress([fake_config()], lambda _s: None)
+    for step in range(jobs.HISTORY_POINTS * 3):
+        progress.on_progress(0, {"stage": "running", "elapsed_s": float(step), "phase": "p"})
+    history = progress.state["runs"][0]["history"]
+    assert len(history) <= jobs.HISTORY_POINTS
+    assert history[0]["elapsed_s"] == 0.0
+    assert history[-1]["elapsed_s"] >= jobs.HISTORY_POINTS * 3 - 3
+
+
+def test_jobs_queue_and_run_one_at_a_time(store, tmp_path):
+    first = store.create_job([fake_config(), fake_config()], label="first")
+    second = store.create_job([fake_config()], label="second")
+    thread, stop = serve_in_thread(store, tmp_path)
+    seen_running_together = False
+    try:
+
+        def both_done():
+            nonlocal seen_running_together
+            states = [store.get_job(job_id).status for job_id in (first, second)]
+            if states.count(RunStatus.RUNNING) > 1:
+                seen_running_together = True
+            return all(state == RunStatus.COMPLETED for state in states)
+
+        wait_for(both_done, 120, "both jobs to complete")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not seen_running_together
+    job = store.get_job(first)
+    assert len(job.run_ids) == 2
+    runs = [store.get_run(run_id) for run_id in job.run_ids]
+    assert all(run.status == RunStatus.COMPLETED for run in runs)
+    assert runs[0].created_at < store.get_run(store.get_job(second).run_ids[0]).created_at
+    progress_runs = job.progress["runs"]
+    assert [r["status"] for r in progress_runs] == ["COMPLETED", "COMPLETED"]
+    assert progress_runs[0]["history"], "live progress reached the job row"
+    assert store.count_records(job.run_ids[0]) > 0
+
+
+def test_stop_request_ends_the_engine_and_the_job(store, tmp_path):
+    # A long run with slow fake tokens: it only ends this quickly if Stop really stops it.
+    job_id = store.create_job([fake_config(duration_s=120, itl_s=0.05), fake_config()])
+    thread, stop = serve_in_thread(store, tmp_path)
+    try:
+        wait_for(
+            lambda: (
+                (store.get_job(job_id).progress.get("runs") or [{}])[0]
+                .get("latest", {})
+                .get("stage")
+                == "running"
+            ),
+            90,
+            "the run to start",
+        )
+        requested = time.monotonic()
+        store.request_stop(job_id)
+        wait_for(lambda: store.get_job(job_id).finished, 60, "the job to stop")
+        stopped_after_s = time.monotonic() - requested
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    job = store.get_job(job_id)
+    assert job.status == RunStatus.STOPPED
+    assert stopped_after_s < 30
+    assert len(job.run_ids) == 1, "the second run never started"
+    run = store.get_run(job.run_ids[0])
+    assert run.status == RunStatus.STOPPED
+    workers = [
+        child
+        for child in psutil.Process().children(recursive=True)
+        if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline())
+    ]
+    assert not workers, f"engine worker processes left running: {workers}"
+
+
+def test_unrunnable_config_fails_its_run_and_the_next_still_runs(store, tmp_path):
+    bad = fake_config().model_copy(update={"engine_args": {"no_such_option": 1}})
+    job_id = store.create_job([bad, fake_config()])
+    thread, stop = serve_in_thread(store, tmp_path)
+    try:
+        wait_for(lambda: store.get_job(job_id).finished, 90, "the job to finish")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    job = store.get_job(job_id)
+    assert job.status == RunStatus.FAILED
+    assert "no_such_option" in (job.error or "")
+    assert len(job.run_ids) == 1
+    assert store.get_run(job.run_ids[0]).status == RunStatus.COMPLETED
+
+
+def test_ensure_runner_starts_one_detached_runner_that_exits_when_idle(store, tmp_path):
+    log = tmp_path / "runner.log"
+    pid = jobs.ensure_runner(str(store.path), log_path=log, idle_exit_s=3)
+    try:
+        wait_for(lambda: jobs.runner_pid(str(store.path)) == pid, 30, "the runner to take its lock")
+        assert jobs.ensure_runner(str(store.path), log_path=log, idle_exit_s=3) == pid
+        assert os.getsid(pid) == pid != os.getsid(0), "detached: its own session"
+        wait_for(lambda: jobs.runner_pid(str(store.path)) is None, 60, "the idle runner to exit")
+    finally:
+        if psutil.pid_exists(pid):
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE:
+                process.terminate()
+            process.wait(timeout=10)
+    assert "idle" in log.read_text()
+
+
+@pytest.mark.slow
+def test_real_cpu_engine_job(store, tmp_path):
+    """The runner drives the real PyTorch engine on tiny-llama (CPU) through a job."""
+    config = RunConfig(
+        backend="pytorch",
+        model="tiny-llama",
+        workload=GenerateWorkload(
+            prompt_tokens=LengthDistribution(mean=16), output_tokens=LengthDistribution(mean=8)
+        ),
+        load=ConcurrencyLoad(concurrency=2, duration_s=4, warmup_requests=1),
+        validity={"min_duration_s": 1, "min_requests": 1},
+        precision={"dtype": "float32"},
+        device="cpu",
+    )
+    job_id = store.create_job([config], label="real cpu engine")
+    thread, stop = serve_in_thread(store, tmp_path)
+    try:
+        wait_for(lambda: store.get_job(job_id).finished, 180, "the real engine job")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    job = store.get_job(job_id)
+    assert job.status == RunStatus.COMPLETED, job.error
+    run = store.get_run(job.run_ids[0])
+    assert run.summary is not None and run.summary.successful > 0
+    assert run.summary.output_throughput_tok_s > 0

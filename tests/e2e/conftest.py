@@ -1,0 +1,116 @@
+"""Browser-test fixtures: the app on a free 127.0.0.1 port with a temporary store, and Chromium.
+
+The app runs as `streamlit run app.py` in its own process group; the job runner it starts for
+the store is stopped after the test as well (it would otherwise exit by itself when idle).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+DESKTOP = {"width": 1440, "height": 900}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+
+
+@pytest.fixture
+def app_url(tmp_path: Path) -> Iterator[str]:
+    store = tmp_path / "store.sqlite"
+    port = free_port()
+    env = {**os.environ, "ADVISOR_STORE": str(store)}
+    log = (tmp_path / "streamlit.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--server.address",
+            "127.0.0.1",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"streamlit did not start: {(tmp_path / 'streamlit.log').read_text()}"
+                )
+            time.sleep(0.5)
+        yield url
+    finally:
+        _stop_group(process)
+        log.close()
+        from bench.jobs import runner_pid
+
+        pid = runner_pid(str(store))
+        if pid and pid > 0:
+            os.killpg(os.getpgid(pid), signal.SIGTERM)
+
+
+@pytest.fixture
+def page():
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium is not installed at /usr/bin/chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+            browser.close()

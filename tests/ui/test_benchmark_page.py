@@ -1,0 +1,135 @@
+"""AppTest of the Benchmark page: plan, engine-argument validation, job creation, live progress."""
+
+from __future__ import annotations
+
+import pytest
+
+from ui.state import PROFILE_KEY, default_profile
+
+PAGE = "ui/benchmark_page.py"
+
+
+def _tiny_profile() -> dict:
+    profile = default_profile()
+    profile["stages"][0].update(model="tiny-llama", dynamic_control_flow=True, concurrency=2)
+    return profile
+
+
+@pytest.fixture
+def no_runner(monkeypatch):
+    """Records ensure_runner calls instead of starting the detached runner (a test stand-in)."""
+    calls = []
+    import bench.jobs
+
+    monkeypatch.setattr(bench.jobs, "ensure_runner", lambda *a, **k: calls.append(a) or 0)
+    return calls
+
+
+def test_machine_panel_and_empty_states(app_test):
+    at = app_test(PAGE).run()
+    assert not at.exception
+    assert at.title[0].value == "Benchmark"
+    from bench.environment import fingerprint
+
+    if not fingerprint().get("gpu_available"):
+        assert any("CPU-only machine" in w.value for w in at.warning)
+    assert any("No plan yet" in i.value for i in at.info)
+    assert any("No benchmark has run yet" in i.value for i in at.info)
+
+
+def test_quick_plan_then_run_creates_a_job(app_test, store_path, no_runner):
+    at = app_test(PAGE)
+    at.session_state[PROFILE_KEY] = _tiny_profile()
+    at.run()
+    next(b for b in at.button if b.label == "Quick plan").click().run()
+    assert not at.exception
+    editor = at.data_editor[0]
+    backends = list(editor.value["backend"])
+    assert backends[0] == "pytorch"
+    run_button = next(b for b in at.button if b.label.startswith("Run "))
+    run_button.click().run()
+    assert not at.exception
+    from bench.store import ResultStore
+
+    jobs = ResultStore(store_path).list_jobs()
+    assert len(jobs) == 1
+    assert [c.backend for c in jobs[0].configs] == [b for b in backends if b != "jax"][
+        : len(jobs[0].configs)
+    ]
+    assert jobs[0].configs[0].model == "tiny-llama"
+    assert no_runner, "Run must make sure a job runner serves the store"
+
+
+def test_engine_arguments_are_validated_against_the_backend():
+    from bench.config import RunConfig
+    from bench.errors import UserError
+    from ui.benchmark_page import config_from_row, parse_engine_args
+
+    assert parse_engine_args("a=1, b=true, c=[1, 2], d=text") == {
+        "a": 1,
+        "b": True,
+        "c": [1, 2],
+        "d": "text",
+    }
+    with pytest.raises(UserError, match="not key=value"):
+        parse_engine_args("justtext")
+    base = RunConfig(backend="fake", model="tiny-llama")
+    row = {
+        "backend": "fake",
+        "model": "tiny-llama",
+        "pattern": "concurrency",
+        "load": 3,
+        "duration (s)": 8,
+        "engine args": "itl_s=0.01",
+        "device": "cpu",
+    }
+    config = config_from_row(base, row)
+    assert config.load.concurrency == 3 and config.load.duration_s == 8
+    assert config.engine_args == {"itl_s": 0.01}
+    with pytest.raises(UserError, match="bad engine argument"):
+        config_from_row(base, {**row, "engine args": "no_such_option=1"})
+    step = config_from_row(base, {**row, "pattern": "step", "load": 40, "duration (s)": 5})
+    assert step.load.pattern == "step" and step.load.max == 40
+    assert step.load.stage_duration_s == 5
+
+
+def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_path, no_runner):
+    from bench.config import RunConfig
+    from bench.jobs import JobProgress
+    from bench.store import ResultStore
+
+    store = ResultStore(store_path)
+    config = RunConfig(backend="fake", model="tiny-llama")
+    job_id = store.create_job([config], label="ui test")
+    store.claim_next_job(pid=12345)
+    progress = JobProgress([config], lambda state: store.update_job(job_id, progress=state))
+    progress.start_run(0)
+    for step in range(3):
+        progress.on_progress(
+            0,
+            {
+                "stage": "running",
+                "phase": "concurrency",
+                "phase_index": 0,
+                "phases_total": 1,
+                "completed": step * 4,
+                "failed": 0,
+                "elapsed_s": 1.0 + step,
+                "phase_elapsed_s": 1.0 + step,
+                "phase_duration_s": 10.0,
+                "output_tokens": step * 64,
+                "in_flight": 2,
+                "run_id": None,
+                "telemetry": {"host_rss_bytes": 10**8},
+            },
+        )
+    progress.flush(force=True)
+    store.job_heartbeat(job_id)
+
+    at = app_test(PAGE).run()
+    assert not at.exception
+    texts = [p.text or "" for p in at.get("progress")]
+    assert any("3 s of 10 s" in text for text in texts), texts
+    stop = next(b for b in at.button if b.label == "Stop")
+    stop.click().run()
+    assert store.get_job(job_id).stop_requested

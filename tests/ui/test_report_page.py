@@ -1,0 +1,40 @@
+"""AppTest of the Report page: the report is assembled for the profile and offered in 4 formats."""
+
+from __future__ import annotations
+
+from tests.ui.conftest import stored_run
+
+PAGE = "ui/report_page.py"
+
+
+def test_report_page_offers_every_format(app_test, store_path):
+    run = stored_run(store_path)
+    at = app_test(PAGE)
+    at.session_state["selected_run_ids"] = [run.run_id]
+    at.run(timeout=120)
+    assert not at.exception
+    labels = [b.label for b in at.get("download_button")]
+    for wanted in ("Markdown", "HTML", "PDF", "JSON"):
+        assert any(label.startswith(wanted) for label in labels), labels
+    runs = at.multiselect[0]
+    assert run.run_id in runs.value
+
+
+def test_report_formatters_produce_the_files(store_path):
+    import io
+    import json
+    import zipfile
+
+    from advisor.profile import WorkloadProfile
+    from ui.report_page import build, html_text, json_text, markdown_zip, pdf_bytes
+    from ui.state import default_profile
+
+    run = stored_run(store_path)
+    profile = WorkloadProfile.model_validate(default_profile())
+    report = build.__wrapped__(profile.model_dump_json(), (run.run_id,), str(store_path))
+    assert "<html" in html_text(report).lower()
+    data = json.loads(json_text(report))
+    assert run.run_id in json.dumps(data)
+    names = zipfile.ZipFile(io.BytesIO(markdown_zip(report, "r"))).namelist()
+    assert "r.md" in names
+    assert pdf_bytes(report).startswith(b"%PDF")

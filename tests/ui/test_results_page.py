@@ -1,0 +1,51 @@
+"""AppTest of the Results page: a stored run appears; selecting it shows comparison views."""
+
+from __future__ import annotations
+
+from tests.ui.conftest import stored_run
+
+PAGE = "ui/results_page.py"
+
+
+def test_empty_store_explains_what_to_do(app_test):
+    at = app_test(PAGE).run()
+    assert not at.exception
+    assert any("no runs yet" in i.value for i in at.info)
+    assert any("Published figures, not measured here" in w.value for w in at.warning)
+
+
+def test_stored_run_is_listed_and_reference_kept_apart(app_test, store_path):
+    run = stored_run(store_path)
+    at = app_test(PAGE).run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert run.run_id in list(table["run_id"])
+    assert any("Throughput against latency" in s.value for s in at.subheader)
+    # The published A100 rows are in their own table, not in the measurements table.
+    assert "vllm" not in set(table["backend"])
+
+
+def _views_script() -> None:
+    """Draws the comparison views of the runs in the store, as the page does for a selection."""
+    from ui import state
+    from ui.results_page import compare, diagnostics, latency_distributions, step_curves
+
+    runs = state.get_store().list_runs()
+    compare(runs)
+    step_curves(runs)
+    latency_distributions(runs)
+    diagnostics(runs)
+
+
+def test_selected_runs_get_compared(store_path):
+    from streamlit.testing.v1 import AppTest
+
+    first = stored_run(store_path, backend="pytorch")
+    second = stored_run(store_path, backend="vllm")
+    at = AppTest.from_function(_views_script, default_timeout=60).run()
+    assert not at.exception
+    side_by_side = at.dataframe[0].value
+    assert any(first.run_id[-8:] in column for column in side_by_side.columns)
+    assert any(second.run_id[-8:] in column for column in side_by_side.columns)
+    assert any("step pattern" in i.value for i in at.info)  # no step run: says what to do
+    assert len(at.expander) == 2  # diagnostics, one per run
