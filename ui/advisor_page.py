@@ -449,8 +449,8 @@ def show_path(decision: Any) -> None:
         st.graphviz_chart(path_graph(decision))
     with right:
         for number, step in enumerate(decision.path, start=1):
-            icon = "✅" if step.answer == "yes" else "▫️"
-            st.markdown(f"**{number}. {step.question}**  \n{icon} **{step.answer}** — {step.why}")
+            answer = ":green[**yes**]" if step.answer == "yes" else ":gray[**no**]"
+            st.markdown(f"**{number}. {step.question}**  \n{answer} — {step.why}")
         st.markdown(f"**Leaf:** {decision.title}")
 
 
@@ -458,28 +458,16 @@ def show_candidates(stage_result: Any) -> None:
     decision, estimate = stage_result.decision, stage_result.estimate
     availability = stage_result.recommendation.availability
     st.markdown("#### Candidates and feasibility")
-    rows = [
-        {
-            "rank": candidate.rank,
-            "framework": candidate.framework,
-            "why": candidate.rationale,
-            "runs here": availability.get(candidate.framework, "—") == "available",
-            "note": ""
-            if availability.get(candidate.framework) == "available"
-            else availability.get(candidate.framework, ""),
-        }
-        for candidate in decision.candidates
-    ]
-    st.dataframe(
-        pd.DataFrame(rows),
-        hide_index=True,
-        column_config={
-            "rank": st.column_config.NumberColumn(width="small"),
-            "why": st.column_config.TextColumn(width="large"),
-            "runs here": st.column_config.CheckboxColumn(),
-            "note": st.column_config.TextColumn(width="medium"),
-        },
-    )
+    for candidate in decision.candidates:
+        runs_here = availability.get(candidate.framework)
+        if not candidate.benchmarked:
+            where = "not benchmarked by this tool"
+        elif runs_here == "available":
+            where = "installed here: can be measured"
+        else:
+            where = f"cannot be measured here: {runs_here or 'no adapter'}"
+        st.markdown(f"**{candidate.rank}. {candidate.framework}** — {candidate.rationale}")
+        st.caption(where)
     show_estimate(estimate)
 
 
@@ -503,7 +491,9 @@ def show_estimate(estimate: Any) -> None:
     )
     columns[2].metric(
         "Decode floor (batch 1)",
-        format_number(estimate.decode_floor_ms_per_token, "ms/token", 2),
+        "—"
+        if estimate.decode_floor_ms_per_token is None
+        else f"{estimate.decode_floor_ms_per_token:.3g} ms/token",
         help="Weight bytes / memory bandwidth: no engine decodes one sequence faster "
         f"({estimate.bandwidth_source or 'bandwidth source unknown'}).",
     )
@@ -525,11 +515,11 @@ def show_estimate(estimate: Any) -> None:
         )
         chart = (
             alt.Chart(bars)
-            .mark_bar()
+            .mark_bar(size=28)
             .encode(
                 x=alt.X("sum(GB):Q", title="GB"),
                 y=alt.Y("row:N", title=None, axis=None),
-                color=alt.Color("what:N", legend=alt.Legend(orient="bottom", title=None)),
+                color=alt.Color("what:N", legend=alt.Legend(orient="top", title=None)),
                 order=alt.Order("what:N"),
                 tooltip=["what", alt.Tooltip("GB:Q", format=".2f")],
             )
@@ -541,7 +531,7 @@ def show_estimate(estimate: Any) -> None:
                 .encode(x="GB:Q")
             )
             chart = chart + rule
-        st.altair_chart(chart.properties(height=90))
+        st.altair_chart(chart.properties(height=40))
         st.caption(
             f"Memory breakdown for {estimate.gpu_count} × {estimate.gpu or 'GPU'} "
             f"({estimate.precision}); red line = memory available"

@@ -51,18 +51,26 @@ def _report_and_svgs(report: Any) -> tuple[Any, dict[str, str]]:
     return report, chart_svgs(report.model_dump_json())
 
 
-def html_text(report: Any) -> str:
+def _report(report_json: str) -> Any:
+    from advisor.report.model import Report
+
+    return Report.model_validate_json(report_json)
+
+
+@st.cache_data(ttl=300, max_entries=8, show_spinner=False)
+def html_text(report_json: str) -> str:
     from advisor.report.html import render_html
 
-    return render_html(*_report_and_svgs(report))
+    return render_html(*_report_and_svgs(_report(report_json)))
 
 
-def markdown_zip(report: Any, stem: str) -> bytes:
+@st.cache_data(ttl=300, max_entries=8, show_spinner=False)
+def markdown_zip(report_json: str, stem: str) -> bytes:
     """The Markdown report and its SVG chart files (it links them by relative path), zipped."""
     from advisor.report import generate
 
     with tempfile.TemporaryDirectory(prefix="advisor-md-") as folder:
-        generate(report, folder, formats=["md"], stem=stem)
+        generate(_report(report_json), folder, formats=["md"], stem=stem)
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
             for path in sorted(Path(folder).rglob("*")):
@@ -71,16 +79,17 @@ def markdown_zip(report: Any, stem: str) -> bytes:
         return buffer.getvalue()
 
 
-def pdf_bytes(report: Any) -> bytes:
+@st.cache_data(ttl=300, max_entries=8, show_spinner="Rendering the PDF…")
+def pdf_bytes(report_json: str) -> bytes:
     from advisor.report.pdf import render_pdf
 
-    return render_pdf(*_report_and_svgs(report))
+    return render_pdf(*_report_and_svgs(_report(report_json)))
 
 
-def json_text(report: Any) -> str:
+def json_text(report_json: str) -> str:
     from advisor.report.json import render_json
 
-    return render_json(report)
+    return render_json(_report(report_json))
 
 
 def markdown_text(report: Any, stem: str) -> str:
@@ -154,32 +163,35 @@ def render() -> None:
         st.error(str(exc))
         return
     stem = "advisor-report"
+    # Downloads carry their data (a deferred download does not reach every browser); each
+    # format is rendered once per report and cached.
+    report_json = report.model_dump_json()
     st.subheader("Download")
     buttons = st.container(horizontal=True)
     buttons.download_button(
         "Markdown (.zip with charts)",
-        lambda: markdown_zip(report, stem),
+        markdown_zip(report_json, stem),
         file_name=f"{stem}-markdown.zip",
         mime="application/zip",
         icon=":material/download:",
     )
     buttons.download_button(
         "HTML (one file)",
-        lambda: html_text(report),
+        html_text(report_json),
         file_name=f"{stem}.html",
         mime="text/html",
         icon=":material/download:",
     )
     buttons.download_button(
         "PDF",
-        lambda: pdf_bytes(report),
+        pdf_bytes(report_json),
         file_name=f"{stem}.pdf",
         mime="application/pdf",
         icon=":material/download:",
     )
     buttons.download_button(
         "JSON (data)",
-        lambda: json_text(report),
+        json_text(report_json),
         file_name=f"{stem}.json",
         mime="application/json",
         icon=":material/download:",
@@ -187,7 +199,7 @@ def render() -> None:
     st.subheader("Preview")
     html_tab, markdown_tab = st.tabs(["As HTML", "Markdown source"])
     with html_tab:
-        components.html(html_text(report), height=PREVIEW_HEIGHT_PX, scrolling=True)
+        components.html(html_text(report_json), height=PREVIEW_HEIGHT_PX, scrolling=True)
     with markdown_tab:
         st.code(markdown_text(report, stem), language="markdown")
 

@@ -130,7 +130,8 @@ def compare(runs: list[RunResult]) -> None:
             if run.environment.get("gpus")
             else "CPU",
         }
-    st.dataframe(pd.DataFrame(columns), width="stretch")
+    table = pd.DataFrame(columns)
+    st.dataframe(table, width="stretch", height=35 * (len(table) + 1) + 3)
 
 
 def _pair(percentiles: Any, unit: str, digits: int = 1) -> str:
@@ -220,7 +221,7 @@ def latency_distributions(runs: list[RunResult]) -> None:
         .mark_area(opacity=0.45)
         .encode(
             x=alt.X(f"{metric}:Q"),
-            y=alt.Y("density:Q", title="share of requests (density)"),
+            y=alt.Y("density:Q", title="density"),
             color=alt.Color("run:N", legend=alt.Legend(orient="bottom", title=None)),
         )
         .properties(height=260)
@@ -233,7 +234,7 @@ def latency_distributions(runs: list[RunResult]) -> None:
             y=alt.Y("run:N", title=None),
             color=alt.Color("run:N", legend=None),
         )
-        .properties(height=40 * len(runs) + 20)
+        .properties(height=45 * len(runs) + 10)
     )
     st.altair_chart(chart)
     st.altair_chart(box)

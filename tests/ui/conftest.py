@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 APP = str(REPO / "app.py")
+
+
+@pytest.fixture(autouse=True)
+def restore_main_module():
+    """AppTest's script runner replaces sys.modules["__main__"] with the page script and does
+    not put it back; multiprocessing's spawn then re-runs that script in every worker process
+    of later tests. Restore the real __main__ after each test."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
 
 
 @pytest.fixture
