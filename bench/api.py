@@ -37,7 +37,8 @@ HEARTBEAT_S = 5.0
 
 
 def check_runnable(config: RunConfig) -> None:
-    """Raise a UserError for an unknown/unavailable backend or bad engine arguments."""
+    """Raise a UserError for an unknown/unavailable backend, bad engine arguments or a missing
+    model path, before anything is stored or started."""
     backend_cls = get_backend(config.backend)
     availability = backend_cls.availability()
     if not availability.available:
@@ -50,6 +51,12 @@ def check_runnable(config: RunConfig) -> None:
             f"workload kind (it runs: {', '.join(sorted(backend_cls.kinds))})"
         )
     backend_cls.validate_engine_args(config.engine_args)
+    from bench.models import PRESETS, resolve_model
+
+    if config.model not in PRESETS:  # a checkpoint path: check it now (reads config only)
+        resolve_model(
+            config.model, dtype=config.precision.dtype, trust_remote_code=config.trust_remote_code
+        )
 
 
 def reproduce_command(config: RunConfig) -> str:
@@ -102,6 +109,7 @@ class _RecordSink:
         self.jsonl = open(jsonl_path, "a", encoding="utf-8") if jsonl_path else None  # noqa: SIM115
         self.measured = MetricsAccumulator()
         self.output_tokens = 0
+        self.window_ns: tuple[int, int] | None = None  # first measured start, last end
         self.lock = threading.Lock()
 
     def add(self, records: list[RequestRecord]) -> None:
@@ -109,6 +117,8 @@ class _RecordSink:
             for record in records:
                 if not record.warmup:
                     self.measured.add(record)
+                    lo, hi = self.window_ns or (record.start_ns, record.end_ns)
+                    self.window_ns = (min(lo, record.start_ns), max(hi, record.end_ns))
                     if record.error is None:
                         self.output_tokens += record.output_tokens
             self.buffer.extend(records)
@@ -148,7 +158,7 @@ def launch(
     returned (and stored) as FAILED with the cause, advice and the engine log's tail.
     """
     from bench.environment import fingerprint
-    from bench.load.analysis import pulse_report, steady_report
+    from bench.load.analysis import finish_pattern_report
     from bench.metrics import judge_validity
     from bench.models import resolve_model
     from bench.telemetry import NvmlSampler, gpu_processes, nvml_status, summarize_telemetry
@@ -196,7 +206,9 @@ def launch(
         if store is not None and now - last_heartbeat[0] > HEARTBEAT_S:
             store.heartbeat(result.run_id)
             last_heartbeat[0] = now
-        progress({**p, "run_id": result.run_id, "telemetry": dict(latest)})
+        progress(
+            {**p, "run_id": result.run_id, "worker_pid": worker.pid, "telemetry": dict(latest)}
+        )
 
     started = time.monotonic()
     sampler.start()
@@ -233,7 +245,13 @@ def launch(
     )
     result.engine["wall_s"] = round(time.monotonic() - started, 3)
 
-    _analyse_pattern(result, store, out_dir, samples, steady_report, pulse_report)
+    if result.config.load.pattern in ("steady", "pulse") and result.summary is not None:
+        try:  # analysis must not lose the run
+            result.pattern_report = finish_pattern_report(
+                result.pattern_report, _measured_records(result.run_id, store, out_dir), samples
+            )
+        except Exception as exc:
+            result.pattern_report["analysis_error"] = f"{type(exc).__name__}: {exc}"
 
     if store is not None:
         store.update_run(result)
@@ -241,29 +259,6 @@ def launch(
         _write_atomic(out_dir / "result.json", result.model_dump_json(indent=2))
     progress({"stage": "done", "run_id": result.run_id, "status": result.status.value})
     return result
-
-
-def _analyse_pattern(result, store, out_dir, samples, steady_report, pulse_report) -> None:
-    """Post-run analysis that needs every record: soak slopes and pulse recovery."""
-    pattern = result.config.load.pattern
-    if pattern not in ("steady", "pulse") or result.summary is None:
-        return
-    records = _measured_records(result.run_id, store, out_dir)
-    try:
-        if pattern == "steady":
-            window = result.config.load.window_s
-            result.pattern_report["steady"] = steady_report(records, samples, window)
-        else:
-            report = result.pattern_report
-            if "burst_start_ns" in report and "burst_end_ns" in report:
-                result.pattern_report["pulse"] = pulse_report(
-                    records,
-                    report["burst_start_ns"],
-                    report["burst_end_ns"],
-                    result.config.load.window_s,
-                )
-    except Exception as exc:  # analysis must not lose the run
-        result.pattern_report["analysis_error"] = f"{type(exc).__name__}: {exc}"
 
 
 def _measured_records(run_id: str, store: Any, out_dir: Path | None):

@@ -160,6 +160,7 @@ def build_run_config(
             raise UserError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERN_NAMES)}")
         if load.get("pattern") != pattern:
             data["load"] = load = {"pattern": pattern}
+    load.setdefault("pattern", "concurrency")
     for dotted, value in flags.items():
         if value is not None:
             _set_path(data, dotted, value)

@@ -98,8 +98,9 @@ def _tiny_llama() -> PretrainedConfig:
         hidden_size=64,
         intermediate_size=176,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        # head_dim 32: vLLM's CPU attention supports head sizes 32, 64, 80, ... (not 16)
+        num_attention_heads=2,
+        num_key_value_heads=1,
         max_position_embeddings=4096,
     )
 
@@ -370,8 +371,12 @@ def model_cache_dir() -> Path:
     return Path.home() / ".cache" / "inference-advisor" / "models"
 
 
+PRESET_LAYOUT_VERSION = 2
+"""Bumped whenever a preset's config changes, so stale cached checkpoints are never reused."""
+
+
 def preset_dir(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
-    return model_cache_dir() / f"{name}-seed{seed}-{dtype}"
+    return model_cache_dir() / f"{name}-seed{seed}-{dtype}-v{PRESET_LAYOUT_VERSION}"
 
 
 def _get_preset(name: str) -> Preset:

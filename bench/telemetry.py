@@ -428,8 +428,14 @@ def summarize_telemetry(
     parameters: int | None,
     gpu_available: bool,
     reason: str | None,
+    window_ns: tuple[int, int] | None = None,
 ) -> TelemetrySummary:
     """The run's telemetry figures (1 GB = 1e9 bytes throughout).
+
+    `window_ns` (first measured request start, last measured request end): utilisation, power
+    and energy are taken over the samples inside it, so model loading, compilation and warm-up
+    never count towards energy per output token; peak memory and RSS stay over the whole run
+    (what the engine held at any time, load included). Without a window, all samples count.
 
     - peak GPU memory GB: the peak of the memory the engine's processes hold
       (`process_gpu_memory_bytes`) when any sample has a positive one, else the peak of device
@@ -453,10 +459,13 @@ def summarize_telemetry(
         peak_bytes, peak_source = max(device_readings), "device"
     peak_gpu_memory_gb = peak_bytes / BYTES_PER_GB if peak_bytes is not None else None
 
-    energy_j = counter_energy_j(samples)
+    measured = samples
+    if window_ns is not None:
+        measured = [s for s in samples if window_ns[0] <= s.t_ns <= window_ns[1]]
+    energy_j = counter_energy_j(measured)
     energy_source: str | None = "counter" if energy_j is not None else None
     if energy_j is None:
-        energy_j = integrate_power_j(samples)
+        energy_j = integrate_power_j(measured)
         energy_source = "power_integral" if energy_j is not None else None
 
     rss = [s.host_rss_bytes for s in samples if s.host_rss_bytes is not None]
@@ -469,9 +478,9 @@ def summarize_telemetry(
         peak_gpu_memory_gb=peak_gpu_memory_gb,
         peak_gpu_memory_source=peak_source,
         mean_gpu_utilization_pct=_mean(
-            [s.gpu_utilization_pct for s in samples if s.gpu_utilization_pct is not None]
+            [s.gpu_utilization_pct for s in measured if s.gpu_utilization_pct is not None]
         ),
-        mean_power_w=_mean([s.power_w for s in samples if s.power_w is not None]),
+        mean_power_w=_mean([s.power_w for s in measured if s.power_w is not None]),
         energy_j=energy_j,
         energy_source=energy_source,
         energy_per_output_token_j=(

@@ -64,7 +64,14 @@ async def _child_async(config_json: str, model_json: str, events: Any, stop_mp: 
 
     config = RunConfig.model_validate_json(config_json)
     model = ModelInfo.model_validate_json(model_json)
-    backend = get_backend(config.backend)(config.engine_args)
+    backend_cls = get_backend(config.backend)
+    engine_args = dict(config.engine_args)
+    options = backend_cls.options_model
+    if config.trust_remote_code and (
+        options is None or "trust_remote_code" in options.model_fields
+    ):
+        engine_args.setdefault("trust_remote_code", True)  # the run-level opt-in reaches the engine
+    backend = backend_cls(engine_args)
     device = config.device
     events.put(("progress", {"stage": "loading"}))
     info = await backend.load(model, config.workload, config.precision, device)
@@ -150,6 +157,7 @@ class WorkerOutcome:
     pattern_report: dict[str, Any] = field(default_factory=dict)
     warmup_s: float | None = None
     exit_code: int | None = None
+    server_metrics: list[dict[str, Any]] = field(default_factory=list)
 
 
 OOM_MARKERS = ("out of memory", "outofmemory", "cuda_error_out_of_memory", "oom")
@@ -292,6 +300,7 @@ class Worker:
                 data = payload[0]
                 outcome.pattern_report = data["pattern_report"]
                 outcome.warmup_s = data["warmup_s"]
+                outcome.server_metrics = data.get("server_metrics", [])
                 outcome.status = "STOPPED" if data["stopped"] else "COMPLETED"
                 last_progress = time.monotonic()
             elif kind == "closed":

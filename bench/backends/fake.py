@@ -45,6 +45,14 @@ class FakeOptions(BaseModel):
         description="Requests served at once; more queue first-come-first-served, so "
         "throughput saturates at max_parallel / per-request time (a knee for step tests).",
     )
+    # Failure injection for the isolation tests (worker crash, hang, load failure).
+    crash_after_requests: int | None = Field(
+        None, gt=0, description="Kill the worker process (os._exit) when this request starts."
+    )
+    hang_after_requests: int | None = Field(
+        None, gt=0, description="From this request on, stop producing tokens (a hung engine)."
+    )
+    load_error: str | None = Field(None, description="Raise RuntimeError(text) from load().")
 
 
 class FakeInjectedError(RuntimeError):
@@ -67,6 +75,7 @@ class FakeBackend(Backend):
         self._slots: Any = None
         self.active = 0
         self.max_active = 0
+        self.started = 0
 
     @classmethod
     def availability(cls) -> Availability:
@@ -85,6 +94,8 @@ class FakeBackend(Backend):
         precision: Precision,
         device: str,
     ) -> LoadInfo:
+        if self.options.load_error:
+            raise RuntimeError(self.options.load_error)
         if self.options.max_parallel is not None:
             self._slots = asyncio.Semaphore(self.options.max_parallel)
         return LoadInfo(
@@ -104,6 +115,13 @@ class FakeBackend(Backend):
 
     async def _serve(self, request: Request) -> AsyncIterator[Chunk]:
         options = self.options
+        self.started += 1
+        if options.crash_after_requests and self.started >= options.crash_after_requests:
+            import os
+
+            os._exit(3)  # an engine crash: the process dies without cleanup
+        if options.hang_after_requests and self.started >= options.hang_after_requests:
+            await asyncio.Event().wait()  # never set: no token ever comes
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:

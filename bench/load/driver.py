@@ -198,6 +198,7 @@ class _PhaseRun:
         chunk_tokens: list[int] = []
         error: str | None = None
         stream: AsyncIterator[Chunk] | None = None
+        usage_tokens: list[int | None] = [None]  # a server's usage count, when it reports one
         slots = self.slots
         holding_slot = False
         counted = False
@@ -218,6 +219,8 @@ class _PhaseRun:
                 async for chunk in stream:
                     chunk_ns.append(chunk.t_ns)
                     chunk_tokens.append(chunk.tokens)
+                    if chunk.usage_output_tokens is not None:
+                        usage_tokens[0] = chunk.usage_output_tokens
                 stream = None
         except TimeoutError as exc:
             error = self.timeout_text if deadline.expired() else f"TimeoutError: {exc}".strip()
@@ -237,7 +240,9 @@ class _PhaseRun:
                 if aclose is not None:
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await aclose()
-        self._finish(request, start_ns, scheduled_ns, chunk_ns, chunk_tokens, error)
+        self._finish(
+            request, start_ns, scheduled_ns, chunk_ns, chunk_tokens, error, usage_tokens[0]
+        )
 
     def _finish(
         self,
@@ -247,15 +252,19 @@ class _PhaseRun:
         chunk_ns: list[int],
         chunk_tokens: list[int],
         error: str | None,
+        usage_output_tokens: int | None = None,
     ) -> None:
-        output_tokens = sum(chunk_tokens)
+        """Build, count and hand on the record. A server's usage count (OpenAI `usage`) is
+        authoritative for output_tokens: streamed events need not carry one token each."""
+        streamed_tokens = sum(chunk_tokens)
+        output_tokens = streamed_tokens if usage_output_tokens is None else usage_output_tokens
         record = build_record(
             {
                 "id": request.id,
                 "start_ns": start_ns,
                 "chunk_ns": chunk_ns,
                 # The schema's "empty = one token per chunk" keeps the common case small.
-                "chunk_tokens": [] if output_tokens == len(chunk_tokens) else chunk_tokens,
+                "chunk_tokens": [] if streamed_tokens == len(chunk_tokens) else chunk_tokens,
                 "end_ns": CLOCK.now_ns(),
                 "input_tokens": request_input_tokens(request),
                 "output_tokens": output_tokens,

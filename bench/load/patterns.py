@@ -131,6 +131,8 @@ def ladder(
 
 
 def step_concurrencies(load: StepLoad) -> list[int]:
+    if load.levels:  # an explicit ladder, e.g. [1, 16, 64, 256]
+        return list(load.levels)
     return list(range(load.start, load.max + 1, load.step)) or [load.start]
 
 

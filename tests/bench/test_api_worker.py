@@ -1,0 +1,179 @@
+"""launch() and the isolated worker: stored results, crash/hang/OOM/stop handling, kill test.
+
+The failure-injection runs use the `fake` backend (a labelled test double) because a real engine
+cannot be made to crash on demand; the kill test uses the real `pytorch` engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import threading
+import time
+
+import pytest
+
+from bench.api import launch, reproduce_command
+from bench.cli import build_run_config
+from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.schema import RunStatus
+from bench.store import ResultStore
+
+
+def fake_config(**engine_args) -> RunConfig:
+    return RunConfig(
+        backend="fake",
+        model="tiny-llama",
+        precision={"dtype": "float32"},
+        engine_args={"ttft_s": 0.002, "itl_s": 0.0005, **engine_args},
+        workload=GenerateWorkload(
+            prompt_tokens=LengthDistribution(mean=16), output_tokens=LengthDistribution(mean=8)
+        ),
+        load=ConcurrencyLoad(concurrency=4, duration_s=1.5, warmup_requests=2),
+        validity={"min_duration_s": 1, "min_requests": 10},
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    with ResultStore(tmp_path / "results.sqlite") as s:
+        yield s
+
+
+def group_gone(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_launch_stores_run_records_and_files(store, tmp_path, tiny_llama):
+    out = tmp_path / "out"
+    result = launch(fake_config(), store=store, out_dir=out)
+    assert result.status == RunStatus.COMPLETED
+    assert result.validity.status.value == "VALID", result.validity.reasons
+    stored = store.get_run(result.run_id)
+    assert stored.status == RunStatus.COMPLETED
+    assert stored.summary == result.summary
+    # every measured record reached the store and the JSONL; warm-up kept but not measured
+    measured = list(store.iter_records(result.run_id))
+    assert len(measured) == result.summary.requests > 10
+    lines = (out / "records.jsonl").read_text().splitlines()
+    warmups = [json.loads(line) for line in lines if json.loads(line)["warmup"]]
+    assert len(lines) == len(measured) + len(warmups) and len(warmups) == 2
+    on_disk = json.loads((out / "result.json").read_text())
+    assert on_disk["schema_version"] == 1 and on_disk["run_id"] == result.run_id
+    assert result.telemetry.peak_host_rss_gb and result.telemetry.peak_host_rss_gb > 0.01
+    assert not result.telemetry.gpu_available and result.telemetry.reason
+
+
+def test_reproduce_command_rebuilds_the_same_config():
+    config = fake_config(max_parallel=3)
+    config = config.model_copy(update={"label": "x y", "device": "cpu"})
+    args = shlex.split(reproduce_command(config))
+    assert args[:4] == ["python", "-m", "bench", "run"]
+    rebuilt = build_run_config(
+        None,
+        args[args.index("--backend") + 1],
+        args[args.index("--model") + 1],
+        args[args.index("--pattern") + 1],
+        {},
+        [args[i + 1] for i, a in enumerate(args) if a == "--engine-arg"],
+        [args[i + 1] for i, a in enumerate(args) if a == "--option"],
+    )
+    assert rebuilt == config
+
+
+def test_worker_crash_is_failed_with_partial_records_and_next_run_works(store, tiny_llama):
+    crashed = launch(fake_config(crash_after_requests=40), store=store)
+    assert crashed.status == RunStatus.FAILED
+    assert "exited with code 3" in crashed.failure.cause
+    kept = list(store.iter_records(crashed.run_id))
+    assert 0 < len(kept) < 40  # what arrived before the crash is kept
+    assert crashed.validity.status.value == "INVALID"
+    assert store.get_run(crashed.run_id).status == RunStatus.FAILED
+    again = launch(fake_config(), store=store)
+    assert again.status == RunStatus.COMPLETED
+
+
+def test_hung_engine_is_killed_by_the_watchdog(store, tiny_llama):
+    config = fake_config(hang_after_requests=12).model_copy(update={"watchdog_s": 2.0})
+    pids: list[int] = []
+    started = time.monotonic()
+    result = launch(config, store=store, on_progress=lambda p: pids.append(p.get("worker_pid")))
+    assert time.monotonic() - started < 30
+    assert result.status == RunStatus.FAILED
+    assert "hung" in result.failure.cause and result.failure.advice
+    pid = next(p for p in pids if p)
+    assert group_gone(pid)
+
+
+def test_load_out_of_memory_gets_inference_advice(store, tiny_llama):
+    result = launch(
+        fake_config(load_error="CUDA out of memory. Tried to allocate 2 GiB"), store=store
+    )
+    assert result.status == RunStatus.FAILED
+    assert "out of memory" in result.failure.cause
+    advice = result.failure.advice.lower()
+    assert "gpu_memory_utilization" in advice and "quantis" in advice
+    assert "gradient checkpointing" not in advice
+    assert "RuntimeError" in (result.failure.log_tail or "")
+
+
+def test_stop_event_stops_the_run(store, tiny_llama):
+    config = fake_config().model_copy(
+        update={"load": ConcurrencyLoad(concurrency=4, duration_s=60, warmup_requests=1)}
+    )
+    stop = threading.Event()
+    pids: list[int] = []
+
+    def on_progress(p):
+        pids.append(p.get("worker_pid"))
+        if p.get("stage") == "running":
+            stop.set()
+
+    started = time.monotonic()
+    result = launch(config, store=store, on_progress=on_progress, stop=stop)
+    assert time.monotonic() - started < 30
+    assert result.status == RunStatus.STOPPED
+    assert group_gone(next(p for p in pids if p))
+
+
+@pytest.mark.slow
+def test_kill_real_engine_mid_run_then_next_run_succeeds(store, tiny_llama):
+    """The issue's kill test on the real PyTorch engine: SIGKILL the worker group mid-run."""
+    config = RunConfig(
+        backend="pytorch",
+        model="tiny-llama",
+        precision={"dtype": "float32"},
+        device="cpu",
+        workload=GenerateWorkload(
+            prompt_tokens=LengthDistribution(mean=16), output_tokens=LengthDistribution(mean=8)
+        ),
+        load=ConcurrencyLoad(concurrency=2, duration_s=30, warmup_requests=1),
+        validity={"min_duration_s": 1, "min_requests": 3},
+    )
+    killed = threading.Event()
+
+    def on_progress(p):
+        if p.get("stage") == "running" and p.get("completed", 0) >= 3 and not killed.is_set():
+            killed.set()
+            os.killpg(p["worker_pid"], signal.SIGKILL)
+
+    result = launch(config, store=store, on_progress=on_progress)
+    assert killed.is_set()
+    assert result.status == RunStatus.FAILED
+    assert "-9" in result.failure.cause
+    assert len(list(store.iter_records(result.run_id))) >= 3
+    short = config.model_copy(
+        update={"load": ConcurrencyLoad(concurrency=2, duration_s=2, warmup_requests=1)}
+    )
+    again = launch(short, store=store)
+    assert again.status == RunStatus.COMPLETED
+    assert again.summary.successful >= 3
+    for record in store.iter_records(again.run_id):
+        assert record.output_tokens == 8
+        assert record.chunk_ns == sorted(record.chunk_ns)
