@@ -121,8 +121,9 @@ class StepLoad(LoadCommon):
     step: int = Field(10, gt=0, description="Concurrency added per stage (seed: 10).")
     max: int = Field(100, gt=0, description="Last stage's concurrency at most.")
     levels: list[int] | None = Field(
-        None, description="Explicit concurrency per stage (e.g. [1, 16, 64, 256]); overrides "
-        "start/step/max."
+        None,
+        description="Explicit concurrency per stage (e.g. [1, 16, 64, 256]); overrides "
+        "start/step/max.",
     )
     stage_duration_s: float = Field(30.0, gt=0, description="Length of each stage (s).")
     min_gain: float = Field(
