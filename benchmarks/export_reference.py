@@ -1,0 +1,90 @@
+"""Turn GPU campaign output (benchmarks/gpu_campaign.py) into data/reference files.
+
+    python benchmarks/export_reference.py CAMPAIGN_DIR... --out data/reference/NAME.json \
+        --raw-dir data/reference/NAME
+
+For every run folder (`result.json` + `records.jsonl`) under each campaign dir it writes the full
+RunResult (environment fingerprint and reproduce command included) to `{"runs": [...]}`; the
+per-tick telemetry series is dropped from that file (kept in the raw archive). Telemetry figures
+are re-summarised over the measured window with `bench.telemetry.summarize_telemetry(window_ns=)`
+from the run's own samples and records: campaigns run before that option existed averaged
+utilisation, power and energy over model loading too. Campaign files (fidelity checks, skipped
+steps, the campaign command) and the raw run folders are copied to `--raw-dir`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.metrics import iter_records_jsonl
+from bench.schema import RunResult
+from bench.telemetry import summarize_telemetry
+
+
+def measured_window(records_path: Path) -> tuple[tuple[int, int] | None, int]:
+    """(first start, last end) of the measured records, and their successful output tokens."""
+    lo = hi = None
+    output_tokens = 0
+    for record in iter_records_jsonl(records_path):
+        if record.warmup:
+            continue
+        lo = record.start_ns if lo is None else min(lo, record.start_ns)
+        hi = record.end_ns if hi is None else max(hi, record.end_ns)
+        if record.error is None:
+            output_tokens += record.output_tokens
+    return ((lo, hi) if lo is not None else None), output_tokens
+
+
+def export_run(result_path: Path) -> RunResult:
+    result = RunResult.model_validate_json(result_path.read_text())
+    window, output_tokens = measured_window(result_path.parent / "records.jsonl")
+    old = result.telemetry
+    result.telemetry = summarize_telemetry(
+        old.samples,
+        output_tokens,
+        result.model.parameters if result.model else None,
+        old.gpu_available,
+        old.reason,
+        window_ns=window,
+    )
+    result.telemetry.samples = []
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("campaigns", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--raw-dir", type=Path, required=True)
+    args = parser.parse_args()
+    args.raw_dir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for campaign in args.campaigns:
+        for result_path in sorted(campaign.rglob("result.json")):
+            runs.append(export_run(result_path))
+        shutil.copy(campaign / "campaign.json", args.raw_dir / f"campaign-{campaign.name}.json")
+        shutil.copy(campaign / "campaign.log", args.raw_dir / f"campaign-{campaign.name}.log")
+        with tarfile.open(args.raw_dir / f"runs-{campaign.name}.tgz", "w:gz") as tar:
+            tar.add(campaign / "runs", arcname="runs")
+    provenance = {
+        "what": "Measured on a lent NVIDIA H200 by benchmarks/gpu_campaign.py; telemetry "
+        "re-summarised over each run's measured window by benchmarks/export_reference.py.",
+        "campaign_commands": [
+            json.loads((c / "campaign.json").read_text())["command"] for c in args.campaigns
+        ],
+        "raw": str(args.raw_dir),
+    }
+    payload = {"provenance": provenance, "runs": [r.model_dump(mode="json") for r in runs]}
+    args.out.write_text(json.dumps(payload, indent=1))
+    print(f"{len(runs)} runs -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

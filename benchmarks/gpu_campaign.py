@@ -1,0 +1,451 @@
+"""GPU campaign: the reference runs of the issues, run on a lent GPU through the bench's own entry.
+
+Usage (on the GPU host, from the repo root):
+    python benchmarks/gpu_campaign.py --plan llm7b --out $OUT/llm7b --budget-s 540
+
+Each plan is a list of steps; every step is a `bench.api.launch` run (or a fidelity check against
+the engine's own offline API). Steps that would overrun the time budget are skipped and listed as
+such. Output: `campaign.json` (environment fingerprint, every run's config, exact command, summary,
+telemetry, validity; fidelity ratios; skipped steps) — the file committed to data/reference/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.config import (
+    ConcurrencyLoad,
+    ForwardWorkload,
+    GenerateWorkload,
+    LengthDistribution,
+    Precision,
+    RunConfig,
+    StepLoad,
+    ValidityRules,
+)
+
+LEVELS = [1, 16, 64, 256]
+DEVICE = os.environ.get("CAMPAIGN_DEVICE", "cuda")  # "cpu" for a dry run here
+
+
+def generate_workload(prompt: int = 128, output: int = 128) -> GenerateWorkload:
+    return GenerateWorkload(
+        prompt_tokens=LengthDistribution(mean=prompt), output_tokens=LengthDistribution(mean=output)
+    )
+
+
+def ladder(levels: list[int], stage_s: float, warmup: int = 4) -> StepLoad:
+    return StepLoad(
+        levels=levels,
+        stage_duration_s=stage_s,
+        stop_at_knee=False,
+        warmup_requests=warmup,
+        request_timeout_s=300,
+        max_duration_s=900,
+    )
+
+
+def llm_run(
+    backend: str, model: str, levels: list[int], stage_s: float, **engine_args
+) -> RunConfig:
+    return RunConfig(
+        backend=backend,
+        model=model,
+        engine_args=engine_args,
+        workload=generate_workload(),
+        load=ladder(levels, stage_s),
+        precision=Precision(dtype="float16"),
+        device=DEVICE,
+        validity=ValidityRules(min_duration_s=5, min_requests=5),
+        watchdog_s=600,
+        label=f"{backend} {model} 128/128",
+    )
+
+
+def forward_run(backend: str, model: str, batch: int, seconds: float, **kw) -> RunConfig:
+    workload = (
+        ForwardWorkload(batch_size=batch, sequence_length=LengthDistribution(mean=128))
+        if "bert" in model
+        else ForwardWorkload(batch_size=batch, image_size=224)
+    )
+    return RunConfig(
+        backend=backend,
+        model=model,
+        engine_args=kw,
+        workload=workload,
+        load=ConcurrencyLoad(concurrency=1, duration_s=seconds, warmup_requests=5),
+        precision=Precision(dtype="float16"),
+        device=DEVICE,
+        validity=ValidityRules(min_duration_s=3, min_requests=10),
+        label=f"{backend} {model} batch {batch}",
+    )
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def step_launch(config: RunConfig, store, out: Path) -> dict[str, Any]:
+    from bench.api import launch
+
+    result = launch(config, store=store, out_dir=out / "runs" / config.label.replace(" ", "_"))
+    return {"kind": "run", "result": _compact(result)}
+
+
+def _compact(result) -> dict[str, Any]:
+    data = result.model_dump(mode="json")
+    data["telemetry"].pop("samples", None)  # the per-tick series stays in the run folder
+    data.pop("environment", None)  # one fingerprint per campaign, at the top
+    return data
+
+
+def step_vllm_fidelity(model: str, n: int, store, out: Path, **engine_args) -> dict[str, Any]:
+    """vLLM's own LLM.generate on the same prompts vs our backend at concurrency n, n requests."""
+    from bench.api import launch
+    from bench.backends.vllm import llm_generate_throughput
+    from bench.models import resolve_model
+    from bench.workload import RequestFactory
+
+    info = resolve_model(model, dtype="float16")
+    factory = RequestFactory(generate_workload(), info.vocab_size, seed=0)
+    prompts = [next(factory).prompt_token_ids for _ in range(n)]
+    offline = _in_subprocess(
+        llm_generate_throughput, info.path, prompts, 128, dict(engine_args), "float16"
+    )
+    config = RunConfig(
+        backend="vllm",
+        model=model,
+        engine_args=engine_args,
+        workload=generate_workload(),
+        load=ConcurrencyLoad(concurrency=n, duration_s=None, max_requests=n, warmup_requests=4),
+        precision=Precision(dtype="float16"),
+        device=DEVICE,
+        validity=ValidityRules(min_duration_s=0, min_requests=n),
+        label=f"vllm fidelity {n}",
+    )
+    ours = launch(config, store=store, out_dir=out / "runs" / "vllm_fidelity")
+    ours_tok_s = ours.summary.output_throughput_tok_s if ours.summary else None
+    return {
+        "kind": "fidelity",
+        "engine": "vllm",
+        "requests": n,
+        "offline": offline,
+        "backend_output_throughput_tok_s": ours_tok_s,
+        "ratio": (ours_tok_s / offline["output_throughput_tok_s"]) if ours_tok_s else None,
+        "result": _compact(ours),
+    }
+
+
+def step_pytorch_fidelity(model: str, batch: int, store, out: Path) -> dict[str, Any]:
+    """A plain `generate` on a full batch vs our batcher at the same concurrency."""
+    from bench.api import launch
+    from bench.backends.pytorch import plain_generate_throughput
+    from bench.models import resolve_model
+
+    info = resolve_model(model, dtype="float16")
+    plain = _in_subprocess(plain_generate_throughput, info.path, batch, 128, 128, "float16", DEVICE)
+    config = RunConfig(
+        backend="pytorch",
+        model=model,
+        engine_args={"max_batch_size": batch, "batch_wait_ms": 20},
+        workload=generate_workload(),
+        load=ConcurrencyLoad(
+            concurrency=batch, duration_s=None, max_requests=batch * 3, warmup_requests=2
+        ),
+        precision=Precision(dtype="float16"),
+        device=DEVICE,
+        validity=ValidityRules(min_duration_s=0, min_requests=batch),
+        label=f"pytorch fidelity {batch}",
+    )
+    ours = launch(config, store=store, out_dir=out / "runs" / "pytorch_fidelity")
+    ours_tok_s = ours.summary.output_throughput_tok_s if ours.summary else None
+    return {
+        "kind": "fidelity",
+        "engine": "pytorch",
+        "batch": batch,
+        "plain": plain,
+        "backend_output_throughput_tok_s": ours_tok_s,
+        "ratio": (ours_tok_s / plain["output_throughput_tok_s"]) if ours_tok_s else None,
+        "result": _compact(ours),
+    }
+
+
+def step_openai_vllm_serve(
+    model: str, levels: list[int], stage_s: float, store, out: Path, **engine_args
+) -> dict[str, Any]:
+    from bench.api import launch
+    from bench.launchers import ServerLauncher, free_port, vllm_serve_command
+    from bench.models import resolve_model
+
+    info = resolve_model(model, dtype="float16")
+    port = free_port()
+    command = vllm_serve_command(info.path, port, engine_args, dtype="float16")
+    log = out / "vllm_serve.log"
+    started = time.monotonic()
+    base_url = f"http://127.0.0.1:{port}"
+    with ServerLauncher(command, base_url, log, startup_timeout_s=600) as server:
+        ready_s = time.monotonic() - started
+        config = RunConfig(
+            backend="openai",
+            model=model,
+            engine_args={
+                "base_url": server.base_url,
+                "prompt_format": "tokens",
+                "scrape_metrics": True,
+            },
+            workload=generate_workload(),
+            load=ladder(levels, stage_s),
+            precision=Precision(dtype="float16"),
+            device=DEVICE,
+            validity=ValidityRules(min_duration_s=5, min_requests=5),
+            label=f"openai vllm-serve {model}",
+        )
+        result = launch(config, store=store, out_dir=out / "runs" / "openai_vllm_serve")
+    return {
+        "kind": "run",
+        "server_command": command,
+        "server_ready_s": ready_s,
+        "result": _compact(result),
+    }
+
+
+def step_quick_plan(model: str, store, out: Path) -> dict[str, Any]:
+    """Time the advisor's quick plan end to end (model loads included)."""
+    from advisor.evidence import bench_plan
+    from advisor.profile import WorkloadProfile
+    from advisor.recommend import decide_stage
+    from bench.api import launch
+    from bench.backends import get_backend
+
+    profile = WorkloadProfile.model_validate(
+        {"model": model, "gpu": {"type": "H200"}, "long_sequence_generation": True}
+    )
+    stage, decision = decide_stage(profile)
+    configs = [
+        c
+        for c in bench_plan(stage, decision, quick=True)
+        if get_backend(c.backend).availability().available
+    ]
+    started = time.monotonic()
+    runs = []
+    for config in configs:
+        config = config.model_copy(update={"device": "cuda"})
+        result = launch(config, store=store, out_dir=out / "runs" / f"quick_{config.backend}")
+        runs.append(_compact(result))
+    return {
+        "kind": "quick_plan",
+        "wall_s": time.monotonic() - started,
+        "backends": [c.backend for c in configs],
+        "runs": runs,
+    }
+
+
+def _in_subprocess(fn, *args):
+    """Run an engine's own API in a fresh spawned process (vLLM needs spawn; memory freed).
+
+    Not a Pool: pool workers are daemonic and vLLM's engine must start children of its own.
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    process = ctx.Process(target=_call_into_queue, args=(results, fn, args), daemon=False)
+    process.start()
+    try:
+        ok, value = results.get(timeout=900)
+    finally:
+        process.join(timeout=60)
+        if process.is_alive():
+            process.kill()
+    if not ok:
+        raise RuntimeError(value)
+    return value
+
+
+def _call_into_queue(results, fn, args) -> None:
+    try:
+        results.put((True, fn(*args)))
+    except BaseException as exc:
+        results.put((False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"))
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def plans(name: str, m7: str = "llama-2-7b"):
+    m13 = "llama-2-13b"
+    vllm_args = {"gpu_memory_utilization": 0.85, "max_num_seqs": 256, "max_model_len": 1024}
+    if name == "llm7b":
+        yield (
+            "vllm ladder",
+            lambda s, o: step_launch(llm_run("vllm", m7, LEVELS, 15, **vllm_args), s, o),
+        )
+        yield "vllm fidelity", lambda s, o: step_vllm_fidelity(m7, 256, s, o, **vllm_args)
+        yield (
+            "pytorch ladder",
+            lambda s, o: step_launch(
+                llm_run("pytorch", m7, LEVELS, 20, max_batch_size=256, batch_wait_ms=10), s, o
+            ),
+        )
+        yield "pytorch fidelity", lambda s, o: step_pytorch_fidelity(m7, 64, s, o)
+        yield (
+            "torch_compile ladder",
+            lambda s, o: step_launch(
+                llm_run("torch_compile", m7, [1, 16, 64], 20, max_batch_size=64), s, o
+            ),
+        )
+    elif name == "serve7b":
+        yield (
+            "openai vllm serve",
+            lambda s, o: step_openai_vllm_serve(m7, LEVELS, 15, s, o, **vllm_args),
+        )
+        yield "quick plan", lambda s, o: step_quick_plan(m7, s, o)
+    elif name == "llm13b":
+        yield (
+            "vllm 13b ladder",
+            lambda s, o: step_launch(llm_run("vllm", m13, LEVELS, 15, **vllm_args), s, o),
+        )
+        yield (
+            "pytorch 13b ladder",
+            lambda s, o: step_launch(
+                llm_run("pytorch", m13, LEVELS, 20, max_batch_size=256, batch_wait_ms=10), s, o
+            ),
+        )
+        yield (
+            "torch_compile 13b",
+            lambda s, o: step_launch(
+                llm_run("torch_compile", m13, [1, 16, 64], 20, max_batch_size=64), s, o
+            ),
+        )
+    elif name == "forward":
+        for model in ("bert-base", "resnet-50"):
+            for batch in (1, 8, 64):
+                yield f"pytorch {model} {batch}", _fwd("pytorch", model, batch)
+                yield (
+                    f"torch_compile {model} {batch}",
+                    _fwd("torch_compile", model, batch, mode="max-autotune-no-cudagraphs"),
+                )
+                yield (
+                    f"onnxruntime {model} {batch}",
+                    _fwd("onnxruntime", model, batch, provider="cuda"),
+                )
+    elif name == "round2":
+        yield "pytorch fidelity", lambda s, o: step_pytorch_fidelity(m7, 64, s, o)
+        yield "openai vllm serve", lambda s, o: step_openai_vllm_serve(m7, LEVELS, 8, s, o,
+                                                                       **vllm_args)
+        for model in ("bert-base", "resnet-50"):
+            for batch in (1, 8, 64):
+                yield f"pytorch {model} {batch}", _fwd("pytorch", model, batch)
+                yield f"onnxruntime {model} {batch}", _fwd("onnxruntime", model, batch,
+                                                           provider="cuda")
+        for model in ("bert-base", "resnet-50"):
+            for batch in (1, 8, 64):
+                yield f"torch_compile {model} {batch}", _fwd("torch_compile", model, batch,
+                                                             mode="reduce-overhead")
+        yield "torch_compile ladder", lambda s, o: step_launch(
+            llm_run("torch_compile", m7, [1, 16], 15, max_batch_size=16), s, o)
+    elif name == "round3":
+        yield "onnxruntime resnet-50 64", _fwd("onnxruntime", "resnet-50", 64, provider="cuda")
+        for model in ("resnet-50", "bert-base"):
+            yield f"torch_compile {model} 8", _fwd("torch_compile", model, 8,
+                                                    mode="reduce-overhead")
+    elif name == "ort7b":
+        yield (
+            "onnxruntime genai 7b",
+            lambda s, o: step_launch(
+                llm_run("onnxruntime", m7, [1, 16], 20, provider="cuda", precision="fp16"), s, o
+            ),
+        )
+    else:
+        raise SystemExit(f"unknown plan {name}")
+
+
+def _fwd(backend: str, model: str, batch: int, **kw):
+    return lambda s, o: step_launch(forward_run(backend, model, batch, 5, **kw), s, o)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--plan", action="append", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget-s", type=float, default=540)
+    parser.add_argument("--llm-model", default="llama-2-7b", help="tiny-llama for a dry run")
+    parser.add_argument(
+        "--step-estimate-s",
+        type=float,
+        default=45,
+        help="Skip a step when less than this is left of the budget.",
+    )
+    args = parser.parse_args()
+
+    from bench.environment import fingerprint, preflight
+    from bench.store import ResultStore
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = ResultStore(args.out / "results.sqlite")
+    started = time.monotonic()
+    fp = fingerprint()
+    campaign: dict[str, Any] = {
+        "command": " ".join(["python", *sys.argv]),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "environment": fp,
+        "preflight": [p.model_dump() for p in preflight(fp)],
+        "env_vars": {k: v for k, v in os.environ.items() if k.startswith(("VLLM", "CUDA"))},
+        "steps": [],
+    }
+    for plan in args.plan:
+        for name, fn in plans(plan, args.llm_model):
+            elapsed = time.monotonic() - started
+            entry: dict[str, Any] = {"plan": plan, "step": name}
+            if args.budget_s - elapsed < args.step_estimate_s:
+                entry["skipped"] = f"time budget: {elapsed:.0f} of {args.budget_s:.0f} s used"
+            else:
+                t0 = time.monotonic()
+                try:
+                    entry.update(fn(store, args.out))
+                except Exception as exc:
+                    entry["error"] = f"{type(exc).__name__}: {exc}"
+                    entry["traceback"] = traceback.format_exc()[-3000:]
+                entry["step_wall_s"] = round(time.monotonic() - t0, 1)
+            campaign["steps"].append(entry)
+            _print_entry(entry)
+            (args.out / "campaign.json").write_text(json.dumps(campaign, indent=1, default=str))
+    campaign["wall_s"] = round(time.monotonic() - started, 1)
+    (args.out / "campaign.json").write_text(json.dumps(campaign, indent=1, default=str))
+
+
+def _print_entry(entry: dict[str, Any]) -> None:
+    line = f"[{entry.get('step_wall_s', 0):6.1f}s] {entry['step']}: "
+    if "skipped" in entry:
+        print(line + "SKIPPED " + entry["skipped"], flush=True)
+        return
+    if "error" in entry:
+        print(line + "ERROR " + entry["error"], flush=True)
+        return
+    result = entry.get("result") or {}
+    summary = result.get("summary") or {}
+    line += f"{result.get('status')} {summary.get('output_throughput_tok_s', 0):.0f} tok/s"
+    for phase in result.get("phases", []):
+        s = phase["summary"]
+        ttft = (s.get("ttft_ms") or {}).get("p50", float("nan"))
+        line += (
+            f" | {phase['name']}: {s['request_throughput_rps']:.2f} rps "
+            f"{s['output_throughput_tok_s']:.0f} tok/s ttft50 {ttft:.0f}ms"
+        )
+    if "ratio" in entry:
+        line += f" | fidelity ratio {entry['ratio']}"
+    if result.get("failure"):
+        line += f" | FAILURE {result['failure']['cause']}"
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
