@@ -4,12 +4,13 @@
         --raw-dir data/reference/NAME
 
 For every run folder (`result.json` + `records.jsonl`) under each campaign dir it writes the full
-RunResult (environment fingerprint and reproduce command included) to `{"runs": [...]}`; the
-per-tick telemetry series is dropped from that file (kept in the raw archive). Telemetry figures
-are re-summarised over the measured window with `bench.telemetry.summarize_telemetry(window_ns=)`
-from the run's own samples and records: campaigns run before that option existed averaged
-utilisation, power and energy over model loading too. Campaign files (fidelity checks, skipped
-steps, the campaign command) and the raw run folders are copied to `--raw-dir`.
+RunResult (environment fingerprint and reproduce command included) to `{"runs": [...]}`, with
+the telemetry series cut to REFERENCE_SAMPLES points (the full series stays in the raw archive).
+Telemetry figures are re-summarised over the measured window with
+`bench.telemetry.summarize_telemetry(window_ns=)` from the run's own samples and records:
+campaigns run before that option existed averaged utilisation, power and energy over model
+loading too. Campaign files (fidelity checks, skipped steps, the campaign command) and the raw
+run folders are copied to `--raw-dir`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.metrics import iter_records_jsonl
 from bench.schema import RunResult
-from bench.telemetry import summarize_telemetry
+from bench.telemetry import downsample, summarize_telemetry
+
+REFERENCE_SAMPLES = 300  # telemetry points kept per run (memory/power charts); full series in raw
 
 
 def measured_window(records_path: Path) -> tuple[tuple[int, int] | None, int]:
@@ -54,7 +57,7 @@ def export_run(result_path: Path) -> RunResult:
         old.reason,
         window_ns=window,
     )
-    result.telemetry.samples = []
+    result.telemetry.samples = downsample(old.samples, REFERENCE_SAMPLES)
     return result
 
 
