@@ -339,24 +339,36 @@ def plans(name: str, m7: str = "llama-2-7b"):
                 )
     elif name == "round2":
         yield "pytorch fidelity", lambda s, o: step_pytorch_fidelity(m7, 64, s, o)
-        yield "openai vllm serve", lambda s, o: step_openai_vllm_serve(m7, LEVELS, 8, s, o,
-                                                                       **vllm_args)
+        yield (
+            "openai vllm serve",
+            lambda s, o: step_openai_vllm_serve(m7, LEVELS, 8, s, o, **vllm_args),
+        )
         for model in ("bert-base", "resnet-50"):
             for batch in (1, 8, 64):
                 yield f"pytorch {model} {batch}", _fwd("pytorch", model, batch)
-                yield f"onnxruntime {model} {batch}", _fwd("onnxruntime", model, batch,
-                                                           provider="cuda")
+                yield (
+                    f"onnxruntime {model} {batch}",
+                    _fwd("onnxruntime", model, batch, provider="cuda"),
+                )
         for model in ("bert-base", "resnet-50"):
             for batch in (1, 8, 64):
-                yield f"torch_compile {model} {batch}", _fwd("torch_compile", model, batch,
-                                                             mode="reduce-overhead")
-        yield "torch_compile ladder", lambda s, o: step_launch(
-            llm_run("torch_compile", m7, [1, 16], 15, max_batch_size=16), s, o)
+                yield (
+                    f"torch_compile {model} {batch}",
+                    _fwd("torch_compile", model, batch, mode="reduce-overhead"),
+                )
+        yield (
+            "torch_compile ladder",
+            lambda s, o: step_launch(
+                llm_run("torch_compile", m7, [1, 16], 15, max_batch_size=16), s, o
+            ),
+        )
     elif name == "round3":
         yield "onnxruntime resnet-50 64", _fwd("onnxruntime", "resnet-50", 64, provider="cuda")
         for model in ("resnet-50", "bert-base"):
-            yield f"torch_compile {model} 8", _fwd("torch_compile", model, 8,
-                                                    mode="reduce-overhead")
+            yield (
+                f"torch_compile {model} 8",
+                _fwd("torch_compile", model, 8, mode="reduce-overhead"),
+            )
     elif name == "ort7b":
         yield (
             "onnxruntime genai 7b",

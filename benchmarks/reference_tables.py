@@ -110,8 +110,9 @@ def fidelity_table(campaign_dir: Path) -> str:
                 what = f"pytorch: plain `generate` batch {step['batch']} vs batcher"
                 target = "≥ 0.90"
             ours = step["backend_output_throughput_tok_s"]
-            lines.append(f"| {what} | {fmt(ref)} | {fmt(ours)} | {fmt(step['ratio'], 3)} "
-                         f"| {target} |")
+            lines.append(
+                f"| {what} | {fmt(ref)} | {fmt(ours)} | {fmt(step['ratio'], 3)} | {target} |"
+            )
     return "\n".join(lines)
 
 
