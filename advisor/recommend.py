@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from advisor import evidence
 from advisor.diagnose import Diagnostic, diagnose
 from advisor.estimate import Estimate, estimate_stage
 from advisor.evidence import (
-    DEFAULT_REFERENCE_DIR,
     EvidenceRow,
     bench_plan,
     rank_rows,
@@ -171,7 +171,7 @@ def recommend(
     tree = tree or load_tree()
     availability = availability if availability is not None else availability_map()
     all_runs = stored_runs(store) + list(runs or [])
-    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
+    folder = Path(reference_dir) if reference_dir is not None else evidence.DEFAULT_REFERENCE_DIR
     stage_results = []
     notes: list[str] = []
     for stage in profile.stages:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from advisor import evidence
 from advisor.report.charts import derive_charts, pattern_facts
 from advisor.report.model import (
     Alternative,
@@ -39,7 +40,6 @@ from bench.errors import UserError
 from bench.schema import RequestRecord, RunResult
 
 SEED_REFERENCE_FILE = "seed_a100_llama2_13b.json"
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "reference"
 _TITLE_KEYS = ("title", "name", "report_title")
 _FOR_WHOM_KEYS = ("for_whom", "audience", "team", "owner", "prepared_for")
 _DESCRIPTION_KEYS = ("description", "purpose", "notes", "summary")
@@ -896,7 +896,7 @@ def assemble_report(
     profile_path = Path(profile_path)
     profile = load_profile(profile_path)
     store = ResultStore(store_location)
-    reference_dir = reference_dir or REFERENCE_DIR
+    reference_dir = reference_dir or evidence.DEFAULT_REFERENCE_DIR
     recommendation = recommend(profile, store=store, reference_dir=reference_dir)
     reference_runs = _reference_runs(profile, reference_dir)
     chosen = list(dict.fromkeys(run_ids)) or relevant_run_ids(recommendation)

@@ -13,6 +13,7 @@ from advisor.evidence import (
     bench_plan,
     gather_evidence,
     rank_rows,
+    reference_runs_and_rows,
     rows_from_runs,
 )
 from advisor.profile import profile_from_dict
@@ -325,3 +326,27 @@ def test_plan_engine_args_are_accepted_by_the_adapters() -> None:
         s = stage(**data)
         for config in bench_plan(s, decision_for(s)):
             get_backend(config.backend).validate_engine_args(config.engine_args)
+
+
+def test_shipped_h200_reference_runs_are_measured_evidence() -> None:
+    """The committed H200 campaign (data/reference) loads as measured RunResults with their
+    fingerprint and command, and ranks as measured-here for an H200 7B profile."""
+    from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+
+    s = stage(
+        long_sequence_generation=True,
+        model="llama-2-7b",
+        gpu={"type": "H200"},
+        prompt_tokens={"mean": 128},
+        output_tokens={"mean": 128},
+        concurrency=64,
+    )
+    rows = rank_rows(gather_evidence(s, store=None, reference_dir=SHIPPED_REFERENCE_DIR))
+    here = [r for r in rows if r.source == "measured-here"]
+    assert {r.framework for r in here} >= {"vllm", "pytorch", "openai"}
+    assert rows[0].source == "measured-here" and rows[0].framework in ("vllm", "openai")
+    runs, _, notes = reference_runs_and_rows(s, SHIPPED_REFERENCE_DIR)
+    measured = runs["h200_2026-11-29_runs.json"]
+    assert not notes
+    assert all(r.environment["gpus"][0]["name"] == "NVIDIA H200" for r in measured)
+    assert all(r.command.startswith("python -m bench run") for r in measured)

@@ -166,9 +166,10 @@ def test_load_reference_reads_the_advisors_published_layout(tmp_path) -> None:
 
 
 def test_the_seed_reference_file_loads_with_its_four_frameworks() -> None:
-    from advisor.report.build import REFERENCE_DIR, SEED_REFERENCE_FILE
+    from advisor.report.build import SEED_REFERENCE_FILE
+    from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
-    table = load_reference(REFERENCE_DIR / SEED_REFERENCE_FILE)
+    table = load_reference(SHIPPED_REFERENCE_DIR / SEED_REFERENCE_FILE)
     frameworks = [row[table.keys.index("framework")] for row in table.rows]
     assert sorted(frameworks) == ["onnxruntime", "pytorch", "tensorrt_llm", "vllm"]
     vllm = table.rows[frameworks.index("vllm")]

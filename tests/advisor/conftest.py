@@ -1,0 +1,26 @@
+"""Advisor tests see a reference folder holding only the seed's published table.
+
+The shipped data/reference also holds measured H200 runs; tests that reason about "no
+measurement yet" must not depend on what a campaign added there, so the default folder is
+pointed at a copy of the seed file. Tests of the shipped measurements pass the real folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from advisor import evidence
+
+SHIPPED_REFERENCE_DIR = evidence.DEFAULT_REFERENCE_DIR
+SEED_FILE = "seed_a100_llama2_13b.json"
+
+
+@pytest.fixture(autouse=True)
+def seed_only_reference(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> Path:
+    folder = tmp_path_factory.mktemp("reference")
+    shutil.copy(SHIPPED_REFERENCE_DIR / SEED_FILE, folder / SEED_FILE)
+    monkeypatch.setattr(evidence, "DEFAULT_REFERENCE_DIR", folder)
+    return folder
