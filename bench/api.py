@@ -99,7 +99,7 @@ def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
 class _RecordSink:
     """Buffers records and writes them to the store and JSONL in batches (never holds a run)."""
 
-    def __init__(self, store: Any, run_id: str, jsonl_path: Path | None) -> None:
+    def __init__(self, store: Any, run_id: str, jsonl_path: Path | None, live: Any = None) -> None:
         from bench.metrics import MetricsAccumulator
 
         self.store = store
@@ -111,10 +111,13 @@ class _RecordSink:
         self.output_tokens = 0
         self.window_ns: tuple[int, int] | None = None  # first measured start, last end
         self.lock = threading.Lock()
+        self.live = live  # optional bench.prometheus.LiveMetrics
 
     def add(self, records: list[RequestRecord]) -> None:
         with self.lock:
             for record in records:
+                if self.live is not None:
+                    self.live.observe(record)
                 if not record.warmup:
                     self.measured.add(record)
                     lo, hi = self.window_ns or (record.start_ns, record.end_ns)
@@ -150,12 +153,16 @@ def launch(
     on_progress: Callable[[dict], None] | None = None,
     stop: threading.Event | None = None,
     log_dir: Path | None = None,
+    prometheus_port: int | None = None,
 ) -> RunResult:
     """Run one benchmark in an isolated worker and return the stored, finished RunResult.
 
     User errors (unknown backend, unavailable backend, missing model path, bad engine argument)
-    raise `UserError` before anything is stored. Engine failures never raise: the run is
-    returned (and stored) as FAILED with the cause, advice and the engine log's tail.
+    raise `UserError` before anything is stored. With `prometheus_port`, live run metrics
+    (request/error/token counters, TTFT and E2E histograms, in-flight, GPU telemetry gauges) are
+    served on 127.0.0.1:PORT/metrics for the run's duration (e.g. for Grafana on long soaks).
+    Engine failures never raise: the run is returned (and stored) as FAILED with the cause,
+    advice and the engine log's tail.
     """
     from bench.environment import fingerprint
     from bench.load.analysis import finish_pattern_report
@@ -186,13 +193,21 @@ def launch(
     if store is not None:
         store.create_run(result)
 
-    sink = _RecordSink(store, result.run_id, out_dir / "records.jsonl" if out_dir else None)
+    live = None
+    if prometheus_port is not None:
+        from bench.prometheus import LiveMetrics
+
+        live = LiveMetrics()
+        live.start(prometheus_port)
+    sink = _RecordSink(store, result.run_id, out_dir / "records.jsonl" if out_dir else None, live)
     samples: list[TelemetrySample] = []
     latest: dict[str, Any] = {}
 
     def on_sample(sample: TelemetrySample) -> None:
         samples.append(sample)
         latest.update(sample.model_dump(exclude_none=True))
+        if live is not None:
+            live.observe_sample(sample)
 
     worker = Worker(config, model, Path(result.log_path))
     gpu_ok, gpu_reason = nvml_status()
@@ -206,6 +221,8 @@ def launch(
         if store is not None and now - last_heartbeat[0] > HEARTBEAT_S:
             store.heartbeat(result.run_id)
             last_heartbeat[0] = now
+        if live is not None and "in_flight" in p:
+            live.in_flight.set(p["in_flight"])
         progress(
             {**p, "run_id": result.run_id, "worker_pid": worker.pid, "telemetry": dict(latest)}
         )
@@ -219,6 +236,8 @@ def launch(
     finally:
         sampler.stop()
         sink.close()
+        if live is not None:
+            live.stop()
     result.engine = outcome.loaded.get("engine", {})
     result.engine["worker_exit_code"] = outcome.exit_code
     with contextlib.suppress(Exception):  # check the engine's GPU processes are gone

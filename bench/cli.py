@@ -230,6 +230,10 @@ def run(
     ] = None,
     store: StoreOption = None,
     no_store: Annotated[bool, typer.Option(help="Do not write to the results store.")] = False,
+    prometheus_port: Annotated[
+        int | None,
+        typer.Option(help="Serve live run metrics on 127.0.0.1:PORT/metrics while the run lasts."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult JSON.")] = False,
 ) -> None:
     """Run a real benchmark: one backend, one model, one load pattern; stores the run."""
@@ -261,7 +265,13 @@ def run(
     result_store = None if no_store else ResultStore(store)
     progress = _ProgressPrinter(enabled=not as_json)
     try:
-        result = launch(run_config, store=result_store, out_dir=out, on_progress=progress)
+        result = launch(
+            run_config,
+            store=result_store,
+            out_dir=out,
+            on_progress=progress,
+            prometheus_port=prometheus_port,
+        )
     finally:
         progress.close()
     if as_json:

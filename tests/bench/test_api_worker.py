@@ -177,3 +177,25 @@ def test_kill_real_engine_mid_run_then_next_run_succeeds(store, tiny_llama):
     for record in store.iter_records(again.run_id):
         assert record.output_tokens == 8
         assert record.chunk_ns == sorted(record.chunk_ns)
+
+
+def test_live_prometheus_endpoint_serves_run_metrics(store, tiny_llama):
+    """--prometheus-port: while the run lasts, /metrics counts its requests."""
+    import urllib.request
+
+    from bench.launchers import free_port
+    from bench.prometheus import parse_prometheus_text
+
+    port = free_port()
+    scraped: list[list[dict]] = []
+
+    def on_progress(p):
+        if p.get("stage") == "running" and p.get("completed", 0) > 5 and not scraped:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                scraped.append(parse_prometheus_text(r.read().decode()))
+
+    result = launch(fake_config(), store=store, on_progress=on_progress, prometheus_port=port)
+    assert result.status == RunStatus.COMPLETED
+    assert scraped, "the endpoint was never scraped"
+    requests = [s for s in scraped[0] if s["name"].endswith("requests_total")]
+    assert requests and requests[0]["value"] > 0
