@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -529,6 +529,42 @@ def published_rows(stage: StageProfile, data: dict[str, Any], reference: str) ->
     return rows
 
 
+def _reference_files(folder: Path) -> Iterator[tuple[str, Any, str | None]]:
+    """(file name, parsed JSON or None, note) for every *.json file in the reference folder."""
+    for file in sorted(folder.glob("*.json")):
+        try:
+            yield file.name, json.loads(file.read_text(encoding="utf-8")), None
+        except (OSError, json.JSONDecodeError) as exc:
+            yield file.name, None, f"{file.name}: unreadable ({exc})"
+
+
+def _measured_runs(name: str, data: Any) -> tuple[list[RunResult], str | None]:
+    """RunResults in one measured reference file (a result, a list, or {"runs": [...]})."""
+    items = data.get("runs", [data]) if isinstance(data, dict) else data
+    runs: list[RunResult] = []
+    for item in items if isinstance(items, list) else []:
+        try:
+            runs.append(RunResult.model_validate(item))
+        except ValidationError as exc:
+            return runs, f"{name}: not a RunResult ({exc.errors()[0]['msg']})"
+    return runs, None
+
+
+def measured_reference_runs(reference_dir: str | Path | None = None) -> dict[str, list[RunResult]]:
+    """The measured RunResults shipped in the reference folder, by file name."""
+    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
+    runs: dict[str, list[RunResult]] = {}
+    if folder.is_dir():
+        for name, data, _note in _reference_files(folder):
+            if data is not None and not (
+                isinstance(data, dict) and data.get("kind") == "published"
+            ):
+                found, _ = _measured_runs(name, data)
+                if found:
+                    runs[name] = found
+    return runs
+
+
 def reference_runs_and_rows(
     stage: StageProfile, reference_dir: str | Path | None
 ) -> tuple[dict[str, list[RunResult]], list[EvidenceRow], list[str]]:
@@ -539,22 +575,18 @@ def reference_runs_and_rows(
     notes: list[str] = []
     if not folder.is_dir():
         return runs, rows, [f"reference folder {folder} does not exist"]
-    for file in sorted(folder.glob("*.json")):
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            notes.append(f"{file.name}: unreadable ({exc})")
+    for name, data, note in _reference_files(folder):
+        if data is None:
+            notes.append(note or name)
             continue
         if isinstance(data, dict) and data.get("kind") == "published":
-            rows += published_rows(stage, data, file.name)
+            rows += published_rows(stage, data, name)
             continue
-        items = data.get("runs", [data]) if isinstance(data, dict) else data
-        for item in items if isinstance(items, list) else []:
-            try:
-                runs.setdefault(file.name, []).append(RunResult.model_validate(item))
-            except ValidationError as exc:
-                notes.append(f"{file.name}: not a RunResult ({exc.errors()[0]['msg']})")
-                break
+        found, note = _measured_runs(name, data)
+        if found:
+            runs[name] = found
+        if note:
+            notes.append(note)
     return runs, rows, notes
 
 

@@ -65,6 +65,14 @@ def reference_table() -> tuple[Any, str | None]:
     return load_reference(REFERENCE_FILE), None
 
 
+@st.cache_data(ttl=600, max_entries=2, show_spinner=False)
+def shipped_measurements() -> dict[str, list[RunResult]]:
+    """Measured runs shipped in data/reference (the advisor's own loader)."""
+    from advisor.evidence import measured_reference_runs
+
+    return measured_reference_runs()
+
+
 @st.cache_data(ttl=60, max_entries=64, show_spinner=False)
 def run_diagnostics(run_id: str, store_location: str | None) -> list[dict[str, Any]]:
     from advisor.diagnose import diagnose
@@ -294,6 +302,29 @@ def diagnostics(runs: list[RunResult]) -> None:
                     st.code(item["command"], language="bash")
 
 
+def shipped_measurements_section() -> None:
+    """Runs measured by this project elsewhere (data/reference), apart from the user's store."""
+    shipped = shipped_measurements()
+    if not shipped:
+        return
+    st.subheader("Reference measurements shipped with the advisor")
+    for name, runs in shipped.items():
+        gpus = sorted({_gpu_name(run) for run in runs})
+        st.info(
+            f"**Measured by this project, not in your store:** `data/reference/{name}`, "
+            f"{len(runs)} runs on {', '.join(gpus)}. Each run keeps its environment fingerprint "
+            "and the exact command that reproduces it; the advisor counts them as "
+            "measured-here only when your profile names the same GPU.",
+            icon=":material/science:",
+        )
+        st.dataframe(runs_frame(runs), hide_index=True, column_config=RUN_COLUMN_CONFIG)
+
+
+def _gpu_name(run: RunResult) -> str:
+    gpus = run.environment.get("gpus") or []
+    return gpus[0].get("name", "?") if gpus else "CPU"
+
+
 def reference_section() -> None:
     st.subheader("Published reference: the seed article's A100 table")
     table, absent = reference_table()
@@ -327,6 +358,7 @@ def render() -> None:
             "The store has no runs yet.",
             "Go to **Benchmark**, make a plan and press **Run**; finished runs appear here.",
         )
+        shipped_measurements_section()
         reference_section()
         return
     by_id = {run.run_id: run for run in runs}
@@ -359,6 +391,7 @@ def render() -> None:
         latency_distributions(chosen)
         diagnostics(chosen)
     pareto(frame)
+    shipped_measurements_section()
     reference_section()
 
 

@@ -12,6 +12,10 @@ def test_empty_store_explains_what_to_do(app_test):
     assert not at.exception
     assert any("no runs yet" in i.value for i in at.info)
     assert any("Published figures, not measured here" in w.value for w in at.warning)
+    # the H200 runs shipped in data/reference are shown apart, labelled as not the user's
+    assert any("Measured by this project, not in your store" in i.value for i in at.info)
+    shipped = at.dataframe[0].value
+    assert {"vllm", "pytorch", "onnxruntime"} <= set(shipped["backend"])
 
 
 def test_stored_run_is_listed_and_reference_kept_apart(app_test, store_path):
