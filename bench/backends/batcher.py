@@ -3,8 +3,14 @@
 Waiting requests are grouped into one batch (up to `max_batch_size`, waiting at most
 `batch_wait_ms` after the oldest one arrived); the batch runs in the engine's worker thread
 while asyncio keeps serving. The engine function reports each decode step's completion time and
-the batcher streams one token chunk per step to every request of the batch still short of its
-own output length, then ends that request's stream.
+the batcher streams one token chunk per step (carrying that step's exact time) to every request
+of the batch still short of its own output length, then ends that request's stream.
+
+Delivery is coalesced: the engine thread only appends the step time to a list; the event loop is
+woken at most every `delivery_interval_ms` (and at once on a step that completes a request), and
+hands each request all its new chunks as one queue item. Per-step wake-ups of every consumer
+(batch x steps of them) compete with the engine thread for the GIL, and eager `generate` is
+CPU-bound on a GPU; timestamps and token counts are unchanged, only their delivery is batched.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ StepCallback = Callable[[int], None]
 
 BatchFunction = Callable[[list[GenerateRequest], StepCallback], None]
 """Runs one batch to max(output_tokens) steps, calling the step callback after every step."""
+
+DELIVERY_INTERVAL_MS = 50.0
+"""Default longest wait before decoded steps reach the consumers (their timestamps are exact)."""
 
 _END = object()
 
@@ -44,6 +53,13 @@ class BatcherStats:
     batches: int = 0
     requests: int = 0
     batch_sizes: list[int] = field(default_factory=list)
+    batch_start_ns: list[int] = field(default_factory=list)
+    """When the engine thread started each batch."""
+    batch_end_ns: list[int] = field(default_factory=list)
+    """When each batch's engine call returned, appended by the engine thread (it can trail the
+    streams' ends: read it after the engine is idle)."""
+    deliveries: int = 0
+    """Event-loop wake-ups that handed decoded steps to the consumers."""
 
     @property
     def mean_batch_size(self) -> float:
@@ -63,13 +79,18 @@ class DynamicBatcher:
         executor: concurrent.futures.Executor,
         max_batch_size: int,
         batch_wait_ms: float,
+        delivery_interval_ms: float = DELIVERY_INTERVAL_MS,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
+        if delivery_interval_ms < 0:
+            raise ValueError("delivery_interval_ms must be >= 0")
         self.run_batch = run_batch
         self.executor = executor
         self.max_batch_size = max_batch_size
         self.batch_wait_ns = int(batch_wait_ms * 1e6)
+        # 0 = wake the consumers after every step (still one wake-up per request per delivery).
+        self.delivery_interval_ns = int(delivery_interval_ms * 1e6)
         self.stats = BatcherStats()
         self._pending: list[_Pending] = []
         self._wakeup: asyncio.Event | None = None
@@ -96,7 +117,8 @@ class DynamicBatcher:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                for chunk in item:  # every step decoded since the last delivery
+                    yield chunk
         finally:
             # A consumer that gives up (time-out) frees its slot if its batch has not started.
             entry.cancelled = True
@@ -146,35 +168,69 @@ class DynamicBatcher:
 
     async def _run(self, batch: list[_Pending]) -> None:
         loop = asyncio.get_running_loop()
-        self.stats.batches += 1
-        self.stats.requests += len(batch)
-        self.stats.batch_sizes.append(len(batch))
-        steps_done = 0
+        stats = self.stats
+        stats.batches += 1
+        stats.requests += len(batch)
+        stats.batch_sizes.append(len(batch))
+        interval_ns = self.delivery_interval_ns
+        # Steps after which some request has all its tokens: delivered at once, so a finished
+        # request ends (end_ns) when its last token exists, not up to an interval later.
+        final_steps = frozenset(entry.request.output_tokens for entry in batch)
+        step_times_ns: list[int] = []  # appended by the engine thread only
+        delivered_steps = 0  # touched by the event loop only
+        flush_scheduled = False
+        last_flush_ns = 0
 
-        def deliver(step: int, t_ns: int) -> None:  # on the event loop
+        def deliver() -> None:  # on the event loop: every step decoded since the last call
+            nonlocal delivered_steps, flush_scheduled
+            # Cleared before reading the length: a step appended after this line schedules
+            # its own delivery (or is picked up by the final one after the batch).
+            flush_scheduled = False
+            steps_now = len(step_times_ns)
+            if steps_now <= delivered_steps:
+                return
+            stats.deliveries += 1
+            first_step = delivered_steps + 1
+            chunks = [Chunk(t_ns=t_ns, tokens=1) for t_ns in step_times_ns[delivered_steps:]]
             for entry in batch:
-                if entry.done or step > entry.request.output_tokens:
+                if entry.done:
                     continue
-                entry.queue.put_nowait(Chunk(t_ns=t_ns, tokens=1))
-                entry.delivered_tokens = step
-                if step == entry.request.output_tokens:
+                wanted = entry.request.output_tokens
+                last_step = min(steps_now, wanted)
+                entry.queue.put_nowait(chunks[: last_step - first_step + 1])
+                entry.delivered_tokens = last_step
+                if last_step == wanted:
                     entry.done = True
                     entry.queue.put_nowait(_END)
+            delivered_steps = steps_now
 
-        def on_step(t_ns: int) -> None:  # in the engine thread
-            nonlocal steps_done
-            steps_done += 1
-            loop.call_soon_threadsafe(deliver, steps_done, t_ns)
+        def on_step(t_ns: int) -> None:  # in the engine thread: kept cheap (it holds the GIL)
+            nonlocal flush_scheduled, last_flush_ns
+            step_times_ns.append(t_ns)
+            if flush_scheduled:
+                return
+            if len(step_times_ns) in final_steps or t_ns - last_flush_ns >= interval_ns:
+                flush_scheduled = True
+                last_flush_ns = t_ns
+                loop.call_soon_threadsafe(deliver)
 
         requests = [entry.request for entry in batch]
         engine_error: Exception | None = None
+
+        def run_batch_timed() -> None:  # in the engine thread
+            stats.batch_start_ns.append(CLOCK.now_ns())
+            try:
+                self.run_batch(requests, on_step)
+            finally:
+                stats.batch_end_ns.append(CLOCK.now_ns())
+
         try:
-            await loop.run_in_executor(self.executor, self.run_batch, requests, on_step)
+            await loop.run_in_executor(self.executor, run_batch_timed)
         except Exception as exc:  # the batch failed: every unfinished request fails with it
             engine_error = exc
-        # Step deliveries were queued before the executor's result, so they have all run by now;
-        # the extra yield only makes that explicit.
-        await asyncio.sleep(0)
+        # Steps the engine reported after the last scheduled delivery (the executor's result
+        # arrives after every callback it queued, so all steps are in the list by now).
+        deliver()
         for entry in batch:
             if entry.done:
                 continue

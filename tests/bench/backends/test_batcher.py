@@ -20,14 +20,18 @@ class StandInBatchFunction:
         self.fail = fail
         self.short_by = short_by
         self.batches: list[list[str]] = []
+        self.reported_ns: list[list[int]] = []  # per batch, the step times handed to on_step
 
     def __call__(self, requests: list[GenerateRequest], on_step) -> None:
         self.batches.append([r.id for r in requests])
+        self.reported_ns.append([])
         if self.fail:
             raise RuntimeError("engine exploded (stand-in)")
         for _ in range(max(r.output_tokens for r in requests) - self.short_by):
             time.sleep(self.step_s)
-            on_step(time.perf_counter_ns())
+            t_ns = time.perf_counter_ns()
+            self.reported_ns[-1].append(t_ns)
+            on_step(t_ns)
 
 
 def request(request_id: str, output_tokens: int) -> GenerateRequest:
@@ -117,3 +121,73 @@ async def test_cancelled_request_is_dropped_before_its_batch(executor) -> None:
     await batcher.close()
     assert len(times) == 2
     assert engine.batches == [["kept"]]
+
+
+async def test_coalesced_delivery_keeps_every_step_time_and_token_count(executor) -> None:
+    """A long delivery interval batches the wake-ups, never the per-step timestamps."""
+    engine = StandInBatchFunction(step_s=0.002)
+    batcher = DynamicBatcher(engine, executor, 4, batch_wait_ms=50, delivery_interval_ms=10_000)
+    lengths = {"a": 40, "b": 17, "c": 1, "d": 40}
+    chunks = await asyncio.gather(
+        *(collect_chunks(batcher, request(i, n)) for i, n in lengths.items())
+    )
+    await batcher.close()
+    (steps_ns,) = engine.reported_ns
+    for (_, wanted), got in zip(lengths.items(), chunks, strict=True):
+        assert [chunk.t_ns for chunk in got] == steps_ns[:wanted]  # exact engine step times
+        assert [chunk.tokens for chunk in got] == [1] * wanted
+    # First step, then once per distinct final step (1, 17, 40): not once per step.
+    assert batcher.stats.deliveries <= 4 < len(steps_ns)
+
+
+async def test_zero_interval_delivers_every_step_as_it_happens(executor) -> None:
+    engine = StandInBatchFunction(step_s=0.005)
+    batcher = DynamicBatcher(engine, executor, 2, batch_wait_ms=20, delivery_interval_ms=0)
+    arrivals_ns: list[int] = []
+    async for _chunk in batcher.stream(request("live", 10)):
+        arrivals_ns.append(time.perf_counter_ns())
+    await batcher.close()
+    (steps_ns,) = engine.reported_ns
+    # Each chunk arrives soon after its step (long before the batch's last step) ...
+    assert arrivals_ns[0] < steps_ns[-1]
+    # ... in at least a few separate deliveries (a loaded CI machine may merge some).
+    assert batcher.stats.deliveries >= 3
+
+
+async def test_a_request_that_finishes_early_ends_without_waiting_for_the_interval(
+    executor,
+) -> None:
+    engine = StandInBatchFunction(step_s=0.01)
+    batcher = DynamicBatcher(engine, executor, 2, batch_wait_ms=20, delivery_interval_ms=10_000)
+    ended_ns: dict[str, int] = {}
+
+    async def run(req: GenerateRequest) -> None:
+        await collect(batcher, req)
+        ended_ns[req.id] = time.perf_counter_ns()
+
+    await asyncio.gather(run(request("short", 3)), run(request("long", 40)))
+    await batcher.close()
+    (steps_ns,) = engine.reported_ns
+    # The short stream ended right after step 3, not when the 40-step batch finished.
+    assert ended_ns["short"] < steps_ns[-1]
+
+
+async def test_stats_record_each_batch_engine_time(executor) -> None:
+    engine = StandInBatchFunction(step_s=0.005)
+    batcher = DynamicBatcher(engine, executor, 2, batch_wait_ms=10)
+    await asyncio.gather(*(collect(batcher, request(f"r{i}", 6)) for i in range(3)))
+    # The engine thread appends the end after its last step: wait until it is idle.
+    await asyncio.get_running_loop().run_in_executor(executor, lambda: None)
+    await batcher.close()
+    stats = batcher.stats
+    assert stats.batch_sizes == [2, 1]
+    assert len(stats.batch_start_ns) == len(stats.batch_end_ns) == 2
+    for start_ns, end_ns, steps_ns in zip(
+        stats.batch_start_ns, stats.batch_end_ns, engine.reported_ns, strict=True
+    ):
+        assert start_ns < steps_ns[0] and steps_ns[-1] <= end_ns
+    assert stats.batch_end_ns[0] <= stats.batch_start_ns[1]
+
+
+async def collect_chunks(batcher: DynamicBatcher, req: GenerateRequest) -> list:
+    return [chunk async for chunk in batcher.stream(req)]
