@@ -18,7 +18,7 @@ from bench.errors import UserError
 TOKEN_ID_OFFSET = 100
 """Prompt token IDs start here (or at vocab_size // 2 for tiny vocabularies) so that special
 tokens (BOS/EOS/PAD/UNK, usually the lowest IDs) never appear in a prompt."""
-TOKEN_BLOCK = 1 << 16
+TOKEN_BLOCK = 1 << 14
 """Prompt token IDs are drawn this many at a time and sliced into prompts."""
 LENGTH_BLOCK = 1024
 """Lengths are drawn this many at a time (vectorised); the sequence does not depend on it."""
@@ -109,7 +109,7 @@ class RequestFactory:
                 workload.output_tokens, np.random.default_rng(output_seq)
             )
             self._token_rng = np.random.default_rng(token_seq)
-            self._token_pool: list[int] = []
+            self._token_pool = np.empty(0, dtype=np.int64)
             self._token_index = 0
         else:
             self._sequence_lengths = (
@@ -119,16 +119,21 @@ class RequestFactory:
             )
 
     def _take_tokens(self, count: int) -> list[int]:
-        """The next `count` IDs of the token stream, drawn in large vectorised blocks."""
+        """The next `count` IDs of the token stream, drawn in vectorised blocks.
+
+        The block stays a numpy array and only each prompt's slice becomes a list: converting a
+        whole 64k-token block at once took ~3 ms, a hiccup every ~500 prompts that showed up as
+        open-loop scheduling lag (p99 1.2 ms at 5,000 req/s, in bursts every 0.1 s).
+        """
         if self._token_index + count > len(self._token_pool):
             size = max(TOKEN_BLOCK, count)
             self._token_pool = self._token_rng.integers(
                 self.token_low, self.token_high, size=size, dtype=np.int64
-            ).tolist()
+            )
             self._token_index = 0
         start = self._token_index
         self._token_index = start + count
-        return self._token_pool[start : start + count]
+        return self._token_pool[start : start + count].tolist()
 
     def __iter__(self) -> RequestFactory:
         return self
