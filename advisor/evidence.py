@@ -13,6 +13,7 @@ import json
 import math
 import statistics
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -550,44 +551,57 @@ def _measured_runs(name: str, data: Any) -> tuple[list[RunResult], str | None]:
     return runs, None
 
 
+@dataclass(frozen=True)
+class ReferenceFiles:
+    """The reference folder, read once: measured runs and published tables by file name, plus
+    notes on files that could not be used."""
+
+    folder: Path
+    runs: dict[str, list[RunResult]] = field(default_factory=dict)
+    published: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def published_rows(self, stage: StageProfile) -> list[EvidenceRow]:
+        return [
+            row
+            for name, data in self.published.items()
+            for row in published_rows(stage, data, name)
+        ]
+
+
+def read_reference_folder(reference_dir: str | Path | None = None) -> ReferenceFiles:
+    """Parse every *.json file in the reference folder (data/reference when None)."""
+    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
+    reference = ReferenceFiles(folder)
+    if not folder.is_dir():
+        reference.notes.append(f"reference folder {folder} does not exist")
+        return reference
+    for name, data, note in _reference_files(folder):
+        if data is None:
+            reference.notes.append(note or name)
+            continue
+        if isinstance(data, dict) and data.get("kind") == "published":
+            reference.published[name] = data
+            continue
+        found, note = _measured_runs(name, data)
+        if found:
+            reference.runs[name] = found
+        if note:
+            reference.notes.append(note)
+    return reference
+
+
 def measured_reference_runs(reference_dir: str | Path | None = None) -> dict[str, list[RunResult]]:
     """The measured RunResults shipped in the reference folder, by file name."""
-    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
-    runs: dict[str, list[RunResult]] = {}
-    if folder.is_dir():
-        for name, data, _note in _reference_files(folder):
-            if data is not None and not (
-                isinstance(data, dict) and data.get("kind") == "published"
-            ):
-                found, _ = _measured_runs(name, data)
-                if found:
-                    runs[name] = found
-    return runs
+    return read_reference_folder(reference_dir).runs
 
 
 def reference_runs_and_rows(
     stage: StageProfile, reference_dir: str | Path | None
 ) -> tuple[dict[str, list[RunResult]], list[EvidenceRow], list[str]]:
     """Measured RunResults (by file name) and published rows in the reference folder, plus notes."""
-    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
-    runs: dict[str, list[RunResult]] = {}
-    rows: list[EvidenceRow] = []
-    notes: list[str] = []
-    if not folder.is_dir():
-        return runs, rows, [f"reference folder {folder} does not exist"]
-    for name, data, note in _reference_files(folder):
-        if data is None:
-            notes.append(note or name)
-            continue
-        if isinstance(data, dict) and data.get("kind") == "published":
-            rows += published_rows(stage, data, name)
-            continue
-        found, note = _measured_runs(name, data)
-        if found:
-            runs[name] = found
-        if note:
-            notes.append(note)
-    return runs, rows, notes
+    reference = read_reference_folder(reference_dir)
+    return reference.runs, reference.published_rows(stage), reference.notes
 
 
 def stored_runs(store: Any) -> list[RunResult]:
@@ -599,17 +613,21 @@ def stored_runs(store: Any) -> list[RunResult]:
     ]
 
 
+def stage_evidence(
+    stage: StageProfile, runs: Iterable[RunResult], reference: ReferenceFiles
+) -> list[EvidenceRow]:
+    """Ranked evidence for a stage from RunResults and the already-read reference folder."""
+    rows = rows_from_runs(stage, runs)
+    for file_name, file_runs in reference.runs.items():
+        rows += rows_from_runs(stage, file_runs, reference=str(reference.folder / file_name))
+    return rank_rows(rows + reference.published_rows(stage))
+
+
 def gather_evidence(
     stage: StageProfile, store: Any = None, reference_dir: str | Path | None = None
 ) -> list[EvidenceRow]:
     """Ranked evidence for a stage from the store and the reference folder."""
-    rows = rows_from_runs(stage, stored_runs(store))
-    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
-    reference_runs, published, _ = reference_runs_and_rows(stage, folder)
-    for file_name, runs in reference_runs.items():
-        rows += rows_from_runs(stage, runs, reference=str(folder / file_name))
-    rows += published
-    return rank_rows(rows)
+    return stage_evidence(stage, stored_runs(store), read_reference_folder(reference_dir))
 
 
 def rank_rows(rows: list[EvidenceRow]) -> list[EvidenceRow]:
@@ -634,12 +652,15 @@ __all__ = [
     "DEFAULT_REFERENCE_DIR",
     "Closeness",
     "EvidenceRow",
+    "ReferenceFiles",
     "bench_plan",
     "gather_evidence",
     "objective_metric",
     "rank_rows",
+    "read_reference_folder",
     "reference_runs_and_rows",
     "rows_from_runs",
     "run_gpu_name",
+    "stage_evidence",
     "stored_runs",
 ]

@@ -22,15 +22,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from advisor import evidence
 from advisor.diagnose import Diagnostic, diagnose
 from advisor.estimate import Estimate, estimate_stage
 from advisor.evidence import (
     EvidenceRow,
+    ReferenceFiles,
     bench_plan,
     rank_rows,
-    reference_runs_and_rows,
-    rows_from_runs,
+    read_reference_folder,
+    stage_evidence,
     stored_runs,
 )
 from advisor.learned import LearnedOpinion, learned_opinion
@@ -165,30 +165,28 @@ def recommend(
     tree: DecisionTree | None = None,
     availability: dict[str, str] | None = None,
     runs: list[RunResult] | None = None,
+    reference: ReferenceFiles | None = None,
 ) -> Report:
     """Recommend per stage. `store` = a ResultStore (anything with list_runs()) or None; `runs`
-    adds RunResults directly (tests, the web app's unsaved runs)."""
+    adds RunResults directly (tests, the web app's unsaved runs); `reference` = the reference
+    folder already read (else `reference_dir`, default data/reference, is read once here)."""
     tree = tree or load_tree()
     availability = availability if availability is not None else availability_map()
     all_runs = stored_runs(store) + list(runs or [])
-    folder = Path(reference_dir) if reference_dir is not None else evidence.DEFAULT_REFERENCE_DIR
-    stage_results = []
-    notes: list[str] = []
-    for stage in profile.stages:
-        reference_runs, published, ref_notes = reference_runs_and_rows(stage, folder)
-        notes += [n for n in ref_notes if n not in notes]
-        rows = rows_from_runs(stage, all_runs)
-        for file_name, file_runs in reference_runs.items():
-            rows += rows_from_runs(stage, file_runs, reference=str(folder / file_name))
-        rows = rank_rows(rows + published)
-        every_run = all_runs + [r for runs_ in reference_runs.values() for r in runs_]
-        stage_results.append(_recommend_stage(tree, stage, rows, every_run, availability))
+    reference = reference or read_reference_folder(reference_dir)
+    every_run = all_runs + [run for file_runs in reference.runs.values() for run in file_runs]
+    stage_results = [
+        _recommend_stage(
+            tree, stage, stage_evidence(stage, all_runs, reference), every_run, availability
+        )
+        for stage in profile.stages
+    ]
     return Report(
         title=profile.title,
         owner=profile.owner,
         notes=profile.notes,
         tree_source=tree.source,
-        evidence_notes=notes,
+        evidence_notes=list(reference.notes),
         profile=profile,
         stages=stage_results,
     )
