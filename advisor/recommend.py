@@ -16,9 +16,10 @@ The rule (also in every report as `rule`):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -37,6 +38,9 @@ from advisor.learned import LearnedOpinion, learned_opinion
 from advisor.profile import StageProfile, WorkloadProfile
 from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
 from bench.schema import RunResult
+
+if TYPE_CHECKING:
+    from bench.backends.base import Availability
 
 MEASUREMENT_RULE = (
     "The tree picks the candidates and their order; measurements on the user's GPU type (VALID, "
@@ -145,14 +149,15 @@ def _stage_json(stage: StageRecommendation) -> dict[str, Any]:
 # --------------------------------------------------------------------------- entry point
 
 
-def availability_map() -> dict[str, str]:
-    """Backend name -> 'available' or the one-line reason it cannot run here."""
+def availability_map(backends: Iterable[Availability] | None = None) -> dict[str, str]:
+    """Backend name -> 'available' or the one-line reason it cannot run here (`backends`: an
+    `all_availability()` answer already read, else it is read here)."""
     try:
         from bench.backends import all_availability
 
         return {
             a.name: "available" if a.available else (a.reason or "not available")
-            for a in all_availability()
+            for a in (all_availability() if backends is None else backends)
         }
     except Exception as exc:  # an adapter crashing must not take the advisor down
         return {"_error": f"backend availability could not be read: {exc}"}

@@ -862,20 +862,6 @@ def relevant_run_ids(recommendation: Any) -> list[str]:
     return ids
 
 
-def _reference_runs(profile: Any, reference_dir: Path) -> dict[str, RunResult]:
-    """Measured RunResults stored as files in data/reference (cited by the advisor too)."""
-    try:
-        from advisor.evidence import reference_runs_and_rows
-    except ImportError:
-        return {}
-    found: dict[str, RunResult] = {}
-    for stage in getattr(profile, "stages", []):
-        runs_by_file, _, _ = reference_runs_and_rows(stage, reference_dir)
-        for runs in runs_by_file.values():
-            found.update({run.run_id: run for run in runs})
-    return found
-
-
 def assemble_report(
     profile_path: str | Path,
     run_ids: Sequence[str] = (),
@@ -888,7 +874,7 @@ def assemble_report(
     the advisor's evidence cites for the profile.
     """
     from advisor.profile import load_profile
-    from advisor.recommend import recommend
+    from advisor.recommend import availability_map, recommend
     from bench.backends import all_availability
     from bench.environment import fingerprint, preflight
     from bench.store import ResultStore
@@ -897,8 +883,15 @@ def assemble_report(
     profile = load_profile(profile_path)
     store = ResultStore(store_location)
     reference_dir = reference_dir or evidence.DEFAULT_REFERENCE_DIR
-    recommendation = recommend(profile, store=store, reference_dir=reference_dir)
-    reference_runs = _reference_runs(profile, reference_dir)
+    reference_files = evidence.read_reference_folder(reference_dir)
+    backends = all_availability()
+    recommendation = recommend(
+        profile, store=store, reference=reference_files, availability=availability_map(backends)
+    )
+    # Measured RunResults stored as files in data/reference (cited by the advisor too).
+    reference_runs = {
+        run.run_id: run for file_runs in reference_files.runs.values() for run in file_runs
+    }
     chosen = list(dict.fromkeys(run_ids)) or relevant_run_ids(recommendation)
     runs: list[RunResult] = []
     records: dict[str, list[RequestRecord]] = {}
@@ -923,7 +916,7 @@ def assemble_report(
         records,
         environment=environment,
         preflight=preflight(environment),
-        availability={item.name: item for item in all_availability()},
+        availability={item.name: item for item in backends},
         reference=reference,
         reference_absent_reason=absent,
         profile_file=profile_path.name,
