@@ -92,27 +92,26 @@ def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
     return _known_args_only(framework, args)
 
 
-def _known_args_only(framework: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Drop options the installed adapter does not declare (when it declares its options)."""
+def _registered_backend(framework: str) -> Any:
+    """The installed adapter class for `framework`, or None (absent, or failing to import)."""
     try:
         from bench.backends import registry
 
-        backend = registry().get(framework)
+        return registry().get(framework)
     except Exception:  # an adapter failing to import must not break planning
-        backend = None
-    options_model = getattr(backend, "options_model", None) if backend is not None else None
+        return None
+
+
+def _known_args_only(framework: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Drop options the installed adapter does not declare (when it declares its options)."""
+    options_model = getattr(_registered_backend(framework), "options_model", None)
     if options_model is None:
         return args
     return {key: value for key, value in args.items() if key in options_model.model_fields}
 
 
 def _backend_runs_kind(framework: str, kind: str) -> bool | None:
-    try:
-        from bench.backends import registry
-
-        backend = registry().get(framework)
-    except Exception:
-        return None
+    backend = _registered_backend(framework)
     return None if backend is None else kind in backend.kinds
 
 
