@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from advisor import evidence
+from advisor.evidence import SOURCE_RANK
+from advisor.gpus import find_gpu
 from advisor.report.charts import derive_charts, pattern_facts
 from advisor.report.model import (
     Alternative,
@@ -360,10 +362,6 @@ def run_source(
     if wanted:
         if run_gpu is None or run.config.device == "cpu":
             return "measured-elsewhere"
-        try:
-            from advisor.gpus import find_gpu
-        except ImportError:
-            return "measured-elsewhere"
         spec = find_gpu(run_gpu)
         same = spec is not None and any(find_gpu(gpu) == spec for gpu in wanted)
         return "measured-here" if same else "measured-elsewhere"
@@ -445,10 +443,6 @@ def _datasheet_bandwidth_tb_s(run: RunResult) -> tuple[float | None, str]:
     gpu_name = primary_gpu_name(run.environment) if run.environment else None
     if run.config.device == "cpu" or not gpu_name:
         return None, "ran on the CPU: no GPU memory-bandwidth floor applies"
-    try:
-        from advisor.gpus import find_gpu
-    except ImportError:
-        return None, "GPU catalogue not available"
     spec = find_gpu(gpu_name)
     if spec is None:
         return None, f"memory bandwidth of {gpu_name!r} unknown (not in the GPU catalogue)"
@@ -738,8 +732,7 @@ def build_report(
     sources = {run.run_id: run_source(run, marks, environment, profile_gpus) for run in runs}
     evidence = [evidence_row(run, sources[run.run_id]) for run in runs]
     evidence += published_rows(rec, SEED_REFERENCE_FILE)
-    order = {"measured-here": 0, "measured-elsewhere": 1, "published": 2}
-    evidence.sort(key=lambda row: (order[row.source], row.framework))
+    evidence.sort(key=lambda row: (SOURCE_RANK[row.source], row.framework))
 
     advisor_availability: dict[str, Any] = {}
     for stage in stage_dicts:
