@@ -51,6 +51,24 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # --------------------------------------------------------------------------- progress
 
 
+def queued_runs(configs: list[RunConfig]) -> list[dict[str, Any]]:
+    """The `progress["runs"]` entries of a job none of whose runs has started yet."""
+    return [
+        {
+            "index": index,
+            "backend": config.backend,
+            "model": config.model,
+            "pattern": config.load.pattern,
+            "label": config.label,
+            "status": RunStatus.QUEUED.value,
+            "run_id": None,
+            "latest": {},
+            "history": [],
+        }
+        for index, config in enumerate(configs)
+    ]
+
+
 class JobProgress:
     """The job's `progress` JSON: one entry per run with its latest progress and a short history.
 
@@ -64,20 +82,7 @@ class JobProgress:
         self.lock = threading.Lock()
         self.last_write = 0.0
         self.state: dict[str, Any] = {
-            "runs": [
-                {
-                    "index": index,
-                    "backend": config.backend,
-                    "model": config.model,
-                    "pattern": config.load.pattern,
-                    "label": config.label,
-                    "status": RunStatus.QUEUED.value,
-                    "run_id": None,
-                    "latest": {},
-                    "history": [],
-                }
-                for index, config in enumerate(configs)
-            ],
+            "runs": queued_runs(configs),
             "current": None,
             "updated": time.time(),
         }

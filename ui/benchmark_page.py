@@ -523,19 +523,10 @@ def job_panel(job_id: str) -> None:
         _runner_hint(job)
     if job.error:
         (st.warning if job.status == RunStatus.STOPPED else st.error)(job.error)
-    runs = (job.progress or {}).get("runs") or [
-        {
-            "index": i,
-            "backend": c.backend,
-            "model": c.model,
-            "pattern": c.load.pattern,
-            "status": RunStatus.QUEUED.value,
-            "latest": {},
-            "history": [],
-            "run_id": None,
-        }
-        for i, c in enumerate(job.configs)
-    ]
+    from bench.jobs import queued_runs
+
+    # Until the runner claims the job it has written no progress: show every run as queued.
+    runs = (job.progress or {}).get("runs") or queued_runs(job.configs)
     for run in runs:
         run_section(run, job)
     if job.finished and job.status != RunStatus.QUEUED and job.run_ids:
