@@ -258,8 +258,9 @@ def objective_metric(stage: StageProfile, published: bool = False) -> str:
 
 def run_gpu_name(run: RunResult) -> str | None:
     """The canonical catalogue name of the run's first GPU, the raw name, or None (CPU)."""
-    gpus = run.environment.get("gpus") or []
-    raw = gpus[0].get("name") if gpus and isinstance(gpus[0], dict) else None
+    from bench.environment import primary_gpu_name  # psutil and telemetry: not at import time
+
+    raw = primary_gpu_name(run.environment)
     if raw is None:
         return None
     spec = find_gpu(raw)
