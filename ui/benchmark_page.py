@@ -20,6 +20,7 @@ from advisor.profile import StageProfile
 from bench.config import PATTERN_NAMES, RunConfig
 from bench.errors import UserError
 from bench.schema import RunStatus
+from bench.store import Job
 from ui import state
 from ui.components import empty_state, format_number, status_badge
 
@@ -501,14 +502,9 @@ def job_picker() -> str | None:
     return chosen
 
 
-def job_panel(job_id: str) -> None:
+def job_panel(job: Job) -> None:
     """The job's runs with progress bars, live charts, Stop, and results or logs when done."""
-    store = state.get_store()
-    try:
-        job = store.get_job(job_id)
-    except UserError:
-        st.warning(f"Job {job_id} is not in this store.")
-        return
+    job_id = job.job_id
     head = st.columns([4, 1])
     with head[0]:
         status_badge(job.status.value)
@@ -518,7 +514,7 @@ def job_panel(job_id: str) -> None:
             if job.stop_requested:
                 st.button("Stopping…", disabled=True, key=f"stopping_{job_id}")
             elif st.button("Stop", icon=":material/stop:", key=f"stop_{job_id}", type="primary"):
-                store.request_stop(job_id)
+                state.get_store().request_stop(job_id)
                 st.toast("Stop requested: the engine is being ended.", icon=":material/stop:")
         _runner_hint(job)
     if job.error:
@@ -773,9 +769,13 @@ def render() -> None:
     if job_id is None:
         empty_state("No benchmark has run yet.", "Make a plan above and press **Run**.")
         return
-    job = state.get_store().get_job(job_id)
+    try:
+        job = state.get_store().get_job(job_id)
+    except UserError:  # e.g. a ?job= link from another store
+        st.warning(f"Job {job_id} is not in this store.")
+        return
     if job.finished:
-        job_panel(job_id)
+        job_panel(job)
     else:
         live_job_panel(job_id)
 
@@ -783,8 +783,9 @@ def render() -> None:
 @st.fragment(run_every=POLL_S)
 def live_job_panel(job_id: str) -> None:
     """Polls the job row once a second; when the job ends, reruns the page once to stop polling."""
-    job_panel(job_id)
-    if state.get_store().get_job(job_id).finished:
+    job = state.get_store().get_job(job_id)
+    job_panel(job)
+    if job.finished:
         st.rerun()
 
 
