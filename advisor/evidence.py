@@ -399,7 +399,7 @@ def rows_from_runs(
     stage: StageProfile, runs: Iterable[RunResult], reference: str | None = None
 ) -> list[EvidenceRow]:
     """Evidence rows from RunResults of the stage's kind, repeats of one configuration grouped."""
-    groups: dict[tuple, list[tuple[RunResult, dict[str, float], str, bool | None, str | None]]] = {}
+    groups: dict[tuple, list[tuple[RunResult, dict[str, float], bool | None, str | None]]] = {}
     for run in runs:
         if run.config.workload.kind != stage.kind:
             continue
@@ -423,12 +423,12 @@ def rows_from_runs(
             status,
             json.dumps(run.config.engine_args, sort_keys=True, default=str),
         )
-        groups.setdefault(key, []).append((run, metrics, shape, same_shape, phase_note))
+        groups.setdefault(key, []).append((run, metrics, same_shape, phase_note))
     rows: list[EvidenceRow] = []
     metric_name = objective_metric(stage)
     for (framework, gpu, model, shape, precision, status, _), members in groups.items():
         first_run = members[0][0]
-        all_metrics = [m for _, m, _, _, _ in members]
+        all_metrics = [m for _, m, _, _ in members]
         merged = _mean_metrics(all_metrics)
         values = [m[metric_name] for m in all_metrics if metric_name in m]
         cv = None
@@ -452,7 +452,7 @@ def rows_from_runs(
                 closeness=Closeness(
                     same_gpu=same_gpu,
                     same_model=stage.model is not None and stage.model in model_names,
-                    same_shape=members[0][3],
+                    same_shape=members[0][2],
                 ),
                 repeats=len(members),
                 run_ids=[run.run_id for run, *_ in members],
