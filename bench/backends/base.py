@@ -93,14 +93,32 @@ class Backend(ABC):
     options_model: ClassVar[type[BaseModel] | None] = None
     """Known engine options (pydantic, extra='forbid'); None = free-form pass-through."""
 
+    options: Any
+    """The parsed `options_model` instance (None for a free-form backend); subclasses narrow the
+    annotation to their own options model."""
+
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
-        self.engine_args = self.validate_engine_args(engine_args or {})
+        engine_args = engine_args or {}
+        # Parse once: typed backends read `self.options`; free-form ones keep the checked dict.
+        self.options = self.parse_options(engine_args)
+        self.engine_args = (
+            self.validate_engine_args(engine_args)
+            if self.options is None
+            else self.options.model_dump(exclude_unset=True)
+        )
 
     @classmethod
     def validate_engine_args(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
         """Check options against the backend's known ones; UserError names the bad key."""
+        parsed = cls.parse_options(engine_args)
+        return dict(engine_args) if parsed is None else parsed.model_dump(exclude_unset=True)
+
+    @classmethod
+    def parse_options(cls, engine_args: dict[str, Any]) -> BaseModel | None:
+        """`engine_args` as an `options_model` instance (None without one); UserError names the
+        bad key."""
         if cls.options_model is None:
-            return dict(engine_args)
+            return None
         from pydantic import ValidationError
 
         try:
@@ -112,7 +130,7 @@ class Backend(ABC):
             raise UserError(
                 f"bad engine argument for {cls.name}: {key}: {first['msg']} (known: {known})"
             ) from None
-        return parsed.model_dump(exclude_unset=True)
+        return parsed
 
     @classmethod
     @abstractmethod

@@ -67,10 +67,10 @@ class FakeBackend(Backend):
 
     kinds: ClassVar[frozenset[str]] = frozenset({"generate", "forward"})
     options_model: ClassVar[type[BaseModel] | None] = FakeOptions
+    options: FakeOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)
-        self.options = FakeOptions(**self.engine_args)
         self._failure_rng = random.Random(self.options.seed)
         self._slots: Any = None
         self.active = 0

@@ -124,10 +124,10 @@ class OnnxRuntimeBackend(Backend):
 
     kinds = frozenset({"generate", "forward"})
     options_model = OnnxRuntimeOptions
+    options: OnnxRuntimeOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)
-        self.options = OnnxRuntimeOptions.model_validate(self.engine_args)
         self._runner: _ForwardRunner | _GenerateRunner | None = None
 
     @classmethod

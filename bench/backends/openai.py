@@ -210,10 +210,10 @@ class OpenAIBackend(Backend):
 
     kinds: ClassVar[frozenset[str]] = frozenset({"generate"})
     options_model = OpenAIOptions
+    options: OpenAIOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)
-        self.options = OpenAIOptions.model_validate(self.engine_args)
         self.base_url = (self.options.base_url or "").rstrip("/")
         self.served_model: str | None = self.options.model
         self._session: Any = None

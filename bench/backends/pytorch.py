@@ -227,10 +227,10 @@ class PyTorchBackend(Backend):
 
     kinds: ClassVar[frozenset[str]] = frozenset({"generate", "forward"})
     options_model: ClassVar[type[BaseModel] | None] = PyTorchOptions
+    options: PyTorchOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)
-        self.options = self.options_model.model_validate(self.engine_args)
         self.model: Any = None
         self.device = "cpu"
         self.kind: str = "generate"

@@ -101,10 +101,10 @@ class TensorRTBackend(Backend):
 
     kinds = frozenset({"forward"})
     options_model = TensorRTOptions
+    options: TensorRTOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)
-        self.options = TensorRTOptions.model_validate(self.engine_args)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensorrt")
         self._engine: Any = None
         self._context: Any = None

@@ -90,10 +90,10 @@ class TensorRTLLMBackend(Backend):
 
     kinds = frozenset({"generate"})
     options_model = TensorRTLLMOptions
+    options: TensorRTLLMOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)
-        self.options = TensorRTLLMOptions.model_validate(self.engine_args)
         self._llm: Any = None
         self._sampling_params_cls: Any = None
 

@@ -108,6 +108,7 @@ class TorchCompileBackend(PyTorchBackend):
     """transformers `generate` with a static cache, decode step compiled; compiled forward."""
 
     options_model: ClassVar[type[BaseModel] | None] = TorchCompileOptions
+    options: TorchCompileOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)
@@ -134,7 +135,7 @@ class TorchCompileBackend(PyTorchBackend):
     # ------------------------------------------------------------------ load
 
     def _prepare_sync(self, workload: GenerateWorkload | ForwardWorkload) -> bool:
-        options: TorchCompileOptions = self.options  # type: ignore[assignment]
+        options = self.options
         cuda_graphs = self.device == "cuda" and options.mode in ("reduce-overhead", "max-autotune")
         self.engine_info.update(compiled=True, compile_mode=options.mode, cuda_graphs=cuda_graphs)
         graphs_before = _unique_graphs()
