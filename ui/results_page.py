@@ -6,7 +6,6 @@ its own labelled section and never mixed into a chart or table of measurements.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import altair as alt
@@ -24,9 +23,6 @@ from ui.components import (
     runs_frame,
 )
 
-REFERENCE_FILE = (
-    Path(__file__).resolve().parent.parent / "data" / "reference" / ("seed_a100_llama2_13b.json")
-)
 MAX_COMPARED = 8
 
 
@@ -57,12 +53,14 @@ def latency_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
 
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)
 def reference_table() -> tuple[Any, str | None]:
-    """The seed's published table (advisor.report's loader) or why it is missing."""
-    from advisor.report.build import load_reference
+    """The seed's published table (advisor.report's file name and loader) or why it is missing."""
+    from advisor.evidence import DEFAULT_REFERENCE_DIR
+    from advisor.report.build import SEED_REFERENCE_FILE, load_reference
 
-    if not REFERENCE_FILE.is_file():
-        return None, f"{REFERENCE_FILE.name} is not in data/reference"
-    return load_reference(REFERENCE_FILE), None
+    path = DEFAULT_REFERENCE_DIR / SEED_REFERENCE_FILE
+    if not path.is_file():
+        return None, f"{SEED_REFERENCE_FILE} is not in data/reference"
+    return load_reference(path), None
 
 
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)
