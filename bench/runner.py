@@ -162,6 +162,15 @@ async def execute(
             outcome.end_ns = max(outcome.end_ns, CLOCK.now_ns())
             publish(spec, outcome)
 
+    async def run(spec: PhaseSpec, index: int | None) -> PhaseOutcome:
+        """Run one phase (warm-up: index None), reporting progress from its live outcome."""
+        outcome = PhaseOutcome.for_spec(spec)
+        progress.start_phase(spec.name, index, spec.duration_s, outcome)
+        progress.emit()
+        return await run_phase(
+            spec, backend.stream, requests, events.on_record, timeout_s, stop, deadline_ns, outcome
+        )
+
     def publish(spec: PhaseSpec, outcome: PhaseOutcome) -> None:
         result = _phase_result(spec, outcome, config)
         phases.append(result)
@@ -176,19 +185,7 @@ async def execute(
             spec = PhaseSpec(
                 "warmup", "concurrency", 1, None, max_requests=load.warmup_requests, warmup=True
             )
-            outcome = PhaseOutcome.for_spec(spec)
-            progress.start_phase("warmup", None, None, outcome)
-            progress.emit()
-            outcome = await run_phase(
-                spec,
-                backend.stream,
-                requests,
-                events.on_record,
-                timeout_s,
-                stop,
-                deadline_ns,
-                outcome,
-            )
+            outcome = await run(spec, None)
             warmup_s = (outcome.end_ns - outcome.start_ns) / 1e9
             stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
 
@@ -201,19 +198,7 @@ async def execute(
             except StopIteration as finished:
                 report = dict(finished.value or {})
                 break
-            outcome = PhaseOutcome.for_spec(spec)
-            progress.start_phase(spec.name, index, spec.duration_s, outcome)
-            progress.emit()
-            outcome = await run_phase(
-                spec,
-                backend.stream,
-                requests,
-                events.on_record,
-                timeout_s,
-                stop,
-                deadline_ns,
-                outcome,
-            )
+            outcome = await run(spec, index)
             stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
             windows[spec.name] = [
                 outcome.start_ns,
