@@ -198,7 +198,7 @@ class _PhaseRun:
         chunk_tokens: list[int] = []
         error: str | None = None
         stream: AsyncIterator[Chunk] | None = None
-        usage_tokens: list[int | None] = [None]  # a server's usage count, when it reports one
+        usage_output_tokens: int | None = None  # a server's usage count, when it reports one
         slots = self.slots
         holding_slot = False
         counted = False
@@ -220,7 +220,7 @@ class _PhaseRun:
                     chunk_ns.append(chunk.t_ns)
                     chunk_tokens.append(chunk.tokens)
                     if chunk.usage_output_tokens is not None:
-                        usage_tokens[0] = chunk.usage_output_tokens
+                        usage_output_tokens = chunk.usage_output_tokens
                 stream = None
         except TimeoutError as exc:
             error = self.timeout_text if deadline.expired() else f"TimeoutError: {exc}".strip()
@@ -241,7 +241,7 @@ class _PhaseRun:
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await aclose()
         self._finish(
-            request, start_ns, scheduled_ns, chunk_ns, chunk_tokens, error, usage_tokens[0]
+            request, start_ns, scheduled_ns, chunk_ns, chunk_tokens, error, usage_output_tokens
         )
 
     def _finish(
