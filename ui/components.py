@@ -80,7 +80,7 @@ def runs_frame(runs: Iterable[RunResult]) -> pd.DataFrame:
                 "pattern": run.config.load.pattern,
                 "status": run.status.value,
                 "validity": run.validity.status.value if run.validity else "—",
-                "device": _device_of(run),
+                "device": device_of(run),
                 "requests": summary.successful if summary else None,
                 "output tok/s": summary.output_throughput_tok_s if summary else None,
                 "req/s": summary.request_throughput_rps if summary else None,
@@ -95,7 +95,8 @@ def runs_frame(runs: Iterable[RunResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _device_of(run: RunResult) -> str:
+def device_of(run: RunResult) -> str:
+    """The name of the run's first GPU as its environment recorded it, else "CPU"."""
     gpus = run.environment.get("gpus") or []
     if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
         return str(gpus[0]["name"])

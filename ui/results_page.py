@@ -16,6 +16,7 @@ from bench.schema import RunResult, RunStatus
 from ui import state
 from ui.components import (
     RUN_COLUMN_CONFIG,
+    device_of,
     empty_state,
     format_number,
     pareto_front,
@@ -132,9 +133,7 @@ def compare(runs: list[RunResult]) -> None:
                 format_number(value, "s")
                 for value in (timings.load_s, timings.compile_s, timings.build_s)
             ),
-            "device": (run.environment.get("gpus") or [{}])[0].get("name", "CPU")
-            if run.environment.get("gpus")
-            else "CPU",
+            "device": device_of(run),
         }
     table = pd.DataFrame(columns)
     st.dataframe(table, width="stretch", height=35 * (len(table) + 1) + 3)
@@ -307,7 +306,7 @@ def shipped_measurements_section() -> None:
         return
     st.subheader("Reference measurements shipped with the advisor")
     for name, runs in shipped.items():
-        gpus = sorted({_gpu_name(run) for run in runs})
+        gpus = sorted({device_of(run) for run in runs})
         st.info(
             f"**Measured by this project, not in your store:** `data/reference/{name}`, "
             f"{len(runs)} runs on {', '.join(gpus)}. Each run keeps its environment fingerprint "
@@ -316,11 +315,6 @@ def shipped_measurements_section() -> None:
             icon=":material/science:",
         )
         st.dataframe(runs_frame(runs), hide_index=True, column_config=RUN_COLUMN_CONFIG)
-
-
-def _gpu_name(run: RunResult) -> str:
-    gpus = run.environment.get("gpus") or []
-    return gpus[0].get("name", "?") if gpus else "CPU"
 
 
 def reference_section() -> None:
