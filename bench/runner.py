@@ -171,7 +171,7 @@ async def execute(
             spec, backend.stream, requests, events.on_record, timeout_s, stop, deadline_ns, outcome
         )
 
-    def publish(spec: PhaseSpec, outcome: PhaseOutcome) -> None:
+    def publish(spec: PhaseSpec, outcome: PhaseOutcome) -> PhaseResult:
         result = _phase_result(spec, outcome, config)
         phases.append(result)
         run_accumulator.merge(outcome.accumulator)
@@ -179,6 +179,7 @@ async def execute(
         if lag is not None:
             lags[spec.name] = lag.model_dump()
         events.on_phase(result)
+        return result
 
     try:
         if load.warmup_requests:
@@ -208,10 +209,11 @@ async def execute(
             if spec.drain:
                 await settle(waiting)
                 waiting = []
-                publish(spec, outcome)
+                # A drained phase is complete: its published summary is the one plan() gets.
+                summary = publish(spec, outcome).summary
             else:
                 waiting.append((spec, outcome))
-            summary = outcome.summary(config.slo)
+                summary = outcome.summary(config.slo)  # what finished by the end of issuing
             index += 1
         if stopped or deadline_reached:
             for _, outcome in waiting:
