@@ -117,7 +117,7 @@ def choose_profile() -> WorkloadProfile:
 
 
 def choose_runs(profile: WorkloadProfile) -> list[str]:
-    runs = state.get_store().list_runs()
+    runs = state.stored_runs(state.store_location())
     finished = [run for run in runs if run.status.value not in ("QUEUED", "RUNNING")]
     if not finished:
         empty_state(

@@ -27,12 +27,6 @@ from ui.components import (
 MAX_COMPARED = 8
 
 
-@st.cache_data(ttl=5, max_entries=8, show_spinner=False)
-def stored_runs(store_location: str | None) -> list[RunResult]:
-    """Every run in the store, newest first (re-read at most every 5 s)."""
-    return state.get_store().list_runs()
-
-
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
 def latency_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
     """Per-request latencies of a finished run's measured records, in ms (vLLM definitions)."""
@@ -343,7 +337,7 @@ def render() -> None:
     state.init_session()
     st.title("Results")
     location = state.store_location()
-    runs = stored_runs(location)
+    runs = state.stored_runs(location)
     st.caption(f"Every run in the results store `{state.get_store().path}`.")
     if not runs:
         empty_state(

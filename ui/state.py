@@ -15,6 +15,7 @@ import yaml
 
 from advisor.profile import StageProfile, WorkloadProfile, profile_from_dict
 from bench.errors import UserError
+from bench.schema import RunResult
 from bench.store import ResultStore
 
 PROFILE_KEY = "profile"
@@ -83,6 +84,12 @@ def _open_store(location: str | None) -> ResultStore:
 def get_store() -> ResultStore:
     """The shared store handle (one SQLite connection per location, thread-safe)."""
     return _open_store(store_location())
+
+
+@st.cache_data(ttl=5, max_entries=8, show_spinner=False)
+def stored_runs(store_location: str | None) -> list[RunResult]:
+    """Every run in the store, newest first (re-read at most every 5 s)."""
+    return get_store().list_runs()
 
 
 @st.cache_data(ttl=30, max_entries=2, show_spinner=False)
