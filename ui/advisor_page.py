@@ -645,14 +645,8 @@ def show_evidence(stage_result: Any) -> None:
         )
 
 
-def render_stage_advice(profile: WorkloadProfile, index: int) -> None:
+def render_stage_advice(stage_result: Any) -> None:
     """The path, candidates, estimate and recommendation for one stage."""
-    try:
-        report = state.advise(profile.model_dump_json(), state.store_location())
-    except UserError as exc:
-        st.error(str(exc))
-        return
-    stage_result = report.stages[index]
     show_path(stage_result.decision)
     show_candidates(stage_result)
     show_recommendation(stage_result)
@@ -718,10 +712,17 @@ def render() -> None:
 
     st.divider()
     st.header("Advice")
-    for index, stage in enumerate(profile.stages):
-        if len(profile.stages) > 1:
-            st.subheader(f"Stage {index + 1}: {stage.name}")
-        render_stage_advice(profile, index)
+    try:  # one advice for the whole profile; each stage shows its part
+        report = state.advise(profile.model_dump_json(), state.store_location())
+    except UserError as exc:
+        st.error(str(exc))
+    else:
+        for index, (stage, stage_result) in enumerate(
+            zip(profile.stages, report.stages, strict=True)
+        ):
+            if len(profile.stages) > 1:
+                st.subheader(f"Stage {index + 1}: {stage.name}")
+            render_stage_advice(stage_result)
     st.page_link(
         "ui/benchmark_page.py",
         label="Settle it with measurements: open the Benchmark page",
