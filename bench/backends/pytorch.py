@@ -39,7 +39,6 @@ from bench.schema import ModelInfo
 if TYPE_CHECKING:
     import torch
 
-DEFAULT_SEQUENCE_LENGTH = 128
 FORWARD_INPUT_SEED = 0
 
 
@@ -171,31 +170,22 @@ def forward_inputs(
     """Seeded synthetic inputs: pixel_values for vision configs, input_ids + mask for text."""
     import torch
 
+    from bench.onnx_export import resolve_shape
+
+    # The same shape rules (vision or text, defaults, the max_position_embeddings check) as the
+    # ONNX export and the engines built from it.
+    shape = resolve_shape(config, batch_size, sequence_length, image_size)
     generator = torch.Generator().manual_seed(seed)
-    channels = getattr(config, "num_channels", None)
-    if channels is not None and not hasattr(config, "vocab_size"):
-        side = image_size or _default_image_size(config)
-        pixels = torch.randn((batch_size, channels, side, side), generator=generator)
+    if shape.image_size is not None:
+        side = shape.image_size
+        pixels = torch.randn((batch_size, config.num_channels, side, side), generator=generator)
         return {"pixel_values": pixels.to(device=device, dtype=dtype)}
-    sequence = sequence_length or DEFAULT_SEQUENCE_LENGTH
-    max_positions = getattr(config, "max_position_embeddings", None)
-    if max_positions and sequence > max_positions:
-        raise UserError(
-            f"sequence length {sequence} exceeds the model's max_position_embeddings "
-            f"({max_positions})"
-        )
+    sequence = shape.sequence_length
     vocab = int(getattr(config, "vocab_size", 1000))
     # Low ids are pad/special tokens in most vocabularies.
     ids = torch.randint(min(5, vocab - 1), vocab, (batch_size, sequence), generator=generator)
     mask = torch.ones((batch_size, sequence), dtype=torch.long)
     return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
-
-
-def _default_image_size(config: Any) -> int:
-    size = getattr(config, "image_size", None)
-    if isinstance(size, (list, tuple)):
-        size = size[0]
-    return int(size) if size else 224
 
 
 def primary_output(outputs: Any) -> torch.Tensor:
