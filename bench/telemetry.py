@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 import psutil
@@ -152,26 +152,32 @@ def gpu_processes(nvml: Any = None) -> list[dict[str, Any]]:
     return found
 
 
-def process_tree(root_pids: Iterable[int]) -> set[int]:
-    """The given pids and all their live descendants (an engine's workers are its children)."""
-    tree: set[int] = set()
+def _tree_processes(root_pids: Iterable[int]) -> dict[int, psutil.Process]:
+    """The given pids and all their live descendants, by pid (an engine's workers are its
+    children)."""
+    tree: dict[int, psutil.Process] = {}
     for pid in root_pids:
         try:
             process = psutil.Process(pid)
-            tree.add(pid)
-            tree.update(child.pid for child in process.children(recursive=True))
+            tree[pid] = process
+            tree.update((child.pid, child) for child in process.children(recursive=True))
         except (psutil.Error, OSError):
             continue
     return tree
 
 
-def host_rss_bytes(pids: Iterable[int]) -> int | None:
+def process_tree(root_pids: Iterable[int]) -> set[int]:
+    """The given pids and all their live descendants (an engine's workers are its children)."""
+    return set(_tree_processes(root_pids))
+
+
+def host_rss_bytes(processes: Iterable[psutil.Process]) -> int | None:
     """Resident memory of the given processes summed (pass a whole tree); None if none is alive."""
     total = 0
     seen_any = False
-    for pid in pids:
+    for process in processes:
         try:
-            total += psutil.Process(pid).memory_info().rss
+            total += process.memory_info().rss
             seen_any = True
         except (psutil.Error, OSError):
             continue
@@ -285,11 +291,13 @@ class NvmlSampler(threading.Thread):
         self.open()
         t_ns = time.perf_counter_ns()
         try:
-            tree = process_tree(self.pids())
+            processes = _tree_processes(self.pids())
         except Exception:  # a broken pids callback must not kill telemetry
             log.warning("pids callback failed", exc_info=True)
-            tree = set()
-        sample = TelemetrySample(t_ns=t_ns, host_rss_bytes=host_rss_bytes(tree))
+            processes = {}
+        # One psutil.Process per pid per tick serves both the RSS sum and the NVML pid match.
+        sample = TelemetrySample(t_ns=t_ns, host_rss_bytes=host_rss_bytes(processes.values()))
+        tree = processes.keys()
         module = self._module
         if module is None:
             return sample
@@ -324,7 +332,7 @@ class NvmlSampler(threading.Thread):
         return sample
 
     @staticmethod
-    def _tree_gpu_memory(module: Any, handle: Any, tree: set[int]) -> int | None:
+    def _tree_gpu_memory(module: Any, handle: Any, tree: Container[int]) -> int | None:
         """GPU memory of the tree's processes on one device; None if the driver does not say."""
         function = module.nvmlDeviceGetComputeRunningProcesses
         processes = nvml_call(function, handle)
