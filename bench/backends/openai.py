@@ -435,13 +435,12 @@ async def _chunks_from_sse(content: Any) -> AsyncIterator[Chunk]:
     """
     decoder = SSEDecoder()
     held: Chunk | None = None
-    completion_tokens: int | None = None
-    usage_output: int | None = None
+    completion_tokens: int | None = None  # the latest usage count (the final one, at the end)
     usage_input: int | None = None
     event_t_ns: int | None = None
 
     def handle(data: str, t_ns: int) -> Chunk | None:
-        nonlocal completion_tokens, usage_output, usage_input
+        nonlocal completion_tokens, usage_input
         if data == "[DONE]":
             return None
         event = json.loads(data)
@@ -452,7 +451,6 @@ async def _chunks_from_sse(content: Any) -> AsyncIterator[Chunk]:
         if isinstance(usage, dict):
             if usage.get("completion_tokens") is not None:
                 completion_tokens = int(usage["completion_tokens"])
-                usage_output = completion_tokens
             if usage.get("prompt_tokens") is not None:
                 usage_input = int(usage["prompt_tokens"])
         return Chunk(t_ns=t_ns, tokens=tokens) if tokens > 0 else None
@@ -482,6 +480,6 @@ async def _chunks_from_sse(content: Any) -> AsyncIterator[Chunk]:
         yield Chunk(
             t_ns=held.t_ns,
             tokens=held.tokens,
-            usage_output_tokens=usage_output,
+            usage_output_tokens=completion_tokens,
             usage_input_tokens=usage_input,
         )
