@@ -107,9 +107,7 @@ class _RecordSink:
         self.buffer: list[RequestRecord] = []
         self.last_flush = time.monotonic()
         self.jsonl = open(jsonl_path, "a", encoding="utf-8") if jsonl_path else None  # noqa: SIM115
-        self.measured = MetricsAccumulator()
-        self.output_tokens = 0
-        self.window_ns: tuple[int, int] | None = None  # first measured start, last end
+        self.measured = MetricsAccumulator()  # skips warm-up records itself
         self.lock = threading.Lock()
         self.live = live  # optional bench.prometheus.LiveMetrics
 
@@ -118,12 +116,7 @@ class _RecordSink:
             for record in records:
                 if self.live is not None:
                     self.live.observe(record)
-                if not record.warmup:
-                    self.measured.add(record)
-                    lo, hi = self.window_ns or (record.start_ns, record.end_ns)
-                    self.window_ns = (min(lo, record.start_ns), max(hi, record.end_ns))
-                    if record.error is None:
-                        self.output_tokens += record.output_tokens
+                self.measured.add(record)
             self.buffer.extend(records)
             if time.monotonic() - self.last_flush > STORE_FLUSH_S:
                 self._flush()
@@ -260,7 +253,11 @@ def launch(
         result.validity.status = ValidityStatus.INVALID
         result.validity.reasons.append(f"run {result.status.value.lower()}")
     result.telemetry = summarize_telemetry(
-        samples, sink.output_tokens, model.parameters, gpu_ok, None if gpu_ok else gpu_reason
+        samples,
+        sink.measured.output_tokens,
+        model.parameters,
+        gpu_ok,
+        None if gpu_ok else gpu_reason,
     )
     result.engine["wall_s"] = round(time.monotonic() - started, 3)
 
