@@ -232,6 +232,7 @@ def launch(
         if live is not None:
             live.stop()
     result.engine = outcome.loaded.get("engine", {})
+    result.server_metrics = outcome.server_metrics
     result.engine["worker_exit_code"] = outcome.exit_code
     with contextlib.suppress(Exception):  # check the engine's GPU processes are gone
         result.engine["gpu_processes_left"] = [
@@ -252,12 +253,19 @@ def launch(
     if result.status != RunStatus.COMPLETED:
         result.validity.status = ValidityStatus.INVALID
         result.validity.reasons.append(f"run {result.status.value.lower()}")
-    result.telemetry = summarize_telemetry(
+    measured = sink.measured
+    window_ns = (
+        (measured.first_start_ns, measured.last_end_ns)
+        if measured.first_start_ns is not None and measured.last_end_ns is not None
+        else None
+    )
+    result.telemetry = summarize_telemetry(  # rates and energy over the measured window only
         samples,
-        sink.measured.output_tokens,
+        measured.output_tokens,
         model.parameters,
         gpu_ok,
         None if gpu_ok else gpu_reason,
+        window_ns=window_ns,
     )
     result.engine["wall_s"] = round(time.monotonic() - started, 3)
 

@@ -129,6 +129,8 @@ async def _child_async(config_json: str, model_json: str, events: Any, stop_mp: 
     finally:
         flush_task.cancel()
         flush()
+    # The outcome goes out before close(): a close that hangs or fails must not lose the run.
+    server_metrics = getattr(backend, "server_metrics", None)  # a served engine's /metrics
     events.put(
         (
             "outcome",
@@ -136,6 +138,7 @@ async def _child_async(config_json: str, model_json: str, events: Any, stop_mp: 
                 "pattern_report": outcome.pattern_report,
                 "warmup_s": outcome.warmup_s,
                 "stopped": stop.is_set(),
+                "server_metrics": server_metrics() if server_metrics else [],
             },
         )
     )

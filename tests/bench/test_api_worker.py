@@ -199,3 +199,54 @@ def test_live_prometheus_endpoint_serves_run_metrics(store, tiny_llama):
     assert scraped, "the endpoint was never scraped"
     requests = [s for s in scraped[0] if s["name"].endswith("requests_total")]
     assert requests and requests[0]["value"] > 0
+
+
+def test_telemetry_is_summarised_over_the_measured_window(store, tiny_llama, monkeypatch):
+    """Energy per token, utilisation and power must exclude load and warm-up: launch hands
+    summarize_telemetry the first measured start and last measured end."""
+    import bench.telemetry as telemetry
+
+    seen: dict = {}
+    real = telemetry.summarize_telemetry
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(telemetry, "summarize_telemetry", spy)
+    result = launch(fake_config(), store=store)
+    measured = list(store.iter_records(result.run_id))
+    assert seen["window_ns"] == (
+        min(r.start_ns for r in measured),
+        max(r.end_ns for r in measured),
+    )
+
+
+@pytest.mark.slow
+def test_served_engine_metrics_and_usage_reach_the_result(store, tmp_path, tiny_llama):
+    """openai backend launching a REAL CPU `vllm serve` through launch(): the server's /metrics
+    samples are stored with the run and every record's output count is the server's usage."""
+    config = RunConfig(
+        backend="openai",
+        model="tiny-llama",
+        precision={"dtype": "float32"},
+        engine_args={
+            "launch": "vllm",
+            "server_args": {"max_model_len": 512, "max_num_seqs": 4, "enforce_eager": True},
+            "server_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+            "server_log_path": str(tmp_path / "server.log"),
+            "startup_timeout_s": 300,
+            "metrics_interval_s": 0.5,
+        },
+        workload=GenerateWorkload(
+            prompt_tokens=LengthDistribution(mean=16), output_tokens=LengthDistribution(mean=8)
+        ),
+        load=ConcurrencyLoad(concurrency=2, duration_s=3, warmup_requests=1),
+        validity={"min_duration_s": 1, "min_requests": 3},
+    )
+    result = launch(config, store=store)
+    assert result.status == RunStatus.COMPLETED, result.failure
+    assert any(key.startswith("vllm:") for sample in result.server_metrics for key in sample)
+    assert store.get_run(result.run_id).server_metrics == result.server_metrics
+    records = list(store.iter_records(result.run_id))
+    assert records and all(r.output_tokens == 8 for r in records)
