@@ -121,9 +121,10 @@ def choose_runs(profile: WorkloadProfile) -> list[str]:
     finished = [run for run in runs if run.status.value not in ("QUEUED", "RUNNING")]
     if not finished:
         empty_state(
-            "No finished runs in the store: the report will carry the tree's answer and the "
-            "published reference only.",
-            "Run the plan on the **Benchmark** page to add measurements.",
+            "No finished runs in the store: the report will carry the tree's answer, the "
+            "measurements shipped in data/reference (cited only where they match the profile) "
+            "and the published reference.",
+            "Run the plan on the **Benchmark** page to add your own measurements.",
         )
         return []
     from advisor.report.build import relevant_run_ids
