@@ -217,27 +217,35 @@ def step_openai_vllm_serve(
     }
 
 
-def step_quick_plan(model: str, store, out: Path) -> dict[str, Any]:
-    """Time the advisor's quick plan end to end (model loads included)."""
+def quick_plan_configs(model: str) -> list[RunConfig]:
+    """The advisor's quick plan for a long-generation profile of `model` on an H200, limited to
+    the backends installed here, as the app's Quick plan button makes it."""
+    from advisor.estimate import estimate_stage
     from advisor.evidence import bench_plan
-    from advisor.profile import WorkloadProfile
-    from advisor.recommend import decide_stage
-    from bench.api import launch
+    from advisor.profile import profile_from_dict
+    from advisor.tree import evaluate, load_tree
     from bench.backends import get_backend
 
-    profile = WorkloadProfile.model_validate(
+    profile = profile_from_dict(
         {"model": model, "gpu": {"type": "H200"}, "long_sequence_generation": True}
     )
-    stage, decision = decide_stage(profile)
-    configs = [
-        c
-        for c in bench_plan(stage, decision, quick=True)
-        if get_backend(c.backend).availability().available
+    stage = profile.primary
+    decision = evaluate(load_tree(), stage, estimate_stage(stage))
+    return [
+        config.model_copy(update={"device": DEVICE})
+        for config in bench_plan(stage, decision, quick=True)
+        if get_backend(config.backend).availability().available
     ]
+
+
+def step_quick_plan(model: str, store, out: Path) -> dict[str, Any]:
+    """Time the advisor's quick plan end to end (model loads included)."""
+    from bench.api import launch
+
+    configs = quick_plan_configs(model)
     started = time.monotonic()
     runs = []
     for config in configs:
-        config = config.model_copy(update={"device": "cuda"})
         result = launch(config, store=store, out_dir=out / "runs" / f"quick_{config.backend}")
         runs.append(_compact(result))
     return {
