@@ -83,6 +83,24 @@ def _select_ranks(blocks: list[np.ndarray], ranks: list[int]) -> list[float]:
     return results
 
 
+def request_latencies_ms(record: RequestRecord) -> tuple[float, float, float]:
+    """(TTFT, TPOT, E2E) of one request in ms, NaN where undefined; the one place these
+    per-request formulas live (the accumulator and the app's per-request charts use it).
+
+    TTFT = first chunk - start (NaN without chunks); TPOT = (E2E - TTFT) / (output_tokens - 1),
+    NaN for requests with <= 1 output token or no chunks; E2E = end - start.
+    """
+    e2e_ns = record.end_ns - record.start_ns
+    if not record.chunk_ns:
+        return math.nan, math.nan, e2e_ns / NS_PER_MS
+    ttft_ns = record.chunk_ns[0] - record.start_ns
+    output_tokens = record.output_tokens
+    tpot_ms = (
+        (e2e_ns - ttft_ns) / (output_tokens - 1) / NS_PER_MS if output_tokens > 1 else math.nan
+    )
+    return ttft_ns / NS_PER_MS, tpot_ms, e2e_ns / NS_PER_MS
+
+
 class MetricsAccumulator:
     """Incremental summary of request records (vLLM `benchmark_serving` definitions).
 
@@ -147,19 +165,11 @@ class MetricsAccumulator:
         output_tokens = record.output_tokens
         self.input_tokens += record.input_tokens
         self.output_tokens += output_tokens
-        e2e_ns = end_ns - start_ns
-        self._e2e_ms.append(e2e_ns / NS_PER_MS)
+        ttft_ms, tpot_ms, e2e_ms = request_latencies_ms(record)
+        self._ttft_ms.append(ttft_ms)
+        self._tpot_ms.append(tpot_ms)
+        self._e2e_ms.append(e2e_ms)
         chunk_ns = record.chunk_ns
-        if not chunk_ns:
-            self._ttft_ms.append(math.nan)
-            self._tpot_ms.append(math.nan)
-            return
-        ttft_ns = chunk_ns[0] - start_ns
-        self._ttft_ms.append(ttft_ns / NS_PER_MS)
-        if output_tokens > 1:
-            self._tpot_ms.append((e2e_ns - ttft_ns) / (output_tokens - 1) / NS_PER_MS)
-        else:
-            self._tpot_ms.append(math.nan)
         if len(chunk_ns) > 1:
             self._add_gaps(chunk_ns)
 

@@ -86,16 +86,18 @@ def plan_for(stage: StageProfile, quick: bool) -> list[RunConfig]:
 @st.cache_data(ttl=2, max_entries=16, show_spinner=False)
 def records_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
     """Measured records of a run as rows (time since the first request, TTFT, E2E), newest 5000."""
+    from bench.metrics import request_latencies_ms
+
     rows = []
     for record in state.get_store().iter_records(run_id):
         if record.error is not None:
             continue
-        first = record.chunk_ns[0] if record.chunk_ns else None
+        ttft_ms, _tpot_ms, e2e_ms = request_latencies_ms(record)
         rows.append(
             {
                 "start_ns": record.start_ns,
-                "TTFT (ms)": (first - record.start_ns) / 1e6 if first else None,
-                "E2E (ms)": (record.end_ns - record.start_ns) / 1e6,
+                "TTFT (ms)": ttft_ms,
+                "E2E (ms)": e2e_ms,
                 "output tokens": record.output_tokens,
             }
         )

@@ -30,20 +30,15 @@ MAX_COMPARED = 8
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
 def latency_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
     """Per-request latencies of a finished run's measured records, in ms (vLLM definitions)."""
-    rows = []
-    for record in state.get_store().iter_records(run_id):
-        if record.error is not None:
-            continue
-        row = {"E2E (ms)": (record.end_ns - record.start_ns) / 1e6}
-        if record.chunk_ns:
-            ttft_ns = record.chunk_ns[0] - record.start_ns
-            row["TTFT (ms)"] = ttft_ns / 1e6
-            if record.output_tokens > 1:
-                row["TPOT (ms)"] = (
-                    (record.end_ns - record.start_ns - ttft_ns) / 1e6 / (record.output_tokens - 1)
-                )
-        rows.append(row)
-    return pd.DataFrame(rows)
+    from bench.metrics import request_latencies_ms
+
+    rows = [
+        dict(zip(("TTFT (ms)", "TPOT (ms)", "E2E (ms)"), request_latencies_ms(record), strict=True))
+        for record in state.get_store().iter_records(run_id)
+        if record.error is None
+    ]
+    # A metric no request has (e.g. TPOT with 1-token outputs) is no column at all.
+    return pd.DataFrame(rows).dropna(axis=1, how="all")
 
 
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)

@@ -231,3 +231,22 @@ def test_itl_percentiles_match_numpy_across_blocks(monkeypatch):
     itl = accumulator.summary().itl_ms
     assert [itl.p50, itl.p90, itl.p99] == pytest.approx(expected.tolist(), rel=1e-6)
     assert itl.mean == pytest.approx(np.mean(gaps_ms), rel=1e-9)
+
+
+def test_request_latencies_ms_hand_computed():
+    """One request: start 0, chunks at 10/20/40 ms, end 40 ms, 3 tokens -> TTFT 10, TPOT 15."""
+    import math
+
+    from bench.metrics import request_latencies_ms
+    from bench.schema import RequestRecord
+
+    ms = 1_000_000
+    record = RequestRecord(
+        id="a", start_ns=0, chunk_ns=[10 * ms, 20 * ms, 40 * ms], end_ns=40 * ms, output_tokens=3
+    )
+    assert request_latencies_ms(record) == (10.0, 15.0, 40.0)
+    one_token = record.model_copy(update={"chunk_ns": [10 * ms], "output_tokens": 1})
+    ttft, tpot, e2e = request_latencies_ms(one_token)
+    assert (ttft, e2e) == (10.0, 40.0) and math.isnan(tpot)
+    ttft, tpot, e2e = request_latencies_ms(record.model_copy(update={"chunk_ns": []}))
+    assert math.isnan(ttft) and math.isnan(tpot) and e2e == 40.0
