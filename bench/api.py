@@ -15,7 +15,7 @@ import shlex
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -285,14 +285,14 @@ def launch(
     return result
 
 
-def _measured_records(run_id: str, store: Any, out_dir: Path | None):
+def _measured_records(run_id: str, store: Any, out_dir: Path | None) -> Iterable[RequestRecord]:
+    """The run's measured (non-warm-up) records, streamed from the store or the JSONL file."""
+    from bench.metrics import iter_records_jsonl
+
     if store is not None:
         return store.iter_records(run_id)
     if out_dir is not None and (out_dir / "records.jsonl").exists():
-        with open(out_dir / "records.jsonl", encoding="utf-8") as fh:
-            return [
-                r for r in (RequestRecord.model_validate_json(line) for line in fh) if not r.warmup
-            ]
+        return (r for r in iter_records_jsonl(out_dir / "records.jsonl") if not r.warmup)
     return []
 
 
