@@ -107,36 +107,49 @@ def _compact(result) -> dict[str, Any]:
     return data
 
 
-def step_vllm_fidelity(model: str, n: int, store, out: Path, **engine_args) -> dict[str, Any]:
-    """vLLM's own LLM.generate on the same prompts vs our backend at concurrency n, n requests."""
+def step_vllm_fidelity(
+    model: str, concurrency: int, requests: int, store, out: Path, **engine_args
+) -> dict[str, Any]:
+    """vLLM's own LLM.generate vs our backend on the same prompts, at the same concurrency.
+
+    Offline: `requests` prompts in one generate with max_num_seqs = `concurrency` (the engine
+    keeps that many in flight). Ours: a closed loop at `concurrency` over the same `requests`.
+    Several waves, so a few ms of ramp-up or tail do not decide the ratio; the offline single-wave
+    figure (`concurrency` prompts at once) is kept beside it as context.
+    """
     from bench.api import launch
     from bench.backends.vllm import llm_generate_throughput
     from bench.models import resolve_model
     from bench.workload import RequestFactory
 
+    engine_args = {**engine_args, "max_num_seqs": concurrency}
     info = resolve_model(model, dtype="float16")
     factory = RequestFactory(generate_workload(), info.vocab_size, seed=0)
-    prompts = [next(factory).prompt_token_ids for _ in range(n)]
+    prompts = [next(factory).prompt_token_ids for _ in range(requests)]
     offline = _in_subprocess(
-        llm_generate_throughput, info.path, prompts, 128, dict(engine_args), "float16"
-    )
+        llm_generate_throughput, info.path, prompts, 128, dict(engine_args), "float16", 4, True,
+        concurrency,
+    )  # fmt: skip
     config = RunConfig(
         backend="vllm",
         model=model,
         engine_args=engine_args,
         workload=generate_workload(),
-        load=ConcurrencyLoad(concurrency=n, duration_s=None, max_requests=n, warmup_requests=4),
+        load=ConcurrencyLoad(
+            concurrency=concurrency, duration_s=None, max_requests=requests, warmup_requests=4
+        ),
         precision=Precision(dtype="float16"),
         device=DEVICE,
-        validity=ValidityRules(min_duration_s=0, min_requests=n),
-        label=f"vllm fidelity {n}",
+        validity=ValidityRules(min_duration_s=0, min_requests=requests),
+        label=f"vllm fidelity c{concurrency} n{requests}",
     )
     ours = launch(config, store=store, out_dir=out / "runs" / "vllm_fidelity")
     ours_tok_s = ours.summary.output_throughput_tok_s if ours.summary else None
     return {
         "kind": "fidelity",
         "engine": "vllm",
-        "requests": n,
+        "concurrency": concurrency,
+        "requests": requests,
         "offline": offline,
         "backend_output_throughput_tok_s": ours_tok_s,
         "ratio": (ours_tok_s / offline["output_throughput_tok_s"]) if ours_tok_s else None,
@@ -288,15 +301,17 @@ def _call_into_queue(results, fn, args) -> None:
 # --------------------------------------------------------------------------- plans
 
 
-def plans(name: str, m7: str = "llama-2-7b"):
-    m13 = "llama-2-13b"
+def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
     vllm_args = {"gpu_memory_utilization": 0.85, "max_num_seqs": 256, "max_model_len": 1024}
     if name == "llm7b":
         yield (
             "vllm ladder",
             lambda s, o: step_launch(llm_run("vllm", m7, LEVELS, 15, **vllm_args), s, o),
         )
-        yield "vllm fidelity", lambda s, o: step_vllm_fidelity(m7, 256, s, o, **vllm_args)
+        yield (
+            "vllm fidelity",
+            lambda s, o: step_vllm_fidelity(m7, 256, 1024, s, o, **vllm_args),
+        )
         yield (
             "pytorch ladder",
             lambda s, o: step_launch(
@@ -377,6 +392,46 @@ def plans(name: str, m7: str = "llama-2-7b"):
                 f"torch_compile {model} 8",
                 _fwd("torch_compile", model, 8, mode="reduce-overhead"),
             )
+    elif name == "s3a":  # second session: fidelity re-checks, torch_compile 7B, quick plan
+        yield (
+            "vllm fidelity",
+            lambda s, o: step_vllm_fidelity(m7, 256, 1024, s, o, **vllm_args),
+        )
+        yield "pytorch fidelity", lambda s, o: step_pytorch_fidelity(m7, 64, s, o)
+        yield "quick plan", lambda s, o: step_quick_plan(m7, s, o)
+        yield (
+            "torch_compile ladder",
+            lambda s, o: step_launch(
+                llm_run("torch_compile", m7, [1, 16, 64], 10, max_batch_size=64,
+                        batch_buckets=[1, 16, 64]),
+                s, o,
+            ),
+        )  # fmt: skip
+    elif name == "s3b":  # second session: llama-2-13b, torch_compile forward at batch 1 and 64
+        yield (
+            "vllm 13b ladder",
+            lambda s, o: step_launch(llm_run("vllm", m13, LEVELS, 10, **vllm_args), s, o),
+        )
+        yield (
+            "pytorch 13b ladder",
+            lambda s, o: step_launch(
+                llm_run("pytorch", m13, LEVELS, 10, max_batch_size=256, batch_wait_ms=10), s, o
+            ),
+        )
+        for model in ("bert-base", "resnet-50"):
+            for batch in (1, 64):
+                yield (
+                    f"torch_compile {model} {batch}",
+                    _fwd("torch_compile", model, batch, mode="reduce-overhead"),
+                )
+        yield (
+            "torch_compile 13b",
+            lambda s, o: step_launch(
+                llm_run("torch_compile", m13, [1, 16, 64], 10, max_batch_size=64,
+                        batch_buckets=[1, 16, 64]),
+                s, o,
+            ),
+        )  # fmt: skip
     elif name == "ort7b":
         yield (
             "onnxruntime genai 7b",
@@ -398,6 +453,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, default=540)
     parser.add_argument("--llm-model", default="llama-2-7b", help="tiny-llama for a dry run")
+    parser.add_argument("--llm13-model", default="llama-2-13b", help="tiny-llama for a dry run")
     parser.add_argument(
         "--step-estimate-s",
         type=float,
@@ -422,7 +478,7 @@ def main() -> None:
         "steps": [],
     }
     for plan in args.plan:
-        for name, fn in plans(plan, args.llm_model):
+        for name, fn in plans(plan, args.llm_model, args.llm13_model):
             elapsed = time.monotonic() - started
             entry: dict[str, Any] = {"plan": plan, "step": name}
             if args.budget_s - elapsed < args.step_estimate_s:

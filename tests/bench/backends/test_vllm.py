@@ -136,6 +136,8 @@ async def test_real_engine_exact_lengths_ordered_times_clean_close(
         assert info.engine["max_num_seqs"] == 8 and info.engine["enforce_eager"] is True
         assert info.engine["cuda_graphs"] is False  # eager, and no CUDA on this machine
         assert info.engine["dtype"] == "float32"
+        # Stats logging off by default, as vLLM's offline LLM (the fidelity reference) has it.
+        assert info.engine["log_stats"] is False
         assert engine_children, "vLLM V1 runs its engine core in a child process"
 
         lengths = [1, 7, 16, 33, 5, 12]
@@ -187,7 +189,9 @@ def test_llm_generate_reference_cli(vllm_tiny_llama: ModelInfo, tmp_path: Path) 
         "--engine-arg",
         "max_model_len=512",
         "--engine-arg",
-        "max_num_seqs=8",
+        "max_num_seqs=4",
+        "--single-wave",
+        "4",
         "--out",
         str(tmp_path / "result.json"),
     ]
@@ -198,3 +202,7 @@ def test_llm_generate_reference_cli(vllm_tiny_llama: ModelInfo, tmp_path: Path) 
     assert result["requests"] == 6 and result["output_tokens"] == 6 * 9
     assert result["input_tokens"] == sum(len(p) for p in prompts)
     assert result["output_throughput_tok_s"] > 0 and result["elapsed_s"] > 0
+    # 6 prompts with 4 seqs in flight: the engine admits the last two as the first ones finish.
+    assert result["engine_args"]["max_num_seqs"] == 4
+    wave = result["single_wave"]
+    assert wave["requests"] == 4 and wave["output_tokens"] == 4 * 9 and wave["elapsed_s"] > 0
