@@ -415,7 +415,7 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
         yield (
             "pytorch 13b ladder",
             lambda s, o: step_launch(
-                llm_run("pytorch", m13, LEVELS, 10, max_batch_size=256, batch_wait_ms=10), s, o
+                llm_run("pytorch", m13, LEVELS, 20, max_batch_size=256, batch_wait_ms=10), s, o
             ),
         )
         for model in ("bert-base", "resnet-50"):
@@ -427,7 +427,7 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
         yield (
             "torch_compile 13b",
             lambda s, o: step_launch(
-                llm_run("torch_compile", m13, [1, 16, 64], 10, max_batch_size=64,
+                llm_run("torch_compile", m13, [1, 16, 64], 15, max_batch_size=64,
                         batch_buckets=[1, 16, 64]),
                 s, o,
             ),
