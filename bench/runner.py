@@ -14,7 +14,7 @@ from typing import Any
 
 from bench.backends.base import Backend
 from bench.clock import CLOCK
-from bench.config import RunConfig
+from bench.config import ConcurrencyLoad, LoadPattern, RunConfig, StepLoad
 from bench.load.driver import DEADLINE_REACHED, STOPPED, PhaseOutcome, PhaseSpec, run_phase
 from bench.load.patterns import phases_total, plan
 from bench.metrics import MetricsAccumulator
@@ -113,6 +113,23 @@ def _phase_result(spec: PhaseSpec, outcome: PhaseOutcome, config: RunConfig) -> 
     )
 
 
+def warmup_concurrency(load: LoadPattern) -> int:
+    """How many warm-up requests are in flight together.
+
+    Closed loops (and a step ladder's first level) warm up at up to their own concurrency, so a
+    batching engine runs the batch shape it is about to be measured at (its allocator grows and
+    its kernels for that batch size are chosen before the clock starts; eager PyTorch's first
+    `generate` of a shape runs 2-3x slower on an H200). Open-loop patterns warm up one request at
+    a time: they have no concurrency of their own to copy.
+    """
+    count = max(1, load.warmup_requests)
+    if isinstance(load, ConcurrencyLoad):
+        return min(count, load.concurrency)
+    if isinstance(load, StepLoad):
+        return min(count, load.levels[0] if load.levels else load.start)
+    return 1
+
+
 async def execute(
     config: RunConfig,
     backend: Backend,
@@ -122,8 +139,8 @@ async def execute(
 ) -> ExecuteOutcome:
     """Warm up, run every phase of `plan(config.load, ...)`, and return what happened.
 
-    - Warm-up: `config.load.warmup_requests` sequential requests, phase "warmup",
-      `warmup=True` (recorded, never measured); `warmup_s` is its wall time.
+    - Warm-up: `config.load.warmup_requests` requests, phase "warmup", `warmup=True`
+      (recorded, never measured), at `warmup_concurrency(load)`; `warmup_s` is its wall time.
     - Phases: closed/open loop per `PhaseSpec`; each finished phase goes to `on_phase`.
     - Hard bound: everything stops at run start + `max_duration_s` (in-flight requests are
       recorded as errors); `stop` ends the run the same way with error "stopped".
@@ -184,7 +201,12 @@ async def execute(
     try:
         if load.warmup_requests:
             spec = PhaseSpec(
-                "warmup", "concurrency", 1, None, max_requests=load.warmup_requests, warmup=True
+                "warmup",
+                "concurrency",
+                warmup_concurrency(load),
+                None,
+                max_requests=load.warmup_requests,
+                warmup=True,
             )
             outcome = await run(spec, None)
             warmup_s = (outcome.end_ns - outcome.start_ns) / 1e9

@@ -83,8 +83,13 @@ async def backend_throughput(model: ModelInfo, args: argparse.Namespace) -> dict
             prompt_tokens=LengthDistribution(mean=args.prompt_len),
             output_tokens=LengthDistribution(mean=args.output_len),
         ),
+        # Warm-up: one full batch (sent together), as the plain reference runs one untimed
+        # generate of the full shape first.
         load=ConcurrencyLoad(
-            concurrency=args.batch, max_requests=args.batches * args.batch, duration_s=None
+            concurrency=args.batch,
+            max_requests=args.batches * args.batch,
+            duration_s=None,
+            warmup_requests=args.batch,
         ),
         precision=Precision(dtype=args.dtype),
         device=args.device,
@@ -95,7 +100,6 @@ async def backend_throughput(model: ModelInfo, args: argparse.Namespace) -> dict
     if args.delivery_interval_ms is not None:
         backend.batcher.delivery_interval_ns = int(args.delivery_interval_ms * 1e6)
     stats = backend.batcher.stats
-    first_batch = stats.batches  # batches before the measured phase (none: the warm-up is direct)
     loop_cpu_start_s = time.thread_time()
     try:
         events = RunEvents(lambda _r: None, lambda _p: None, lambda _p: None)
@@ -104,8 +108,10 @@ async def backend_throughput(model: ModelInfo, args: argparse.Namespace) -> dict
         loop_cpu_s = time.thread_time() - loop_cpu_start_s
         await backend.close()  # waits for the engine thread: every batch end is recorded
     assert outcome.summary is not None
-    # The warm-up requests (batches of 1) come first; the measured batches are the last ones.
-    measured = slice(first_batch + config.load.warmup_requests, None)
+    # The measured batches: those started inside the measured phase (the warm-up comes first).
+    phase_start_ns = outcome.phases[0].start_ns
+    first = next(i for i, start in enumerate(stats.batch_start_ns) if start >= phase_start_ns)
+    measured = slice(first, None)
     starts, ends = stats.batch_start_ns[measured], stats.batch_end_ns[measured]
     return {
         "output_throughput_tok_s": outcome.summary.output_throughput_tok_s,

@@ -171,7 +171,11 @@ def step_pytorch_fidelity(model: str, batch: int, store, out: Path) -> dict[str,
         engine_args={"max_batch_size": batch, "batch_wait_ms": 20},
         workload=generate_workload(),
         load=ConcurrencyLoad(
-            concurrency=batch, duration_s=None, max_requests=batch * 3, warmup_requests=2
+            # Warm-up: one full batch, as plain_generate_throughput's untimed first generate.
+            concurrency=batch,
+            duration_s=None,
+            max_requests=batch * 3,
+            warmup_requests=batch,
         ),
         precision=Precision(dtype="float16"),
         device=DEVICE,

@@ -1,7 +1,8 @@
-"""Markdown tables of a measured reference file (for the README), computed, never typed in.
+"""Markdown tables of measured reference files (for the README), computed, never typed in.
 
     python benchmarks/reference_tables.py data/reference/h200_2026-11-29_runs.json \
-        --campaigns data/reference/h200_2026-11-29
+        data/reference/h200_2026-11-29_s2_runs.json \
+        --campaigns data/reference/h200_2026-11-29 data/reference/h200_2026-11-29_s2
 """
 
 from __future__ import annotations
@@ -15,15 +16,34 @@ def fmt(value, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def gpu_tag(run: dict) -> str:
+    """Short id of the GPU a run used (its NVML UUID): runs of different lent machines differ."""
+    gpus = run["environment"].get("gpus") or []
+    return gpus[0]["uuid"].removeprefix("GPU-")[:8] if gpus else "-"
+
+
+def is_ladder(run: dict) -> bool:
+    """An LLM serving ladder (not a fidelity check or an advisor quick-plan run)."""
+    label = run["config"]["label"]
+    return (
+        run["config"]["workload"]["kind"] == "generate"
+        and "fidelity" not in label
+        and not label.startswith("advisor")
+    )
+
+
 def llm_table(runs: list[dict]) -> str:
     lines = [
-        "| backend | concurrency | req/s | output tok/s | TTFT p50 / p99 ms | TPOT p50 ms "
-        "| E2E p99 ms | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | backend | GPU | concurrency | req/s | output tok/s | TTFT p50 / p99 ms "
+        "| TPOT p50 ms | E2E p99 ms | errors |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for run in runs:
-        if run["config"]["workload"]["kind"] != "generate" or "fidelity" in run["config"]["label"]:
-            continue
+    order = ("vllm", "openai", "torch_compile", "pytorch", "onnxruntime")
+    ladders = sorted(
+        (run for run in runs if is_ladder(run)),
+        key=lambda r: (r["config"]["model"], order.index(r["config"]["backend"])),
+    )
+    for run in ladders:
         name = run["config"]["backend"]
         if name == "openai":
             name = "openai → vllm serve"
@@ -31,7 +51,8 @@ def llm_table(runs: list[dict]) -> str:
             s = phase["summary"]
             ttft, tpot, e2e = s["ttft_ms"] or {}, s["tpot_ms"] or {}, s["e2e_ms"] or {}
             lines.append(
-                f"| {name} | {phase['target']:.0f} | {fmt(s['request_throughput_rps'], 2)} "
+                f"| {run['config']['model']} | {name} | {gpu_tag(run)} | {phase['target']:.0f} "
+                f"| {fmt(s['request_throughput_rps'], 2)} "
                 f"| {fmt(s['output_throughput_tok_s'])} | {fmt(ttft.get('p50'))} / "
                 f"{fmt(ttft.get('p99'))} | {fmt(tpot.get('p50'), 1)} | {fmt(e2e.get('p99'))} "
                 f"| {s['failed']} |"
@@ -69,9 +90,9 @@ def forward_table(runs: list[dict]) -> str:
         key = (config["model"], config["workload"]["batch_size"])
         rows.setdefault(key, {})[config["backend"]] = run
     lines = [
-        "| model | batch | backend | samples/s | latency p50 / p99 ms | × eager PyTorch "
+        "| model | batch | backend | GPU | samples/s | latency p50 / p99 ms | × eager PyTorch "
         "| J per sample | compile/build s |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for (model, batch), by_backend in sorted(rows.items()):
         eager = by_backend.get("pytorch")
@@ -83,51 +104,106 @@ def forward_table(runs: list[dict]) -> str:
             s, t, tm = run["summary"], run["telemetry"], run["timings"]
             rate = s["output_throughput_tok_s"]
             ratio = rate / eager_rate if eager_rate else None
+            # † = eager PyTorch ran on another lent GPU: the ratio carries machine variance too.
+            other_gpu = eager is not None and gpu_tag(eager) != gpu_tag(run)
             lines.append(
-                f"| {model} | {batch} | {backend} | {fmt(rate)} | {fmt(s['e2e_ms']['p50'], 2)} / "
-                f"{fmt(s['e2e_ms']['p99'], 2)} | {fmt(ratio, 2)} "
+                f"| {model} | {batch} | {backend} | {gpu_tag(run)} | {fmt(rate)} "
+                f"| {fmt(s['e2e_ms']['p50'], 2)} / {fmt(s['e2e_ms']['p99'], 2)} "
+                f"| {fmt(ratio, 2)}{' †' if other_gpu else ''} "
                 f"| {fmt(t['energy_per_output_token_j'], 3)} "
                 f"| {fmt(tm['compile_s'] or tm['build_s'], 1)} |"
             )
     return "\n".join(lines)
 
 
-def fidelity_table(campaign_dir: Path) -> str:
+def campaign_steps(campaign_dirs: list[Path]):
+    """(campaign file name, step) for every step of every campaign file, in order."""
+    for campaign_dir in campaign_dirs:
+        for path in sorted(campaign_dir.glob("campaign-*.json")):
+            for step in json.loads(path.read_text())["steps"]:
+                yield path.name, step
+
+
+def fidelity_table(campaign_dirs: list[Path]) -> str:
     lines = [
-        "| check | reference (engine's own API) tok/s | our backend tok/s | ratio | target |",
-        "|---|---:|---:|---:|---|",
+        "| campaign | check | reference (engine's own API) tok/s | our backend tok/s | ratio "
+        "| target |",
+        "|---|---|---:|---:|---:|---|",
     ]
-    for path in sorted(campaign_dir.glob("campaign-*.json")):
-        for step in json.loads(path.read_text())["steps"]:
-            if step.get("kind") != "fidelity":
-                continue
-            if step["engine"] == "vllm":
-                ref = step["offline"]["output_throughput_tok_s"]
-                what = f"vllm: `LLM.generate` vs backend, {step['requests']} requests"
-                target = "≥ 0.95"
+    for name, step in campaign_steps(campaign_dirs):
+        if step.get("kind") != "fidelity":
+            continue
+        if step["engine"] == "vllm":
+            offline = step["offline"]
+            ref = offline["output_throughput_tok_s"]
+            if "concurrency" in step:  # closed loop over several waves vs one offline generate
+                what = (
+                    f"vllm: closed loop c{step['concurrency']} over {step['requests']} requests "
+                    f"vs `LLM.generate` of the same {offline['requests']} prompts "
+                    f"(max_num_seqs {step['concurrency']})"
+                )
+                wave = offline.get("single_wave")
+                if wave:
+                    what += (
+                        f"; offline single wave of {wave['requests']}: "
+                        f"{fmt(wave['output_throughput_tok_s'])} tok/s"
+                    )
             else:
-                ref = step["plain"]["output_throughput_tok_s"]
-                what = f"pytorch: plain `generate` batch {step['batch']} vs batcher"
-                target = "≥ 0.90"
-            ours = step["backend_output_throughput_tok_s"]
-            lines.append(
-                f"| {what} | {fmt(ref)} | {fmt(ours)} | {fmt(step['ratio'], 3)} | {target} |"
+                what = f"vllm: {step['requests']} requests at once vs `LLM.generate` of them"
+            target = "≥ 0.95"
+        else:
+            plain = step["plain"]
+            ref = plain["output_throughput_tok_s"]
+            runs = " / ".join(fmt(v) for v in plain["runs_output_throughput_tok_s"])
+            what = (
+                f"pytorch: plain `generate` batch {step['batch']} (median of {runs}) "
+                f"vs batcher through `launch`"
             )
+            target = "≥ 0.90"
+        ours = step["backend_output_throughput_tok_s"]
+        lines.append(
+            f"| {name.removeprefix('campaign-').removesuffix('.json')} | {what} | {fmt(ref)} "
+            f"| {fmt(ours)} | {fmt(step['ratio'], 3)} | {target} |"
+        )
     return "\n".join(lines)
+
+
+def quick_plan_table(campaign_dirs: list[Path]) -> str:
+    """The advisor's quick plan, end to end: wall time and where it went per backend."""
+    lines = [
+        "| backend | load s | warm-up s | measured s | output tok/s | TTFT p50 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    walls = []
+    for _name, step in campaign_steps(campaign_dirs):
+        if step.get("kind") != "quick_plan":
+            continue
+        walls.append(step["wall_s"])
+        for run in step["runs"]:
+            s, tm = run["summary"], run["timings"]
+            lines.append(
+                f"| {run['config']['backend']} | {fmt(tm['load_s'], 1)} "
+                f"| {fmt(tm['warmup_s'], 1)} | {fmt(s['duration_s'], 1)} "
+                f"| {fmt(s['output_throughput_tok_s'])} | {fmt((s['ttft_ms'] or {}).get('p50'))} |"
+            )
+    total = ", ".join(f"{w:.0f} s" for w in walls) or "not measured"
+    return f"End to end (model loads included): {total}.\n\n" + "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("reference", type=Path)
-    parser.add_argument("--campaigns", type=Path, required=True)
+    parser.add_argument("reference", type=Path, nargs="+")
+    parser.add_argument("--campaigns", type=Path, nargs="+", required=True)
     args = parser.parse_args()
-    runs = json.loads(args.reference.read_text())["runs"]
-    print("#### LLM serving, llama-2-7b fp16, 128 prompt / 128 output tokens\n")
+    runs = [run for path in args.reference for run in json.loads(path.read_text())["runs"]]
+    print("#### LLM serving, fp16, 128 prompt / 128 output tokens\n")
     print(llm_table(runs))
     print("\n#### Run-level figures (telemetry over the measured window)\n")
     print(run_level_table(runs))
     print("\n#### Fidelity of the adapters against the engines' own APIs\n")
     print(fidelity_table(args.campaigns))
+    print("\n#### Advisor quick plan, llama-2-7b, 512 prompt / 256 output tokens, concurrency 8\n")
+    print(quick_plan_table(args.campaigns))
     print("\n#### Fixed-shape forward (bert-base seq 128, resnet-50 224 px), fp16\n")
     print(forward_table(runs))
 

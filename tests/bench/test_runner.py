@@ -21,7 +21,7 @@ from bench.config import (
 )
 from bench.load.analysis import finish_pattern_report
 from bench.load.driver import DEADLINE_REACHED
-from bench.runner import RunEvents, execute
+from bench.runner import RunEvents, execute, warmup_concurrency
 from bench.schema import ModelInfo, TelemetrySample
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=1000)
@@ -71,7 +71,9 @@ async def test_concurrency_run_with_warmup_and_progress(time_travel):
     outcome, got = await run(load)
     warmups = [r for r in got.records if r.warmup]
     assert len(warmups) == 3 and {r.phase for r in warmups} == {"warmup"}
-    assert outcome.warmup_s == pytest.approx(0.6)  # three sequential 0.2 s requests
+    # Three 0.2 s requests in flight together (the closed loop's concurrency is 4).
+    assert outcome.warmup_s == pytest.approx(0.2)
+    assert len({r.start_ns for r in warmups}) == 1
     assert [p.name for p in got.phases] == ["concurrency"] == [p.name for p in outcome.phases]
     summary = outcome.phases[0].summary
     assert summary.requests == 200 == len(got.records) - 3  # warm-up not measured
@@ -87,7 +89,16 @@ async def test_concurrency_run_with_warmup_and_progress(time_travel):
     assert measured[0]["phases_total"] == 1 and measured[0]["phase_index"] == 0
     assert measured[-1]["run_completed"] == 200
     assert any(p["in_flight"] == 4 for p in measured)
-    assert measured[-1]["elapsed_s"] == pytest.approx(10.6)
+    assert measured[-1]["elapsed_s"] == pytest.approx(10.2)
+
+
+def test_warmup_concurrency_follows_the_closed_loop_and_is_sequential_for_open_loops():
+    assert warmup_concurrency(ConcurrencyLoad(concurrency=64, warmup_requests=64)) == 64
+    assert warmup_concurrency(ConcurrencyLoad(concurrency=4, warmup_requests=8)) == 4
+    assert warmup_concurrency(ConcurrencyLoad(concurrency=64, warmup_requests=2)) == 2
+    assert warmup_concurrency(StepLoad(start=10, warmup_requests=4)) == 4
+    assert warmup_concurrency(StepLoad(levels=[1, 16], warmup_requests=4)) == 1
+    assert warmup_concurrency(RateLoad(rate_rps=50, warmup_requests=8)) == 1
 
 
 async def test_step_run_reports_knee(time_travel):

@@ -1,0 +1,81 @@
+"""The README's H200 tables come from benchmarks/reference_tables.py over the shipped files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "data" / "reference"
+RUN_FILES = sorted(REFERENCE.glob("h200_*_runs.json"))
+CAMPAIGN_DIRS = sorted(p for p in REFERENCE.glob("h200_*") if p.is_dir())
+
+
+def load_tables_module():
+    spec = importlib.util.spec_from_file_location(
+        "reference_tables", ROOT / "benchmarks" / "reference_tables.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def shipped_runs() -> list[dict]:
+    return [run for path in RUN_FILES for run in json.loads(path.read_text())["runs"]]
+
+
+def rows(table: str) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in table.splitlines()[2:]
+        if line.startswith("|")
+    ]
+
+
+def test_llm_table_has_every_ladder_stage_and_no_fidelity_or_quick_plan_run():
+    tables = load_tables_module()
+    runs = shipped_runs()
+    table = rows(tables.llm_table(runs))
+    stages = sum(
+        len(run["phases"]) for run in runs if tables.is_ladder(run)
+    )  # one row per measured stage
+    assert len(table) == stages > 0
+    seen = {(row[0], row[1]) for row in table}
+    for model in ("llama-2-7b", "llama-2-13b"):
+        assert {(model, "vllm"), (model, "pytorch"), (model, "torch_compile")} <= seen
+    for row in table:  # output tok/s = req/s x 128 output tokens, within rounding
+        rps, tok_s = float(row[4]), float(row[5].replace(",", ""))
+        assert abs(tok_s - 128 * rps) <= max(2.0, 0.01 * tok_s)
+
+
+def test_forward_ratio_is_against_eager_and_marks_runs_from_another_gpu():
+    tables = load_tables_module()
+    runs = shipped_runs()
+    table = rows(tables.forward_table(runs))
+    by_key = {(row[0], row[1], row[2]): row for row in table}
+    for (model, batch, _backend), row in by_key.items():
+        eager = by_key[(model, batch, "pytorch")]
+        ratio = float(row[6].split()[0])
+        expected = float(row[4].replace(",", "")) / float(eager[4].replace(",", ""))
+        assert abs(ratio - expected) < 0.005 + 0.005 * expected  # cells are rounded
+        # † exactly when the eager run used another GPU (its UUID prefix differs).
+        assert row[6].endswith("†") == (row[3] != eager[3])
+
+
+def test_fidelity_and_quick_plan_tables_read_every_campaign():
+    tables = load_tables_module()
+    steps = [
+        step
+        for path in CAMPAIGN_DIRS
+        for campaign in sorted(path.glob("campaign-*.json"))
+        for step in json.loads(campaign.read_text())["steps"]
+    ]
+    fidelity = rows(tables.fidelity_table(CAMPAIGN_DIRS))
+    assert len(fidelity) == sum(step.get("kind") == "fidelity" for step in steps) >= 2
+    for row in fidelity:
+        ref, ours, ratio = (float(row[i].replace(",", "")) for i in (2, 3, 4))
+        assert abs(ours / ref - ratio) < 0.002
+    quick = tables.quick_plan_table(CAMPAIGN_DIRS)
+    walls = [step["wall_s"] for step in steps if step.get("kind") == "quick_plan"]
+    assert walls and f"{walls[0]:.0f} s" in quick.splitlines()[0]
