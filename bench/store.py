@@ -439,6 +439,19 @@ class ResultStore:
                 yield RequestRecord.model_validate_json(text)
                 last_id = record_id
 
+    def latest_records(self, run_id: str, limit: int) -> list[RequestRecord]:
+        """The last `limit` measured records of a run, in insertion order.
+
+        For live charts of long runs: reads only what is shown, not the whole run (a one-hour
+        soak at 100 req/s holds 360k records).
+        """
+        rows = self._read(
+            "SELECT record_json FROM records WHERE run_id = ? AND warmup = 0 "
+            "ORDER BY record_id DESC LIMIT ?",
+            (run_id, limit),
+        )
+        return [RequestRecord.model_validate_json(text) for (text,) in reversed(rows)]
+
     def count_records(self, run_id: str, include_warmup: bool = True) -> int:
         warmup_clause = "" if include_warmup else " AND warmup = 0"
         rows = self._read(

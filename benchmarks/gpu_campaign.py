@@ -108,27 +108,36 @@ def _compact(result) -> dict[str, Any]:
 
 
 def step_vllm_fidelity(
-    model: str, concurrency: int, requests: int, store, out: Path, **engine_args
+    model: str,
+    concurrency: int,
+    requests: int,
+    store,
+    out: Path,
+    client_concurrency: int | None = None,
+    **engine_args,
 ) -> dict[str, Any]:
     """vLLM's own LLM.generate vs our backend on the same prompts, at the same concurrency.
 
     Offline: `requests` prompts in one generate with max_num_seqs = `concurrency` (the engine
-    keeps that many in flight). Ours: a closed loop at `concurrency` over the same `requests`.
-    Several waves, so a few ms of ramp-up or tail do not decide the ratio; the offline single-wave
-    figure (`concurrency` prompts at once) is kept beside it as context.
+    keeps that many in flight). Ours: a closed loop over the same `requests` at
+    `client_concurrency` (default `concurrency`, which re-submits a wave only after its requests
+    finished; `requests` hands every request over at once, as LLM.generate does, so only the
+    harness differs). Several waves, so a few ms of ramp-up or tail do not decide the ratio; the
+    offline single-wave figure (`concurrency` prompts at once) is kept beside it as context.
     """
     from bench.api import launch
     from bench.backends.vllm import llm_generate_throughput
     from bench.models import resolve_model
     from bench.workload import RequestFactory
 
+    client = client_concurrency or concurrency
     engine_args = {**engine_args, "max_num_seqs": concurrency}
     info = resolve_model(model, dtype="float16")
     factory = RequestFactory(generate_workload(), info.vocab_size, seed=0)
     prompts = [next(factory).prompt_token_ids for _ in range(requests)]
     offline = _in_subprocess(
         llm_generate_throughput, info.path, prompts, 128, dict(engine_args), "float16", 4, True,
-        concurrency,
+        concurrency if requests > concurrency else None,
     )  # fmt: skip
     config = RunConfig(
         backend="vllm",
@@ -136,19 +145,20 @@ def step_vllm_fidelity(
         engine_args=engine_args,
         workload=generate_workload(),
         load=ConcurrencyLoad(
-            concurrency=concurrency, duration_s=None, max_requests=requests, warmup_requests=4
+            concurrency=client, duration_s=None, max_requests=requests, warmup_requests=4
         ),
         precision=Precision(dtype="float16"),
         device=DEVICE,
         validity=ValidityRules(min_duration_s=0, min_requests=requests),
-        label=f"vllm fidelity c{concurrency} n{requests}",
+        label=f"vllm fidelity c{client} n{requests} seqs{concurrency}",
     )
-    ours = launch(config, store=store, out_dir=out / "runs" / "vllm_fidelity")
+    ours = launch(config, store=store, out_dir=out / "runs" / f"vllm_fidelity_c{client}")
     ours_tok_s = ours.summary.output_throughput_tok_s if ours.summary else None
     return {
         "kind": "fidelity",
         "engine": "vllm",
         "concurrency": concurrency,
+        "client_concurrency": client,
         "requests": requests,
         "offline": offline,
         "backend_output_throughput_tok_s": ours_tok_s,
@@ -157,8 +167,13 @@ def step_vllm_fidelity(
     }
 
 
-def step_pytorch_fidelity(model: str, batch: int, store, out: Path) -> dict[str, Any]:
-    """A plain `generate` on a full batch vs our batcher at the same concurrency."""
+def step_pytorch_fidelity(
+    model: str, batch: int, store, out: Path, telemetry_interval_s: float = 0.5
+) -> dict[str, Any]:
+    """A plain `generate` on a full batch vs our batcher at the same concurrency.
+
+    `telemetry_interval_s` sets the parent's NVML sampling period (a slow one isolates whether
+    sampling disturbs an eager, host-bound engine)."""
     from bench.api import launch
     from bench.backends.pytorch import plain_generate_throughput
     from bench.models import resolve_model
@@ -180,14 +195,20 @@ def step_pytorch_fidelity(model: str, batch: int, store, out: Path) -> dict[str,
         precision=Precision(dtype="float16"),
         device=DEVICE,
         validity=ValidityRules(min_duration_s=0, min_requests=batch),
-        label=f"pytorch fidelity {batch}",
+        telemetry_interval_s=telemetry_interval_s,
+        label=f"pytorch fidelity {batch} nvml {telemetry_interval_s:g}s",
     )
-    ours = launch(config, store=store, out_dir=out / "runs" / "pytorch_fidelity")
+    ours = launch(
+        config,
+        store=store,
+        out_dir=out / "runs" / f"pytorch_fidelity_nvml{telemetry_interval_s:g}s",
+    )
     ours_tok_s = ours.summary.output_throughput_tok_s if ours.summary else None
     return {
         "kind": "fidelity",
         "engine": "pytorch",
         "batch": batch,
+        "telemetry_interval_s": telemetry_interval_s,
         "plain": plain,
         "backend_output_throughput_tok_s": ours_tok_s,
         "ratio": (ours_tok_s / plain["output_throughput_tok_s"]) if ours_tok_s else None,
@@ -436,6 +457,25 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
                 s, o,
             ),
         )  # fmt: skip
+    elif name == "s4":  # next session: like-for-like vLLM fidelity, PyTorch fidelity, quick plan
+        yield (
+            "vllm fidelity all at once",
+            lambda s, o: step_vllm_fidelity(
+                m7, 256, 1024, s, o, client_concurrency=1024, **vllm_args
+            ),
+        )
+        yield "pytorch fidelity", lambda s, o: step_pytorch_fidelity(m7, 64, s, o)
+        yield (
+            "pytorch fidelity, slow NVML sampling",
+            lambda s, o: step_pytorch_fidelity(m7, 64, s, o, telemetry_interval_s=5.0),
+        )
+        yield "quick plan", lambda s, o: step_quick_plan(m7, s, o)
+        yield (
+            "onnxruntime genai 7b",
+            lambda s, o: step_launch(
+                llm_run("onnxruntime", m7, [1, 16], 20, provider="cuda", precision="fp16"), s, o
+            ),
+        )
     elif name == "ort7b":
         yield (
             "onnxruntime genai 7b",

@@ -136,9 +136,15 @@ def fidelity_table(campaign_dirs: list[Path]) -> str:
         if step["engine"] == "vllm":
             offline = step["offline"]
             ref = offline["output_throughput_tok_s"]
-            if "concurrency" in step:  # closed loop over several waves vs one offline generate
+            client = step.get("client_concurrency", step.get("concurrency"))
+            if client is not None and client >= step["requests"]:  # handed over at once
                 what = (
-                    f"vllm: closed loop c{step['concurrency']} over {step['requests']} requests "
+                    f"vllm: all {step['requests']} requests at once (engine max_num_seqs "
+                    f"{step['concurrency']}) vs `LLM.generate` of the same prompts"
+                )
+            elif client is not None:  # closed loop over several waves vs one offline generate
+                what = (
+                    f"vllm: closed loop c{client} over {step['requests']} requests "
                     f"vs `LLM.generate` of the same {offline['requests']} prompts "
                     f"(max_num_seqs {step['concurrency']})"
                 )
@@ -155,9 +161,11 @@ def fidelity_table(campaign_dirs: list[Path]) -> str:
             plain = step["plain"]
             ref = plain["output_throughput_tok_s"]
             runs = " / ".join(fmt(v) for v in plain["runs_output_throughput_tok_s"])
+            nvml = step.get("telemetry_interval_s")
             what = (
                 f"pytorch: plain `generate` batch {step['batch']} (median of {runs}) "
                 f"vs batcher through `launch`"
+                + (f", NVML sampled every {nvml:g} s" if nvml is not None else "")
             )
             target = "≥ 0.90"
         ours = step["backend_output_throughput_tok_s"]

@@ -28,6 +28,7 @@ PLAN_KEY = "bench_plan"
 LOG_TAIL_LINES = 60
 POLL_S = 1.0
 RATE_WINDOW_POINTS = 10
+LIVE_RECORDS_SHOWN = 5000  # newest measured records in the live latency chart
 # Live throughput = tokens over the last 10 progress points (~5 s at the runner's 0.5 s throttle).
 LOAD_HELP = (
     "concurrency: requests in flight · rate: requests/s · step: highest concurrency of the "
@@ -85,11 +86,12 @@ def plan_for(stage: StageProfile, quick: bool) -> list[RunConfig]:
 
 @st.cache_data(ttl=2, max_entries=16, show_spinner=False)
 def records_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
-    """Measured records of a run as rows (time since the first request, TTFT, E2E), newest 5000."""
+    """The newest 5000 measured records of a run as rows (time since the first of them, TTFT,
+    E2E); only those are read, so a long run's chart costs the same every poll."""
     from bench.metrics import request_latencies_ms
 
     rows = []
-    for record in state.get_store().iter_records(run_id):
+    for record in state.get_store().latest_records(run_id, LIVE_RECORDS_SHOWN):
         if record.error is not None:
             continue
         ttft_ms, _tpot_ms, e2e_ms = request_latencies_ms(record)
@@ -101,7 +103,7 @@ def records_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
                 "output tokens": record.output_tokens,
             }
         )
-    frame = pd.DataFrame(rows[-5000:])
+    frame = pd.DataFrame(rows)
     if not frame.empty:
         frame["time (s)"] = (frame["start_ns"] - frame["start_ns"].min()) / 1e9
     return frame

@@ -157,6 +157,8 @@ def test_records_round_trip_and_warmup_filter(store):
     measured = [record for record in records if not record.warmup]
     assert list(store.iter_records(result.run_id)) == measured
     assert store.count_records(result.run_id, include_warmup=False) == len(measured)
+    assert store.latest_records(result.run_id, 7) == measured[-7:]
+    assert store.latest_records(result.run_id, 10**6) == measured
     compact = store._conn.execute(
         "SELECT first_chunk_ns, output_tokens, error FROM records WHERE request_id = 'r3'"
     ).fetchone()
