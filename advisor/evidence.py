@@ -436,8 +436,7 @@ def rows_from_runs(
         cv = None
         if len(values) >= 2 and statistics.mean(values) > 0:
             cv = statistics.stdev(values) / statistics.mean(values)
-        same_gpu = stage.gpu.type is not None and gpu == stage.gpu.type
-        model_names = {model, first_run.config.model}
+        closeness = _closeness(stage, gpu, {model, first_run.config.model}, members[0][2])
         meets, failures = _slo_check(stage, merged, published=False)
         _, valid = _status(first_run)
         caveats = [note for *_, note in members if note][:1]
@@ -446,16 +445,12 @@ def rows_from_runs(
         rows.append(
             EvidenceRow(
                 framework=framework,
-                source="measured-here" if same_gpu else "measured-elsewhere",
+                source="measured-here" if closeness.same_gpu else "measured-elsewhere",
                 gpu=gpu,
                 model=model,
                 shape=shape,
                 precision=precision,
-                closeness=Closeness(
-                    same_gpu=same_gpu,
-                    same_model=stage.model is not None and stage.model in model_names,
-                    same_shape=members[0][2],
-                ),
+                closeness=closeness,
                 repeats=len(members),
                 run_ids=[run.run_id for run, *_ in members],
                 status=status,
@@ -473,6 +468,17 @@ def rows_from_runs(
             )
         )
     return rows
+
+
+def _closeness(
+    stage: StageProfile, gpu: str | None, model_names: set[str | None], same_shape: bool | None
+) -> Closeness:
+    """How close evidence is to the stage: the one rule for measured and published rows."""
+    return Closeness(
+        same_gpu=stage.gpu.type is not None and gpu == stage.gpu.type,
+        same_model=stage.model is not None and stage.model in model_names,
+        same_shape=same_shape,
+    )
 
 
 def _mean_metrics(all_metrics: list[dict[str, float]]) -> dict[str, float]:
@@ -512,11 +518,7 @@ def published_rows(stage: StageProfile, data: dict[str, Any], reference: str) ->
                 model=model,
                 shape=data.get("shape", "not stated"),
                 precision=entry.get("precision", data.get("precision", "not stated")),
-                closeness=Closeness(
-                    same_gpu=stage.gpu.type is not None and gpu == stage.gpu.type,
-                    same_model=stage.model is not None and model == stage.model,
-                    same_shape=None,
-                ),
+                closeness=_closeness(stage, gpu, {model}, same_shape=None),
                 repeats=1,
                 status="published",
                 valid=None,
