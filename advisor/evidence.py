@@ -259,14 +259,24 @@ def objective_metric(stage: StageProfile, published: bool = False) -> str:
 
 
 def run_gpu_name(run: RunResult) -> str | None:
-    """The canonical catalogue name of the run's first GPU, the raw name, or None (CPU)."""
+    """The canonical catalogue name of the GPU a run used, the raw name, or None: a run on the
+    CPU (also on a machine that has a GPU) used none."""
     from bench.environment import primary_gpu_name  # psutil and telemetry: not at import time
 
-    raw = primary_gpu_name(run.environment)
-    if raw is None:
+    raw = primary_gpu_name(run.environment) if run.environment else None
+    if raw is None or run.config.device == "cpu":
         return None
     spec = find_gpu(raw)
     return spec.name if spec is not None else raw
+
+
+def same_gpu_type(gpu_name: str | None, gpu_type: str | None) -> bool:
+    """Whether evidence from `gpu_name` counts as measured on the profile's `gpu_type`: the one
+    rule for evidence rows and reports (catalogue aliases match; unknown names must be equal)."""
+    if not gpu_name or not gpu_type:
+        return False
+    spec = find_gpu(gpu_name)
+    return (spec is not None and spec == find_gpu(gpu_type)) or gpu_name == gpu_type
 
 
 def _load_level(config: RunConfig) -> tuple[str, float] | None:
@@ -475,7 +485,7 @@ def _closeness(
 ) -> Closeness:
     """How close evidence is to the stage: the one rule for measured and published rows."""
     return Closeness(
-        same_gpu=stage.gpu.type is not None and gpu == stage.gpu.type,
+        same_gpu=same_gpu_type(gpu, stage.gpu.type),
         same_model=stage.model is not None and stage.model in model_names,
         same_shape=same_shape,
     )

@@ -355,15 +355,13 @@ def run_source(
     in the profile, a run whose fingerprint digest and host match this machine is measured-here."""
     if run.run_id in marks and marks[run.run_id] != "published":
         return marks[run.run_id]
-    from bench.environment import fingerprint_digest, primary_gpu_name
+    from advisor.evidence import run_gpu_name, same_gpu_type
+    from bench.environment import fingerprint_digest
 
-    run_gpu = primary_gpu_name(run.environment) if run.environment else None
     wanted = [gpu for gpu in profile_gpus if gpu]
     if wanted:
-        if run_gpu is None or run.config.device == "cpu":
-            return "measured-elsewhere"
-        spec = find_gpu(run_gpu)
-        same = spec is not None and any(find_gpu(gpu) == spec for gpu in wanted)
+        run_gpu = run_gpu_name(run)
+        same = any(same_gpu_type(run_gpu, gpu) for gpu in wanted)
         return "measured-here" if same else "measured-elsewhere"
     if not here or not run.environment:
         return "measured-elsewhere"

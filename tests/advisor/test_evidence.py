@@ -15,6 +15,7 @@ from advisor.evidence import (
     rank_rows,
     reference_runs_and_rows,
     rows_from_runs,
+    same_gpu_type,
 )
 from advisor.profile import profile_from_dict
 from advisor.tree import evaluate, load_tree
@@ -116,6 +117,18 @@ def test_plan_needs_a_model() -> None:
 
 
 # ---------------------------------------------------------------- rows
+
+
+def test_a_cpu_run_on_a_gpu_machine_is_not_evidence_for_that_gpu() -> None:
+    s = stage(**CHAT)
+    on_cpu = synthetic_run("pytorch", gpu="H200")
+    on_cpu.config = on_cpu.config.model_copy(update={"device": "cpu"})
+    (row,) = rows_from_runs(s, [on_cpu])
+    assert row.source == "measured-elsewhere" and row.gpu is None
+    assert not row.closeness.same_gpu
+    # The one rule: catalogue aliases match, unknown names only when equal, none never.
+    assert same_gpu_type("H200", "NVIDIA H200") and same_gpu_type("Mystery X", "Mystery X")
+    assert not same_gpu_type("H200", "A100-80GB-SXM") and not same_gpu_type(None, "H200")
 
 
 def test_measured_here_vs_elsewhere_by_fingerprinted_gpu() -> None:
