@@ -163,6 +163,18 @@ class WorkerOutcome:
     server_metrics: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class _EventState:
+    """What the parent tracks between a worker's events: the watchdog's and the
+    consecutive-failure rule's inputs."""
+
+    last_progress: float
+    loaded: bool = False
+    output_tokens_seen: int = -1
+    failures_in_row: int = 0
+    first_error: str | None = None
+
+
 OOM_MARKERS = ("out of memory", "outofmemory", "cuda_error_out_of_memory", "oom")
 
 
@@ -227,13 +239,9 @@ class Worker:
     ) -> WorkerOutcome:
         """Drive the worker to the end; always returns (never raises for engine failures)."""
         outcome = WorkerOutcome(status="FAILED")
-        loaded = False
-        last_progress = time.monotonic()
+        watch = _EventState(last_progress=time.monotonic())
         started = time.monotonic()
-        output_tokens_seen = -1
         stop_requested_at: float | None = None
-        failures_in_row = 0
-        first_error: str | None = None
         hard_deadline = started + load_timeout_s + self.config.load.max_duration_s + 60
         while True:
             if stop is not None and stop.is_set() and stop_requested_at is None:
@@ -244,7 +252,7 @@ class Worker:
             except queue.Empty:
                 now = time.monotonic()
                 if not self._process.is_alive():
-                    self._drain(outcome, on_records, on_progress)
+                    self._drain(outcome, watch, on_records, on_progress)
                     code = self._process.exitcode
                     outcome.exit_code = code
                     if outcome.failure is None and outcome.status != "COMPLETED":
@@ -257,61 +265,16 @@ class Worker:
                     outcome.status = "STOPPED"
                     outcome.failure = Failure(cause="stopped by user; engine killed after grace")
                     break
-                watch = self.config.watchdog_s if loaded else load_timeout_s
-                if now - last_progress > watch or now > hard_deadline:
+                limit = self.config.watchdog_s if watch.loaded else load_timeout_s
+                if now - watch.last_progress > limit or now > hard_deadline:
                     self.kill()
-                    what = "token progress" if loaded else "finished loading"
+                    what = "token progress" if watch.loaded else "finished loading"
                     outcome.failure = Failure(
-                        cause=f"engine hung: no {what} for {watch:.0f} s (watchdog)"
+                        cause=f"engine hung: no {what} for {limit:.0f} s (watchdog)"
                     )
                     break
                 continue
-            if kind == "records":
-                records = [RequestRecord.model_construct(**r) for r in payload[0]]
-                on_records(records)
-                for record in records:
-                    if record.error is None:
-                        failures_in_row, first_error = 0, None
-                    elif record.error != "stopped":
-                        failures_in_row += 1
-                        first_error = first_error or record.error
-                if failures_in_row >= CONSECUTIVE_FAILURES_FATAL:
-                    self.kill()
-                    cause = f"engine failed {failures_in_row} requests in a row: {first_error}"
-                    outcome.failure = Failure(cause=cause[:500])
-                    outcome.status = "FAILED"
-                    break
-                if any(r.error is None for r in records):
-                    last_progress = time.monotonic()
-            elif kind == "progress":
-                progress = payload[0]
-                tokens = progress.get("output_tokens", -1)
-                if tokens != output_tokens_seen or progress.get("stage") != "running":
-                    output_tokens_seen = tokens
-                    last_progress = time.monotonic()
-                on_progress(progress)
-            elif kind == "loaded":
-                loaded = True
-                outcome.loaded = payload[0]
-                last_progress = time.monotonic()
-                on_progress(
-                    {"stage": "loaded", **{k: v for k, v in payload[0].items() if k != "engine"}}
-                )
-            elif kind == "phase":
-                outcome.phases.append(PhaseResult.model_validate(payload[0]))
-            elif kind == "outcome":
-                data = payload[0]
-                outcome.pattern_report = data["pattern_report"]
-                outcome.warmup_s = data["warmup_s"]
-                outcome.server_metrics = data.get("server_metrics", [])
-                outcome.status = "STOPPED" if data["stopped"] else "COMPLETED"
-                last_progress = time.monotonic()
-            elif kind == "closed":
-                break
-            elif kind == "error":
-                cause, tb = payload
-                outcome.status = "FAILED"
-                outcome.failure = Failure(cause=cause, advice=advice_for(cause), log_tail=tb)
+            if self._handle(kind, payload, outcome, watch, on_records, on_progress):
                 break
         self.shutdown()
         if outcome.failure is not None:
@@ -322,19 +285,77 @@ class Worker:
                 outcome.failure.log_tail = tail
         return outcome
 
-    def _drain(self, outcome: WorkerOutcome, on_records: Callable, on_progress: Callable) -> None:
-        """Take what a dead worker left in the queue (records sent just before it died)."""
-        with contextlib.suppress(Exception):
+    def _handle(
+        self,
+        kind: str,
+        payload: list[Any],
+        outcome: WorkerOutcome,
+        watch: _EventState,
+        on_records: Callable[[list[RequestRecord]], None],
+        on_progress: Callable[[dict], None],
+    ) -> bool:
+        """Apply one event from the worker to `outcome`; True when the run is over."""
+        if kind == "records":
+            records = [RequestRecord.model_construct(**r) for r in payload[0]]
+            on_records(records)
+            for record in records:
+                if record.error is None:
+                    watch.failures_in_row, watch.first_error = 0, None
+                elif record.error != "stopped":
+                    watch.failures_in_row += 1
+                    watch.first_error = watch.first_error or record.error
+            if watch.failures_in_row >= CONSECUTIVE_FAILURES_FATAL:
+                self.kill()
+                cause = f"engine failed {watch.failures_in_row} requests in a row: "
+                outcome.failure = Failure(cause=(cause + str(watch.first_error))[:500])
+                outcome.status = "FAILED"
+                return True
+            if any(r.error is None for r in records):
+                watch.last_progress = time.monotonic()
+        elif kind == "progress":
+            progress = payload[0]
+            tokens = progress.get("output_tokens", -1)
+            if tokens != watch.output_tokens_seen or progress.get("stage") != "running":
+                watch.output_tokens_seen = tokens
+                watch.last_progress = time.monotonic()
+            on_progress(progress)
+        elif kind == "loaded":
+            watch.loaded = True
+            outcome.loaded = payload[0]
+            watch.last_progress = time.monotonic()
+            loaded = {k: v for k, v in payload[0].items() if k != "engine"}
+            on_progress({"stage": "loaded", **loaded})
+        elif kind == "phase":
+            outcome.phases.append(PhaseResult.model_validate(payload[0]))
+        elif kind == "outcome":
+            data = payload[0]
+            outcome.pattern_report = data["pattern_report"]
+            outcome.warmup_s = data["warmup_s"]
+            outcome.server_metrics = data.get("server_metrics", [])
+            outcome.status = "STOPPED" if data["stopped"] else "COMPLETED"
+            watch.last_progress = time.monotonic()
+        elif kind == "closed":
+            return True
+        elif kind == "error":
+            cause, tb = payload
+            outcome.status = "FAILED"
+            outcome.failure = Failure(cause=cause, advice=advice_for(cause), log_tail=tb)
+            return True
+        return False
+
+    def _drain(
+        self,
+        outcome: WorkerOutcome,
+        watch: _EventState,
+        on_records: Callable[[list[RequestRecord]], None],
+        on_progress: Callable[[dict], None],
+    ) -> None:
+        """Apply what a dead worker left in the queue (records, its outcome or error sent just
+        before it died), through the same handler as a live one."""
+        with contextlib.suppress(queue.Empty, EOFError, OSError):
             while True:
                 kind, *payload = self._events.get(timeout=0.1)
-                if kind == "records":
-                    on_records([RequestRecord.model_construct(**r) for r in payload[0]])
-                elif kind == "phase":
-                    outcome.phases.append(PhaseResult.model_validate(payload[0]))
-                elif kind == "error":
-                    outcome.failure = Failure(cause=payload[0], advice=advice_for(payload[0]))
-                elif kind == "outcome":
-                    outcome.pattern_report = payload[0]["pattern_report"]
+                self._handle(kind, payload, outcome, watch, on_records, on_progress)
 
     def log_tail(self) -> str:
         try:

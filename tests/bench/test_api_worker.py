@@ -250,3 +250,27 @@ def test_served_engine_metrics_and_usage_reach_the_result(store, tmp_path, tiny_
     assert store.get_run(result.run_id).server_metrics == result.server_metrics
     records = list(store.iter_records(result.run_id))
     assert records and all(r.output_tokens == 8 for r in records)
+
+
+def test_a_dead_workers_last_events_go_through_the_live_handler(tmp_path, tiny_llama):
+    """Events a worker queued just before dying (records, its outcome) are applied in full:
+    the records reach the parent and a sent outcome counts (a crash in close() loses nothing)."""
+    from bench.schema import RequestRecord
+    from bench.worker import Worker, WorkerOutcome, _EventState
+
+    worker = Worker(fake_config(), tiny_llama, tmp_path / "engine.log")  # never started
+    record = RequestRecord(
+        id="r0", start_ns=1, chunk_ns=[2, 3], chunk_tokens=[1, 1], end_ns=3,
+        input_tokens=16, output_tokens=2,
+    )  # fmt: skip
+    worker._events.put(("records", [record.model_dump()]))
+    worker._events.put(
+        ("outcome", {"pattern_report": {"pattern": "concurrency"}, "warmup_s": 0.25,
+                     "stopped": False, "server_metrics": []})
+    )  # fmt: skip
+    got: list = []
+    outcome = WorkerOutcome(status="FAILED")
+    worker._drain(outcome, _EventState(last_progress=0.0), got.extend, lambda _p: None)
+    assert [r.id for r in got] == ["r0"] and got[0].output_tokens == 2
+    assert outcome.status == "COMPLETED" and outcome.warmup_s == 0.25
+    assert outcome.pattern_report == {"pattern": "concurrency"}
