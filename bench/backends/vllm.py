@@ -445,22 +445,22 @@ def llm_generate_throughput(
     prompts = [api["TokensPrompt"](prompt_token_ids=list(ids)) for ids in prompts_token_ids]
     if warmup_requests:
         llm.generate(prompts[:warmup_requests], params, use_tqdm=False)
-    wave: dict[str, Any] | None = None
-    if single_wave:
+
+    def timed_generate(engine: Any, batch: list[Any]) -> dict[str, Any]:
         start = time.perf_counter()
-        outputs = llm.generate(prompts[:single_wave], params, use_tqdm=False)
+        outputs = engine.generate(batch, params, use_tqdm=False)
         elapsed_s = time.perf_counter() - start
         tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-        wave = {
+        return {
             "requests": len(outputs),
             "output_tokens": tokens,
             "elapsed_s": elapsed_s,
             "output_throughput_tok_s": tokens / elapsed_s,
+            "request_throughput_rps": len(outputs) / elapsed_s,
         }
-    start = time.perf_counter()
-    outputs = llm.generate(prompts, params, use_tqdm=False)
-    elapsed_s = time.perf_counter() - start
-    output_tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+
+    wave = timed_generate(llm, prompts[:single_wave]) if single_wave else None
+    measured = timed_generate(llm, prompts)
     # LLM has no public shutdown in 0.25/0.32; its engine-core client does.
     engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if engine_core is not None:
@@ -470,12 +470,8 @@ def llm_generate_throughput(
     return {
         "method": "vllm.LLM.generate",
         "vllm_version": vllm_version(),
-        "requests": len(prompts),
+        **measured,
         "input_tokens": sum(len(p) for p in prompts_token_ids),
-        "output_tokens": output_tokens,
-        "elapsed_s": elapsed_s,
-        "output_throughput_tok_s": output_tokens / elapsed_s,
-        "request_throughput_rps": len(prompts) / elapsed_s,
         "engine_args": engine_args,
         "dtype": dtype,
         "detokenize": detokenize,
