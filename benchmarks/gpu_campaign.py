@@ -451,14 +451,7 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
         )
         yield "pytorch fidelity", lambda s, o: step_pytorch_fidelity(m7, 64, s, o)
         yield "quick plan", lambda s, o: step_quick_plan(m7, s, o)
-        yield (
-            "torch_compile ladder",
-            lambda s, o: step_launch(
-                llm_run("torch_compile", m7, [1, 16, 64], 10, max_batch_size=64,
-                        batch_buckets=[1, 16, 64]),
-                s, o,
-            ),
-        )  # fmt: skip
+        yield "torch_compile ladder", _compiled_ladder(m7, stage_s=10)
     elif name == "s3b":  # second session: llama-2-13b, torch_compile forward at batch 1 and 64
         yield (
             "vllm 13b ladder",
@@ -476,14 +469,7 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
                     f"torch_compile {model} {batch}",
                     _fwd("torch_compile", model, batch, mode="reduce-overhead"),
                 )
-        yield (
-            "torch_compile 13b",
-            lambda s, o: step_launch(
-                llm_run("torch_compile", m13, [1, 16, 64], 15, max_batch_size=64,
-                        batch_buckets=[1, 16, 64]),
-                s, o,
-            ),
-        )  # fmt: skip
+        yield "torch_compile 13b", _compiled_ladder(m13, stage_s=15)
     elif name == "s4":  # next session: like-for-like vLLM fidelity, PyTorch fidelity, quick plan
         yield (
             "vllm fidelity all at once",
@@ -500,21 +486,25 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
             lambda s, o: step_pytorch_fidelity(m7, 64, s, o, telemetry_interval_s=5.0),
         )
         yield "quick plan", lambda s, o: step_quick_plan(m7, s, o)
-        yield (
-            "onnxruntime genai 7b",
-            lambda s, o: step_launch(
-                llm_run("onnxruntime", m7, [1, 16], 20, provider="cuda", precision="fp16"), s, o
-            ),
-        )
+        yield "onnxruntime genai 7b", _genai_ladder(m7)
     elif name == "ort7b":
-        yield (
-            "onnxruntime genai 7b",
-            lambda s, o: step_launch(
-                llm_run("onnxruntime", m7, [1, 16], 20, provider="cuda", precision="fp16"), s, o
-            ),
-        )
+        yield "onnxruntime genai 7b", _genai_ladder(m7)
     else:
         raise SystemExit(f"unknown plan {name}")
+
+
+def _compiled_ladder(model: str, stage_s: float):
+    """`torch_compile` at concurrency 1/16/64, one compiled static-cache bucket per level."""
+    config = llm_run(
+        "torch_compile", model, [1, 16, 64], stage_s, max_batch_size=64, batch_buckets=[1, 16, 64]
+    )
+    return lambda s, o: step_launch(config, s, o)
+
+
+def _genai_ladder(model: str):
+    """onnxruntime-genai (model builder fp16, CUDA) at concurrency 1 and 16."""
+    config = llm_run("onnxruntime", model, [1, 16], 20, provider="cuda", precision="fp16")
+    return lambda s, o: step_launch(config, s, o)
 
 
 def _fwd(backend: str, model: str, batch: int, **kw):
