@@ -5,7 +5,10 @@
 # The host has no package index and each call carries at most 64 MiB, so offline bundles
 # (shared/tools/offline-bundle) travel one 50 MiB part per call and are staged in /tmp, which
 # lives as long as the machine stays warm. Long work runs detached (setsid) so transfer calls can
-# go on beside it; a copy of the tree in /tmp/repo keeps it independent of the next call's sync.
+# go on beside it; each detached job runs from its own copy of the tree (/tmp/repo-NAME), so
+# neither the next call's sync nor another job's copy can pull files from under it.
+# `prep` needs the vLLM bundle installed first (it brings pydantic, which the image lacks). Plans
+# with onnxruntime steps want both bundles: PYTHONPATH=/tmp/site:/tmp/site_ort.
 #
 #   benchmarks/device_session.sh stage SRC_DIR STAGE_DIR     copy a carried part into STAGE_DIR
 #   benchmarks/device_session.sh install STAGE_DIR TARGET    cat + untar + install.sh TARGET
@@ -20,9 +23,9 @@ set -euo pipefail
 export PYTHONPATH=${PYTHONPATH:-/tmp/site}
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 ADVISOR_MODEL_CACHE=/tmp/models
 
-snapshot_repo() {
-  rm -rf /tmp/repo && mkdir -p /tmp/repo
-  tar --exclude=./.gpu --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C /tmp/repo
+snapshot_repo() {  # snapshot_repo DIR: a copy of the tree for one detached job
+  rm -rf "$1" && mkdir -p "$1"
+  tar --exclude=./.gpu --exclude=./.venv --exclude=./.git -cf - . | tar -xf - -C "$1"
 }
 
 command=${1:?usage: see the header}
@@ -40,9 +43,9 @@ case $command in
     echo "installed into $2"
     ;;
   prep)
-    snapshot_repo
+    snapshot_repo /tmp/repo-prep
     cat > /tmp/prep.sh <<SH
-cd /tmp/repo
+cd /tmp/repo-prep
 for model in $*; do
   python3 -c "import sys, time; t = time.time(); from bench.models import resolve_model; \\
 print(resolve_model(sys.argv[1], dtype='float16').path, round(time.time() - t, 1), 's')" \$model \\
@@ -58,11 +61,12 @@ SH
     shift 2
     plan_args=""
     for plan in "$@"; do plan_args="$plan_args --plan $plan"; done
-    snapshot_repo
+    repo="/tmp/repo-$(basename "$out")"
+    snapshot_repo "$repo"
     mkdir -p "$out"
     cat > "$out.sh" <<SH
 while [ ! -f /tmp/prep.done ]; do sleep 2; done
-cd /tmp/repo
+cd $repo
 python3 benchmarks/gpu_campaign.py $plan_args --out $out --budget-s $budget --step-estimate-s 60
 touch $out/DONE
 SH
