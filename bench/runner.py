@@ -16,7 +16,7 @@ from bench.backends.base import Backend
 from bench.clock import CLOCK
 from bench.config import ConcurrencyLoad, LoadPattern, RunConfig, StepLoad
 from bench.load.driver import DEADLINE_REACHED, STOPPED, PhaseOutcome, PhaseSpec, run_phase
-from bench.load.patterns import phases_total, plan
+from bench.load.patterns import phases_total, plan, step_concurrencies
 from bench.metrics import MetricsAccumulator
 from bench.schema import MetricsSummary, PhaseResult, RequestRecord
 from bench.workload import RequestFactory
@@ -126,7 +126,7 @@ def warmup_concurrency(load: LoadPattern) -> int:
     if isinstance(load, ConcurrencyLoad):
         return min(count, load.concurrency)
     if isinstance(load, StepLoad):
-        return min(count, load.levels[0] if load.levels else load.start)
+        return min(count, step_concurrencies(load)[0])
     return 1
 
 
