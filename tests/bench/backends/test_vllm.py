@@ -169,7 +169,8 @@ def test_llm_generate_reference_cli(vllm_tiny_llama: ModelInfo, tmp_path: Path) 
     import subprocess
     import sys
 
-    prompts = [[100 + i] * (5 + i) for i in range(6)]
+    # Longer than a KV block (128 on CPU), so a prompt seen before could be a prefix-cache hit.
+    prompts = [[100 + i] * (140 + i) for i in range(6)]
     prompts_file = tmp_path / "prompts.json"
     prompts_file.write_text(json.dumps(prompts))
     command = [
@@ -206,3 +207,5 @@ def test_llm_generate_reference_cli(vllm_tiny_llama: ModelInfo, tmp_path: Path) 
     assert result["engine_args"]["max_num_seqs"] == 4
     wave = result["single_wave"]
     assert wave["requests"] == 4 and wave["output_tokens"] == 4 * 9 and wave["elapsed_s"] > 0
+    # The warm-up and the single wave saw these prompts; the timed calls must not reuse them.
+    assert result["cached_prompt_tokens"] == 0 and wave["cached_prompt_tokens"] == 0
