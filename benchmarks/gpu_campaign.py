@@ -470,7 +470,7 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
                     _fwd("torch_compile", model, batch, mode="reduce-overhead"),
                 )
         yield "torch_compile 13b", _compiled_ladder(m13, stage_s=15)
-    elif name == "s4":  # next session: like-for-like vLLM fidelity, PyTorch fidelity, quick plan
+    elif name == "s4":  # session 3: like-for-like vLLM fidelity, PyTorch fidelity, quick plan
         yield (
             "vllm fidelity all at once",
             lambda s, o: step_vllm_fidelity(
@@ -487,6 +487,13 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
         )
         yield "quick plan", lambda s, o: step_quick_plan(m7, s, o)
         yield "onnxruntime genai 7b", _genai_ladder(m7)
+    elif name == "s5":  # session 3, second machine: vLLM fidelity beside vllm_async_overhead.sh
+        yield (
+            "vllm fidelity all at once",
+            lambda s, o: step_vllm_fidelity(
+                m7, 256, 1024, s, o, client_concurrency=1024, **vllm_args
+            ),
+        )
     elif name == "ort7b":
         yield "onnxruntime genai 7b", _genai_ladder(m7)
     else:

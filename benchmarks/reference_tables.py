@@ -1,8 +1,9 @@
 """Markdown tables of measured reference files (for the README), computed, never typed in.
 
     python benchmarks/reference_tables.py data/reference/h200_2026-11-29_runs.json \
-        data/reference/h200_2026-11-29_s2_runs.json \
-        --campaigns data/reference/h200_2026-11-29 data/reference/h200_2026-11-29_s2
+        data/reference/h200_2026-11-29_s2_runs.json data/reference/h200_2026-11-29_s3_runs.json \
+        --campaigns data/reference/h200_2026-11-29 data/reference/h200_2026-11-29_s2 \
+        data/reference/h200_2026-11-29_s3
 """
 
 from __future__ import annotations
@@ -62,16 +63,16 @@ def llm_table(runs: list[dict]) -> str:
 
 def run_level_table(runs: list[dict]) -> str:
     lines = [
-        "| run | load s | compile/build s | peak GPU GB (source) | GB per B params "
+        "| run | GPU | load s | compile/build s | peak GPU GB (source) | GB per B params "
         "| mean GPU util % | mean power W | J per output token |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in runs:
         if run["config"]["workload"]["kind"] != "generate":
             continue
         t, tm = run["telemetry"], run["timings"]
         lines.append(
-            f"| {run['config']['label']} | {fmt(tm['load_s'], 1)} "
+            f"| {run['config']['label']} | {gpu_tag(run)} | {fmt(tm['load_s'], 1)} "
             f"| {fmt(tm['compile_s'] or tm['build_s'], 1)} "
             f"| {fmt(t['peak_gpu_memory_gb'], 1)} ({t.get('peak_gpu_memory_source') or '-'}) "
             f"| {fmt(t['memory_efficiency_gb_per_b_params'], 1)} "
@@ -117,20 +118,36 @@ def forward_table(runs: list[dict]) -> str:
 
 
 def campaign_steps(campaign_dirs: list[Path]):
-    """(campaign file name, step) for every step of every campaign file, in order."""
+    """(campaign name, its GPU tag, step) for every step of every campaign file, in order."""
     for campaign_dir in campaign_dirs:
         for path in sorted(campaign_dir.glob("campaign-*.json")):
-            for step in json.loads(path.read_text())["steps"]:
-                yield path.name, step
+            campaign = json.loads(path.read_text())
+            name = path.name.removeprefix("campaign-").removesuffix(".json")
+            gpu = gpu_tag(campaign)
+            for step in campaign["steps"]:
+                yield name, gpu, step
+
+
+def prefix_cache_note(offline: dict) -> str:
+    """What the offline reference's timed generate may have taken from the prefix cache.
+
+    Until the reference emptied the cache before each timed call (`cached_prompt_tokens` came
+    with that), its warm-up (the first 4 prompts) and single wave (the first max_num_seqs) had
+    already run some of the timed prompts: their prefill was free, the backend's never is."""
+    if "cached_prompt_tokens" in offline:
+        return f"; reference prefix-cache hits: {offline['cached_prompt_tokens']} tokens"
+    wave = offline.get("single_wave")
+    seen = max(4, wave["requests"] if wave else 0)
+    return f"; the reference's first {seen} prompts had already run (prefix-cache hits)"
 
 
 def fidelity_table(campaign_dirs: list[Path]) -> str:
     lines = [
-        "| campaign | check | reference (engine's own API) tok/s | our backend tok/s | ratio "
-        "| target |",
-        "|---|---|---:|---:|---:|---|",
+        "| campaign | GPU | check | reference (engine's own API) tok/s | our backend tok/s "
+        "| ratio | target |",
+        "|---|---|---|---:|---:|---:|---|",
     ]
-    for name, step in campaign_steps(campaign_dirs):
+    for name, gpu, step in campaign_steps(campaign_dirs):
         if step.get("kind") != "fidelity":
             continue
         if step["engine"] == "vllm":
@@ -156,6 +173,7 @@ def fidelity_table(campaign_dirs: list[Path]) -> str:
                     )
             else:
                 what = f"vllm: {step['requests']} requests at once vs `LLM.generate` of them"
+            what += prefix_cache_note(offline)
             target = "≥ 0.95"
         else:
             plain = step["plain"]
@@ -176,7 +194,7 @@ def fidelity_table(campaign_dirs: list[Path]) -> str:
             target = "≥ 0.90"
         ours = step["backend_output_throughput_tok_s"]
         lines.append(
-            f"| {name.removeprefix('campaign-').removesuffix('.json')} | {what} | {fmt(ref)} "
+            f"| {name} | {gpu} | {what} | {fmt(ref)} "
             f"| {fmt(ours)} | {fmt(step['ratio'], 3)} | {target} |"
         )
     return "\n".join(lines)
@@ -185,23 +203,71 @@ def fidelity_table(campaign_dirs: list[Path]) -> str:
 def quick_plan_table(campaign_dirs: list[Path]) -> str:
     """The advisor's quick plan, end to end: wall time and where it went per backend."""
     lines = [
-        "| backend | load s | warm-up s | measured s | output tok/s | TTFT p50 ms |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| campaign | GPU | end to end s | backend | load s | warm-up s | measured s "
+        "| output tok/s | TTFT p50 ms |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|",
     ]
-    walls = []
-    for _name, step in campaign_steps(campaign_dirs):
+    for name, gpu, step in campaign_steps(campaign_dirs):
         if step.get("kind") != "quick_plan":
             continue
-        walls.append(step["wall_s"])
         for run in step["runs"]:
             s, tm = run["summary"], run["timings"]
             lines.append(
-                f"| {run['config']['backend']} | {fmt(tm['load_s'], 1)} "
-                f"| {fmt(tm['warmup_s'], 1)} | {fmt(s['duration_s'], 1)} "
-                f"| {fmt(s['output_throughput_tok_s'])} | {fmt((s['ttft_ms'] or {}).get('p50'))} |"
+                f"| {name} | {gpu} | {fmt(step['wall_s'])} | {run['config']['backend']} "
+                f"| {fmt(tm['load_s'], 1)} | {fmt(tm['warmup_s'], 1)} "
+                f"| {fmt(s['duration_s'], 1)} | {fmt(s['output_throughput_tok_s'])} "
+                f"| {fmt((s['ttft_ms'] or {}).get('p50'))} |"
             )
-    total = ", ".join(f"{w:.0f} s" for w in walls) or "not measured"
-    return f"End to end (model loads included): {total}.\n\n" + "\n".join(lines)
+    return "\n".join(lines)
+
+
+def vllm_reference_table(campaign_dirs: list[Path]) -> str:
+    """vLLM's own throughput figures measured beside a fidelity campaign, on the same host.
+
+    `vllm-reference/host.json` in a campaign folder names the GPU and the campaign whose vLLM
+    fidelity run shared the host; `bench_throughput_*.json` come from
+    benchmarks/vllm_async_overhead.sh, `offline_*.json` from `python -m bench.backends.vllm`."""
+    lines = [
+        "| GPU | reference | requests | output tok/s | our backend tok/s "
+        "| our backend ÷ reference |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for campaign_dir in campaign_dirs:
+        folder = campaign_dir / "vllm-reference"
+        if not (folder / "host.json").exists():
+            continue
+        host = json.loads((folder / "host.json").read_text())
+        campaign = json.loads((campaign_dir / host["campaign"]).read_text())
+        ours = next(
+            step["backend_output_throughput_tok_s"]
+            for step in campaign["steps"]
+            if step.get("kind") == "fidelity" and step.get("engine") == "vllm"
+        )
+        gpu = host["gpu_uuid"].removeprefix("GPU-")[:8]
+        for path in sorted(folder.glob("bench_throughput_*.json")):
+            result = json.loads(path.read_text())
+            command = (folder / f"{path.stem}.cmd").read_text().split()
+            output_len = int(command[command.index("--random-output-len") + 1])
+            rate = result["num_requests"] * output_len / result["elapsed_time"]
+            mode = (
+                "`--async-engine` (AsyncLLM, streamed)"
+                if "--async-engine" in command
+                else ("`LLM.generate`")
+            )
+            lines.append(
+                f"| {gpu} | `vllm bench throughput`, {mode} | {result['num_requests']} "
+                f"| {fmt(rate)} | {fmt(ours)} | {fmt(ours / rate, 3)} |"
+            )
+        for path in sorted(folder.glob("offline_*.json")):
+            result = json.loads(path.read_text())
+            caching = result["engine_args"].get("enable_prefix_caching", True)
+            lines.append(
+                f"| {gpu} | our `LLM.generate` reference"
+                f"{'' if caching else ', prefix caching off'} | {result['requests']} "
+                f"| {fmt(result['output_throughput_tok_s'])} | {fmt(ours)} "
+                f"| {fmt(ours / result['output_throughput_tok_s'], 3)} |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -216,6 +282,8 @@ def main() -> None:
     print(run_level_table(runs))
     print("\n#### Fidelity of the adapters against the engines' own APIs\n")
     print(fidelity_table(args.campaigns))
+    print("\n#### vLLM's own figures beside a vLLM fidelity run (128/128, 1,024 requests)\n")
+    print(vllm_reference_table(args.campaigns))
     print("\n#### Advisor quick plan, llama-2-7b, 512 prompt / 256 output tokens, concurrency 8\n")
     print(quick_plan_table(args.campaigns))
     print("\n#### Fixed-shape forward (bert-base seq 128, resnet-50 224 px), fp16\n")

@@ -74,8 +74,35 @@ def test_fidelity_and_quick_plan_tables_read_every_campaign():
     fidelity = rows(tables.fidelity_table(CAMPAIGN_DIRS))
     assert len(fidelity) == sum(step.get("kind") == "fidelity" for step in steps) >= 2
     for row in fidelity:
-        ref, ours, ratio = (float(row[i].replace(",", "")) for i in (2, 3, 4))
+        ref, ours, ratio = (float(row[i].replace(",", "")) for i in (3, 4, 5))
         assert abs(ours / ref - ratio) < 0.002
-    quick = tables.quick_plan_table(CAMPAIGN_DIRS)
+    quick = rows(tables.quick_plan_table(CAMPAIGN_DIRS))
     walls = [step["wall_s"] for step in steps if step.get("kind") == "quick_plan"]
-    assert walls and f"{walls[0]:.0f} s" in quick.splitlines()[0]
+    runs = sum(len(step["runs"]) for step in steps if step.get("kind") == "quick_plan")
+    assert walls and len(quick) == runs
+    assert {float(row[2]) for row in quick} == {round(w) for w in walls}
+
+
+def test_prefix_cache_note_flags_references_that_reused_their_prompts():
+    tables = load_tables_module()
+    # Before the fix: no cached_prompt_tokens; warm-up (4) and single wave had seen prompts.
+    assert "first 256 prompts had already run" in tables.prefix_cache_note(
+        {"single_wave": {"requests": 256}}
+    )
+    assert "first 4 prompts" in tables.prefix_cache_note({"single_wave": None})
+    assert tables.prefix_cache_note({"cached_prompt_tokens": 0}).endswith("hits: 0 tokens")
+
+
+def test_vllm_reference_table_divides_the_same_hosts_backend_figure():
+    tables = load_tables_module()
+    table = rows(tables.vllm_reference_table(CAMPAIGN_DIRS))
+    hosts = [p / "vllm-reference" for p in CAMPAIGN_DIRS if (p / "vllm-reference").is_dir()]
+    expected = sum(
+        len(list(h.glob("bench_throughput_*.json"))) + len(list(h.glob("offline_*.json")))
+        for h in hosts
+    )
+    assert hosts and len(table) == expected
+    for row in table:
+        rate, ours, ratio = (float(row[i].replace(",", "")) for i in (3, 4, 5))
+        assert abs(ours / rate - ratio) < 0.002
+        assert 5_000 < rate < 20_000  # a 7B at 1,024 x 128 tokens on an H200, not a typo'd cell

@@ -1,0 +1,1 @@
+python3 -m vllm.entrypoints.cli.main bench throughput --model /tmp/models/llama-2-7b-seed0-float16-v2 --dtype float16 --random-input-len 128 --random-output-len 128 --random-range-ratio 0 --num-prompts 1024 --num-warmups 256 --max-num-seqs 256 --gpu-memory-utilization 0.85 --max-model-len 1024 --disable-log-stats --seed 0 --output-json /root/out/async/bench_throughput_llm.json
