@@ -350,7 +350,10 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         "Quick plan",
         type="primary" if not plan else "secondary",
         icon=":material/bolt:",
-        help="One short closed-loop run per candidate: a first answer in minutes.",
+        help=(
+            "One short closed-loop run per candidate: a first answer in minutes. Measured: "
+            "171 s for vLLM + PyTorch on llama-2-7b on an H200, model loads included (README)."
+        ),
     )
     full = buttons.button(
         "Full plan",
