@@ -10,6 +10,7 @@ analyse the load pattern and store the finished result (`result.json` with `out_
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import shlex
 import tempfile
@@ -51,6 +52,8 @@ def check_runnable(config: RunConfig) -> None:
             f"workload kind (it runs: {', '.join(sorted(backend_cls.kinds))})"
         )
     backend_cls.validate_engine_args(config.engine_args)
+    if config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise UserError("event_loop 'uvloop' asked for but uvloop is not installed")
     from bench.models import PRESETS, resolve_model
 
     if config.model not in PRESETS:  # a checkpoint path: check it now (reads config only)

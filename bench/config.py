@@ -219,4 +219,10 @@ class RunConfig(Strict):
         300.0, gt=0, description="No token progress for this long = hung worker, killed."
     )
     trust_remote_code: bool = Field(False, description="Let the model's own code run (opt-in).")
+    event_loop: Literal["asyncio", "uvloop"] = Field(
+        "asyncio",
+        description="The worker's event loop (harness and engine front-end share it). asyncio: "
+        "timers to the microsecond, for open-loop schedules. uvloop: what vLLM's own server and "
+        "`vllm bench throughput` run on; its timers tick in milliseconds.",
+    )
     label: str | None = Field(None, max_length=200, description="Free-text label for the run.")

@@ -46,7 +46,12 @@ def _child_main(config_json: str, model_json: str, log_path: str, events: Any, s
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     try:
-        asyncio.run(_child_async(config_json, model_json, events, stop))
+        run_loop = asyncio.run
+        if RunConfig.model_validate_json(config_json).event_loop == "uvloop":
+            import uvloop
+
+            run_loop = uvloop.run
+        run_loop(_child_async(config_json, model_json, events, stop))
     except BaseException as exc:  # report every failure, then exit non-zero
         traceback.print_exc()
         events.put(("error", _describe(exc), traceback.format_exc()[-LOG_TAIL_BYTES:]))
@@ -75,6 +80,8 @@ async def _child_async(config_json: str, model_json: str, events: Any, stop_mp: 
     device = config.device
     events.put(("progress", {"stage": "loading"}))
     info = await backend.load(model, config.workload, config.precision, device)
+    loop_module = type(asyncio.get_running_loop()).__module__
+    info.engine["event_loop"] = "uvloop" if loop_module.startswith("uvloop") else "asyncio"
     events.put(
         (
             "loaded",

@@ -114,6 +114,7 @@ def step_vllm_fidelity(
     store,
     out: Path,
     client_concurrency: int | None = None,
+    event_loop: str = "asyncio",
     **engine_args,
 ) -> dict[str, Any]:
     """vLLM's own LLM.generate vs our backend on the same prompts, at the same concurrency.
@@ -150,15 +151,19 @@ def step_vllm_fidelity(
         precision=Precision(dtype="float16"),
         device=DEVICE,
         validity=ValidityRules(min_duration_s=0, min_requests=requests),
-        label=f"vllm fidelity c{client} n{requests} seqs{concurrency}",
+        event_loop=event_loop,
+        label=f"vllm fidelity c{client} n{requests} seqs{concurrency}"
+        + ("" if event_loop == "asyncio" else f" {event_loop}"),
     )
-    ours = launch(config, store=store, out_dir=out / "runs" / f"vllm_fidelity_c{client}")
+    run_dir = f"vllm_fidelity_c{client}" + ("" if event_loop == "asyncio" else f"_{event_loop}")
+    ours = launch(config, store=store, out_dir=out / "runs" / run_dir)
     ours_tok_s = ours.summary.output_throughput_tok_s if ours.summary else None
     return {
         "kind": "fidelity",
         "engine": "vllm",
         "concurrency": concurrency,
         "client_concurrency": client,
+        "event_loop": event_loop,
         "requests": requests,
         "offline": offline,
         "backend_output_throughput_tok_s": ours_tok_s,
@@ -494,6 +499,14 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
                 m7, 256, 1024, s, o, client_concurrency=1024, **vllm_args
             ),
         )
+    elif name == "s6":  # next session: vLLM fidelity with the corrected reference, both loops
+        for loop in ("asyncio", "uvloop"):
+            yield (
+                f"vllm fidelity all at once, {loop}",
+                lambda s, o, loop=loop: step_vllm_fidelity(
+                    m7, 256, 1024, s, o, client_concurrency=1024, event_loop=loop, **vllm_args
+                ),
+            )
     elif name == "ort7b":
         yield "onnxruntime genai 7b", _genai_ladder(m7)
     else:

@@ -173,6 +173,8 @@ def fidelity_table(campaign_dirs: list[Path]) -> str:
                     )
             else:
                 what = f"vllm: {step['requests']} requests at once vs `LLM.generate` of them"
+            if step.get("event_loop", "asyncio") != "asyncio":
+                what += f"; worker event loop {step['event_loop']}"
             what += prefix_cache_note(offline)
             target = "≥ 0.95"
         else:

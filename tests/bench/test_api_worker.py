@@ -70,9 +70,39 @@ def test_launch_stores_run_records_and_files(store, tmp_path, tiny_llama):
     assert not result.telemetry.gpu_available and result.telemetry.reason
 
 
+def test_worker_event_loop_is_the_configs_and_recorded(store, tiny_llama):
+    """asyncio by default; uvloop on request (vLLM's own server runs on it); the engine facts
+    say which loop the worker really ran, and the reproduce command carries the choice."""
+    pytest.importorskip("uvloop")
+    default = launch(fake_config(), store=store)
+    assert default.status == RunStatus.COMPLETED and default.engine["event_loop"] == "asyncio"
+    config = fake_config().model_copy(update={"event_loop": "uvloop"})
+    result = launch(config, store=store)
+    assert result.status == RunStatus.COMPLETED, result.failure
+    assert result.engine["event_loop"] == "uvloop" and result.summary.requests > 10
+    assert "event_loop=" in reproduce_command(config)
+
+
+def test_uvloop_asked_for_but_missing_is_a_user_error(monkeypatch, tiny_llama):
+    import importlib.util
+
+    from bench.api import check_runnable
+    from bench.errors import UserError
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "uvloop" else real_find_spec(name, *a),
+    )
+    with pytest.raises(UserError, match="uvloop is not installed"):
+        check_runnable(fake_config().model_copy(update={"event_loop": "uvloop"}))
+    check_runnable(fake_config())  # the default loop needs nothing extra
+
+
 def test_reproduce_command_rebuilds_the_same_config():
     config = fake_config(max_parallel=3)
-    config = config.model_copy(update={"label": "x y", "device": "cpu"})
+    config = config.model_copy(update={"label": "x y", "device": "cpu", "event_loop": "uvloop"})
     args = shlex.split(reproduce_command(config))
     assert args[:4] == ["python", "-m", "bench", "run"]
     rebuilt = build_run_config(

@@ -134,6 +134,10 @@ def test_summarize_without_slo_has_no_goodput(tmp_path):
             ("run", "--backend", "fake", "--model", "tiny-llama", "--option", "load.bogus=1"),
             "bogus",
         ),
+        (
+            ("run", "--backend", "fake", "--model", "tiny-llama", "--option", 'event_loop="trio"'),
+            "event_loop",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, needle):
