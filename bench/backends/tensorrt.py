@@ -38,8 +38,9 @@ from bench.errors import BackendUnavailable, UserError
 from bench.schema import ModelInfo
 
 NOT_INSTALLED_REASON = (
-    "tensorrt is not installed (NVIDIA's `tensorrt` wheels need a CUDA GPU host; "
-    "pip install tensorrt on one)"
+    "tensorrt is not installed: `pip install tensorrt` on a CUDA host pulls its libraries "
+    "(tensorrt-cu13-libs) from NVIDIA's index, which this project's machines cannot reach, so "
+    "this adapter has NOT been run against the real library"
 )
 ENGINE_FORMAT_VERSION = 1
 
