@@ -46,12 +46,13 @@ def _child_main(config_json: str, model_json: str, log_path: str, events: Any, s
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     try:
+        config = RunConfig.model_validate_json(config_json)
         run_loop = asyncio.run
-        if RunConfig.model_validate_json(config_json).event_loop == "uvloop":
+        if config.event_loop == "uvloop":
             import uvloop
 
             run_loop = uvloop.run
-        run_loop(_child_async(config_json, model_json, events, stop))
+        run_loop(_child_async(config, model_json, events, stop))
     except BaseException as exc:  # report every failure, then exit non-zero
         traceback.print_exc()
         events.put(("error", _describe(exc), traceback.format_exc()[-LOG_TAIL_BYTES:]))
@@ -63,11 +64,10 @@ def _describe(exc: BaseException) -> str:
     return text.splitlines()[0][:500] if text else type(exc).__name__
 
 
-async def _child_async(config_json: str, model_json: str, events: Any, stop_mp: Any) -> None:
+async def _child_async(config: RunConfig, model_json: str, events: Any, stop_mp: Any) -> None:
     from bench.backends import get_backend
     from bench.runner import RunEvents, execute
 
-    config = RunConfig.model_validate_json(config_json)
     model = ModelInfo.model_validate_json(model_json)
     backend_cls = get_backend(config.backend)
     engine_args = dict(config.engine_args)
