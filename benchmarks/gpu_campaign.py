@@ -132,6 +132,7 @@ def step_vllm_fidelity(
     from bench.workload import RequestFactory
 
     client = client_concurrency or concurrency
+    loop_tag = "" if event_loop == "asyncio" else f"_{event_loop}"  # the default goes unnamed
     engine_args = {**engine_args, "max_num_seqs": concurrency}
     info = resolve_model(model, dtype="float16")
     factory = RequestFactory(generate_workload(), info.vocab_size, seed=0)
@@ -152,11 +153,9 @@ def step_vllm_fidelity(
         device=DEVICE,
         validity=ValidityRules(min_duration_s=0, min_requests=requests),
         event_loop=event_loop,
-        label=f"vllm fidelity c{client} n{requests} seqs{concurrency}"
-        + ("" if event_loop == "asyncio" else f" {event_loop}"),
+        label=f"vllm fidelity c{client} n{requests} seqs{concurrency}{loop_tag.replace('_', ' ')}",
     )
-    run_dir = f"vllm_fidelity_c{client}" + ("" if event_loop == "asyncio" else f"_{event_loop}")
-    ours = launch(config, store=store, out_dir=out / "runs" / run_dir)
+    ours = launch(config, store=store, out_dir=out / "runs" / f"vllm_fidelity_c{client}{loop_tag}")
     ours_tok_s = ours.summary.output_throughput_tok_s if ours.summary else None
     return {
         "kind": "fidelity",
@@ -476,12 +475,7 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
                 )
         yield "torch_compile 13b", _compiled_ladder(m13, stage_s=15)
     elif name == "s4":  # session 3: like-for-like vLLM fidelity, PyTorch fidelity, quick plan
-        yield (
-            "vllm fidelity all at once",
-            lambda s, o: step_vllm_fidelity(
-                m7, 256, 1024, s, o, client_concurrency=1024, **vllm_args
-            ),
-        )
+        yield "vllm fidelity all at once", _vllm_fidelity_all_at_once(m7, vllm_args)
         yield (
             "pytorch fidelity, 3 interleaved rounds",
             lambda s, o: step_pytorch_fidelity(m7, 64, s, o, rounds=3),
@@ -493,24 +487,25 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
         yield "quick plan", lambda s, o: step_quick_plan(m7, s, o)
         yield "onnxruntime genai 7b", _genai_ladder(m7)
     elif name == "s5":  # session 3, second machine: vLLM fidelity beside vllm_async_overhead.sh
-        yield (
-            "vllm fidelity all at once",
-            lambda s, o: step_vllm_fidelity(
-                m7, 256, 1024, s, o, client_concurrency=1024, **vllm_args
-            ),
-        )
+        yield "vllm fidelity all at once", _vllm_fidelity_all_at_once(m7, vllm_args)
     elif name == "s6":  # next session: vLLM fidelity with the corrected reference, both loops
         for loop in ("asyncio", "uvloop"):
             yield (
                 f"vllm fidelity all at once, {loop}",
-                lambda s, o, loop=loop: step_vllm_fidelity(
-                    m7, 256, 1024, s, o, client_concurrency=1024, event_loop=loop, **vllm_args
-                ),
+                _vllm_fidelity_all_at_once(m7, vllm_args, event_loop=loop),
             )
     elif name == "ort7b":
         yield "onnxruntime genai 7b", _genai_ladder(m7)
     else:
         raise SystemExit(f"unknown plan {name}")
+
+
+def _vllm_fidelity_all_at_once(model: str, vllm_args: dict[str, Any], event_loop: str = "asyncio"):
+    """All 1,024 requests handed to the backend at once (engine max_num_seqs 256) vs
+    `LLM.generate` of the same prompts: only the harness differs."""
+    return lambda s, o: step_vllm_fidelity(
+        model, 256, 1024, s, o, client_concurrency=1024, event_loop=event_loop, **vllm_args
+    )
 
 
 def _compiled_ladder(model: str, stage_s: float):
