@@ -17,10 +17,15 @@ def fmt(value, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def short_uuid(uuid: str) -> str:
+    """The first 8 hex digits of an NVML GPU UUID: enough to tell the lent machines apart."""
+    return uuid.removeprefix("GPU-")[:8]
+
+
 def gpu_tag(run: dict) -> str:
     """Short id of the GPU a run used (its NVML UUID): runs of different lent machines differ."""
     gpus = run["environment"].get("gpus") or []
-    return gpus[0]["uuid"].removeprefix("GPU-")[:8] if gpus else "-"
+    return short_uuid(gpus[0]["uuid"]) if gpus else "-"
 
 
 def is_ladder(run: dict) -> bool:
@@ -245,7 +250,7 @@ def vllm_reference_table(campaign_dirs: list[Path]) -> str:
             for step in campaign["steps"]
             if step.get("kind") == "fidelity" and step.get("engine") == "vllm"
         )
-        gpu = host["gpu_uuid"].removeprefix("GPU-")[:8]
+        gpu = short_uuid(host["gpu_uuid"])
         for path in sorted(folder.glob("bench_throughput_*.json")):
             result = json.loads(path.read_text())
             command = (folder / f"{path.stem}.cmd").read_text().split()
@@ -254,7 +259,7 @@ def vllm_reference_table(campaign_dirs: list[Path]) -> str:
             mode = (
                 "`--async-engine` (AsyncLLM, streamed)"
                 if "--async-engine" in command
-                else ("`LLM.generate`")
+                else "`LLM.generate`"
             )
             lines.append(
                 f"| {gpu} | `vllm bench throughput`, {mode} | {result['num_requests']} "
