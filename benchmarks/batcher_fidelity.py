@@ -5,7 +5,8 @@ The backend (dynamic batcher, streamed per-step timestamps, driven in-process by
 against `plain_generate_throughput` on a full batch of the same shape (median of its repeats).
 Requirement: backend / plain >= 0.90. Each round runs both; medians over `--rounds` are
 reported, with the backend's engine seconds per batch, the gaps between batches and the event-loop
-thread's CPU time, to tell engine slowness from harness gaps. Prints date, machine and command.
+thread's CPU time, to tell engine slowness from harness gaps. Prints the environment fingerprint
+and the command.
 
 CPU default: tiny-llama at batch 64, 128 + 128 tokens. Its decode step (~13 ms) is bound by
 Python dispatch in the engine thread, as eager `generate` on a GPU is; `--model small` is a
@@ -19,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
-import platform
 import shlex
 import statistics
 import sys
@@ -40,6 +39,7 @@ from bench.config import (
     Precision,
     RunConfig,
 )
+from bench.environment import fingerprint
 from bench.runner import RunEvents, execute
 from bench.schema import ModelInfo
 
@@ -188,12 +188,8 @@ def main() -> None:
     backend_best = max(r["backend"]["output_throughput_tok_s"] for r in rounds)
     plain_best = max(max(r["plain"]["runs_output_throughput_tok_s"]) for r in rounds)
     result = {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": platform.node(),
-        "cpu": platform.processor() or platform.machine(),
+        "environment": fingerprint(),  # date, host, CPU, GPU (UUID, clocks), library versions
         "device": args.device,
-        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "command": " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv]),
         "model": model.path,
