@@ -247,6 +247,24 @@ def step_pytorch_fidelity(
     }
 
 
+def step_pytorch_paired_fidelity(model: str, batch: int, pairs: int) -> dict[str, Any]:
+    """Plain `generate` and our batcher alternated on one loaded model, in a fresh process
+    (benchmarks/batcher_fidelity.py's paired mode): neighbouring runs share the host's state,
+    which separate processes (step_pytorch_fidelity) do not."""
+    import batcher_fidelity
+
+    from bench.models import resolve_model
+
+    info = resolve_model(model, dtype="float16")
+    result = _in_subprocess(batcher_fidelity.run_paired, info, batch, pairs, DEVICE)
+    return {
+        "kind": "fidelity_paired",
+        "engine": "pytorch",
+        "ratio": result["ratio_median"],
+        **result,
+    }
+
+
 def step_openai_vllm_serve(
     model: str, levels: list[int], stage_s: float, store, out: Path, **engine_args
 ) -> dict[str, Any]:
@@ -488,12 +506,20 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
         yield "onnxruntime genai 7b", _genai_ladder(m7)
     elif name == "s5":  # session 3, second machine: vLLM fidelity beside vllm_async_overhead.sh
         yield "vllm fidelity all at once", _vllm_fidelity_all_at_once(m7, vllm_args)
-    elif name == "s6":  # next session: vLLM fidelity with the corrected reference, both loops
+    elif name == "s6":  # session 4: PyTorch paired; vLLM with the corrected reference, both loops
+        yield (
+            "pytorch fidelity, paired in one process",
+            lambda s, o: step_pytorch_paired_fidelity(m7, 64, pairs=10),
+        )
         for loop in ("asyncio", "uvloop"):
             yield (
                 f"vllm fidelity all at once, {loop}",
                 _vllm_fidelity_all_at_once(m7, vllm_args, event_loop=loop),
             )
+        yield (
+            "pytorch fidelity through the worker, 1 round",
+            lambda s, o: step_pytorch_fidelity(m7, 64, s, o),
+        )
     elif name == "ort7b":
         yield "onnxruntime genai 7b", _genai_ladder(m7)
     else:

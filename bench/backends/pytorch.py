@@ -497,6 +497,49 @@ def c_compiler_reason() -> str:
     return "no C++ compiler on PATH (torch.compile's CPU inductor needs g++ or clang++)"
 
 
+def plain_generate_timer(
+    model: Any, batch_size: int, prompt_len: int, output_len: int, device: str, seed: int = 0
+) -> Callable[[], tuple[float, int]]:
+    """A function running one plain `model.generate` on a full batch: (seconds, tokens per row).
+
+    The batcher's fidelity reference, with the `pytorch` backend's settings (SDPA as loaded,
+    greedy, outputs forced to `output_len`, no streamer) on seeded random prompts of
+    `prompt_len` tokens. Each call synchronises the GPU before and after, so the time is the
+    whole generate. Taking an already-loaded `model` lets a fidelity check alternate it with the
+    backend on the same weights, in the same process and thread.
+    """
+    import torch
+
+    pad = pad_token_id_of(model)
+    generator = torch.Generator().manual_seed(seed)
+    vocab = int(model.config.vocab_size)
+    low = min(100, vocab // 2)
+    input_ids = torch.randint(low, vocab, (batch_size, prompt_len), generator=generator).to(device)
+    attention_mask = torch.ones_like(input_ids)
+
+    def timed_generate() -> tuple[float, int]:
+        with torch.inference_mode():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start_ns = time.perf_counter_ns()
+            output = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=output_len,
+                min_new_tokens=output_len,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=pad,
+            )
+            if device == "cuda":
+                torch.cuda.synchronize()
+        return (time.perf_counter_ns() - start_ns) / 1e9, int(output.shape[1] - prompt_len)
+
+    return timed_generate
+
+
 def plain_generate_throughput(
     model_dir: str | Path,
     batch_size: int,
@@ -509,10 +552,10 @@ def plain_generate_throughput(
 ) -> dict[str, Any]:
     """Plain `model.generate` on a full batch (no batcher): the batcher's fidelity reference.
 
-    Same settings as the `pytorch` backend (SDPA, greedy, outputs forced to `output_len`). One
-    untimed generate of the full shape first (a first run pays for CUDA allocator growth as the
-    KV cache grows: 2-3x slower on an H200), then `repeats` timed runs.
-    Output throughput = batch_size * output_len / elapsed; the median run is reported.
+    Loads the checkpoint, then one untimed generate of the full shape (a first run pays for CUDA
+    allocator growth as the KV cache grows: 2-3x slower on an H200), then `repeats` timed runs
+    of `plain_generate_timer`. Output throughput = batch_size * output_len / elapsed; the median
+    run is reported.
     """
     import statistics
 
@@ -520,37 +563,11 @@ def plain_generate_throughput(
 
     device = resolve_device(device)
     model = load_hf_model(model_dir, getattr(torch, dtype), device, "sdpa")
-    pad = pad_token_id_of(model)
-    generator = torch.Generator().manual_seed(seed)
-    vocab = int(model.config.vocab_size)
-    low = min(100, vocab // 2)
-    input_ids = torch.randint(low, vocab, (batch_size, prompt_len), generator=generator).to(device)
-    attention_mask = torch.ones_like(input_ids)
-
-    def timed_generate(tokens: int) -> tuple[float, int]:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start_ns = time.perf_counter_ns()
-        output = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            max_new_tokens=tokens,
-            min_new_tokens=tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            pad_token_id=pad,
-        )
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return (time.perf_counter_ns() - start_ns) / 1e9, int(output.shape[1] - prompt_len)
-
-    with torch.inference_mode():
-        timed_generate(output_len)
-        runs = [timed_generate(output_len) for _ in range(max(1, repeats))]
+    timed_generate = plain_generate_timer(model, batch_size, prompt_len, output_len, device, seed)
+    timed_generate()
+    runs = [timed_generate() for _ in range(max(1, repeats))]
     throughputs = [batch_size * produced / elapsed for elapsed, produced in runs]
-    model = None  # drop the weights before emptying the CUDA cache
+    model = timed_generate = None  # drop the weights before emptying the CUDA cache
     if device == "cuda":
         torch.cuda.empty_cache()
     return {
