@@ -611,6 +611,14 @@ def _print_entry(entry: dict[str, Any]) -> None:
     if "error" in entry:
         print(line + "ERROR " + entry["error"], flush=True)
         return
+    if entry.get("kind") == "fidelity_paired":
+        print(
+            line + f"{len(entry['pairs'])} pairs, medians plain "
+            f"{entry['plain_median_tok_s']:.0f} / ours {entry['backend_median_tok_s']:.0f} tok/s "
+            f"| fidelity ratio (median pair) {entry['ratio']}",
+            flush=True,
+        )
+        return
     result = entry.get("result") or {}
     summary = result.get("summary") or {}
     line += f"{result.get('status')} {summary.get('output_throughput_tok_s', 0):.0f} tok/s"

@@ -2,8 +2,9 @@
 
     python benchmarks/reference_tables.py data/reference/h200_2026-11-29_runs.json \
         data/reference/h200_2026-11-29_s2_runs.json data/reference/h200_2026-11-29_s3_runs.json \
+        data/reference/h200_2026-11-30_s4_runs.json \
         --campaigns data/reference/h200_2026-11-29 data/reference/h200_2026-11-29_s2 \
-        data/reference/h200_2026-11-29_s3
+        data/reference/h200_2026-11-29_s3 data/reference/h200_2026-11-30_s4
 """
 
 from __future__ import annotations
@@ -123,7 +124,11 @@ def forward_table(runs: list[dict]) -> str:
 
 
 def campaign_steps(campaign_dirs: list[Path]):
-    """(campaign name, its GPU tag, step) for every step of every campaign file, in order."""
+    """(campaign name, its GPU tag, step) for every step of every campaign file, in order.
+
+    A paired batcher check run on its own (`batcher-fidelity-paired*.json`, written by
+    benchmarks/batcher_fidelity.py --pairs) comes after its folder's campaigns, as a step of
+    kind `fidelity_paired` named after its file."""
     for campaign_dir in campaign_dirs:
         for path in sorted(campaign_dir.glob("campaign-*.json")):
             campaign = json.loads(path.read_text())
@@ -131,6 +136,9 @@ def campaign_steps(campaign_dirs: list[Path]):
             gpu = gpu_tag(campaign)
             for step in campaign["steps"]:
                 yield name, gpu, step
+        for path in sorted(campaign_dir.glob("batcher-fidelity-paired*.json")):
+            check = json.loads(path.read_text())
+            yield path.stem, gpu_tag(check), {"kind": "fidelity_paired", **check}
 
 
 def prefix_cache_note(offline: dict) -> str:
@@ -153,6 +161,18 @@ def fidelity_table(campaign_dirs: list[Path]) -> str:
         "|---|---|---|---:|---:|---:|---|",
     ]
     for name, gpu, step in campaign_steps(campaign_dirs):
+        if step.get("kind") == "fidelity_paired":
+            low, high = step["ratio_quartiles"]
+            lines.append(
+                f"| {name} | {gpu} | pytorch: plain `generate` batch {step['batch']} and one "
+                f"batcher batch through the harness, alternated on one loaded model "
+                f"({len(step['pairs'])} pairs, ABBA; medians of each side); median pair ratio, "
+                f"quartiles {low:.3f}–{high:.3f}, best of each "
+                f"{step['ratio_best_of_each']:.3f} | {fmt(step['plain_median_tok_s'])} "
+                f"| {fmt(step['backend_median_tok_s'])} | {fmt(step['ratio_median'], 3)} "
+                f"| ≥ 0.90 |"
+            )
+            continue
         if step.get("kind") != "fidelity":
             continue
         if step["engine"] == "vllm":

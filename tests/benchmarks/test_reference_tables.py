@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,10 +73,31 @@ def test_fidelity_and_quick_plan_tables_read_every_campaign():
         for step in json.loads(campaign.read_text())["steps"]
     ]
     fidelity = rows(tables.fidelity_table(CAMPAIGN_DIRS))
-    assert len(fidelity) == sum(step.get("kind") == "fidelity" for step in steps) >= 2
-    for row in fidelity:
+    checks = [
+        step
+        for _, _, step in tables.campaign_steps(CAMPAIGN_DIRS)
+        if step.get("kind") in ("fidelity", "fidelity_paired")
+    ]
+    assert len(fidelity) == len(checks) > sum(step.get("kind") == "fidelity" for step in steps)
+    for row, step in zip(fidelity, checks, strict=True):
         ref, ours, ratio = (float(row[i].replace(",", "")) for i in (3, 4, 5))
-        assert abs(ours / ref - ratio) < 0.002
+        if step["kind"] == "fidelity":
+            assert abs(ours / ref - ratio) < 0.002
+            continue
+        # Paired: the ratio is the median of the per-pair ratios, each ours / plain of one pair.
+        pair_ratios = [
+            pair["backend"]["output_throughput_tok_s"] / pair["plain"]["output_throughput_tok_s"]
+            for pair in step["pairs"]
+        ]
+        assert abs(statistics.median(pair_ratios) - ratio) < 0.0005
+        assert (
+            abs(
+                statistics.median(p["plain"]["output_throughput_tok_s"] for p in step["pairs"])
+                - ref
+            )
+            < 0.5
+        )
+        assert f"{len(step['pairs'])} pairs" in row[2]
     quick = rows(tables.quick_plan_table(CAMPAIGN_DIRS))
     walls = [step["wall_s"] for step in steps if step.get("kind") == "quick_plan"]
     runs = sum(len(step["runs"]) for step in steps if step.get("kind") == "quick_plan")
@@ -106,3 +128,23 @@ def test_vllm_reference_table_divides_the_same_hosts_backend_figure():
         rate, ours, ratio = (float(row[i].replace(",", "")) for i in (3, 4, 5))
         assert abs(ours / rate - ratio) < 0.002
         assert 5_000 < rate < 20_000  # a 7B at 1,024 x 128 tokens on an H200, not a typo'd cell
+
+
+def test_readme_tables_are_the_generators_output():
+    """Every H200 table in the README is exactly what reference_tables.py prints today."""
+    tables = load_tables_module()
+    runs = shipped_runs()
+    readme = (ROOT / "README.md").read_text()
+    generated = [
+        tables.llm_table(runs),
+        tables.run_level_table(runs),
+        tables.fidelity_table(CAMPAIGN_DIRS),
+        tables.vllm_reference_table(CAMPAIGN_DIRS),
+        tables.quick_plan_table(CAMPAIGN_DIRS),
+        tables.forward_table(runs),
+    ]
+    for table in generated:
+        assert table in readme, table.splitlines()[0]
+    # and the command the README gives names every shipped file
+    for path in [*RUN_FILES, *CAMPAIGN_DIRS]:
+        assert str(path.relative_to(ROOT)) in readme
