@@ -33,7 +33,7 @@ from bench.config import (
     StepLoad,
     ValidityRules,
 )
-from bench.schema import MetricsSummary, RunResult, RunStatus, ValidityStatus
+from bench.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
 
 DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "reference"
 Source = Literal["measured-here", "measured-elsewhere", "published"]
@@ -292,12 +292,21 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= SHAPE_TOLERANCE * max(abs(b), 1e-9)
 
 
+def _phase_at_stage_concurrency(run: RunResult, stage: StageProfile) -> PhaseResult | None:
+    """The run's closed-loop phase at exactly the stage's concurrency, if it has one."""
+    if stage.concurrency is None:
+        return None
+    for phase in run.phases:
+        if phase.strategy == "concurrency" and int(phase.target) == stage.concurrency:
+            return phase
+    return None
+
+
 def _summary_for(run: RunResult, stage: StageProfile) -> tuple[MetricsSummary | None, str | None]:
     """The run summary, or a ladder phase at the stage's concurrency when there is one."""
-    if stage.concurrency is not None:
-        for phase in run.phases:
-            if phase.strategy == "concurrency" and int(phase.target) == stage.concurrency:
-                return phase.summary, f"phase {phase.name}"
+    phase = _phase_at_stage_concurrency(run, stage)
+    if phase is not None:
+        return phase.summary, f"phase {phase.name}"
     return run.summary, None
 
 
@@ -317,6 +326,14 @@ def _shape(run: RunResult, stage: StageProfile) -> tuple[str, bool | None]:
                 same = same and _close(level[1], wanted)
         else:
             text += f", {config.load.pattern} pattern"
+            if stage.concurrency is not None:
+                # A ladder is the stage's shape only through its phase at that concurrency; its
+                # whole-run figures mix every level it ran.
+                if _phase_at_stage_concurrency(run, stage) is not None:
+                    text += f" (phase at concurrency {stage.concurrency})"
+                else:
+                    text += f" without a phase at concurrency {stage.concurrency}"
+                    same = False
         return text, same
     text = f"batch {workload.batch_size}"
     same = workload.batch_size == stage.batch_size

@@ -161,6 +161,40 @@ def test_closeness_shape_and_model() -> None:
     assert mistral.same_model is False and mistral.same_shape is True
 
 
+def ladder_run(levels: list[int], throughputs: list[float]):
+    """A synthetic step-ladder run (labelled synthetic): one closed-loop phase per level."""
+    from bench.schema import PhaseResult
+
+    run = synthetic_run("torch_compile", throughput_tok_s=max(throughputs))
+    run.config.load = StepLoad(levels=levels, stage_duration_s=15, stop_at_knee=False)
+    run.phases = [
+        PhaseResult(
+            name=f"step-c{level}",
+            strategy="concurrency",
+            target=level,
+            start_ns=index,
+            end_ns=index + 1,
+            summary=run.summary.model_copy(update={"output_throughput_tok_s": rate}),
+        )
+        for index, (level, rate) in enumerate(zip(levels, throughputs, strict=True))
+    ]
+    return run
+
+
+def test_a_ladder_is_the_stages_shape_only_through_its_phase_at_that_concurrency() -> None:
+    s = stage(**CHAT)  # 512 / 256 tokens at concurrency 8
+    with_phase, without_phase = rows_from_runs(
+        s, [ladder_run([1, 8, 64], [100.0, 700.0, 3000.0]), ladder_run([256], [9000.0])]
+    )
+    assert with_phase.closeness.same_shape is True
+    assert with_phase.metrics["output_throughput_tok_s"] == 700.0  # the c8 phase's figure
+    assert "phase at concurrency 8" in with_phase.shape
+    # Only a c256 phase: its figures are not the stage's shape, so it ranks behind.
+    assert without_phase.closeness.same_shape is False
+    assert "without a phase at concurrency 8" in without_phase.shape
+    assert rank_rows([without_phase, with_phase])[0] is with_phase
+
+
 def test_slo_check_uses_the_profile_percentile() -> None:
     s = stage(**CHAT)  # ttft 500 ms at p99
     rows = rows_from_runs(s, [synthetic_run("vllm", ttft_p50_ms=200, ttft_p99_ms=900)])
