@@ -520,6 +520,9 @@ def plans(name: str, m7: str = "llama-2-7b", m13: str = "llama-2-13b"):
             "pytorch fidelity through the worker, 1 round",
             lambda s, o: step_pytorch_fidelity(m7, 64, s, o),
         )
+    elif name == "s7":  # session 4: torch_compile at concurrency 256 (sessions 1-2 ran 1/16/64)
+        yield "torch_compile c256 7b", _compiled_ladder(m7, 15, levels=[256])
+        yield "torch_compile c256 13b", _compiled_ladder(m13, 15, levels=[256])
     elif name == "ort7b":
         yield "onnxruntime genai 7b", _genai_ladder(m7)
     else:
@@ -534,10 +537,12 @@ def _vllm_fidelity_all_at_once(model: str, vllm_args: dict[str, Any], event_loop
     )
 
 
-def _compiled_ladder(model: str, stage_s: float):
-    """`torch_compile` at concurrency 1/16/64, one compiled static-cache bucket per level."""
+def _compiled_ladder(model: str, stage_s: float, levels: list[int] | None = None):
+    """`torch_compile` at concurrency 1/16/64 (or `levels`), one compiled static-cache bucket
+    per level."""
+    levels = levels or [1, 16, 64]
     config = llm_run(
-        "torch_compile", model, [1, 16, 64], stage_s, max_batch_size=64, batch_buckets=[1, 16, 64]
+        "torch_compile", model, levels, stage_s, max_batch_size=max(levels), batch_buckets=levels
     )
     return lambda s, o: step_launch(config, s, o)
 

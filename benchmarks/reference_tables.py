@@ -2,9 +2,10 @@
 
     python benchmarks/reference_tables.py data/reference/h200_2026-11-29_runs.json \
         data/reference/h200_2026-11-29_s2_runs.json data/reference/h200_2026-11-29_s3_runs.json \
-        data/reference/h200_2026-11-30_s4_runs.json \
+        data/reference/h200_2026-11-30_s4_runs.json data/reference/h200_2026-11-30_s4b_runs.json \
         --campaigns data/reference/h200_2026-11-29 data/reference/h200_2026-11-29_s2 \
-        data/reference/h200_2026-11-29_s3 data/reference/h200_2026-11-30_s4
+        data/reference/h200_2026-11-29_s3 data/reference/h200_2026-11-30_s4 \
+        data/reference/h200_2026-11-30_s4b
 """
 
 from __future__ import annotations
