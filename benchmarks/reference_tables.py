@@ -155,6 +155,76 @@ def prefix_cache_note(offline: dict) -> str:
     return f"; the reference's first {seen} prompts had already run (prefix-cache hits)"
 
 
+FidelityCells = tuple[str, float, float, float, str]
+"""A fidelity row's check text, reference tok/s, our tok/s, ratio and target."""
+
+
+def vllm_check(step: dict) -> FidelityCells:
+    """Our `vllm` backend against `LLM.generate` (plans before s4: closed loop or one wave)."""
+    offline = step["offline"]
+    client = step.get("client_concurrency", step.get("concurrency"))
+    if client is not None and client >= step["requests"]:  # handed over at once
+        what = (
+            f"vllm: all {step['requests']} requests at once (engine max_num_seqs "
+            f"{step['concurrency']}) vs `LLM.generate` of the same prompts"
+        )
+    elif client is not None:  # closed loop over several waves vs one offline generate
+        what = (
+            f"vllm: closed loop c{client} over {step['requests']} requests "
+            f"vs `LLM.generate` of the same {offline['requests']} prompts "
+            f"(max_num_seqs {step['concurrency']})"
+        )
+        wave = offline.get("single_wave")
+        if wave:
+            what += (
+                f"; offline single wave of {wave['requests']}: "
+                f"{fmt(wave['output_throughput_tok_s'])} tok/s"
+            )
+    else:
+        what = f"vllm: {step['requests']} requests at once vs `LLM.generate` of them"
+    if step.get("event_loop", "asyncio") != "asyncio":
+        what += f"; worker event loop {step['event_loop']}"
+    what += prefix_cache_note(offline)
+    ours = step["backend_output_throughput_tok_s"]
+    return what, offline["output_throughput_tok_s"], ours, step["ratio"], "≥ 0.95"
+
+
+def pytorch_launch_check(step: dict) -> FidelityCells:
+    """Our batcher through `launch` against a plain `generate` in a separate process."""
+    plain = step["plain"]
+    runs = " / ".join(fmt(v) for v in plain["runs_output_throughput_tok_s"])
+    nvml = step.get("telemetry_interval_s")
+    what = (
+        f"pytorch: plain `generate` batch {step['batch']} (median of {runs}) "
+        f"vs batcher through `launch`"
+        + (f", NVML sampled every {nvml:g} s" if nvml is not None else "")
+    )
+    if len(step.get("rounds") or []) > 1:
+        low, high = step["ratio_spread"]
+        what += f"; median round of {len(step['rounds'])} interleaved (ratios {low:.3f}–{high:.3f})"
+    ours = step["backend_output_throughput_tok_s"]
+    return what, plain["output_throughput_tok_s"], ours, step["ratio"], "≥ 0.90"
+
+
+def pytorch_paired_check(step: dict) -> FidelityCells:
+    """Plain `generate` and our batcher alternated on one model (batcher_fidelity.py --pairs):
+    the ratio is the median pair's, the two throughputs each side's median."""
+    low, high = step["ratio_quartiles"]
+    what = (
+        f"pytorch: plain `generate` batch {step['batch']} and one batcher batch through the "
+        f"harness, alternated on one loaded model ({len(step['pairs'])} pairs, ABBA; medians "
+        f"of each side); median pair ratio, quartiles {low:.3f}–{high:.3f}, best of each "
+        f"{step['ratio_best_of_each']:.3f}"
+    )
+    return (
+        what,
+        step["plain_median_tok_s"],
+        step["backend_median_tok_s"],
+        step["ratio_median"],
+        "≥ 0.90",
+    )
+
+
 def fidelity_table(campaign_dirs: list[Path]) -> str:
     lines = [
         "| campaign | GPU | check | reference (engine's own API) tok/s | our backend tok/s "
@@ -163,67 +233,15 @@ def fidelity_table(campaign_dirs: list[Path]) -> str:
     ]
     for name, gpu, step in campaign_steps(campaign_dirs):
         if step.get("kind") == "fidelity_paired":
-            low, high = step["ratio_quartiles"]
-            lines.append(
-                f"| {name} | {gpu} | pytorch: plain `generate` batch {step['batch']} and one "
-                f"batcher batch through the harness, alternated on one loaded model "
-                f"({len(step['pairs'])} pairs, ABBA; medians of each side); median pair ratio, "
-                f"quartiles {low:.3f}–{high:.3f}, best of each "
-                f"{step['ratio_best_of_each']:.3f} | {fmt(step['plain_median_tok_s'])} "
-                f"| {fmt(step['backend_median_tok_s'])} | {fmt(step['ratio_median'], 3)} "
-                f"| ≥ 0.90 |"
-            )
-            continue
-        if step.get("kind") != "fidelity":
-            continue
-        if step["engine"] == "vllm":
-            offline = step["offline"]
-            ref = offline["output_throughput_tok_s"]
-            client = step.get("client_concurrency", step.get("concurrency"))
-            if client is not None and client >= step["requests"]:  # handed over at once
-                what = (
-                    f"vllm: all {step['requests']} requests at once (engine max_num_seqs "
-                    f"{step['concurrency']}) vs `LLM.generate` of the same prompts"
-                )
-            elif client is not None:  # closed loop over several waves vs one offline generate
-                what = (
-                    f"vllm: closed loop c{client} over {step['requests']} requests "
-                    f"vs `LLM.generate` of the same {offline['requests']} prompts "
-                    f"(max_num_seqs {step['concurrency']})"
-                )
-                wave = offline.get("single_wave")
-                if wave:
-                    what += (
-                        f"; offline single wave of {wave['requests']}: "
-                        f"{fmt(wave['output_throughput_tok_s'])} tok/s"
-                    )
-            else:
-                what = f"vllm: {step['requests']} requests at once vs `LLM.generate` of them"
-            if step.get("event_loop", "asyncio") != "asyncio":
-                what += f"; worker event loop {step['event_loop']}"
-            what += prefix_cache_note(offline)
-            target = "≥ 0.95"
+            cells = pytorch_paired_check(step)
+        elif step.get("kind") == "fidelity":
+            check = vllm_check if step["engine"] == "vllm" else pytorch_launch_check
+            cells = check(step)
         else:
-            plain = step["plain"]
-            ref = plain["output_throughput_tok_s"]
-            runs = " / ".join(fmt(v) for v in plain["runs_output_throughput_tok_s"])
-            nvml = step.get("telemetry_interval_s")
-            what = (
-                f"pytorch: plain `generate` batch {step['batch']} (median of {runs}) "
-                f"vs batcher through `launch`"
-                + (f", NVML sampled every {nvml:g} s" if nvml is not None else "")
-            )
-            if len(step.get("rounds") or []) > 1:
-                low, high = step["ratio_spread"]
-                what += (
-                    f"; median round of {len(step['rounds'])} interleaved "
-                    f"(ratios {low:.3f}–{high:.3f})"
-                )
-            target = "≥ 0.90"
-        ours = step["backend_output_throughput_tok_s"]
+            continue
+        what, ref, ours, ratio, target = cells
         lines.append(
-            f"| {name} | {gpu} | {what} | {fmt(ref)} "
-            f"| {fmt(ours)} | {fmt(step['ratio'], 3)} | {target} |"
+            f"| {name} | {gpu} | {what} | {fmt(ref)} | {fmt(ours)} | {fmt(ratio, 3)} | {target} |"
         )
     return "\n".join(lines)
 
