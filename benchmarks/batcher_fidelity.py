@@ -273,10 +273,12 @@ async def paired_fidelity(
     }
 
 
-def run_paired(model: ModelInfo, batch: int, pairs: int, device: str) -> dict[str, Any]:
-    """`paired_fidelity` at 128 + 128 tokens, fp16, from synchronous code (a campaign's
-    subprocess), with the environment fingerprint."""
-    result = asyncio.run(paired_fidelity(model, batch, 128, 128, pairs, device=device))
+def run_paired(
+    model: ModelInfo, batch: int, pairs: int, device: str, **options: Any
+) -> dict[str, Any]:
+    """`paired_fidelity` (128 + 128 tokens, fp16 unless `options` say otherwise) from
+    synchronous code (a campaign's subprocess, the CLI), with the environment fingerprint."""
+    result = asyncio.run(paired_fidelity(model, batch, pairs=pairs, device=device, **options))
     return {"environment": fingerprint(), "model": model.path, **result}
 
 
@@ -333,19 +335,17 @@ def main() -> None:
     model = resolve(args.model, args.dtype)
     command = " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv])
     if args.pairs:
-        paired = asyncio.run(
-            paired_fidelity(
-                model,
-                args.batch,
-                args.prompt_len,
-                args.output_len,
-                args.pairs,
-                args.batch_wait_ms,
-                args.dtype,
-                args.device,
-            )
+        paired = run_paired(
+            model,
+            args.batch,
+            args.pairs,
+            args.device,
+            prompt_len=args.prompt_len,
+            output_len=args.output_len,
+            batch_wait_ms=args.batch_wait_ms,
+            dtype=args.dtype,
         )
-        result = {"environment": fingerprint(), "command": command, "model": model.path, **paired}
+        result = {"command": command, **paired}
         print(
             f"median of {args.pairs} pair ratios {paired['ratio_median']:.3f} "
             f"(quartiles {paired['ratio_quartiles'][0]:.3f}-{paired['ratio_quartiles'][1]:.3f}; "
