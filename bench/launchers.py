@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -308,52 +310,48 @@ class ServerLauncher:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def _wait_ready(self, deadline: float) -> None:
-        import httpx
-
-        with httpx.Client(base_url=self.base_url, headers=self._headers(), timeout=30.0) as client:
-            stage = "health"
-            while True:
-                if self.process is not None and self.process.poll() is not None:
-                    raise ServerStartError(
-                        f"server exited with code {self.process.returncode} before it was ready"
-                        f" ({stage}); log {self.log_path}:\n{self.log_tail()}"
-                    )
-                if time.perf_counter() > deadline:
-                    raise ServerStartError(
-                        f"server not ready after {self.startup_timeout_s:.0f} s ({stage}); "
-                        f"log {self.log_path}:\n{self.log_tail()}"
-                    )
-                try:
-                    if stage == "health" and self._healthy(client):
-                        stage = "models"
-                    if stage == "models":
-                        self.served_model = served_model_id(client)
-                        stage = "completion"
-                    if stage == "completion":
-                        self._one_token_completion(client)
-                        return
-                except (httpx.TransportError, ServerNotReady):
-                    pass
-                time.sleep(0.5)
+        probe = _Probe(self.base_url, self._headers())
+        stage = "health"
+        while True:
+            if self.process is not None and self.process.poll() is not None:
+                raise ServerStartError(
+                    f"server exited with code {self.process.returncode} before it was ready"
+                    f" ({stage}); log {self.log_path}:\n{self.log_tail()}"
+                )
+            if time.perf_counter() > deadline:
+                raise ServerStartError(
+                    f"server not ready after {self.startup_timeout_s:.0f} s ({stage}); "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                if stage == "health" and self._healthy(probe):
+                    stage = "models"
+                if stage == "models":
+                    self.served_model = served_model_id(probe)
+                    stage = "completion"
+                if stage == "completion":
+                    self._one_token_completion(probe)
+                    return
+            except (OSError, ServerNotReady):  # refused, reset, timed out: not up yet
+                pass
+            time.sleep(0.5)
 
     @staticmethod
-    def _healthy(client: Any) -> bool:
-        response = client.get("/health")
-        if response.status_code == 404:  # servers without /health: the model list will do
-            response = client.get("/v1/models")
-        return response.status_code == 200
+    def _healthy(probe: _Probe) -> bool:
+        status, _ = probe.request("GET", "/health")
+        if status == 404:  # servers without /health: the model list will do
+            status, _ = probe.request("GET", "/v1/models")
+        return status == 200
 
-    def _one_token_completion(self, client: Any) -> None:
+    def _one_token_completion(self, probe: _Probe) -> None:
         body = {"model": self.served_model, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
-        response = client.post("/v1/completions", json=body)
-        if response.status_code in (502, 503):  # still warming up behind /health
-            raise ServerNotReady(response.text)
-        if response.status_code != 200:
-            raise ServerStartError(
-                f"readiness completion failed: HTTP {response.status_code}: {response.text[:500]}"
-            )
-        if not response.json().get("choices"):
-            raise ServerStartError(f"readiness completion returned no choices: {response.text}")
+        status, text = probe.request("POST", "/v1/completions", body)
+        if status in (502, 503):  # still warming up behind /health
+            raise ServerNotReady(text)
+        if status != 200:
+            raise ServerStartError(f"readiness completion failed: HTTP {status}: {text[:500]}")
+        if not json.loads(text).get("choices"):
+            raise ServerStartError(f"readiness completion returned no choices: {text}")
 
     def log_tail(self, max_lines: int = 40) -> str:
         try:
@@ -403,12 +401,41 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def served_model_id(client: Any) -> str:
-    """First model id from GET /v1/models (httpx client with base_url set)."""
-    response = client.get("/v1/models")
-    if response.status_code != 200:
-        raise ServerNotReady(f"/v1/models: HTTP {response.status_code}")
-    models = response.json().get("data") or []
+class _Probe:
+    """A few blocking readiness requests to the server being started.
+
+    The standard library's urllib is enough for these (one request every 0.5 s); the load itself
+    goes through aiohttp in bench/backends/openai.py, the project's one HTTP client library."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], timeout_s: float = 30.0) -> None:
+        self.base_url = base_url
+        self.headers = headers
+        self.timeout_s = timeout_s
+
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, str]:
+        """(HTTP status, body text); an HTTP error status is returned, not raised."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = dict(self.headers)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(
+            self.base_url + path, data=data, headers=headers, method=method
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return response.status, response.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+
+
+def served_model_id(probe: _Probe) -> str:
+    """First model id from GET /v1/models."""
+    status, text = probe.request("GET", "/v1/models")
+    if status != 200:
+        raise ServerNotReady(f"/v1/models: HTTP {status}")
+    models = json.loads(text).get("data") or []
     if not models:
         raise ServerNotReady("/v1/models lists no model yet")
     return str(models[0]["id"])
