@@ -179,37 +179,30 @@ def bench_plan_command(
     """Print one run configuration per candidate (and its `python -m bench run` command)."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
     workload = build_profile(profile, stage, flags)
-    from advisor.estimate import estimate_stage
-    from advisor.evidence import bench_plan
-    from advisor.tree import evaluate, load_tree
+    from advisor.plan import plan_for_stage
+    from advisor.tree import load_tree
     from bench.api import reproduce_command
 
     tree = load_tree()
-    plans = []
-    for stage_profile in workload.stages:
-        decision = evaluate(tree, stage_profile, estimate_stage(stage_profile))
-        configs = bench_plan(stage_profile, decision, quick=quick)
-        plans.append((stage_profile.name, decision, configs))
+    plans = [plan_for_stage(s, quick=quick, tree=tree) for s in workload.stages]
     if as_json:
         data = [
             {
-                "stage": name,
-                "candidates": [c.framework for c in decision.candidates],
-                "configs": [c.model_dump(mode="json") for c in configs],
-                "commands": [reproduce_command(c) for c in configs],
+                "stage": plan.stage,
+                "candidates": [c.framework for c in plan.decision.candidates],
+                "configs": [c.model_dump(mode="json") for c in plan.configs],
+                "commands": [reproduce_command(c) for c in plan.configs],
             }
-            for name, decision, configs in plans
+            for plan in plans
         ]
         typer.echo(json.dumps({"quick": quick, "stages": data}, indent=2))
         return
-    for name, decision, configs in plans:
-        typer.echo(
-            f"# stage {name}: candidates {', '.join(c.framework for c in decision.candidates)}"
-        )
-        skipped = [c.framework for c in decision.candidates if not c.benchmarked]
-        if skipped:
-            typer.echo(f"# not benchmarked by this tool: {', '.join(skipped)}")
-        for config in configs:
+    for plan in plans:
+        candidates = ", ".join(c.framework for c in plan.decision.candidates)
+        typer.echo(f"# stage {plan.stage}: candidates {candidates}")
+        if plan.not_benchmarked:
+            typer.echo(f"# not benchmarked by this tool: {', '.join(plan.not_benchmarked)}")
+        for config in plan.configs:
             typer.echo(reproduce_command(config))
 
 

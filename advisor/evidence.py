@@ -1,4 +1,5 @@
-"""Evidence: the benchmark plan for a stage, and ranked evidence rows from the store and references.
+"""Evidence: each framework's expert engine settings for a stage, and ranked evidence rows from
+the store and the references (the plan itself is built in advisor/plan.py).
 
 Sources, strongest first: `measured-here` (a stored run whose fingerprinted GPU is the profile's
 GPU type), `measured-elsewhere` (another GPU, or a CPU), `published` (figures from an article,
@@ -22,16 +23,11 @@ from pydantic import BaseModel, Field, ValidationError, computed_field
 from advisor.estimate import upper_tokens
 from advisor.gpus import find_gpu
 from advisor.profile import Objective, StageProfile
-from advisor.tree import BENCHMARKABLE_FRAMEWORKS, Decision
 from bench.config import (
-    SLO,
     ConcurrencyLoad,
-    ForwardWorkload,
     GenerateWorkload,
     RateLoad,
     RunConfig,
-    StepLoad,
-    ValidityRules,
 )
 from bench.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
 
@@ -40,12 +36,11 @@ Source = Literal["measured-here", "measured-elsewhere", "published"]
 SOURCE_RANK: dict[str, int] = {"measured-here": 0, "measured-elsewhere": 1, "published": 2}
 SHAPE_TOLERANCE = 0.25
 """Prompt/output means and load level within 25% of the profile's count as the same shape."""
-QUICK_DURATION_S = 15.0
 QUICK_CONCURRENCY_DEFAULT = 8
-FULL_DURATION_S = 120.0
+"""Concurrency the plan sizes engine limits for when the profile gives none."""
 
 
-# --------------------------------------------------------------------------- the plan
+# --------------------------------------------------------------------------- expert settings
 
 
 def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
@@ -113,80 +108,6 @@ def _known_args_only(framework: str, args: dict[str, Any]) -> dict[str, Any]:
 def _backend_runs_kind(framework: str, kind: str) -> bool | None:
     backend = _registered_backend(framework)
     return None if backend is None else kind in backend.kinds
-
-
-def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> list[RunConfig]:
-    """One RunConfig per benchmarkable candidate, in the stage's workload shape.
-
-    quick = a first benchmark-backed answer in minutes: one closed-loop phase of 15 s at the
-    user's concurrency (8 when none is given), 2 warm-ups (sent together), validity relaxed to
-    10 requests over 10 s. Measured on an H200, vLLM + PyTorch on llama-2-7b took 171 s end
-    to end, model loads included (README; 204 s before the phase went from 25 s to 15 s and the
-    warm-ups from sequential to batched): the 3-minute target is met by 8.5 s, most of it loads.
-    Full = 120 s at the user's concurrency or rate, or a step ladder (seed 3.3) when neither is
-    given. `jax` (not run by the bench) and adapters that do not run the stage's kind are skipped.
-    """
-    if stage.model is None:
-        from bench.errors import UserError
-
-        raise UserError(f"stage {stage.name!r} has no model; set `model` to plan benchmarks")
-    configs: list[RunConfig] = []
-    for candidate in decision.candidates:
-        if candidate.framework not in BENCHMARKABLE_FRAMEWORKS:
-            continue
-        if _backend_runs_kind(candidate.framework, stage.kind) is False:
-            continue
-        configs.append(
-            RunConfig(
-                backend=candidate.framework,
-                model=stage.model,
-                engine_args=_expert_engine_args(candidate.framework, stage),
-                workload=_workload(stage),
-                load=_load(stage, quick),
-                slo=SLO(
-                    ttft_ms=stage.slo.ttft_ms, tpot_ms=stage.slo.tpot_ms, e2e_ms=stage.slo.e2e_ms
-                ),
-                validity=ValidityRules(min_duration_s=10, min_requests=10)
-                if quick
-                else ValidityRules(),
-                precision=stage.precision,
-                label=f"advisor {'quick ' if quick else ''}plan: stage {stage.name}, "
-                f"{candidate.framework} (tree rank {candidate.rank})",
-            )
-        )
-    return configs
-
-
-def _workload(stage: StageProfile) -> GenerateWorkload | ForwardWorkload:
-    if stage.kind == "generate":
-        return GenerateWorkload(
-            prompt_tokens=stage.prompt_tokens, output_tokens=stage.output_tokens
-        )
-    return ForwardWorkload(
-        batch_size=stage.batch_size,
-        sequence_length=stage.sequence_length,
-        image_size=stage.image_size,
-        dynamic_shapes=not stage.fixed_input_shapes,
-    )
-
-
-def _load(stage: StageProfile, quick: bool) -> ConcurrencyLoad | RateLoad | StepLoad:
-    if quick:
-        return ConcurrencyLoad(
-            concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,
-            duration_s=QUICK_DURATION_S,
-            warmup_requests=2,
-            max_duration_s=150.0,
-        )
-    if stage.request_rate_rps is not None and stage.concurrency is None:
-        return RateLoad(
-            rate_rps=stage.request_rate_rps, duration_s=FULL_DURATION_S, warmup_requests=8
-        )
-    if stage.concurrency is not None:
-        return ConcurrencyLoad(
-            concurrency=stage.concurrency, duration_s=FULL_DURATION_S, warmup_requests=8
-        )
-    return StepLoad(start=10, step=10, max=100, stage_duration_s=60.0, warmup_requests=8)
 
 
 # --------------------------------------------------------------------------- evidence rows
@@ -566,7 +487,7 @@ def _reference_files(folder: Path) -> Iterator[tuple[str, Any, str | None]]:
     for file in sorted(folder.glob("*.json")):
         try:
             yield file.name, json.loads(file.read_text(encoding="utf-8")), None
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: bad JSON or not UTF-8
             yield file.name, None, f"{file.name}: unreadable ({exc})"
 
 
@@ -684,7 +605,6 @@ __all__ = [
     "Closeness",
     "EvidenceRow",
     "ReferenceFiles",
-    "bench_plan",
     "gather_evidence",
     "objective_metric",
     "rank_rows",

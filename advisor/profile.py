@@ -8,7 +8,6 @@ stage inherits (a stage's own value wins). Field descriptions are the CLI and we
 
 from __future__ import annotations
 
-import json
 import types
 import typing
 from enum import StrEnum
@@ -224,25 +223,9 @@ def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
 
 def load_profile(path: str | Path) -> WorkloadProfile:
     """Read a YAML or JSON profile; any problem is a one-line UserError naming the field."""
-    file = Path(path)
-    if not file.is_file():
-        raise UserError(f"profile file {path} does not exist")
-    text = file.read_text(encoding="utf-8")
-    try:
-        if file.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
+    from bench.files import load_user_mapping
 
-            data = yaml.safe_load(text)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise UserError(f"profile {path}: not valid JSON ({exc})") from None
-    except Exception as exc:  # yaml.YAMLError and friends
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserError(f"profile {path}: not valid YAML ({first_line})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"profile {path}: expected a mapping of fields at the top level")
-    return profile_from_dict(data, source=str(path))
+    return profile_from_dict(load_user_mapping(path, "profile"), source=str(path))
 
 
 def profile_from_dict(data: dict[str, Any], source: str = "profile") -> WorkloadProfile:

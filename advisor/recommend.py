@@ -28,13 +28,13 @@ from advisor.estimate import Estimate, estimate_stage
 from advisor.evidence import (
     EvidenceRow,
     ReferenceFiles,
-    bench_plan,
     rank_rows,
     read_reference_folder,
     stage_evidence,
     stored_runs,
 )
 from advisor.learned import LearnedOpinion, learned_opinion
+from advisor.plan import bench_plan
 from advisor.profile import StageProfile, WorkloadProfile
 from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
 from bench.schema import RunResult

@@ -214,18 +214,9 @@ def known_fields() -> set[str]:
 def load_tree(path: str | Path | None = None) -> DecisionTree:
     """Load and validate the tree; any defect is a UserError naming the node."""
     file = Path(path) if path is not None else DEFAULT_TREE_PATH
-    if not file.is_file():
-        raise UserError(f"decision tree {file} does not exist")
-    import yaml
+    from bench.files import load_user_mapping
 
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        first_line = str(exc).splitlines()[0]
-        raise UserError(f"decision tree {file}: not valid YAML ({first_line})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"decision tree {file}: expected a mapping at the top level")
-    data = _yes_no_keys(data)
+    data = _yes_no_keys(load_user_mapping(file, "decision tree"))
     try:
         tree = DecisionTree.model_validate({**data, "source": str(file)})
     except ValidationError as exc:

@@ -97,23 +97,6 @@ def backends(
         typer.echo(f"{a.name:14} {mark} {a.version or '-':12} {a.reason}")
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _parse_pairs(pairs: list[str], what: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"{what} {pair!r} must look like key=value")
-        out[key.strip()] = _parse_value(value)
-    return out
-
-
 def _set_path(data: dict, dotted: str, value: Any) -> None:
     node = data
     parts = dotted.split(".")
@@ -146,10 +129,13 @@ def build_run_config(
 ) -> Any:
     """RunConfig from an optional YAML/JSON file, then flags, then `--option a.b=v` overrides."""
     from bench.config import PATTERN_NAMES, RunConfig
+    from bench.keyvalue import parse_pairs
 
     data: dict[str, Any] = {}
     if config_file is not None:
-        data = _load_mapping(config_file)
+        from bench.files import load_user_mapping
+
+        data = load_user_mapping(config_file, "run config")
     if backend:
         data["backend"] = backend
     if model:
@@ -164,8 +150,8 @@ def build_run_config(
     for dotted, value in flags.items():
         if value is not None:
             _set_path(data, dotted, value)
-    data.setdefault("engine_args", {}).update(_parse_pairs(engine_args, "--engine-arg"))
-    for dotted, value in _parse_pairs(options, "--option").items():
+    data.setdefault("engine_args", {}).update(parse_pairs(engine_args, "--engine-arg"))
+    for dotted, value in parse_pairs(options, "--option").items():
         _set_path(data, dotted, value)
     if isinstance(data.get("workload"), dict):
         data["workload"].setdefault("kind", "generate")
@@ -173,22 +159,6 @@ def build_run_config(
         if not data.get(required):
             raise UserError(f"--{required} is required (or give it in --config)")
     return _build(RunConfig, data)
-
-
-def _load_mapping(path: Path) -> dict:
-    import yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} must hold a mapping of run options")
-    return data
 
 
 @app.command()
@@ -215,7 +185,9 @@ def run(
     engine_arg: Annotated[
         list[str] | None,
         typer.Option(
-            "--engine-arg", help="Framework option key=value (JSON values allowed); repeatable."
+            "--engine-arg",
+            help="Framework option key=value (value read as JSON, else YAML: yes/no are "
+            "booleans); repeatable.",
         ),
     ] = None,
     option: Annotated[

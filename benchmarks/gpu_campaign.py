@@ -307,20 +307,16 @@ def step_openai_vllm_serve(
 def quick_plan_configs(model: str) -> list[RunConfig]:
     """The advisor's quick plan for a long-generation profile of `model` on an H200, limited to
     the backends installed here, as the app's Quick plan button makes it."""
-    from advisor.estimate import estimate_stage
-    from advisor.evidence import bench_plan
+    from advisor.plan import plan_for_stage
     from advisor.profile import profile_from_dict
-    from advisor.tree import evaluate, load_tree
     from bench.backends import get_backend
 
     profile = profile_from_dict(
         {"model": model, "gpu": {"type": "H200"}, "long_sequence_generation": True}
     )
-    stage = profile.primary
-    decision = evaluate(load_tree(), stage, estimate_stage(stage))
     return [
         config.model_copy(update={"device": DEVICE})
-        for config in bench_plan(stage, decision, quick=True)
+        for config in plan_for_stage(profile.primary, quick=True).configs
         if get_backend(config.backend).availability().available
     ]
 

@@ -7,18 +7,17 @@ page, switching pages or closing the tab loses nothing: the job lives in the sto
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import altair as alt
 import pandas as pd
 import streamlit as st
-import yaml
 
 from advisor.profile import StageProfile
 from bench.config import PATTERN_NAMES, RunConfig
 from bench.errors import UserError
+from bench.keyvalue import format_pairs, parse_pairs_text
 from bench.schema import RunStatus
 from bench.store import Job
 from ui import state
@@ -76,12 +75,9 @@ def decision_tree() -> Any:
 
 def plan_for(stage: StageProfile, quick: bool) -> list[RunConfig]:
     """The advisor's benchmark plan for one stage (its tree candidates, its workload shape)."""
-    from advisor.estimate import estimate_stage
-    from advisor.evidence import bench_plan
-    from advisor.tree import evaluate
+    from advisor.plan import plan_for_stage
 
-    decision = evaluate(decision_tree(), stage, estimate_stage(stage))
-    return bench_plan(stage, decision, quick=quick)
+    return plan_for_stage(stage, quick=quick, tree=decision_tree()).configs
 
 
 @st.cache_data(ttl=2, max_entries=16, show_spinner=False)
@@ -132,35 +128,6 @@ def _duration(config: RunConfig) -> float | None:
     return load.duration_s
 
 
-def format_engine_args(args: dict[str, Any]) -> str:
-    """`key=value, key=value`, values in YAML flow style so parse_engine_args reads them back."""
-    return ", ".join(f"{key}={_yaml_scalar(value)}" for key, value in args.items())
-
-
-def _yaml_scalar(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-
-
-def parse_engine_args(text: str) -> dict[str, Any]:
-    """`key=value, key=value` -> dict; values are read as YAML scalars (0.9, true, [1, 2])."""
-    text = (text or "").strip()
-    if not text:
-        return {}
-    parsed: dict[str, Any] = {}
-    for item in re.split(r",\s*(?=[A-Za-z_][\w.\-]*\s*=)", text):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not re.fullmatch(r"[A-Za-z_][\w.\-]*", key):
-            raise UserError(f"engine arguments: {item.strip()!r} is not key=value")
-        try:
-            parsed[key] = yaml.safe_load(value.strip()) if value.strip() else ""
-        except yaml.YAMLError:
-            parsed[key] = value.strip()
-    return parsed
-
-
 def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:
     """The plan as editable rows; frameworks not installed here start unticked."""
     return pd.DataFrame(
@@ -172,7 +139,7 @@ def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:
                 "pattern": config.load.pattern,
                 "load": _load_level(config),
                 "duration (s)": _duration(config),
-                "engine args": format_engine_args(config.engine_args),
+                "engine args": format_pairs(config.engine_args),
                 "device": config.device,
             }
             for config in configs
@@ -199,7 +166,9 @@ def config_from_row(base: RunConfig, row: dict[str, Any]) -> RunConfig:
 
     backend = str(row.get("backend") or "").strip()
     backend_cls = get_backend(backend)  # UserError lists the known names
-    engine_args = backend_cls.validate_engine_args(parse_engine_args(row.get("engine args", "")))
+    engine_args = backend_cls.validate_engine_args(
+        parse_pairs_text(row.get("engine args"), "engine argument")
+    )
     pattern = row.get("pattern") or base.load.pattern
     level = row.get("load")
     level = None if level is None or pd.isna(level) else float(level)

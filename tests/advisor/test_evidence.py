@@ -10,13 +10,13 @@ import pytest
 from advisor.estimate import estimate_stage
 from advisor.evidence import (
     DEFAULT_REFERENCE_DIR,
-    bench_plan,
     gather_evidence,
     rank_rows,
     reference_runs_and_rows,
     rows_from_runs,
     same_gpu_type,
 )
+from advisor.plan import bench_plan
 from advisor.profile import profile_from_dict
 from advisor.tree import evaluate, load_tree
 from bench.config import ConcurrencyLoad, ForwardWorkload, GenerateWorkload, RateLoad, StepLoad

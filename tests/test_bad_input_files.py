@@ -1,0 +1,229 @@
+"""Every command that reads a file answers a broken one with ONE line on stderr and exit code 2.
+
+Broken = random bytes (not UTF-8, not the format), or a real file of the right kind cut short
+(truncated mid-write). The real files come from the shipped data (examples/profiles,
+data/decision_tree.yaml, data/reference) or from the product's own writers (RunConfig and
+RequestRecord JSON, a ResultStore holding a shipped reference run).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "examples" / "profiles" / "chat_7b_h200.yaml"
+TREE = ROOT / "data" / "decision_tree.yaml"
+REFERENCE_RUNS = ROOT / "data" / "reference" / "h200_2026-11-29_runs.json"
+
+
+def random_bytes(size: int = 4096) -> bytes:
+    data = random.Random(13).randbytes(size)
+    assert not _is_utf8(data)
+    return data
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def truncated(data: bytes, suffix: str) -> bytes:
+    """A write cut short: a text file loses the end of its last line (every example ends with a
+    flow mapping or a JSON line, so the cut leaves it unclosed); a database loses its later
+    pages."""
+    return data[: int(len(data) * 0.55)] if suffix == ".sqlite" else data[:-10]
+
+
+# ------------------------------------------------------------------ real files of each kind
+
+
+def real_profile(tmp: Path) -> bytes:
+    return PROFILE.read_bytes()
+
+
+def real_tree(tmp: Path) -> bytes:
+    return TREE.read_bytes()
+
+
+def real_run_config(tmp: Path) -> bytes:
+    from bench.config import RunConfig
+
+    config = RunConfig(backend="fake", model="tiny-llama", engine_args={"ttft_s": 0.01})
+    return json.dumps(config.model_dump(mode="json"), indent=1).encode()
+
+
+def real_records(tmp: Path) -> bytes:
+    from bench.schema import RequestRecord
+
+    records = [
+        RequestRecord(
+            id=f"r{i}",
+            start_ns=i * 10**6,
+            chunk_ns=[i * 10**6 + 5 * 10**5, i * 10**6 + 8 * 10**5],
+            chunk_tokens=[1, 1],
+            end_ns=i * 10**6 + 9 * 10**5,
+            input_tokens=16,
+            output_tokens=2,
+        )
+        for i in range(40)
+    ]
+    return "".join(r.model_dump_json() + "\n" for r in records).encode()
+
+
+def real_store(tmp: Path) -> bytes:
+    from bench.schema import RunResult
+    from bench.store import ResultStore
+
+    path = tmp / "real-store.sqlite"
+    store = ResultStore(path)
+    for run in json.loads(REFERENCE_RUNS.read_text())["runs"][:3]:
+        store.create_run(RunResult.model_validate(run))
+    store.close()
+    return path.read_bytes()
+
+
+def advisor(*args: str) -> tuple[int, str]:
+    from advisor.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # a traceback: the test fails showing it
+    return result.exit_code, result.stderr
+
+
+def bench(*args: str) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from bench.cli import main
+
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        code = main(list(args))
+    return code, stderr.getvalue()
+
+
+# (name, real-file maker, suffix, command using {file})
+CASES: list[tuple[str, Callable[[Path], bytes], str, Callable[[str], tuple[int, str]]]] = [
+    (
+        "advisor recommend --profile",
+        real_profile,
+        ".yaml",
+        lambda f: advisor("recommend", "--profile", f),
+    ),
+    (
+        "advisor recommend --profile (json)",
+        real_run_config,
+        ".json",
+        lambda f: advisor("recommend", "--profile", f),
+    ),
+    (
+        "advisor bench-plan --profile",
+        real_profile,
+        ".yaml",
+        lambda f: advisor("bench-plan", "--profile", f),
+    ),
+    (
+        "advisor recommend --tree",
+        real_tree,
+        ".yaml",
+        lambda f: advisor("recommend", "--model", "llama-2-7b", "--tree", f),
+    ),
+    (
+        "advisor recommend --store",
+        real_store,
+        ".sqlite",
+        lambda f: advisor("recommend", "--model", "llama-2-7b", "--store", f),
+    ),
+    (
+        "advisor report --profile",
+        real_profile,
+        ".yaml",
+        lambda f: advisor(
+            "report", "--profile", f, "--format", "json", "--out", str(Path(f).parent / "out")
+        ),
+    ),
+    (
+        "advisor report --store",
+        real_store,
+        ".sqlite",
+        lambda f: advisor(
+            "report",
+            "--profile",
+            str(PROFILE),
+            "--store",
+            f,
+            "--format",
+            "json",
+            "--out",
+            str(Path(f).parent / "out"),
+        ),
+    ),
+    ("bench run --config", real_run_config, ".json", lambda f: bench("run", "--config", f)),
+    ("bench run --config (yaml)", real_run_config, ".yaml", lambda f: bench("run", "--config", f)),
+    ("bench summarize", real_records, ".jsonl", lambda f: bench("summarize", f)),
+    ("bench runs --store", real_store, ".sqlite", lambda f: bench("runs", "--store", f)),
+    (
+        "bench show --store",
+        real_store,
+        ".sqlite",
+        lambda f: bench("show", "no-such-run", "--store", f),
+    ),
+]
+
+
+def _one_line_error(code: int, stderr: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, (code, stderr)
+    assert len(lines) == 1 and lines[0].startswith("error:"), stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("breakage", ["random-bytes", "truncated"])
+@pytest.mark.parametrize(("name", "make", "suffix", "command"), CASES, ids=[c[0] for c in CASES])
+def test_broken_file_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch, name, make, suffix, command, breakage: str
+) -> None:
+    monkeypatch.setenv("ADVISOR_STORE", str(tmp_path / "absent.sqlite"))
+    real = make(tmp_path)
+    path = tmp_path / f"input{suffix}"
+    path.write_bytes(random_bytes() if breakage == "random-bytes" else truncated(real, suffix))
+    _one_line_error(*command(str(path)))
+
+
+def test_binary_profile_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "profile.yaml"
+    path.write_bytes(b"stages:\n  - name: \xff\xfe\x00main\n")
+    code, stderr = advisor("recommend", "--profile", str(path))
+    _one_line_error(code, stderr)
+    assert "not UTF-8" in stderr and str(path) in stderr
+
+
+def test_broken_reference_file_is_skipped_with_a_note(tmp_path: Path, monkeypatch) -> None:
+    """A reference folder is read file by file: a broken file is named and left out, the rest
+    still count (one bad file must not hide the shipped evidence)."""
+    monkeypatch.setenv("ADVISOR_STORE", str(tmp_path / "absent.sqlite"))
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    (folder / "good_runs.json").write_bytes(REFERENCE_RUNS.read_bytes())
+    (folder / "random.json").write_bytes(random_bytes())
+    (folder / "cut.json").write_bytes(truncated(REFERENCE_RUNS.read_bytes(), ".json"))
+    code, _ = advisor(
+        "recommend", "--model", "llama-2-7b", "--reference-dir", str(folder), "--json"
+    )
+    assert code == 0
+    from advisor.evidence import read_reference_folder
+
+    loaded = read_reference_folder(folder)
+    assert list(loaded.runs) == ["good_runs.json"]
+    assert any("random.json" in note for note in loaded.notes)
+    assert any("cut.json" in note for note in loaded.notes)
