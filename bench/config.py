@@ -226,3 +226,11 @@ class RunConfig(Strict):
         "`vllm bench throughput` run on; its timers tick in milliseconds.",
     )
     label: str | None = Field(None, max_length=200, description="Free-text label for the run.")
+    gpu_type: str | None = Field(
+        None,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="GPU model the run must get (Ray's accelerator type, e.g. H200, A100, L4); "
+        "the ray executor places the run on a node of that type; the local executor runs on "
+        "this host whatever its GPU. None = any GPU.",
+    )

@@ -312,8 +312,11 @@ def fingerprint(nvml: Any = None) -> dict[str, Any]:
     (version or None), torch_build (CUDA/HIP build of torch, read from its version.py without
     importing it), gpu_available, gpu_reason, driver_version, cuda_driver_version, nvml_version,
     gpus (one dict per device: name, uuid, memory, clocks, persistence, power limits, ECC, MIG,
-    compute mode), gpu_processes (processes other than this one holding GPU memory).
+    compute mode), gpu_processes (processes other than this one holding GPU memory), executor
+    (`{"name": "local"}`, or `ray` with the node id, IP, hostname and GPU UUIDs of the task).
     """
+    from bench.ray_node import executor_facts
+
     return {
         "fingerprint_version": FINGERPRINT_VERSION,
         "collected_at": datetime.now(UTC).isoformat(),
@@ -321,6 +324,7 @@ def fingerprint(nvml: Any = None) -> dict[str, Any]:
         "libraries": library_versions(),
         "torch_build": torch_build_info(),
         **gpu_facts(nvml),
+        "executor": executor_facts(),
     }
 
 

@@ -279,11 +279,15 @@ def serve(
     idle_exit_s: float = IDLE_EXIT_S,
     log_dir: Path | None = None,
     stop: threading.Event | None = None,
+    executor_settings: Any = None,
 ) -> int:
     """The runner loop: reap stale jobs, claim the next one, run it; exit after idling.
 
+    The executor (`bench.executor`; default local) runs the claimed jobs: `local` one at a time
+    in this loop, `ray` up to its `max_jobs` at once, each supervised from its own thread.
     Returns the number of jobs run. Exits at once (0 jobs) when another runner holds the lock.
     """
+    from bench.executor import ExecutorSettings, open_executor
     from bench.store import ResultStore
 
     lock_handle = open(_lock_path(store_location), "a+", encoding="utf-8")  # noqa: SIM115
@@ -299,47 +303,74 @@ def serve(
     lock_handle.flush()
 
     jobs_run = 0
+    active: list[threading.Thread] = []
+    executor = None
     try:
         store = ResultStore(store_location)
+        executor = open_executor(executor_settings or ExecutorSettings(), store_location)
         idle_since = time.monotonic()
         while not (stop is not None and stop.is_set()):
+            active = [thread for thread in active if thread.is_alive()]
+            if active:
+                idle_since = time.monotonic()
             with contextlib.suppress(Exception):
                 store.reap_stale(STALE_GRACE_S)
-            job = store.claim_next_job(os.getpid())
+            job = store.claim_next_job(os.getpid()) if len(active) < executor.max_jobs else None
             if job is None:
-                if time.monotonic() - idle_since > idle_exit_s:
+                if not active and time.monotonic() - idle_since > idle_exit_s:
                     log.info("idle for %.0f s; exiting", idle_exit_s)
                     break
                 time.sleep(QUEUE_POLL_S)
                 continue
-            log.info("job %s: %d run(s)", job.job_id, len(job.configs))
-            try:
-                status = run_job(store, job, log_dir=log_dir)
-                log.info("job %s: %s", job.job_id, status.value)
-            except Exception:  # never leave a job RUNNING with a live heartbeat-less runner
-                log.exception("job %s crashed", job.job_id)
-                with contextlib.suppress(Exception):
-                    store.update_job(
-                        job.job_id,
-                        status=RunStatus.FAILED.value,
-                        error="job runner error: " + traceback.format_exc(limit=3)[-1500:],
-                    )
+            log.info(
+                "job %s: %d run(s) on the %s executor", job.job_id, len(job.configs), executor.name
+            )
+            if executor.max_jobs == 1:
+                _run_claimed(executor, store, job, log_dir)
+            else:
+                thread = threading.Thread(
+                    target=_run_claimed, args=(executor, store, job, log_dir), daemon=True
+                )
+                thread.start()
+                active.append(thread)
             jobs_run += 1
             idle_since = time.monotonic()
+        for thread in active:  # a stopped runner lets its jobs' supervisors finish
+            thread.join()
     finally:
+        if executor is not None:
+            executor.close()
         lock_handle.close()
     return jobs_run
+
+
+def _run_claimed(executor: Any, store: Any, job: Any, log_dir: Path | None) -> None:
+    """Run one claimed job; never leave it RUNNING with a live, heartbeat-less runner."""
+    try:
+        status = executor.run_job(store, job, log_dir=log_dir)
+        log.info("job %s: %s", job.job_id, status.value)
+    except Exception:
+        log.exception("job %s crashed", job.job_id)
+        with contextlib.suppress(Exception):
+            store.update_job(
+                job.job_id,
+                status=RunStatus.FAILED.value,
+                error="job runner error: " + traceback.format_exc(limit=3)[-1500:],
+            )
 
 
 def ensure_runner(
     store_location: str | None = None,
     log_path: Path | None = None,
     idle_exit_s: float = IDLE_EXIT_S,
+    executor_settings: Any = None,
 ) -> int:
     """Start a detached runner for this store unless one runs already; return its pid.
 
     The child gets its own session (a closed tab or a stopped app does not kill a benchmark) and
-    logs to a file, never to an unread pipe. The store location is passed as one argv item; no
+    logs to a file, never to an unread pipe. The executor comes from `executor_settings`, else
+    from `ADVISOR_EXECUTOR` / `RAY_ADDRESS` (`bench.executor.ExecutorSettings.from_env`).
+    The store location is passed as one argv item; no
     user value reaches a shell. Two racing calls are safe: the loser's child sees the lock, exits.
     """
     pid = runner_pid(store_location)
@@ -347,7 +378,11 @@ def ensure_runner(
         return pid
     if log_path is None:
         log_path = _lock_path(store_location).with_suffix(".log")
+    from bench.executor import ExecutorSettings
+
+    settings = executor_settings or ExecutorSettings.from_env()
     args = [sys.executable, "-m", "bench.jobs", "--idle-exit-s", str(idle_exit_s)]
+    args += settings.runner_args()
     if store_location:
         args += ["--store", str(store_location)]
     with open(log_path, "ab") as log_file:
@@ -370,9 +405,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=None, help="Store location (default: $ADVISOR_STORE).")
     parser.add_argument("--idle-exit-s", type=float, default=IDLE_EXIT_S)
     parser.add_argument("--log-dir", type=Path, default=None, help="Engine log folder.")
+    parser.add_argument(
+        "--executor",
+        default=None,
+        help="local (default: this host, one job at a time) or ray (default: $ADVISOR_EXECUTOR).",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="Ray cluster to join (default: $RAY_ADDRESS; none = start a local Ray instance).",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    serve(args.store, idle_exit_s=args.idle_exit_s, log_dir=args.log_dir)
+    from bench.errors import UserError
+    from bench.executor import ExecutorSettings, parse_settings
+
+    try:
+        env = ExecutorSettings.from_env()
+        settings = parse_settings(args.executor or env.name, args.ray_address or env.ray_address)
+        serve(
+            args.store,
+            idle_exit_s=args.idle_exit_s,
+            log_dir=args.log_dir,
+            executor_settings=settings,
+        )
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -42,6 +42,7 @@ succeeding in between, the run is stopped as FAILED with the first error as its 
 def _child_main(config_json: str, model_json: str, log_path: str, events: Any, stop: Any) -> None:
     """Entry point of the worker process (spawned, so it imports nothing from the parent)."""
     os.setsid()  # own session and process group: the parent can kill the whole tree at once
+    _die_with_parent(os.getppid())
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
@@ -57,6 +58,25 @@ def _child_main(config_json: str, model_json: str, log_path: str, events: Any, s
         traceback.print_exc()
         events.put(("error", _describe(exc), traceback.format_exc()[-LOG_TAIL_BYTES:]))
         raise SystemExit(1) from None
+
+
+PARENT_CHECK_S = 1.0
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Kill this worker's process group once its parent is gone.
+
+    The worker runs in its own session so that a stop can kill its whole tree; the other side of
+    that is that it would outlive a supervisor killed outright (SIGKILL, a force-cancelled Ray
+    task). Re-parenting shows as a changed parent pid.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,0 +1,274 @@
+"""What a Ray task does on the node it lands on: check versions, then run the job as a local run.
+
+The task body (`run_job_on_node`) refuses a node whose bench code or engine libraries differ from
+the submitter's (results must be comparable), then calls the same `bench.jobs.run_job` (and so
+`bench.api.launch`: worker isolation, watchdog, NVML telemetry) as the local executor. With a
+team store (PostgreSQL) it writes there itself. With a SQLite store, which lives on the
+submitter's disk, every store write goes through a `JobChannel` actor pinned to the submitter's
+node: the submitter applies them in order, so a lost node loses nothing already sent. The
+channel also carries the stop request the other way. Imports Ray only when called.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bench.environment import COMPARABILITY_LIBRARIES, library_versions
+
+BENCH_DIR = Path(__file__).resolve().parent
+STOP_CACHE_S = 0.5
+"""How long the node trusts its last read of the stop flag (the job runner polls every 0.5 s)."""
+CHANNEL_TIMEOUT_S = 30.0
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def bench_code_digest() -> str:
+    """A short hash of the bench package's source: two hosts with the same digest run the same
+    harness (timestamps, load generation, metrics)."""
+    digest = hashlib.sha256()
+    for path in sorted(BENCH_DIR.rglob("*.py")):
+        digest.update(str(path.relative_to(BENCH_DIR)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def comparability_versions() -> dict[str, str | None]:
+    """What must match between submitter and node: bench code, Python, engine libraries."""
+    return {
+        "bench": bench_code_digest(),
+        "python": ".".join(map(str, sys.version_info[:2])),
+        **library_versions(COMPARABILITY_LIBRARIES),
+    }
+
+
+def version_differences(submitter: dict[str, str | None], node: dict[str, str | None]) -> list[str]:
+    """One `name: node X, submitter Y` line per differing entry (empty when comparable)."""
+    return [
+        f"{name}: {node.get(name) or 'not installed'} on the node, "
+        f"{submitter.get(name) or 'not installed'} on the submitter"
+        for name in sorted(set(submitter) | set(node))
+        if submitter.get(name) != node.get(name)
+    ]
+
+
+# --------------------------------------------------------------------------- where we run
+
+
+class NodePlacement(BaseModel):
+    """Where a job runs: the Ray node and the GPUs Ray gave its task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executor: str = "ray"
+    node_id: str
+    node_ip: str
+    hostname: str
+    gpu_ids: list[str] = Field(default_factory=list, description="Ray's accelerator ids.")
+    gpu_uuids: list[str] = Field(default_factory=list, description="NVML UUIDs of those GPUs.")
+
+    def describe(self) -> str:
+        gpus = f" / GPUs {', '.join(self.gpu_uuids or self.gpu_ids)}" if self.gpu_ids else ""
+        return f"node {self.hostname} ({self.node_ip}, {self.node_id[:12]}){gpus}"
+
+
+def _gpu_uuids(gpu_ids: list[str]) -> list[str]:
+    """NVML UUIDs of Ray's accelerator ids (NVML indices, or UUIDs already)."""
+    if not gpu_ids:
+        return []
+    if all(gpu_id.startswith(("GPU-", "MIG-")) for gpu_id in gpu_ids):
+        return list(gpu_ids)
+    from bench.environment import gpu_facts
+
+    gpus = gpu_facts().get("gpus") or []
+    by_index = {str(index): gpu.get("uuid") for index, gpu in enumerate(gpus)}
+    return [by_index.get(gpu_id) or f"index {gpu_id}" for gpu_id in gpu_ids]
+
+
+def node_placement() -> NodePlacement | None:
+    """This process's Ray node and GPUs when it runs inside a Ray task or actor, else None."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    if context.worker.mode != ray.WORKER_MODE:  # the driver (submitter) is not "on a node"
+        return None
+    gpu_ids = [str(gpu_id) for gpu_id in context.get_accelerator_ids().get("GPU", [])]
+    return NodePlacement(
+        node_id=context.get_node_id(),
+        node_ip=ray.util.get_node_ip_address(),
+        hostname=socket.gethostname(),
+        gpu_ids=gpu_ids,
+        gpu_uuids=_gpu_uuids(gpu_ids),
+    )
+
+
+def executor_facts() -> dict[str, Any]:
+    """For the environment fingerprint: `{"name": "local"}` or the Ray node the run ran on."""
+    placement = node_placement()
+    if placement is None:
+        return {"name": "local"}
+    return {"name": "ray", **placement.model_dump(exclude={"executor"})}
+
+
+# --------------------------------------------------------------------------- the channel
+
+
+class JobChannel:
+    """Actor on the submitter's node: store writes flow in, the stop request flows out."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, tuple, dict]] = []
+        self.stop = False
+
+    def put(self, event: tuple[str, tuple, dict]) -> None:
+        self.events.append(event)
+
+    def drain(self) -> list[tuple[str, tuple, dict]]:
+        events, self.events = self.events, []
+        return events
+
+    def request_stop(self) -> None:
+        self.stop = True
+
+    def stop_requested(self) -> bool:
+        return self.stop
+
+
+FORWARDED_WRITES = ("create_run", "update_run", "heartbeat", "add_records")
+"""Run writes the submitter applies to its store, in order (also kept in the node's mirror)."""
+FORWARDED_JOB_WRITES = ("update_job", "job_heartbeat")
+"""Job-row writes the submitter applies (the job row exists only in the submitter's store)."""
+
+
+class ForwardingStore:
+    """The store `run_job` sees on a node when the real store is the submitter's SQLite file.
+
+    Writes go to a node-local SQLite mirror (so `launch` can read a run's records back for the
+    soak/pulse analysis) and, in the same order, to the channel. `get_job` answers with the job
+    as submitted and the channel's stop flag.
+    """
+
+    def __init__(self, channel: Any, job: Any, mirror_dir: Path) -> None:
+        from bench.store import ResultStore
+
+        self.channel = channel
+        self.job = job
+        self.mirror = ResultStore(mirror_dir / "mirror.sqlite")
+        self._stop_read = (0.0, False)
+        self._lock = threading.Lock()
+
+    def _forward(self, name: str, args: tuple, kwargs: dict) -> None:
+        self.channel.put.remote((name, args, kwargs))  # ordered: one caller, one actor
+
+    def __getattr__(self, name: str) -> Any:
+        if name in FORWARDED_WRITES:
+
+            def write(*args: Any, **kwargs: Any) -> None:
+                getattr(self.mirror, name)(*args, **kwargs)
+                self._forward(name, args, kwargs)
+
+            return write
+        if name in FORWARDED_JOB_WRITES:
+            return lambda *args, **kwargs: self._forward(name, args, kwargs)
+        return getattr(self.mirror, name)  # reads: get_run, iter_records, count_records ...
+
+    def get_job(self, job_id: str) -> Any:
+        import ray
+
+        with self._lock:
+            read_at, stop = self._stop_read
+            if time.monotonic() - read_at > STOP_CACHE_S:
+                stop = bool(
+                    ray.get(self.channel.stop_requested.remote(), timeout=CHANNEL_TIMEOUT_S)
+                )
+                self._stop_read = (time.monotonic(), stop)
+        return self.job.model_copy(update={"stop_requested": stop})
+
+    def close(self) -> None:
+        self.mirror.close()
+
+
+class PlacedStore:
+    """Wraps the store a node writes to: every job progress write carries the node placement,
+    so the app shows where the job runs."""
+
+    def __init__(self, base: Any, placement: NodePlacement) -> None:
+        self.base = base
+        self.placement = placement.model_dump() | {"state": "running"}
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        if isinstance(fields.get("progress"), dict):
+            fields["progress"] = {**fields["progress"], "placement": self.placement}
+        self.base.update_job(job_id, **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+# --------------------------------------------------------------------------- the task body
+
+
+class NodeOutcome(BaseModel):
+    """What the task returns to the submitter (the runs themselves went through the store)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    placement: NodePlacement
+    status: str | None = Field(None, description="The job's final status; None when refused.")
+    refused: str | None = Field(None, description="Why the node refused the job.")
+
+
+def run_job_on_node(
+    job_json: str,
+    channel: Any,
+    store_location: str | None,
+    submitter_versions: dict[str, str | None],
+    log_dir: str | None,
+) -> NodeOutcome:
+    """The Ray task: refuse on a version difference, else run the job as the local runner does.
+
+    `store_location` is the team store's URL when the node writes there itself, None when its
+    writes travel through `channel` to the submitter's SQLite store.
+    """
+    from bench.jobs import run_job
+    from bench.store import Job
+
+    placement = node_placement()
+    if placement is None:
+        raise RuntimeError("run_job_on_node must run inside a Ray task")
+    if channel is not None:
+        channel.put.remote(("placement", (placement.model_dump(),), {}))
+    differences = version_differences(submitter_versions, comparability_versions())
+    if differences:
+        return NodeOutcome(
+            placement=placement,
+            refused=f"{placement.describe()} refused the job (results would not be comparable): "
+            + "; ".join(differences),
+        )
+    job = Job.model_validate_json(job_json)
+    logs = Path(log_dir) if log_dir else None
+    if channel is None:
+        from bench.store import ResultStore
+
+        base: Any = ResultStore(store_location)
+        status = run_job(PlacedStore(base, placement), job, log_dir=logs)
+        base.close()
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-ray-node-") as mirror_dir:
+            base = ForwardingStore(channel, job, Path(mirror_dir))
+            try:
+                status = run_job(PlacedStore(base, placement), job, log_dir=logs)
+            finally:
+                base.close()
+    return NodeOutcome(placement=placement, status=status.value)
