@@ -8,23 +8,19 @@ stage inherits (a stage's own value wins). Field descriptions are the CLI and we
 
 from __future__ import annotations
 
-import types
-import typing
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from advisor.gpus import GPUS, find_gpu
 from bench.config import SLO, LengthDistribution, Precision
 from bench.errors import UserError
+from bench.strict import Strict
+from bench.strict import describe_validation_error as describe_error
 
 PROFILE_LEVEL_FIELDS = ("title", "owner", "notes", "stages")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Objective(StrEnum):
@@ -238,67 +234,22 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> Workload
 
 
 def describe_validation_error(exc: ValidationError, single: bool = False) -> str:
-    """The first pydantic error as `field.path: what is wrong; allowed: ...` on one line."""
-    error = exc.errors()[0]
-    loc = list(error["loc"])
-    if single and loc[:2] == ["stages", 0]:
-        loc = loc[2:]  # the user wrote a single-stage profile without `stages:`
-    path = _format_loc(loc) or "profile"
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        parent_loc = list(error["loc"])[:-1]
-        allowed = (
-            _allowed_fields(WorkloadProfile, parent_loc) if parent_loc else _top_level_fields()
-        )
-        message = f"unknown field; allowed: {', '.join(allowed)}"
-    elif error["type"] == "missing":
-        message = "required field is missing"
-    return f"{path}: {message}"
+    """The first error as `field.path: what is wrong; allowed: ...` on one line.
 
-
-def _format_loc(loc: list[Any]) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
+    `single`: the user wrote a single-stage profile without `stages:`, so `stages[0].` is not
+    shown, and an unknown top-level field lists profile and stage fields together.
+    """
+    return describe_error(
+        exc,
+        WorkloadProfile,
+        drop_loc_prefix=["stages", 0] if single else (),
+        allowed_fields=lambda parent: None if parent else _top_level_fields(),
+    )
 
 
 def _top_level_fields() -> list[str]:
     stage_fields = [f for f in StageProfile.model_fields if f not in PROFILE_LEVEL_FIELDS]
     return [*PROFILE_LEVEL_FIELDS, *stage_fields]
-
-
-def _allowed_fields(model: type[BaseModel], loc: list[Any]) -> list[str]:
-    """Field names of the model found by walking `loc` from `model` (for unknown-field errors)."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = current.model_fields.get(str(part))
-        if field is None:
-            return []
-        current = _model_in(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
-
-
-def _model_in(annotation: Any) -> Any:
-    """The BaseModel class inside `X | None` or `list[X]`, if there is one."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType, list):
-        for arg in typing.get_args(annotation):
-            found = _model_in(arg)
-            if found is not None:
-                return found
-    return None
 
 
 # --------------------------------------------------------------------------- CLI flags

@@ -11,11 +11,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from advisor.estimate import Estimate
 from advisor.profile import StageProfile
 from bench.errors import UserError
+from bench.strict import Strict
 
 DEFAULT_TREE_PATH = Path(__file__).resolve().parent.parent / "data" / "decision_tree.yaml"
 BENCHMARKABLE_FRAMEWORKS = (
@@ -32,10 +33,6 @@ NOT_BENCHMARKED_FRAMEWORKS = ("jax",)
 """Named by the seed (PyTorch/JAX) but not run by the bench; shown as `benchmarked: false`."""
 KNOWN_FRAMEWORKS = BENCHMARKABLE_FRAMEWORKS + NOT_BENCHMARKED_FRAMEWORKS
 COMPARISONS = ("equals", "not_equals", "lt", "le", "gt", "ge", "in", "not_in", "is_set")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class Condition(Strict):

@@ -108,14 +108,9 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
 
 
 def _build(model_cls: Any, data: dict) -> Any:
-    from pydantic import ValidationError
+    from bench.strict import validate
 
-    try:
-        return model_cls.model_validate({k: v for k, v in data.items() if v is not None})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or model_cls.__name__
-        raise UserError(f"{where}: {first['msg']}") from None
+    return validate(model_cls, {k: v for k, v in data.items() if v is not None})
 
 
 def build_run_config(
@@ -323,6 +318,109 @@ def _print_result(result: Any) -> None:
 
 
 @app.command()
+def campaign(
+    plan: Annotated[Path, typer.Argument(help="Campaign plan (YAML): name, description, steps.")],
+    out: Annotated[Path, typer.Option(help="Folder for campaign.json, step outcomes, runs.")],
+    budget_s: Annotated[
+        float | None,
+        typer.Option(help="Start no step whose estimate would take the campaign past this (s)."),
+    ] = None,
+    executor: Annotated[str, typer.Option(help="Where steps run (local).")] = "local",
+    store: Annotated[
+        str | None, typer.Option(help="Results store for the runs (default: OUT/results.sqlite).")
+    ] = None,
+) -> None:
+    """Run a campaign plan: benchmark runs, fidelity checks and advisor plans, resumable."""
+    from bench.campaign import RichReporter, load_plan, run_campaign
+    from bench.executors import get_executor
+
+    campaign_plan = load_plan(plan)
+    chosen = get_executor(executor)
+    if budget_s is not None and budget_s <= 0:
+        raise UserError("--budget-s must be > 0")
+    reporter = RichReporter()
+    try:
+        result = run_campaign(
+            campaign_plan,
+            out,
+            chosen,
+            budget_s=budget_s,
+            plan_file=plan,
+            store=store,
+            reporter=reporter,
+            command=" ".join(["python", "-m", "bench", *sys.argv[1:]]),
+        )
+    finally:
+        reporter.close()
+    ran = len(result.steps) - len(result.resumed)
+    typer.echo(
+        f"campaign {campaign_plan.name}: {ran} step(s) run, {len(result.resumed)} already done, "
+        f"{len(result.failed)} failed, {len(result.skipped)} skipped in {result.wall_s:.0f} s; "
+        f"{Path(out) / 'campaign.json'}"
+    )
+    if result.skipped:
+        typer.echo(f"skipped (budget): {', '.join(s.name for s in result.skipped)}")
+    if result.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def fidelity(
+    engine: Annotated[str, typer.Option(help="vllm | pytorch")],
+    model: Annotated[str, typer.Option(help="Preset name or checkpoint path.")],
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            help="Any field of the check, key=value (JSON values allowed), e.g. pairs=20, "
+            'mode=launch, requests=1024, engine_args={"gpu_memory_utilization": 0.85}.',
+        ),
+    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
+    device: Annotated[str | None, typer.Option(help="auto | cuda | cpu")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write fidelity.json and the backend's run folders here.")
+    ] = None,
+    store: StoreOption = None,
+    no_store: Annotated[bool, typer.Option(help="Do not write runs to the results store.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the FidelityResult JSON.")] = False,
+) -> None:
+    """Run one fidelity check: a backend vs the engine's own API on the same prompts."""
+    from bench.fidelity import CHECKS, run_check
+    from bench.store import ResultStore
+
+    check_model = CHECKS.get(engine)
+    if check_model is None:
+        raise UserError(f"unknown engine {engine!r}; known: {', '.join(CHECKS)}")
+    data = {"engine": engine, "model": model, "dtype": dtype, "device": device}
+    data.update(_parse_pairs(option or [], "--option"))
+    check = _build(check_model, data)
+    if out is not None and out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a folder")
+    result = run_check(check, None if no_store else ResultStore(store), out)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "fidelity.json").write_text(result.model_dump_json(indent=1))
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    ratio = f"{result.ratio:.3f}" if result.ratio is not None else "n/a"
+    reference = result.reference_output_throughput_tok_s
+    ours = result.backend_output_throughput_tok_s
+    typer.echo(
+        f"{engine} fidelity on {model}: backend {ours or 0:,.0f} tok/s, engine's own API "
+        f"{reference or 0:,.0f} tok/s, ratio {ratio} "
+        f"({'pass' if result.passed else 'below'} at {check.required_ratio:g})"
+    )
+    for index, pair in enumerate(result.pairs):
+        typer.echo(
+            f"  pair {index + 1} ({'plain first' if pair.plain_first else 'backend first'}): "
+            f"backend {pair.backend_output_throughput_tok_s:,.0f}, plain "
+            f"{pair.plain_output_throughput_tok_s:,.0f} tok/s, ratio {pair.ratio:.3f}"
+        )
+
+
+@app.command()
 def runs(
     store: StoreOption = None,
     backend: Annotated[str | None, typer.Option(help="Filter by backend.")] = None,
@@ -366,8 +464,9 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"error: {exc}", err=True)
         return 2
     except ValidationError as exc:
-        first = exc.errors()[0]
-        typer.echo(f"error: {'.'.join(map(str, first['loc']))}: {first['msg']}", err=True)
+        from bench.strict import describe_validation_error
+
+        typer.echo(f"error: {describe_validation_error(exc)}", err=True)
         return 2
     except typer.Exit as exc:
         return exc.exit_code

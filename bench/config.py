@@ -8,14 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-
-class Strict(BaseModel):
-    """Base for every config model: unknown fields are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-
+from bench.strict import Strict
 
 # --------------------------------------------------------------------------- workload shapes
 

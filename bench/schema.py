@@ -11,16 +11,13 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from bench import SCHEMA_VERSION
 from bench.config import RunConfig
+from bench.strict import Strict
 
-
-class Record(BaseModel):
-    """Base for result models: unknown fields are errors (a corrupt file is caught, not read)."""
-
-    model_config = ConfigDict(extra="forbid")
+Record = Strict  # result models are strict too: a corrupt file is caught, not read
 
 
 class RequestRecord(Record):

@@ -117,58 +117,19 @@ def step_vllm_fidelity(
     event_loop: str = "asyncio",
     **engine_args,
 ) -> dict[str, Any]:
-    """vLLM's own LLM.generate vs our backend on the same prompts, at the same concurrency.
+    """bench.fidelity's vLLM check (the backend vs LLM.generate on the same prompts)."""
+    from bench.fidelity import VllmFidelityCheck, run_check
 
-    Offline: `requests` prompts in one generate with max_num_seqs = `concurrency` (the engine
-    keeps that many in flight). Ours: a closed loop over the same `requests` at
-    `client_concurrency` (default `concurrency`, which re-submits a wave only after its requests
-    finished; `requests` hands every request over at once, as LLM.generate does, so only the
-    harness differs). Several waves, so a few ms of ramp-up or tail do not decide the ratio; the
-    offline single-wave figure (`concurrency` prompts at once) is kept beside it as context.
-    """
-    from bench.api import launch
-    from bench.backends.vllm import llm_generate_throughput
-    from bench.models import resolve_model
-    from bench.workload import RequestFactory
-
-    client = client_concurrency or concurrency
-    loop_tag = "" if event_loop == "asyncio" else f"_{event_loop}"  # the default goes unnamed
-    engine_args = {**engine_args, "max_num_seqs": concurrency}
-    info = resolve_model(model, dtype="float16")
-    factory = RequestFactory(generate_workload(), info.vocab_size, seed=0)
-    prompts = [next(factory).prompt_token_ids for _ in range(requests)]
-    offline = _in_subprocess(
-        llm_generate_throughput, info.path, prompts, 128, dict(engine_args), "float16", 4, True,
-        concurrency if requests > concurrency else None,
-    )  # fmt: skip
-    config = RunConfig(
-        backend="vllm",
+    check = VllmFidelityCheck(
         model=model,
-        engine_args=engine_args,
-        workload=generate_workload(),
-        load=ConcurrencyLoad(
-            concurrency=client, duration_s=None, max_requests=requests, warmup_requests=4
-        ),
-        precision=Precision(dtype="float16"),
         device=DEVICE,
-        validity=ValidityRules(min_duration_s=0, min_requests=requests),
+        requests=requests,
+        max_num_seqs=concurrency,
+        client_concurrency=client_concurrency,
         event_loop=event_loop,
-        label=f"vllm fidelity c{client} n{requests} seqs{concurrency}{loop_tag.replace('_', ' ')}",
+        engine_args=engine_args,
     )
-    ours = launch(config, store=store, out_dir=out / "runs" / f"vllm_fidelity_c{client}{loop_tag}")
-    ours_tok_s = ours.summary.output_throughput_tok_s if ours.summary else None
-    return {
-        "kind": "fidelity",
-        "engine": "vllm",
-        "concurrency": concurrency,
-        "client_concurrency": client,
-        "event_loop": event_loop,
-        "requests": requests,
-        "offline": offline,
-        "backend_output_throughput_tok_s": ours_tok_s,
-        "ratio": (ours_tok_s / offline["output_throughput_tok_s"]) if ours_tok_s else None,
-        "result": _compact(ours),
-    }
+    return {"kind": "fidelity", **run_check(check, store, out).model_dump(mode="json")}
 
 
 def step_pytorch_fidelity(
@@ -179,90 +140,26 @@ def step_pytorch_fidelity(
     telemetry_interval_s: float = 0.5,
     rounds: int = 1,
 ) -> dict[str, Any]:
-    """A plain `generate` on a full batch vs our batcher at the same concurrency.
+    """bench.fidelity's PyTorch check in launch mode (each side in its own process)."""
+    from bench.fidelity import PytorchFidelityCheck, run_check
 
-    Eager PyTorch on a GPU host is bound by Python dispatch on the host CPU, whose speed moved by
-    ±30% between back-to-back runs on the lent H200s; so `rounds` > 1 interleaves plain and ours
-    and the step's ratio is the median round's (its figures are the top-level ones).
-    `telemetry_interval_s` sets the parent's NVML sampling period (a slow one isolates whether
-    sampling disturbs an eager, host-bound engine)."""
-
-    from bench.api import launch
-    from bench.backends.pytorch import plain_generate_throughput
-    from bench.models import resolve_model
-
-    info = resolve_model(model, dtype="float16")
-    config = RunConfig(
-        backend="pytorch",
+    check = PytorchFidelityCheck(
         model=model,
-        engine_args={"max_batch_size": batch, "batch_wait_ms": 20},
-        workload=generate_workload(),
-        load=ConcurrencyLoad(
-            # Warm-up: one full batch, as plain_generate_throughput's untimed first generate.
-            concurrency=batch,
-            duration_s=None,
-            max_requests=batch * 3,
-            warmup_requests=batch,
-        ),
-        precision=Precision(dtype="float16"),
         device=DEVICE,
-        validity=ValidityRules(min_duration_s=0, min_requests=batch),
+        batch=batch,
+        mode="launch",
+        rounds=rounds,
         telemetry_interval_s=telemetry_interval_s,
-        label=f"pytorch fidelity {batch} nvml {telemetry_interval_s:g}s",
     )
-    measured = []
-    for index in range(rounds):
-        plain = _in_subprocess(
-            plain_generate_throughput, info.path, batch, 128, 128, "float16", DEVICE
-        )
-        ours = launch(
-            config,
-            store=store,
-            out_dir=out / "runs" / f"pytorch_fidelity_nvml{telemetry_interval_s:g}s_r{index}",
-        )
-        ours_tok_s = ours.summary.output_throughput_tok_s if ours.summary else None
-        ratio = ours_tok_s / plain["output_throughput_tok_s"] if ours_tok_s else None
-        measured.append({"plain": plain, "ours": ours, "ours_tok_s": ours_tok_s, "ratio": ratio})
-    ratios = sorted((m for m in measured if m["ratio"] is not None), key=lambda m: m["ratio"])
-    median = ratios[(len(ratios) - 1) // 2] if ratios else measured[0]
-    return {
-        "kind": "fidelity",
-        "engine": "pytorch",
-        "batch": batch,
-        "telemetry_interval_s": telemetry_interval_s,
-        "plain": median["plain"],
-        "backend_output_throughput_tok_s": median["ours_tok_s"],
-        "ratio": median["ratio"],
-        "rounds": [
-            {
-                "plain_output_throughput_tok_s": m["plain"]["output_throughput_tok_s"],
-                "plain_runs_output_throughput_tok_s": m["plain"]["runs_output_throughput_tok_s"],
-                "backend_output_throughput_tok_s": m["ours_tok_s"],
-                "ratio": m["ratio"],
-            }
-            for m in measured
-        ],
-        "ratio_spread": ([ratios[0]["ratio"], ratios[-1]["ratio"]] if len(ratios) > 1 else None),
-        "result": _compact(median["ours"]),
-    }
+    return {"kind": "fidelity", **run_check(check, store, out).model_dump(mode="json")}
 
 
 def step_pytorch_paired_fidelity(model: str, batch: int, pairs: int) -> dict[str, Any]:
-    """Plain `generate` and our batcher alternated on one loaded model, in a fresh process
-    (benchmarks/batcher_fidelity.py's paired mode): neighbouring runs share the host's state,
-    which separate processes (step_pytorch_fidelity) do not."""
-    import batcher_fidelity
+    """bench.fidelity's PyTorch check in paired mode (one process, ABBA)."""
+    from bench.fidelity import PytorchFidelityCheck, run_check
 
-    from bench.models import resolve_model
-
-    info = resolve_model(model, dtype="float16")
-    result = _in_subprocess(batcher_fidelity.run_paired, info, batch, pairs, DEVICE)
-    return {
-        "kind": "fidelity_paired",
-        "engine": "pytorch",
-        "ratio": result["ratio_median"],
-        **result,
-    }
+    check = PytorchFidelityCheck(model=model, device=DEVICE, batch=batch, pairs=pairs)
+    return {"kind": "fidelity_paired", **run_check(check).model_dump(mode="json")}
 
 
 def step_openai_vllm_serve(
@@ -337,35 +234,6 @@ def step_quick_plan(model: str, store, out: Path) -> dict[str, Any]:
         "backends": [c.backend for c in configs],
         "runs": runs,
     }
-
-
-def _in_subprocess(fn, *args):
-    """Run an engine's own API in a fresh spawned process (vLLM needs spawn; memory freed).
-
-    Not a Pool: pool workers are daemonic and vLLM's engine must start children of its own.
-    """
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    process = ctx.Process(target=_call_into_queue, args=(results, fn, args), daemon=False)
-    process.start()
-    try:
-        ok, value = results.get(timeout=900)
-    finally:
-        process.join(timeout=60)
-        if process.is_alive():
-            process.kill()
-    if not ok:
-        raise RuntimeError(value)
-    return value
-
-
-def _call_into_queue(results, fn, args) -> None:
-    try:
-        results.put((True, fn(*args)))
-    except BaseException as exc:
-        results.put((False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"))
 
 
 # --------------------------------------------------------------------------- plans
@@ -615,7 +483,8 @@ def _print_entry(entry: dict[str, Any]) -> None:
     if entry.get("kind") == "fidelity_paired":
         print(
             line + f"{len(entry['pairs'])} pairs, medians plain "
-            f"{entry['plain_median_tok_s']:.0f} / ours {entry['backend_median_tok_s']:.0f} tok/s "
+            f"{entry['reference_output_throughput_tok_s']:.0f} / ours "
+            f"{entry['backend_output_throughput_tok_s']:.0f} tok/s "
             f"| fidelity ratio (median pair) {entry['ratio']}",
             flush=True,
         )

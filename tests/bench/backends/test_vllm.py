@@ -164,42 +164,21 @@ async def test_real_engine_exact_lengths_ordered_times_clean_close(
 
 @pytest.mark.slow
 @needs_vllm
-def test_llm_generate_reference_cli(vllm_tiny_llama: ModelInfo, tmp_path: Path) -> None:
-    """`python -m bench.backends.vllm` runs vLLM's own LLM.generate on given prompts."""
-    import subprocess
-    import sys
+def test_llm_generate_reference(
+    vllm_tiny_llama: ModelInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench.fidelity's reference: vLLM's own LLM.generate on given prompts, in its own process."""
+    from bench.fidelity import llm_generate_throughput, run_in_subprocess
 
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # the spawned child inherits it
     # Longer than a KV block (128 on CPU), so a prompt seen before could be a prefix-cache hit.
     prompts = [[100 + i] * (140 + i) for i in range(6)]
-    prompts_file = tmp_path / "prompts.json"
-    prompts_file.write_text(json.dumps(prompts))
-    command = [
-        sys.executable,
-        "-m",
-        "bench.backends.vllm",
-        "--model",
-        vllm_tiny_llama.path,
-        "--prompts-file",
-        str(prompts_file),
-        "--output-len",
-        "9",
-        "--dtype",
-        "float32",
-        "--engine-arg",
-        "enforce_eager=true",
-        "--engine-arg",
-        "max_model_len=512",
-        "--engine-arg",
-        "max_num_seqs=4",
-        "--single-wave",
-        "4",
-        "--out",
-        str(tmp_path / "result.json"),
-    ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    engine_args = {"enforce_eager": True, "max_model_len": 512, "max_num_seqs": 4}
+    reference = run_in_subprocess(
+        llm_generate_throughput, vllm_tiny_llama.path, prompts, 9, engine_args, "float32", 4,
+        True, 4,
+    )  # fmt: skip
+    result = reference.model_dump()
     assert result["requests"] == 6 and result["output_tokens"] == 6 * 9
     assert result["input_tokens"] == sum(len(p) for p in prompts)
     assert result["output_throughput_tok_s"] > 0 and result["elapsed_s"] > 0

@@ -1,0 +1,538 @@
+"""Campaigns: a plan file of benchmark steps, run on a GPU host into one folder, resumable.
+
+`python -m bench campaign PLAN.yaml --out DIR [--budget-s N]`. A `CampaignPlan` lists steps of
+three kinds: `run` (one RunConfig through `bench.api.launch`), `fidelity` (a backend vs the
+engine's own API, bench/fidelity.py) and `advisor-plan` (the advisor's bench plan for a profile,
+quick or full, each config run). DIR receives `campaign.json` (a `CampaignResult`), the plan,
+`steps/<step>/outcome.json` per step with its run folders, and `results.sqlite` (the runs).
+
+Steps are independent: each says what it needs (`step_resources`: GPUs = tensor parallel size x
+replicas) and an executor (bench/executors.py: "run this step, give back its outcome") runs it.
+A step whose outcome DIR already holds, for the same definition, is not run again. With a budget,
+a step is started only when its estimate still fits; the skipped ones are listed.
+
+The `advisor-plan` step gets its RunConfigs from `python -m advisor bench-plan --json` in a
+subprocess, not by importing advisor: bench never imports advisor (ARCHITECTURE.md), the
+advisor's plan builder stays the one copy, and the JSON it prints is validated back into
+RunConfigs here.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from bench.config import RunConfig
+from bench.environment import PreflightItem
+from bench.errors import UserError
+from bench.fidelity import FidelityCheck, FidelityResult, VllmFidelityCheck
+from bench.schema import RunResult
+from bench.strict import Strict, describe_validation_error
+
+if TYPE_CHECKING:
+    from bench.executors import Executor
+
+CAMPAIGN_SCHEMA_VERSION = 1
+STEPS_DIR = "steps"
+OUTCOME_FILE = "outcome.json"
+RESULT_FILE = "campaign.json"
+Device = Literal["auto", "cuda", "cpu"]
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+class StepCommon(Strict):
+    """What every step has: a unique name and, optionally, how long it is expected to take."""
+
+    name: str = Field(min_length=1, max_length=120, description="Unique within the plan.")
+    estimate_s: float | None = Field(
+        None,
+        gt=0,
+        description="Expected wall time, loads included (s); the budget check uses it "
+        "(default: the plan's default_step_estimate_s).",
+    )
+
+
+class RunStep(StepCommon):
+    """One benchmark run."""
+
+    kind: Literal["run"] = "run"
+    config: RunConfig
+
+
+class FidelityStep(StepCommon):
+    """One fidelity check (bench/fidelity.py)."""
+
+    kind: Literal["fidelity"] = "fidelity"
+    check: FidelityCheck
+
+
+class AdvisorPlanStep(StepCommon):
+    """The advisor's bench plan for a workload profile, every config run in turn."""
+
+    kind: Literal["advisor-plan"] = "advisor-plan"
+    profile: str | dict[str, Any] = Field(
+        description="A profile file (relative to the plan file's folder) or the profile inline."
+    )
+    plan: Literal["quick", "full"] = Field(
+        "quick", description="quick: short runs, a first answer in minutes; full: full runs."
+    )
+    stage: str | None = Field(None, description="Only this stage of a multi-stage profile.")
+    device: Device | None = Field(None, description="Run every config on this device.")
+    skip_unavailable: bool = Field(
+        True, description="Leave out candidates whose backend is not installed here (listed)."
+    )
+
+
+CampaignStep = Annotated[RunStep | FidelityStep | AdvisorPlanStep, Field(discriminator="kind")]
+
+
+class CampaignPlan(Strict):
+    """A named list of independent steps."""
+
+    name: str = Field(min_length=1, max_length=120)
+    description: str = Field("", description="What the campaign is for.")
+    default_step_estimate_s: float = Field(
+        60.0, gt=0, description="Budget estimate of a step that gives no estimate_s (s)."
+    )
+    steps: list[CampaignStep] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_step_folders(self) -> CampaignPlan:
+        seen: dict[str, str] = {}
+        for step in self.steps:
+            folder = step_folder(step.name)
+            if folder in seen:
+                raise ValueError(
+                    f"step names {seen[folder]!r} and {step.name!r} are not distinct "
+                    f"(both are stored as {folder!r})"
+                )
+            seen[folder] = step.name
+        return self
+
+
+def step_folder(name: str) -> str:
+    """The folder a step's outcome is stored in: its name with only safe characters."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or "step"
+
+
+def load_plan(path: Path) -> CampaignPlan:
+    """Read and validate a plan file; any problem is one UserError line."""
+    import yaml
+
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"plan {path} is not a UTF-8 text file") from None
+    if "\x00" in text:
+        raise UserError(f"plan {path} is not a text file")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"plan {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"plan {path} must hold a mapping (name, description, steps)")
+    try:
+        return CampaignPlan.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"plan {path}: {describe_validation_error(exc, CampaignPlan)}") from None
+
+
+# --------------------------------------------------------------------------- resources
+
+
+class StepResources(Strict):
+    """What a step needs from its host; an executor that places steps asks for exactly this."""
+
+    gpus: int = Field(ge=0, description="GPUs: tensor parallel size x replicas; 0 on CPU.")
+    cpus: int = Field(1, ge=1)
+
+
+def run_gpus(config: RunConfig) -> int:
+    """GPUs one run occupies: tensor_parallel_size x replicas (1 x 1 until a config sets them)."""
+    if config.device == "cpu":
+        return 0
+    tensor_parallel = getattr(config, "tensor_parallel_size", 1) or 1
+    replicas = getattr(config, "replicas", 1) or 1
+    return int(tensor_parallel) * int(replicas)
+
+
+def step_resources(step: CampaignStep) -> StepResources:
+    """GPUs and CPUs a step needs. An advisor plan runs its configs one at a time on one GPU
+    unless a config asks for more, which only becomes known once the plan is built."""
+    if isinstance(step, RunStep):
+        return StepResources(gpus=run_gpus(step.config))
+    if isinstance(step, FidelityStep):
+        check = step.check
+        if check.device == "cpu":
+            return StepResources(gpus=0)
+        if isinstance(check, VllmFidelityCheck):
+            return StepResources(gpus=int(check.engine_args.get("tensor_parallel_size", 1)))
+        return StepResources(gpus=1)
+    return StepResources(gpus=0 if step.device == "cpu" else 1)
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+class StepOutcome(Strict):
+    """What one step produced. `completed` = the step ran to its end (a run inside it may still
+    be FAILED, with its cause, as any run); `failed` = the step itself raised."""
+
+    name: str
+    kind: str
+    step: CampaignStep = Field(description="The definition it ran; resuming matches on it.")
+    status: Literal["completed", "failed"]
+    executor: str
+    started_at: str
+    wall_s: float
+    error: str | None = None
+    traceback: str | None = None
+    runs: list[RunResult] = Field(default_factory=list)
+    fidelity: FidelityResult | None = None
+    skipped_backends: list[str] = Field(
+        default_factory=list, description="advisor-plan: candidates not installed here."
+    )
+
+
+class SkippedStep(Strict):
+    name: str
+    reason: str
+
+
+class CampaignResult(Strict):
+    """Everything a campaign produced, written to DIR/campaign.json after every step."""
+
+    schema_version: int = CAMPAIGN_SCHEMA_VERSION
+    plan: CampaignPlan
+    plan_file: str | None = None
+    command: str = ""
+    executor: str
+    budget_s: float | None = None
+    started_at: str
+    wall_s: float = 0.0
+    environment: dict[str, Any] = Field(default_factory=dict)
+    preflight: list[PreflightItem] = Field(default_factory=list)
+    steps: list[StepOutcome] = Field(default_factory=list)
+    resumed: list[str] = Field(
+        default_factory=list, description="Steps whose outcome the folder already held."
+    )
+    skipped: list[SkippedStep] = Field(default_factory=list)
+
+    @property
+    def failed(self) -> list[StepOutcome]:
+        return [outcome for outcome in self.steps if outcome.status == "failed"]
+
+
+class StepContext(Strict):
+    """Where a step writes: its own folder and the results store (a location string, so a
+    remote executor can pass it on)."""
+
+    out_dir: Path
+    store: str | None = None
+    plan_dir: Path = Field(description="Folder of the plan file; relative profile paths.")
+
+
+# --------------------------------------------------------------------------- one step
+
+
+def run_step(
+    step: CampaignStep,
+    context: StepContext,
+    executor_name: str = "local",
+    on_progress: Callable[[dict], None] | None = None,
+) -> StepOutcome:
+    """Run one step here and return its outcome; an exception becomes a `failed` outcome."""
+    started_at = datetime.now(UTC).isoformat()
+    started = time.monotonic()
+    context.out_dir.mkdir(parents=True, exist_ok=True)
+    fields: dict[str, Any] = {}
+    try:
+        store = _open_store(context.store)
+        if isinstance(step, RunStep):
+            fields["runs"] = [_launch(step.config, store, context.out_dir, on_progress)]
+        elif isinstance(step, FidelityStep):
+            from bench.fidelity import run_check
+
+            fields["fidelity"] = run_check(step.check, store, context.out_dir, on_progress)
+        else:
+            configs, skipped = advisor_plan_configs(step, context)
+            fields["skipped_backends"] = skipped
+            fields["runs"] = [
+                _launch(config, store, context.out_dir, on_progress) for config in configs
+            ]
+        status, error, trace = "completed", None, None
+    except Exception as exc:  # one step's failure never ends the campaign
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        trace = None if isinstance(exc, UserError) else traceback.format_exc()[-3000:]
+    return StepOutcome(
+        name=step.name,
+        kind=step.kind,
+        step=step,
+        status=status,
+        executor=executor_name,
+        started_at=started_at,
+        wall_s=round(time.monotonic() - started, 1),
+        error=error,
+        traceback=trace,
+        **fields,
+    )
+
+
+def _open_store(location: str | None) -> Any:
+    from bench.store import ResultStore
+
+    return ResultStore(location) if location else None
+
+
+def _launch(
+    config: RunConfig, store: Any, out_dir: Path, on_progress: Callable[[dict], None] | None
+) -> RunResult:
+    from bench.api import launch
+
+    name = step_folder(config.label or f"{config.backend} {config.model}")
+    return launch(config, store=store, out_dir=out_dir / "runs" / name, on_progress=on_progress)
+
+
+class _PlannedStage(BaseModel):
+    """One stage of `python -m advisor bench-plan --json` (other fields it prints are ignored:
+    they are the advisor's to add)."""
+
+    stage: str
+    configs: list[RunConfig]
+
+
+class _AdvisorPlan(BaseModel):
+    stages: list[_PlannedStage]
+
+
+def advisor_plan_configs(
+    step: AdvisorPlanStep, context: StepContext
+) -> tuple[list[RunConfig], list[str]]:
+    """The advisor's bench plan for the step's profile: (configs to run, backends left out)."""
+    import yaml
+
+    from bench.backends import get_backend
+
+    if isinstance(step.profile, dict):
+        profile_path = context.out_dir / "profile.yaml"
+        profile_path.write_text(yaml.safe_dump(step.profile, sort_keys=False))
+    else:
+        profile_path = (context.plan_dir / step.profile).resolve()
+        if not profile_path.is_file():
+            raise UserError(f"step {step.name!r}: profile {profile_path} does not exist")
+    command = [sys.executable, "-m", "advisor", "bench-plan", "--profile", str(profile_path)]
+    command += ["--json", "--quick"] if step.plan == "quick" else ["--json"]
+    if step.stage:
+        command += ["--stage", step.stage]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"step {step.name!r}: the advisor could not plan it: {last}")
+    plan = _AdvisorPlan.model_validate_json(done.stdout)
+    configs: list[RunConfig] = []
+    skipped: list[str] = []
+    for stage in plan.stages:
+        if step.stage and stage.stage != step.stage:
+            continue
+        for config in stage.configs:
+            if step.device is not None:
+                config = config.model_copy(update={"device": step.device})
+            if step.skip_unavailable and not get_backend(config.backend).availability().available:
+                skipped.append(config.backend)
+                continue
+            configs.append(config)
+    return configs, skipped
+
+
+# --------------------------------------------------------------------------- the campaign
+
+
+class CampaignReporter:
+    """What a campaign tells its user; the base says nothing (tests, library use)."""
+
+    def step_started(self, index: int, total: int, step: CampaignStep) -> None: ...
+
+    def step_progress(self, progress: dict) -> None: ...
+
+    def step_finished(self, outcome: StepOutcome, resumed: bool = False) -> None: ...
+
+    def step_skipped(self, skipped: SkippedStep) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def run_campaign(
+    plan: CampaignPlan,
+    out_dir: Path,
+    executor: Executor,
+    budget_s: float | None = None,
+    plan_file: Path | None = None,
+    store: str | None = None,
+    reporter: CampaignReporter | None = None,
+    command: str = "",
+) -> CampaignResult:
+    """Run every step of `plan` not already in `out_dir`, within `budget_s` when given."""
+    from bench.environment import fingerprint, preflight
+
+    reporter = reporter or CampaignReporter()
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} exists and is not a folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plan_dir = Path(plan_file).resolve().parent if plan_file else Path.cwd()
+    if plan_file is not None:
+        (out_dir / "plan.yaml").write_bytes(Path(plan_file).read_bytes())
+    store = store or str(out_dir / "results.sqlite")
+    environment = fingerprint()
+    result = CampaignResult(
+        plan=plan,
+        plan_file=str(plan_file) if plan_file else None,
+        command=command,
+        executor=executor.name,
+        budget_s=budget_s,
+        started_at=datetime.now(UTC).isoformat(),
+        environment=environment,
+        preflight=preflight(environment),
+    )
+    started = time.monotonic()
+    for index, step in enumerate(plan.steps):
+        step_dir = out_dir / STEPS_DIR / step_folder(step.name)
+        previous = _finished_outcome(step_dir, step)
+        if previous is not None:
+            result.steps.append(previous)
+            result.resumed.append(step.name)
+            reporter.step_finished(previous, resumed=True)
+            continue
+        estimate = step.estimate_s or plan.default_step_estimate_s
+        elapsed = time.monotonic() - started
+        if budget_s is not None and elapsed + estimate > budget_s:
+            skipped = SkippedStep(
+                name=step.name,
+                reason=f"time budget: {elapsed:.0f} of {budget_s:.0f} s used, "
+                f"step estimate {estimate:.0f} s",
+            )
+            result.skipped.append(skipped)
+            reporter.step_skipped(skipped)
+            continue
+        reporter.step_started(index, len(plan.steps), step)
+        context = StepContext(out_dir=step_dir, store=store, plan_dir=plan_dir)
+        outcome = executor.run(step, context, on_progress=reporter.step_progress)
+        (step_dir / OUTCOME_FILE).write_text(outcome.model_dump_json(indent=1))
+        result.steps.append(outcome)
+        reporter.step_finished(outcome)
+        _write_result(result, out_dir, started)
+    _write_result(result, out_dir, started)
+    return result
+
+
+def _finished_outcome(step_dir: Path, step: CampaignStep) -> StepOutcome | None:
+    """The stored outcome of this very step when it completed; a failed one runs again."""
+    path = step_dir / OUTCOME_FILE
+    if not path.is_file():
+        return None
+    try:
+        outcome = StepOutcome.model_validate_json(path.read_bytes())
+    except ValidationError:
+        raise UserError(
+            f"{path} is not a step outcome this version can read; move it away to run the step"
+        ) from None
+    if outcome.status != "completed":
+        return None
+    if outcome.step != step:
+        raise UserError(
+            f"{path} holds step {step.name!r} as defined differently; use another --out folder "
+            "or remove that step's folder"
+        )
+    return outcome
+
+
+def _write_result(result: CampaignResult, out_dir: Path, started: float) -> None:
+    result.wall_s = round(time.monotonic() - started, 1)
+    (out_dir / RESULT_FILE).write_text(result.model_dump_json(indent=1))
+
+
+def outcome_line(outcome: StepOutcome) -> str:
+    """One line per finished step: status, wall time, and its headline figures."""
+    head = f"{outcome.name}: {outcome.status} in {outcome.wall_s:.0f} s"
+    if outcome.error:
+        return f"{head} - {outcome.error.splitlines()[0]}"
+    parts = []
+    for run in outcome.runs:
+        summary = run.summary
+        figure = f"{summary.output_throughput_tok_s:,.0f} tok/s" if summary else "no summary"
+        if run.config.workload.kind == "forward" and summary:
+            figure = f"{summary.request_throughput_rps:,.1f} batches/s"
+        parts.append(f"{run.config.backend} {run.status.value} {figure}")
+    if outcome.fidelity is not None:
+        fidelity = outcome.fidelity
+        ratio = f"{fidelity.ratio:.3f}" if fidelity.ratio is not None else "n/a"
+        verdict = {True: "pass", False: "below", None: "no ratio"}[fidelity.passed]
+        parts.append(f"fidelity ratio {ratio} ({verdict} at {fidelity.check.required_ratio:g})")
+    if outcome.skipped_backends:
+        parts.append(f"not installed here: {', '.join(outcome.skipped_backends)}")
+    return f"{head} - {'; '.join(parts)}" if parts else head
+
+
+class RichReporter(CampaignReporter):
+    """A rich progress line for the running step and one printed line per finished step."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.task: Any = None
+        self.progress.start()
+
+    def step_started(self, index: int, total: int, step: CampaignStep) -> None:
+        description = f"[{index + 1}/{total}] {step.name}"
+        if self.task is None:
+            self.task = self.progress.add_task(description, info="")
+        else:
+            self.progress.update(self.task, description=description, info="")
+
+    def step_progress(self, progress: dict) -> None:
+        if self.task is None:
+            return
+        stage = progress.get("phase") or progress.get("stage", "")
+        counts = (
+            f"{progress.get('completed', 0)} ok, {progress.get('failed', 0)} failed"
+            if "completed" in progress
+            else ""
+        )
+        self.progress.update(self.task, info=f"{stage} {counts}".strip())
+
+    def step_finished(self, outcome: StepOutcome, resumed: bool = False) -> None:
+        mark = "already in the folder: " if resumed else ""
+        style = "red" if outcome.status == "failed" else "green"
+        self.console.print(f"[{style}]{mark}{outcome_line(outcome)}[/{style}]", highlight=False)
+
+    def step_skipped(self, skipped: SkippedStep) -> None:
+        self.console.print(f"[yellow]skipped {skipped.name}: {skipped.reason}[/yellow]")
+
+    def close(self) -> None:
+        self.progress.stop()

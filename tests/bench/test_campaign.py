@@ -1,0 +1,254 @@
+"""Campaigns: plan validation, bad plan files, resuming, the budget and the executor seam.
+
+The run steps here use the `fake` backend (a labelled test double: timed tokens, no inference)
+because what is tested is the campaign loop, not an engine; tests/bench/test_campaign_cpu.py
+runs the shipped example plan through real engines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.campaign import (
+    CampaignPlan,
+    RunStep,
+    StepContext,
+    advisor_plan_configs,
+    load_plan,
+    run_campaign,
+    step_resources,
+)
+from bench.cli import main
+from bench.errors import UserError
+from bench.executors import LocalExecutor, get_executor, register_executor
+from bench.store import ResultStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fake_step(name: str, **extra) -> dict:
+    return {
+        "kind": "run",
+        "name": name,
+        "config": {
+            "backend": "fake",
+            "model": "tiny-llama",
+            "precision": {"dtype": "float32"},
+            "device": "cpu",
+            "engine_args": {"ttft_s": 0.002, "itl_s": 0.0005},
+            "workload": {
+                "kind": "generate",
+                "prompt_tokens": {"mean": 16},
+                "output_tokens": {"mean": 8},
+            },
+            "load": {"pattern": "concurrency", "concurrency": 2, "duration_s": 0.5},
+            "validity": {"min_duration_s": 0.1, "min_requests": 2},
+            "label": name,
+        },
+        **extra,
+    }
+
+
+def write_plan(tmp_path: Path, steps: list[dict], name: str = "test plan") -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "steps": steps}, sort_keys=False))
+    return path
+
+
+# --------------------------------------------------------------------------- bad plan files
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot read plan"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00binary", "not a UTF-8 text file"),
+        (b"name: x\nsteps: [unclosed", "is not valid YAML"),
+        (b"- just\n- a list\n", "must hold a mapping"),
+        (b"name: x\nstep: []\n", "step: unknown field; allowed: name, description"),
+        (
+            b"name: x\nsteps:\n- kind: run\n  name: a\n  config: {backend: pytorch, model: m, "
+            b"lod: {}}\n",
+            "steps[0].run.config.lod: unknown field; allowed: backend, model",
+        ),
+        (b"name: x\nsteps:\n- kind: walk\n  name: a\n", "steps[0]"),
+        (b"name: x\nsteps: []\n", "steps: List should have at least 1 item"),
+    ],
+)
+def test_bad_plan_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, expected: str
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    if content is not None:
+        plan.write_bytes(content)
+    code = main(["campaign", str(plan), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # nothing is started for a bad plan
+
+
+def test_duplicate_step_folders_are_refused(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path, [fake_step("a b"), fake_step("a/b")])
+    with pytest.raises(UserError, match="'a b' and 'a/b' are not distinct"):
+        load_plan(plan)
+
+
+def test_unknown_executor_lists_the_known_ones() -> None:
+    with pytest.raises(UserError, match="unknown executor 'cluster'; known: local"):
+        get_executor("cluster")
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def test_step_resources_follow_device_and_engine_args() -> None:
+    plan = CampaignPlan.model_validate(
+        {
+            "name": "r",
+            "steps": [
+                fake_step("cpu run"),
+                {**fake_step("gpu run"), "config": {**fake_step("x")["config"], "device": "cuda"}},
+                {
+                    "kind": "fidelity",
+                    "name": "vllm tp2",
+                    "check": {
+                        "engine": "vllm",
+                        "model": "llama-2-7b",
+                        "engine_args": {"tensor_parallel_size": 2},
+                    },
+                },
+                {"kind": "advisor-plan", "name": "quick", "profile": "p.yaml", "device": "cpu"},
+            ],
+        }
+    )
+    assert [step_resources(step).gpus for step in plan.steps] == [0, 1, 2, 0]
+
+
+# --------------------------------------------------------------------------- running, resuming
+
+
+def test_campaign_runs_resumes_and_respects_the_budget(tmp_path: Path) -> None:
+    plan_file = write_plan(
+        tmp_path,
+        [fake_step("first"), fake_step("second"), fake_step("too long", estimate_s=10_000)],
+    )
+    plan = load_plan(plan_file)
+    out = tmp_path / "out"
+    result = run_campaign(plan, out, LocalExecutor(), budget_s=600, plan_file=plan_file)
+
+    assert [outcome.name for outcome in result.steps] == ["first", "second"]
+    assert all(outcome.status == "completed" for outcome in result.steps)
+    assert [skipped.name for skipped in result.skipped] == ["too long"]
+    assert "step estimate 10000 s" in result.skipped[0].reason
+    run_ids = [outcome.runs[0].run_id for outcome in result.steps]
+    assert all(outcome.runs[0].status.value == "COMPLETED" for outcome in result.steps)
+    assert (out / "plan.yaml").read_bytes() == plan_file.read_bytes()
+    assert (out / "steps" / "first" / "runs" / "first" / "result.json").is_file()
+    with ResultStore(out / "results.sqlite") as store:
+        assert {run.run_id for run in store.list_runs()} == set(run_ids)
+
+    # The folder holds both finished steps: a second invocation runs only what is missing.
+    again = run_campaign(plan, out, LocalExecutor(), budget_s=600, plan_file=plan_file)
+    assert again.resumed == ["first", "second"]
+    assert [outcome.runs[0].run_id for outcome in again.steps] == run_ids
+    with ResultStore(out / "results.sqlite") as store:
+        assert len(store.list_runs()) == 2  # nothing ran twice
+    written = (out / "campaign.json").read_text()
+    assert '"resumed"' in written and "too long" in written
+
+
+def test_a_step_changed_since_its_outcome_is_refused(tmp_path: Path) -> None:
+    plan_file = write_plan(tmp_path, [fake_step("only")])
+    run_campaign(load_plan(plan_file), tmp_path / "out", LocalExecutor())
+    changed = write_plan(tmp_path, [fake_step("only", estimate_s=5)])
+    with pytest.raises(UserError, match="holds step 'only' as defined differently"):
+        run_campaign(load_plan(changed), tmp_path / "out", LocalExecutor())
+
+
+def test_a_failing_step_is_recorded_and_the_next_one_runs(tmp_path: Path) -> None:
+    missing = fake_step("missing model")
+    missing["config"]["model"] = str(tmp_path / "no-such-checkpoint")
+    plan_file = write_plan(tmp_path, [missing, fake_step("fine")])
+    result = run_campaign(load_plan(plan_file), tmp_path / "out", LocalExecutor())
+    assert [outcome.status for outcome in result.steps] == ["failed", "completed"]
+    assert "UserError" in (result.steps[0].error or "")
+    assert result.steps[0].traceback is None  # a user's mistake needs no traceback
+
+
+class RecordingExecutor:
+    """TEST DOUBLE executor: records what the campaign hands over, then runs it locally."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, StepContext]] = []
+
+    def run(self, step, context, on_progress=None):
+        self.calls.append((step.name, context))
+        return LocalExecutor().run(step, context, on_progress)
+
+
+def test_executor_seam_gets_each_step_and_its_own_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bench.executors
+
+    monkeypatch.setattr(bench.executors, "_EXECUTORS", dict(bench.executors._EXECUTORS))
+    recorder = RecordingExecutor()
+    register_executor("recording", lambda: recorder)
+    plan_file = write_plan(tmp_path, [fake_step("one"), fake_step("two")])
+    result = run_campaign(load_plan(plan_file), tmp_path / "out", get_executor("recording"))
+    assert [name for name, _ in recorder.calls] == ["one", "two"]
+    assert [context.out_dir for _, context in recorder.calls] == [
+        tmp_path / "out" / "steps" / "one",
+        tmp_path / "out" / "steps" / "two",
+    ]
+    assert {context.store for _, context in recorder.calls} == {
+        str(tmp_path / "out" / "results.sqlite")
+    }
+    assert result.executor == "recording"
+    # The double hands each step to the local executor, which signs the outcome.
+    assert {outcome.executor for outcome in result.steps} == {"local"}
+
+
+# --------------------------------------------------------------------------- advisor-plan
+
+
+def test_advisor_plan_step_gets_the_advisors_configs(tmp_path: Path) -> None:
+    """The shipped chat profile's quick plan, through `python -m advisor bench-plan --json`."""
+    profile = ROOT / "examples" / "profiles" / "chat_7b_h200.yaml"
+    step = load_plan(
+        write_plan(
+            tmp_path,
+            [
+                {
+                    "kind": "advisor-plan",
+                    "name": "quick",
+                    "profile": str(profile),
+                    "device": "cpu",
+                    "skip_unavailable": False,
+                }
+            ],
+        )
+    ).steps[0]
+    context = StepContext(out_dir=tmp_path / "step", plan_dir=tmp_path)
+    context.out_dir.mkdir()
+    configs, skipped = advisor_plan_configs(step, context)
+    assert configs and skipped == []
+    assert {config.device for config in configs} == {"cpu"}
+    assert all(config.load.pattern == "concurrency" for config in configs)  # quick = one phase
+    assert all("quick" in (config.label or "") for config in configs)
+
+
+def test_advisor_plan_step_with_a_missing_profile_fails_in_one_line(tmp_path: Path) -> None:
+    step = CampaignPlan.model_validate(
+        {"name": "p", "steps": [{"kind": "advisor-plan", "name": "q", "profile": "nope.yaml"}]}
+    ).steps[0]
+    assert not isinstance(step, RunStep)
+    with pytest.raises(UserError, match=r"profile .*nope\.yaml does not exist"):
+        advisor_plan_configs(step, StepContext(out_dir=tmp_path, plan_dir=tmp_path))
