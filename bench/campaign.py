@@ -128,25 +128,9 @@ def step_folder(name: str) -> str:
 
 def load_plan(path: Path) -> CampaignPlan:
     """Read and validate a plan file; any problem is one UserError line."""
-    import yaml
+    from bench.files import load_user_mapping
 
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read plan {path}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"plan {path} is not a UTF-8 text file") from None
-    if "\x00" in text:
-        raise UserError(f"plan {path} is not a text file")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserError(f"plan {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"plan {path} must hold a mapping (name, description, steps)")
+    data = load_user_mapping(path, "plan")
     try:
         return CampaignPlan.model_validate(data)
     except ValidationError as exc:

@@ -387,13 +387,14 @@ def fidelity(
 ) -> None:
     """Run one fidelity check: a backend vs the engine's own API on the same prompts."""
     from bench.fidelity import CHECKS, run_check
+    from bench.keyvalue import parse_pairs
     from bench.store import ResultStore
 
     check_model = CHECKS.get(engine)
     if check_model is None:
         raise UserError(f"unknown engine {engine!r}; known: {', '.join(CHECKS)}")
     data = {"engine": engine, "model": model, "dtype": dtype, "device": device}
-    data.update(_parse_pairs(option or [], "--option"))
+    data.update(parse_pairs(option or [], "--option"))
     check = _build(check_model, data)
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")

@@ -64,10 +64,10 @@ def write_plan(tmp_path: Path, steps: list[dict], name: str = "test plan") -> Pa
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        (None, "cannot read plan"),
-        (b"\x89PNG\r\n\x1a\n\x00\x00\x00binary", "not a UTF-8 text file"),
-        (b"name: x\nsteps: [unclosed", "is not valid YAML"),
-        (b"- just\n- a list\n", "must hold a mapping"),
+        (None, "plan.yaml does not exist"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00binary", "not UTF-8 text"),
+        (b"name: x\nsteps: [unclosed", "not valid YAML"),
+        (b"- just\n- a list\n", "expected a mapping"),
         (b"name: x\nstep: []\n", "step: unknown field; allowed: name, description"),
         (
             b"name: x\nsteps:\n- kind: run\n  name: a\n  config: {backend: pytorch, model: m, "
