@@ -1,7 +1,7 @@
-"""Diagnostics: the seed's troubleshooting guide (section 5) applied to one RunResult.
+"""Diagnostics: the article's troubleshooting guide (section 5) applied to one RunResult.
 
 Every finding carries its numbers, inference-time advice and the profiling command to run. The
-seed's out-of-memory advice is for training and does not apply to serving; it is replaced by
+article's out-of-memory advice is for training and does not apply to serving; it is replaced by
 inference remedies: lower gpu_memory_utilization / max_num_seqs /
 max_model_len, AWQ or FP8 weights, an FP8 KV cache, tensor parallelism, a smaller batch.
 """
@@ -17,12 +17,12 @@ from pydantic import BaseModel, Field
 from bench.schema import RunResult, RunStatus, ValidityStatus
 
 GPU_UTILIZATION_TARGET_PCT = 90.0
-"""Seed 5.1: throughput below expectation -> check GPU-Util reaches 90%."""
+"""Article section 5.1: throughput below expectation -> check GPU-Util reaches 90%."""
 LONG_TAIL_RATIO = 3.0
 """p99 more than 3x p50 (E2E, else TTFT) = a long tail worth acting on; a steady service's p99 is
 usually within 2x of its median, so 3x leaves room for normal queueing noise."""
 MEMORY_EFFICIENCY_REFERENCE_GB_PER_B = 1.2
-"""Seed 3.2 reference: peak GPU memory / parameters in billions."""
+"""Article section 3.2 reference: peak GPU memory / parameters in billions."""
 MEMORY_EFFICIENCY_FLAG_FACTOR = 2.0
 """Flag memory efficiency above 2x the reference (2.4 GB per billion parameters)."""
 OOM_PATTERN = re.compile(
@@ -42,7 +42,7 @@ class Diagnostic(BaseModel):
 
 
 def profiling_command(run: RunResult) -> str:
-    """`nsys profile -t cuda,nvtx --stats=true -o <run_id> <the run's command>` (seed 5.1)."""
+    """`nsys profile -t cuda,nvtx --stats=true -o <run_id> <the run's command>` (article 5.1)."""
     command = run.command
     if not command:
         from bench.api import reproduce_command
@@ -184,7 +184,7 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
             "memory_efficiency",
             "info",
             f"peak GPU memory is {efficiency:.2f} GB per billion parameters, "
-            f"{efficiency / MEMORY_EFFICIENCY_REFERENCE_GB_PER_B:.1f}x the seed's "
+            f"{efficiency / MEMORY_EFFICIENCY_REFERENCE_GB_PER_B:.1f}x the article's "
             f"{MEMORY_EFFICIENCY_REFERENCE_GB_PER_B} GB/B reference (fp16 weights alone are "
             "2 GB/B, so the reference implies 8-bit weights or less)",
             "Engines such as vLLM pre-allocate a KV-cache pool up to gpu_memory_utilization, so "

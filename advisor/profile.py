@@ -1,6 +1,6 @@
 """The workload profile an engineer fills in (YAML, JSON, CLI flags or the web form).
 
-A profile has one or more stages (the seed's e-commerce case: an encoder stage feeding an LLM
+A profile has one or more stages (the article's e-commerce case: an encoder stage feeding an LLM
 stage); each stage gets its own recommendation. A simple single-stage YAML needs no `stages:` key:
 its stage fields sit at the top level. With `stages:`, top-level stage fields are defaults every
 stage inherits (a stage's own value wins). Field descriptions are the CLI and web-form help text.
@@ -33,7 +33,7 @@ class Objective(StrEnum):
 
 
 class Constraint(StrEnum):
-    """Deployment constraints that call for a portable runtime (the seed's "several backends")."""
+    """Deployment constraints that call for a portable runtime ("several backends")."""
 
     NON_NVIDIA_HARDWARE = "non_nvidia_hardware"
     EDGE = "edge"
@@ -79,7 +79,8 @@ class ProfileSLO(SLO):
     """Service-level objectives (bench's SLO) plus minimum throughputs and the percentile judged."""
 
     percentile: Literal["p50", "p90", "p99"] = Field(
-        "p99", description="Latency percentile that must meet ttft_ms/tpot_ms/e2e_ms (seed: P99)."
+        "p99",
+        description="Latency percentile that must meet ttft_ms/tpot_ms/e2e_ms (article: P99).",
     )
     min_request_throughput_rps: float | None = Field(
         None, gt=0, description="Successful requests per second at least."
@@ -100,7 +101,7 @@ class StageProfile(Strict):
 
     name: str = Field("main", min_length=1, max_length=100, description="Stage name.")
     notes: str | None = Field(None, description="Free text about this stage.")
-    # The seed's four traits (section 6), in the seed's order.
+    # The article's four traits (section 6), in the article's order.
     dynamic_control_flow: bool = Field(
         False,
         description="The model's forward pass branches or loops on data (Python control flow, "

@@ -30,7 +30,7 @@ BENCHMARKABLE_FRAMEWORKS = (
 )
 """Backend registry names: the bench can run these."""
 NOT_BENCHMARKED_FRAMEWORKS = ("jax",)
-"""Named by the seed (PyTorch/JAX) but not run by the bench; shown as `benchmarked: false`."""
+"""Named by the article (PyTorch/JAX) but not run by the bench; shown as `benchmarked: false`."""
 KNOWN_FRAMEWORKS = BENCHMARKABLE_FRAMEWORKS + NOT_BENCHMARKED_FRAMEWORKS
 COMPARISONS = ("equals", "not_equals", "lt", "le", "gt", "ge", "in", "not_in", "is_set")
 

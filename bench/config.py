@@ -109,11 +109,11 @@ class RateLoad(LoadCommon):
 
 
 class StepLoad(LoadCommon):
-    """Seed 3.3 ladder: concurrency start/step/max, each stage timed, the knee found."""
+    """The article's step load (3.3): concurrency start/step/max, each stage timed, knee found."""
 
     pattern: Literal["step"] = "step"
     start: int = Field(10, gt=0, description="First stage's concurrency.")
-    step: int = Field(10, gt=0, description="Concurrency added per stage (seed: 10).")
+    step: int = Field(10, gt=0, description="Concurrency added per stage (article: 10).")
     max: int = Field(100, gt=0, description="Last stage's concurrency at most.")
     levels: list[int] | None = Field(
         None,
@@ -128,26 +128,28 @@ class StepLoad(LoadCommon):
 
 
 class SteadyLoad(LoadCommon):
-    """Seed 3.3 soak: hold a fraction of capacity for a duration; detect leaks and drift."""
+    """Section 3.3 soak: hold a fraction of capacity for a duration; detect leaks and drift."""
 
     pattern: Literal["steady"] = "steady"
     fraction: float = Field(0.8, gt=0, le=2, description="Fraction of capacity to hold.")
     capacity_rps: float | None = Field(
         None, gt=0, description="Capacity in requests/s; none = find it first with a step ladder."
     )
-    duration_s: float = Field(1800.0, gt=0, description="Soak length (seed: 30 min).")
+    duration_s: float = Field(1800.0, gt=0, description="Soak length (article: 30 min).")
     window_s: float = Field(60.0, gt=0, description="Window for the per-window slope fits.")
 
 
 class PulseLoad(LoadCommon):
-    """Seed 3.3 burst: baseline, then a multiple of capacity, then baseline; measure recovery."""
+    """Section 3.3 burst: baseline, then a multiple of capacity, then baseline; measure recovery."""
 
     pattern: Literal["pulse"] = "pulse"
     capacity_rps: float | None = Field(
         None, gt=0, description="Capacity in requests/s; none = find it first with a step ladder."
     )
     baseline_fraction: float = Field(0.5, gt=0, description="Baseline rate as capacity fraction.")
-    burst_factor: float = Field(2.0, gt=0, description="Burst rate as capacity multiple (seed 2x).")
+    burst_factor: float = Field(
+        2.0, gt=0, description="Burst rate as capacity multiple (article: 2x)."
+    )
     baseline_s: float = Field(30.0, gt=0, description="Baseline length before the burst (s).")
     burst_s: float = Field(10.0, gt=0, description="Burst length (s).")
     recovery_s: float = Field(60.0, gt=0, description="Baseline length after the burst (s).")

@@ -1,4 +1,5 @@
-"""Environment fingerprint and a read-only preflight (seed 3.1): what makes a run repeatable.
+"""Environment fingerprint and a read-only preflight (article section 3.1): what makes a run
+repeatable.
 
 `fingerprint()` records the GPU settings, driver, libraries and host a run measured on;
 `preflight()` lists what would make a run unrepeatable with the command an admin could run.
@@ -405,7 +406,7 @@ def _clock_items(gpu: dict[str, Any]) -> list[PreflightItem]:
             what=f"GPU {index}: clocks are not pinned (application clocks at their default; "
             "NVML cannot show clocks locked with -lgc, so ignore this if you locked them)",
             why="Boost clocks move with temperature and power, so repeated runs differ "
-            "(seed 3.1: lock the clocks).",
+            "(article section 3.1: lock the clocks).",
             admin_command="  # or: ".join(commands) or None,
             device=index,
         )
@@ -421,7 +422,7 @@ def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightI
                 severity="warn",
                 what=f"GPU {index}: persistence mode is off",
                 why="The driver unloads between processes, so each start pays initialisation "
-                "and clocks reset (seed 3.1: persistence mode on).",
+                "and clocks reset (article section 3.1: persistence mode on).",
                 admin_command=f"sudo nvidia-smi -i {index} -pm 1",
                 device=index,
             )

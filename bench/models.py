@@ -250,7 +250,7 @@ PRESETS: dict[str, Preset] = {
             "llama-2-13b",
             "generate",
             _llama_2_13b,
-            "Llama-2-13B architecture (40 layers, hidden 5120, MHA): the seed article's model.",
+            "Llama-2-13B architecture (40 layers, hidden 5120, MHA): the article's model.",
         ),
         Preset(
             "llama-3-8b",

@@ -1,7 +1,7 @@
 """Optional Prometheus side of a run: a live /metrics endpoint, and a parser for engines' /metrics.
 
 `LiveMetrics` exposes request latencies, counts and GPU telemetry while a run goes, for teams that
-watch long steady runs in Grafana (the seed collects P99 through a Prometheus client). It keeps
+watch long steady runs in Grafana (the article collects P99 through a Prometheus client). It keeps
 its own CollectorRegistry, so several runs in one process never collide and the global default
 registry is left alone. Exact figures always come from the stored records, not from these
 histograms (their buckets only approximate percentiles).
@@ -22,7 +22,7 @@ LATENCY_BUCKETS_S = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
     1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0,
 )  # fmt: skip
-"""Histogram buckets (s): fine around the seed's 300 ms TTFT and 500 ms P99 references."""
+"""Histogram buckets (s): fine around the article's 300 ms TTFT and 500 ms P99 references."""
 
 
 class LiveMetrics:

@@ -453,7 +453,7 @@ def summarize_telemetry(
       is unsupported, the trapezoid integral of power over time. `energy_source` says which.
     - energy per output token J = energy J / output tokens.
     - memory efficiency GB per billion parameters = peak GPU memory GB / (parameters / 1e9)
-      (seed reference: 1.2).
+      (the article's reference: 1.2).
     - peak host RSS GB: peak resident memory of the engine's process tree.
     The sample series is kept, downsampled to at most MAX_STORED_SAMPLES.
     """

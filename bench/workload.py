@@ -182,7 +182,7 @@ LONG_SEQUENCE_PRESETS: dict[str, GenerateWorkload] = {
         output_tokens=LengthDistribution(kind="lognormal", mean=256, spread=128, max=2048),
     ),
 }
-"""Named generate workloads; "long-*" are the seed's long-sequence generation cases."""
+"""Named generate workloads; "long-*" are the article's long-sequence generation cases."""
 
 
 def iter_requests(

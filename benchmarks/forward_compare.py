@@ -3,7 +3,7 @@ pytorch, torch_compile, onnxruntime (and tensorrt where installed), via `bench.a
 
 Each (backend, batch) is one isolated bench run: closed loop at concurrency 1, warm-up excluded,
 compile/build time reported apart. Prints samples/s, p50/p99 latency and the ratio to eager
-PyTorch (the seed claims 2-4x for graph-optimised engines on CV models; this measures it).
+PyTorch (the article claims 2-4x for graph-optimised engines on CV models; this measures it).
 
   .venv/bin/python benchmarks/forward_compare.py --model resnet-50 --batches 1,8,64 \
       --dtype float16 --device cuda --duration-s 20 --json data/reference/forward-resnet50.json

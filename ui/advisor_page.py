@@ -65,7 +65,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
     presets = model_presets()
     out: dict[str, Any] = {"name": stage.get("name") or f"stage {index + 1}"}
 
-    st.markdown("##### 1 · The four questions of the seed's decision tree")
+    st.markdown("##### 1 · The four questions of the article's decision tree")
     traits = st.columns(2)
     for position, trait, label in (
         (0, "dynamic_control_flow", "Does the model need dynamic control flow?"),
@@ -600,7 +600,7 @@ def show_recommendation(stage_result: Any) -> None:
 SOURCE_LABELS = {
     "measured-here": "measured on your GPU type",
     "measured-elsewhere": "measured on another GPU",
-    "published": "published (seed article)",
+    "published": "published (article)",
 }
 
 
@@ -640,7 +640,7 @@ def show_evidence(stage_result: Any) -> None:
     )
     if any(row.source == "published" for row in rows):
         st.caption(
-            "Published rows are the seed article's A100 figures for orientation; they never "
+            "Published rows are the article's A100 figures for orientation; they never "
             "change the answer."
         )
 
@@ -659,8 +659,9 @@ def render() -> None:
     state.init_session()
     st.title("Which inference framework?")
     st.caption(
-        "Describe the workload. The advisor walks the seed article's decision tree, checks "
-        "what fits on the GPU, and settles the choice on benchmarks measured here."
+        "Describe the workload. The advisor walks the decision tree of the article *A panoramic "
+        "analysis of AI inference framework performance testing*, checks what fits on the GPU, "
+        "and settles the choice on benchmarks measured here."
     )
     profile = state.current_profile()
     head = st.columns([3, 2])
@@ -698,7 +699,7 @@ def render() -> None:
         "Add a stage",
         on_click=_add_stage,
         icon=":material/add:",
-        help="A pipeline of models (the seed's e-commerce case: a TensorRT encoder feeding a "
+        help="A pipeline of models (the article's e-commerce case: a TensorRT encoder feeding a "
         "vLLM generator); each stage gets its own recommendation.",
     )
 

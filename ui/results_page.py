@@ -1,6 +1,6 @@
 """Results page: every stored run, filterable; side-by-side comparison, curves and diagnostics.
 
-Measurements come from the results store; the seed article's published A100 table is shown in
+Measurements come from the results store; the article's published A100 table is shown in
 its own labelled section and never mixed into a chart or table of measurements.
 """
 
@@ -43,7 +43,7 @@ def latency_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
 
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)
 def reference_table() -> tuple[Any, str | None]:
-    """The seed's published table (advisor.report's file name and loader) or why it is missing."""
+    """The article's published table (advisor.report's loader) or why it is missing."""
     from advisor.evidence import DEFAULT_REFERENCE_DIR
     from advisor.report.build import SEED_REFERENCE_FILE, load_reference
 
@@ -272,7 +272,7 @@ def pareto(frame: pd.DataFrame) -> None:
 
 
 def diagnostics(runs: list[RunResult]) -> None:
-    st.subheader("Diagnostics (seed section 5, applied per run)")
+    st.subheader("Diagnostics (article section 5, applied per run)")
     for run in runs:
         findings = run_diagnostics(run.run_id, state.store_location())
         label = f"{run_title(run)} — {len(findings)} finding{'s' if len(findings) != 1 else ''}"
@@ -307,14 +307,14 @@ def shipped_measurements_section() -> None:
 
 
 def reference_section() -> None:
-    st.subheader("Published reference: the seed article's A100 table")
+    st.subheader("Published reference: the article's A100 table")
     table, absent = reference_table()
     if table is None:
         empty_state(f"The published table is missing: {absent}.")
         return
     st.warning(
         "**Published figures, not measured here.** Llama2-13B on an NVIDIA A100 80GB PCIe as "
-        "the seed article reports them; workload and settings differ between rows and are "
+        "the article reports them; workload and settings differ between rows and are "
         "partly unstated. Shown for orientation only; never mixed with the measurements above.",
         icon=":material/menu_book:",
     )

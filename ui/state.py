@@ -29,7 +29,7 @@ MAX_PROFILE_BYTES = 256 * 1024
 
 
 def default_stage(name: str = "main") -> dict[str, Any]:
-    """A first-visit stage: a 7B chat model on one GPU, lengths and SLOs the seed's table uses."""
+    """A first-visit stage: a 7B chat model on one GPU, lengths and SLOs from the article."""
     stage = StageProfile(
         name=name,
         model="llama-2-7b",

@@ -410,7 +410,7 @@ _PUBLISHED_KEYS = {
 def published_rows(
     recommendation: Mapping[str, Any], seed_frameworks_file: str
 ) -> list[EvidenceRow]:
-    """Published figures the advisor used, except the seed table (shown apart as reference)."""
+    """Published figures the advisor used, except the article's table (shown apart as reference)."""
     rows = []
     for row in advisor_evidence(recommendation):
         if _source_of(_first(row, ("source", "marking", "provenance", "kind"))) != "published":
@@ -593,7 +593,7 @@ def column_label(key: str) -> str:
 
 
 def load_reference(path: Path) -> ReferenceTable:
-    """The seed's published table from data/reference (`kind: published` layout; a plain
+    """The article's published table from data/reference (`kind: published` layout; a plain
     `columns` + `rows` table works too)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -632,8 +632,9 @@ def load_reference(path: Path) -> ReferenceTable:
     if isinstance(configurations, Mapping):
         caveats += [f"{name} configuration: {_text(v)}" for name, v in configurations.items()]
     return ReferenceTable(
-        title=_text(data.get("title")) or "Seed article: Llama2-13B on NVIDIA A100 80GB PCIe",
-        source=source_title or "seed article (published)",
+        title=_text(data.get("title")) or "Article: Llama2-13B on NVIDIA A100 80GB PCIe",
+        source=source_title
+        or '"A panoramic analysis of AI inference framework performance testing" (published)',
         conditions=_text(conditions),
         note=_text(data.get("note"))
         or "Published figures, not measured by this project, and not comparable row by row.",

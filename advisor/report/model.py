@@ -22,7 +22,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("decision-path", "Decision path"),
     ("recommendation", "Recommendation"),
     ("evidence", "Evidence"),
-    ("reference", "Published reference (seed article, A100)"),
+    ("reference", "Published reference (article, A100)"),
     ("charts", "Charts"),
     ("feasibility", "Feasibility and physical floor"),
     ("diagnostics", "Diagnostics"),

@@ -45,7 +45,7 @@ class TensorRTLLMOptions(BaseModel):
 
     `backend` picks the runtime: "pytorch" (TensorRT-LLM's default LLM class, `TorchLlmArgs`) or
     "tensorrt" (a compiled engine, `tensorrt_llm._tensorrt_engine.LLM` with a `BuildConfig`; the
-    seed's `trtllm-build --gemm_plugin float16 --max_batch_size 32`).
+    article's `trtllm-build --gemm_plugin float16 --max_batch_size 32`).
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -20,7 +20,7 @@ MATERIAL_GROWTH_FRACTION = 0.05
 """...and when the fitted growth over the whole run is at least this fraction of the fitted
 level at the start (memory: a leak; p99 E2E: a latency drift). Only increases are flagged."""
 RECOVERY_TOLERANCE = 0.10
-"""Pulse: recovered when a window's p99 E2E is within 10% of the baseline p99 (seed 3.3)."""
+"""Pulse: recovered when a window's p99 E2E is within 10% of the baseline p99 (article 3.3)."""
 MIN_FIT_WINDOWS = 3
 BYTES_PER_MB = 1024 * 1024
 
