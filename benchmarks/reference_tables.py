@@ -1,18 +1,32 @@
-"""Markdown tables of measured reference files (for the README), computed, never typed in.
+"""The measurement docs (docs/measurements/h200.md, docs/fidelity.md) and the README's headline
+table, computed from the measured files in data/reference/, never typed in.
 
-    python benchmarks/reference_tables.py data/reference/h200_2026-11-29_runs.json \
-        data/reference/h200_2026-11-29_s2_runs.json data/reference/h200_2026-11-29_s3_runs.json \
-        data/reference/h200_2026-11-30_s4_runs.json data/reference/h200_2026-11-30_s4b_runs.json \
-        --campaigns data/reference/h200_2026-11-29 data/reference/h200_2026-11-29_s2 \
-        data/reference/h200_2026-11-29_s3 data/reference/h200_2026-11-30_s4 \
-        data/reference/h200_2026-11-30_s4b
+    python benchmarks/reference_tables.py            # rewrite the docs from data/reference/
+    python benchmarks/reference_tables.py --check    # exit 1 if a doc differs from the data
+
+The prose around the tables lives in benchmarks/templates/*.md.j2; every figure in it is a
+value computed here from the same files (tests/benchmarks/test_reference_tables.py checks the
+committed docs equal this script's output).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Iterable
 from pathlib import Path
+
+import jinja2
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_DIR = ROOT / "data" / "reference"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+DOCS = {"measurements/h200.md": "h200.md.j2", "fidelity.md": "fidelity.md.j2"}
+"""Generated doc (relative to docs/) -> its template in benchmarks/templates/."""
+FAST_STEP_MS = 22.0
+"""Eager decode steps on the H200 hosts ran ~18–22 ms or ~30–42 ms (campaign logs): below this a
+paired batch ran in the fast regime."""
 
 
 def fmt(value, digits: int = 0) -> str:
@@ -316,25 +330,338 @@ def vllm_reference_table(campaign_dirs: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("reference", type=Path, nargs="+")
-    parser.add_argument("--campaigns", type=Path, nargs="+", required=True)
+# --------------------------------------------------------------------------- the shipped files
+
+
+def run_files(reference_dir: Path = REFERENCE_DIR) -> list[Path]:
+    """Every measured RunResult file of the H200 campaigns (`h200_*_runs.json`), in date order."""
+    return sorted(reference_dir.glob("h200_*_runs.json"))
+
+
+def campaign_dirs(reference_dir: Path = REFERENCE_DIR) -> list[Path]:
+    """Every H200 campaign folder (campaign files, paired checks, vLLM's own figures)."""
+    return sorted(path for path in reference_dir.glob("h200_*") if path.is_dir())
+
+
+def load_runs(paths: Iterable[Path]) -> list[dict]:
+    return [run for path in paths for run in json.loads(path.read_text())["runs"]]
+
+
+def rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+# --------------------------------------------------------------------------- figures in the prose
+
+
+def ladder_run(runs: list[dict], model: str, backend: str, concurrency: int) -> tuple[dict, dict]:
+    """(run, phase) of the ladder stage at `concurrency`; KeyError when it was not run."""
+    for run in runs:
+        config = run["config"]
+        if is_ladder(run) and config["model"] == model and config["backend"] == backend:
+            for phase in run["phases"]:
+                if round(phase["target"]) == concurrency:
+                    return run, phase
+    raise KeyError((model, backend, concurrency))
+
+
+def ladder_phase(runs: list[dict], model: str, backend: str, concurrency: int) -> tuple[dict, str]:
+    """(phase summary, GPU tag) of the ladder stage at `concurrency`; KeyError when not run."""
+    run, phase = ladder_run(runs, model, backend, concurrency)
+    return phase["summary"], gpu_tag(run)
+
+
+def tok_s(runs: list[dict], model: str, backend: str, concurrency: int) -> float:
+    return ladder_phase(runs, model, backend, concurrency)[0]["output_throughput_tok_s"]
+
+
+def ratio(
+    runs: list[dict], model: str, over: str, under: str, concurrency: int, digits: int = 1
+) -> str:
+    """`over`'s output tok/s ÷ `under`'s at one ladder level, '1.8×', with † when the two ran
+    on different GPUs (the ratio then carries machine variance too)."""
+    a, gpu_a = ladder_phase(runs, model, over, concurrency)
+    b, gpu_b = ladder_phase(runs, model, under, concurrency)
+    value = a["output_throughput_tok_s"] / b["output_throughput_tok_s"]
+    return f"{value:.{digits}f}×" + ("" if gpu_a == gpu_b else " †")
+
+
+def ratios(
+    runs: list[dict], model: str, over: str, under: str, levels: Iterable[int], digits: int = 1
+) -> str:
+    return " / ".join(ratio(runs, model, over, under, level, digits) for level in levels)
+
+
+def decode_floor(model: str, gpu: str = "H200", dtype: str = "float16"):
+    """advisor/estimate.py's Estimate for batch-1 decode of `model` on one `gpu`: its
+    `decode_floor_ms_per_token` = weight bytes / datasheet memory bandwidth."""
+    sys.path.insert(0, str(ROOT))
+    from advisor.estimate import estimate_stage
+    from advisor.profile import StageProfile
+
+    stage = StageProfile.model_validate(
+        {"name": "floor", "model": model, "gpu": {"type": gpu}, "precision": {"dtype": dtype}}
+    )
+    estimate = estimate_stage(stage)
+    if estimate.decode_floor_ms_per_token is None:
+        raise ValueError(f"no decode floor for {model} on {gpu}")
+    return estimate
+
+
+def library_versions(runs: list[dict]) -> dict[str, str]:
+    """Each library's version(s) across the runs' fingerprints, e.g. {'vllm': '0.25.0'}."""
+    seen: dict[str, set[str]] = {}
+    for run in runs:
+        env = run["environment"]
+        found = dict(env["libraries"])
+        found["torch"] = env["torch_build"]["version"]
+        found["driver"] = env["driver_version"]
+        found["cpu_cores"] = str(env["cpu"]["logical_cores"])
+        for name, version in found.items():
+            if version:
+                seen.setdefault(name, set()).add(version)
+    return {name: " / ".join(sorted(versions)) for name, versions in seen.items()}
+
+
+def gpu_tags(runs: list[dict]) -> list[str]:
+    """The short GPU tags of the runs, in the order they first appear."""
+    return list(dict.fromkeys(gpu_tag(run) for run in runs))
+
+
+def forward_ratio_range(runs: list[dict], backend: str, batches: Iterable[int]) -> str:
+    """'low–high×' of `backend` over eager PyTorch on the forward kind at these batch sizes."""
+    by_key: dict[tuple[str, int], dict[str, float]] = {}
+    for run in runs:
+        config = run["config"]
+        if config["workload"]["kind"] == "forward":
+            key = (config["model"], config["workload"]["batch_size"])
+            by_key.setdefault(key, {})[config["backend"]] = run["summary"][
+                "output_throughput_tok_s"
+            ]
+    values = [
+        rates[backend] / rates["pytorch"]
+        for (_, batch), rates in by_key.items()
+        if batch in batches and backend in rates and "pytorch" in rates
+    ]
+    return f"{min(values):.2f}–{max(values):.2f}×"
+
+
+def quick_plan(campaign_dirs: list[Path], name: str) -> dict:
+    """The quick-plan step of campaign `name`: wall time and per-backend timings."""
+    for campaign, gpu, step in campaign_steps(campaign_dirs):
+        if campaign == name and step.get("kind") == "quick_plan":
+            runs = {run["config"]["backend"]: run for run in step["runs"]}
+            parts = sum(
+                run["timings"]["load_s"] + run["timings"]["warmup_s"] + run["summary"]["duration_s"]
+                for run in runs.values()
+            )
+            return {
+                "wall_s": step["wall_s"],
+                "gpu": gpu,
+                "runs": runs,
+                "other_s": step["wall_s"] - parts,
+            }
+    raise KeyError(name)
+
+
+def fidelity_steps(campaign_dirs: list[Path]) -> list[tuple[str, str, dict]]:
+    return [
+        (name, gpu, step)
+        for name, gpu, step in campaign_steps(campaign_dirs)
+        if step.get("kind") in ("fidelity", "fidelity_paired")
+    ]
+
+
+def plain_generate_spread(campaign_dirs: list[Path], folders: set[str]) -> tuple[float, float]:
+    """Lowest and highest plain `generate` tok/s over every timed run in these folders' files:
+    the same call in one process, back to back, shows the host's variance."""
+    values: list[float] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("runs_output_throughput_tok_s", "plain_runs_output_throughput_tok_s"):
+                    values.extend(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for folder in campaign_dirs:
+        if folder.name in folders:
+            for path in sorted(folder.glob("*.json")):
+                walk(json.loads(path.read_text()))
+    return min(values), max(values)
+
+
+def fidelity_facts(campaign_dirs: list[Path]) -> dict:
+    """The figures docs/fidelity.md states in prose, from the campaign files."""
+    steps = fidelity_steps(campaign_dirs)
+    vllm = [(n, s) for n, _, s in steps if s["kind"] == "fidelity" and s["engine"] == "vllm"]
+    clean = [(n, s) for n, s in vllm if s["offline"].get("cached_prompt_tokens") == 0]
+    warm = [s["ratio"] for _, s in vllm if "cached_prompt_tokens" not in s["offline"]]
+    launch = [
+        (folder, s)
+        for folder in campaign_dirs
+        for n, _, s in fidelity_steps([folder])
+        if s["kind"] == "fidelity" and s["engine"] == "pytorch"
+    ]
+    newest = max(folder for folder, _ in launch)
+    earlier = [
+        r
+        for folder, s in launch
+        if folder != newest
+        for r in [s["ratio"], *(round_["ratio"] for round_ in s.get("rounds") or [])]
+    ]
+    paired = [s for _, _, s in steps if s["kind"] == "fidelity_paired"]
+    pairs = [pair for s in paired for pair in s["pairs"]]
+    p10 = [pair["backend"]["step_ms_p10"] for pair in pairs]
+    fast = [gap for gap in p10 if gap < FAST_STEP_MS]
+    # vLLM's prefix cache: the same host's reference with hits vs with caching off.
+    worth = []
+    for folder in campaign_dirs:
+        for path in sorted(folder.glob("vllm-reference/offline_*.json")):
+            off = json.loads(path.read_text())
+            host = json.loads((path.parent / "host.json").read_text())
+            campaign = json.loads((folder / host["campaign"]).read_text())
+            with_hits = next(
+                s["offline"]["output_throughput_tok_s"]
+                for s in campaign["steps"]
+                if s.get("kind") == "fidelity" and s.get("engine") == "vllm"
+            )
+            worth.append(
+                (short_uuid(host["gpu_uuid"]), with_hits / off["output_throughput_tok_s"] - 1)
+            )
+    return {
+        "clean": [
+            {
+                "campaign": n,
+                "event_loop": s.get("event_loop", "asyncio"),
+                "ours": s["backend_output_throughput_tok_s"],
+                "reference": s["offline"]["output_throughput_tok_s"],
+                "ratio": s["ratio"],
+            }
+            for n, s in clean
+        ],
+        "warm_range": (min(warm), max(warm)),
+        "launch_newest": [s["ratio"] for folder, s in launch if folder == newest],
+        "launch_earlier_range": (min(earlier), max(earlier)),
+        "paired": paired,
+        "pair_range": (min(p["ratio"] for p in pairs), max(p["ratio"] for p in pairs)),
+        "pairs": len(pairs),
+        "p10_range": (min(p10), max(p10)),
+        # Fast regime: under 22 ms per step, the top of the fast band seen in the step logs.
+        "p10_fast": len(fast),
+        "p10_fast_range": (min(fast), max(fast)),
+        "prefix_cache_worth": worth,
+    }
+
+
+def headline_table(runs: list[dict], model: str = "llama-2-7b") -> str:
+    """The README's one H200 table: output tok/s of each LLM backend at each ladder level."""
+    order = ("vllm", "openai", "torch_compile", "pytorch", "onnxruntime")
+    names = {"openai": "openai → vllm serve"}
+    levels = sorted(
+        {
+            round(phase["target"])
+            for run in runs
+            if is_ladder(run) and run["config"]["model"] == model
+            for phase in run["phases"]
+        }
+    )
+    lines = [
+        "| backend | " + " | ".join(f"c{level}" for level in levels) + " |",
+        "|---|" + "---:|" * len(levels),
+    ]
+    for backend in order:
+        cells = []
+        for level in levels:
+            try:
+                cells.append(fmt(tok_s(runs, model, backend, level)))
+            except KeyError:
+                cells.append("-")
+        if set(cells) != {"-"}:
+            lines.append(f"| {names.get(backend, backend)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the docs
+
+
+def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
+    """Each generated doc's text (path relative to docs/ -> Markdown)."""
+    files, folders = run_files(reference_dir), campaign_dirs(reference_dir)
+    runs = load_runs(files)
+    context = {
+        "runs": runs,
+        "folders": folders,
+        "files": [rel(path) for path in files],
+        "folder_names": [rel(path) for path in folders],
+        "versions": library_versions(runs),
+        "gpu_tags": gpu_tags(runs),
+        "tables": {
+            "llm": llm_table(runs),
+            "run_level": run_level_table(runs),
+            "fidelity": fidelity_table(folders),
+            "vllm_reference": vllm_reference_table(folders),
+            "quick_plan": quick_plan_table(folders),
+            "forward": forward_table(runs),
+        },
+        "fmt": fmt,
+        "tok_s": lambda *a: tok_s(runs, *a),
+        "phase": lambda *a: ladder_phase(runs, *a)[0],
+        "ladder_run": lambda *a: ladder_run(runs, *a)[0],
+        "ratios": lambda *a: ratios(runs, *a),
+        "ratio": lambda *a: ratio(runs, *a),
+        "decode_floor": decode_floor,
+        "forward_ratio_range": lambda *a: forward_ratio_range(runs, *a),
+        "quick_plan": lambda name: quick_plan(folders, name),
+        "fidelity_steps": fidelity_steps(folders),
+        "plain_generate_spread": lambda *names: plain_generate_spread(folders, set(names)),
+        "fidelity": fidelity_facts(folders),
+        "vllm_reference": {
+            path.parent.parent.name: json.loads(path.read_text())
+            for path in sorted(reference_dir.glob("h200_*/vllm-reference/offline_*.json"))
+        },
+    }
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,  # a misspelt figure fails, never renders empty
+        keep_trailing_newline=True,
+        autoescape=False,  # Markdown, not HTML
+    )
+    return {
+        doc: environment.get_template(template).render(context) for doc, template in DOCS.items()
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference-dir", type=Path, default=REFERENCE_DIR)
+    parser.add_argument("--docs-dir", type=Path, default=ROOT / "docs")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if a doc is out of date"
+    )
     args = parser.parse_args()
-    runs = [run for path in args.reference for run in json.loads(path.read_text())["runs"]]
-    print("#### LLM serving, fp16, 128 prompt / 128 output tokens\n")
-    print(llm_table(runs))
-    print("\n#### Run-level figures (telemetry over the measured window)\n")
-    print(run_level_table(runs))
-    print("\n#### Fidelity of the adapters against the engines' own APIs\n")
-    print(fidelity_table(args.campaigns))
-    print("\n#### vLLM's own figures beside a vLLM fidelity run (128/128, 1,024 requests)\n")
-    print(vllm_reference_table(args.campaigns))
-    print("\n#### Advisor quick plan, llama-2-7b, 512 prompt / 256 output tokens, concurrency 8\n")
-    print(quick_plan_table(args.campaigns))
-    print("\n#### Fixed-shape forward (bert-base seq 128, resnet-50 224 px), fp16\n")
-    print(forward_table(runs))
+    stale = []
+    for doc, text in render(args.reference_dir).items():
+        path = args.docs_dir / doc
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(doc)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {rel(path)}")
+    if stale:
+        print(f"out of date (run python benchmarks/reference_tables.py): {', '.join(stale)}")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

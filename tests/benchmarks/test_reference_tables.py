@@ -1,11 +1,16 @@
-"""The README's H200 tables come from benchmarks/reference_tables.py over the shipped files."""
+"""The measurement docs and the README's headline table come from benchmarks/reference_tables.py
+over the shipped files in data/reference/."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "data" / "reference"
@@ -130,21 +135,68 @@ def test_vllm_reference_table_divides_the_same_hosts_backend_figure():
         assert 5_000 < rate < 20_000  # a 7B at 1,024 x 128 tokens on an H200, not a typo'd cell
 
 
-def test_readme_tables_are_the_generators_output():
-    """Every H200 table in the README is exactly what reference_tables.py prints today."""
+def test_measurement_docs_are_the_generators_output():
+    """docs/measurements/h200.md and docs/fidelity.md are exactly what the script renders today
+    from data/reference/: every table and every figure in their prose."""
     tables = load_tables_module()
+    rendered = tables.render()
+    assert set(rendered) == {"measurements/h200.md", "fidelity.md"}
+    for doc, text in rendered.items():
+        assert (ROOT / "docs" / doc).read_text() == text, (
+            f"docs/{doc} is out of date: run python benchmarks/reference_tables.py"
+        )
     runs = shipped_runs()
-    readme = (ROOT / "README.md").read_text()
-    generated = [
+    h200, fidelity = rendered["measurements/h200.md"], rendered["fidelity.md"]
+    for table in (
         tables.llm_table(runs),
         tables.run_level_table(runs),
-        tables.fidelity_table(CAMPAIGN_DIRS),
-        tables.vllm_reference_table(CAMPAIGN_DIRS),
         tables.quick_plan_table(CAMPAIGN_DIRS),
         tables.forward_table(runs),
-    ]
-    for table in generated:
-        assert table in readme, table.splitlines()[0]
-    # and the command the README gives names every shipped file
+    ):
+        assert table in h200, table.splitlines()[0]
+    for table in (tables.fidelity_table(CAMPAIGN_DIRS), tables.vllm_reference_table(CAMPAIGN_DIRS)):
+        assert table in fidelity, table.splitlines()[0]
+    # the doc names every shipped file it was computed from
     for path in [*RUN_FILES, *CAMPAIGN_DIRS]:
-        assert str(path.relative_to(ROOT)) in readme
+        assert str(path.relative_to(ROOT)) in h200
+
+
+def test_prose_ratios_are_computed_from_the_ladders():
+    """A ratio in the prose divides the two runs' output tok/s at that level (and marks † only
+    when they ran on different GPUs)."""
+    tables = load_tables_module()
+    runs = shipped_runs()
+    vllm = tables.ladder_phase(runs, "llama-2-7b", "vllm", 16)[0]["output_throughput_tok_s"]
+    eager = tables.ladder_phase(runs, "llama-2-7b", "pytorch", 16)[0]["output_throughput_tok_s"]
+    assert tables.ratio(runs, "llama-2-7b", "vllm", "pytorch", 16) == f"{vllm / eager:.1f}×"
+    # torch_compile 7B ran on another host than eager PyTorch 7B
+    assert tables.ratio(runs, "llama-2-7b", "torch_compile", "pytorch", 16).endswith("†")
+    with pytest.raises(KeyError):
+        tables.ratio(runs, "llama-2-7b", "onnxruntime", "pytorch", 256)  # never run at 256
+
+
+def test_check_mode_flags_a_stale_doc(tmp_path):
+    tables = load_tables_module()
+    docs = tmp_path / "docs"
+    for doc, text in tables.render().items():
+        (docs / doc).parent.mkdir(parents=True, exist_ok=True)
+        (docs / doc).write_text(text.replace("| vllm |", "| vllm (edited) |", 1))
+    script = ROOT / "benchmarks" / "reference_tables.py"
+    stale = subprocess.run(
+        [sys.executable, str(script), "--check", "--docs-dir", str(docs)],
+        capture_output=True,
+        text=True,
+    )
+    assert stale.returncode == 1 and "measurements/h200.md" in stale.stdout
+    subprocess.run([sys.executable, str(script), "--docs-dir", str(docs)], check=True)
+    fresh = subprocess.run([sys.executable, str(script), "--check", "--docs-dir", str(docs)])
+    assert fresh.returncode == 0
+
+
+def test_readme_is_short_and_its_headline_table_is_generated():
+    readme = (ROOT / "README.md").read_bytes()
+    assert len(readme) <= 12_000, f"README.md is {len(readme):,} bytes; the limit is 12,000"
+    tables = load_tables_module()
+    assert tables.headline_table(shipped_runs()) in readme.decode()
+    headline = rows(tables.headline_table(shipped_runs()))
+    assert headline[0][0] == "vllm" and all(len(row) == len(headline[0]) for row in headline)
