@@ -1,4 +1,4 @@
-"""Turn GPU campaign output (benchmarks/gpu_campaign.py) into data/reference files.
+"""Turn campaign output (`python -m bench campaign PLAN --out DIR`) into data/reference files.
 
     python benchmarks/export_reference.py CAMPAIGN_DIR... --out data/reference/NAME.json \
         --raw-dir data/reference/NAME
@@ -9,8 +9,9 @@ the telemetry series cut to REFERENCE_SAMPLES points (the full series stays in t
 Telemetry figures are re-summarised over the measured window with
 `bench.telemetry.summarize_telemetry(window_ns=)` from the run's own samples and records:
 campaigns run before that option existed averaged utilisation, power and energy over model
-loading too. Campaign files (fidelity checks, skipped steps, the campaign command) and the raw
-run folders are copied to `--raw-dir`.
+loading too. The campaign's files (`campaign.json` with fidelity checks, skipped steps and the
+command; the plan; a `campaign.log` when one was kept) and the raw step folders (`steps/`, every
+step's outcome and run folders) are copied to `--raw-dir`.
 """
 
 from __future__ import annotations
@@ -73,12 +74,16 @@ def main() -> None:
         for result_path in sorted(campaign.rglob("result.json")):
             runs.append(export_run(result_path))
         shutil.copy(campaign / "campaign.json", args.raw_dir / f"campaign-{campaign.name}.json")
-        shutil.copy(campaign / "campaign.log", args.raw_dir / f"campaign-{campaign.name}.log")
-        with tarfile.open(args.raw_dir / f"runs-{campaign.name}.tgz", "w:gz") as tar:
-            tar.add(campaign / "runs", arcname="runs")
+        for name, suffix in (("plan", ".yaml"), ("campaign", ".log")):
+            if (campaign / f"{name}{suffix}").is_file():
+                shutil.copy(
+                    campaign / f"{name}{suffix}", args.raw_dir / f"{name}-{campaign.name}{suffix}"
+                )
+        with tarfile.open(args.raw_dir / f"steps-{campaign.name}.tgz", "w:gz") as tar:
+            tar.add(campaign / "steps", arcname="steps")
     provenance = {
-        "what": "Measured on a lent NVIDIA H200 by benchmarks/gpu_campaign.py; telemetry "
-        "re-summarised over each run's measured window by benchmarks/export_reference.py.",
+        "what": "Measured by `python -m bench campaign`; telemetry re-summarised over each "
+        "run's measured window by benchmarks/export_reference.py.",
         "campaign_commands": [
             json.loads((c / "campaign.json").read_text())["command"] for c in args.campaigns
         ],

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "examples" / "profiles" / "chat_7b_h200.yaml"
 TREE = ROOT / "data" / "decision_tree.yaml"
 REFERENCE_RUNS = ROOT / "data" / "reference" / "h200_2026-11-29_runs.json"
+CAMPAIGN_PLAN = ROOT / "data" / "reference" / "h200_2026-11-30_s4b" / "plan.yaml"
 
 
 def random_bytes(size: int = 4096) -> bytes:
@@ -52,6 +53,10 @@ def real_profile(tmp: Path) -> bytes:
 
 def real_tree(tmp: Path) -> bytes:
     return TREE.read_bytes()
+
+
+def real_campaign_plan(tmp: Path) -> bytes:
+    return CAMPAIGN_PLAN.read_bytes()
 
 
 def real_run_config(tmp: Path) -> bytes:
@@ -171,6 +176,12 @@ CASES: list[tuple[str, Callable[[Path], bytes], str, Callable[[str], tuple[int, 
     ("bench run --config", real_run_config, ".json", lambda f: bench("run", "--config", f)),
     ("bench run --config (yaml)", real_run_config, ".yaml", lambda f: bench("run", "--config", f)),
     ("bench summarize", real_records, ".jsonl", lambda f: bench("summarize", f)),
+    (
+        "bench campaign",
+        real_campaign_plan,
+        ".yaml",
+        lambda f: bench("campaign", f, "--out", str(Path(f).parent / "campaign-out")),
+    ),
     ("bench runs --store", real_store, ".sqlite", lambda f: bench("runs", "--store", f)),
     (
         "bench show --store",

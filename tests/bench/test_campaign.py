@@ -252,3 +252,47 @@ def test_advisor_plan_step_with_a_missing_profile_fails_in_one_line(tmp_path: Pa
     assert not isinstance(step, RunStep)
     with pytest.raises(UserError, match=r"profile .*nope\.yaml does not exist"):
         advisor_plan_configs(step, StepContext(out_dir=tmp_path, plan_dir=tmp_path))
+
+
+# --------------------------------------------------------------------------- shipped plans
+
+REFERENCE = ROOT / "data" / "reference"
+PLAN_FILES = sorted(REFERENCE.glob("*/plan*.yaml"))
+
+
+def campaigns_of(plan_file: Path) -> list[Path]:
+    """`plan.yaml` produced every campaign file of its folder; `plan-X.yaml` produced
+    `campaign-X.json`."""
+    if plan_file.stem == "plan":
+        return sorted(plan_file.parent.glob("campaign-*.json"))
+    return [plan_file.parent / f"campaign-{plan_file.stem.removeprefix('plan-')}.json"]
+
+
+def test_every_reference_campaign_folder_has_its_plan() -> None:
+    folders = {path.parent for path in REFERENCE.glob("*/campaign-*.json")}
+    covered = {c.parent for plan in PLAN_FILES for c in campaigns_of(plan) if c.is_file()}
+    assert folders and folders == covered
+
+
+@pytest.mark.parametrize(
+    "plan_file", PLAN_FILES, ids=[str(p.relative_to(REFERENCE)) for p in PLAN_FILES]
+)
+def test_reference_plan_is_the_one_that_produced_its_data(plan_file: Path) -> None:
+    """Each shipped plan validates, names the steps its campaign files recorded, and every
+    recorded run's configuration is its run step's (a served engine's address aside)."""
+    import json
+
+    from bench.config import RunConfig
+
+    plan = load_plan(plan_file)
+    for campaign_file in campaigns_of(plan_file):
+        recorded = json.loads(campaign_file.read_text())["steps"]
+        assert [step["step"] for step in recorded] == [step.name for step in plan.steps]
+        for step, entry in zip(plan.steps, recorded, strict=True):
+            if not isinstance(step, RunStep) or "result" not in entry:
+                continue
+            ran = RunConfig.model_validate(entry["result"]["config"])
+            if step.config.backend == "openai":  # the plan launches the server; it ran at an URL
+                assert step.config.engine_args["launch"] == "vllm"
+                ran = ran.model_copy(update={"engine_args": step.config.engine_args})
+            assert ran == step.config, step.name
