@@ -140,6 +140,36 @@ def job_resources(configs: Iterable[RunConfig], cpus: float = 1.0) -> JobResourc
     return JobResources(gpus=gpus, gpu_type=types.pop() if types else None, cpus=cpus)
 
 
+# --------------------------------------------------------------------------- where a job is
+
+
+def node_text(placement: dict[str, Any]) -> str:
+    """`node gpu-7 (10.0.0.7, 5f2c9a1b3d4e) / GPUs GPU-21ff…, GPU-36bb…` for a Ray placement."""
+    node_id = str(placement.get("node_id") or "")
+    text = f"node {placement.get('hostname')} ({placement.get('node_ip')}, {node_id[:12]})"
+    gpus = placement.get("gpu_uuids") or placement.get("gpu_ids") or []
+    return text + (f" / GPUs {', '.join(map(str, gpus))}" if gpus else "")
+
+
+def describe_placement(placement: dict[str, Any] | None) -> str | None:
+    """One line for the jobs view: what a queued job waits for, where it runs or ran.
+    None for a job of the local executor (it runs here)."""
+    if not placement or placement.get("executor") != "ray":
+        return None
+    state = placement.get("state")
+    if state == "queued":
+        waiting = f"waiting for a node with {placement.get('waiting_for')}"
+        reason = placement.get("reason") or waiting
+        return f"Queued on the Ray cluster: {reason}."
+    if state == "running":
+        return f"Running on {node_text(placement)}."
+    if state == "refused":
+        return f"Refused by {node_text(placement)}."
+    if placement.get("node_id"):
+        return f"Ran on {node_text(placement)}."
+    return "Never started on the Ray cluster."
+
+
 # --------------------------------------------------------------------------- the seam
 
 

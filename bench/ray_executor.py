@@ -250,6 +250,10 @@ class _JobSupervisor:
         if outcome.refused:
             self.placement = {**outcome.placement.model_dump(), "state": "refused"}
             return self._end(RunStatus.FAILED, outcome.refused)
+        stored = self.store.get_job(self.job.job_id).progress or {}
+        placement = {**(stored.get("placement") or outcome.placement.model_dump())}
+        placement["state"] = "finished"
+        self.store.update_job(self.job.job_id, progress={**stored, "placement": placement})
         return RunStatus(outcome.status)
 
     def _stored_placement(self) -> dict[str, Any]:

@@ -78,8 +78,9 @@ class NodePlacement(BaseModel):
     gpu_uuids: list[str] = Field(default_factory=list, description="NVML UUIDs of those GPUs.")
 
     def describe(self) -> str:
-        gpus = f" / GPUs {', '.join(self.gpu_uuids or self.gpu_ids)}" if self.gpu_ids else ""
-        return f"node {self.hostname} ({self.node_ip}, {self.node_id[:12]}){gpus}"
+        from bench.executor import node_text
+
+        return node_text(self.model_dump())
 
 
 def _gpu_uuids(gpu_ids: list[str]) -> list[str]:

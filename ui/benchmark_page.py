@@ -493,6 +493,11 @@ def job_panel(job: Job) -> None:
                 state.get_store().request_stop(job_id)
                 st.toast("Stop requested: the engine is being ended.", icon=":material/stop:")
         _runner_hint(job)
+    from bench.executor import describe_placement
+
+    where = describe_placement((job.progress or {}).get("placement"))
+    if where:
+        (st.info if where.startswith("Queued") else st.caption)(where)
     if job.error:
         (st.warning if job.status == RunStatus.STOPPED else st.error)(job.error)
     from bench.jobs import queued_runs
@@ -518,7 +523,12 @@ def _runner_hint(job: Any) -> None:
 
         ensure_runner(state.store_location(), log_path=_runner_log_path(state.get_store()))
     elif job.status == RunStatus.QUEUED:
-        st.caption("Queued: one GPU job runs at a time; this one starts when the current ends.")
+        from bench.executor import ExecutorSettings
+
+        if ExecutorSettings.from_env().name == "local":
+            st.caption("Queued: one GPU job runs at a time; this one starts when the current ends.")
+        else:
+            st.caption("Queued: the job runner sends it to the Ray cluster shortly.")
 
 
 def run_section(run: dict[str, Any], job: Any) -> None:

@@ -8,6 +8,7 @@ module and is shut down at the end; every wait is bounded.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from bench.store import ResultStore
 pytestmark = pytest.mark.slow
 
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
+REPO = Path(__file__).resolve().parents[2]
 TYPE_A, TYPE_B = "TypeA", "TypeB"
 
 
@@ -127,8 +129,26 @@ def engine_pids(store: ResultStore, job_id: str) -> set[int]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> ResultStore:
-    return ResultStore(tmp_path / "store.sqlite")
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ResultStore:
+    path = tmp_path / "store.sqlite"
+    monkeypatch.setenv("ADVISOR_STORE", str(path))  # the app's pages read the same store
+    monkeypatch.chdir(REPO)
+    return ResultStore(path)
+
+
+def benchmark_page_texts() -> list[str]:
+    """What the Benchmark page's jobs view says about the newest job (a real AppTest run)."""
+    from streamlit.testing.v1 import AppTest
+
+    main = sys.modules.get("__main__")
+    try:
+        at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
+        at.switch_page("ui/benchmark_page.py")
+        at.run()
+    finally:  # AppTest leaves the page as __main__, which spawned processes would re-run
+        sys.modules["__main__"] = main
+    assert not at.exception
+    return [element.value for element in (*at.info, *at.caption)]
 
 
 def test_jobs_land_on_the_node_of_their_gpu_type(cluster, store, tmp_path):
@@ -151,6 +171,10 @@ def test_jobs_land_on_the_node_of_their_gpu_type(cluster, store, tmp_path):
         assert store.count_records(run.run_id) >= run.summary.successful
         assert run.environment["executor"]["name"] == "ray"
         assert run.environment["executor"]["node_id"] == nodes[name].node_id
+    texts = benchmark_page_texts()  # the newest job: B's
+    assert any(
+        text.startswith("Ran on node ") and nodes[TYPE_B].node_id[:12] in text for text in texts
+    ), texts
 
 
 def test_unplaceable_job_waits_with_reason_and_stop_cancels_it(cluster, store, tmp_path):
@@ -165,11 +189,31 @@ def test_unplaceable_job_waits_with_reason_and_stop_cancels_it(cluster, store, t
         time.sleep(2)  # it stays queued: no node can take it
         assert placement(store, job_id)["state"] == "queued"
         assert not store.get_job(job_id).run_ids
+        texts = benchmark_page_texts()
+        assert any("Queued on the Ray cluster: waiting for a node with H200" in t for t in texts)
         store.request_stop(job_id)
         wait_for(lambda: store.get_job(job_id).finished, 60, "the stopped job")
     job = store.get_job(job_id)
     assert job.status == RunStatus.STOPPED
     assert not job.run_ids
+
+
+def test_node_with_other_versions_refuses_the_job(cluster, store, tmp_path, monkeypatch):
+    """The submitter's vLLM differs from the nodes': the job fails naming the difference."""
+    import bench.ray_node
+
+    real = bench.ray_node.comparability_versions()
+    submitter = {**real, "vllm": "0.0.0-submitter"}
+    monkeypatch.setattr(bench.ray_node, "comparability_versions", lambda: submitter)
+    ray_cluster, _ = cluster
+    job_id = store.create_job([tiny_config(TYPE_A)], label="other versions")
+    with Runner(store, ray_cluster, tmp_path):
+        wait_for(lambda: store.get_job(job_id).finished, 120, "the refused job")
+    job = store.get_job(job_id)
+    assert job.status == RunStatus.FAILED
+    node_vllm = real["vllm"] or "not installed"
+    assert f"vllm: {node_vllm} on the node, 0.0.0-submitter on the submitter" in job.error
+    assert "refused the job" in job.error and not job.run_ids
 
 
 def test_stop_mid_run_leaves_no_engine_process(cluster, store, tmp_path):
