@@ -78,13 +78,14 @@ def build_profile(
 
 
 def open_store(store: str | None) -> Any:
-    """The results store given, or the default one if it exists (never created by the advisor)."""
-    from bench.store import ResultStore, resolve_location
+    """The results store given, or the default one if it exists (a SQLite file is never created
+    by the advisor; a database server is opened as named)."""
+    from bench.store import ResultStore, parse_store_url
 
-    location = resolve_location(store)
-    if not location.exists():
+    location = parse_store_url(store)
+    if location.path is not None and not location.path.exists():
         if store is not None:
-            raise UserError(f"results store {store} does not exist")
+            raise UserError(f"results store {location.display} does not exist")
         return None
     return ResultStore(location)
 
@@ -100,7 +101,8 @@ def recommend(
     store: Annotated[
         str | None,
         typer.Option(
-            help="Results store (SQLite file or sqlite:/// URL); default: $ADVISOR_STORE "
+            help="Results store (SQLite file, sqlite:/// or postgresql:// URL); default: "
+            "$ADVISOR_STORE "
             "or the user data folder, when it exists."
         ),
     ] = None,

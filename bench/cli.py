@@ -26,8 +26,9 @@ StoreOption = Annotated[
     str | None,
     typer.Option(
         "--store",
-        help="Results store: a SQLite file or sqlite:/// URL "
-        "(default: $ADVISOR_STORE or the user data folder).",
+        help="Results store: a SQLite file, sqlite:///path or postgresql://user@host:port/db "
+        "(password from the URL or PGPASSWORD/~/.pgpass; default: $ADVISOR_STORE, else a "
+        "SQLite file in the user data folder).",
     ),
 ]
 
@@ -453,6 +454,51 @@ def show(
     from bench.store import ResultStore
 
     typer.echo(ResultStore(store).get_run(run_id).model_dump_json(indent=2))
+
+
+store_app = typer.Typer(
+    no_args_is_help=True, help="Inspect a results store; copy runs between stores."
+)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("info")
+def store_info(
+    store: StoreOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Which store this is (password masked), its schema version (upgraded on open), counts."""
+    from bench.store import ResultStore
+
+    with ResultStore(store) as opened:
+        info = opened.info()
+    if as_json:
+        _print_json(info.model_dump())
+        return
+    typer.echo(
+        f"{info.backend} store {info.location}: schema {info.schema_version}, "
+        f"{info.runs} runs, {info.jobs} jobs"
+    )
+
+
+@store_app.command("copy")
+def store_copy(
+    source: Annotated[str, typer.Argument(help="Store to read: path, sqlite:/// or postgresql://")],
+    destination: Annotated[
+        str, typer.Argument(help="Store to write (created or upgraded if needed).")
+    ],
+) -> None:
+    """Copy finished runs with their records and telemetry; copying again duplicates nothing."""
+    from bench.store import ResultStore
+    from bench.store_copy import copy_runs
+
+    with ResultStore(source) as reader, ResultStore(destination) as writer:
+        report = copy_runs(reader, writer)
+        typer.echo(
+            f"{report.copied} runs copied, {report.updated} replaced, {report.unchanged} already "
+            f"there, {report.unfinished} unfinished left out; {report.records} records "
+            f"({reader.display} -> {writer.display})"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

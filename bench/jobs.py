@@ -4,7 +4,11 @@ The web app only writes jobs (`ResultStore.create_job`) and reads their progress
 claims them, calls `bench.api.launch` for every RunConfig, writes throttled progress into the job
 row, turns the job's `stop_requested` flag into the stop Event that ends the engine, and exits
 after being idle. Reruns, page switches, a closed tab or a reconnect therefore lose nothing.
-Start it with `python -m bench.jobs --store LOCATION` or `ensure_runner(LOCATION)`.
+Start it with `python -m bench.jobs --store URL` or `ensure_runner(URL)`.
+
+One runner per host and store (a lock file); on a shared PostgreSQL store the runners of several
+hosts take jobs from one queue, each job claimed by exactly one of them. A runner heartbeats its
+job and run; one that dies is failed by the next runner to look after the grace period.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ QUEUE_POLL_S = 1.0
 STALE_GRACE_S = 300.0
 """A RUNNING run whose heartbeat is older than this is reaped (its process died). Generous: a
 run started from the CLI heartbeats only on progress, and a large model loads for minutes."""
+JOB_GRACE_S = 120.0
+"""A RUNNING job (and the run it executes) silent this long is FAILED: its runner heartbeats
+every HEARTBEAT_S, loading included, so silence means the runner died."""
 HISTORY_POINTS = 240
 """Progress samples kept per run for the live charts (halved when full, so it spans the run)."""
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -173,11 +180,9 @@ class _StopWatcher(threading.Thread):
                     self.stop.set()
                 if time.monotonic() - last_heartbeat >= HEARTBEAT_S:
                     last_heartbeat = time.monotonic()
-                    self.store.job_heartbeat(self.job_id)
-                    if self.current_run_id:
-                        self.store.heartbeat(self.current_run_id)
-            except Exception:  # a busy store must not kill the job; try again next tick
-                log.exception("stop watcher: store access failed")
+                    self.store.job_heartbeat(self.job_id, run_id=self.current_run_id)
+            except Exception as error:  # an unreachable store must not kill the job: next tick
+                log.warning("stop watcher: store access failed: %s", error)
 
 
 def run_job(store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
@@ -250,10 +255,10 @@ def run_job(store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
 
 
 def _lock_path(store_location: str | None) -> Path:
-    """One lock file per store: the runner holds an flock on it and writes its pid into it."""
-    from bench.store import resolve_location
+    """One lock file per store and host: the runner holds an flock on it and writes its pid."""
+    from bench.store_url import parse_store_url
 
-    key = str(resolve_location(store_location).expanduser().resolve())
+    key = parse_store_url(store_location).identity  # no password in it
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"bench-job-runner-{os.getuid()}-{digest}.lock"
 
@@ -280,16 +285,23 @@ def serve(
     log_dir: Path | None = None,
     stop: threading.Event | None = None,
     executor_settings: Any = None,
+    grace_s: float = JOB_GRACE_S,
 ) -> int:
     """The runner loop: reap stale jobs, claim the next one, run it; exit after idling.
 
     The executor (`bench.executor`; default local) runs the claimed jobs: `local` one at a time
     in this loop, `ray` up to its `max_jobs` at once, each supervised from its own thread.
     Returns the number of jobs run. Exits at once (0 jobs) when another runner holds the lock.
+    A store that cannot be reached for a while (UserError after its own retries) is logged in
+    one line and tried again; it never ends the runner with a traceback.
     """
+    from bench.errors import UserError
     from bench.executor import ExecutorSettings, open_executor
     from bench.store import ResultStore
 
+    # ensure_runner hands the URL over in $ADVISOR_STORE (never argv): resolve it once here, so
+    # the executor is told the same store this loop opens.
+    store_location = store_location or os.environ.get("ADVISOR_STORE") or None
     lock_handle = open(_lock_path(store_location), "a+", encoding="utf-8")  # noqa: SIM115
     try:
         fcntl.flock(lock_handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -314,8 +326,17 @@ def serve(
             if active:
                 idle_since = time.monotonic()
             with contextlib.suppress(Exception):
-                store.reap_stale(STALE_GRACE_S)
-            job = store.claim_next_job(os.getpid()) if len(active) < executor.max_jobs else None
+                store.reap_stale(max(STALE_GRACE_S, grace_s))
+            try:
+                job = (
+                    store.claim_next_job(os.getpid(), grace_s=grace_s)
+                    if len(active) < executor.max_jobs
+                    else None
+                )
+            except UserError as error:
+                log.warning("cannot claim a job: %s", error)
+                time.sleep(QUEUE_POLL_S)
+                continue
             if job is None:
                 if not active and time.monotonic() - idle_since > idle_exit_s:
                     log.info("idle for %.0f s; exiting", idle_exit_s)
@@ -370,8 +391,9 @@ def ensure_runner(
     The child gets its own session (a closed tab or a stopped app does not kill a benchmark) and
     logs to a file, never to an unread pipe. The executor comes from `executor_settings`, else
     from `ADVISOR_EXECUTOR` / `RAY_ADDRESS` (`bench.executor.ExecutorSettings.from_env`).
-    The store location is passed as one argv item; no
-    user value reaches a shell. Two racing calls are safe: the loser's child sees the lock, exits.
+    The store URL goes in the child's environment ($ADVISOR_STORE), not its argv, which any
+    user on the host can read with `ps` (a password in it would leak); no user value reaches a
+    shell. Two racing calls are safe: the loser's child sees the lock, exits.
     """
     pid = runner_pid(store_location)
     if pid is not None and pid > 0:
@@ -383,12 +405,14 @@ def ensure_runner(
     settings = executor_settings or ExecutorSettings.from_env()
     args = [sys.executable, "-m", "bench.jobs", "--idle-exit-s", str(idle_exit_s)]
     args += settings.runner_args()
+    environment = dict(os.environ)
     if store_location:
-        args += ["--store", str(store_location)]
+        environment["ADVISOR_STORE"] = str(store_location)
     with open(log_path, "ab") as log_file:
         child = subprocess.Popen(  # argument list, no shell
             args,
             cwd=REPO_ROOT,
+            env=environment,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -402,8 +426,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.jobs", description="Run queued benchmark jobs from the store."
     )
-    parser.add_argument("--store", default=None, help="Store location (default: $ADVISOR_STORE).")
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="Store URL or SQLite path (default: $ADVISOR_STORE, else the user data folder).",
+    )
     parser.add_argument("--idle-exit-s", type=float, default=IDLE_EXIT_S)
+    parser.add_argument(
+        "--grace-s",
+        type=float,
+        default=JOB_GRACE_S,
+        help="Fail a running job whose runner has been silent this long.",
+    )
     parser.add_argument("--log-dir", type=Path, default=None, help="Engine log folder.")
     parser.add_argument(
         "--executor",
@@ -428,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             idle_exit_s=args.idle_exit_s,
             log_dir=args.log_dir,
             executor_settings=settings,
+            grace_s=args.grace_s,
         )
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -1,112 +1,105 @@
-"""The results store: runs, their per-request records and the web app's job registry, in SQLite.
+"""The results store: runs, their per-request records and the job queue, in SQLite or PostgreSQL.
 
-One SQLite file (stdlib sqlite3) in WAL mode with a busy timeout; every write is one
-`BEGIN IMMEDIATE` transaction, so several processes (a worker per engine, the web app, the CLI)
-can write at once without "database is locked" errors. The layout is versioned in a `meta` table
-and checked at open: a newer or unknown layout, or a file that is not SQLite, is refused with a
-one-line UserError and never modified.
+One interface (`Store`), chosen by URL (see bench/store_url.py): `sqlite:///path` or a plain
+path is the zero-setup embedded default; `postgresql://user@host:port/db` is a database a team
+shares. Both are served by `ResultStore`, written once in SQLAlchemy 2 Core over the tables of
+bench/store_schema.py, with the two backends differing only where the databases do
+(`_SQLite`, `_Postgres`): how a connection is set up, how a write transaction takes its lock,
+and what counts as a transient error.
 
-Location: `ResultStore(location)`; None = `$ADVISOR_STORE`, else
-`$XDG_DATA_HOME/inference-advisor/results.sqlite` (default `~/.local/share/...`). A location is a
-path or a `sqlite:///relative/path` / `sqlite:////absolute/path` URL (SQLAlchemy's spelling), so
-a team can point every member at one shared database by URL. Only SQLite is built in: keep the
-shared file on a local disk of the shared host (SQLite's WAL needs shared memory, which network
-file systems such as NFS do not provide); other schemes (postgresql://...) raise UserError.
+- SQLite: WAL, a busy timeout, every write one `BEGIN IMMEDIATE` transaction (the write lock up
+  front, so several processes write without "database is locked"). A file that is not SQLite,
+  another program's database, or a store of a newer layout is refused before anything is
+  written. Keep the file on a local disk (WAL needs shared memory, which NFS lacks).
+- PostgreSQL (psycopg 3): a job is claimed with `SELECT ... FOR UPDATE SKIP LOCKED`, so runners
+  on several hosts share one queue and each job is claimed once; schema creation and migration
+  hold an advisory lock. A connection lost mid-operation (the server restarted, a fail-over) is
+  retried with back-off for up to RECONNECT_S, so a run outlives a database restart.
+
+The layout is versioned (meta.schema_version) and migrated forward on open; a newer one is
+refused with one line. Passwords never leave the URL object: messages use the masked display.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
-import threading
+import socket
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from bench.config import RunConfig
 from bench.environment import primary_gpu_name
 from bench.errors import UserError
 from bench.schema import Failure, RequestRecord, RunResult, RunStatus
+from bench.store_schema import (
+    OWN_TABLES,
+    STORE_SCHEMA_VERSION,
+    create_fresh,
+    jobs,
+    meta,
+    migrate,
+    records,
+    runs,
+)
+from bench.store_url import STORE_APPLICATION, StoreURL, default_location, parse_store_url
 
-STORE_SCHEMA_VERSION = 1
-"""Version of the store's table layout (each RunResult's JSON carries its own schema_version)."""
+__all__ = [
+    "STORE_SCHEMA_VERSION",
+    "Job",
+    "JobStatus",
+    "ResultStore",
+    "Store",
+    "StoreInfo",
+    "StoreURL",
+    "StoreUnavailable",
+    "default_location",
+    "open_store",
+    "parse_store_url",
+]
 
-STORE_APPLICATION = "inference-advisor"
 BUSY_TIMEOUT_S = 30.0
 RECORD_BATCH = 500
 """Records per INSERT transaction: large enough to be fast, small enough not to block others."""
+RECONNECT_S = 60.0
+"""How long an operation retries a lost PostgreSQL connection before giving up (one line)."""
+CONNECT_TIMEOUT_S = 5
+"""Opening a store fails after this long on an unreachable host (no retries at open)."""
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 JobStatus = RunStatus
 """Jobs move through the same states as runs: QUEUED, RUNNING, COMPLETED, FAILED, STOPPED."""
 
-_SCHEMA = """
-CREATE TABLE meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
-    status TEXT NOT NULL,
-    backend TEXT NOT NULL,
-    model TEXT NOT NULL,
-    pattern TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    validity TEXT,
-    gpu_name TEXT,
-    label TEXT,
-    heartbeat_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    result_json TEXT NOT NULL
-);
-CREATE INDEX runs_by_backend_model ON runs (backend, model);
-CREATE INDEX runs_by_status ON runs (status);
-CREATE INDEX runs_by_created ON runs (created_at);
-CREATE TABLE records (
-    record_id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-    request_id TEXT NOT NULL,
-    phase TEXT NOT NULL,
-    warmup INTEGER NOT NULL,
-    start_ns INTEGER NOT NULL,
-    first_chunk_ns INTEGER,
-    end_ns INTEGER NOT NULL,
-    input_tokens INTEGER NOT NULL,
-    output_tokens INTEGER NOT NULL,
-    error TEXT,
-    record_json TEXT NOT NULL
-);
-CREATE INDEX records_by_run ON records (run_id, record_id);
-CREATE TABLE jobs (
-    job_id TEXT PRIMARY KEY,
-    created_at TEXT NOT NULL,
-    label TEXT,
-    status TEXT NOT NULL,
-    config TEXT NOT NULL,
-    run_ids TEXT NOT NULL,
-    progress TEXT NOT NULL,
-    pid INTEGER,
-    stop_requested INTEGER NOT NULL DEFAULT 0,
-    error TEXT,
-    heartbeat_at REAL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX jobs_by_status ON jobs (status, created_at);
-"""
-
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STOPPED)
+_T = TypeVar("_T")
+
+
+class StoreUnavailable(UserError):
+    """The database could not be reached (for longer than RECONNECT_S during an operation)."""
 
 
 class Job(BaseModel):
-    """One entry of the job registry: a list of runs the web app asked for, run by a worker."""
+    """One entry of the job queue: a list of runs the web app asked for, run by a job runner."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -115,9 +108,11 @@ class Job(BaseModel):
     label: str | None = None
     status: RunStatus
     configs: list[RunConfig] = Field(description="The runs this job performs, in order.")
-    run_ids: list[str] = Field(default_factory=list, description="Runs started so far.")
+    run_ids: list[str] = Field(default_factory=list, description="Runs finished so far.")
     progress: dict[str, Any] = Field(default_factory=dict, description="Free-form progress.")
-    pid: int | None = Field(None, description="Process running the job.")
+    pid: int | None = Field(None, description="Process id of the runner on its host.")
+    runner: str | None = Field(None, description="The runner that claimed it: host:pid.")
+    current_run_id: str | None = Field(None, description="The run it is executing now.")
     stop_requested: bool = False
     error: str | None = None
     heartbeat_at: float | None = Field(None, description="Unix time of the last heartbeat.")
@@ -128,64 +123,131 @@ class Job(BaseModel):
         return self.status in _TERMINAL
 
 
-_JOB_UPDATABLE = {"status", "label", "run_ids", "progress", "pid", "stop_requested", "error"}
+class StoreInfo(BaseModel):
+    """What `python -m bench store info` and the Results page show about a store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str
+    location: str = Field(description="The store's URL or path, password masked.")
+    schema_version: int
+    runs: int
+    jobs: int
 
 
-def default_location() -> Path:
-    """`$XDG_DATA_HOME/inference-advisor/results.sqlite`, else under ~/.local/share."""
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / STORE_APPLICATION / "results.sqlite"
+_JOB_UPDATABLE = {
+    "status",
+    "label",
+    "run_ids",
+    "progress",
+    "pid",
+    "stop_requested",
+    "error",
+    "current_run_id",
+}
 
 
-def resolve_location(location: str | Path | None = None) -> Path:
-    """The database file for a location: a path, a sqlite:/// URL, $ADVISOR_STORE or default."""
-    if location is None or str(location) == "":
-        location = os.environ.get("ADVISOR_STORE") or default_location()
-    text = str(location)
-    if "://" in text:
-        scheme, _, rest = text.partition("://")
-        if scheme.lower() != "sqlite":
-            raise UserError(
-                f"store URL scheme {scheme!r} is not supported: only sqlite:///path is built in"
-            )
-        if not rest.startswith("/") or rest == "/":
-            raise UserError(f"store URL {text!r} names no file: use sqlite:///path/to/file")
-        text = rest[1:]  # sqlite:///rel -> rel, sqlite:////abs -> /abs
-    return Path(text).expanduser()
+@runtime_checkable
+class Store(Protocol):
+    """What the bench, the advisor, the job runner and the app need from a results store."""
+
+    location: StoreURL
+
+    def close(self) -> None: ...
+    def info(self) -> StoreInfo: ...
+    def create_run(self, result: RunResult) -> None: ...
+    def update_run(self, result: RunResult) -> None: ...
+    def heartbeat(self, run_id: str) -> None: ...
+    def add_records(self, run_id: str, records: Sequence[RequestRecord]) -> None: ...
+    def get_run(self, run_id: str) -> RunResult: ...
+    def has_run(self, run_id: str) -> bool: ...
+    def list_runs(
+        self,
+        backend: str | None = None,
+        model: str | None = None,
+        status: str | RunStatus | None = None,
+        limit: int | None = None,
+    ) -> list[RunResult]: ...
+    def iter_records(
+        self, run_id: str, include_warmup: bool = False
+    ) -> Iterator[RequestRecord]: ...
+    def latest_records(self, run_id: str, limit: int) -> list[RequestRecord]: ...
+    def count_records(self, run_id: str, include_warmup: bool = True) -> int: ...
+    def put_run(self, result: RunResult, records: Iterable[RequestRecord]) -> None: ...
+    def reap_stale(self, grace_s: float = 120) -> list[str]: ...
+    def delete_run(self, run_id: str) -> None: ...
+    def create_job(self, configs: list[RunConfig], label: str | None = None) -> str: ...
+    def claim_next_job(
+        self, pid: int, grace_s: float = 120, runner: str | None = None
+    ) -> Job | None: ...
+    def update_job(self, job_id: str, **fields: Any) -> None: ...
+    def job_heartbeat(self, job_id: str, run_id: str | None = None) -> None: ...
+    def reap_stale_jobs(self, grace_s: float = 120) -> list[str]: ...
+    def request_stop(self, job_id: str) -> None: ...
+    def get_job(self, job_id: str) -> Job: ...
+    def list_jobs(self, limit: int = 50) -> list[Job]: ...
 
 
 def _now() -> float:
-    # Heartbeats compare across processes (and machines on a shared store): wall-clock time,
-    # not perf_counter, whose origin differs between boots.
+    # Heartbeats compare across processes and hosts sharing a store: wall-clock time, not
+    # perf_counter, whose origin differs between boots. Hosts are assumed NTP-synchronised.
     return time.time()
 
 
-class ResultStore:
-    """Runs, per-request records and jobs in one SQLite file; safe across processes and threads."""
+def _first_line(error: BaseException) -> str:
+    """The driver's own message (not SQLAlchemy's wrapper with SQL and links), first line."""
+    original = getattr(error, "orig", None) or error
+    lines = [line.strip() for line in str(original).splitlines() if line.strip()]
+    return lines[0] if lines else type(original).__name__
 
-    def __init__(self, location: str | Path | None = None) -> None:
-        self.path = resolve_location(location)
-        self._lock = threading.RLock()
-        self._conn = self._open(self.path)
 
-    # ------------------------------------------------------------------ opening
+# --------------------------------------------------------------------------- the two backends
 
-    @staticmethod
-    def _refuse(path: Path, problem: str) -> UserError:
+
+class _Backend:
+    """What differs between SQLite and PostgreSQL; everything else is shared SQL."""
+
+    def __init__(self, location: StoreURL) -> None:
+        self.location = location
+
+    def refuse(self, problem: str) -> UserError:
         return UserError(
-            f"results store {path}: {problem}; it was left untouched "
-            "(choose another file with --store or $ADVISOR_STORE)"
+            self.location.scrub(
+                f"results store {self.location.display}: {problem}; it was left untouched "
+                "(choose another with --store or $ADVISOR_STORE)"
+            )
         )
 
-    def _open(self, path: Path) -> sqlite3.Connection:
-        exists = path.exists() and path.stat().st_size > 0
-        if path.exists() and path.is_dir():
-            raise self._refuse(path, "is a directory, not a file")
-        if exists:
-            # Checked before SQLite opens it: a garbage file must never be touched.
+    def before_open(self) -> None:
+        """Checks before any connection is made (a garbage file must never be touched)."""
+
+    def create_engine(self) -> Engine:
+        raise NotImplementedError
+
+    def begin_write(self, conn: Connection) -> None:
+        """Called at the start of every write transaction, before its first statement."""
+
+    def after_check(self, engine: Engine) -> None:
+        """Called once the layout was found readable, before anything is created or migrated."""
+
+    def lock_schema(self, conn: Connection) -> None:
+        """Serialise schema creation and migration between processes opening the store."""
+
+    def transient(self, error: DBAPIError) -> bool:
+        """True for a lost or refused connection that is worth retrying."""
+        return False
+
+
+class _SQLite(_Backend):
+    def before_open(self) -> None:
+        path = self.location.path
+        assert path is not None
+        if path.is_dir():
+            raise self.refuse("is a directory, not a file")
+        if path.exists() and path.stat().st_size > 0:
             with path.open("rb") as handle:
                 if handle.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-                    raise self._refuse(path, "is not a SQLite database (or is corrupt)")
+                    raise self.refuse("is not a SQLite database (or is corrupt)")
         else:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,94 +255,169 @@ class ResultStore:
                 raise UserError(
                     f"results store {path}: cannot create its folder: {error}"
                 ) from None
+
+    def create_engine(self) -> Engine:
+        engine = create_engine(
+            self.location.url,
+            connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+        )
+
+        @event.listens_for(engine, "connect")
+        def _configure(dbapi_connection: Any, _record: Any) -> None:
+            # Driver autocommit: SQLAlchemy's "begin" hook below issues BEGIN itself, so writes
+            # can say IMMEDIATE (pysqlite's implicit BEGIN would be DEFERRED).
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable at checkpoints
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            # BEGIN IMMEDIATE takes the write lock up front, so the busy timeout applies (a
+            # deferred transaction upgrading to write can fail at once instead).
+            write = conn.get_execution_options().get("store_write", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        return engine
+
+    def after_check(self, engine: Engine) -> None:
+        """Switch to WAL (persistent in the file); retried, because the switch can report
+        "locked" without waiting while another process opens the same new file."""
+        raw = engine.raw_connection()
         try:
-            conn = sqlite3.connect(
-                path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as error:
-            raise UserError(f"results store {path}: cannot open: {error}") from None
+            deadline = time.monotonic() + BUSY_TIMEOUT_S
+            while True:
+                try:
+                    raw.cursor().execute("PRAGMA journal_mode = WAL")
+                    return
+                except Exception as error:  # sqlite3.OperationalError, not wrapped here
+                    if "locked" not in str(error) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        finally:
+            raw.close()
+
+
+class _Postgres(_Backend):
+    SCHEMA_LOCK_KEY = 0x1F_AD_51_0E  # any constant: pg_advisory_xact_lock's key for migrations
+
+    def create_engine(self) -> Engine:
+        return create_engine(
+            self.location.url,
+            pool_pre_ping=True,  # a pooled connection that died with a server restart is replaced
+            pool_size=4,
+            max_overflow=4,
+            connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "advisor"},
+        )
+
+    def lock_schema(self, conn: Connection) -> None:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": self.SCHEMA_LOCK_KEY})
+
+    def transient(self, error: DBAPIError) -> bool:
+        # OperationalError covers refused connections, "the database system is starting up" and
+        # "terminating connection due to administrator command"; connection_invalidated, a
+        # connection that broke mid-statement.
+        return error.connection_invalidated or isinstance(error, OperationalError)
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def open_store(location: str | StoreURL | None = None) -> ResultStore:
+    """Open (creating or upgrading) the store a URL or path names; None = $ADVISOR_STORE or the
+    default SQLite file. Raises UserError with one line for a bad, unreachable or newer store."""
+    return ResultStore(location)
+
+
+class ResultStore:
+    """The results store on SQLite or PostgreSQL; safe across processes, threads and hosts."""
+
+    def __init__(self, location: str | os.PathLike[str] | StoreURL | None = None) -> None:
+        self.location = location if isinstance(location, StoreURL) else parse_store_url(location)
+        self.path = self.location.path
+        """The SQLite file, or None for a database server."""
+        self.backend = self.location.backend
+        self._backend: _Backend = (
+            _SQLite(self.location) if self.backend == "sqlite" else _Postgres(self.location)
+        )
+        self.reconnect_s = RECONNECT_S
+        self._backend.before_open()
+        self._engine = self._backend.create_engine()
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self._check_schema(conn, path)  # read-only: nothing is written before this passes
-            self._enable_wal(conn)
-            conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable at checkpoints
-            conn.execute("PRAGMA foreign_keys = ON")
-            self._create_schema(conn, path)
-        except sqlite3.DatabaseError as error:
-            conn.close()
-            raise self._refuse(path, f"cannot be read as a SQLite database ({error})") from None
+            self.schema_version = self._open()
         except BaseException:
-            conn.close()
+            self._engine.dispose()
             raise
-        return conn
 
-    @staticmethod
-    def _enable_wal(conn: sqlite3.Connection) -> None:
-        """Switch to WAL; retried, because the switch can report "locked" without waiting while
-        another process opens the same new file."""
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
-        while True:
-            try:
-                conn.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as error:
-                if "locked" not in str(error) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+    # ------------------------------------------------------------------ opening
 
-    def _check_schema(self, conn: sqlite3.Connection, path: Path) -> bool:
-        """True if the file is a store of a layout this code reads, False if it is empty."""
-        tables = {
-            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
+    @property
+    def display(self) -> str:
+        """The store's location with any password masked."""
+        return self.location.display
+
+    def _open(self) -> int:
+        try:
+            with self._engine.connect() as conn:
+                found = self._check_layout(conn)  # read-only: nothing written before it passes
+            self._backend.after_check(self._engine)
+            if found == STORE_SCHEMA_VERSION:
+                return found
+
+            def create_or_migrate(conn: Connection) -> None:
+                self._backend.lock_schema(conn)
+                version = self._check_layout(conn)  # again: another process may have won
+                if version is None:
+                    create_fresh(conn, STORE_APPLICATION)
+                elif version < STORE_SCHEMA_VERSION:
+                    migrate(conn, version)
+
+            self._transaction(create_or_migrate, retry=False)
+            return STORE_SCHEMA_VERSION
+        except DBAPIError as error:
+            if self.backend == "sqlite" and not isinstance(error, OperationalError):
+                raise self._backend.refuse(
+                    f"cannot be read as a SQLite database ({_first_line(error)})"
+                ) from None
+            raise StoreUnavailable(
+                self.location.scrub(
+                    f"results store {self.display}: cannot open: {_first_line(error)}"
+                )
+            ) from None
+
+    def _check_layout(self, conn: Connection) -> int | None:
+        """The layout version of the database, None if it is empty; refuses what it can't read."""
+        tables = set(inspect(conn).get_table_names())
         if not tables:
-            return False
+            return None
         if "meta" not in tables:
             shown = ", ".join(sorted(tables)[:5])
-            raise self._refuse(path, f"is a SQLite database of another program (tables: {shown})")
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        if meta.get("application") != STORE_APPLICATION:
-            raise self._refuse(path, "is not an inference-advisor results store")
+            raise self._backend.refuse(f"is a database of another program (tables: {shown})")
+        values = dict(conn.execute(select(meta.c.key, meta.c.value)).tuples().all())
+        if values.get("application") != STORE_APPLICATION:
+            raise self._backend.refuse("is not an inference-advisor results store")
         try:
-            version = int(meta.get("schema_version", ""))
+            version = int(values.get("schema_version", ""))
         except ValueError:
-            raise self._refuse(
-                path, f"has an unknown schema version {meta.get('schema_version')!r}"
+            raise self._backend.refuse(
+                f"has an unknown schema version {values.get('schema_version')!r}"
             ) from None
         if version > STORE_SCHEMA_VERSION:
-            raise self._refuse(
-                path,
+            raise self._backend.refuse(
                 f"was written by a newer version (store schema {version}; this one reads up "
-                f"to {STORE_SCHEMA_VERSION}): upgrade inference-advisor",
+                f"to {STORE_SCHEMA_VERSION}): upgrade inference-advisor"
             )
         if version < 1:
-            raise self._refuse(path, f"has an unknown schema version {version}")
-        return True
-
-    def _create_schema(self, conn: sqlite3.Connection, path: Path) -> None:
-        """Create the tables of an empty file (serialised: two processes may open it at once)."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if not self._check_schema(conn, path):
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.executemany(
-                    "INSERT INTO meta (key, value) VALUES (?, ?)",
-                    [
-                        ("application", STORE_APPLICATION),
-                        ("schema_version", str(STORE_SCHEMA_VERSION)),
-                        ("created_at", datetime.now(UTC).isoformat()),
-                    ],
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            raise self._backend.refuse(f"has an unknown schema version {version}")
+        missing = OWN_TABLES - tables if version == STORE_SCHEMA_VERSION else set()
+        if missing:
+            raise self._backend.refuse(f"lacks tables {sorted(missing)}")
+        return version
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._engine.dispose()
 
     def __enter__(self) -> ResultStore:
         return self
@@ -288,24 +425,54 @@ class ResultStore:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        return f"ResultStore({self.display!r})"
+
     # ------------------------------------------------------------------ transactions
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; BEGIN IMMEDIATE takes the write lock up front, so the busy
-        timeout applies (a deferred transaction upgrading to write can fail at once instead)."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def _transaction(
+        self,
+        work: Callable[[Connection], _T],
+        write: bool = True,
+        retry: bool = True,
+        retry_commit: bool = True,
+    ) -> _T:
+        """Run `work` in one transaction; a lost connection is retried until RECONNECT_S.
 
-    def _read(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
-        with self._lock:
-            return self._conn.execute(sql, parameters).fetchall()
+        Work that failed before COMMIT was rolled back, so running it again is safe. A failure
+        during COMMIT leaves the outcome unknown: retried only when `retry_commit` (the work is
+        idempotent, e.g. an UPDATE to fixed values); otherwise it becomes StoreUnavailable.
+        """
+        deadline = time.monotonic() + self.reconnect_s
+        delay = 0.1
+        while True:
+            committing = False
+            try:
+                with self._engine.connect() as conn:
+                    if write:
+                        conn = conn.execution_options(store_write=True)
+                    with conn.begin() as transaction:
+                        if write:
+                            self._backend.begin_write(conn)
+                        value = work(conn)
+                        committing = True
+                        transaction.commit()
+                    return value
+            except DBAPIError as error:
+                if not self._backend.transient(error) or not retry:
+                    raise
+                if (committing and not retry_commit) or time.monotonic() > deadline:
+                    raise StoreUnavailable(
+                        self.location.scrub(
+                            f"results store {self.display}: lost the database "
+                            f"({_first_line(error)})"
+                        )
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _read(self, work: Callable[[Connection], _T]) -> _T:
+        return self._transaction(work, write=False)
 
     # ------------------------------------------------------------------ runs
 
@@ -324,18 +491,32 @@ class ResultStore:
             "result_json": result.model_dump_json(),
         }
 
+    def info(self) -> StoreInfo:
+        def count(conn: Connection) -> tuple[int, int]:
+            run_count = conn.execute(select(func.count()).select_from(runs)).scalar_one()
+            job_count = conn.execute(select(func.count()).select_from(jobs)).scalar_one()
+            return int(run_count), int(job_count)
+
+        run_count, job_count = self._read(count)
+        return StoreInfo(
+            backend=self.backend,
+            location=self.display,
+            schema_version=self.schema_version,
+            runs=run_count,
+            jobs=job_count,
+        )
+
     def create_run(self, result: RunResult) -> None:
         """Store a new run as RUNNING with a heartbeat now (the caller's object is not changed)."""
         running = result.model_copy(update={"status": RunStatus.RUNNING})
         columns = self._run_columns(running)
         now = _now()
         columns.update(heartbeat_at=now, updated_at=now)
-        names = ", ".join(columns)
-        marks = ", ".join(f":{name}" for name in columns)
         try:
-            with self._write() as conn:
-                conn.execute(f"INSERT INTO runs ({names}) VALUES ({marks})", columns)
-        except sqlite3.IntegrityError:
+            # Not retried across a lost COMMIT: it may have landed, and a retry would then
+            # report the run as a duplicate.
+            self._transaction(lambda conn: conn.execute(insert(runs), columns), retry_commit=False)
+        except IntegrityError:
             raise UserError(f"run {result.run_id} already exists in the store") from None
 
     def update_run(self, result: RunResult) -> None:
@@ -343,54 +524,62 @@ class ResultStore:
         columns = self._run_columns(result)
         now = _now()
         columns.update(heartbeat_at=now, updated_at=now)
-        assignments = ", ".join(f"{name} = :{name}" for name in columns if name != "run_id")
-        with self._write() as conn:
-            cursor = conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = :run_id", columns)
-        if cursor.rowcount == 0:
-            raise UserError(f"no run {result.run_id} in the store")
+        run_id = columns.pop("run_id")
+        changed = self._transaction(
+            lambda conn: (
+                conn.execute(update(runs).where(runs.c.run_id == run_id).values(**columns)).rowcount
+            )
+        )
+        if changed == 0:
+            raise UserError(f"no run {run_id} in the store")
 
     def heartbeat(self, run_id: str) -> None:
         """Mark a run's worker alive now (see reap_stale)."""
-        with self._write() as conn:
-            cursor = conn.execute(
-                "UPDATE runs SET heartbeat_at = ? WHERE run_id = ?", (_now(), run_id)
+        changed = self._transaction(
+            lambda conn: (
+                conn.execute(
+                    update(runs).where(runs.c.run_id == run_id).values(heartbeat_at=_now())
+                ).rowcount
             )
-        if cursor.rowcount == 0:
+        )
+        if changed == 0:
             raise UserError(f"no run {run_id} in the store")
 
-    def add_records(self, run_id: str, records: Sequence[RequestRecord]) -> None:
-        """Append per-request records to a run, RECORD_BATCH per transaction."""
-        rows = [
-            (
-                run_id,
-                record.id,
-                record.phase,
-                int(record.warmup),
-                record.start_ns,
-                record.chunk_ns[0] if record.chunk_ns else None,
-                record.end_ns,
-                record.input_tokens,
-                record.output_tokens,
-                record.error,
-                record.model_dump_json(),
-            )
-            for record in records
+    @staticmethod
+    def _record_rows(run_id: str, batch: Sequence[RequestRecord]) -> list[dict[str, Any]]:
+        return [
+            {
+                "run_id": run_id,
+                "request_id": record.id,
+                "phase": record.phase,
+                "warmup": int(record.warmup),
+                "start_ns": record.start_ns,
+                "first_chunk_ns": record.chunk_ns[0] if record.chunk_ns else None,
+                "end_ns": record.end_ns,
+                "input_tokens": record.input_tokens,
+                "output_tokens": record.output_tokens,
+                "error": record.error,
+                "record_json": record.model_dump_json(),
+            }
+            for record in batch
         ]
-        for start in range(0, len(rows), RECORD_BATCH):
+
+    def add_records(self, run_id: str, records_: Sequence[RequestRecord]) -> None:
+        """Append per-request records to a run, RECORD_BATCH per transaction."""
+        for start in range(0, len(records_), RECORD_BATCH):
+            rows = self._record_rows(run_id, records_[start : start + RECORD_BATCH])
             try:
-                with self._write() as conn:
-                    conn.executemany(
-                        "INSERT INTO records (run_id, request_id, phase, warmup, start_ns, "
-                        "first_chunk_ns, end_ns, input_tokens, output_tokens, error, record_json)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        rows[start : start + RECORD_BATCH],
-                    )
-            except sqlite3.IntegrityError:
+                # A batch whose COMMIT was lost is not sent again: records are never duplicated.
+                self._transaction(
+                    lambda conn, rows=rows: conn.execute(insert(records), rows),
+                    retry_commit=False,
+                )
+            except IntegrityError:
                 raise UserError(f"no run {run_id} in the store to add records to") from None
 
-    def _result_from_json(self, run_id: str, text: str) -> RunResult:
+    def _result_from_json(self, run_id: str, text_: str) -> RunResult:
         try:
-            return RunResult.model_validate_json(text)
+            return RunResult.model_validate_json(text_)
         except ValidationError as error:
             first = error.errors()[0]
             raise UserError(
@@ -398,10 +587,22 @@ class ResultStore:
             ) from None
 
     def get_run(self, run_id: str) -> RunResult:
-        rows = self._read("SELECT result_json, status FROM runs WHERE run_id = ?", (run_id,))
-        if not rows:
+        text_ = self._read(
+            lambda conn: conn.execute(
+                select(runs.c.result_json).where(runs.c.run_id == run_id)
+            ).scalar_one_or_none()
+        )
+        if text_ is None:
             raise UserError(f"no run {run_id} in the store")
-        return self._result_from_json(run_id, rows[0][0])
+        return self._result_from_json(run_id, text_)
+
+    def has_run(self, run_id: str) -> bool:
+        return self._read(
+            lambda conn: (
+                conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first()
+                is not None
+            )
+        )
 
     def list_runs(
         self,
@@ -411,32 +612,35 @@ class ResultStore:
         limit: int | None = None,
     ) -> list[RunResult]:
         """Stored runs, newest first, filtered by backend, model and status."""
-        clauses, parameters = [], []
-        for column, value in (("backend", backend), ("model", model), ("status", status)):
+        query = select(runs.c.run_id, runs.c.result_json)
+        for column, value in ((runs.c.backend, backend), (runs.c.model, model)):
             if value is not None:
-                clauses.append(f"{column} = ?")
-                parameters.append(str(value))
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT run_id, result_json FROM runs {where} ORDER BY created_at DESC, rowid DESC"
+                query = query.where(column == str(value))
+        if status is not None:
+            query = query.where(runs.c.status == str(status))
+        query = query.order_by(runs.c.created_at.desc(), runs.c.run_id.desc())
         if limit is not None:
-            sql += " LIMIT ?"
-            parameters.append(int(limit))
-        return [self._result_from_json(row[0], row[1]) for row in self._read(sql, parameters)]
+            query = query.limit(int(limit))
+        rows = self._read(lambda conn: conn.execute(query).tuples().all())
+        return [self._result_from_json(run_id, text_) for run_id, text_ in rows]
 
     def iter_records(self, run_id: str, include_warmup: bool = False) -> Iterator[RequestRecord]:
         """A run's records in insertion order, read in pages (no long-held read transaction)."""
-        warmup_clause = "" if include_warmup else " AND warmup = 0"
         last_id = -1
         while True:
-            rows = self._read(
-                "SELECT record_id, record_json FROM records WHERE run_id = ? AND record_id > ?"
-                f"{warmup_clause} ORDER BY record_id LIMIT ?",
-                (run_id, last_id, RECORD_BATCH),
+            query = (
+                select(records.c.record_id, records.c.record_json)
+                .where(records.c.run_id == run_id, records.c.record_id > last_id)
+                .order_by(records.c.record_id)
+                .limit(RECORD_BATCH)
             )
+            if not include_warmup:
+                query = query.where(records.c.warmup == 0)
+            rows = self._read(lambda conn, query=query: conn.execute(query).tuples().all())
             if not rows:
                 return
-            for record_id, text in rows:
-                yield RequestRecord.model_validate_json(text)
+            for record_id, text_ in rows:
+                yield RequestRecord.model_validate_json(text_)
                 last_id = record_id
 
     def latest_records(self, run_id: str, limit: int) -> list[RequestRecord]:
@@ -445,184 +649,236 @@ class ResultStore:
         For live charts of long runs: reads only what is shown, not the whole run (a one-hour
         soak at 100 req/s holds 360k records).
         """
-        rows = self._read(
-            "SELECT record_json FROM records WHERE run_id = ? AND warmup = 0 "
-            "ORDER BY record_id DESC LIMIT ?",
-            (run_id, limit),
+        query = (
+            select(records.c.record_json)
+            .where(records.c.run_id == run_id, records.c.warmup == 0)
+            .order_by(records.c.record_id.desc())
+            .limit(int(limit))
         )
-        return [RequestRecord.model_validate_json(text) for (text,) in reversed(rows)]
+        texts = self._read(lambda conn: conn.execute(query).scalars().all())
+        return [RequestRecord.model_validate_json(text_) for text_ in reversed(texts)]
 
     def count_records(self, run_id: str, include_warmup: bool = True) -> int:
-        warmup_clause = "" if include_warmup else " AND warmup = 0"
-        rows = self._read(
-            f"SELECT COUNT(*) FROM records WHERE run_id = ?{warmup_clause}", (run_id,)
+        query = select(func.count()).select_from(records).where(records.c.run_id == run_id)
+        if not include_warmup:
+            query = query.where(records.c.warmup == 0)
+        return int(self._read(lambda conn: conn.execute(query).scalar_one()))
+
+    def put_run(self, result: RunResult, records_: Iterable[RequestRecord]) -> None:
+        """Write a run and all its records as they are elsewhere, replacing any stored copy, in
+        one transaction (a reader never sees a half-copied run). Used by `store copy`."""
+        columns = self._run_columns(result)
+        now = _now()
+        columns.update(heartbeat_at=now, updated_at=now)
+        batches: list[list[dict[str, Any]]] = []
+        batch: list[RequestRecord] = []
+        for record in records_:  # read before the write lock is taken: the source may be slow
+            batch.append(record)
+            if len(batch) == RECORD_BATCH:
+                batches.append(self._record_rows(result.run_id, batch))
+                batch = []
+        if batch:
+            batches.append(self._record_rows(result.run_id, batch))
+
+        def replace(conn: Connection) -> None:
+            conn.execute(delete(records).where(records.c.run_id == result.run_id))
+            conn.execute(delete(runs).where(runs.c.run_id == result.run_id))
+            conn.execute(insert(runs), columns)
+            for rows in batches:
+                conn.execute(insert(records), rows)
+
+        self._transaction(replace)  # delete + insert: safe to run again after a lost COMMIT
+
+    def _fail_lost_run(self, conn: Connection, run_id: str, cutoff: float, now: float) -> bool:
+        """Mark one RUNNING run silent since before `cutoff` FAILED; its records stay."""
+        row = conn.execute(
+            select(runs.c.heartbeat_at, runs.c.result_json).where(
+                runs.c.run_id == run_id, runs.c.status == str(RunStatus.RUNNING)
+            )
+        ).first()
+        if row is None or row.heartbeat_at >= cutoff:
+            return False
+        try:
+            result = RunResult.model_validate_json(row.result_json)
+        except ValidationError:
+            return False  # written by a newer version: not ours to rewrite
+        result.status = RunStatus.FAILED
+        result.failure = Failure(
+            cause=f"worker lost: no heartbeat for {int(now - row.heartbeat_at)} s",
+            advice="The worker or job runner died or hung without reporting (killed, out of "
+            "host memory, machine restarted); the records it wrote are kept. See the run's "
+            "log file.",
         )
-        return int(rows[0][0])
+        changed = conn.execute(
+            update(runs)
+            .where(
+                runs.c.run_id == run_id,
+                runs.c.status == str(RunStatus.RUNNING),
+                runs.c.heartbeat_at < cutoff,  # re-checked under the row lock
+            )
+            .values(
+                status=str(RunStatus.FAILED), result_json=result.model_dump_json(), updated_at=now
+            )
+        ).rowcount
+        return changed == 1
 
     def reap_stale(self, grace_s: float = 120) -> list[str]:
         """Mark RUNNING runs whose heartbeat is older than `grace_s` FAILED; returns their ids."""
-        now = _now()
-        reaped: list[str] = []
-        with self._write() as conn:
-            rows = conn.execute(
-                "SELECT run_id, heartbeat_at, result_json FROM runs "
-                "WHERE status = ? AND heartbeat_at < ?",
-                (str(RunStatus.RUNNING), now - grace_s),
-            ).fetchall()
-            for run_id, heartbeat_at, text in rows:
-                try:
-                    result = RunResult.model_validate_json(text)
-                except ValidationError:
-                    continue  # written by a newer version: not ours to rewrite
-                silence_s = int(now - heartbeat_at)
-                result.status = RunStatus.FAILED
-                result.failure = Failure(
-                    cause=f"worker lost: no heartbeat for {silence_s} s",
-                    advice="The worker process died or hung without reporting (killed, "
-                    "out of host memory, machine restarted); see the run's log file.",
+
+        def reap(conn: Connection) -> list[str]:
+            now = _now()
+            candidates = conn.execute(
+                select(runs.c.run_id).where(
+                    runs.c.status == str(RunStatus.RUNNING), runs.c.heartbeat_at < now - grace_s
                 )
-                conn.execute(
-                    "UPDATE runs SET status = ?, result_json = ?, updated_at = ? WHERE run_id = ?",
-                    (str(RunStatus.FAILED), result.model_dump_json(), now, run_id),
-                )
-                reaped.append(run_id)
-        return reaped
+            ).scalars()
+            return [
+                run_id
+                for run_id in list(candidates)
+                if self._fail_lost_run(conn, run_id, now - grace_s, now)
+            ]
+
+        return self._transaction(reap)
 
     def delete_run(self, run_id: str) -> None:
         """Delete a run and its records."""
-        with self._write() as conn:
-            conn.execute("DELETE FROM records WHERE run_id = ?", (run_id,))
-            cursor = conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
-        if cursor.rowcount == 0:
+
+        def remove(conn: Connection) -> int:
+            conn.execute(delete(records).where(records.c.run_id == run_id))
+            return conn.execute(delete(runs).where(runs.c.run_id == run_id)).rowcount
+
+        if self._transaction(remove) == 0:
             raise UserError(f"no run {run_id} in the store")
 
     # ------------------------------------------------------------------ jobs
 
     @staticmethod
-    def _job_from_row(row: Sequence[Any]) -> Job:
-        (
-            job_id,
-            created_at,
-            label,
-            status,
-            config,
-            run_ids,
-            progress,
-            pid,
-            stop,
-            error,
-            beat,
-            upd,
-        ) = row
+    def _job_from_row(row: Any) -> Job:
         return Job(
-            job_id=job_id,
-            created_at=created_at,
-            label=label,
-            status=RunStatus(status),
-            configs=[RunConfig.model_validate(item) for item in json.loads(config)],
-            run_ids=json.loads(run_ids),
-            progress=json.loads(progress),
-            pid=pid,
-            stop_requested=bool(stop),
-            error=error,
-            heartbeat_at=beat,
-            updated_at=upd,
+            job_id=row.job_id,
+            created_at=row.created_at,
+            label=row.label,
+            status=RunStatus(row.status),
+            configs=[RunConfig.model_validate(item) for item in json.loads(row.config)],
+            run_ids=json.loads(row.run_ids),
+            progress=json.loads(row.progress),
+            pid=row.pid,
+            runner=row.runner,
+            current_run_id=row.current_run_id,
+            stop_requested=bool(row.stop_requested),
+            error=row.error,
+            heartbeat_at=row.heartbeat_at,
+            updated_at=row.updated_at,
         )
-
-    _JOB_COLUMNS = (
-        "job_id, created_at, label, status, config, run_ids, progress, pid, stop_requested, "
-        "error, heartbeat_at, updated_at"
-    )
 
     def create_job(self, configs: list[RunConfig], label: str | None = None) -> str:
         """Queue a job of one or more runs; returns its id."""
         if not configs:
             raise UserError("a job needs at least one run configuration")
         job_id = datetime.now(UTC).strftime("job-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
-        config_json = json.dumps([config.model_dump(mode="json") for config in configs])
-        with self._write() as conn:
-            conn.execute(
-                f"INSERT INTO jobs ({self._JOB_COLUMNS}) VALUES ({', '.join('?' * 12)})",
-                (
-                    job_id,
-                    datetime.now(UTC).isoformat(),
-                    label,
-                    str(RunStatus.QUEUED),
-                    config_json,
-                    "[]",
-                    "{}",
-                    None,
-                    0,
-                    None,
-                    None,
-                    _now(),
-                ),
-            )
+        row = {
+            "job_id": job_id,
+            "created_at": datetime.now(UTC).isoformat(),
+            "label": label,
+            "status": str(RunStatus.QUEUED),
+            "config": json.dumps([config.model_dump(mode="json") for config in configs]),
+            "run_ids": "[]",
+            "progress": "{}",
+            "stop_requested": 0,
+            "updated_at": _now(),
+        }
+        self._transaction(lambda conn: conn.execute(insert(jobs), row), retry_commit=False)
         return job_id
 
-    def _reap_stale_jobs(self, conn: sqlite3.Connection, grace_s: float) -> list[str]:
+    def _reap_stale_jobs(self, conn: Connection, grace_s: float) -> list[str]:
+        """Fail RUNNING jobs silent for `grace_s`, and the run each was executing."""
         now = _now()
-        rows = conn.execute(
-            "SELECT job_id, heartbeat_at FROM jobs WHERE status = ? "
-            "AND (heartbeat_at IS NULL OR heartbeat_at < ?)",
-            (str(RunStatus.RUNNING), now - grace_s),
-        ).fetchall()
-        for job_id, heartbeat_at in rows:
+        cutoff = now - grace_s
+        stale = (
+            conn.execute(
+                select(jobs.c.job_id, jobs.c.heartbeat_at, jobs.c.current_run_id)
+                .where(
+                    jobs.c.status == str(RunStatus.RUNNING),
+                    (jobs.c.heartbeat_at.is_(None)) | (jobs.c.heartbeat_at < cutoff),
+                )
+                .with_for_update(skip_locked=True)  # another runner may be reaping it now
+            )
+            .tuples()
+            .all()
+        )
+        for job_id, heartbeat_at, current_run_id in stale:
             silence_s = int(now - (heartbeat_at or now))
             conn.execute(
-                "UPDATE jobs SET status = ?, error = ?, updated_at = ? WHERE job_id = ?",
-                (
-                    str(RunStatus.FAILED),
-                    f"worker lost: no heartbeat for {silence_s} s",
-                    now,
-                    job_id,
-                ),
+                update(jobs)
+                .where(jobs.c.job_id == job_id)
+                .values(
+                    status=str(RunStatus.FAILED),
+                    error=f"worker lost: no heartbeat for {silence_s} s",
+                    updated_at=now,
+                )
             )
-        return [row[0] for row in rows]
+            if current_run_id:
+                # The runner heartbeat both; a run silent as long as its job died with it.
+                self._fail_lost_run(conn, current_run_id, cutoff, now)
+        return [job_id for job_id, _, _ in stale]
 
     def reap_stale_jobs(self, grace_s: float = 120) -> list[str]:
-        """Mark RUNNING jobs whose heartbeat is older than `grace_s` FAILED; returns their ids."""
-        with self._write() as conn:
-            return self._reap_stale_jobs(conn, grace_s)
+        """Mark RUNNING jobs whose heartbeat is older than `grace_s` FAILED (and the run each was
+        executing, records kept); returns their ids."""
+        return self._transaction(lambda conn: self._reap_stale_jobs(conn, grace_s))
 
-    def claim_next_job(self, pid: int, grace_s: float = 120) -> Job | None:
-        """Atomically take the oldest QUEUED job for process `pid`, marking it RUNNING.
+    def claim_next_job(
+        self, pid: int, grace_s: float = 120, runner: str | None = None
+    ) -> Job | None:
+        """Atomically take the oldest QUEUED job for this runner, marking it RUNNING.
 
-        Returns None when another job is RUNNING with a live heartbeat (one GPU job at a time)
-        or nothing is queued. A RUNNING job silent for over `grace_s` is marked FAILED first;
-        queued jobs whose stop was requested become STOPPED instead of running.
+        Exactly one runner gets each job: on PostgreSQL the row is locked with
+        `FOR UPDATE SKIP LOCKED` (a concurrent claimer takes the next one instead of waiting);
+        on SQLite the whole claim is one BEGIN IMMEDIATE transaction. RUNNING jobs silent for
+        over `grace_s` are marked FAILED first; queued jobs whose stop was requested become
+        STOPPED instead of running. Each runner runs one job at a time; several runners (one
+        per host and store) run jobs side by side.
         """
-        now = _now()
-        with self._write() as conn:
+        runner = runner or f"{socket.gethostname()}:{pid}"
+
+        def claim(conn: Connection) -> Job | None:
             self._reap_stale_jobs(conn, grace_s)
-            busy = conn.execute(
-                "SELECT 1 FROM jobs WHERE status = ? LIMIT 1", (str(RunStatus.RUNNING),)
-            ).fetchone()
-            if busy:
+            now = _now()
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.status == str(RunStatus.QUEUED), jobs.c.stop_requested == 1)
+                .values(status=str(RunStatus.STOPPED), updated_at=now)
+            )
+            job_id = conn.execute(
+                select(jobs.c.job_id)
+                .where(jobs.c.status == str(RunStatus.QUEUED))
+                .order_by(jobs.c.created_at, jobs.c.job_id)
+                .limit(1)
+                .with_for_update(skip_locked=True)
+            ).scalar_one_or_none()
+            if job_id is None:
                 return None
             conn.execute(
-                "UPDATE jobs SET status = ?, updated_at = ? "
-                "WHERE status = ? AND stop_requested = 1",
-                (str(RunStatus.STOPPED), now, str(RunStatus.QUEUED)),
+                update(jobs)
+                .where(jobs.c.job_id == job_id)
+                .values(
+                    status=str(RunStatus.RUNNING),
+                    pid=pid,
+                    runner=runner,
+                    heartbeat_at=now,
+                    updated_at=now,
+                )
             )
-            row = conn.execute(
-                "SELECT job_id FROM jobs WHERE status = ? ORDER BY created_at, rowid LIMIT 1",
-                (str(RunStatus.QUEUED),),
-            ).fetchone()
-            if row is None:
-                return None
-            conn.execute(
-                "UPDATE jobs SET status = ?, pid = ?, heartbeat_at = ?, updated_at = ? "
-                "WHERE job_id = ?",
-                (str(RunStatus.RUNNING), pid, now, now, row[0]),
-            )
-            claimed = conn.execute(
-                f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE job_id = ?", (row[0],)
-            ).fetchone()
-        return self._job_from_row(claimed)
+            row = conn.execute(select(jobs).where(jobs.c.job_id == job_id)).one()
+            return self._job_from_row(row)
+
+        # A lost COMMIT is not retried: the job may be ours already, and a retry would take a
+        # second one; the first is reaped after the grace period.
+        return self._transaction(claim, retry_commit=False)
 
     def update_job(self, job_id: str, **fields: Any) -> None:
-        """Set job fields: status, label, run_ids, progress, pid, stop_requested, error."""
+        """Set job fields: status, label, run_ids, progress, pid, stop_requested, error,
+        current_run_id."""
         unknown = set(fields) - _JOB_UPDATABLE
         if unknown:
             raise TypeError(f"update_job: unknown field(s) {sorted(unknown)}")
@@ -636,50 +892,66 @@ class ResultStore:
                 value = int(bool(value))
             columns[name] = value
         columns["updated_at"] = _now()
-        assignments = ", ".join(f"{name} = :{name}" for name in columns)
-        with self._write() as conn:
-            cursor = conn.execute(
-                f"UPDATE jobs SET {assignments} WHERE job_id = :job_id",
-                {**columns, "job_id": job_id},
+        changed = self._transaction(
+            lambda conn: (
+                conn.execute(update(jobs).where(jobs.c.job_id == job_id).values(**columns)).rowcount
             )
-        if cursor.rowcount == 0:
+        )
+        if changed == 0:
             raise UserError(f"no job {job_id} in the store")
 
-    def job_heartbeat(self, job_id: str) -> None:
-        now = _now()
-        with self._write() as conn:
-            cursor = conn.execute(
-                "UPDATE jobs SET heartbeat_at = ?, updated_at = ? WHERE job_id = ?",
-                (now, now, job_id),
-            )
-        if cursor.rowcount == 0:
+    def job_heartbeat(self, job_id: str, run_id: str | None = None) -> None:
+        """Mark a job's runner alive now, and the run it executes (recorded on the job, so a
+        dead runner's run is failed with its job)."""
+
+        def beat(conn: Connection) -> int:
+            now = _now()
+            changed = conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id)
+                .values(heartbeat_at=now, updated_at=now, current_run_id=run_id)
+            ).rowcount
+            if run_id is not None:
+                conn.execute(update(runs).where(runs.c.run_id == run_id).values(heartbeat_at=now))
+            return changed
+
+        if self._transaction(beat) == 0:
             raise UserError(f"no job {job_id} in the store")
 
     def request_stop(self, job_id: str) -> None:
         """Ask a job to stop: a queued job becomes STOPPED now, a running one is told to stop
-        (its worker polls `get_job(...).stop_requested`)."""
-        now = _now()
-        with self._write() as conn:
-            cursor = conn.execute(
-                "UPDATE jobs SET stop_requested = 1, updated_at = ? WHERE job_id = ?", (now, job_id)
-            )
+        (its runner polls `get_job(...).stop_requested`)."""
+
+        def stop(conn: Connection) -> int:
+            now = _now()
+            changed = conn.execute(
+                update(jobs).where(jobs.c.job_id == job_id).values(stop_requested=1, updated_at=now)
+            ).rowcount
             conn.execute(
-                "UPDATE jobs SET status = ? WHERE job_id = ? AND status = ?",
-                (str(RunStatus.STOPPED), job_id, str(RunStatus.QUEUED)),
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.status == str(RunStatus.QUEUED))
+                .values(status=str(RunStatus.STOPPED))
             )
-        if cursor.rowcount == 0:
+            return changed
+
+        if self._transaction(stop) == 0:
             raise UserError(f"no job {job_id} in the store")
 
     def get_job(self, job_id: str) -> Job:
-        rows = self._read(f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,))
-        if not rows:
+        row = self._read(
+            lambda conn: conn.execute(select(jobs).where(jobs.c.job_id == job_id)).first()
+        )
+        if row is None:
             raise UserError(f"no job {job_id} in the store")
-        return self._job_from_row(rows[0])
+        return self._job_from_row(row)
 
     def list_jobs(self, limit: int = 50) -> list[Job]:
         """Jobs, newest first."""
         rows = self._read(
-            f"SELECT {self._JOB_COLUMNS} FROM jobs ORDER BY created_at DESC, rowid DESC LIMIT ?",
-            (int(limit),),
+            lambda conn: conn.execute(
+                select(jobs)
+                .order_by(jobs.c.created_at.desc(), jobs.c.job_id.desc())
+                .limit(int(limit))
+            ).all()
         )
         return [self._job_from_row(row) for row in rows]

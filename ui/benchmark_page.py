@@ -437,7 +437,10 @@ def start_job(configs: list[RunConfig], label: str) -> None:
     st.toast(f"Queued job {job_id}", icon=":material/schedule:")
 
 
-def _runner_log_path(store: Any) -> Path:
+def _runner_log_path(store: Any) -> Path | None:
+    """Beside a SQLite file; for a database server, the runner's default (the temp folder)."""
+    if store.path is None:
+        return None
     return Path(store.path).with_name(Path(store.path).stem + "-runner.log")
 
 

@@ -333,7 +333,11 @@ def render() -> None:
     st.title("Results")
     location = state.store_location()
     runs = state.stored_runs(location)
-    st.caption(f"Every run in the results store `{state.get_store().path}`.")
+    store = state.get_store()
+    st.caption(
+        f"Every run in the {store.backend} results store `{store.display}` "
+        "(set by `$ADVISOR_STORE`; a password is never shown)."
+    )
     if not runs:
         empty_state(
             "The store has no runs yet.",

@@ -72,7 +72,8 @@ def replace_profile(profile: WorkloadProfile) -> None:
 
 
 def store_location() -> str | None:
-    """Where the results live: $ADVISOR_STORE, else the store's default file (None)."""
+    """Where the results live: $ADVISOR_STORE (a SQLite path, sqlite:/// or postgresql:// URL),
+    else the store's default file (None)."""
     return os.environ.get("ADVISOR_STORE") or None
 
 
@@ -82,7 +83,7 @@ def _open_store(location: str | None) -> ResultStore:
 
 
 def get_store() -> ResultStore:
-    """The shared store handle (one SQLite connection per location, thread-safe)."""
+    """The shared store handle (one connection pool per location, thread-safe)."""
     return _open_store(store_location())
 
 

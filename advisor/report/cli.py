@@ -43,7 +43,7 @@ def report_command(
     store: str | None = typer.Option(
         None,
         "--store",
-        help="Results store: a path or sqlite:/// URL (default: $ADVISOR_STORE "
+        help="Results store: a path, sqlite:/// or postgresql:// URL (default: $ADVISOR_STORE "
         "or the user data folder).",
     ),
     format: str = typer.Option(
