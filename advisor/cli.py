@@ -242,6 +242,24 @@ def _number(value: float | None, unit: str = "", digits: int = 3) -> str:
     return "unknown" if value is None else f"{value:.{digits}g}{unit}"
 
 
+def _diagnostic_lines(diagnostics: list) -> list[str]:
+    """Identical advice once per rule with the run count; each distinct finding once, with the
+    ids of the runs it was seen on (a campaign's runs otherwise repeat one paragraph per run)."""
+    from advisor.diagnose import Diagnostic, group_identical
+
+    lines = []
+    typed = [Diagnostic.model_validate(d, from_attributes=True) for d in diagnostics]
+    for group in group_identical(typed):
+        count = len(group.run_ids)
+        lines.append(
+            f"Diagnostic [{group.severity}] {group.rule}, {count} run{'s' * (count != 1)}: "
+            f"{group.advice}"
+        )
+        for finding in group.findings:
+            lines.append(f"  - {finding.finding} ({', '.join(finding.run_ids)})")
+    return lines
+
+
 def format_text(report: Report) -> str:
     """The recommendation as plain text for a terminal."""
     lines = [f"{report.title}" + (f"  (for {report.owner})" if report.owner else "")]
@@ -300,11 +318,7 @@ def format_text(report: Report) -> str:
             lines.append(f"Caveat: {caveat}")
         for alt in rec.alternatives:
             lines.append(f"Alternative {alt.framework}: {alt.why_not_first}")
-        for diagnostic in stage.diagnostics:
-            lines.append(
-                f"Diagnostic [{diagnostic.severity}] {diagnostic.rule} ({diagnostic.run_id}): "
-                f"{diagnostic.finding}. {diagnostic.advice}"
-            )
+        lines += _diagnostic_lines(stage.diagnostics)
         if stage.learned is not None:
             learned = stage.learned
             if learned.fitted:

@@ -41,6 +41,51 @@ class Diagnostic(BaseModel):
     command: str | None = Field(None, description="Profiling command to run next.")
 
 
+class FindingGroup(BaseModel):
+    """One finding text and the runs it was seen on."""
+
+    finding: str
+    run_ids: list[str]
+
+
+class DiagnosticGroup(BaseModel):
+    """Diagnostics of one rule that give the same advice, each distinct finding once with its
+    runs: a terminal shows the advice paragraph once instead of once per run."""
+
+    severity: Literal["info", "warning", "error"]
+    rule: str
+    advice: str
+    findings: list[FindingGroup]
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [run_id for group in self.findings for run_id in group.run_ids]
+
+
+def group_identical(diagnostics: list[Diagnostic]) -> list[DiagnosticGroup]:
+    """Diagnostics grouped by (severity, rule, advice), in first-seen order; within a group,
+    identical findings are merged and keep their run ids."""
+    groups: dict[tuple[str, str, str], DiagnosticGroup] = {}
+    for diagnostic in diagnostics:
+        key = (diagnostic.severity, diagnostic.rule, diagnostic.advice)
+        group = groups.setdefault(
+            key,
+            DiagnosticGroup(
+                severity=diagnostic.severity,
+                rule=diagnostic.rule,
+                advice=diagnostic.advice,
+                findings=[],
+            ),
+        )
+        same = next((f for f in group.findings if f.finding == diagnostic.finding), None)
+        if same is None:
+            group.findings.append(FindingGroup(finding=diagnostic.finding, run_ids=[]))
+            same = group.findings[-1]
+        if diagnostic.run_id not in same.run_ids:
+            same.run_ids.append(diagnostic.run_id)
+    return list(groups.values())
+
+
 def profiling_command(run: RunResult) -> str:
     """`nsys profile -t cuda,nvtx --stats=true -o <run_id> <the run's command>` (article 5.1)."""
     command = run.command

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from advisor.cli import app
 from bench.store import ResultStore
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 from tests.advisor.synthetic import synthetic_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,3 +240,57 @@ def test_bench_plan_json_and_text() -> None:
     text = invoke("bench-plan", "--profile", profile).output
     assert "# stage main: candidates vllm, tensorrt_llm, pytorch" in text
     assert text.count("python -m bench run") == 3
+
+
+def test_recommend_prints_each_diagnostic_advice_once_with_its_runs(tmp_path: Path) -> None:
+    """The shipped H200 runs trip the same rules on many runs: the advice paragraph appears once
+    per rule with the run count, and every diagnosed run id is still listed."""
+    from advisor.diagnose import diagnose
+    from advisor.evidence import measured_reference_runs
+
+    result = advisor(
+        "recommend",
+        "--profile",
+        str(EXAMPLES / "chat_7b_h200.yaml"),
+        env_store=tmp_path / "absent.sqlite",
+    )
+    assert result.returncode == 0, result.stderr
+    headers = [line for line in result.stdout.splitlines() if line.startswith("Diagnostic [")]
+    rules = [line.split("] ", 1)[1].split(",", 1)[0] for line in headers]
+    assert len(rules) == len(set(rules)) > 0  # one header per rule (one stage in this profile)
+    runs = [
+        run for group in measured_reference_runs(SHIPPED_REFERENCE_DIR).values() for run in group
+    ]
+    diagnosed = [d for run in runs for d in diagnose(run)]
+    for header in headers:
+        count = int(header.split(", ", 1)[1].split(" run", 1)[0])
+        rule = header.split("] ", 1)[1].split(",", 1)[0]
+        advice = next(d.advice for d in diagnosed if d.rule == rule)
+        assert header.endswith(advice) and result.stdout.count(advice) == 1
+        assert count >= 1
+    many = max(headers, key=lambda h: int(h.split(", ", 1)[1].split(" run", 1)[0]))
+    assert int(many.split(", ", 1)[1].split(" run", 1)[0]) > 1  # grouping actually happened
+
+
+def test_group_identical_merges_same_findings_and_keeps_every_run_id() -> None:
+    from advisor.diagnose import diagnose, group_identical
+    from advisor.evidence import measured_reference_runs
+
+    runs = [
+        run for group in measured_reference_runs(SHIPPED_REFERENCE_DIR).values() for run in group
+    ]
+    diagnostics = [d for run in runs for d in diagnose(run)]
+    groups = group_identical(diagnostics)
+    assert len(groups) < len(diagnostics)
+    assert sorted(i for g in groups for i in g.run_ids) == sorted(
+        {(d.rule, d.advice, d.run_id): d.run_id for d in diagnostics}.values()
+    )
+    for group in groups:
+        findings = [f.finding for f in group.findings]
+        assert len(findings) == len(set(findings))
+        for finding in group.findings:
+            for run_id in finding.run_ids:
+                assert any(
+                    d.run_id == run_id and d.finding == finding.finding and d.rule == group.rule
+                    for d in diagnostics
+                )
