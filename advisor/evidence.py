@@ -26,6 +26,8 @@ from advisor.profile import Objective, StageProfile
 from bench.config import (
     ConcurrencyLoad,
     GenerateWorkload,
+    ParallelismConfig,
+    PrecisionConfig,
     RateLoad,
     RunConfig,
 )
@@ -133,6 +135,12 @@ class EvidenceRow(BaseModel):
     model: str | None
     shape: str
     precision: str = ""
+    run_precision: PrecisionConfig | None = Field(
+        None, description="The measured run's precision (dtype, weight quantisation, KV dtype)."
+    )
+    parallelism: ParallelismConfig | None = Field(
+        None, description="The measured run's GPUs: tensor_parallel_size, replicas, gpu_ids."
+    )
     closeness: Closeness
     repeats: int = 1
     run_ids: list[str] = Field(default_factory=list)
@@ -281,7 +289,11 @@ def _metrics(summary: MetricsSummary | None, run: RunResult) -> dict[str, float]
             if percentiles is not None:
                 for stat in ("mean", "p50", "p90", "p99"):
                     out[f"{name}_{stat}"] = getattr(percentiles, stat)
-        gpus = int(run.config.engine_args.get("tensor_parallel_size", 1) or 1)
+        for name in ("tok_s_per_user", "tok_s_per_user_mean", "output_throughput_tok_s_per_gpu"):
+            value = getattr(summary, name)
+            if value is not None:
+                out[name] = value
+        gpus = run.config.parallelism.gpus_needed
         throughput = (
             summary.output_throughput_tok_s
             if run.config.workload.kind == "generate"
@@ -361,9 +373,7 @@ def rows_from_runs(
         status, valid = _status(run)
         gpu = run_gpu_name(run)
         model = run.model.name if run.model is not None else run.config.model
-        precision = run.config.precision.dtype + (
-            f" + {run.config.precision.quantization}" if run.config.precision.quantization else ""
-        )
+        precision = run.config.precision.label()
         key = (
             run.config.backend,
             gpu,
@@ -372,11 +382,13 @@ def rows_from_runs(
             precision,
             status,
             json.dumps(run.config.engine_args, sort_keys=True, default=str),
+            # A TP=2 run and a TP=1 run are different configurations, never one group.
+            run.config.parallelism.model_dump_json(),
         )
         groups.setdefault(key, []).append((run, metrics, same_shape, phase_note))
     rows: list[EvidenceRow] = []
     metric_name = objective_metric(stage)
-    for (framework, gpu, model, shape, precision, status, _), members in groups.items():
+    for (framework, gpu, model, shape, precision, status, *_), members in groups.items():
         first_run = members[0][0]
         all_metrics = [m for _, m, _, _ in members]
         merged = _mean_metrics(all_metrics)
@@ -413,6 +425,8 @@ def rows_from_runs(
                 reference=reference,
                 caveats=caveats,
                 engine_args=dict(first_run.config.engine_args),
+                run_precision=first_run.config.precision,
+                parallelism=first_run.config.parallelism,
             )
         )
     return rows

@@ -85,7 +85,7 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
                 validity=ValidityRules(min_duration_s=10, min_requests=10)
                 if quick
                 else ValidityRules(),
-                precision=stage.precision,
+                precision=stage.precision.run_precision(),
                 label=f"advisor {'quick ' if quick else ''}plan: stage {stage.name}, "
                 f"{candidate.framework} (tree rank {candidate.rank})",
             )

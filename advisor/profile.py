@@ -15,12 +15,40 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from advisor.gpus import GPUS, find_gpu
-from bench.config import SLO, LengthDistribution, Precision
+from bench.config import SLO, LengthDistribution, PrecisionConfig
 from bench.errors import UserError
 from bench.strict import Strict
 from bench.strict import describe_validation_error as describe_error
 
 PROFILE_LEVEL_FIELDS = ("title", "owner", "notes", "stages")
+
+
+class ProfilePrecision(Strict):
+    """The precision a deployment plans for: any weight quantisation name for the estimates
+    (awq, gptq, int4, fp8), of which the bench runs fp8 (see `run_precision`)."""
+
+    dtype: Literal["float16", "bfloat16", "float32"] = Field(
+        "float16", description="Weights and activations dtype."
+    )
+    allow_tf32: bool = Field(False, description="Allow TF32 matmuls for float32.")
+    quantization: str | None = Field(
+        None, description="Weight quantisation (awq, gptq, int4, fp8); the bench runs fp8."
+    )
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        "auto", description="KV-cache dtype: auto = the model dtype; fp8 = FP8 KV cache (vLLM)."
+    )
+
+    def run_precision(self) -> PrecisionConfig:
+        """The RunConfig precision a benchmark of this profile runs at: weight schemes other
+        than fp8 need a pre-quantised checkpoint, so they reach the engine through the model
+        path and its engine arguments, not through the run's precision."""
+        quantization = "fp8" if (self.quantization or "").lower() == "fp8" else None
+        return PrecisionConfig(
+            dtype=self.dtype,
+            allow_tf32=self.allow_tf32,
+            quantization=quantization,
+            kv_cache_dtype=self.kv_cache_dtype,
+        )
 
 
 class Objective(StrEnum):
@@ -149,8 +177,8 @@ class StageProfile(Strict):
         Objective.MAXIMIZE_THROUGHPUT, description="What best means among candidates meeting SLOs."
     )
     gpu: GpuProfile = Field(default_factory=GpuProfile, description="Target GPU.")
-    precision: Precision = Field(
-        default_factory=lambda: Precision(dtype="float16"),
+    precision: ProfilePrecision = Field(
+        default_factory=ProfilePrecision,
         description="Weights/activations dtype and weight quantisation (awq, gptq, int4, fp8).",
     )
     determinism_required: bool = Field(

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.backends import get_backend
-from bench.config import RunConfig
+from bench.config import FP8_RANDOM_WEIGHTS_NOTE, RunConfig
 from bench.errors import BackendUnavailable, UserError
+from bench.placement import Placement, place
 from bench.schema import (
     Failure,
     RequestRecord,
@@ -37,9 +38,10 @@ STORE_FLUSH_S = 0.5
 HEARTBEAT_S = 5.0
 
 
-def check_runnable(config: RunConfig) -> None:
-    """Raise a UserError for an unknown/unavailable backend, bad engine arguments or a missing
-    model path, before anything is stored or started."""
+def check_runnable(config: RunConfig) -> Placement:
+    """Raise a UserError for an unknown/unavailable backend, bad engine arguments, a missing
+    model path or a parallelism the visible GPUs cannot hold, before anything is stored or
+    started; return where the run's replicas go."""
     backend_cls = get_backend(config.backend)
     availability = backend_cls.availability()
     if not availability.available:
@@ -52,6 +54,7 @@ def check_runnable(config: RunConfig) -> None:
             f"workload kind (it runs: {', '.join(sorted(backend_cls.kinds))})"
         )
     backend_cls.validate_engine_args(config.engine_args)
+    placement = place(config, backend_cls)
     if config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
         raise UserError("event_loop 'uvloop' asked for but uvloop is not installed")
     from bench.models import PRESETS, resolve_model
@@ -60,6 +63,20 @@ def check_runnable(config: RunConfig) -> None:
         resolve_model(
             config.model, dtype=config.precision.dtype, trust_remote_code=config.trust_remote_code
         )
+    return placement
+
+
+def run_caveats(config: RunConfig, random_weights: bool) -> list[str]:
+    """What a run's figures do not say, stored with the result (reports repeat them)."""
+    caveats: list[str] = []
+    if config.precision.uses_fp8:
+        caveats.append(
+            FP8_RANDOM_WEIGHTS_NOTE
+            if random_weights
+            else "FP8: the bench measures speed and memory, not accuracy; check accuracy on "
+            "an evaluation set through both precisions"
+        )
+    return caveats
 
 
 def reproduce_command(config: RunConfig) -> str:
@@ -111,6 +128,8 @@ class _RecordSink:
         self.last_flush = time.monotonic()
         self.jsonl = open(jsonl_path, "a", encoding="utf-8") if jsonl_path else None  # noqa: SIM115
         self.measured = MetricsAccumulator()  # skips warm-up records itself
+        self.by_replica: dict[int, Any] = {}  # replica -> MetricsAccumulator of its records
+        self._accumulator = MetricsAccumulator
         self.lock = threading.Lock()
         self.live = live  # optional bench.prometheus.LiveMetrics
 
@@ -120,6 +139,10 @@ class _RecordSink:
                 if self.live is not None:
                     self.live.observe(record)
                 self.measured.add(record)
+                replica = record.replica
+                if replica not in self.by_replica:
+                    self.by_replica[replica] = self._accumulator()
+                self.by_replica[replica].add(record)
             self.buffer.extend(records)
             if time.monotonic() - self.last_flush > STORE_FLUSH_S:
                 self._flush()
@@ -165,9 +188,8 @@ def launch(
     from bench.metrics import judge_validity
     from bench.models import resolve_model
     from bench.telemetry import NvmlSampler, gpu_processes, nvml_status, summarize_telemetry
-    from bench.worker import Worker
 
-    check_runnable(config)
+    placement = check_runnable(config)
     model = resolve_model(
         config.model, dtype=config.precision.dtype, trust_remote_code=config.trust_remote_code
     )
@@ -179,6 +201,7 @@ def launch(
         command=reproduce_command(config),
         environment=fingerprint(),
         model=model,
+        caveats=run_caveats(config, model.random_weights),
     )
     if out_dir is not None:
         out_dir = Path(out_dir)
@@ -205,10 +228,13 @@ def launch(
         if live is not None:
             live.observe_sample(sample)
 
-    worker = Worker(config, model, Path(result.log_path))
+    pids: list[int] = []  # every engine process the parent knows of, for telemetry
     gpu_ok, gpu_reason = nvml_status()
     sampler = NvmlSampler(
-        config.telemetry_interval_s, on_sample, pids=lambda: [worker.pid] if worker.pid else []
+        config.telemetry_interval_s,
+        on_sample,
+        pids=lambda: list(pids),
+        device_indices=placement.nvml_indices if placement.device == "cuda" else None,
     )
     last_heartbeat = [time.monotonic()]
 
@@ -219,28 +245,41 @@ def launch(
             last_heartbeat[0] = now
         if live is not None and "in_flight" in p:
             live.in_flight.set(p["in_flight"])
+        worker_pid = pids[0] if pids else None
         progress(
-            {**p, "run_id": result.run_id, "worker_pid": worker.pid, "telemetry": dict(latest)}
+            {**p, "run_id": result.run_id, "worker_pid": worker_pid, "telemetry": dict(latest)}
         )
 
     started = time.monotonic()
     sampler.start()
     try:
-        worker.start()
         progress({"stage": "loading", "run_id": result.run_id})
-        outcome = worker.run(sink.add, forward_progress, stop=stop)
+        if placement.replicas > 1:
+            outcome = _run_replicated(config, model, placement, result, logs, sink, pids,
+                                      forward_progress, stop)  # fmt: skip
+        else:
+            outcome = _run_single(config, model, placement, result, sink, pids,
+                                  forward_progress, stop)  # fmt: skip
     finally:
         sampler.stop()
         sink.close()
         if live is not None:
             live.stop()
     result.engine = outcome.loaded.get("engine", {})
-    result.server_metrics = outcome.server_metrics
-    result.engine["worker_exit_code"] = outcome.exit_code
-    with contextlib.suppress(Exception):  # check the engine's GPU processes are gone
+    result.server_metrics = getattr(outcome, "server_metrics", [])
+    result.engine["worker_exit_code"] = getattr(outcome, "exit_code", None)
+    result.engine["processes_left"] = outcome.survivors  # none unless a kill failed
+    with contextlib.suppress(Exception):  # check no engine process is left on any GPU
         result.engine["gpu_processes_left"] = [
-            p for p in gpu_processes() if p.get("pid") == worker.pid
+            p for p in gpu_processes() if p.get("pid") in set(pids)
         ]
+    if placement.replicas > 1:
+        result.replicas = outcome.replicas
+        per_replica_gpus = (placement.gpus or 0) // placement.replicas or None
+        for replica in result.replicas:
+            accumulator = sink.by_replica.get(replica.replica)
+            if accumulator is not None and accumulator.requests:
+                replica.summary = accumulator.summary(config.slo, per_replica_gpus)
     result.timings = Timings(
         load_s=outcome.loaded.get("load_s"),
         compile_s=outcome.loaded.get("compile_s"),
@@ -251,7 +290,7 @@ def launch(
     result.pattern_report = outcome.pattern_report
     result.status = RunStatus(outcome.status)
     result.failure = outcome.failure
-    result.summary = sink.measured.summary(config.slo)
+    result.summary = sink.measured.summary(config.slo, placement.gpus)
     result.validity = judge_validity(result.summary, config.validity)
     if result.status != RunStatus.COMPLETED:
         result.validity.status = ValidityStatus.INVALID
@@ -286,6 +325,68 @@ def launch(
         _write_atomic(out_dir / "result.json", result.model_dump_json(indent=2))
     progress({"stage": "done", "run_id": result.run_id, "status": result.status.value})
     return result
+
+
+def _run_single(
+    config: RunConfig,
+    model: Any,
+    placement: Placement,
+    result: RunResult,
+    sink: _RecordSink,
+    pids: list[int],
+    progress: Callable[[dict], None],
+    stop: threading.Event | None,
+) -> Any:
+    """One engine: the load pattern runs inside its worker (no IPC between request and clock)."""
+    from bench.worker import Worker
+
+    worker = Worker(
+        config, model, Path(result.log_path or ""), env=placement.env(0), gpus=placement.gpus
+    )
+    worker.start()
+    pids.append(worker.pid or 0)
+
+    def on_progress(p: dict) -> None:
+        if worker.tree is not None:  # the engine's children, for telemetry and the GPU check
+            pids[1:] = sorted(worker.tree.known)
+        progress(p)
+
+    outcome = worker.run(sink.add, on_progress, stop=stop)
+    pids[1:] = sorted(worker.tree.known) if worker.tree is not None else []
+    outcome.survivors = list(worker.survivors)
+    return outcome
+
+
+def _run_replicated(
+    config: RunConfig,
+    model: Any,
+    placement: Placement,
+    result: RunResult,
+    logs: Path,
+    sink: _RecordSink,
+    pids: list[int],
+    progress: Callable[[dict], None],
+    stop: threading.Event | None,
+) -> Any:
+    """Several engines, one load generator here (bench/replicas.py); one log per replica."""
+    from bench.replicas import ReplicaPool, run_replicas
+
+    log_paths = [logs / f"engine-{result.run_id}-replica{r}.log" for r in range(placement.replicas)]
+    result.log_path = str(log_paths[0])
+    pool_holder: list[ReplicaPool] = []
+
+    def on_progress(p: dict) -> None:
+        if pool_holder:
+            pids[:] = pool_holder[0].pids()
+        progress(p)
+
+    outcome = run_replicas(
+        config, model, placement, log_paths, sink.add, on_progress, stop=stop,
+        on_pool=pool_holder.append,
+    )  # fmt: skip
+    if pool_holder:
+        pids[:] = pool_holder[0].pids()
+    return outcome
 
 
 def _measured_records(run_id: str, store: Any, out_dir: Path | None) -> Iterable[RequestRecord]:

@@ -185,8 +185,14 @@ class ValidityRules(Strict):
     max_error_rate: float = Field(0.01, ge=0, le=1, description="Failed fraction at most.")
 
 
-class Precision(Strict):
-    """One precision semantics per comparison, stated in every result."""
+class PrecisionConfig(Strict):
+    """One precision semantics per comparison, stated in every result and evidence row.
+
+    `quantization: fp8` is vLLM's dynamic FP8 weight quantisation (weights cast to FP8 at load
+    time with per-tensor scales, no calibration data); `kv_cache_dtype: fp8` stores the KV cache
+    in FP8. On random-weight checkpoints both measure speed and memory only: whether FP8 keeps a
+    real model's accuracy is for the user to check on their own checkpoint and evaluation set.
+    """
 
     dtype: Literal["float16", "bfloat16", "float32"] = Field(
         "bfloat16", description="Weights and activations dtype."
@@ -194,7 +200,84 @@ class Precision(Strict):
     allow_tf32: bool = Field(
         False, description="Allow TF32 matmuls for float32 (ONNX Runtime CUDA allows by default)."
     )
-    quantization: str | None = Field(None, description="Weight quantisation (e.g. awq, fp8).")
+    quantization: Literal["fp8"] | None = Field(
+        None,
+        description="Weight quantisation: fp8 = vLLM's dynamic FP8 weights (no calibration); "
+        "none = weights at `dtype`.",
+    )
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        "auto", description="KV-cache dtype: auto = the model dtype; fp8 = FP8 KV cache (vLLM)."
+    )
+
+    @property
+    def uses_fp8(self) -> bool:
+        return self.quantization == "fp8" or self.kv_cache_dtype == "fp8"
+
+    def label(self) -> str:
+        """Short text for tables: `bfloat16`, `bfloat16 + fp8 weights + fp8 KV`."""
+        parts = [self.dtype]
+        if self.quantization:
+            parts.append(f"{self.quantization} weights")
+        if self.kv_cache_dtype != "auto":
+            parts.append(f"{self.kv_cache_dtype} KV")
+        return " + ".join(parts)
+
+
+Precision = PrecisionConfig
+"""The name this model had before precision became a run axis (kept so old imports work)."""
+
+FP8_RANDOM_WEIGHTS_NOTE = (
+    "FP8 on random weights measures speed and memory only: accuracy is not measured; check it "
+    "on the real checkpoint (e.g. the same evaluation set through bf16 and FP8, compare scores)"
+)
+
+
+class ParallelismConfig(Strict):
+    """How many GPUs a run uses and how: engines split over GPUs, and engines side by side.
+
+    `tensor_parallel_size` GPUs serve one engine (tensor parallelism, inside the framework);
+    `replicas` independent engine workers, each on its own `tensor_parallel_size` GPUs, are
+    driven by one load generator (least outstanding requests first). A run needs
+    `gpus_needed = tensor_parallel_size * replicas` GPUs; `bench.placement` checks that against
+    the GPUs visible here before anything starts. On CPU, replicas are processes.
+    """
+
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="GPUs per engine (tensor parallelism inside the framework)."
+    )
+    replicas: int = Field(
+        1, ge=1, description="Independent engine workers, each on its own GPUs, one load generator."
+    )
+    gpu_ids: list[int] | None = Field(
+        None,
+        description="GPUs the run uses, as indices of the GPUs visible here (CUDA order, "
+        "CUDA_VISIBLE_DEVICES applied); exactly tensor_parallel_size x replicas of them. "
+        "None = the first that many visible GPUs.",
+    )
+
+    @property
+    def gpus_needed(self) -> int:
+        return self.tensor_parallel_size * self.replicas
+
+    @model_validator(mode="after")
+    def _check_gpu_ids(self) -> ParallelismConfig:
+        if self.gpu_ids is None:
+            return self
+        if any(index < 0 for index in self.gpu_ids):
+            raise ValueError(f"gpu_ids must be >= 0, got {self.gpu_ids}")
+        if len(set(self.gpu_ids)) != len(self.gpu_ids):
+            raise ValueError(f"gpu_ids lists a GPU twice: {self.gpu_ids}")
+        if len(self.gpu_ids) != self.gpus_needed:
+            raise ValueError(
+                f"gpu_ids has {len(self.gpu_ids)} GPU(s) but tensor_parallel_size "
+                f"{self.tensor_parallel_size} x replicas {self.replicas} needs {self.gpus_needed}"
+            )
+        return self
+
+    def label(self) -> str:
+        """Short text for tables: `TP=1`, `TP=2`, `2 x TP=1`."""
+        text = f"TP={self.tensor_parallel_size}"
+        return f"{self.replicas} x {text}" if self.replicas > 1 else text
 
 
 class RunConfig(Strict):
@@ -209,7 +292,8 @@ class RunConfig(Strict):
     load: LoadPattern = Field(default_factory=ConcurrencyLoad)
     slo: SLO = Field(default_factory=SLO)
     validity: ValidityRules = Field(default_factory=ValidityRules)
-    precision: Precision = Field(default_factory=Precision)
+    precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
+    parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
     device: Literal["auto", "cuda", "cpu"] = Field("auto", description="Where the engine runs.")
     telemetry_interval_s: float = Field(0.5, gt=0, description="NVML/RSS sampling interval (s).")
     watchdog_s: float = Field(
@@ -231,3 +315,29 @@ class RunConfig(Strict):
         "the ray executor places the run on a node of that type; the local executor runs on "
         "this host whatever its GPU. None = any GPU.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tensor_parallel_from_engine_args(cls, data: Any) -> Any:
+        """`engine_args.tensor_parallel_size` (how plans and configs said it before parallelism
+        was a run axis) moves to `parallelism`: one place says how many GPUs an engine spans."""
+        if not isinstance(data, dict):
+            return data
+        engine_args = data.get("engine_args")
+        if not isinstance(engine_args, dict) or "tensor_parallel_size" not in engine_args:
+            return data
+        engine_args = dict(engine_args)
+        given = engine_args.pop("tensor_parallel_size")
+        parallelism = data.get("parallelism") or {}
+        if isinstance(parallelism, ParallelismConfig):
+            parallelism = parallelism.model_dump()
+        parallelism = dict(parallelism)
+        stated = parallelism.get("tensor_parallel_size")
+        if stated is not None and given is not None and stated != given:
+            raise ValueError(
+                f"engine_args.tensor_parallel_size {given} contradicts "
+                f"parallelism.tensor_parallel_size {stated}; give it once, in parallelism"
+            )
+        if given is not None:
+            parallelism["tensor_parallel_size"] = given
+        return {**data, "engine_args": engine_args, "parallelism": parallelism}

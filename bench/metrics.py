@@ -250,7 +250,7 @@ class MetricsAccumulator:
     def e2e_ms(self) -> np.ndarray:
         return np.frombuffer(self._e2e_ms, dtype=np.float64) if self._e2e_ms else np.empty(0)
 
-    def summary(self, slo: SLO | None = None) -> MetricsSummary:
+    def summary(self, slo: SLO | None = None, gpus: int | None = None) -> MetricsSummary:
         """The summary of everything added so far (can be called repeatedly).
 
         - duration_s = last `end_ns` - first `start_ns` over measured records (failed included).
@@ -260,6 +260,10 @@ class MetricsAccumulator:
           when `slo.is_set()`. As in vLLM, a request without a TPOT (<= 1 output token) meets a
           TPOT SLO; a request without a TTFT (no chunk arrived) fails a TTFT SLO.
         - error_rate = failed / requests.
+        - tok_s_per_user = 1000 / TPOT p50 (ms): the decode speed one user sees, from the
+          median request; tok_s_per_user_mean = mean over requests of 1000 / TPOT (ms).
+        - output_throughput_tok_s_per_gpu = output_throughput_tok_s / gpus, when `gpus` (the
+          GPUs the run used, tensor_parallel_size x replicas) is given.
         A zero duration gives zero throughputs rather than a division error.
         """
         duration_ns = (
@@ -283,27 +287,39 @@ class MetricsAccumulator:
                 meets &= e2e <= slo.e2e_ms
             goodput_rps = int(meets.sum()) * per_s
         itl_summary = self._itl_percentiles()
+        tpot_defined = tpot[~np.isnan(tpot)]
+        tpot_summary = percentiles_ms(tpot_defined)
+        positive = tpot_defined[tpot_defined > 0]
+        output_throughput = self.output_tokens * per_s
         return MetricsSummary(
             requests=self.requests,
             successful=self.successful,
             failed=self.failed,
             duration_s=duration_s,
             request_throughput_rps=self.successful * per_s,
-            output_throughput_tok_s=self.output_tokens * per_s,
+            output_throughput_tok_s=output_throughput,
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
             goodput_rps=goodput_rps,
             error_rate=(self.failed / self.requests) if self.requests else 0.0,
             ttft_ms=percentiles_ms(ttft[~np.isnan(ttft)]),
-            tpot_ms=percentiles_ms(tpot[~np.isnan(tpot)]),
+            tpot_ms=tpot_summary,
             itl_ms=itl_summary,
             e2e_ms=percentiles_ms(e2e),
+            tok_s_per_user=(
+                1000.0 / tpot_summary.p50 if tpot_summary and tpot_summary.p50 > 0 else None
+            ),
+            tok_s_per_user_mean=float(np.mean(1000.0 / positive)) if positive.size else None,
+            gpus=gpus or None,
+            output_throughput_tok_s_per_gpu=output_throughput / gpus if gpus else None,
         )
 
 
-def summarize(records: Iterable[RequestRecord], slo: SLO | None = None) -> MetricsSummary:
+def summarize(
+    records: Iterable[RequestRecord], slo: SLO | None = None, gpus: int | None = None
+) -> MetricsSummary:
     """Summary of records with the definitions of `MetricsAccumulator` (warm-up excluded)."""
-    return MetricsAccumulator().add_many(records).summary(slo)
+    return MetricsAccumulator().add_many(records).summary(slo, gpus)
 
 
 def judge_validity(summary: MetricsSummary | None, rules: ValidityRules) -> Validity:
@@ -341,7 +357,7 @@ def judge_validity(summary: MetricsSummary | None, rules: ValidityRules) -> Vali
 # --------------------------------------------------------------------------- JSONL records
 
 _REQUIRED_KEYS = ("id", "start_ns", "chunk_ns", "end_ns", "input_tokens", "output_tokens", "error")
-_OPTIONAL_KEYS = ("chunk_tokens", "phase", "scheduled_ns", "warmup")
+_OPTIONAL_KEYS = ("chunk_tokens", "phase", "scheduled_ns", "warmup", "replica")
 _KNOWN_KEYS = frozenset(_REQUIRED_KEYS + _OPTIONAL_KEYS)
 
 
@@ -403,6 +419,9 @@ def _parse_record(data: object) -> RequestRecord:
     phase = data.get("phase", "")
     if not isinstance(phase, str):
         raise ValueError("phase must be a string")
+    replica = data.get("replica", 0)
+    if not _is_int(replica) or replica < 0:
+        raise ValueError("replica must be a non-negative integer")
     return RequestRecord.model_construct(
         id=str(record_id),
         start_ns=start_ns,
@@ -415,6 +434,7 @@ def _parse_record(data: object) -> RequestRecord:
         phase=phase,
         scheduled_ns=scheduled_ns,
         warmup=warmup,
+        replica=replica,
     )
 
 

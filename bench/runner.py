@@ -102,14 +102,16 @@ class _Progress:
             self.emit()
 
 
-def _phase_result(spec: PhaseSpec, outcome: PhaseOutcome, config: RunConfig) -> PhaseResult:
+def _phase_result(
+    spec: PhaseSpec, outcome: PhaseOutcome, config: RunConfig, gpus: int | None
+) -> PhaseResult:
     return PhaseResult(
         name=spec.name,
         strategy=spec.strategy,
         target=spec.target,
         start_ns=outcome.start_ns,
         end_ns=outcome.end_ns,
-        summary=outcome.summary(config.slo),
+        summary=outcome.summary(config.slo, gpus),
     )
 
 
@@ -136,8 +138,11 @@ async def execute(
     model: Any,
     events: RunEvents,
     stop: asyncio.Event,
+    gpus: int | None = None,
 ) -> ExecuteOutcome:
     """Warm up, run every phase of `plan(config.load, ...)`, and return what happened.
+
+    `gpus` = the GPUs the run uses (None on CPU), for the per-GPU throughput of the summaries.
 
     - Warm-up: `config.load.warmup_requests` requests, phase "warmup", `warmup=True`
       (recorded, never measured), at `warmup_concurrency(load)`; `warmup_s` is its wall time.
@@ -189,7 +194,7 @@ async def execute(
         )
 
     def publish(spec: PhaseSpec, outcome: PhaseOutcome) -> PhaseResult:
-        result = _phase_result(spec, outcome, config)
+        result = _phase_result(spec, outcome, config, gpus)
         phases.append(result)
         run_accumulator.merge(outcome.accumulator)
         lag = outcome.scheduling_lag_ms()
@@ -235,7 +240,7 @@ async def execute(
                 summary = publish(spec, outcome).summary
             else:
                 waiting.append((spec, outcome))
-                summary = outcome.summary(config.slo)  # what finished by the end of issuing
+                summary = outcome.summary(config.slo, gpus)  # what finished by the end of issuing
             index += 1
         if stopped or deadline_reached:
             for _, outcome in waiting:
@@ -260,7 +265,7 @@ async def execute(
         phases=phases,
         pattern_report=report,
         warmup_s=warmup_s,
-        summary=run_accumulator.summary(config.slo) if run_accumulator.requests else None,
+        summary=run_accumulator.summary(config.slo, gpus) if run_accumulator.requests else None,
         stopped=stopped,
         deadline_reached=deadline_reached,
         scheduling_lag_ms=lags,

@@ -38,6 +38,9 @@ class RequestRecord(Record):
         None, description="Planned send time (open loop); start_ns - scheduled_ns = harness lag."
     )
     warmup: bool = Field(False, description="Warm-up requests are stored but never measured.")
+    replica: int = Field(
+        0, ge=0, description="Which engine replica served it (0 with one replica)."
+    )
 
     @property
     def ok(self) -> bool:
@@ -70,6 +73,20 @@ class MetricsSummary(Record):
     tpot_ms: Percentiles | None = None
     itl_ms: Percentiles | None = None
     e2e_ms: Percentiles | None = None
+    tok_s_per_user: float | None = Field(
+        None,
+        description="Per-user decode speed = 1000 / TPOT p50 (ms): output tokens per second one "
+        "request sees after its first token (the y axis of a throughput/interactivity Pareto).",
+    )
+    tok_s_per_user_mean: float | None = Field(
+        None, description="Mean over requests of 1000 / TPOT (ms) of each request."
+    )
+    gpus: int | None = Field(
+        None, description="GPUs the run used (tensor_parallel_size x replicas); none on CPU."
+    )
+    output_throughput_tok_s_per_gpu: float | None = Field(
+        None, description="output_throughput_tok_s / gpus (the x axis of the Pareto chart)."
+    )
 
 
 class ValidityStatus(StrEnum):
@@ -125,6 +142,31 @@ class TelemetrySample(Record):
     energy_mj: int | None = None
     sm_clock_mhz: int | None = None
     host_rss_bytes: int | None = None
+    gpus: list[GpuReading] = Field(
+        default_factory=list, description="Per-GPU readings behind the summed/mean fields."
+    )
+
+
+class GpuReading(Record):
+    """One GPU's readings in one sampler tick (NVML index), None where unsupported."""
+
+    index: int
+    memory_used_bytes: int | None = None
+    utilization_pct: float | None = None
+    power_w: float | None = None
+    energy_mj: int | None = None
+
+
+class GpuTelemetry(Record):
+    """One GPU over the run: NVML index, what it did (means over the measured window)."""
+
+    index: int
+    mean_utilization_pct: float | None = None
+    peak_memory_used_gb: float | None = Field(
+        None, description="Peak device memory used on this GPU (all processes)."
+    )
+    mean_power_w: float | None = None
+    energy_j: float | None = None
 
 
 class TelemetrySummary(Record):
@@ -147,6 +189,10 @@ class TelemetrySummary(Record):
     energy_per_output_token_j: float | None = None
     memory_efficiency_gb_per_b_params: float | None = None
     peak_host_rss_gb: float | None = None
+    gpu_indices: list[int] = Field(
+        default_factory=list, description="NVML indices of the GPUs sampled (the run's GPUs)."
+    )
+    per_gpu: list[GpuTelemetry] = Field(default_factory=list)
     samples: list[TelemetrySample] = Field(default_factory=list)
 
 
@@ -163,6 +209,24 @@ class Failure(Record):
     cause: str
     advice: str | None = None
     log_tail: str | None = None
+
+
+class ReplicaResult(Record):
+    """One engine replica of a run: where it ran, how it ended, and its share of the load."""
+
+    replica: int = Field(ge=0)
+    cuda_visible_devices: str | None = Field(
+        None, description="The replica's CUDA_VISIBLE_DEVICES (none on CPU)."
+    )
+    pid: int | None = None
+    status: RunStatus = RunStatus.COMPLETED
+    exit_code: int | None = None
+    failure: Failure | None = None
+    load_s: float | None = None
+    summary: MetricsSummary | None = Field(
+        None, description="This replica's measured records alone (the run's summary is all)."
+    )
+    engine: dict[str, Any] = Field(default_factory=dict)
 
 
 def new_run_id() -> str:
@@ -198,3 +262,11 @@ class RunResult(Record):
     validity: Validity | None = None
     failure: Failure | None = None
     log_path: str | None = None
+    replicas: list[ReplicaResult] = Field(
+        default_factory=list,
+        description="Per-replica breakdown (with config.parallelism.replicas > 1).",
+    )
+    caveats: list[str] = Field(
+        default_factory=list,
+        description="What the figures do not say (e.g. FP8 on random weights: speed only).",
+    )

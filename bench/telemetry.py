@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from bench.schema import TelemetrySample, TelemetrySummary
+from bench.schema import GpuReading, GpuTelemetry, TelemetrySample, TelemetrySummary
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +235,8 @@ class NvmlSampler(threading.Thread):
         self._nvml_given = nvml
         self._module: Any = None
         self._handles: list[Any] = []
+        self.indices: list[int] = []
+        """NVML indices of the sampled GPUs (after open())."""
         self._opened = False
         self._stop_event = threading.Event()
         self._open_lock = threading.Lock()
@@ -275,6 +277,7 @@ class NvmlSampler(threading.Thread):
                 close_nvml(module)
                 return
             self._module, self._handles = module, handles
+            self.indices = list(indices)
             self.gpu_available = True
 
     def close(self) -> None:
@@ -319,6 +322,20 @@ class NvmlSampler(threading.Thread):
             )
             readings["process_memory"].append(self._tree_gpu_memory(module, handle, tree))
         devices = len(self._handles)
+        sample.gpus = [
+            GpuReading(
+                index=index,
+                memory_used_bytes=readings["memory"][position],
+                utilization_pct=readings["utilization"][position],
+                power_w=(
+                    readings["power_mw"][position] / 1000.0
+                    if readings["power_mw"][position] is not None
+                    else None
+                ),
+                energy_mj=readings["energy_mj"][position],
+            )
+            for position, index in enumerate(self.indices)
+        ]
         utilization = _sum_or_none(readings["utilization"])
         power_mw = _sum_or_none(readings["power_mw"])
         energy_mj = _sum_or_none(readings["energy_mj"])
@@ -477,6 +494,7 @@ def summarize_telemetry(
         energy_source = "power_integral" if energy_j is not None else None
 
     rss = [s.host_rss_bytes for s in samples if s.host_rss_bytes is not None]
+    per_gpu = per_gpu_telemetry(samples, measured)
     efficiency = None
     if peak_gpu_memory_gb is not None and parameters:
         efficiency = peak_gpu_memory_gb / (parameters / 1e9)
@@ -496,5 +514,45 @@ def summarize_telemetry(
         ),
         memory_efficiency_gb_per_b_params=efficiency,
         peak_host_rss_gb=max(rss) / BYTES_PER_GB if rss else None,
+        gpu_indices=[gpu.index for gpu in per_gpu],
+        per_gpu=per_gpu,
         samples=downsample(samples),
     )
+
+
+def per_gpu_telemetry(
+    samples: list[TelemetrySample], measured: list[TelemetrySample]
+) -> list[GpuTelemetry]:
+    """Each sampled GPU on its own: mean utilisation and power and energy over the measured
+    samples (energy: its counter delta, else its power integral), peak memory over all."""
+    indices = sorted({gpu.index for sample in samples for gpu in sample.gpus})
+    out = []
+    for index in indices:
+
+        def series(source: list[TelemetrySample], index: int = index) -> list[TelemetrySample]:
+            # One GPU's readings as single-device samples, so the run-level formulas apply.
+            return [
+                TelemetrySample(t_ns=s.t_ns, power_w=g.power_w, energy_mj=g.energy_mj)
+                for s in source
+                for g in s.gpus
+                if g.index == index
+            ]
+
+        readings = [g for s in samples for g in s.gpus if g.index == index]
+        in_window = [g for s in measured for g in s.gpus if g.index == index]
+        memory = [g.memory_used_bytes for g in readings if g.memory_used_bytes is not None]
+        energy_j = counter_energy_j(series(measured))
+        if energy_j is None:
+            energy_j = integrate_power_j(series(measured))
+        out.append(
+            GpuTelemetry(
+                index=index,
+                mean_utilization_pct=_mean(
+                    [g.utilization_pct for g in in_window if g.utilization_pct is not None]
+                ),
+                peak_memory_used_gb=max(memory) / BYTES_PER_GB if memory else None,
+                mean_power_w=_mean([g.power_w for g in in_window if g.power_w is not None]),
+                energy_j=energy_j,
+            )
+        )
+    return out

@@ -20,12 +20,14 @@ import signal
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig
+from bench.proctree import TREE_MARKER, ProcessTree
 from bench.schema import Failure, ModelInfo, PhaseResult, RequestRecord
 
 RECORD_FLUSH_S = 0.05
@@ -39,10 +41,26 @@ succeeding in between, the run is stopped as FAILED with the first error as its 
 # --------------------------------------------------------------------------- child side
 
 
-def _child_main(config_json: str, model_json: str, log_path: str, events: Any, stop: Any) -> None:
-    """Entry point of the worker process (spawned, so it imports nothing from the parent)."""
+def _child_main(
+    config_json: str,
+    model_json: str,
+    log_path: str,
+    events: Any,
+    stop: Any,
+    env: dict[str, str] | None = None,
+    requests: Any = None,
+    gpus: int | None = None,
+) -> None:
+    """Entry point of the worker process (spawned, so it imports nothing from the parent).
+
+    `env` (the replica's CUDA_VISIBLE_DEVICES) is applied before any framework is imported, so
+    the engine and every process it starts see only the replica's GPUs. With a `requests`
+    queue the worker serves requests sent by the parent's load generator (bench/replicas.py)
+    instead of running the load pattern itself.
+    """
     os.setsid()  # own session and process group: the parent can kill the whole tree at once
     _die_with_parent(os.getppid())
+    os.environ.update(env or {})
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
@@ -53,7 +71,12 @@ def _child_main(config_json: str, model_json: str, log_path: str, events: Any, s
             import uvloop
 
             run_loop = uvloop.run
-        run_loop(_child_async(config, model_json, events, stop))
+        if requests is not None:
+            from bench.replicas import serve_requests
+
+            run_loop(serve_requests(config, model_json, events, requests))
+        else:
+            run_loop(_child_async(config, model_json, events, stop, gpus))
     except BaseException as exc:  # report every failure, then exit non-zero
         traceback.print_exc()
         events.put(("error", _describe(exc), traceback.format_exc()[-LOG_TAIL_BYTES:]))
@@ -84,24 +107,26 @@ def _describe(exc: BaseException) -> str:
     return text.splitlines()[0][:500] if text else type(exc).__name__
 
 
-async def _child_async(config: RunConfig, model_json: str, events: Any, stop_mp: Any) -> None:
+async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
+    """Build and load the run's backend in this worker; sends the "loaded" event."""
     from bench.backends import get_backend
-    from bench.runner import RunEvents, execute
 
-    model = ModelInfo.model_validate_json(model_json)
     backend_cls = get_backend(config.backend)
-    engine_args = dict(config.engine_args)
+    engine_args = backend_cls.engine_args_for(
+        dict(config.engine_args), config.parallelism, config.precision
+    )
     options = backend_cls.options_model
     if config.trust_remote_code and (
         options is None or "trust_remote_code" in options.model_fields
     ):
         engine_args.setdefault("trust_remote_code", True)  # the run-level opt-in reaches the engine
     backend = backend_cls(engine_args)
-    device = config.device
     events.put(("progress", {"stage": "loading"}))
-    info = await backend.load(model, config.workload, config.precision, device)
+    info = await backend.load(model, config.workload, config.precision, config.device)
     loop_module = type(asyncio.get_running_loop()).__module__
     info.engine["event_loop"] = "uvloop" if loop_module.startswith("uvloop") else "asyncio"
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        info.engine["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
     events.put(
         (
             "loaded",
@@ -113,6 +138,16 @@ async def _child_async(config: RunConfig, model_json: str, events: Any, stop_mp:
             },
         )
     )
+    return backend
+
+
+async def _child_async(
+    config: RunConfig, model_json: str, events: Any, stop_mp: Any, gpus: int | None
+) -> None:
+    from bench.runner import RunEvents, execute
+
+    model = ModelInfo.model_validate_json(model_json)
+    backend = await load_backend(config, model, events)
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -151,7 +186,7 @@ async def _child_async(config: RunConfig, model_json: str, events: Any, stop_mp:
     flush_task = asyncio.create_task(flusher())
     try:
         outcome = await execute(
-            config, backend, model, RunEvents(on_record, on_phase, on_progress), stop
+            config, backend, model, RunEvents(on_record, on_phase, on_progress), stop, gpus
         )
     finally:
         flush_task.cancel()
@@ -188,6 +223,7 @@ class WorkerOutcome:
     warmup_s: float | None = None
     exit_code: int | None = None
     server_metrics: list[dict[str, Any]] = field(default_factory=list)
+    survivors: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -230,13 +266,29 @@ def advice_for(cause: str) -> str | None:
 class Worker:
     """Parent-side handle of one isolated engine process."""
 
-    def __init__(self, config: RunConfig, model: ModelInfo, log_path: Path) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        model: ModelInfo,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        serve: bool = False,
+        gpus: int | None = None,
+    ) -> None:
         self.config = config
         self.model = model
         self.log_path = Path(log_path)
         ctx = mp.get_context("spawn")
         self._events = ctx.Queue()
         self._stop = ctx.Event()
+        self.requests = ctx.Queue() if serve else None
+        """serve mode: the queue the parent's load generator sends requests through."""
+        self.tree_token = uuid.uuid4().hex
+        env = {**(env or {}), TREE_MARKER: self.tree_token}
+        self.tree: ProcessTree | None = None
+        self.survivors: list[int] = []
+        """Pids of the worker's tree still running after shutdown (empty unless a kill failed)."""
+        self._last_snapshot = 0.0
         self._process = ctx.Process(
             target=_child_main,
             args=(
@@ -245,6 +297,9 @@ class Worker:
                 str(self.log_path),
                 self._events,
                 self._stop,
+                dict(env or {}),
+                self.requests,
+                gpus,
             ),
             daemon=False,
         )
@@ -253,9 +308,29 @@ class Worker:
     def pid(self) -> int | None:
         return self._process.pid
 
+    @property
+    def events(self) -> Any:
+        return self._events
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._process.start()
+        self.tree = ProcessTree(self._process.pid, self.tree_token)
+
+    def snapshot_tree(self, every_s: float = 0.5) -> None:
+        """Remember the worker's descendants (at most every `every_s`), so the ones that leave
+        its process group are still killed if the worker dies first."""
+        now = time.monotonic()
+        if self.tree is not None and now - self._last_snapshot >= every_s:
+            self._last_snapshot = now
+            self.tree.snapshot()
+
+    def is_alive(self) -> bool:
+        return self._process.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._process.exitcode
 
     def run(
         self,
@@ -274,6 +349,7 @@ class Worker:
             if stop is not None and stop.is_set() and stop_requested_at is None:
                 stop_requested_at = time.monotonic()
                 self._stop.set()
+            self.snapshot_tree()
             try:
                 kind, *payload = self._events.get(timeout=0.2)
             except queue.Empty:
@@ -394,13 +470,21 @@ class Worker:
             return ""
 
     def kill(self) -> None:
-        """SIGKILL the worker's whole process group (engine children included)."""
+        """SIGKILL the worker's whole process group and every process it started."""
         pid = self._process.pid
         if pid is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         self._process.join(timeout=10)
+        self.kill_tree()
+
+    def kill_tree(self) -> list[int]:
+        """Kill what the worker started that is still running, wherever it went; the pids that
+        survived (empty when none did)."""
+        if self.tree is None:
+            return []
+        return self.tree.kill()
 
     def shutdown(self, grace_s: float = 15.0) -> None:
         """Wait for a clean exit, then SIGTERM the group, then SIGKILL it."""
@@ -412,11 +496,15 @@ class Worker:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGTERM)
             self._process.join(timeout=grace_s)
-        # Children of the group (vLLM engine core, compile workers) may outlive the leader.
+        # Children of the group (vLLM engine core, compile workers) may outlive the leader, and
+        # some (TP workers in a session of their own) may have left the group.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         self._process.join(timeout=5)
+        self.survivors = self.kill_tree()
         self._events.cancel_join_thread()
+        if self.requests is not None:
+            self.requests.cancel_join_thread()
 
     def group_alive(self) -> bool:
         """True while any process of the worker's group still exists."""

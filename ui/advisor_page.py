@@ -18,12 +18,13 @@ from advisor.profile import (
     Constraint,
     GpuProfile,
     Objective,
+    ProfilePrecision,
     ProfileSLO,
     StageProfile,
     WorkloadProfile,
     describe_validation_error,
 )
-from bench.config import LengthDistribution, Precision
+from bench.config import LengthDistribution
 from bench.errors import UserError
 from ui import state
 from ui.components import empty_state, field_help, format_number, yes_no
@@ -303,7 +304,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         dtypes,
         index=dtypes.index(precision.get("dtype") or "float16"),
         key=_key(index, "dtype"),
-        help=field_help(Precision, "dtype"),
+        help=field_help(ProfilePrecision, "dtype"),
     )
     quantization = more_deploy[1].selectbox(
         "Weight quantisation",
@@ -313,7 +314,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         else 0,
         format_func=lambda q: "none" if q is None else q,
         key=_key(index, "quantization"),
-        help=field_help(Precision, "quantization"),
+        help=field_help(ProfilePrecision, "quantization"),
     )
     out["precision"] = {**precision, "dtype": dtype, "quantization": quantization}
     with more_deploy[2]:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
 from bench.errors import UserError
 from bench.schema import ModelInfo
 
@@ -131,6 +131,30 @@ class Backend(ABC):
                 f"bad engine argument for {cls.name}: {key}: {first['msg']} (known: {known})"
             ) from None
         return parsed
+
+    @classmethod
+    def engine_args_for(
+        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    ) -> dict[str, Any]:
+        """The engine arguments one replica of this run is built with; UserError (one line)
+        when the framework cannot run this parallelism or precision.
+
+        The default, for engines that hold a model on one device per process: replicas yes
+        (one worker process each), tensor parallelism and FP8 refused. Frameworks that split a
+        model over GPUs or run FP8 map them to their own arguments in an override.
+        """
+        if parallelism.tensor_parallel_size > 1:
+            raise UserError(
+                f"backend {cls.name!r} runs one engine on one device: tensor_parallel_size "
+                f"{parallelism.tensor_parallel_size} is not implemented for it; use "
+                f"parallelism.replicas to spread independent engines over GPUs instead"
+            )
+        if precision.quantization is not None or precision.kv_cache_dtype != "auto":
+            raise UserError(
+                f"backend {cls.name!r} does not map precision.quantization / kv_cache_dtype "
+                f"(FP8 weights and FP8 KV cache are vLLM options here: backend vllm or openai)"
+            )
+        return dict(engine_args)
 
     @classmethod
     @abstractmethod

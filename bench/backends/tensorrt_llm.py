@@ -29,7 +29,7 @@ from bench.backends.base import (
     register_backend,
 )
 from bench.clock import CLOCK
-from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
 from bench.errors import BackendUnavailable, UserError
 from bench.schema import ModelInfo
 
@@ -96,6 +96,27 @@ class TensorRTLLMBackend(Backend):
         super().__init__(engine_args)
         self._llm: Any = None
         self._sampling_params_cls: Any = None
+
+    @classmethod
+    def engine_args_for(
+        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    ) -> dict[str, Any]:
+        """The run's tensor_parallel_size becomes LlmArgs.tensor_parallel_size (`LLM(...,
+        tensor_parallel_size=N)`: TensorRT-LLM starts one MPI rank per GPU itself). FP8 is
+        not mapped (refused by the base class's rule)."""
+        args = super().engine_args_for(
+            engine_args, ParallelismConfig(replicas=parallelism.replicas), precision
+        )
+        degree = parallelism.tensor_parallel_size
+        given = args.get("tensor_parallel_size")
+        if given is not None and given != degree:
+            raise UserError(
+                f"engine argument tensor_parallel_size={given!r} contradicts the run's "
+                f"parallelism.tensor_parallel_size ({degree}); set it in parallelism"
+            )
+        if degree > 1:
+            args["tensor_parallel_size"] = degree
+        return args
 
     @classmethod
     def availability(cls) -> Availability:

@@ -30,7 +30,7 @@ from bench.backends.base import (
     register_backend,
 )
 from bench.clock import CLOCK
-from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
 from bench.errors import UserError
 from bench.schema import ModelInfo
 
@@ -138,6 +138,47 @@ def _engine_arg_fields_from_source() -> set[str]:
     if not names:
         raise RuntimeError(f"no EngineArgs fields found in {source_path}")
     return names
+
+
+def vllm_parallel_args(
+    engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+) -> dict[str, Any]:
+    """vLLM EngineArgs for one replica of this parallelism and precision (in-process engine
+    and `vllm serve` alike).
+
+    - tensor_parallel_size > 1 also sets `distributed_executor_backend="mp"` (unless given):
+      vLLM's multiprocessing executor, one worker process per GPU on this node. Left to itself
+      vLLM picks Ray when it runs inside a Ray task (the `ray` executor's jobs), which would
+      ask Ray for GPUs the job already holds.
+    - precision.quantization fp8 -> `quantization="fp8"` (dynamic FP8 weights, no calibration);
+      precision.kv_cache_dtype fp8 -> `kv_cache_dtype="fp8"`. An engine argument that says
+      otherwise is a contradiction, refused.
+    """
+    args = dict(engine_args)
+    tensor_parallel_size = parallelism.tensor_parallel_size
+    given_degree = args.get("tensor_parallel_size")
+    if given_degree is not None and given_degree != tensor_parallel_size:
+        raise UserError(
+            f"engine argument tensor_parallel_size={given_degree!r} contradicts the run's "
+            f"parallelism.tensor_parallel_size ({tensor_parallel_size}); set it in parallelism"
+        )
+    if tensor_parallel_size > 1:
+        args["tensor_parallel_size"] = tensor_parallel_size
+        args.setdefault("distributed_executor_backend", "mp")
+    wanted = {
+        "quantization": precision.quantization,
+        "kv_cache_dtype": None if precision.kv_cache_dtype == "auto" else precision.kv_cache_dtype,
+    }
+    for name, value in wanted.items():
+        if value is None:
+            continue
+        given = args.setdefault(name, value)
+        if given != value:
+            raise UserError(
+                f"engine argument {name}={given!r} contradicts the run's precision.{name} "
+                f"({value!r}); set it once, in precision"
+            )
+    return args
 
 
 def _import_engine_api() -> dict[str, Any]:
@@ -280,6 +321,13 @@ class VllmBackend(Backend):
         return dict(engine_args)
 
     @classmethod
+    def engine_args_for(
+        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    ) -> dict[str, Any]:
+        """Tensor parallelism, FP8 weights and FP8 KV cache as vLLM EngineArgs."""
+        return vllm_parallel_args(engine_args, parallelism, precision)
+
+    @classmethod
     def availability(cls) -> Availability:
         version = vllm_version()
         if version is None or importlib.util.find_spec("vllm") is None:
@@ -318,13 +366,12 @@ class VllmBackend(Backend):
         # unless asked for. AsyncEngineArgs defaults it on, which costs front-end CPU per engine
         # step that nothing here reads (an in-process engine exposes no /metrics).
         kwargs.setdefault("disable_log_stats", True)
-        if precision.quantization is not None:
-            given = kwargs.setdefault("quantization", precision.quantization)
-            if given != precision.quantization:
-                raise UserError(
-                    f"quantization {given!r} in engine args contradicts the run's precision "
-                    f"({precision.quantization!r})"
-                )
+        # The worker already applied engine_args_for; a direct caller of load() gets the same
+        # precision mapping (the tensor-parallel degree is in the engine args either way).
+        tensor_parallel = ParallelismConfig(
+            tensor_parallel_size=int(kwargs.get("tensor_parallel_size") or 1)
+        )
+        kwargs = vllm_parallel_args(kwargs, tensor_parallel, precision)
         start_ns = CLOCK.now_ns()
         engine_args = api["AsyncEngineArgs"](model=model.path, dtype=precision.dtype, **kwargs)
         self._engine = api["AsyncLLM"].from_engine_args(engine_args)

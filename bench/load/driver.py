@@ -86,8 +86,8 @@ class PhaseOutcome:
     def for_spec(cls, spec: PhaseSpec) -> PhaseOutcome:
         return cls(name=spec.name, strategy=spec.strategy, target=spec.target)
 
-    def summary(self, slo: SLO | None = None) -> MetricsSummary:
-        return self.accumulator.summary(slo)
+    def summary(self, slo: SLO | None = None, gpus: int | None = None) -> MetricsSummary:
+        return self.accumulator.summary(slo, gpus)
 
     def scheduling_lag_ms(self) -> Percentiles | None:
         """Open loop: actual send time minus planned send time, in ms (harness overhead)."""
@@ -199,6 +199,7 @@ class _PhaseRun:
         error: str | None = None
         stream: AsyncIterator[Chunk] | None = None
         usage_output_tokens: int | None = None  # a server's usage count, when it reports one
+        replica = 0  # which engine replica served it (bench/replicas.py streams say)
         slots = self.slots
         holding_slot = False
         counted = False
@@ -216,6 +217,7 @@ class _PhaseRun:
                 if outcome.in_flight > outcome.max_in_flight:
                     outcome.max_in_flight = outcome.in_flight
                 stream = self.send(request)
+                replica = getattr(stream, "replica", 0)
                 async for chunk in stream:
                     chunk_ns.append(chunk.t_ns)
                     chunk_tokens.append(chunk.tokens)
@@ -226,7 +228,9 @@ class _PhaseRun:
             error = self.timeout_text if deadline.expired() else f"TimeoutError: {exc}".strip()
         except asyncio.CancelledError:
             error = self.cancel_reason or STOPPED
-            self._finish(request, start_ns, scheduled_ns, chunk_ns, chunk_tokens, error)
+            self._finish(
+                request, start_ns, scheduled_ns, chunk_ns, chunk_tokens, error, None, replica
+            )
             raise
         except Exception as exc:  # an engine error is a failed request, not a harness crash
             error = f"{type(exc).__name__}: {exc}".strip()
@@ -241,7 +245,14 @@ class _PhaseRun:
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await aclose()
         self._finish(
-            request, start_ns, scheduled_ns, chunk_ns, chunk_tokens, error, usage_output_tokens
+            request,
+            start_ns,
+            scheduled_ns,
+            chunk_ns,
+            chunk_tokens,
+            error,
+            usage_output_tokens,
+            replica,
         )
 
     def _finish(
@@ -253,6 +264,7 @@ class _PhaseRun:
         chunk_tokens: list[int],
         error: str | None,
         usage_output_tokens: int | None = None,
+        replica: int = 0,
     ) -> None:
         """Build, count and hand on the record. A server's usage count (OpenAI `usage`) is
         authoritative for output_tokens: streamed events need not carry one token each."""
@@ -272,6 +284,7 @@ class _PhaseRun:
                 "phase": self.spec.name,
                 "scheduled_ns": scheduled_ns,
                 "warmup": self.spec.warmup,
+                "replica": replica,
             }
         )
         outcome = self.outcome

@@ -62,7 +62,7 @@ def test_plan_one_config_per_benchmarkable_candidate() -> None:
         assert config.workload.output_tokens.mean == 256
         assert isinstance(config.load, ConcurrencyLoad) and config.load.concurrency == 8
         assert config.slo.ttft_ms == 500 and config.slo.tpot_ms == 50
-        assert config.precision == s.precision
+        assert config.precision == s.precision.run_precision()
     vllm = next(c for c in configs if c.backend == "vllm")
     assert vllm.engine_args["enforce_eager"] is False  # CUDA graphs on
     assert vllm.engine_args["max_model_len"] >= 512 + 256

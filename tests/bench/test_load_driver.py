@@ -304,6 +304,7 @@ def test_build_record_matches_a_validated_record():
         "phase": "rate",
         "scheduled_ns": 0,
         "warmup": False,
+        "replica": 1,
     }
     fast = build_record(dict(values))
     validated = RequestRecord(**values)

@@ -49,6 +49,19 @@ def test_hand_computed_summary(tiny_records):
     assert summary.e2e_ms.p99 == pytest.approx(np.percentile([130, 80, 200], 99))
 
 
+def test_per_user_and_per_gpu_speed(tiny_records):
+    """tok/s per user = 1000 / TPOT p50; its mean is over requests; per GPU = tok/s / GPUs."""
+    summary = summarize(tiny_records, gpus=2)
+    # TPOT 15 and 30 ms (see above): p50 22.5 ms -> 44.4 tok/s; mean of 66.7 and 33.3 = 50.
+    assert summary.tok_s_per_user == pytest.approx(1000 / 22.5)
+    assert summary.tok_s_per_user_mean == pytest.approx((1000 / 15 + 1000 / 30) / 2)
+    assert summary.gpus == 2
+    assert summary.output_throughput_tok_s_per_gpu == pytest.approx(6 / 0.5 / 2)
+    on_cpu = summarize(tiny_records)
+    assert on_cpu.gpus is None and on_cpu.output_throughput_tok_s_per_gpu is None
+    assert summarize([]).tok_s_per_user is None
+
+
 def test_goodput_counts_requests_meeting_every_slo(tiny_records):
     # TTFT <= 120 passes r1 (100) and r2 (50); E2E <= 100 passes only r2 (80) and r1 fails.
     assert summarize(tiny_records, SLO(ttft_ms=120)).goodput_rps == pytest.approx(2 / 0.5)

@@ -182,7 +182,7 @@ def test_user_errors_before_anything_starts(standin) -> None:
     with pytest.raises(UserError, match="GPUs only"):
         asyncio.run(backend.load(MODEL, GenerateWorkload(), Precision(), "cpu"))
     with pytest.raises(UserError, match="quantization"):
-        asyncio.run(backend.load(MODEL, GenerateWorkload(), Precision(quantization="awq"), "cuda"))
+        asyncio.run(backend.load(MODEL, GenerateWorkload(), Precision(quantization="fp8"), "cuda"))
     assert not standin.events  # nothing was constructed
 
 

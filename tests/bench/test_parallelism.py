@@ -1,0 +1,200 @@
+"""Parallelism and precision as run axes: the config, its placement on the visible GPUs, the
+backends' refusals, and the CLI's one-line errors. GPU counts come from the labelled fake NVML
+(tests/bench/fake_nvml.py): this machine has no GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from bench.backends import get_backend
+from bench.config import ParallelismConfig, PrecisionConfig, RunConfig
+from bench.errors import UserError
+from bench.placement import place, visible_devices
+from bench.schema import RunResult
+from tests.bench.fake_nvml import FakeGpu, FakeNvml
+from tests.bench.test_cli import bench
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def two_gpus() -> FakeNvml:
+    return FakeNvml([FakeGpu(uuid="GPU-aaaa-0"), FakeGpu(uuid="GPU-bbbb-1")])
+
+
+def config(**fields) -> RunConfig:
+    return RunConfig.model_validate({"backend": "vllm", "model": "tiny-llama", **fields})
+
+
+# --------------------------------------------------------------------------- the config
+
+
+def test_gpus_needed_and_labels():
+    parallelism = ParallelismConfig(tensor_parallel_size=2, replicas=3)
+    assert parallelism.gpus_needed == 6
+    assert parallelism.label() == "3 x TP=2"
+    assert ParallelismConfig().label() == "TP=1"
+    assert PrecisionConfig(quantization="fp8", kv_cache_dtype="fp8").label() == (
+        "bfloat16 + fp8 weights + fp8 KV"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tensor_parallel_size": 0}, "greater than or equal to 1"),
+        ({"replicas": 2, "gpu_ids": [0]}, "needs 2"),
+        ({"replicas": 2, "gpu_ids": [1, 1]}, "twice"),
+        ({"gpu_ids": [-1]}, ">= 0"),
+    ],
+)
+def test_bad_parallelism_is_refused(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        ParallelismConfig(**fields)
+
+
+def test_only_fp8_weights_and_kv_are_run_precisions():
+    with pytest.raises(ValidationError):
+        PrecisionConfig(quantization="awq")
+    with pytest.raises(ValidationError):
+        PrecisionConfig(kv_cache_dtype="int8")
+
+
+def test_engine_arg_tensor_parallel_size_moves_to_parallelism():
+    moved = config(engine_args={"tensor_parallel_size": 2, "block_size": 16})
+    assert moved.parallelism.tensor_parallel_size == 2
+    assert moved.engine_args == {"block_size": 16}
+    same = config(engine_args={"tensor_parallel_size": 2}, parallelism={"tensor_parallel_size": 2})
+    assert same.parallelism.tensor_parallel_size == 2 and same.engine_args == {}
+    with pytest.raises(ValidationError, match="contradicts"):
+        config(engine_args={"tensor_parallel_size": 2}, parallelism={"tensor_parallel_size": 4})
+
+
+def test_stored_results_from_before_the_axes_still_load():
+    """Every run the project ships in data/reference predates parallelism/precision fields."""
+    loaded = 0
+    for path in sorted((REPO / "data" / "reference").glob("*_runs.json")):
+        for data in json.loads(path.read_text())["runs"]:
+            run = RunResult.model_validate(data)
+            assert run.config.parallelism == ParallelismConfig()
+            assert run.config.precision.kv_cache_dtype == "auto"
+            loaded += 1
+    assert loaded > 10
+
+
+def test_round_trip_keeps_both_axes():
+    original = config(
+        parallelism={"tensor_parallel_size": 2, "replicas": 2, "gpu_ids": [3, 2, 1, 0]},
+        precision={"quantization": "fp8", "kv_cache_dtype": "fp8"},
+    )
+    again = RunConfig.model_validate_json(original.model_dump_json())
+    assert again == original and again.parallelism.gpus_needed == 4
+
+
+# --------------------------------------------------------------------------- placement
+
+
+def test_cpu_refuses_tensor_parallelism_and_allows_replicas(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    no_gpu = FakeNvml([])
+    with pytest.raises(UserError, match="no GPU is visible here: CPU engines run one process"):
+        place(config(parallelism={"tensor_parallel_size": 2}), nvml=no_gpu)
+    with pytest.raises(UserError, match="device is cpu"):
+        place(config(device="cpu", parallelism={"tensor_parallel_size": 2}), nvml=no_gpu)
+    placement = place(config(parallelism={"replicas": 3}), nvml=no_gpu)
+    assert placement.device == "cpu" and placement.replicas == 3 and placement.gpus is None
+    assert placement.env(0) == {}
+    with pytest.raises(UserError, match="CPU"):
+        place(config(device="cpu", parallelism={"gpu_ids": [0]}), nvml=no_gpu)
+
+
+def test_two_gpus_split_by_tensor_parallelism_or_replicas(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    tp2 = place(config(parallelism={"tensor_parallel_size": 2}), nvml=two_gpus())
+    assert tp2.device == "cuda" and tp2.replica_devices == [["0", "1"]] and tp2.gpus == 2
+    assert tp2.env(0) == {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    replicas = place(config(parallelism={"replicas": 2}), nvml=two_gpus())
+    assert replicas.replica_devices == [["0"], ["1"]] and replicas.nvml_indices == [0, 1]
+    assert replicas.env(1)["CUDA_VISIBLE_DEVICES"] == "1"
+    single = place(config(), nvml=two_gpus())
+    assert single.replica_devices == [["0"]] and single.nvml_indices == [0]
+    chosen = place(config(parallelism={"gpu_ids": [1]}), nvml=two_gpus())
+    assert chosen.replica_devices == [["1"]] and chosen.nvml_indices == [1]
+
+
+def test_more_gpus_than_visible_is_one_line(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(UserError, match=r"x replicas 2 needs 4 GPUs, but 2 GPU\(s\) are visible"):
+        place(config(parallelism={"tensor_parallel_size": 2, "replicas": 2}), nvml=two_gpus())
+    with pytest.raises(UserError, match="GPU 2 is not visible"):
+        place(config(parallelism={"gpu_ids": [2]}), nvml=two_gpus())
+    with pytest.raises(UserError, match="needs 1 GPUs, but no GPU is visible"):
+        place(config(device="cuda"), nvml=FakeNvml([]))
+
+
+def test_cuda_visible_devices_is_respected(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert visible_devices(two_gpus()) == (["1"], [1])
+    with pytest.raises(UserError, match=r"CUDA_VISIBLE_DEVICES=1"):
+        place(config(parallelism={"replicas": 2}), nvml=two_gpus())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbbb,GPU-aaaa")
+    placement = place(config(parallelism={"replicas": 2}), nvml=two_gpus())
+    assert placement.replica_devices == [["GPU-bbbb"], ["GPU-aaaa"]]
+    assert placement.nvml_indices == [1, 0]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_devices(two_gpus()) == ([], [])
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "torch_compile", "onnxruntime"])
+def test_single_device_backends_refuse_tensor_parallelism(backend):
+    backend_cls = get_backend(backend)
+    with pytest.raises(UserError, match=r"tensor_parallel_size 2 is not implemented.*replicas"):
+        backend_cls.engine_args_for(
+            {}, ParallelismConfig(tensor_parallel_size=2), PrecisionConfig()
+        )
+    with pytest.raises(UserError, match="FP8"):
+        backend_cls.engine_args_for({}, ParallelismConfig(), PrecisionConfig(quantization="fp8"))
+    assert backend_cls.engine_args_for({"a": 1}, ParallelismConfig(replicas=4), PrecisionConfig())
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_cli_option_paths_reach_the_config_and_errors_are_one_line():
+    """`--option parallelism.* / precision.*` set the axes; what the machine cannot run is
+    one line on stderr and exit code 2 (this machine has no GPU)."""
+    from bench.cli import build_run_config
+
+    built = build_run_config(
+        None,
+        "vllm",
+        "tiny-llama",
+        None,
+        {},
+        [],
+        [
+            "parallelism.tensor_parallel_size=2",
+            "parallelism.replicas=2",
+            "precision.quantization=fp8",
+            "precision.kv_cache_dtype=fp8",
+        ],
+    )
+    assert built.parallelism.gpus_needed == 4
+    assert built.precision.quantization == "fp8" and built.precision.kv_cache_dtype == "fp8"
+    done = bench(
+        "run", "--backend", "pytorch", "--model", "tiny-llama", "--no-store",
+        "--option", "parallelism.tensor_parallel_size=2",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "tensor_parallel_size 2 is not implemented" in done.stderr
+    done = bench(
+        "run", "--backend", "pytorch", "--model", "tiny-llama", "--no-store",
+        "--option", "precision.quantization=awq",
+    )  # fmt: skip
+    assert done.returncode == 2 and "precision.quantization" in done.stderr
+    assert "Traceback" not in done.stderr
