@@ -155,7 +155,7 @@ def recommend(
         tree=load_tree(tree) if tree is not None else None,
     )
     if as_json:
-        typer.echo(json.dumps(report.to_json_dict(), indent=2, default=str))
+        typer.echo(report.model_dump_json(indent=2))
     else:
         typer.echo(format_text(report))
 

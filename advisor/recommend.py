@@ -97,7 +97,8 @@ class StageRecommendation(BaseModel):
 
 
 class Report(BaseModel):
-    """The advisor's answer for a whole profile; `to_json_dict()` is the CLI's JSON."""
+    """The advisor's answer for a whole profile, one entry per stage; the CLI's `--json` prints
+    this model (`model_dump_json`), and the report builder reads it field by field."""
 
     title: str
     owner: str | None = None
@@ -108,42 +109,6 @@ class Report(BaseModel):
     evidence_notes: list[str] = Field(default_factory=list)
     profile: WorkloadProfile
     stages: list[StageRecommendation]
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """Top-level fields describe the first (primary) stage; `stages` has every stage."""
-        stages = [_stage_json(stage) for stage in self.stages]
-        return {
-            "schema": "advisor-recommendation/1",
-            "title": self.title,
-            "owner": self.owner,
-            "generated_at": self.generated_at,
-            "rule": self.rule,
-            "tree_source": self.tree_source,
-            "evidence_notes": self.evidence_notes,
-            **stages[0],
-            "stages": stages,
-            "profile": self.profile.model_dump(mode="json"),
-        }
-
-
-def _stage_json(stage: StageRecommendation) -> dict[str, Any]:
-    recommendation = stage.recommendation
-    return {
-        "stage": stage.stage,
-        "kind": stage.kind,
-        "recommendation": recommendation.model_dump(mode="json"),
-        "path": [
-            {"question": s.question, "answer": s.answer, "why": s.why, "node": s.node}
-            for s in stage.decision.path
-        ],
-        "leaf": stage.decision.leaf,
-        "candidates": [c.model_dump(mode="json") for c in stage.decision.candidates],
-        "evidence": [row.model_dump(mode="json") for row in stage.evidence],
-        "caveats": recommendation.caveats,
-        "estimate": stage.estimate.model_dump(mode="json"),
-        "diagnostics": [d.model_dump(mode="json") for d in stage.diagnostics],
-        "learned": stage.learned.model_dump(mode="json") if stage.learned else None,
-    }
 
 
 # --------------------------------------------------------------------------- entry point

@@ -646,6 +646,49 @@ def show_evidence(stage_result: Any) -> None:
         )
 
 
+@st.cache_data(ttl=600, show_spinner=False)
+def shipped_gpus() -> list[str]:
+    """GPU types of the measured runs shipped in data/reference (catalogue names, e.g. H200)."""
+    from advisor.evidence import run_gpu_name
+
+    runs = [run for runs in state.reference_files().runs.values() for run in runs]
+    return sorted({gpu for gpu in map(run_gpu_name, runs) if gpu})
+
+
+def _switch_gpu(index: int, gpu: str) -> None:
+    profile = state.current_profile().model_dump(mode="json")
+    count = profile["stages"][index]["gpu"].get("count", 1)
+    profile["stages"][index]["gpu"] = {"type": gpu, "count": count}
+    state.replace_profile(WorkloadProfile.model_validate(profile))
+
+
+def evidence_gpu_notice(index: int, stage: StageProfile, stage_result: Any) -> None:
+    """When no measurement counts for the stage's GPU, say which GPU the shipped measurements
+    were taken on and offer to switch to it (otherwise the answer is the tree's alone)."""
+    from advisor.evidence import same_gpu_type
+
+    gpus = shipped_gpus()
+    covered = any(same_gpu_type(gpu, stage.gpu.type) for gpu in gpus)
+    measured_here = any(row.source == "measured-here" for row in stage_result.evidence)
+    if covered or measured_here or not gpus:
+        return
+    named = f"**{stage.gpu.type}**" if stage.gpu.type else "an unstated GPU"
+    st.info(
+        f"No measurement counts for {named} yet, so this answer rests on the decision tree. "
+        f"The measurements shipped with the advisor (`data/reference`) were taken on "
+        f"**{', '.join(gpus)}**; switch to see the answer they support, or run the benchmark "
+        "plan on your GPU.",
+        icon=":material/info:",
+    )
+    st.button(
+        f"Use the {gpus[0]} the shipped measurements cover",
+        key=_key(index, "switch_gpu"),
+        on_click=_switch_gpu,
+        args=(index, gpus[0]),
+        icon=":material/swap_horiz:",
+    )
+
+
 def render_stage_advice(stage_result: Any) -> None:
     """The path, candidates, estimate and recommendation for one stage."""
     show_path(stage_result.decision)
@@ -724,6 +767,7 @@ def render() -> None:
         ):
             if len(profile.stages) > 1:
                 st.subheader(f"Stage {index + 1}: {stage.name}")
+            evidence_gpu_notice(index, stage, stage_result)
             render_stage_advice(stage_result)
     st.page_link(
         "ui/benchmark_page.py",

@@ -1,59 +1,59 @@
 """Report page: choose the profile and runs, preview the report, download Markdown/HTML/PDF/JSON.
 
-The report is `advisor.report`'s: assembled by `assemble_report` and rendered by its formatters;
-this page only chooses the inputs and hands the files over.
+The report is `advisor.report`'s: built by `report_for` from the advisor's answer (asked once per
+view, cached) and rendered by its formatters; this page only chooses the inputs and hands the
+files over. The PDF is rendered only when asked for.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 import streamlit.components.v1 as components
 
 from advisor.profile import WorkloadProfile
+from advisor.report.model import Report
 from bench.errors import UserError
 from ui import state
 from ui.components import empty_state, run_title
 
+if TYPE_CHECKING:
+    from advisor.recommend import Report as AdvisorReport
+
 PREVIEW_HEIGHT_PX = 900
+PDF_REQUEST_KEY = "report_pdf_for"
+"""Session key: which profile + runs the user asked a PDF for (rendering one takes seconds)."""
 
 
 @st.cache_data(ttl=60, max_entries=16, show_spinner="Assembling the report…")
-def build(profile_json: str, run_ids: tuple[str, ...], store_location: str | None) -> Any:
-    """`advisor.report.build.assemble_report` for this profile and these runs."""
-    from advisor.report.build import assemble_report
+def build(profile_json: str, run_ids: tuple[str, ...], store_location: str | None) -> Report:
+    """The report for this profile and these runs, from the advisor's answer the page already
+    asked for (`state.advise` is cached: the advisor runs once per view, not once per use)."""
+    from advisor.report.build import report_for
 
     profile = WorkloadProfile.model_validate_json(profile_json)
-    with tempfile.TemporaryDirectory(prefix="advisor-report-") as folder:
-        profile_path = Path(folder) / "profile.yaml"
-        import yaml
-
-        profile_path.write_text(
-            yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
-        )
-        return assemble_report(profile_path, run_ids=list(run_ids), store_location=store_location)
+    answer = state.advise(profile_json, store_location)
+    return report_for(profile, answer, state.get_store(), state.reference_files(), run_ids)
 
 
 @st.cache_data(ttl=60, max_entries=16, show_spinner=False)
 def chart_svgs(report_json: str) -> dict[str, str]:
     from advisor.report.charts import render_all_svg
-    from advisor.report.model import Report
 
     return render_all_svg(Report.model_validate_json(report_json).charts)
 
 
-def _report_and_svgs(report: Any) -> tuple[Any, dict[str, str]]:
+def _report_and_svgs(report: Report) -> tuple[Report, dict[str, str]]:
     return report, chart_svgs(report.model_dump_json())
 
 
-def _report(report_json: str) -> Any:
-    from advisor.report.model import Report
-
+def _report(report_json: str) -> Report:
     return Report.model_validate_json(report_json)
 
 
@@ -92,7 +92,7 @@ def json_text(report_json: str) -> str:
     return render_json(_report(report_json))
 
 
-def markdown_text(report: Any, stem: str) -> str:
+def markdown_text(report: Report, stem: str) -> str:
     """The Markdown as in the zip: charts linked as `<stem>-charts/<id>.svg` beside it."""
     from advisor.report.markdown import render_markdown
 
@@ -116,7 +116,7 @@ def choose_profile() -> WorkloadProfile:
     return profile
 
 
-def choose_runs(profile: WorkloadProfile) -> list[str]:
+def choose_runs(answer: AdvisorReport) -> list[str]:
     runs = state.stored_runs(state.store_location())
     finished = [run for run in runs if run.status.value not in ("QUEUED", "RUNNING")]
     if not finished:
@@ -129,12 +129,7 @@ def choose_runs(profile: WorkloadProfile) -> list[str]:
         return []
     from advisor.report.build import relevant_run_ids
 
-    try:
-        cited = relevant_run_ids(
-            state.advise(profile.model_dump_json(), state.store_location()).to_json_dict()
-        )
-    except UserError:
-        cited = []
+    cited = relevant_run_ids(answer)
     picked_on_results = st.session_state.get(state.SELECTED_RUNS_KEY) or []
     known = {run.run_id for run in finished}
     default = [run_id for run_id in dict.fromkeys([*picked_on_results, *cited]) if run_id in known]
@@ -149,6 +144,21 @@ def choose_runs(profile: WorkloadProfile) -> list[str]:
     )
 
 
+def pdf_button(container: Any, report_json: str, request: str, stem: str) -> None:
+    """A PDF takes seconds to render: it is made when asked for, then offered for download."""
+    if st.session_state.get(PDF_REQUEST_KEY) == request:
+        container.download_button(
+            "PDF",
+            pdf_bytes(report_json),
+            file_name=f"{stem}.pdf",
+            mime="application/pdf",
+            icon=":material/download:",
+        )
+    elif container.button("Make the PDF", icon=":material/picture_as_pdf:"):
+        st.session_state[PDF_REQUEST_KEY] = request
+        st.rerun()
+
+
 def render() -> None:
     state.init_session()
     st.title("Report")
@@ -157,9 +167,12 @@ def render() -> None:
         "charts, diagnostics, environment and the command that reproduces every run."
     )
     profile = choose_profile()
-    run_ids = choose_runs(profile)
+    profile_json = profile.model_dump_json()
+    location = state.store_location()
     try:
-        report = build(profile.model_dump_json(), tuple(run_ids), state.store_location())
+        answer = state.advise(profile_json, location)
+        run_ids = tuple(choose_runs(answer))
+        report = build(profile_json, run_ids, location)
     except UserError as exc:
         st.error(str(exc))
         return
@@ -183,13 +196,8 @@ def render() -> None:
         mime="text/html",
         icon=":material/download:",
     )
-    buttons.download_button(
-        "PDF",
-        pdf_bytes(report_json),
-        file_name=f"{stem}.pdf",
-        mime="application/pdf",
-        icon=":material/download:",
-    )
+    request = hashlib.sha256(f"{profile_json}|{run_ids}|{location}".encode()).hexdigest()
+    pdf_button(buttons, report_json, request, stem)
     buttons.download_button(
         "JSON (data)",
         json_text(report_json),

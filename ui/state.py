@@ -8,7 +8,7 @@ is looking at.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 import yaml
@@ -17,6 +17,10 @@ from advisor.profile import StageProfile, WorkloadProfile, profile_from_dict
 from bench.errors import UserError
 from bench.schema import RunResult
 from bench.store import ResultStore
+
+if TYPE_CHECKING:  # the advisor's modules load scikit-learn: imported when first asked
+    from advisor.evidence import ReferenceFiles
+    from advisor.recommend import Report as AdvisorReport
 
 PROFILE_KEY = "profile"
 """Session key of the current workload profile, as a JSON-ready dict."""
@@ -28,23 +32,26 @@ MAX_PROFILE_BYTES = 256 * 1024
 """Profiles are a few KB; anything larger is refused before YAML parses it."""
 
 
+DEFAULT_GPU = "H200"
+"""The first-visit profile's GPU: the one the measurements shipped in data/reference were taken
+on, so a new user's first answer rests on measurements of that workload, not on the tree alone
+(the Advisor page says which GPU the evidence is on whenever the profile names another)."""
+
+
 def default_stage(name: str = "main") -> dict[str, Any]:
-    """A first-visit stage: a 7B chat model on one GPU, lengths and SLOs from the article."""
+    """A first-visit stage: llama-2-7b chat on one H200 at the shape the shipped H200 runs
+    measured (128 prompt / 128 output tokens, 16 in flight), with the article's TTFT target."""
     stage = StageProfile(
         name=name,
         model="llama-2-7b",
         long_sequence_generation=True,
+        prompt_tokens={"mean": 128},
+        output_tokens={"mean": 128},
         concurrency=16,
         slo={"ttft_ms": 300, "e2e_ms": 5000},
-        gpu={"type": "H100-SXM", "count": 1} if _known_gpu("H100-SXM") else {"count": 1},
+        gpu={"type": DEFAULT_GPU, "count": 1},
     )
     return stage.model_dump(mode="json")
-
-
-def _known_gpu(name: str) -> bool:
-    from advisor.gpus import find_gpu
-
-    return find_gpu(name) is not None
 
 
 def default_profile() -> dict[str, Any]:
@@ -100,13 +107,24 @@ def availability_map() -> dict[str, str]:
     return read_availability()
 
 
+@st.cache_resource(ttl=600, max_entries=1, show_spinner=False)
+def reference_files() -> ReferenceFiles:
+    """data/reference read once (measured runs and published tables), shared by every page."""
+    from advisor.evidence import read_reference_folder
+
+    return read_reference_folder()
+
+
 @st.cache_data(ttl=10, max_entries=32, show_spinner="Walking the decision tree…")
-def advise(profile_json: str, store_location: str | None) -> Any:
-    """`advisor.recommend.recommend` on the profile and the stored runs (re-read every 10 s)."""
+def advise(profile_json: str, store_location: str | None) -> AdvisorReport:
+    """`advisor.recommend.recommend` on the profile and the stored runs (re-read every 10 s).
+    Every page asks through here, so one view runs the advisor once whatever uses the answer."""
     from advisor.recommend import recommend
 
     profile = WorkloadProfile.model_validate_json(profile_json)
-    return recommend(profile, store=get_store(), availability=availability_map())
+    return recommend(
+        profile, store=get_store(), availability=availability_map(), reference=reference_files()
+    )
 
 
 def profile_yaml(profile: WorkloadProfile) -> str:

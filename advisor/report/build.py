@@ -1,23 +1,32 @@
-"""Assemble a `Report` from a profile, the advisor's recommendation, stored runs and records.
+"""Assemble a `Report` from the advisor's own answer, stored runs and their request records.
 
-`build_report` is pure (everything passed in, tests call it directly); `assemble_report` loads
-what it needs (profile file, store, advisor, environment, reference table) for the CLI. The
-advisor's result is read through `as_plain` so pydantic models, dataclasses and dicts all work.
+`build_report` is pure: it takes the advisor's pydantic objects (the `WorkloadProfile` and the
+`advisor.recommend.Report` that `recommend()` returned) and reads their fields by name, so a
+field renamed in the advisor fails the type check and the tests instead of dropping text.
+`assemble_report` loads what it needs (profile file, store, advisor, environment, reference
+table) for the CLI and the app.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from advisor import evidence
+from advisor.diagnose import Diagnostic as AdvisorDiagnostic
+from advisor.estimate import Estimate as AdvisorEstimate
 from advisor.evidence import SOURCE_RANK
+from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
 from advisor.gpus import find_gpu
+from advisor.learned import LearnedOpinion
+from advisor.profile import WorkloadProfile
+from advisor.recommend import Report as AdvisorReport
+from advisor.recommend import StageRecommendation
+from advisor.report.aggregate import RequestColumns
 from advisor.report.charts import derive_charts, pattern_facts
 from advisor.report.model import (
     Alternative,
@@ -41,34 +50,17 @@ from advisor.report.model import (
 from bench.errors import UserError
 from bench.schema import RequestRecord, RunResult
 
+if TYPE_CHECKING:
+    from bench.environment import PreflightItem
+
 SEED_REFERENCE_FILE = "seed_a100_llama2_13b.json"
-_TITLE_KEYS = ("title", "name", "report_title")
-_FOR_WHOM_KEYS = ("for_whom", "audience", "team", "owner", "prepared_for")
-_DESCRIPTION_KEYS = ("description", "purpose", "notes", "summary")
 
 
-# --------------------------------------------------------------------------- plain data
-
-
-def as_plain(value: Any) -> Any:
-    """JSON-like plain data from pydantic models, dataclasses, enums, mappings and sequences."""
-    if hasattr(value, "model_dump"):
-        return as_plain(value.model_dump(mode="json"))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return as_plain(dataclasses.asdict(value))
-    if isinstance(value, Mapping):
-        return {str(key): as_plain(inner) for key, inner in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [as_plain(inner) for inner in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return getattr(value, "value", None) or str(value)
+# --------------------------------------------------------------------------- display helpers
 
 
 def _text(value: Any) -> str:
-    """One readable line from a scalar, list or mapping (advisor fields vary in shape)."""
+    """One readable line from a scalar or list (for key/value display tables)."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -77,11 +69,6 @@ def _text(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.4g}"
-    if isinstance(value, Mapping):
-        for key in ("text", "message", "reason", "why", "level", "label"):
-            if isinstance(value.get(key), str) and len(value) <= 2:
-                return value[key]
-        return "; ".join(f"{key}: {_text(inner)}" for key, inner in value.items())
     if isinstance(value, list | tuple):
         return "; ".join(_text(inner) for inner in value)
     return str(value)
@@ -106,220 +93,110 @@ def flatten(data: Any, prefix: str = "", skip_none: bool = True) -> list[KeyValu
     return rows
 
 
-def _first(data: Mapping[str, Any], keys: Iterable[str]) -> Any:
-    for key in keys:
-        if data.get(key) not in (None, "", [], {}):
-            return data[key]
-    return None
-
-
-# --------------------------------------------------------------------------- advisor output
-
-
-def _stages_of(recommendation: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    stages = recommendation.get("stages")
-    if isinstance(stages, list) and stages:
-        return [stage for stage in stages if isinstance(stage, Mapping)]
-    return [recommendation] if recommendation else []
-
-
-def _framework_name(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return _text(_first(value, ("framework", "backend", "name")) or value)
-    return _text(value)
-
-
-def _steps(path: Any) -> list[DecisionStep]:
-    steps = []
-    for node in path or []:
-        if isinstance(node, Mapping):
-            steps.append(
-                DecisionStep(
-                    question=_text(_first(node, ("question", "id", "node")) or "?"),
-                    answer=_text(node.get("answer")),
-                    why=_text(_first(node, ("why", "reason", "rationale"))),
-                )
-            )
-        else:
-            steps.append(DecisionStep(question=_text(node), answer=""))
-    return steps
-
-
-def _alternatives(values: Any) -> list[Alternative]:
-    alternatives = []
-    for value in values or []:
-        if isinstance(value, Mapping):
-            reason = _first(
-                value, ("why_not_first", "why", "reason", "why_not", "rationale", "note")
-            )
-            alternatives.append(Alternative(framework=_framework_name(value), reason=_text(reason)))
-        else:
-            alternatives.append(Alternative(framework=_text(value)))
-    return alternatives
-
-
-def _strings(values: Any) -> list[str]:
-    if values is None:
-        return []
-    if isinstance(values, str):
-        return [values]
-    if isinstance(values, Mapping):
-        return [f"{key}: {_text(inner)}" for key, inner in values.items()]
-    return [_text(value) for value in values if value not in (None, "")]
-
-
-def _confidence(value: Any) -> tuple[str | None, str | None]:
-    """(level, why) from the advisor's confidence ({level, why}, or plain text)."""
-    if isinstance(value, Mapping):
-        level = value.get("level")
-        return (_text(level) or None), (_text(value.get("why")) or None)
-    return (_text(value) or None), None
-
-
 def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(item for item in items if item))
 
 
-def _second_opinion(learned: Any) -> str | None:
-    if not isinstance(learned, Mapping):
+# --------------------------------------------------------------------------- advisor answer
+
+
+def _second_opinion(learned: LearnedOpinion | None) -> str | None:
+    if learned is None:
         return None
-    parts = [_text(learned.get("message")).rstrip(". ")]
-    if learned.get("prediction"):
-        parts.append(f"its pick: {learned['prediction']}")
-    if isinstance(learned.get("cv_accuracy"), int | float):
-        parts.append(f"cross-validated accuracy {learned['cv_accuracy']:.0%}")
-    if learned.get("runs"):
-        parts.append(f"{learned['runs']} runs behind it")
+    parts = [learned.message.rstrip(". ")]
+    if learned.prediction:
+        parts.append(f"its pick: {learned.prediction}")
+    if learned.cv_accuracy is not None:
+        parts.append(f"cross-validated accuracy {learned.cv_accuracy:.0%}")
+    if learned.runs:
+        parts.append(f"{learned.runs} runs behind it")
     return "; ".join(part for part in parts if part) or None
 
 
-def stage_report(stage: Mapping[str, Any], index: int) -> StageReport:
-    chosen = stage.get("recommendation")
-    chosen = chosen if isinstance(chosen, Mapping) else stage
-    decision = stage.get("decision") if isinstance(stage.get("decision"), Mapping) else {}
-    path = _first(stage, ("path",)) or decision.get("path") or chosen.get("path")
-    candidates = _first(stage, ("candidates",)) or decision.get("candidates") or []
-    configuration = chosen.get("configuration")
-    framework = _framework_name(chosen.get("framework")) or None
-    level, confidence_why = _confidence(chosen.get("confidence"))
-    alternatives = _alternatives(_first(chosen, ("alternatives", "runner_ups")))
-    follows = chosen.get("follows")
-    rationale = _strings(_first(chosen, ("rationale", "why", "reasons")))
-    if follows == "measurements":
-        rationale.append(
-            "Decided by measurements on the profile's GPU type (they win over the tree)."
-        )
-    elif follows == "tree":
-        rationale.append("Decided by the decision tree: no comparable measurement outranked it.")
-    rationale += [
-        _text(candidate.get("rationale"))
-        for candidate in candidates
-        if isinstance(candidate, Mapping) and _framework_name(candidate) == framework
+FOLLOWS_TEXT = {
+    "measurements": "Decided by measurements on the profile's GPU type (they win over the tree).",
+    "tree": "Decided by the decision tree: no comparable measurement outranked it.",
+}
+
+
+def stage_report(stage: StageRecommendation) -> StageReport:
+    """One stage of the advisor's answer as the report shows it."""
+    chosen = stage.recommendation
+    decision = stage.decision
+    rationale = [FOLLOWS_TEXT[chosen.follows]]
+    rationale += [c.rationale for c in decision.candidates if c.framework == chosen.framework]
+    rationale += chosen.contradictions
+    rationale.append(f"Confidence {chosen.confidence.level}: {chosen.confidence.why}")
+    would_change = [
+        f"{alternative.framework}: {condition}"
+        for alternative in chosen.alternatives
+        for condition in alternative.what_would_change
     ]
-    rationale += _strings(chosen.get("contradictions"))
-    if confidence_why:
-        rationale.append(f"Confidence {level}: {confidence_why}")
-    would_change = _strings(
-        _first(chosen, ("what_would_change", "would_change", "change_if", "flip_conditions"))
-    )
-    for alternative in chosen.get("alternatives") or []:
-        if isinstance(alternative, Mapping):
-            would_change += [
-                f"{_framework_name(alternative)}: {_text(condition)}"
-                for condition in alternative.get("what_would_change") or []
-            ]
-    caveats = _strings(chosen.get("caveats")) + _strings(decision.get("caveats"))
-    if chosen is not stage:
-        caveats += _strings(stage.get("caveats"))
     return StageReport(
-        name=_text(_first(stage, ("name", "stage", "title")) or f"stage {index + 1}"),
-        kind=_text(_first(stage, ("kind", "workload_kind"))) or None,
-        framework=framework,
-        configuration=configuration if isinstance(configuration, Mapping) else {},
-        confidence=level,
+        name=stage.stage,
+        kind=stage.kind,
+        framework=chosen.framework,
+        configuration=chosen.configuration,
+        confidence=chosen.confidence.level,
         rationale=_unique(rationale),
-        path=_steps(path),
-        candidates=[_framework_name(candidate) for candidate in candidates],
-        alternatives=alternatives,
+        path=[DecisionStep(question=s.question, answer=s.answer, why=s.why) for s in decision.path],
+        candidates=[candidate.framework for candidate in decision.candidates],
+        alternatives=[
+            Alternative(framework=alternative.framework, reason=alternative.why_not_first)
+            for alternative in chosen.alternatives
+        ],
         what_would_change=_unique(would_change),
-        caveats=_unique(caveats),
-        second_opinion=_second_opinion(stage.get("learned")),
+        caveats=_unique(chosen.caveats),
+        second_opinion=_second_opinion(stage.learned),
     )
 
 
-def _estimate(stages: Sequence[Mapping[str, Any]]) -> Estimate:
-    for stage in stages:
-        raw = stage.get("estimate")
-        if isinstance(raw, Mapping) and raw:
-            fits = raw.get("fits")
-            if isinstance(raw.get("feasibility"), Mapping):
-                fits = raw["feasibility"].get("fits", fits)
-            return Estimate(
-                available=True,
-                fits=fits if isinstance(fits, bool) else None,
-                decode_floor_ms=_number(
-                    _deep_get(raw, "decode_floor_ms_per_token") or _deep_get(raw, "decode_floor_ms")
-                ),
-                prefill_floor_ms=_number(_deep_get(raw, "prefill_floor_ms")),
-                items=flatten({k: v for k, v in raw.items() if k not in ("notes", "suggestions")}),
-                notes=_strings(raw.get("notes")) + _strings(raw.get("suggestions")),
-            )
-    return Estimate(available=False, absent_reason="the advisor made no feasibility estimate")
+ESTIMATE_NOTE_FIELDS = ("notes", "suggestions")
 
 
-def _deep_get(data: Any, key: str) -> Any:
-    if isinstance(data, Mapping):
-        if key in data:
-            return data[key]
-        for inner in data.values():
-            found = _deep_get(inner, key)
-            if found is not None:
-                return found
-    return None
+def estimate_section(estimate: AdvisorEstimate) -> Estimate:
+    """The advisor's feasibility estimate (fit, floors, what would make it fit)."""
+    shown = estimate.model_dump(mode="json", exclude=set(ESTIMATE_NOTE_FIELDS))
+    return Estimate(
+        available=True,
+        fits=estimate.fits,
+        decode_floor_ms=estimate.decode_floor_ms_per_token,
+        prefill_floor_ms=estimate.prefill_floor_ms,
+        items=flatten(shown),
+        notes=[*estimate.notes, *estimate.suggestions],
+    )
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+def _primary_estimate(answer: AdvisorReport) -> Estimate:
+    """The first stage with a model (the one a decode floor is about), else the first stage."""
+    stages = answer.stages
+    if not stages:
+        return Estimate(available=False, absent_reason="the advisor made no feasibility estimate")
+    with_model = [stage for stage in stages if stage.estimate.model is not None]
+    return estimate_section((with_model or stages)[0].estimate)
+
+
+def advisor_rows(answer: AdvisorReport) -> list[AdvisorEvidenceRow]:
+    """Every evidence row of every stage, once."""
+    rows: list[AdvisorEvidenceRow] = []
+    for stage in answer.stages:
+        for row in [*stage.evidence, *stage.recommendation.evidence]:
+            if row not in rows:
+                rows.append(row)
+    return rows
+
+
+def advisor_sources(answer: AdvisorReport) -> dict[str, str]:
+    """run_id -> measured-here / measured-elsewhere as the advisor's evidence marks them."""
+    return {
+        run_id: row.source
+        for row in advisor_rows(answer)
+        if row.source != "published"
+        for run_id in row.run_ids
+    }
 
 
 # --------------------------------------------------------------------------- evidence
-
-
-def _source_of(value: Any) -> str | None:
-    text = _text(value).lower().replace("_", "-").replace(" ", "-")
-    for source in ("measured-here", "measured-elsewhere", "published"):
-        if source in text:
-            return source
-    return None
-
-
-def advisor_sources(recommendation: Mapping[str, Any]) -> dict[str, str]:
-    """run_id -> measured-here / measured-elsewhere as the advisor's evidence marks them."""
-    marks: dict[str, str] = {}
-    for row in advisor_evidence(recommendation):
-        source = _source_of(_first(row, ("source", "marking", "provenance", "kind")))
-        for run_id in _row_run_ids(row):
-            if source:
-                marks[run_id] = source
-    return marks
-
-
-def _row_run_ids(row: Mapping[str, Any]) -> list[str]:
-    ids = row.get("run_ids") if isinstance(row.get("run_ids"), list) else [row.get("run_id")]
-    return [run_id for run_id in ids if isinstance(run_id, str) and run_id]
-
-
-def advisor_evidence(recommendation: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    rows: list[Mapping[str, Any]] = []
-    for stage in _stages_of(recommendation):
-        chosen = stage.get("recommendation")
-        for holder in (stage, chosen if isinstance(chosen, Mapping) else {}):
-            for row in holder.get("evidence") or []:
-                if isinstance(row, Mapping) and row not in rows:
-                    rows.append(row)
-    return rows
 
 
 def _percentile(summary: Any, metric: str, which: str) -> float | None:
@@ -393,42 +270,41 @@ def evidence_row(run: RunResult, source: str) -> EvidenceRow:
     )
 
 
-_PUBLISHED_KEYS = {
-    "request_throughput_rps": ("request_throughput_rps", "throughput_rps", "throughput_req_s"),
-    "output_throughput_tok_s": ("output_throughput_tok_s",),
-    "ttft_p50_ms": ("ttft_p50_ms", "ttft_ms_p50", "ttft_ms"),
-    "ttft_p99_ms": ("ttft_p99_ms", "ttft_ms_p99"),
-    "tpot_p50_ms": ("tpot_p50_ms", "tpot_ms_p50", "tpot_ms"),
-    "e2e_p99_ms": ("e2e_p99_ms", "e2e_ms_p99", "p99_latency_ms", "p99_ms"),
-    "error_rate": ("error_rate",),
-    "peak_gpu_memory_gb": ("peak_gpu_memory_gb", "gpu_memory_gb"),
-    "gb_per_billion_params": ("gb_per_billion_params", "memory_efficiency_gb_per_b_params"),
-    "energy_per_output_token_j": ("energy_per_output_token_j",),
+REPORT_FIELD_OF_METRIC = {
+    "request_throughput_rps": "request_throughput_rps",
+    "output_throughput_tok_s": "output_throughput_tok_s",
+    "ttft_ms_p50": "ttft_p50_ms",
+    "ttft_ms_p99": "ttft_p99_ms",
+    "tpot_ms_p50": "tpot_p50_ms",
+    "e2e_ms_p99": "e2e_p99_ms",
+    "error_rate": "error_rate",
+    "peak_gpu_memory_gb": "peak_gpu_memory_gb",
+    "energy_per_output_token_j": "energy_per_output_token_j",
 }
+"""The advisor's metric names (bench metric + statistic) -> the report's evidence columns."""
 
 
-def published_rows(
-    recommendation: Mapping[str, Any], seed_frameworks_file: str
-) -> list[EvidenceRow]:
+def published_rows(answer: AdvisorReport) -> list[EvidenceRow]:
     """Published figures the advisor used, except the article's table (shown apart as reference)."""
-    rows = []
-    for row in advisor_evidence(recommendation):
-        if _source_of(_first(row, ("source", "marking", "provenance", "kind"))) != "published":
+    rows: list[EvidenceRow] = []
+    for row in advisor_rows(answer):
+        if row.source != "published" or (row.reference or "").startswith(SEED_REFERENCE_FILE):
             continue
-        origin = _text(_first(row, ("reference", "origin", "file", "citation", "source_name")))
-        if seed_frameworks_file in origin or "seed" in origin.lower():
-            continue
-        metrics = row.get("metrics") if isinstance(row.get("metrics"), Mapping) else row
-        values = {field: _number(_first(metrics, keys)) for field, keys in _PUBLISHED_KEYS.items()}
-        rows.append(
-            EvidenceRow(
-                framework=_framework_name(row),
-                source="published",
-                context=_text(_first(row, ("context", "conditions", "hardware", "gpu"))) or origin,
-                validity="published",
-                **values,
-            )
+        values = {
+            field: row.metrics[metric]
+            for metric, field in REPORT_FIELD_OF_METRIC.items()
+            if metric in row.metrics and math.isfinite(row.metrics[metric])
+        }
+        context = ", ".join(part for part in (row.model, row.gpu, row.shape, row.reference) if part)
+        report_row = EvidenceRow(
+            framework=row.framework,
+            source="published",
+            context=context,
+            validity="published",
+            **values,
         )
+        if report_row not in rows:
+            rows.append(report_row)
     return rows
 
 
@@ -483,35 +359,19 @@ def floor_distance(
 
 
 def _diagnostics(
-    recommendation: Mapping[str, Any], runs: Sequence[RunResult], extra: Iterable[Any]
+    findings: Iterable[AdvisorDiagnostic], runs: Sequence[RunResult]
 ) -> list[Diagnostic]:
     backend_of = {run.run_id: run.config.backend for run in runs}
-    raw: list[tuple[str | None, Any]] = []
-    sources = [recommendation.get("diagnostics")] + [
-        stage.get("diagnostics") for stage in _stages_of(recommendation)
-    ]
-    for source in [*sources, list(extra)]:
-        if isinstance(source, Mapping):  # run_id -> findings
-            for run_id, findings in source.items():
-                raw += [(run_id, finding) for finding in (findings or [])]
-        elif isinstance(source, list):
-            raw += [(None, finding) for finding in source]
     out: list[Diagnostic] = []
-    for run_id, finding in raw:
-        finding = as_plain(finding)
-        if not isinstance(finding, Mapping):
-            out.append(Diagnostic(run_id=run_id, title=_text(finding)))
-            continue
-        run_id = finding.get("run_id") or run_id
+    for finding in findings:
         item = Diagnostic(
-            run_id=run_id,
-            framework=finding.get("framework") or backend_of.get(run_id or ""),
-            title=_text(_first(finding, ("title", "rule", "name", "check", "what")) or "finding"),
-            severity=_text(finding.get("severity") or "warning"),
-            finding=_text(_first(finding, ("finding", "detail", "message", "evidence", "why"))),
-            advice=_text(_first(finding, ("advice", "remedy", "fix"))),
-            command=_text(_first(finding, ("command", "profile_command", "profiling_command")))
-            or None,
+            run_id=finding.run_id,
+            framework=backend_of.get(finding.run_id),
+            title=finding.rule.replace("_", " "),
+            severity=finding.severity,
+            finding=finding.finding,
+            advice=finding.advice,
+            command=finding.command,
         )
         if item not in out:
             out.append(item)
@@ -556,19 +416,13 @@ def _run_environment(run: RunResult) -> RunEnvironment:
     return RunEnvironment(run_id=run.run_id, framework=run.config.backend, items=flatten(items))
 
 
-def _preflight(items: Iterable[Any]) -> list[PreflightWarning]:
-    out = []
-    for item in items:
-        data = as_plain(item)
-        out.append(
-            PreflightWarning(
-                severity=_text(data.get("severity")),
-                what=_text(data.get("what")),
-                why=_text(data.get("why")),
-                admin_command=data.get("admin_command"),
-            )
+def _preflight(items: Iterable[PreflightItem]) -> list[PreflightWarning]:
+    return [
+        PreflightWarning(
+            severity=item.severity, what=item.what, why=item.why, admin_command=item.admin_command
         )
-    return out
+        for item in items
+    ]
 
 
 # --------------------------------------------------------------------------- reference
@@ -578,13 +432,10 @@ COLUMN_LABELS = {
     "framework": "Framework",
     "precision": "Precision",
     "request_throughput_rps": "Requests/s",
-    "throughput_rps": "Requests/s",
     "output_throughput_tok_s": "Output tok/s",
     "e2e_ms_p99": "E2E p99 (ms)",
-    "p99_latency_ms": "P99 latency (ms)",
     "peak_gpu_memory_gb": "GPU memory (GB)",
     "ttft_ms_statistic_not_stated": "TTFT (ms, statistic not stated)",
-    "ttft_ms": "TTFT (ms)",
 }
 
 
@@ -593,55 +444,45 @@ def column_label(key: str) -> str:
 
 
 def load_reference(path: Path) -> ReferenceTable:
-    """The article's published table from data/reference (`kind: published` layout; a plain
-    `columns` + `rows` table works too)."""
+    """The article's published table from data/reference (the advisor's `kind: published` layout:
+    source.title, model, environment, caveats, configurations, rows)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read reference table {str(path)!r}: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise UserError(f"reference table {str(path)!r} is not a JSON object")
-    rows_raw = data.get("rows") or []
-    keys: list[str] = list(data.get("columns") or [])
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise UserError(f"reference table {str(path)!r} is not a published table with rows")
+    rows_raw = [row for row in data["rows"] if isinstance(row, dict)]
+    keys: list[str] = []
     for row in rows_raw:
-        if isinstance(row, Mapping):
-            for key, value in row.items():
-                plain = isinstance(value, str | int | float) or value is None
-                if plain and key not in keys:
-                    keys.append(key)
-    rows: list[list[Any]] = []
-    for row in rows_raw:
-        if isinstance(row, Mapping):
-            rows.append([row.get(key) for key in keys])
-        elif isinstance(row, list):
-            rows.append(list(row) + [None] * (len(keys) - len(row)))
-    source = data.get("source")
-    source_title = _text(source.get("title")) if isinstance(source, Mapping) else _text(source)
-    conditions = _first(data, ("conditions", "hardware", "environment")) or {}
-    if isinstance(conditions, Mapping):
-        conditions = ", ".join(
-            f"{key.replace('_', ' ')}: {_text(value)}"
-            for key, value in conditions.items()
-            if not key.endswith("_as_published") or key == "gpu_as_published"
-        )
+        for key, value in row.items():
+            if (isinstance(value, str | int | float) or value is None) and key not in keys:
+                keys.append(key)
+    environment = data.get("environment") or {}
+    conditions = ", ".join(
+        f"{key.replace('_', ' ')}: {_text(value)}"
+        for key, value in environment.items()
+        if not key.endswith("_as_published") or key == "gpu_as_published"
+    )
     model = data.get("model_as_published") or data.get("model")
     if model:
         conditions = f"model: {_text(model)}" + (f"; {conditions}" if conditions else "")
-    caveats = _strings(data.get("caveats"))
-    configurations = data.get("configurations")
-    if isinstance(configurations, Mapping):
-        caveats += [f"{name} configuration: {_text(v)}" for name, v in configurations.items()]
+    caveats = [_text(caveat) for caveat in data.get("caveats") or []]
+    caveats += [
+        f"{name} configuration: {_text(value)}"
+        for name, value in (data.get("configurations") or {}).items()
+    ]
+    source = data.get("source") or {}
     return ReferenceTable(
         title=_text(data.get("title")) or "Article: Llama2-13B on NVIDIA A100 80GB PCIe",
-        source=source_title
+        source=_text(source.get("title"))
         or '"A panoramic analysis of AI inference framework performance testing" (published)',
-        conditions=_text(conditions),
-        note=_text(data.get("note"))
-        or "Published figures, not measured by this project, and not comparable row by row.",
+        conditions=conditions,
+        note="Published figures, not measured by this project, and not comparable row by row.",
         caveats=caveats,
         keys=keys,
         columns=[column_label(key) for key in keys],
-        rows=rows,
+        rows=[[row.get(key) for key in keys] for row in rows_raw],
     )
 
 
@@ -649,103 +490,33 @@ def load_reference(path: Path) -> ReferenceTable:
 
 
 def _not_measured(
-    stages: Sequence[StageReport], runs: Sequence[RunResult], availability: Mapping[str, Any]
+    stages: Sequence[StageReport], runs: Sequence[RunResult], availability: Mapping[str, str]
 ) -> list[Caveat]:
+    """A caveat per recommended or candidate framework without a successful run in the report;
+    `availability` is the advisor's map: 'available' or why the framework cannot run here."""
     measured = {run.config.backend for run in runs if run.summary and run.summary.successful}
     wanted: list[str] = []
     for stage in stages:
-        for name in [
-            stage.framework,
-            *stage.candidates,
-            *(a.framework for a in stage.alternatives),
-        ]:
+        for name in [stage.framework, *stage.candidates]:
             if name and name not in wanted:
                 wanted.append(name)
     caveats = []
     for name in wanted:
         if name in measured:
             continue
-        info = as_plain(availability.get(name)) if name in availability else None
-        if isinstance(info, str):  # the advisor's map: "available" or the reason it is not
-            info = {"available": info == "available", "reason": info}
-        if info is None:
+        state = availability.get(name)
+        if state is None:
             why = "no backend of that name in this installation (not benchmarked here)"
-        elif not info.get("available"):
-            why = f"not installed or not runnable here: {info.get('reason') or 'no reason given'}"
+        elif state != "available":
+            why = f"not installed or not runnable here: {state}"
         else:
             why = "installed here but no stored run of it was included"
         caveats.append(Caveat(kind="not-measured", framework=name, text=why))
     return caveats
 
 
-# --------------------------------------------------------------------------- the report
-
-
-def _profile_meta(profile_data: Mapping[str, Any]) -> dict[str, str | None]:
-    def pick(keys: Iterable[str]) -> str | None:
-        value = _first(profile_data, keys)
-        return _text(value) if value is not None else None
-
-    return {
-        "title": pick(_TITLE_KEYS),
-        "for_whom": pick(_FOR_WHOM_KEYS),
-        "description": pick(_DESCRIPTION_KEYS),
-    }
-
-
-def build_report(
-    profile: Any,
-    recommendation: Any,
-    runs: Sequence[RunResult],
-    records: Mapping[str, list[RequestRecord]],
-    *,
-    environment: Mapping[str, Any] | None = None,
-    preflight: Iterable[Any] = (),
-    availability: Mapping[str, Any] | None = None,
-    reference: ReferenceTable | None = None,
-    reference_absent_reason: str | None = None,
-    profile_file: str | None = None,
-    now: datetime | None = None,
-    extra_diagnostics: Iterable[Any] = (),
-) -> Report:
-    """The report's data, from already-loaded inputs (no I/O apart from optional catalogues)."""
-    profile_data = as_plain(profile) or {}
-    rec = as_plain(recommendation) or {}
-    meta_fields = _profile_meta(profile_data)
-    title = meta_fields["title"] or "Inference framework recommendation"
-    stage_dicts = _stages_of(rec)
-    stages = [stage_report(stage, index) for index, stage in enumerate(stage_dicts)]
-    marks = advisor_sources(rec)
-    estimate = _estimate(stage_dicts)
-    profile_models = {
-        _text(stage.get("model"))
-        for stage in [profile_data, *(profile_data.get("stages") or [])]
-        if isinstance(stage, Mapping) and isinstance(stage.get("model"), str)
-    }
-
-    profile_gpus = [
-        _text((stage.get("gpu") or {}).get("type"))
-        for stage in [profile_data, *(profile_data.get("stages") or [])]
-        if isinstance(stage, Mapping) and isinstance(stage.get("gpu"), Mapping)
-    ]
-    sources = {run.run_id: run_source(run, marks, environment, profile_gpus) for run in runs}
-    evidence = [evidence_row(run, sources[run.run_id]) for run in runs]
-    evidence += published_rows(rec, SEED_REFERENCE_FILE)
-    evidence.sort(key=lambda row: (SOURCE_RANK[row.source], row.framework))
-
-    advisor_availability: dict[str, Any] = {}
-    for stage in stage_dicts:
-        chosen = stage.get("recommendation")
-        if isinstance(chosen, Mapping) and isinstance(chosen.get("availability"), Mapping):
-            advisor_availability.update(chosen["availability"])
-    caveats = _not_measured(stages, runs, {**advisor_availability, **(availability or {})})
-    for stage in stages:
-        caveats += [
-            Caveat(kind="recommendation", framework=stage.framework, text=f"{stage.name}: {text}")
-            for text in stage.caveats
-        ]
-    for text in _strings(rec.get("caveats")) if stage_dicts != [rec] else []:
-        caveats.append(Caveat(kind="recommendation", text=text))
+def _data_caveats(runs: Sequence[RunResult], environment: Mapping[str, Any] | None) -> list[Caveat]:
+    caveats = []
     for run in runs:
         if run.validity and run.validity.reasons:
             caveats.append(
@@ -783,31 +554,82 @@ def build_report(
                 + _text(environment.get("gpu_reason") or "no GPU on the measuring machine"),
             )
         )
+    return caveats
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def build_report(
+    profile: WorkloadProfile,
+    answer: AdvisorReport,
+    runs: Sequence[RunResult],
+    records: Mapping[str, Iterable[RequestRecord]],
+    *,
+    environment: Mapping[str, Any] | None = None,
+    preflight: Iterable[PreflightItem] = (),
+    reference: ReferenceTable | None = None,
+    reference_absent_reason: str | None = None,
+    profile_file: str | None = None,
+    now: datetime | None = None,
+) -> Report:
+    """The report's data from the advisor's answer for `profile` and the runs it shows.
+
+    `records`: run_id -> that run's request records (an iterator from the store is read once,
+    into columns; nothing per request is kept).
+    """
+    requests = {run_id: RequestColumns.from_records(items) for run_id, items in records.items()}
+    stages = [stage_report(stage) for stage in answer.stages]
+    marks = advisor_sources(answer)
+    estimate = _primary_estimate(answer)
+    profile_models = {stage.model for stage in profile.stages if stage.model}
+    profile_gpus = [stage.gpu.type for stage in profile.stages if stage.gpu.type]
+    sources = {run.run_id: run_source(run, marks, environment, profile_gpus) for run in runs}
+    evidence_rows = [evidence_row(run, sources[run.run_id]) for run in runs]
+    evidence_rows += published_rows(answer)
+    evidence_rows.sort(key=lambda row: (SOURCE_RANK[row.source], row.framework))
+
+    availability: dict[str, str] = {}
+    for stage in answer.stages:
+        availability.update(stage.recommendation.availability)
+    caveats = _not_measured(stages, runs, availability)
+    for stage in stages:
+        caveats += [
+            Caveat(kind="recommendation", framework=stage.framework, text=f"{stage.name}: {text}")
+            for text in stage.caveats
+        ]
+    caveats += _data_caveats(runs, environment)
 
     headline = "; ".join(
-        f"{stage.name}: {stage.framework or 'no recommendation'}"
-        + (f" (confidence {stage.confidence})" if stage.confidence else "")
-        for stage in stages
+        f"{stage.name}: {stage.framework} (confidence {stage.confidence})" for stage in stages
     )
+    profile_data = profile.model_dump(mode="json")
+    included = {run.run_id for run in runs}
+    findings = [
+        finding
+        for stage in answer.stages
+        for finding in stage.diagnostics
+        if finding.run_id in included  # the advisor diagnoses every candidate run it weighed
+    ]
     return Report(
         meta=ReportMeta(
-            title=title,
+            title=profile.title,
             generated_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),
-            for_whom=meta_fields["for_whom"],
-            description=meta_fields["description"],
+            for_whom=profile.owner,
+            description=profile.notes,
             profile_file=profile_file,
         ),
         profile=flatten(profile_data),
-        profile_data=profile_data if isinstance(profile_data, dict) else {},
+        profile_data=profile_data,
         headline=headline or "The advisor returned no recommendation.",
         stages=stages,
-        evidence=evidence,
+        evidence=evidence_rows,
         reference=reference,
         reference_absent_reason=None if reference else reference_absent_reason,
-        charts=derive_charts(runs, records),
+        charts=derive_charts(runs, requests),
         estimate=estimate,
         floor_distances=[floor_distance(run, estimate, profile_models) for run in runs],
-        diagnostics=_diagnostics(rec, runs, extra_diagnostics),
+        diagnostics=_diagnostics(findings, runs),
         environment=EnvironmentSection(
             fingerprint=_environment_items(environment) if environment else [],
             fingerprint_absent_reason=None if environment else "no fingerprint was taken",
@@ -834,24 +656,72 @@ def build_report(
                 status=run.status.value,
                 validity=run.validity.status.value if run.validity else None,
                 source=sources[run.run_id],  # type: ignore[arg-type]
-                records=sum(1 for r in records.get(run.run_id, []) if not r.warmup),
+                records=len(requests[run.run_id]) if run.run_id in requests else 0,
             )
             for run in runs
         ],
     )
 
 
-# --------------------------------------------------------------------------- loading (CLI)
+# --------------------------------------------------------------------------- loading
 
 
-def relevant_run_ids(recommendation: Any) -> list[str]:
+def relevant_run_ids(answer: AdvisorReport) -> list[str]:
     """Run ids the advisor's evidence cites (the default runs of a report)."""
     ids: list[str] = []
-    for row in advisor_evidence(as_plain(recommendation) or {}):
-        for run_id in _row_run_ids(row):
+    for row in advisor_rows(answer):
+        for run_id in row.run_ids:
             if run_id not in ids:
                 ids.append(run_id)
     return ids
+
+
+def load_seed_reference(reference_dir: Path) -> tuple[ReferenceTable | None, str | None]:
+    """The article's published table from the reference folder, or why it is absent."""
+    seed_path = reference_dir / SEED_REFERENCE_FILE
+    if seed_path.is_file():
+        return load_reference(seed_path), None
+    return None, f"{SEED_REFERENCE_FILE} is not in {reference_dir}"
+
+
+def report_for(
+    profile: WorkloadProfile,
+    answer: AdvisorReport,
+    store: Any,
+    reference: evidence.ReferenceFiles,
+    run_ids: Sequence[str] = (),
+    profile_file: str | None = None,
+) -> Report:
+    """The report for an answer already computed (the app asks the advisor once per view).
+
+    Runs: those named (each must exist in the store or the reference folder), else every run
+    the advisor's evidence cites. Records are streamed from the store into columns.
+    """
+    from bench.environment import fingerprint, preflight
+
+    # Measured RunResults stored as files in data/reference (cited by the advisor too).
+    reference_runs = {run.run_id: run for runs in reference.runs.values() for run in runs}
+    runs: list[RunResult] = []
+    records: dict[str, Iterable[RequestRecord]] = {}
+    for run_id in list(dict.fromkeys(run_ids)) or relevant_run_ids(answer):
+        if run_id in reference_runs:  # a file in data/reference: no per-request records
+            runs.append(reference_runs[run_id])
+            continue
+        runs.append(store.get_run(run_id))  # UserError names a run that is nowhere
+        records[run_id] = store.iter_records(run_id)
+    environment = fingerprint()
+    table, absent = load_seed_reference(reference.folder)
+    return build_report(
+        profile,
+        answer,
+        runs,
+        records,
+        environment=environment,
+        preflight=preflight(environment),
+        reference=table,
+        reference_absent_reason=absent,
+        profile_file=profile_file,
+    )
 
 
 def assemble_report(
@@ -860,67 +730,25 @@ def assemble_report(
     store_location: str | None = None,
     reference_dir: Path | None = None,
 ) -> Report:
-    """Load the profile, ask the advisor, read runs and records, and build the Report.
-
-    Runs: those named (each must exist in the store or the reference folder), else every run
-    the advisor's evidence cites for the profile.
-    """
+    """Load the profile, ask the advisor once, read runs and records, and build the Report."""
     from advisor.profile import load_profile
     from advisor.recommend import availability_map, recommend
-    from bench.backends import all_availability
-    from bench.environment import fingerprint, preflight
     from bench.store import ResultStore
 
     profile_path = Path(profile_path)
     profile = load_profile(profile_path)
     store = ResultStore(store_location)
-    reference_dir = reference_dir or evidence.DEFAULT_REFERENCE_DIR
-    reference_files = evidence.read_reference_folder(reference_dir)
-    backends = all_availability()
-    recommendation = recommend(
-        profile, store=store, reference=reference_files, availability=availability_map(backends)
-    )
-    # Measured RunResults stored as files in data/reference (cited by the advisor too).
-    reference_runs = {
-        run.run_id: run for file_runs in reference_files.runs.values() for run in file_runs
-    }
-    chosen = list(dict.fromkeys(run_ids)) or relevant_run_ids(recommendation)
-    runs: list[RunResult] = []
-    records: dict[str, list[RequestRecord]] = {}
-    for run_id in chosen:
-        if run_id in reference_runs:  # a file in data/reference: no per-request records
-            runs.append(reference_runs[run_id])
-            records[run_id] = []
-            continue
-        runs.append(store.get_run(run_id))  # UserError names a run that is nowhere
-        records[run_id] = list(store.iter_records(run_id))
-    environment = fingerprint()
-    seed_path = reference_dir / SEED_REFERENCE_FILE
-    reference, absent = None, None
-    if seed_path.is_file():
-        reference = load_reference(seed_path)
-    else:
-        absent = f"{SEED_REFERENCE_FILE} is not in {reference_dir}"
-    return build_report(
-        profile,
-        recommendation,
-        runs,
-        records,
-        environment=environment,
-        preflight=preflight(environment),
-        availability={item.name: item for item in backends},
-        reference=reference,
-        reference_absent_reason=absent,
-        profile_file=profile_path.name,
-    )
+    reference = evidence.read_reference_folder(reference_dir or evidence.DEFAULT_REFERENCE_DIR)
+    answer = recommend(profile, store=store, reference=reference, availability=availability_map())
+    return report_for(profile, answer, store, reference, run_ids, profile_path.name)
 
 
 __all__ = [
-    "as_plain",
     "assemble_report",
     "build_report",
     "flatten",
     "load_reference",
     "pattern_facts",
     "relevant_run_ids",
+    "report_for",
 ]

@@ -1,40 +1,67 @@
 """Report charts: chart data derived from runs, records and telemetry, rendered to static SVG/PNG.
 
-Derivation (`derive_charts`) yields one `Chart` per kind the issue lists; a chart the runs have no
-data for is kept with `available=False` and the reason, so every format can say what is absent.
+Derivation (`derive_charts`) calls one builder per chart (`CHART_BUILDERS`); a chart the runs
+have no data for is kept with `available=False` and the reason, so every format can say what is
+absent. Builders aggregate in Python first (aggregate.py: histogram bins, per-window percentiles,
+downsampled telemetry), so a chart holds at most MAX_CHART_POINTS points whatever the run size.
 Rendering uses altair + vl-convert (no browser, no network), imported only when drawing.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from advisor.report.model import Chart, Marker, Series
-from bench.schema import RequestRecord, RunResult
+from advisor.report.aggregate import (
+    NS_PER_S,
+    RequestColumns,
+    downsample,
+    histogram,
+    windowed_percentile,
+)
+from advisor.report.model import MAX_CHART_POINTS, Chart, Marker, Series
+from bench.schema import RunResult
 
 CHART_WIDTH_PX = 560
 CHART_HEIGHT_PX = 250
-HISTOGRAM_BINS = 30
-NS_PER_MS = 1e6
-NS_PER_S = 1e9
+HISTOGRAM_BINS = 40
+MAX_MARKERS = 60
+"""Marker rules per chart (knees, burst edges); more would be unreadable anyway."""
+"""Marker rules per chart (knees, burst edges); more would be unreadable anyway."""
+MAX_SERIES = 12
+"""Lines per chart: beyond a dozen the colours repeat and no line can be told apart."""
+POINT_MARKS_MAX = 40
+"""A line shows a dot per point only when it has this few points (step stages, not samples)."""
 BYTES_PER_GB = 1e9
 
 
 # --------------------------------------------------------------------------- naming
 
 
+def _load_shape(run: RunResult) -> str:
+    load = run.config.load
+    if load.pattern == "concurrency":
+        return f"c{getattr(load, 'concurrency', '?')}"
+    if load.pattern == "rate":
+        return f"{getattr(load, 'rate_rps', '?')} req/s"
+    return load.pattern
+
+
 def series_names(runs: Sequence[RunResult]) -> dict[str, str]:
-    """A short legend name per run: the backend, then its load pattern when a backend ran more
-    than once, then a numbered suffix when even that repeats."""
-    backends = [run.config.backend for run in runs]
-    names: dict[str, str] = {}
+    """A short legend name per run: the backend; the model when the runs span several; the load
+    shape (c64, step, 2 req/s) when a name still repeats; then a numbered suffix."""
+    several_models = len({run.config.model for run in runs}) > 1
+    names = {
+        run.run_id: f"{run.config.backend} {run.config.model}"
+        if several_models
+        else run.config.backend
+        for run in runs
+    }
     for run in runs:
-        name = run.config.backend
-        if backends.count(name) > 1:
-            name = f"{name} {run.config.load.pattern}"
-        names[run.run_id] = name
+        if list(names.values()).count(names[run.run_id]) > 1:
+            names[run.run_id] = f"{names[run.run_id]} {_load_shape(run)}"
     counts: dict[str, int] = {}
     for run_id, name in list(names.items()):
         if list(names.values()).count(name) > 1:
@@ -96,121 +123,150 @@ def pattern_facts(run: RunResult) -> list[str]:
 # --------------------------------------------------------------------------- derivation
 
 
-def _measured(records: Iterable[RequestRecord]) -> list[RequestRecord]:
-    return [record for record in records if not record.warmup]
+@dataclass(frozen=True)
+class ChartInputs:
+    """What every chart builder reads: the runs, their measured requests as columns (already
+    read once from the records), and the legend name of each run."""
+
+    runs: Sequence[RunResult]
+    requests: Mapping[str, RequestColumns]
+    names: Mapping[str, str]
+
+    def columns(self, run: RunResult) -> RequestColumns:
+        return self.requests.get(run.run_id) or RequestColumns.empty()
 
 
-def _concurrency_charts(runs: Sequence[RunResult], names: Mapping[str, str]) -> list[Chart]:
-    throughput: list[Series] = []
-    p99: list[Series] = []
-    markers_tput: list[Marker] = []
-    markers_p99: list[Marker] = []
-    for run in runs:
-        points = sorted(
-            (phase.target, phase.summary)
-            for phase in run.phases
-            if phase.strategy == "concurrency" and phase.summary.successful > 0
+ChartBuilder = Callable[[ChartInputs], Chart]
+
+
+def fit_budget(
+    series: list[Series], how: Literal["max", "mean"] = "mean"
+) -> tuple[list[Series], str]:
+    """The first MAX_SERIES series (runs come in the advisor's evidence order, best first), each
+    downsampled to its share of MAX_CHART_POINTS; and a sentence saying what was left out or
+    merged ("" when nothing was)."""
+    kept = series[:MAX_SERIES]
+    budget = MAX_CHART_POINTS // max(len(kept), 1)
+    out = []
+    merged = False
+    for one in kept:
+        xs, ys = downsample(one.x, one.y, budget, how)
+        merged |= len(xs) < len(one.x)
+        out.append(Series(name=one.name, x=xs, y=ys))
+    notes = []
+    if len(series) > len(kept):
+        notes.append(
+            f"The first {len(kept)} of {len(series)} series are drawn (the evidence table lists "
+            "every run)."
         )
-        if not points:
+    if merged:
+        reduce = "peak" if how == "max" else "mean"
+        notes.append(f"Long series are drawn as the {reduce} of groups of consecutive samples.")
+    return out, " ".join(notes)
+
+
+def _step_points(run: RunResult) -> list[tuple[float, Any]]:
+    return sorted(
+        (float(phase.target), phase.summary)
+        for phase in run.phases
+        if phase.strategy == "concurrency" and phase.summary.successful > 0
+    )
+
+
+def _concurrency_chart(
+    inputs: ChartInputs, chart_id: str, title: str, y_label: str, value: Callable[[Any], Any]
+) -> Chart:
+    series: list[Series] = []
+    markers: list[Marker] = []
+    measured_levels = False
+    for run in inputs.runs:
+        points = _step_points(run)
+        measured_levels |= len({x for x, _ in points}) >= 2
+        pairs = [(x, value(summary)) for x, summary in points if value(summary) is not None]
+        if not pairs:
             continue
-        name = names[run.run_id]
-        xs = [float(target) for target, _ in points]
-        tput = [summary.output_throughput_tok_s for _, summary in points]
-        throughput.append(Series(name=name, x=xs, y=tput))
-        p99_points = [(float(t), s.e2e_ms.p99) for t, s in points if s.e2e_ms is not None]
-        if p99_points:
-            p99.append(
-                Series(name=name, x=[x for x, _ in p99_points], y=[y for _, y in p99_points])
-            )
+        name = inputs.names[run.run_id]
+        series.append(Series(name=name, x=[x for x, _ in pairs], y=[y for _, y in pairs]))
         knee = knee_concurrency(run)
         if knee is not None:
-            label = f"knee of {name} at {knee:g}"
-            markers_tput.append(Marker(label=label, x=knee, series=name))
-            markers_p99.append(Marker(label=label, x=knee, series=name))
-    enough = any(len(set(series.x)) >= 2 for series in throughput)
-    absent = (
-        None
-        if enough
-        else "no run measured two or more concurrency levels (a step-pattern run draws this)"
+            markers.append(Marker(label=f"knee of {name} at {knee:g}", x=knee, series=name))
+    available = measured_levels and bool(series)
+    drawn, note = fit_budget(series)
+    if not measured_levels:
+        absent = "no run measured two or more concurrency levels (a step-pattern run draws this)"
+    else:
+        absent = None if series else "no latency measured"
+    return Chart(
+        id=chart_id,
+        title=title,
+        x_label="concurrency (requests in flight)",
+        x_integer=True,
+        y_label=y_label,
+        description="Each point is one measured phase (step stage) at that concurrency."
+        + (" Vertical rules mark the knee of step runs." if markers else "")
+        + (f" {note}" if note else ""),
+        series=drawn if available else [],
+        markers=markers[:MAX_MARKERS] if available else [],
+        available=available,
+        absent_reason=absent,
     )
-    description = "Each point is one measured phase (step stage) at that concurrency."
-    return [
-        Chart(
-            id="throughput-vs-concurrency",
-            title="Output throughput vs concurrency",
-            x_label="concurrency (requests in flight)",
-            x_integer=True,
-            y_label="output tokens/s",
-            description=description + " Vertical rules mark the knee of step runs.",
-            series=throughput if enough else [],
-            markers=markers_tput if enough else [],
-            available=enough,
-            absent_reason=absent,
-        ),
-        Chart(
-            id="p99-vs-concurrency",
-            title="P99 end-to-end latency vs concurrency",
-            x_label="concurrency (requests in flight)",
-            x_integer=True,
-            y_label="E2E p99 (ms)",
-            description=description,
-            series=p99 if enough else [],
-            markers=markers_p99 if enough else [],
-            available=enough and bool(p99),
-            absent_reason=absent if not enough else (None if p99 else "no latency measured"),
-        ),
-    ]
 
 
-def _histogram(values_by_name: Mapping[str, list[float]], bins: int) -> list[Series]:
-    everything = [value for values in values_by_name.values() for value in values]
-    low, high = min(everything), max(everything)
-    if high <= low:
-        high = low + max(abs(low) * 0.01, 1e-3)
-    width = (high - low) / bins
-    edges = [low + width * index for index in range(bins + 1)]
-    series = []
-    for name, values in values_by_name.items():
-        counts = [0] * bins
-        for value in values:
-            counts[min(int((value - low) / width), bins - 1)] += 1
-        total = len(values)
-        # Share of the run's requests per bin, so runs of different sizes compare; the extra
-        # last point closes the final step.
-        shares = [100.0 * count / total for count in counts]
-        series.append(Series(name=name, x=edges, y=[*shares, shares[-1]]))
-    return series
+def throughput_vs_concurrency(inputs: ChartInputs) -> Chart:
+    """Output tokens/s per step stage, with the knee marked."""
+    return _concurrency_chart(
+        inputs,
+        "throughput-vs-concurrency",
+        "Output throughput vs concurrency",
+        "output tokens/s",
+        lambda summary: summary.output_throughput_tok_s,
+    )
 
 
-def _latency_chart(
-    runs: Sequence[RunResult], records: Mapping[str, list[RequestRecord]], names: Mapping[str, str]
-) -> Chart:
-    values: dict[str, list[float]] = {}
-    for run in runs:
-        ok = [r for r in _measured(records.get(run.run_id, [])) if r.ok]
-        if ok:
-            values[names[run.run_id]] = [(r.end_ns - r.start_ns) / NS_PER_MS for r in ok]
-    chart = Chart(
+def p99_vs_concurrency(inputs: ChartInputs) -> Chart:
+    """E2E p99 per step stage, with the knee marked."""
+    return _concurrency_chart(
+        inputs,
+        "p99-vs-concurrency",
+        "P99 end-to-end latency vs concurrency",
+        "E2E p99 (ms)",
+        lambda summary: summary.e2e_ms.p99 if summary.e2e_ms is not None else None,
+    )
+
+
+def latency_distribution(inputs: ChartInputs) -> Chart:
+    """Share of requests per E2E latency bin (HISTOGRAM_BINS bins shared by every run)."""
+    values = {
+        inputs.names[run.run_id]: inputs.columns(run).e2e_ms()
+        for run in inputs.runs
+        if inputs.columns(run).successful
+    }
+    bins = histogram(values, HISTOGRAM_BINS)
+    available = bool(bins.shares)
+    # The extra last point closes the final step of each line.
+    series, note = fit_budget(
+        [
+            Series(name=name, x=bins.edges, y=[*shares, shares[-1]])
+            for name, shares in bins.shares.items()
+        ]
+    )
+    return Chart(
         id="latency-distribution",
         title="End-to-end latency distribution",
         kind="step",
         x_label="E2E latency (ms)",
         y_label="% of requests",
-        description="Successful measured requests (warm-up excluded), from the request records.",
+        description=f"Successful measured requests (warm-up excluded) in {HISTOGRAM_BINS} bins, "
+        "from the request records." + (f" {note}" if note else ""),
+        series=series,
+        available=available,
+        absent_reason=None if available else "no request records were stored for the runs",
     )
-    if not values:
-        chart.available = False
-        chart.absent_reason = "no request records were stored for the runs"
-        return chart
-    chart.series = _histogram(values, HISTOGRAM_BINS)
-    return chart
 
 
-def _telemetry_series(
-    runs: Sequence[RunResult], names: Mapping[str, str], field: str, scale: float, suffix: str
-) -> list[Series]:
+def _telemetry_series(inputs: ChartInputs, field: str, scale: float, suffix: str) -> list[Series]:
     out = []
-    for run in runs:
+    for run in inputs.runs:
         samples = run.telemetry.samples
         points = [
             (sample.t_ns, getattr(sample, field))
@@ -222,7 +278,7 @@ def _telemetry_series(
         origin = samples[0].t_ns
         out.append(
             Series(
-                name=f"{names[run.run_id]}{suffix}",
+                name=f"{inputs.names[run.run_id]}{suffix}",
                 x=[(t - origin) / NS_PER_S for t, _ in points],
                 y=[value / scale for _, value in points],
             )
@@ -235,137 +291,130 @@ def _missing_gpu_reason(runs: Sequence[RunResult]) -> str:
     return "; ".join(reasons) if reasons else "the runs have no GPU telemetry samples"
 
 
-def _memory_chart(runs: Sequence[RunResult], names: Mapping[str, str]) -> Chart:
-    gpu = _telemetry_series(runs, names, "gpu_memory_used_bytes", BYTES_PER_GB, " GPU")
-    host = _telemetry_series(runs, names, "host_rss_bytes", BYTES_PER_GB, " host RSS")
+def memory_over_time(inputs: ChartInputs) -> Chart:
+    """GPU memory (and host RSS) samples; long runs keep each bucket's peak."""
+    gpu = _telemetry_series(inputs, "gpu_memory_used_bytes", BYTES_PER_GB, " GPU")
+    host = _telemetry_series(inputs, "host_rss_bytes", BYTES_PER_GB, " host RSS")
     description = "Sampled during each run (time from the run's first sample)."
     if not gpu and host:
-        description += f" GPU memory absent: {_missing_gpu_reason(runs)}; host RSS shown."
+        description += f" GPU memory absent: {_missing_gpu_reason(inputs.runs)}; host RSS shown."
     available = bool(gpu or host)
+    series, note = fit_budget(gpu + host, how="max")
+    description += f" {note}" if note else ""
     return Chart(
         id="memory-over-time",
         title="Memory over time",
         x_label="time (s)",
         y_label="memory (GB)",
         description=description,
-        series=gpu + host,
+        series=series,
         available=available,
         absent_reason=None if available else "the runs have no telemetry samples",
     )
 
 
-def _power_chart(runs: Sequence[RunResult], names: Mapping[str, str]) -> Chart:
-    power = _telemetry_series(runs, names, "power_w", 1.0, "")
+def power_over_time(inputs: ChartInputs) -> Chart:
+    """NVML board power samples; long runs are averaged over groups of consecutive samples."""
+    series, note = fit_budget(_telemetry_series(inputs, "power_w", 1.0, ""))
+    description = "NVML board power, sampled during each run." + (f" {note}" if note else "")
     return Chart(
         id="power-over-time",
         title="GPU power over time",
         x_label="time (s)",
         y_label="power (W)",
-        description="NVML board power, sampled during each run.",
-        series=power,
-        available=bool(power),
-        absent_reason=None if power else f"no power readings: {_missing_gpu_reason(runs)}",
+        description=description,
+        series=series,
+        available=bool(series),
+        absent_reason=None if series else f"no power readings: {_missing_gpu_reason(inputs.runs)}",
     )
 
 
-def _windowed_p99(
-    records: list[RequestRecord], window_s: float, origin_ns: int
-) -> tuple[list[float], list[float]]:
-    """P99 E2E latency (ms) of requests by the window in which they finished."""
-    window_ns = max(window_s, 1e-3) * NS_PER_S
-    buckets: dict[int, list[float]] = {}
-    for record in records:
-        if record.ok:
-            index = int((record.end_ns - origin_ns) // window_ns)
-            buckets.setdefault(index, []).append((record.end_ns - record.start_ns) / NS_PER_MS)
-    xs, ys = [], []
-    for index in sorted(buckets):
-        latencies = sorted(buckets[index])
-        rank = min(len(latencies) - 1, max(0, math.ceil(0.99 * len(latencies)) - 1))
-        xs.append((index + 1) * window_ns / NS_PER_S)
-        ys.append(latencies[rank])
-    return xs, ys
-
-
-def _pattern_window_chart(
-    runs: Sequence[RunResult],
-    records: Mapping[str, list[RequestRecord]],
-    names: Mapping[str, str],
-    pattern: str,
-) -> Chart:
-    chosen = [run for run in runs if run.config.load.pattern == pattern]
+def _pattern_window_chart(inputs: ChartInputs, pattern: Literal["steady", "pulse"]) -> Chart:
+    chosen = [run for run in inputs.runs if run.config.load.pattern == pattern]
     steady = pattern == "steady"
-    chart = Chart(
-        id="steady-state-slopes" if steady else "pulse-recovery",
-        title="Steady-state drift (p99 per window)"
-        if steady
-        else "Pulse recovery (p99 per window)",
-        x_label="time since first measured request (s)",
-        y_label="E2E p99 (ms)",
-    )
+    chart_id = "steady-state-slopes" if steady else "pulse-recovery"
+    title = "Steady-state drift (p99 per window)" if steady else "Pulse recovery (p99 per window)"
     if not chosen:
-        chart.available = False
-        chart.absent_reason = f"no {pattern}-pattern run among the runs in this report"
-        return chart
+        reason = f"no {pattern}-pattern run among the runs in this report"
+        return Chart(id=chart_id, title=title, available=False, absent_reason=reason)
+    max_windows = MAX_CHART_POINTS // min(len(chosen), MAX_SERIES)
+    series: list[Series] = []
+    markers: list[Marker] = []
     facts: list[str] = []
     for run in chosen:
-        measured = _measured(records.get(run.run_id, []))
-        if not measured:
+        columns = inputs.columns(run)
+        if not columns.successful:
             continue
-        origin = min(record.start_ns for record in measured)
+        origin = int(columns.start_ns.min())
         window_s = float(getattr(run.config.load, "window_s", 1.0))
-        xs, ys = _windowed_p99(measured, window_s, origin)
-        name = names[run.run_id]
-        chart.series.append(Series(name=name, x=xs, y=ys))
+        xs, ys = windowed_percentile(columns, window_s, max_windows)
+        name = inputs.names[run.run_id]
+        series.append(Series(name=name, x=xs, y=ys))
         for phase in run.phases:
             if not steady and "burst" in phase.name.lower():
-                chart.markers.append(
+                markers.append(
                     Marker(label=f"{name} burst start", x=(phase.start_ns - origin) / NS_PER_S)
                 )
-                chart.markers.append(
+                markers.append(
                     Marker(label=f"{name} burst end", x=(phase.end_ns - origin) / NS_PER_S)
                 )
         facts += [f"{name}: {fact}" for fact in pattern_facts(run)]
-    if not chart.series:
-        chart.available = False
-        chart.absent_reason = f"the {pattern}-pattern runs have no stored request records"
-        return chart
+    if not series:
+        reason = f"the {pattern}-pattern runs have no stored request records"
+        return Chart(id=chart_id, title=title, available=False, absent_reason=reason)
+    drawn, note = fit_budget(series, how="max")
     lead = (
         "Per-window p99; the fitted slopes (memory, host RSS, p99) from the run's analysis: "
         if steady
         else "Per-window p99 around the burst; recovery from the run's analysis: "
     )
-    chart.description = lead + ("; ".join(facts) if facts else "not reported by the run")
-    return chart
+    return Chart(
+        id=chart_id,
+        title=title,
+        x_label="time since first measured request (s)",
+        y_label="E2E p99 (ms)",
+        description=lead
+        + ("; ".join(facts) if facts else "not reported by the run")
+        + (f". {note}" if note else ""),
+        series=drawn,
+        markers=markers[:MAX_MARKERS],
+    )
 
 
-def derive_charts(
-    runs: Sequence[RunResult], records: Mapping[str, list[RequestRecord]]
-) -> list[Chart]:
+def steady_state_slopes(inputs: ChartInputs) -> Chart:
+    """P99 per window of steady-pattern runs, with the run's fitted slopes as text."""
+    return _pattern_window_chart(inputs, "steady")
+
+
+def pulse_recovery(inputs: ChartInputs) -> Chart:
+    """P99 per window of pulse-pattern runs, the burst marked."""
+    return _pattern_window_chart(inputs, "pulse")
+
+
+CHART_BUILDERS: tuple[ChartBuilder, ...] = (
+    throughput_vs_concurrency,
+    p99_vs_concurrency,
+    latency_distribution,
+    memory_over_time,
+    power_over_time,
+    steady_state_slopes,
+    pulse_recovery,
+)
+"""Every chart of the report, in report order. A new chart is one builder added here: it gets
+the same inputs, returns one `Chart` (the model refuses more than MAX_CHART_POINTS points) and
+says why when it has nothing to draw."""
+
+
+def derive_charts(runs: Sequence[RunResult], requests: Mapping[str, RequestColumns]) -> list[Chart]:
     """Every chart kind of the report, each drawn only where the runs have data for it."""
-    names = series_names(runs)
-    if not runs:
-        reason = "no stored runs were included in this report"
-        kinds = [
-            ("throughput-vs-concurrency", "Output throughput vs concurrency"),
-            ("p99-vs-concurrency", "P99 end-to-end latency vs concurrency"),
-            ("latency-distribution", "End-to-end latency distribution"),
-            ("memory-over-time", "Memory over time"),
-            ("power-over-time", "GPU power over time"),
-            ("steady-state-slopes", "Steady-state drift (p99 per window)"),
-            ("pulse-recovery", "Pulse recovery (p99 per window)"),
-        ]
-        return [
-            Chart(id=chart_id, title=title, available=False, absent_reason=reason)
-            for chart_id, title in kinds
-        ]
+    inputs = ChartInputs(runs=runs, requests=requests, names=series_names(runs))
+    charts = [builder(inputs) for builder in CHART_BUILDERS]
+    if runs:
+        return charts
+    reason = "no stored runs were included in this report"
     return [
-        *_concurrency_charts(runs, names),
-        _latency_chart(runs, records, names),
-        _memory_chart(runs, names),
-        _power_chart(runs, names),
-        _pattern_window_chart(runs, records, names, "steady"),
-        _pattern_window_chart(runs, records, names, "pulse"),
+        Chart(id=chart.id, title=chart.title, available=False, absent_reason=reason)
+        for chart in charts
     ]
 
 
@@ -387,7 +436,7 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
     color = alt.Color(
         "series:N",
         title=None,
-        scale=alt.Scale(domain=domain, scheme="tableau10"),
+        scale=alt.Scale(domain=domain, scheme="tableau10" if len(domain) <= 10 else "tableau20"),
         legend=alt.Legend(orient="bottom", columns=2, labelLimit=320),
     )
     if chart.x_integer:
@@ -406,7 +455,8 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
     elif chart.kind == "bar":
         layer = base.mark_bar().encode(x, y, color)
     else:
-        layer = base.mark_line(point=True, strokeWidth=2).encode(x, y, color)
+        dots = max((len(series.x) for series in chart.series), default=0) <= POINT_MARKS_MAX
+        layer = base.mark_line(point=dots, strokeWidth=2).encode(x, y, color)
     layers: list[Any] = [layer]
     if chart.markers:
         marker_frame = pd.DataFrame([{"x": m.x, "label": m.label} for m in chart.markers])

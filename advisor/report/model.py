@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 REPORT_SCHEMA_VERSION = 1
+MAX_CHART_POINTS = 4000
+"""Points one chart may hold over all its series. Per-request and per-sample data are aggregated
+before a Chart exists (advisor/report/aggregate.py), so a chart's Vega-Lite spec, the SVG and the
+report files stay small whatever the run size (altair refuses inline data above 5,000 rows)."""
 
 EvidenceSource = Literal["measured-here", "measured-elsewhere", "published"]
 EVIDENCE_SOURCES: tuple[str, ...] = ("measured-here", "measured-elsewhere", "published")
@@ -148,6 +152,16 @@ class Chart(ReportPart):
     markers: list[Marker] = Field(default_factory=list)
     available: bool = True
     absent_reason: str | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Chart:
+        points = sum(len(series.x) for series in self.series)
+        if points > MAX_CHART_POINTS:
+            raise ValueError(
+                f"chart {self.id!r} holds {points} points (at most {MAX_CHART_POINTS}): "
+                "aggregate before charting"
+            )
+        return self
 
 
 class Estimate(ReportPart):

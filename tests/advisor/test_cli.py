@@ -62,12 +62,13 @@ def test_recommend_json_subprocess(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    for key in ("recommendation", "path", "candidates", "evidence", "caveats", "estimate"):
-        assert key in data
-    assert data["recommendation"]["framework"] == "vllm"
-    assert data["recommendation"]["benchmarked"] is True
-    assert all(set(step) >= {"question", "answer", "why"} for step in data["path"])
-    assert data["estimate"]["fits"] is True
+    stage = data["stages"][0]
+    for key in ("recommendation", "decision", "evidence", "estimate", "diagnostics"):
+        assert key in stage
+    assert stage["recommendation"]["framework"] == "vllm"
+    assert stage["recommendation"]["benchmarked"] is True
+    assert all(set(step) >= {"question", "answer", "why"} for step in stage["decision"]["path"])
+    assert stage["estimate"]["fits"] is True
 
 
 @pytest.mark.parametrize(
@@ -121,9 +122,10 @@ def test_flags_build_the_profile() -> None:
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["recommendation"]["framework"] == "vllm"
-    assert [s["answer"] for s in data["path"][:3]] == ["no", "no", "yes"]
-    assert data["estimate"]["gpu"] == "H200"
+    stage = data["stages"][0]
+    assert stage["recommendation"]["framework"] == "vllm"
+    assert [s["answer"] for s in stage["decision"]["path"][:3]] == ["no", "no", "yes"]
+    assert stage["estimate"]["gpu"] == "H200"
 
 
 def test_flags_override_a_profile() -> None:
@@ -136,12 +138,13 @@ def test_flags_override_a_profile() -> None:
         "--json",
     )
     data = json.loads(result.output)
-    assert data["recommendation"]["framework"] == "pytorch"
+    assert data["stages"][0]["recommendation"]["framework"] == "pytorch"
 
 
 def test_jax_is_flagged_in_json() -> None:
     data = json.loads(invoke("recommend", "--dynamic-control-flow", "yes", "--json").output)
-    jax = next(c for c in data["candidates"] if c["framework"] == "jax")
+    candidates = data["stages"][0]["decision"]["candidates"]
+    jax = next(c for c in candidates if c["framework"] == "jax")
     assert jax["benchmarked"] is False
 
 
@@ -164,7 +167,7 @@ def test_multi_stage_json_and_stage_flag() -> None:
         ).output
     )
     # the generation stage has TTFT/TPOT SLOs and tolerates builds: torch.compile first
-    assert data["stages"][1]["leaf"] == "torch_compile_first"
+    assert data["stages"][1]["decision"]["leaf"] == "torch_compile_first"
     assert data["stages"][1]["recommendation"]["framework"] == "torch_compile"
     assert data["stages"][0]["recommendation"]["framework"] == "tensorrt"  # untouched
 
@@ -222,9 +225,10 @@ def test_store_option(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["candidates"][0]["framework"] == "tensorrt_llm"
-    assert data["recommendation"]["framework"] == "vllm"
-    assert data["recommendation"]["follows"] == "measurements"
+    stage = data["stages"][0]
+    assert stage["decision"]["candidates"][0]["framework"] == "tensorrt_llm"
+    assert stage["recommendation"]["framework"] == "vllm"
+    assert stage["recommendation"]["follows"] == "measurements"
     missing = invoke("recommend", "--model", "llama-2-7b", "--store", str(tmp_path / "nope.db"))
     assert missing.exit_code == 2 and "does not exist" in missing.output
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from advisor.profile import load_profile, profile_from_dict
-from advisor.recommend import MEASUREMENT_RULE, recommend
+from advisor.recommend import MEASUREMENT_RULE, Report, recommend
 from bench.schema import RunStatus
 from tests.advisor.synthetic import synthetic_run
 
@@ -70,10 +71,9 @@ def test_ecommerce_stages_get_their_own_recommendation() -> None:
     encoder, llm = report.stages
     assert (encoder.kind, llm.kind) == ("forward", "generate")
     assert encoder.estimate.kv_cache_gb is None and llm.estimate.kv_cache_gb > 0
-    data = report.to_json_dict()
+    data = json.loads(report.model_dump_json())
     assert [s["stage"] for s in data["stages"]] == ["feature-extraction", "generation"]
-    assert data["stage"] == "feature-extraction"  # top level = the first stage
-    assert data["recommendation"]["framework"] == "tensorrt"
+    assert data["stages"][0]["recommendation"]["framework"] == "tensorrt"
     assert data["stages"][1]["recommendation"]["framework"] == "vllm"
 
 
@@ -200,21 +200,16 @@ def test_diagnostics_and_learned_are_attached() -> None:
     assert stage.learned is not None and stage.learned.fitted is False
 
 
-def test_report_json_shape() -> None:
-    data = run_recommend(FIXED_LLM, [synthetic_run("vllm")]).to_json_dict()
-    for key in (
-        "recommendation",
-        "path",
-        "candidates",
-        "evidence",
-        "caveats",
-        "estimate",
-        "stages",
-    ):
-        assert key in data
+def test_report_json_round_trips_through_the_model() -> None:
+    report = run_recommend(FIXED_LLM, [synthetic_run("vllm")])
+    data = json.loads(report.model_dump_json())
     assert data["rule"] == MEASUREMENT_RULE
-    assert set(data["path"][0]) >= {"question", "answer", "why"}
-    assert data["recommendation"]["framework"] in {"vllm", "tensorrt_llm"}
-    assert "benchmarked" in data["recommendation"]
-    assert data["evidence"][0]["eligible"] is True
-    assert data["estimate"]["weights_gb"] == pytest.approx(13.476831232)
+    for key in ("recommendation", "decision", "evidence", "estimate", "diagnostics", "learned"):
+        assert key in data["stages"][0]
+    assert Report.model_validate_json(report.model_dump_json()) == report
+    stage = data["stages"][0]
+    assert set(stage["decision"]["path"][0]) >= {"question", "answer", "why"}
+    assert stage["recommendation"]["framework"] in {"vllm", "tensorrt_llm"}
+    assert "benchmarked" in stage["recommendation"]
+    assert stage["evidence"][0]["eligible"] is True
+    assert stage["estimate"]["weights_gb"] == pytest.approx(13.476831232)

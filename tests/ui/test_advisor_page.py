@@ -21,7 +21,11 @@ def test_answering_dynamic_control_flow_changes_the_path(app_test):
     assert not at.exception
     path_text = " ".join(m.value for m in at.markdown)
     assert "**yes**" in path_text
-    assert any("### pytorch" in s.value for s in at.success)
+    assert "pytorch" in path_text  # the tree's leaf: PyTorch first
+    # On the default H200 the shipped measurements reorder the candidates: torch_compile meets
+    # the SLOs where eager PyTorch does not, and the page says the evidence overrode the tree.
+    assert any("### torch_compile" in s.value for s in at.success)
+    assert any("Evidence disagrees with the tree" in w.value for w in at.warning)
 
 
 def test_add_stage_gives_a_second_tab_and_advice(app_test):
@@ -44,3 +48,28 @@ def test_uploaded_profile_is_size_limited_and_validated():
         read_profile(b"model: tiny-llama\nbogus: 1\n", "bad.yaml")
     profile = read_profile(b"title: T\nmodel: tiny-llama\nconcurrency: 4\n", "ok.yaml")
     assert profile.stages[0].concurrency == 4
+
+
+def test_the_first_answer_rests_on_the_shipped_h200_measurements(app_test):
+    """Out of the box the profile names the GPU the shipped data/reference runs were measured
+    on, so the first answer is settled by those measurements, not by the tree alone."""
+    at = app_test().run()
+    assert not at.exception
+    gpu = next(s for s in at.selectbox if s.label == "GPU type")
+    assert gpu.value == "H200"
+    assert any("settled by measurements on your GPU type" in s.value for s in at.success)
+    assert not any("No measurement counts" in i.value for i in at.info)
+
+
+def test_another_gpu_is_told_where_the_evidence_is_and_can_switch(app_test):
+    at = app_test().run()
+    next(s for s in at.selectbox if s.label == "GPU type").set_value("H100-SXM").run()
+    assert not at.exception
+    notice = [i.value for i in at.info if "No measurement counts" in i.value]
+    assert notice and "**H100-SXM**" in notice[0] and "**H200**" in notice[0]
+    assert any("the decision tree's first choice" in s.value for s in at.success)
+    next(b for b in at.button if b.label.startswith("Use the H200")).click().run()
+    assert not at.exception
+    assert next(s for s in at.selectbox if s.label == "GPU type").value == "H200"
+    assert not any("No measurement counts" in i.value for i in at.info)
+    assert any("settled by measurements on your GPU type" in s.value for s in at.success)

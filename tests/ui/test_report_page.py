@@ -7,17 +7,34 @@ from tests.ui.conftest import stored_run
 PAGE = "ui/report_page.py"
 
 
-def test_report_page_offers_every_format(app_test, store_path):
+def test_report_page_offers_every_format_and_the_pdf_when_asked(app_test, store_path, monkeypatch):
+    import advisor.recommend
+
+    calls = []
+    real_recommend = advisor.recommend.recommend
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real_recommend(*args, **kwargs)
+
+    monkeypatch.setattr(advisor.recommend, "recommend", counted)
     run = stored_run(store_path)
     at = app_test(PAGE)
     at.session_state["selected_run_ids"] = [run.run_id]
     at.run(timeout=120)
     assert not at.exception
+    assert len(calls) == 1  # one view, one advisor answer (the Advisor page's cached one)
     labels = [b.label for b in at.get("download_button")]
-    for wanted in ("Markdown", "HTML", "PDF", "JSON"):
+    for wanted in ("Markdown", "HTML", "JSON"):
         assert any(label.startswith(wanted) for label in labels), labels
+    assert not any(label.startswith("PDF") for label in labels)  # not rendered until asked
     runs = at.multiselect[0]
     assert run.run_id in runs.value
+    next(b for b in at.button if b.label == "Make the PDF").click()
+    at.run(timeout=120)
+    assert not at.exception
+    labels = [b.label for b in at.get("download_button")]
+    assert "PDF" in labels and not [b for b in at.button if b.label == "Make the PDF"]
 
 
 def test_report_formatters_produce_the_files(store_path):

@@ -1,5 +1,7 @@
-"""Fixtures for the report tests: labelled test doubles (synthetic runs, an advisor answer) for
-the fast tests, and real stored runs made with `bench.api.launch` for the slow ones."""
+"""Fixtures for the report tests. The advisor's answer always comes from the real `recommend()`
+over a real results store and the shipped data/reference; the runs in the store are labelled
+test doubles (synthetic runs, including a GPU run CI cannot make) for the fast tests, and real
+runs made with `bench.api.launch` for the slow ones."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from advisor.profile import GpuProfile, StageProfile, WorkloadProfile
 from bench.config import (
     ConcurrencyLoad,
     GenerateWorkload,
@@ -27,6 +30,8 @@ from bench.schema import (
     TelemetrySample,
     TelemetrySummary,
 )
+from bench.store import ResultStore
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 NS_PER_MS = 1_000_000
 XSS_TITLE = 'Checkout <script>alert("x")</script> & "LLM" | review'
@@ -64,6 +69,7 @@ def synthetic_run(
     ttft_ms: float = 20.0,
     tpot_ms: float = 5.0,
     seed: int = 0,
+    engine_args: dict[str, Any] | None = None,
 ) -> tuple[RunResult, list[RequestRecord]]:
     """TEST DOUBLE: a finished RunResult with phases, telemetry and records, built in process."""
     from bench.metrics import judge_validity, summarize
@@ -78,6 +84,7 @@ def synthetic_run(
         model="tiny-llama",
         load=load,
         device="cuda" if gpu else "cpu",
+        engine_args=engine_args or {},
         validity=ValidityRules(min_duration_s=0.1, min_requests=5),
         workload=GenerateWorkload(output_tokens=LengthDistribution(mean=16)),
     )
@@ -169,130 +176,70 @@ def synthetic_run(
     return run, records
 
 
-def advisor_answer_double(run_ids: list[str], frameworks: list[str]) -> dict[str, Any]:
-    """TEST DOUBLE of the advisor's recommend() output (issue #5's JSON shape), not a decision."""
-    return {
-        "stages": [
-            {
-                "name": "generation",
-                "kind": "generate",
-                "path": [
-                    {
-                        "question": "Needs dynamic control flow?",
-                        "answer": "no",
-                        "why": "profile says dynamic_control_flow: false",
-                    },
-                    {
-                        "question": "Long sequence generation?",
-                        "answer": "yes",
-                        "why": "outputs of 512 tokens and more",
-                    },
-                ],
-                "candidates": ["vllm", "tensorrt_llm", "pytorch"],
-                "estimate": {
-                    "fits": True,
-                    "weights_gb": 26.0,
-                    "decode_floor_ms_per_token": 7.8,
-                    "prefill_floor_ms": 12.5,
-                    "suggestions": ["fp8 KV cache"],
-                },
-                "recommendation": {
-                    "framework": frameworks[0],
-                    "configuration": {"gpu_memory_utilization": 0.9},
-                    "confidence": "medium",
-                    "rationale": ["fastest measured output throughput among VALID runs"],
-                    "alternatives": [{"framework": f, "why": "slower here"} for f in frameworks[1:]]
-                    + [{"framework": "tensorrt_llm", "why": "not installed"}],
-                    "what_would_change": ["a TensorRT-LLM measurement on the target GPU"],
-                    "caveats": ["measured on CPU with random weights"],
-                    "evidence": [
-                        {"framework": f, "source": "measured-here", "run_ids": [rid]}
-                        for f, rid in zip(frameworks, run_ids, strict=False)
-                    ],
-                },
-                "diagnostics": [
-                    {
-                        "title": "long tail",
-                        "severity": "warning",
-                        "run_id": run_ids[0],
-                        "finding": "p99 is 3x p50",
-                        "advice": "enable a request priority queue",
-                        "command": "nsys profile -t cuda,nvtx --stats=true python benchmark.py",
-                    }
-                ],
-            }
-        ]
-    }
-
-
-def profile_double(title: str = XSS_TITLE) -> dict[str, Any]:
-    """TEST DOUBLE profile as plain data (the advisor's WorkloadProfile shape)."""
-    return {
-        "title": title,
-        "owner": "Platform team <ml-platform@example.com>",
-        "notes": "Review on Friday | bring numbers",
-        "stages": [
-            {
-                "name": "generation",
-                "kind": "generate",
-                "model": "tiny-llama",
-                "long_sequence_generation": True,
-                "concurrency": 2,
-            }
+def workload_profile(title: str = XSS_TITLE, gpu: str | None = "H100-SXM") -> WorkloadProfile:
+    """The profile of the report tests: tiny-llama chat generation on the synthetic GPU's type,
+    with free text that must be escaped in every format."""
+    return WorkloadProfile(
+        title=title,
+        owner="Platform team <ml-platform@example.com>",
+        notes="Review on Friday | bring numbers",
+        stages=[
+            StageProfile(
+                name="generation",
+                kind="generate",
+                model="tiny-llama",
+                long_sequence_generation=True,
+                concurrency=2,
+                gpu=GpuProfile(type=gpu),
+            )
         ],
-    }
+    )
+
+
+def store_with(path: Path, runs: list[tuple[RunResult, list[RequestRecord]]]) -> ResultStore:
+    """A real results store holding these runs and their records."""
+    store = ResultStore(path)
+    for run, records in runs:
+        store.create_run(run)
+        store.update_run(run)
+        store.add_records(run.run_id, records)
+    return store
+
+
+def real_answer(profile: WorkloadProfile, store: ResultStore, reference_dir: Path):
+    """The advisor's real answer (`recommend()`) over the store and a reference folder."""
+    from advisor.recommend import availability_map, recommend
+
+    return recommend(
+        profile, store=store, reference_dir=reference_dir, availability=availability_map()
+    )
 
 
 @pytest.fixture
-def synthetic_report():
-    return make_synthetic_report()
+def synthetic_report(tmp_path: Path):
+    return make_synthetic_report(tmp_path)
 
 
-def make_synthetic_report(title: str = XSS_TITLE):
-    """A Report from synthetic (test double) runs: step + pulse on CPU, a GPU concurrency run."""
-    from advisor.report.build import build_report
-    from advisor.report.model import ReferenceTable
+def make_synthetic_report(folder: Path, title: str = XSS_TITLE):
+    """A Report built by the real pipeline (store -> `recommend()` over the shipped
+    data/reference -> `report_for`) from synthetic (test double) runs: step + pulse on CPU and a
+    GPU concurrency run with CUDA graphs off (so the advisor's diagnostics have a finding)."""
+    from advisor.evidence import read_reference_folder
+    from advisor.report.build import report_for
 
-    step, step_records = synthetic_run("pytorch", "step", seed=1)
-    pulse, pulse_records = synthetic_run("pytorch", "pulse", seed=2)
-    gpu, gpu_records = synthetic_run("vllm", "concurrency", gpu=True, tpot_ms=3.0, seed=3)
-    runs = [gpu, step, pulse]
-    records = {step.run_id: step_records, pulse.run_id: pulse_records, gpu.run_id: gpu_records}
-    reference = ReferenceTable(
-        title="Seed article: Llama2-13B on A100 80GB PCIe",
-        source="seed article (published)",
-        columns=["framework", "throughput_rps", "p99_latency_ms"],
-        rows=[["PyTorch native", 18.7, 1120], ["vLLM", 61.8, 380]],
+    step = synthetic_run("pytorch", "step", seed=1)
+    pulse = synthetic_run("pytorch", "pulse", seed=2)
+    gpu = synthetic_run(
+        "vllm", "concurrency", gpu=True, tpot_ms=3.0, seed=3, engine_args={"enforce_eager": True}
     )
-    return build_report(
-        profile_double(title),
-        advisor_answer_double([gpu.run_id, step.run_id], ["vllm", "pytorch"]),
-        runs,
-        records,
-        environment={
-            "hostname": "synthetic-host",
-            "gpu_available": False,
-            "gpu_reason": "TEST DOUBLE: no GPU",
-            "libraries": {"torch": "2.13.0"},
-        },
-        preflight=[
-            {
-                "severity": "warn",
-                "what": "clocks not locked",
-                "why": "variance",
-                "admin_command": "nvidia-smi -lgc 1410,1410",
-            }
-        ],
-        availability={
-            "tensorrt_llm": {
-                "name": "tensorrt_llm",
-                "available": False,
-                "reason": "tensorrt_llm is not installed",
-            }
-        },
-        reference=reference,
-        profile_file="checkout.yaml",
-    )
+    store = store_with(folder / "results.sqlite", [gpu, step, pulse])
+    profile = workload_profile(title)
+    answer = real_answer(profile, store, SHIPPED_REFERENCE_DIR)
+    run_ids = [gpu[0].run_id, step[0].run_id, pulse[0].run_id]
+    reference = read_reference_folder(SHIPPED_REFERENCE_DIR)
+    report = report_for(profile, answer, store, reference, run_ids, profile_file="checkout.yaml")
+    store.close()
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -1,16 +1,41 @@
-"""Assembling the report data: evidence from runs, sources, caveats, floors, charts' absence."""
+"""Assembling the report data from the advisor's real answer: every advisor field the report
+shows is read by name (a renamed field fails here), evidence, sources, caveats, floors, charts."""
 
 from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
 
 import pytest
 
 from advisor.report.build import build_report, load_reference, relevant_run_ids
 from advisor.report.model import Report
+from tests.advisor.conftest import SEED_FILE, SHIPPED_REFERENCE_DIR
 from tests.advisor.report.conftest import (
-    advisor_answer_double,
-    profile_double,
+    real_answer,
+    store_with,
     synthetic_run,
+    workload_profile,
 )
+
+
+@pytest.fixture
+def answer_and_report(tmp_path: Path):
+    """The advisor's real answer and the report built from it, over one store of doubles."""
+    from advisor.evidence import read_reference_folder
+    from advisor.report.build import report_for
+
+    gpu = synthetic_run(
+        "vllm", "concurrency", gpu=True, seed=3, engine_args={"enforce_eager": True}
+    )
+    step = synthetic_run("pytorch", "step", seed=1)
+    store = store_with(tmp_path / "s.sqlite", [gpu, step])
+    profile = workload_profile("t")
+    answer = real_answer(profile, store, SHIPPED_REFERENCE_DIR)
+    reference = read_reference_folder(SHIPPED_REFERENCE_DIR)
+    report = report_for(profile, answer, store, reference, [gpu[0].run_id, step[0].run_id])
+    return answer, report
 
 
 def test_evidence_rows_carry_the_runs_own_numbers(synthetic_report: Report) -> None:
@@ -30,60 +55,147 @@ def test_evidence_rows_carry_the_runs_own_numbers(synthetic_report: Report) -> N
 def test_meta_comes_from_the_profiles_free_text(synthetic_report: Report) -> None:
     assert synthetic_report.meta.title.startswith("Checkout <script>")
     assert synthetic_report.meta.for_whom == "Platform team <ml-platform@example.com>"
+    assert synthetic_report.meta.description == "Review on Friday | bring numbers"
     assert synthetic_report.meta.profile_file == "checkout.yaml"
-    assert synthetic_report.stages[0].framework == "vllm"
-    assert synthetic_report.stages[0].path[0].question.startswith("Needs dynamic")
 
 
-def test_source_is_the_advisors_mark_or_the_fingerprint_comparison() -> None:
-    here, here_records = synthetic_run("pytorch", "concurrency", seed=5)
-    away, away_records = synthetic_run("onnxruntime", "concurrency", seed=6)
-    away.environment = {**away.environment, "hostname": "another-host"}
+def test_every_shown_advisor_field_reaches_the_report(answer_and_report) -> None:
+    """Each StageReport field equals the advisor's field it comes from: a field renamed or
+    re-shaped in the advisor fails here instead of silently dropping text."""
+    answer, report = answer_and_report
+    stage, shown = answer.stages[0], report.stages[0]
+    chosen = stage.recommendation
+    assert shown.name == stage.stage and shown.kind == stage.kind == "generate"
+    assert shown.framework == chosen.framework == "vllm"  # measured on the profile's GPU type
+    assert chosen.follows == "measurements"
+    assert shown.configuration == chosen.configuration and shown.configuration
+    assert shown.confidence == chosen.confidence.level
+    assert f"Confidence {chosen.confidence.level}: {chosen.confidence.why}" in shown.rationale
+    assert [(s.question, s.answer, s.why) for s in shown.path] == [
+        (s.question, s.answer, s.why) for s in stage.decision.path
+    ]
+    assert shown.path and all(s.question and s.answer for s in shown.path)
+    assert shown.candidates == [c.framework for c in stage.decision.candidates]
+    assert [(a.framework, a.reason) for a in shown.alternatives] == [
+        (a.framework, a.why_not_first) for a in chosen.alternatives
+    ]
+    assert all(a.reason for a in shown.alternatives)
+    expected_changes = [
+        f"{a.framework}: {c}" for a in chosen.alternatives for c in a.what_would_change
+    ]
+    assert shown.what_would_change == list(dict.fromkeys(expected_changes))
+    assert shown.caveats == list(dict.fromkeys(chosen.caveats))
+    assert stage.learned is not None and shown.second_opinion
+    assert stage.learned.message.rstrip(". ") in shown.second_opinion
+    assert report.headline == f"generation: vllm (confidence {chosen.confidence.level})"
+
+
+def test_estimate_is_the_advisors(answer_and_report) -> None:
+    answer, report = answer_and_report
+    estimate = answer.stages[0].estimate
+    assert report.estimate.available
+    assert report.estimate.fits == estimate.fits
+    assert report.estimate.decode_floor_ms == estimate.decode_floor_ms_per_token
+    assert report.estimate.decode_floor_ms is not None
+    assert report.estimate.notes == [*estimate.notes, *estimate.suggestions]
+    keys = {item.key for item in report.estimate.items}
+    assert {"weights_gb", "required_gb", "decode_floor_ms_per_token"} <= keys
+
+
+def test_diagnostics_are_the_advisors_findings_for_the_reported_runs(answer_and_report) -> None:
+    answer, report = answer_and_report
+    reported = {run.run_id for run in report.runs}
+    expected = {
+        (d.run_id, d.rule.replace("_", " "), d.finding, d.command)
+        for stage in answer.stages
+        for d in stage.diagnostics
+        if d.run_id in reported
+    }
+    shown = {(d.run_id, d.title, d.finding, d.command) for d in report.diagnostics}
+    assert shown == expected
+    cuda = [d for d in report.diagnostics if d.title == "cuda graphs off"]
+    assert cuda and cuda[0].framework == "vllm" and cuda[0].command.startswith("nsys profile")
+
+
+def test_source_is_the_advisors_mark(answer_and_report) -> None:
+    _, report = answer_and_report
+    sources = {row.framework: row.source for row in report.evidence if row.run_id}
+    assert sources == {"vllm": "measured-here", "pytorch": "measured-elsewhere"}
+    assert {ref.framework: ref.source for ref in report.runs} == sources
+
+
+def test_a_run_the_advisor_did_not_weigh_is_compared_by_fingerprint(tmp_path: Path) -> None:
+    """Runs named for the report but not in the advisor's evidence (here: not in its store),
+    with no GPU type in the profile: measured-here only on this machine's fingerprint."""
+    here = synthetic_run("pytorch", "concurrency", seed=5)
+    away = synthetic_run("onnxruntime", "concurrency", seed=6)
+    away[0].environment = {**away[0].environment, "hostname": "another-host"}
+    store = store_with(tmp_path / "s.sqlite", [])
+    profile = workload_profile("t", gpu=None)
     report = build_report(
-        profile_double("t"),
-        {"stages": [{"name": "s", "recommendation": {"framework": "pytorch"}}]},
-        [here, away],
-        {here.run_id: here_records, away.run_id: away_records},
+        profile,
+        real_answer(profile, store, SHIPPED_REFERENCE_DIR),
+        [here[0], away[0]],
+        {here[0].run_id: here[1], away[0].run_id: away[1]},
         environment={"hostname": "synthetic-host", "libraries": {"torch": "2.13.0"}},
     )
-    sources = {row.run_id: row.source for row in report.evidence}
-    assert sources == {here.run_id: "measured-here", away.run_id: "measured-elsewhere"}
+    sources = {row.run_id: row.source for row in report.evidence if row.run_id}
+    assert sources == {here[0].run_id: "measured-here", away[0].run_id: "measured-elsewhere"}
 
 
-def test_frameworks_not_measured_become_caveats_with_the_reason(synthetic_report: Report) -> None:
-    not_measured = [c for c in synthetic_report.caveats if c.kind == "not-measured"]
-    assert [c.framework for c in not_measured] == ["tensorrt_llm"]
-    assert "tensorrt_llm is not installed" in not_measured[0].text
+def test_frameworks_not_measured_become_caveats_with_the_advisors_reason(
+    answer_and_report,
+) -> None:
+    answer, report = answer_and_report
+    availability = answer.stages[0].recommendation.availability
+    not_measured = {c.framework: c.text for c in report.caveats if c.kind == "not-measured"}
+    candidates = [c.framework for c in answer.stages[0].decision.candidates]
+    assert set(not_measured) == set(candidates) - {"vllm", "pytorch"}
+    for name, text in not_measured.items():
+        state = availability[name]
+        assert (state in text) if state != "available" else ("no stored run" in text)
 
 
 def test_seed_reference_is_never_mixed_into_the_evidence(synthetic_report: Report) -> None:
     assert synthetic_report.reference is not None
     assert all(row.source != "published" for row in synthetic_report.evidence)
-    assert all(row.framework != "PyTorch native" for row in synthetic_report.evidence)
 
 
-def test_advisors_other_published_rows_are_marked_but_seed_rows_are_not_repeated() -> None:
-    run, records = synthetic_run("vllm", "concurrency", seed=7)
-    answer = advisor_answer_double([run.run_id], ["vllm"])
-    answer["stages"][0]["recommendation"]["evidence"] += [
-        {
-            "framework": "vllm",
-            "source": "published",
-            "reference": "seed_a100_llama2_13b.json: x",
-            "metrics": {"request_throughput_rps": 61.8},
-        },
-        {
-            "framework": "tensorrt_llm",
-            "source": "published",
-            "reference": "vendor_h100.json: y",
-            "metrics": {"request_throughput_rps": 99.5, "ttft_ms": 55.0},
-        },
-    ]
-    report = build_report(profile_double("t"), answer, [run], {run.run_id: records})
+def test_advisors_other_published_rows_are_marked_but_seed_rows_are_not_repeated(
+    tmp_path: Path,
+) -> None:
+    """TEST DATA: a second published table (a vendor's, invented here) beside the seed's."""
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    shutil.copy(SHIPPED_REFERENCE_DIR / SEED_FILE, folder / SEED_FILE)
+    (folder / "vendor_h100.json").write_text(
+        json.dumps(
+            {
+                "kind": "published",
+                "source": {"title": "TEST DATA vendor table"},
+                "model": "tiny-llama",
+                "workload_kind": "generate",
+                "environment": {"gpu": "H100-SXM"},
+                "rows": [
+                    {
+                        "framework": "tensorrt_llm",
+                        "request_throughput_rps": 99.5,
+                        "ttft_ms_p50": 55.0,
+                    }
+                ],
+            }
+        )
+    )
+    run, records = synthetic_run("vllm", "concurrency", gpu=True, seed=7)
+    store = store_with(tmp_path / "s.sqlite", [(run, records)])
+    profile = workload_profile("t")
+    answer = real_answer(profile, store, folder)
+    report = build_report(profile, answer, [run], {run.run_id: records})
     published = [row for row in report.evidence if row.source == "published"]
     assert [(r.framework, r.request_throughput_rps, r.ttft_p50_ms) for r in published] == [
         ("tensorrt_llm", 99.5, 55.0)
     ]
+    assert "vendor_h100.json" in published[0].context
     assert report.evidence[-1].source == "published"  # measurements first
 
 
@@ -101,13 +213,6 @@ def test_floor_distance_uses_datasheet_bandwidth_for_gpu_runs(synthetic_report: 
     assert cpu.decode_floor_ms is None and "CPU" in cpu.note
 
 
-def test_estimate_floor_read_from_the_advisor(synthetic_report: Report) -> None:
-    assert synthetic_report.estimate.available
-    assert synthetic_report.estimate.fits is True
-    assert synthetic_report.estimate.decode_floor_ms == pytest.approx(7.8)
-    assert "fp8 KV cache" in synthetic_report.estimate.notes
-
-
 def test_charts_drawn_only_with_data_and_absence_explained(synthetic_report: Report) -> None:
     charts = {chart.id: chart for chart in synthetic_report.charts}
     assert charts["steady-state-slopes"].available is False
@@ -117,36 +222,52 @@ def test_charts_drawn_only_with_data_and_absence_explained(synthetic_report: Rep
     assert charts["pulse-recovery"].available and len(charts["pulse-recovery"].markers) == 2
     assert "recovery_s = 1.5" in charts["pulse-recovery"].description
     assert charts["power-over-time"].available  # the GPU double has power samples
+    assert charts["latency-distribution"].available
 
 
-def test_no_runs_means_every_chart_absent_with_a_reason() -> None:
-    report = build_report(profile_double("t"), {}, [], {})
+def test_no_runs_means_every_chart_absent_with_a_reason(tmp_path: Path) -> None:
+    store = store_with(tmp_path / "s.sqlite", [])
+    profile = workload_profile("t")
+    answer = real_answer(profile, store, SHIPPED_REFERENCE_DIR)
+    report = build_report(profile, answer, [], {})
     assert report.charts and not report.available_charts()
     assert all(chart.absent_reason for chart in report.charts)
-    assert report.headline == "The advisor returned no recommendation."
+    tree_first = answer.stages[0].decision.candidates[0].framework
+    assert report.stages[0].framework == tree_first
+    assert report.headline.startswith(f"generation: {tree_first} (confidence ")
 
 
-def test_cpu_only_runs_say_why_power_is_absent() -> None:
+def test_cpu_only_runs_say_why_power_is_absent(tmp_path: Path) -> None:
     run, records = synthetic_run("pytorch", "concurrency", seed=8)
-    report = build_report(profile_double("t"), {}, [run], {run.run_id: records})
+    store = store_with(tmp_path / "s.sqlite", [(run, records)])
+    profile = workload_profile("t")
+    report = build_report(
+        profile,
+        real_answer(profile, store, SHIPPED_REFERENCE_DIR),
+        [run],
+        {run.run_id: records},
+    )
     power = next(chart for chart in report.charts if chart.id == "power-over-time")
     assert not power.available and "no GPU" in (power.absent_reason or "")
     memory = next(chart for chart in report.charts if chart.id == "memory-over-time")
     assert memory.available and "host RSS" in memory.description
 
 
-def test_diagnostics_and_reproduce_commands(synthetic_report: Report) -> None:
-    assert synthetic_report.diagnostics[0].title == "long tail"
-    assert synthetic_report.diagnostics[0].command.startswith("nsys profile")
+def test_reproduce_commands_are_the_runs_own(synthetic_report: Report) -> None:
     assert {entry.command for entry in synthetic_report.reproduce} == {
         f"python -m bench run --backend {b} --model tiny-llama --pattern {p}"
         for b, p in (("vllm", "concurrency"), ("pytorch", "step"), ("pytorch", "pulse"))
     }
 
 
-def test_relevant_run_ids_from_the_advisors_evidence() -> None:
-    answer = advisor_answer_double(["a", "b"], ["vllm", "pytorch"])
-    assert relevant_run_ids(answer) == ["a", "b"]
+def test_relevant_run_ids_are_the_runs_the_advisors_evidence_cites(answer_and_report) -> None:
+    answer, report = answer_and_report
+    cited = relevant_run_ids(answer)
+    assert {run.run_id for run in report.runs} <= set(cited)
+    in_rows = [
+        run_id for stage in answer.stages for row in stage.evidence for run_id in row.run_ids
+    ]
+    assert set(cited) == set(in_rows) and len(cited) == len(set(cited))
 
 
 def test_load_reference_reads_the_advisors_published_layout(tmp_path) -> None:
@@ -167,7 +288,6 @@ def test_load_reference_reads_the_advisors_published_layout(tmp_path) -> None:
 
 def test_the_seed_reference_file_loads_with_its_four_frameworks() -> None:
     from advisor.report.build import SEED_REFERENCE_FILE
-    from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
     table = load_reference(SHIPPED_REFERENCE_DIR / SEED_REFERENCE_FILE)
     frameworks = [row[table.keys.index("framework")] for row in table.rows]

@@ -1,4 +1,5 @@
-"""Every format from one synthetic (test-double) Report: content, escaping, self-containment."""
+"""Every format from one Report (the advisor's real answer over synthetic test-double runs):
+content, escaping, self-containment."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.advisor.report.conftest import make_synthetic_report
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, dict[str, Path]]:
-    report = make_synthetic_report()
+    report = make_synthetic_report(tmp_path_factory.mktemp("store"))
     out = tmp_path_factory.mktemp("report")
     return report, generate(report, out, stem="checkout")
 
@@ -106,9 +107,10 @@ def test_json_file_round_trips(written) -> None:
     assert read_report_json(files["json"].read_text()) == report
 
 
-def test_unknown_format_is_refused(tmp_path: Path) -> None:
+def test_unknown_format_is_refused(written, tmp_path: Path) -> None:
+    report, _ = written
     with pytest.raises(UserError, match="unknown report format"):
-        generate(make_synthetic_report(), tmp_path, ["docx"])
+        generate(report, tmp_path, ["docx"])
     assert list(tmp_path.iterdir()) == []
 
 
