@@ -733,11 +733,11 @@ def assemble_report(
     """Load the profile, ask the advisor once, read runs and records, and build the Report."""
     from advisor.profile import load_profile
     from advisor.recommend import availability_map, recommend
-    from bench.store import ResultStore
+    from bench.store import open_store
 
     profile_path = Path(profile_path)
     profile = load_profile(profile_path)
-    store = ResultStore(store_location)
+    store = open_store(store_location)
     reference = evidence.read_reference_folder(reference_dir or evidence.DEFAULT_REFERENCE_DIR)
     answer = recommend(profile, store=store, reference=reference, availability=availability_map())
     return report_for(profile, answer, store, reference, run_ids, profile_path.name)
