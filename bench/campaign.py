@@ -513,10 +513,14 @@ class RichReporter(CampaignReporter):
     def step_finished(self, outcome: StepOutcome, resumed: bool = False) -> None:
         mark = "already in the folder: " if resumed else ""
         style = "red" if outcome.status == "failed" else "green"
-        self.console.print(f"[{style}]{mark}{outcome_line(outcome)}[/{style}]", highlight=False)
+        self.console.print(
+            f"[{style}]{mark}{outcome_line(outcome)}[/{style}]", highlight=False, soft_wrap=True
+        )
 
     def step_skipped(self, skipped: SkippedStep) -> None:
-        self.console.print(f"[yellow]skipped {skipped.name}: {skipped.reason}[/yellow]")
+        self.console.print(
+            f"[yellow]skipped {skipped.name}: {skipped.reason}[/yellow]", soft_wrap=True
+        )
 
     def close(self) -> None:
         self.progress.stop()

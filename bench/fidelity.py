@@ -481,8 +481,11 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def paired_check(check: PytorchFidelityCheck) -> FidelityResult:
     """`paired_fidelity` from synchronous code (the subprocess `run_check` starts)."""
+    from transformers.utils import logging as transformers_logging
+
     from bench.models import resolve_model
 
+    transformers_logging.disable_progress_bar()  # this process writes to the caller's terminal
     model = resolve_model(check.model, dtype=check.dtype)
     return asyncio.run(paired_fidelity(check, model))
 
