@@ -194,6 +194,7 @@ def bench_plan_command(
                 "candidates": [c.framework for c in plan.decision.candidates],
                 "configs": [c.model_dump(mode="json") for c in plan.configs],
                 "commands": [reproduce_command(c) for c in plan.configs],
+                "estimates": [e.model_dump(mode="json") for e in plan.estimates],
             }
             for plan in plans
         ]
@@ -204,7 +205,11 @@ def bench_plan_command(
         typer.echo(f"# stage {plan.stage}: candidates {candidates}")
         if plan.not_benchmarked:
             typer.echo(f"# not benchmarked by this tool: {', '.join(plan.not_benchmarked)}")
-        for config in plan.configs:
+        for config, estimate in zip(plan.configs, plan.estimates, strict=True):
+            typer.echo(
+                f"# estimated {estimate.duration_s / 60:.1f} min, "
+                f"{estimate.disk_bytes / 1e9:.1f} GB new disk"
+            )
             typer.echo(reproduce_command(config))
 
 

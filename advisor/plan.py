@@ -1,13 +1,21 @@
 """The benchmark plan for one profile stage: the tree's candidates as RunConfigs in the stage's
-workload shape. The one builder behind the Benchmark page, `advisor bench-plan` and campaigns.
+workload shape, each with an estimate of its duration and disk use before it runs. The one
+builder behind the Benchmark page, `advisor bench-plan` and campaigns.
+
+On a machine without a GPU the quick plan swaps the model for its CPU-sized preset of the same
+family (tiny-llama for Llama and Mistral): a check of the harness and the frameworks that ends in
+minutes, not GPU figures.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import math
 
-from advisor.estimate import estimate_stage
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from advisor.estimate import architecture_for, bytes_per_parameter, estimate_stage
 from advisor.evidence import QUICK_CONCURRENCY_DEFAULT, _backend_runs_kind, _expert_engine_args
+from advisor.gpus import find_gpu
 from advisor.profile import StageProfile
 from advisor.tree import BENCHMARKABLE_FRAMEWORKS, Decision, DecisionTree, evaluate, load_tree
 from bench.config import (
@@ -24,10 +32,67 @@ from bench.errors import UserError
 
 QUICK_DURATION_S = 15.0
 FULL_DURATION_S = 120.0
+CONFIRM_ABOVE_S = 600.0
+"""A plan estimated to take longer than this asks for confirmation before it runs."""
+
+CPU_SIZED_PRESETS = {
+    "llama-2-7b": "tiny-llama",
+    "llama-2-13b": "tiny-llama",
+    "llama-3-8b": "tiny-llama",
+    "mistral-7b": "tiny-llama",
+    "bert-base": "tiny-bert",
+    "vit-base": "tiny-vit",
+    "resnet-50": "tiny-resnet",
+}
+"""Each preset's CPU-sized stand-in of the same architecture family (bench/models.py)."""
+TINY_PRESETS = frozenset(CPU_SIZED_PRESETS.values())
+
+# Planning estimates, not measurements: round figures that put a run's cost in the right range
+# (seconds vs minutes vs hours), which is what the confirmation before Run needs.
+HOST_MEMORY_BANDWIDTH_B_S = 10e9
+"""Host memory bandwidth a CPU decode step reads the weights at (a few DDR channels)."""
+GPU_BANDWIDTH_EFFICIENCY = 0.6
+"""Fraction of the datasheet bandwidth a decode step reaches."""
+STEP_OVERHEAD_S = {"cpu": 0.02, "gpu": 0.004}
+"""Per decode step framework and launch overhead (dominates for tiny models)."""
+CHECKPOINT_WRITE_B_S = 150e6
+"""Random-weight checkpoint written by bench/models.py (fill + safetensors write)."""
+WEIGHT_LOAD_B_S = 1e9
+ENGINE_START_S = {
+    "vllm": 90.0,
+    "pytorch": 10.0,
+    "torch_compile": 90.0,
+    "onnxruntime": 60.0,
+    "tensorrt_llm": 180.0,
+    "tensorrt": 300.0,
+    "openai": 90.0,
+}
+"""Engine start before weights are read: process spawn, imports, graph capture or compile."""
+DEFAULT_ENGINE_START_S = 30.0
+EXPORT_COPIES = {"onnxruntime": 1.0, "tensorrt_llm": 1.0, "tensorrt": 1.0}
+"""Extra copies of the weights a backend writes (ONNX export, built engine)."""
+
+
+class RunEstimate(BaseModel):
+    """What one planned run will cost before it runs: an estimate for planning, not a figure."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str
+    model: str
+    duration_s: float = Field(
+        description="Checkpoint write + engine start + load + warm-up + phases."
+    )
+    disk_bytes: int = Field(description="New bytes written: checkpoint when not cached, exports.")
+    checkpoint_bytes: int | None = None
+    checkpoint_cached: bool = False
+    parts_s: dict[str, float] = Field(default_factory=dict)
+    basis: str = ""
 
 
 class StagePlan(BaseModel):
-    """One stage's plan: where the tree led, and one RunConfig per benchmarkable candidate."""
+    """One stage's plan: where the tree led, one RunConfig per benchmarkable candidate, and what
+    each will cost."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -35,23 +100,211 @@ class StagePlan(BaseModel):
     quick: bool
     decision: Decision
     configs: list[RunConfig]
+    estimates: list[RunEstimate] = Field(default_factory=list)
     not_benchmarked: list[str] = Field(
         default_factory=list, description="Candidates this tool does not run (e.g. jax)."
     )
+    cpu_only: bool = False
+    profile_model: str | None = Field(None, description="The model the profile names.")
+    note: str | None = Field(None, description="What the plan changed and why (CPU sizing).")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def duration_s(self) -> float:
+        return sum(e.duration_s for e in self.estimates)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def disk_bytes(self) -> int:
+        return sum(e.disk_bytes for e in self.estimates)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def needs_confirmation(self) -> bool:
+        return self.duration_s > CONFIRM_ABOVE_S
 
 
 def plan_for_stage(
-    stage: StageProfile, *, quick: bool = False, tree: DecisionTree | None = None
+    stage: StageProfile,
+    *,
+    quick: bool = False,
+    tree: DecisionTree | None = None,
+    cpu_only: bool = False,
 ) -> StagePlan:
-    """Walk the tree for `stage` and plan one run per benchmarkable candidate."""
+    """Walk the tree for `stage` and plan one run per benchmarkable candidate, with estimates.
+
+    `cpu_only` (no GPU on the machine that will run it): the quick plan runs the model's
+    CPU-sized preset of the same family, vLLM eager (no compile warm-up), on the CPU.
+    """
     decision = evaluate(tree or load_tree(), stage, estimate_stage(stage))
+    planned = stage
+    note = None
+    if cpu_only and quick and stage.model is not None:
+        small = cpu_sized_model(stage)
+        if small != stage.model:
+            planned = stage.model_copy(update={"model": small})
+            note = (
+                f"This machine has no GPU: the quick plan runs {small} (the CPU-sized model of "
+                f"the same family) instead of {stage.model}. It checks the harness and the "
+                "frameworks in minutes; its figures are CPU figures, not GPU figures."
+            )
+    configs = bench_plan(planned, decision, quick=quick)
+    if cpu_only:
+        configs = [_on_the_cpu(config, quick) for config in configs]
     return StagePlan(
         stage=stage.name,
         quick=quick,
         decision=decision,
-        configs=bench_plan(stage, decision, quick=quick),
+        configs=configs,
+        estimates=estimate_runs(configs, cpu_only=cpu_only, gpu=stage.gpu.type),
         not_benchmarked=[c.framework for c in decision.candidates if not c.benchmarked],
+        cpu_only=cpu_only,
+        profile_model=stage.model,
+        note=note,
     )
+
+
+def this_machine_has_gpu() -> bool:
+    """Whether NVML sees a GPU here (read-only; False without a driver)."""
+    from bench.environment import gpu_facts
+
+    return bool(gpu_facts().get("gpu_available"))
+
+
+def cpu_sized_model(stage: StageProfile) -> str:
+    """The CPU-sized preset of the stage's model family (the model itself when already small)."""
+    model = stage.model or ""
+    if model in TINY_PRESETS:
+        return model
+    if model in CPU_SIZED_PRESETS:
+        return CPU_SIZED_PRESETS[model]
+    if stage.kind == "generate":
+        return "tiny-llama"
+    return "tiny-resnet" if stage.image_size else "tiny-bert"
+
+
+def _on_the_cpu(config: RunConfig, quick: bool) -> RunConfig:
+    """A plan for a machine without a GPU: device cpu; vLLM eager in the quick plan (its CPU
+    compile warm-up costs minutes) and without the GPU memory fraction (the KV cache is sized
+    from the workload by the backend)."""
+    args = dict(config.engine_args)
+    if config.backend == "vllm":
+        args.pop("gpu_memory_utilization", None)
+        if quick:
+            args["enforce_eager"] = True
+    return config.model_copy(update={"device": "cpu", "engine_args": args})
+
+
+# --------------------------------------------------------------------------- estimates
+
+
+def estimate_runs(
+    configs: list[RunConfig], *, cpu_only: bool, gpu: str | None = None
+) -> list[RunEstimate]:
+    """Estimates of runs done in this order: a checkpoint is written once, by the first run
+    that needs it."""
+    estimates: list[RunEstimate] = []
+    written: set[tuple[str, str]] = set()
+    for config in configs:
+        key = (config.model, config.precision.dtype)
+        estimates.append(estimate_run(config, cpu_only=cpu_only, gpu=gpu, written=key in written))
+        written.add(key)
+    return estimates
+
+
+def estimate_run(
+    config: RunConfig, *, cpu_only: bool, gpu: str | None = None, written: bool = False
+) -> RunEstimate:
+    """Duration and disk use of one run before it runs (see the constants for the basis);
+    `written`: an earlier run of the plan writes its checkpoint."""
+    architecture, _source = architecture_for(config.model)
+    weight_bytes = None
+    if architecture is not None:
+        per_parameter, _ = bytes_per_parameter(
+            config.precision.dtype, config.precision.quantization
+        )
+        weight_bytes = int(architecture.parameters * per_parameter)
+    checkpoint_bytes, cached = _checkpoint(config, weight_bytes)
+    cached = cached or written
+    parts: dict[str, float] = {}
+    if checkpoint_bytes and not cached:
+        parts["write checkpoint"] = checkpoint_bytes / CHECKPOINT_WRITE_B_S
+    parts["engine start"] = ENGINE_START_S.get(config.backend, DEFAULT_ENGINE_START_S)
+    if weight_bytes:
+        parts["load weights"] = weight_bytes / WEIGHT_LOAD_B_S
+    request_s = _request_seconds(config, weight_bytes, cpu_only, gpu)
+    if config.load.warmup_requests:
+        parts["warm-up"] = request_s  # warm-up requests are sent together
+    parts["phases"] = _phases_seconds(config, request_s)
+    run_part = parts.get("warm-up", 0.0) + parts["phases"]
+    if run_part > config.load.max_duration_s:  # the run's hard bound ends it (INVALID)
+        parts["phases"] = max(0.0, config.load.max_duration_s - parts.get("warm-up", 0.0))
+        if parts.get("warm-up", 0.0) > config.load.max_duration_s:
+            parts["warm-up"] = config.load.max_duration_s
+    export_bytes = int((weight_bytes or 0) * EXPORT_COPIES.get(config.backend, 0.0))
+    disk = (0 if cached else checkpoint_bytes or 0) + export_bytes
+    where = "CPU" if cpu_only else (gpu or "GPU")
+    return RunEstimate(
+        backend=config.backend,
+        model=config.model,
+        duration_s=round(sum(parts.values()), 1),
+        disk_bytes=disk,
+        checkpoint_bytes=checkpoint_bytes,
+        checkpoint_cached=cached,
+        parts_s={name: round(value, 1) for name, value in parts.items()},
+        basis=f"estimate on {where}: decode step = weights / memory bandwidth + overhead; "
+        f"one request {request_s:.1f} s",
+    )
+
+
+def _checkpoint(config: RunConfig, weight_bytes: int | None) -> tuple[int | None, bool]:
+    """(bytes of the checkpoint the run reads, whether it is on disk already)."""
+    from pathlib import Path
+
+    from bench.models import PRESETS, preset_dir
+
+    if config.model not in PRESETS:
+        return weight_bytes, Path(config.model).expanduser().exists()
+    written = preset_dir(config.model, dtype=config.precision.dtype) / "config.json"
+    return weight_bytes, written.exists()
+
+
+def _request_seconds(
+    config: RunConfig, weight_bytes: int | None, cpu_only: bool, gpu: str | None
+) -> float:
+    """One request at the plan's load: prefill (one step) + one step per output token."""
+    if cpu_only:
+        bandwidth = HOST_MEMORY_BANDWIDTH_B_S
+    else:
+        spec = find_gpu(gpu) if gpu else None
+        bandwidth = (spec.memory_bandwidth_tb_s * 1e12 if spec else 2e12) * GPU_BANDWIDTH_EFFICIENCY
+    step_s = (weight_bytes or 0) / bandwidth + STEP_OVERHEAD_S["cpu" if cpu_only else "gpu"]
+    workload = config.workload
+    steps = workload.output_tokens.mean + 1 if workload.kind == "generate" else 1
+    return steps * step_s
+
+
+def _phases_seconds(config: RunConfig, request_s: float) -> float:
+    """Measured phases plus the drain of requests in flight when each phase ends."""
+    load = config.load
+    if load.pattern in ("concurrency", "rate"):
+        if load.duration_s is not None:
+            return load.duration_s + request_s
+        level = getattr(load, "concurrency", None) or 1
+        return math.ceil((load.max_requests or 1) / level) * request_s
+    if load.pattern == "step":
+        from bench.load.patterns import step_concurrencies
+
+        stages = len(step_concurrencies(load))
+        return stages * (load.stage_duration_s + request_s)
+    capacity = 0.0
+    if load.capacity_rps is None:
+        from bench.load.patterns import CAPACITY_LADDER, CAPACITY_STAGE_S
+
+        capacity = len(CAPACITY_LADDER) * (CAPACITY_STAGE_S + request_s)
+    if load.pattern == "steady":
+        return capacity + load.duration_s + request_s
+    return capacity + load.baseline_s + load.burst_s + load.recovery_s + request_s
 
 
 def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> list[RunConfig]:
@@ -125,4 +378,16 @@ def _load(stage: StageProfile, quick: bool) -> ConcurrencyLoad | RateLoad | Step
     return StepLoad(start=10, step=10, max=100, stage_duration_s=60.0, warmup_requests=8)
 
 
-__all__ = ["FULL_DURATION_S", "QUICK_DURATION_S", "StagePlan", "bench_plan", "plan_for_stage"]
+__all__ = [
+    "CONFIRM_ABOVE_S",
+    "FULL_DURATION_S",
+    "QUICK_DURATION_S",
+    "RunEstimate",
+    "StagePlan",
+    "bench_plan",
+    "cpu_sized_model",
+    "estimate_run",
+    "estimate_runs",
+    "plan_for_stage",
+    "this_machine_has_gpu",
+]

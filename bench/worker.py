@@ -27,12 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig
+from bench.engine_log import with_root_cause
 from bench.proctree import TREE_MARKER, ProcessTree
 from bench.schema import Failure, ModelInfo, PhaseResult, RequestRecord
 
 RECORD_FLUSH_S = 0.05
 RECORD_FLUSH_COUNT = 256
 LOG_TAIL_BYTES = 4000
+ROOT_CAUSE_SCAN_BYTES = 256 * 1024
+"""How much of the engine log's end is searched for the engine's own error line."""
 CONSECUTIVE_FAILURES_FATAL = 200
 """A dead engine fails every request instantly; after this many failures in a row with none
 succeeding in between, the run is stopped as FAILED with the first error as its cause."""
@@ -244,6 +247,13 @@ OOM_MARKERS = ("out of memory", "outofmemory", "cuda_error_out_of_memory", "oom"
 def advice_for(cause: str) -> str | None:
     """Inference-correct advice for common failure causes (never training-time remedies)."""
     low = cause.lower()
+    if "available memory on node" in low:  # vLLM's CPU platform: host memory, not a GPU's
+        return (
+            "Not enough free host memory for vLLM on the CPU: give the KV cache an explicit "
+            "size (--engine-arg kv_cache_memory_bytes=N; unset, the backend sizes it from the "
+            "workload), lower max_num_seqs / max_model_len, or free memory used by other "
+            "processes."
+        )
     if any(m in low for m in OOM_MARKERS):
         return (
             "Out of GPU memory: lower gpu_memory_utilization / max_num_seqs / max_model_len, "
@@ -381,6 +391,10 @@ class Worker:
                 break
         self.shutdown()
         if outcome.failure is not None:
+            # The engine's own error line (e.g. vLLM's engine core) leads the cause.
+            outcome.failure.cause = with_root_cause(
+                outcome.failure.cause, self.log_tail(ROOT_CAUSE_SCAN_BYTES)
+            )
             if outcome.failure.advice is None:
                 outcome.failure.advice = advice_for(outcome.failure.cause)
             tail = self.log_tail()
@@ -460,11 +474,11 @@ class Worker:
                 kind, *payload = self._events.get(timeout=0.1)
                 self._handle(kind, payload, outcome, watch, on_records, on_progress)
 
-    def log_tail(self) -> str:
+    def log_tail(self, max_bytes: int = LOG_TAIL_BYTES) -> str:
         try:
             with open(self.log_path, "rb") as fh:
                 fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
+                fh.seek(max(0, fh.tell() - max_bytes))
                 return fh.read().decode("utf-8", "replace")
         except OSError:
             return ""

@@ -14,6 +14,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from advisor.plan import CONFIRM_ABOVE_S, StagePlan, estimate_runs
 from advisor.profile import StageProfile
 from bench.config import PATTERN_NAMES, RunConfig
 from bench.errors import UserError
@@ -73,11 +74,13 @@ def decision_tree() -> Any:
     return load_tree()
 
 
-def plan_for(stage: StageProfile, quick: bool) -> list[RunConfig]:
-    """The advisor's benchmark plan for one stage (its tree candidates, its workload shape)."""
+def plan_for(stage: StageProfile, quick: bool) -> StagePlan:
+    """The advisor's benchmark plan for one stage (its tree candidates, its workload shape),
+    sized for this machine: without a GPU the quick plan runs the CPU-sized model."""
     from advisor.plan import plan_for_stage
 
-    return plan_for_stage(stage, quick=quick, tree=decision_tree()).configs
+    cpu_only = not machine_facts()[0].get("gpu_available")
+    return plan_for_stage(stage, quick=quick, tree=decision_tree(), cpu_only=cpu_only)
 
 
 @st.cache_data(ttl=2, max_entries=16, show_spinner=False)
@@ -320,8 +323,9 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         type="primary" if not plan else "secondary",
         icon=":material/bolt:",
         help=(
-            "One short closed-loop run per candidate: a first answer in minutes. Measured: "
-            "171 s for vLLM + PyTorch on llama-2-7b on an H200, model loads included (README)."
+            "One short closed-loop run per candidate: a first answer in minutes (each run's "
+            "estimated time and disk use show before Run). Without a GPU it runs the CPU-sized "
+            "model of your model's family."
         ),
     )
     full = buttons.button(
@@ -331,7 +335,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     )
     if quick or full:
         try:
-            configs = plan_for(stage, quick=bool(quick))
+            stage_plan = plan_for(stage, quick=bool(quick))
         except UserError as exc:
             st.error(str(exc))
             return
@@ -339,7 +343,9 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
             "digest": profile_digest,
             "stage": stage.name,
             "quick": bool(quick),
-            "configs": [config.model_dump(mode="json") for config in configs],
+            "cpu_only": stage_plan.cpu_only,
+            "note": stage_plan.note,
+            "configs": [config.model_dump(mode="json") for config in stage_plan.configs],
             "version": (plan or {}).get("version", 0) + 1,
         }
         st.session_state[PLAN_KEY] = plan
@@ -360,6 +366,8 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         f"{'Quick' if plan['quick'] else 'Full'} plan for stage **{plan['stage']}**: one run per "
         "candidate, in the stage's workload shape. Edit the cells; untick a row to skip it."
     )
+    if plan.get("note"):
+        st.info(plan["note"], icon=":material/memory:")
     from bench.backends import backend_names
 
     missing = sorted({c.backend for c in configs if c.backend not in available})
@@ -415,14 +423,74 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         chosen.append(config)
     for problem in problems:
         st.error(problem, icon=":material/error:")
+    confirmed = plan_cost(chosen, stage, bool(plan.get("cpu_only")))
     run = st.button(
         f"Run {len(chosen)} benchmark{'s' if len(chosen) != 1 else ''}",
         type="primary",
         icon=":material/play_arrow:",
-        disabled=bool(problems) or not chosen,
+        disabled=bool(problems) or not chosen or not confirmed,
     )
     if run:
         start_job(chosen, label=f"{stage.name}: {'quick' if plan['quick'] else 'full'} plan")
+
+
+def plan_cost(chosen: list[RunConfig], stage: StageProfile, cpu_only: bool) -> bool:
+    """Estimated duration and new disk use of the ticked runs, shown before Run; returns False
+    while a plan estimated over CONFIRM_ABOVE_S is not confirmed."""
+    if not chosen:
+        return True
+    estimates = estimate_runs(chosen, cpu_only=cpu_only, gpu=stage.gpu.type)
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "backend": item.backend,
+                    "model": item.model,
+                    "estimated time": format_duration(item.duration_s),
+                    "new disk": format_bytes(item.disk_bytes)
+                    + (" (checkpoint cached)" if item.checkpoint_cached else ""),
+                    "where the time goes": ", ".join(
+                        f"{name} {format_duration(value)}" for name, value in item.parts_s.items()
+                    ),
+                }
+                for item in estimates
+            ]
+        ),
+        hide_index=True,
+        key="plan_cost",
+    )
+    total_s = sum(item.duration_s for item in estimates)
+    total_disk = sum(item.disk_bytes for item in estimates)
+    st.caption(
+        f"Estimated for the ticked runs: **{format_duration(total_s)}** and "
+        f"**{format_bytes(total_disk)}** of new disk (estimates from model size and load, not "
+        "measurements)."
+    )
+    if total_s <= CONFIRM_ABOVE_S:
+        return True
+    st.warning(
+        f"This plan is estimated to take {format_duration(total_s)}"
+        + (" on this machine's CPU" if cpu_only else "")
+        + ". Shorten it (Quick plan, fewer rows, shorter durations) or confirm.",
+        icon=":material/hourglass_top:",
+    )
+    return st.checkbox(f"Run it anyway (about {format_duration(total_s)})", key="confirm_long_plan")
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def format_bytes(count: int) -> str:
+    if count < 1e6:
+        return f"{count / 1e3:.0f} kB"
+    if count < 1e9:
+        return f"{count / 1e6:.0f} MB"
+    return f"{count / 1e9:.1f} GB"
 
 
 def start_job(configs: list[RunConfig], label: str) -> None:
@@ -784,7 +852,8 @@ def availability_panel_and_machine() -> list[dict[str, Any]]:
         st.warning(
             "**CPU-only machine: engines run on the CPU, and the figures are not GPU figures.** "
             f"{facts.get('gpu_reason') or 'No NVIDIA GPU found'}. Use CPU runs to check the "
-            "harness and to compare frameworks on a CPU, not to size a GPU deployment.",
+            "harness and to compare frameworks on a CPU, not to size a GPU deployment; the "
+            "Quick plan uses the CPU-sized model of your model's family.",
             icon=":material/memory:",
         )
     columns = st.columns(2)

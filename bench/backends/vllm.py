@@ -372,11 +372,16 @@ class VllmBackend(Backend):
             tensor_parallel_size=int(kwargs.get("tensor_parallel_size") or 1)
         )
         kwargs = vllm_parallel_args(kwargs, tensor_parallel, precision)
+        kv_sized_by = _size_cpu_kv_cache(kwargs, model.path, workload, precision)
         start_ns = CLOCK.now_ns()
         engine_args = api["AsyncEngineArgs"](model=model.path, dtype=precision.dtype, **kwargs)
         self._engine = api["AsyncLLM"].from_engine_args(engine_args)
         load_s = (CLOCK.now_ns() - start_ns) / 1e9
-        return LoadInfo(load_s=load_s, engine=_engine_facts(self._engine, self.engine_args))
+        facts = _engine_facts(self._engine, self.engine_args)
+        if kv_sized_by is not None:
+            facts.update(kv_cache_memory_bytes=kwargs.get("kv_cache_memory_bytes"))
+            facts.update(kv_cache_sized_by=kv_sized_by)
+        return LoadInfo(load_s=load_s, engine=facts)
 
     @staticmethod
     def _check_device(device: str) -> None:
@@ -427,6 +432,75 @@ class VllmBackend(Backend):
 # with the one the package import already registered.
 if __name__ == "bench.backends.vllm":
     register_backend("vllm")(VllmBackend)
+
+
+CPU_KV_CACHE_CAP_BYTES = 4 * 1024**3
+"""Most KV-cache space the CPU engine is given when the user sets none: a few GiB keep a host
+shared with other work usable (vLLM CPU's own default claims 92% of the NUMA node's memory and
+refuses to start when that much is not free)."""
+CPU_KV_CACHE_FLOOR_BYTES = 64 * 1024**2
+CPU_DEFAULT_SEQUENCES = 256
+"""vLLM's default max_num_seqs: the sequences the cache is sized for when none is given."""
+KV_CACHE_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def cpu_kv_cache_bytes(
+    model_config: dict[str, Any],
+    workload: GenerateWorkload,
+    engine_args: dict[str, Any],
+    dtype: str,
+    available_bytes: int | None = None,
+) -> int:
+    """KV-cache bytes for vLLM on the CPU, from the workload: (mean prompt + mean output) tokens
+    x max_num_seqs x bytes per token (2 x layers x KV heads x head dim x KV dtype bytes), at
+    least one max_model_len sequence (vLLM refuses less), at most 4 GiB and 40% of free memory.
+    """
+    layers = int(model_config["num_hidden_layers"])
+    heads = int(model_config["num_attention_heads"])
+    kv_heads = int(model_config.get("num_key_value_heads") or heads)
+    head_dim = int(model_config.get("head_dim") or model_config["hidden_size"] // heads)
+    kv_dtype = str(engine_args.get("kv_cache_dtype") or "auto")
+    element_bytes = KV_CACHE_DTYPE_BYTES.get(kv_dtype, DTYPE_BYTES.get(dtype, 2))
+    per_token = 2 * layers * kv_heads * head_dim * element_bytes
+    sequences = int(engine_args.get("max_num_seqs") or CPU_DEFAULT_SEQUENCES)
+    tokens = workload.prompt_tokens.mean + workload.output_tokens.mean
+    longest = engine_args.get("max_model_len")
+    if not isinstance(longest, int):
+        longest = int(model_config.get("max_position_embeddings") or tokens)
+    cap = CPU_KV_CACHE_CAP_BYTES
+    if available_bytes is not None:
+        cap = min(cap, int(available_bytes * 0.4))
+    wanted = min(per_token * tokens * sequences, cap)
+    return max(wanted, per_token * longest, CPU_KV_CACHE_FLOOR_BYTES)
+
+
+def _size_cpu_kv_cache(
+    kwargs: dict[str, Any],
+    model_dir: str,
+    workload: GenerateWorkload | ForwardWorkload,
+    precision: Precision,
+) -> str | None:
+    """On vLLM's CPU platform, set `kv_cache_memory_bytes` from the workload unless the user
+    gave it (or VLLM_CPU_KVCACHE_SPACE); returns who sized it, None off the CPU."""
+    import os
+
+    from vllm.platforms import current_platform
+
+    if str(current_platform.device_type) != "cpu" or not isinstance(workload, GenerateWorkload):
+        return None
+    if kwargs.get("kv_cache_memory_bytes") is not None or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return "user"
+    try:
+        model_config = json.loads((Path(model_dir) / "config.json").read_text())
+        import psutil
+
+        kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(
+            model_config, workload, kwargs, precision.dtype, psutil.virtual_memory().available
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # not a decoder config we can read: vLLM's own default applies
+    return "workload"
 
 
 def _check_cpu_head_size(model_dir: str) -> None:

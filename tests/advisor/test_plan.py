@@ -44,10 +44,80 @@ def test_cli_bench_plan_prints_plan_for_stage(monkeypatch: pytest.MonkeyPatch, t
     assert [s["stage"] for s in printed] == [p.stage for p in expected]
     for shown, plan in zip(printed, expected, strict=True):
         assert shown["configs"] == [c.model_dump(mode="json") for c in plan.configs]
+        assert shown["estimates"] == [e.model_dump(mode="json") for e in plan.estimates]
 
 
 def test_benchmark_page_plans_with_plan_for_stage() -> None:
     from ui.benchmark_page import plan_for
 
     stage = load_profile(ROOT / "examples" / "profiles" / "chat_7b_h200.yaml").primary
-    assert plan_for(stage, quick=True) == plan_for_stage(stage, quick=True).configs
+    shown = plan_for(stage, quick=True)
+    assert shown == plan_for_stage(stage, quick=True, cpu_only=shown.cpu_only)
+
+
+# ---------------------------------------------------------------- CPU sizing and estimates
+
+
+@pytest.fixture
+def empty_model_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No checkpoint written yet, whatever this machine's own cache holds."""
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path / "models"))
+    return tmp_path / "models"
+
+
+def default_stage():
+    from advisor.profile import profile_from_dict
+    from ui.state import default_profile
+
+    return profile_from_dict(default_profile()).primary
+
+
+def test_cpu_quick_plan_of_the_default_profile_runs_the_cpu_sized_model(empty_model_cache) -> None:
+    stage = default_stage()
+    assert stage.model not in ("tiny-llama", None)  # the default profile names a GPU-sized model
+    plan = plan_for_stage(stage, quick=True, cpu_only=True)
+    assert plan.profile_model == stage.model
+    assert {c.model for c in plan.configs} == {"tiny-llama"}
+    assert {c.device for c in plan.configs} == {"cpu"}
+    assert plan.note is not None and "not GPU figures" in plan.note
+    vllm = [c for c in plan.configs if c.backend == "vllm"]
+    assert vllm and vllm[0].engine_args.get("enforce_eager") is True
+    assert "gpu_memory_utilization" not in vllm[0].engine_args
+    assert not plan.needs_confirmation, plan.duration_s
+    assert plan.disk_bytes < 100e6  # tiny checkpoints, not a 13 GB one
+
+
+def test_full_cpu_plan_of_a_7b_model_asks_for_confirmation(empty_model_cache) -> None:
+    stage = default_stage()
+    plan = plan_for_stage(stage, quick=False, cpu_only=True)
+    assert {c.model for c in plan.configs} == {stage.model}  # only the quick plan swaps models
+    assert plan.needs_confirmation and plan.duration_s > 600
+    first, *others = plan.estimates
+    assert first.disk_bytes >= 13e9 and not first.checkpoint_cached  # llama-2-7b in bf16
+    assert "write checkpoint" in first.parts_s
+    # The checkpoint is written once, by the first run that needs it.
+    assert all("write checkpoint" not in e.parts_s for e in others)
+
+
+def test_gpu_plan_keeps_the_profile_model() -> None:
+    stage = default_stage()
+    plan = plan_for_stage(stage, quick=True)
+    assert {c.model for c in plan.configs} == {stage.model} and plan.note is None
+    assert {c.device for c in plan.configs} == {"auto"}
+
+
+def test_estimate_is_in_the_range_of_a_measured_quick_plan() -> None:
+    """The H200 quick plan (vLLM + PyTorch, llama-2-7b, checkpoint on disk) took 171 s end to
+    end (data/reference/h200_2026-11-29_s3/campaign-s4.json); the estimate must be in range."""
+    from advisor.plan import estimate_run
+    from bench.config import RunConfig
+
+    data = json.loads(
+        (ROOT / "data/reference/h200_2026-11-29_s3/campaign-s4.json").read_text(encoding="utf-8")
+    )
+    (step,) = [s for s in data["steps"] if s.get("kind") == "quick_plan"]
+    configs = [RunConfig.model_validate(run["config"]) for run in step["runs"]]
+    estimated = sum(
+        estimate_run(c, cpu_only=False, gpu="H200", written=True).duration_s for c in configs
+    )
+    assert 0.5 < estimated / step["wall_s"] < 2.0, (estimated, step["wall_s"])
