@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, computed_field
 from advisor.estimate import upper_tokens
 from advisor.gpus import find_gpu
 from advisor.profile import Objective, StageProfile
+from bench.backends.base import WorkloadShape
 from bench.config import (
     ConcurrencyLoad,
     GenerateWorkload,
@@ -45,48 +46,27 @@ QUICK_CONCURRENCY_DEFAULT = 8
 # --------------------------------------------------------------------------- expert settings
 
 
-def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
-    """Each framework at its own experts' usual serving settings for this stage's shape."""
+def workload_shape(stage: StageProfile) -> WorkloadShape:
+    """The stage as the shape an engine is tuned for (bench's WorkloadShape)."""
     # Engine limits cover the longest sequence the generator can send, rounded up to 256.
     context = upper_tokens(stage.prompt_tokens) + upper_tokens(stage.output_tokens)
-    max_model_len = int(math.ceil(context / 256) * 256)
-    concurrency = stage.concurrency or QUICK_CONCURRENCY_DEFAULT
-    tensor_parallel = stage.gpu.count if stage.gpu.count > 1 else None
-    args: dict[str, Any] = {}
-    if framework == "vllm":
-        args = {
-            "enforce_eager": False,  # CUDA graphs on: the decode step is launch-bound without them
-            "gpu_memory_utilization": 0.9,
-            "max_model_len": max_model_len,
-        }
-        if concurrency > 256:  # vLLM's default max_num_seqs
-            args["max_num_seqs"] = concurrency
-        if tensor_parallel:
-            args["tensor_parallel_size"] = tensor_parallel
-        if stage.precision.quantization:
-            args["quantization"] = stage.precision.quantization
-    elif framework == "tensorrt_llm":
-        args = {"max_batch_size": max(concurrency, 1), "max_seq_len": max_model_len}
-        if stage.fixed_input_shapes and stage.build_time_tolerance in (None, "hours"):
-            args["backend"] = "tensorrt"  # a built engine: the fixed-shape case the tree means
-        if tensor_parallel:
-            args["tensor_parallel_size"] = tensor_parallel
-    elif framework == "torch_compile":
-        # reduce-overhead = CUDA graphs (decode is launch-bound); max-autotune for fixed shapes.
-        fixed_forward = stage.kind == "forward" and stage.fixed_input_shapes
-        args = {"mode": "max-autotune" if fixed_forward else "reduce-overhead"}
-        if stage.kind == "generate":
-            args["max_batch_size"] = max(concurrency, 1)
-            args["max_cache_len"] = max_model_len  # static KV cache for the longest sequence
-    elif framework == "pytorch":
-        args = {"attn_implementation": "sdpa"}
-        if stage.kind == "generate":
-            args["max_batch_size"] = max(concurrency, 1)
-    elif framework == "onnxruntime":
-        args = {"enable_io_binding": True, "graph_optimization_level": "all"}
-        if stage.kind == "generate":
-            args["max_batch_size"] = max(concurrency, 1)
-    return _known_args_only(framework, args)
+    return WorkloadShape(
+        kind=stage.kind,
+        max_sequence_tokens=int(math.ceil(context / 256) * 256),
+        concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,
+        fixed_input_shapes=stage.fixed_input_shapes,
+        build_time_tolerance=stage.build_time_tolerance,
+        tensor_parallel_size=stage.gpu.count,
+        quantization=stage.precision.quantization,
+    )
+
+
+def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
+    """Each framework at its own experts' usual settings for this stage's shape: the backend's
+    `recommended_args`, checked against its options (an unknown option is an error); {} for a
+    framework the bench does not run."""
+    backend = _registered_backend(framework)
+    return {} if backend is None else backend.expert_args(workload_shape(stage))
 
 
 def _registered_backend(framework: str) -> Any:
@@ -97,14 +77,6 @@ def _registered_backend(framework: str) -> Any:
         return registry().get(framework)
     except Exception:  # an adapter failing to import must not break planning
         return None
-
-
-def _known_args_only(framework: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Drop options the installed adapter does not declare (when it declares its options)."""
-    options_model = getattr(_registered_backend(framework), "options_model", None)
-    if options_model is None:
-        return args
-    return {key: value for key, value in args.items() if key in options_model.model_fields}
 
 
 def _backend_runs_kind(framework: str, kind: str) -> bool | None:

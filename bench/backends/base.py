@@ -12,13 +12,14 @@ import importlib.metadata
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
 from bench.errors import UserError
 from bench.schema import ModelInfo
+from bench.strict import Strict
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,22 @@ class LoadInfo:
     compile_s: float | None = None
     build_s: float | None = None
     engine: dict[str, Any] = field(default_factory=dict)
+
+
+class WorkloadShape(Strict):
+    """What an engine's experts tune it for: the shape of the workload it will serve."""
+
+    kind: Literal["generate", "forward"]
+    max_sequence_tokens: int = Field(
+        gt=0, description="Longest prompt + output the generator can send, in tokens."
+    )
+    concurrency: int = Field(ge=1, description="Requests in flight at the peak.")
+    fixed_input_shapes: bool = Field(False, description="Every request has the same shape.")
+    build_time_tolerance: Literal["none", "minutes", "hours"] | None = Field(
+        None, description="How long an engine build may take (None: not stated)."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine spans.")
+    quantization: str | None = Field(None, description="Weight quantisation (e.g. awq, fp8).")
 
 
 def package_version(distribution: str) -> str | None:
@@ -155,6 +172,21 @@ class Backend(ABC):
                 f"(FP8 weights and FP8 KV cache are vLLM options here: backend vllm or openai)"
             )
         return dict(engine_args)
+
+    @classmethod
+    def recommended_args(cls, shape: WorkloadShape) -> dict[str, Any]:
+        """The engine options its experts would set for `shape`, under the engine's own names;
+        {} leaves the engine's defaults. Subclasses override."""
+        return {}
+
+    @classmethod
+    def expert_args(cls, shape: WorkloadShape) -> dict[str, Any]:
+        """`recommended_args(shape)` checked against the backend's options: an option the
+        backend does not know is a UserError naming it, never silently dropped. Nothing
+        recommended leaves the engine's defaults (and what the user must give, like a server URL,
+        to the user)."""
+        args = cls.recommended_args(shape)
+        return cls.validate_engine_args(args) if args else {}
 
     @classmethod
     @abstractmethod

@@ -34,6 +34,7 @@ from bench.backends.base import (
     GenerateRequest,
     LoadInfo,
     Request,
+    WorkloadShape,
     package_version,
     register_backend,
 )
@@ -124,6 +125,16 @@ class OnnxRuntimeBackend(Backend):
 
     kinds = frozenset({"generate", "forward"})
     options_model = OnnxRuntimeOptions
+
+    @classmethod
+    def recommended_args(cls, shape: WorkloadShape) -> dict[str, Any]:
+        """I/O binding (no host copies per call) and every graph optimisation; for generation
+        the batcher sized to the requests in flight."""
+        args: dict[str, Any] = {"enable_io_binding": True, "graph_optimization_level": "all"}
+        if shape.kind == "generate":
+            args["max_batch_size"] = shape.concurrency
+        return args
+
     options: OnnxRuntimeOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:

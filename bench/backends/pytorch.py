@@ -27,6 +27,7 @@ from bench.backends.base import (
     GenerateRequest,
     LoadInfo,
     Request,
+    WorkloadShape,
     package_version,
     register_backend,
 )
@@ -217,6 +218,15 @@ class PyTorchBackend(Backend):
 
     kinds: ClassVar[frozenset[str]] = frozenset({"generate", "forward"})
     options_model: ClassVar[type[BaseModel] | None] = PyTorchOptions
+
+    @classmethod
+    def recommended_args(cls, shape: WorkloadShape) -> dict[str, Any]:
+        """PyTorch's fused SDPA attention; the batcher sized to the requests in flight."""
+        args: dict[str, Any] = {"attn_implementation": "sdpa"}
+        if shape.kind == "generate":
+            args["max_batch_size"] = shape.concurrency
+        return args
+
     options: PyTorchOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:

@@ -25,6 +25,7 @@ from bench.backends.base import (
     GenerateRequest,
     LoadInfo,
     Request,
+    WorkloadShape,
     package_version,
     register_backend,
 )
@@ -90,6 +91,21 @@ class TensorRTLLMBackend(Backend):
 
     kinds = frozenset({"generate"})
     options_model = TensorRTLLMOptions
+
+    @classmethod
+    def recommended_args(cls, shape: WorkloadShape) -> dict[str, Any]:
+        """Batch and sequence limits of the workload; a built engine (`backend: tensorrt`) for
+        fixed shapes when an engine build is acceptable: the fixed-shape case it is chosen for."""
+        args: dict[str, Any] = {
+            "max_batch_size": shape.concurrency,
+            "max_seq_len": shape.max_sequence_tokens,
+        }
+        if shape.fixed_input_shapes and shape.build_time_tolerance in (None, "hours"):
+            args["backend"] = "tensorrt"
+        if shape.tensor_parallel_size > 1:
+            args["tensor_parallel_size"] = shape.tensor_parallel_size
+        return args
+
     options: TensorRTLLMOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from bench.backends.base import Availability, GenerateRequest, register_backend
+from bench.backends.base import Availability, GenerateRequest, WorkloadShape, register_backend
 from bench.backends.pytorch import (
     PyTorchBackend,
     PyTorchOptions,
@@ -108,6 +108,18 @@ class TorchCompileBackend(PyTorchBackend):
     """transformers `generate` with a static cache, decode step compiled; compiled forward."""
 
     options_model: ClassVar[type[BaseModel] | None] = TorchCompileOptions
+
+    @classmethod
+    def recommended_args(cls, shape: WorkloadShape) -> dict[str, Any]:
+        """`reduce-overhead` (CUDA graphs: decode is launch-bound), `max-autotune` for a
+        fixed-shape forward pass; for generation a static KV cache for the longest sequence."""
+        fixed_forward = shape.kind == "forward" and shape.fixed_input_shapes
+        args: dict[str, Any] = {"mode": "max-autotune" if fixed_forward else "reduce-overhead"}
+        if shape.kind == "generate":
+            args["max_batch_size"] = shape.concurrency
+            args["max_cache_len"] = shape.max_sequence_tokens
+        return args
+
     options: TorchCompileOptions
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:

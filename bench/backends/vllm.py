@@ -26,6 +26,7 @@ from bench.backends.base import (
     GenerateRequest,
     LoadInfo,
     Request,
+    WorkloadShape,
     package_version,
     register_backend,
 )
@@ -280,6 +281,24 @@ class VllmBackend(Backend):
 
     kinds: ClassVar[frozenset[str]] = frozenset({"generate"})
     options_model = None  # vLLM's own EngineArgs fields; checked against the dataclass in load()
+
+    @classmethod
+    def recommended_args(cls, shape: WorkloadShape) -> dict[str, Any]:
+        """CUDA graphs on (the decode step is launch-bound without them), 90% of GPU memory,
+        a context that covers the longest sequence; more sequences than vLLM's default 256
+        only when the workload has them in flight."""
+        args: dict[str, Any] = {
+            "enforce_eager": False,
+            "gpu_memory_utilization": 0.9,
+            "max_model_len": shape.max_sequence_tokens,
+        }
+        if shape.concurrency > 256:  # vLLM's default max_num_seqs
+            args["max_num_seqs"] = shape.concurrency
+        if shape.tensor_parallel_size > 1:
+            args["tensor_parallel_size"] = shape.tensor_parallel_size
+        if shape.quantization:
+            args["quantization"] = shape.quantization
+        return args
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)

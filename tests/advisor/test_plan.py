@@ -121,3 +121,21 @@ def test_estimate_is_in_the_range_of_a_measured_quick_plan() -> None:
         estimate_run(c, cpu_only=False, gpu="H200", written=True).duration_s for c in configs
     )
     assert 0.5 < estimated / step["wall_s"] < 2.0, (estimated, step["wall_s"])
+
+
+@pytest.mark.parametrize("path", EXAMPLE_PROFILES, ids=lambda p: p.stem)
+def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> None:
+    """The plan's engine options come from the backend (`recommended_args` of the stage's
+    shape), not from a list of framework names in the advisor."""
+    from advisor.evidence import workload_shape
+    from bench.backends import registry
+
+    for stage in load_profile(path).stages:
+        if stage.model is None:
+            continue
+        shape = workload_shape(stage)
+        assert shape.concurrency == (stage.concurrency or 8)
+        assert shape.max_sequence_tokens % 256 == 0
+        for config in plan_for_stage(stage).configs:
+            backend = registry()[config.backend]
+            assert config.engine_args == backend.recommended_args(shape)
