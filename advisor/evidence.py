@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, computed_field
 from advisor.estimate import upper_tokens
 from advisor.gpus import find_gpu
 from advisor.profile import Objective, StageProfile
+from bench.api import run_caveats
 from bench.backends.base import WorkloadShape
 from bench.config import (
     ConcurrencyLoad,
@@ -374,6 +375,12 @@ def rows_from_runs(
         caveats = [note for *_, note in members if note][:1]
         if first_run.model is not None and first_run.model.random_weights:
             caveats.append("random-weight checkpoint (speed does not depend on weight values)")
+        # The run's own caveats (FP8: speed only); runs stored before results carried them
+        # get the same ones, from the same rule.
+        random_weights = first_run.model is None or first_run.model.random_weights
+        for caveat in first_run.caveats or run_caveats(first_run.config, random_weights):
+            if caveat not in caveats:
+                caveats.append(caveat)
         rows.append(
             EvidenceRow(
                 framework=framework,

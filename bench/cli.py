@@ -286,6 +286,10 @@ class _ProgressPrinter:
             self.bar.stop()
 
 
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _print_result(result: Any) -> None:
     s = result.summary
     typer.echo(
@@ -298,12 +302,33 @@ def _print_result(result: Any) -> None:
             typer.echo(f"  advice: {result.failure.advice}")
     if result.validity and result.validity.reasons:
         typer.echo(f"  validity: {'; '.join(result.validity.reasons)}")
+    config = result.config
+    typer.echo(f"  {config.parallelism.label()}, {config.precision.label()}")
+    for caveat in result.caveats:
+        typer.echo(f"  caveat: {caveat}")
     if s:
         typer.echo(
             f"  requests {s.successful}/{s.requests} in {s.duration_s:.1f} s: "
             f"{s.request_throughput_rps:.2f} req/s, "
             f"{s.output_throughput_tok_s:.1f} output tok/s"
         )
+        per_gpu = s.output_throughput_tok_s_per_gpu
+        if s.tok_s_per_user is not None or per_gpu is not None:
+            typer.echo(
+                f"  tok/s per user {_figure(s.tok_s_per_user)} (1000 / TPOT p50), "
+                f"output tok/s per GPU {_figure(per_gpu)}"
+            )
+        for replica in result.replicas:
+            part = replica.summary
+            figures = (
+                f"{part.successful} requests, {part.output_throughput_tok_s:.1f} output tok/s"
+                if part
+                else "no requests"
+            )
+            where = (
+                f" on GPU {replica.cuda_visible_devices}" if replica.cuda_visible_devices else ""
+            )
+            typer.echo(f"  replica {replica.replica}{where}: {replica.status.value}, {figures}")
         for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             p = getattr(s, name)
             if p:
@@ -314,6 +339,15 @@ def _print_result(result: Any) -> None:
     t = result.telemetry
     if t.peak_gpu_memory_gb is not None:
         typer.echo(f"  peak GPU memory {t.peak_gpu_memory_gb:.2f} GB")
+        if t.energy_per_output_token_j is not None:
+            typer.echo(f"  energy {t.energy_j:.0f} J over all GPUs: "
+                       f"{t.energy_per_output_token_j:.4f} J per output token")  # fmt: skip
+        for gpu in t.per_gpu:
+            typer.echo(
+                f"  GPU {gpu.index}: utilisation {_figure(gpu.mean_utilization_pct)} %, "
+                f"peak memory {_figure(gpu.peak_memory_used_gb)} GB, "
+                f"power {_figure(gpu.mean_power_w)} W, energy {_figure(gpu.energy_j)} J"
+            )
     elif t.reason:
         typer.echo(f"  GPU telemetry: {t.reason}")
 

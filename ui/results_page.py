@@ -95,12 +95,8 @@ def compare(runs: list[RunResult]) -> None:
             "pattern": run.config.load.pattern,
             "status / validity": f"{run.status.value} / "
             f"{run.validity.status.value if run.validity else '—'}",
-            "precision": f"{run.config.precision.dtype}"
-            + (
-                f", {run.config.precision.quantization}"
-                if run.config.precision.quantization
-                else ""
-            ),
+            "precision": run.config.precision.label(),
+            "GPUs": run.config.parallelism.label(),
             "engine args": ", ".join(f"{k}={v}" for k, v in run.config.engine_args.items()) or "—",
             "successful requests": str(summary.successful) if summary else "—",
             "output throughput": format_number(
@@ -109,6 +105,10 @@ def compare(runs: list[RunResult]) -> None:
             "request throughput": format_number(
                 summary.request_throughput_rps if summary else None, "req/s", 2
             ),
+            "output tok/s per GPU": format_number(
+                summary.output_throughput_tok_s_per_gpu if summary else None, "tok/s"
+            ),
+            "tok/s per user": format_number(summary.tok_s_per_user if summary else None, "tok/s"),
             "goodput": format_number(summary.goodput_rps if summary else None, "req/s", 2),
             "TTFT p50 / p99": _pair(summary.ttft_ms if summary else None, "ms"),
             "TPOT p50 / p99": _pair(summary.tpot_ms if summary else None, "ms", 2),

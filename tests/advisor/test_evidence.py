@@ -19,7 +19,14 @@ from advisor.evidence import (
 from advisor.plan import bench_plan
 from advisor.profile import profile_from_dict
 from advisor.tree import evaluate, load_tree
-from bench.config import ConcurrencyLoad, ForwardWorkload, GenerateWorkload, RateLoad, StepLoad
+from bench.config import (
+    ConcurrencyLoad,
+    ForwardWorkload,
+    GenerateWorkload,
+    ParallelismConfig,
+    RateLoad,
+    StepLoad,
+)
 from bench.errors import UserError
 from bench.schema import RunStatus
 from bench.store import ResultStore
@@ -397,3 +404,28 @@ def test_shipped_h200_reference_runs_are_measured_evidence() -> None:
     assert not notes
     assert all(r.environment["gpus"][0]["name"] == "NVIDIA H200" for r in measured)
     assert all(r.command.startswith("python -m bench run") for r in measured)
+
+
+def test_parallelism_and_precision_keep_runs_apart_and_fp8_says_speed_only() -> None:
+    """A TP=2 run is not a repeat of a TP=1 run; FP8 rows carry the speed-only caveat."""
+    s = stage(**CHAT)
+    tp1 = synthetic_run("vllm", throughput_tok_s=1000.0)
+    tp2 = synthetic_run("vllm", throughput_tok_s=1500.0)
+    tp2.config = tp2.config.model_copy(
+        update={"parallelism": ParallelismConfig(tensor_parallel_size=2)}
+    )
+    fp8 = synthetic_run("vllm", throughput_tok_s=1300.0)
+    fp8.config = fp8.config.model_copy(
+        update={"precision": fp8.config.precision.model_copy(update={"quantization": "fp8"})}
+    )
+    rows = rows_from_runs(s, [tp1, tp2, fp8])
+    assert len(rows) == 3
+    by_value = {row.objective_value: row for row in rows}
+    assert by_value[1500.0].parallelism.tensor_parallel_size == 2
+    assert by_value[1000.0].parallelism.tensor_parallel_size == 1
+    # gpu_s_per_million_tokens counts both GPUs of the TP=2 engine.
+    assert by_value[1500.0].metrics["gpu_s_per_million_tokens"] == pytest.approx(2e6 / 1500)
+    assert by_value[1300.0].run_precision.quantization == "fp8"
+    assert by_value[1300.0].precision == "float16 + fp8 weights"
+    assert any("speed" in c and "accuracy" in c for c in by_value[1300.0].caveats)
+    assert not any("FP8" in c for c in by_value[1000.0].caveats)

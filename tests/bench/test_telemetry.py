@@ -405,3 +405,36 @@ def test_parse_vllm_style_metrics_text():
     ]
     with pytest.raises(ValueError, match="not Prometheus text format"):
         parse_prometheus_text("this is { not metrics\n")
+
+
+def test_two_gpus_per_gpu_readings_and_energy_over_both():
+    """Two fake GPUs (test double): each has its own utilisation, memory, power and energy;
+    the run's energy is their sum and J per output token divides it by the run's tokens."""
+    gpus = [
+        FakeGpu(memory_used_bytes=30 * GB, utilization_pct=90, power_mw=600_000,
+                energy_mj=5_000_000, energy_step_mj=60_000),
+        FakeGpu(memory_used_bytes=20 * GB, utilization_pct=70, power_mw=400_000,
+                energy_mj=9_000_000, energy_step_mj=40_000),
+    ]  # fmt: skip
+    sampler = NvmlSampler(0.1, on_sample=lambda s: None, device_indices=[0, 1], nvml=FakeNvml(gpus))
+    samples = []
+    for tick in range(5):  # 5 ticks: each GPU's counter advances by its step per read
+        taken = sampler.sample_once()
+        samples.append(taken.model_copy(update={"t_ns": tick * 100_000_000}))
+    first = samples[0]
+    assert [g.index for g in first.gpus] == [0, 1]
+    assert [g.utilization_pct for g in first.gpus] == [90.0, 70.0]
+    assert first.power_w == 1000.0 and first.gpu_utilization_pct == 80.0
+    summary = summarize_telemetry(samples, output_tokens=1000, parameters=None,
+                                  gpu_available=True, reason=None)  # fmt: skip
+    assert summary.gpu_indices == [0, 1]
+    per_gpu = {g.index: g for g in summary.per_gpu}
+    assert per_gpu[0].energy_j == pytest.approx(4 * 60.0)  # 4 steps of 60 J
+    assert per_gpu[1].energy_j == pytest.approx(4 * 40.0)
+    assert per_gpu[0].peak_memory_used_gb == pytest.approx(30.0)
+    assert per_gpu[1].mean_utilization_pct == pytest.approx(70.0)
+    assert per_gpu[1].mean_power_w == pytest.approx(400.0)
+    assert summary.energy_j == pytest.approx(per_gpu[0].energy_j + per_gpu[1].energy_j)
+    assert summary.energy_per_output_token_j == pytest.approx(400.0 / 1000)
+    again = type(summary).model_validate_json(summary.model_dump_json())
+    assert again == summary
