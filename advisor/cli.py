@@ -317,6 +317,7 @@ def format_text(report: Report) -> str:
                 )
         else:
             lines.append("Evidence: none stored for this kind of workload yet.")
+        lines += _configuration_lines(stage, report)
         for text in rec.contradictions:
             lines.append(f"Contradiction: {text}")
         for caveat in rec.caveats:
@@ -336,6 +337,47 @@ def format_text(report: Report) -> str:
             else:
                 lines.append(f"Learned second opinion: {learned.message}")
     return "\n".join(lines)
+
+
+def _configuration_lines(stage: Any, report: Report) -> list[str]:
+    """The configuration search: the recommended layout, the alternatives and the estimate's
+    accuracy (every figure says whether it is measured or an estimate)."""
+    search = stage.configurations
+    if search is None or search.best() is None:
+        return []
+    best = search.best()
+    lines = [
+        f"Configuration: {best.label} on {best.deployment.gpus} GPU(s) "
+        f"[{search.recommended_basis}] (of {len(search.estimates)} that fit; GPU budget "
+        f"{search.gpu_budget})"
+    ]
+    for estimate in search.estimates[:6]:
+        prediction = estimate.prediction
+        measured = [m for m in estimate.measured if m.concurrency == search.concurrency]
+        figures = (
+            f"measured TPOT p50 {measured[0].measured_tpot_ms:.2f} ms, "
+            f"{measured[0].measured_output_tok_s:,.0f} tok/s (predicted "
+            f"{measured[0].predicted_tpot_ms or 0:.2f} ms, {measured[0].tpot_error or 0:+.0%})"
+            if measured
+            else f"estimate TPOT {prediction.tpot_ms:.2f} ms, "
+            f"{prediction.output_throughput_tok_s:,.0f} tok/s"
+            if prediction
+            else "no estimate"
+        )
+        budget = "" if estimate.within_gpu_budget else " [beyond the GPU budget]"
+        lines.append(
+            f"  {estimate.label}{budget}: {estimate.weights_gb_per_gpu:.1f} GB weights + "
+            f"{estimate.kv_cache_gb_per_gpu or 0:.1f} GB KV per GPU; {figures} at concurrency "
+            f"{search.concurrency}; efficiency {estimate.efficiency or 0:.2f} "
+            f"({estimate.efficiency_source})"
+        )
+    for text in search.trade_offs[:4]:
+        lines.append(f"  trade-off: {text}")
+    for text in search.notes:
+        lines.append(f"  note: {text}")
+    if report.calibration is not None and report.calibration.verdict:
+        lines.append(f"Estimate accuracy: {report.calibration.verdict}")
+    return lines
 
 
 def _register_optional_commands() -> None:

@@ -16,7 +16,9 @@ Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s (datasheet units). Formulas:
 - prefill floor = 2 x parameters x prompt tokens / peak dense tensor FLOP/s.
 Multiple GPUs are assumed to be used with tensor parallelism (weights and KV split evenly).
 Parameter counts of the bench presets are kept here (exact, equal to `bench.models.parameter_count`
-of the preset configs; a test checks it) so estimating never imports torch or writes weights.
+of the preset configs; a test checks it) so estimating never imports torch or writes weights;
+llama-2-70b (not a preset: too large to write as random weights here) is sized for estimates,
+its count from `_architecture_from_config` on its published config (a test checks it).
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("llama-2-13b", "generate", 13_015_864_320, 40, 5120, 40, 40, 4096),
         Architecture("llama-3-8b", "generate", 8_030_261_248, 32, 4096, 32, 8, 8192),
         Architecture("mistral-7b", "generate", 7_241_732_096, 32, 4096, 32, 8, 32768),
+        # Not a bench preset: sized for estimates only (count from the Llama formula below).
+        Architecture("llama-2-70b", "generate", 68_976_648_192, 80, 8192, 64, 8, 4096),
         Architecture("bert-base", "forward", 109_482_240, 12, 768, 12, None, 512),
         Architecture("vit-base", "forward", 86_567_656, 12, 768, 12, None, None, patch_size=16),
         Architecture("resnet-50", "forward", 25_557_032, gflops_per_image_224=8.2),

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, computed_field
 
-from advisor.estimate import upper_tokens
+from advisor.estimate import estimate_stage, upper_tokens
 from advisor.gpus import find_gpu
 from advisor.profile import Objective, StageProfile
 from bench.api import run_caveats
@@ -92,6 +92,13 @@ class Closeness(BaseModel):
     same_gpu: bool
     same_model: bool
     same_shape: bool | None = Field(None, description="None when the shape is not known.")
+    same_configuration: bool = Field(
+        True,
+        description="Measured at the stage's configuration: one engine on the fewest GPUs that "
+        "hold the model, at the profile's weight and KV formats (a TP=2 run is no evidence for "
+        "TP=1, FP8 none for bf16). Runs stored before these fields count as TP=1, 1 replica, "
+        "no quantisation.",
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -370,6 +377,7 @@ def rows_from_runs(
         if len(values) >= 2 and statistics.mean(values) > 0:
             cv = statistics.stdev(values) / statistics.mean(values)
         closeness = _closeness(stage, gpu, {model, first_run.config.model}, members[0][2])
+        closeness.same_configuration = _same_configuration(first_run.config, stage)
         meets, failures = _slo_check(stage, merged, published=False)
         _, valid = _status(first_run)
         caveats = [note for *_, note in members if note][:1]
@@ -409,6 +417,18 @@ def rows_from_runs(
             )
         )
     return rows
+
+
+def _same_configuration(config: RunConfig, stage: StageProfile) -> bool:
+    """Whether a run's parallelism and precision are the stage's (see Closeness)."""
+    wanted_tp = estimate_stage(stage).tensor_parallel_needed or 1
+    wants_fp8 = (stage.precision.quantization or "").lower() == "fp8"
+    return (
+        config.parallelism.tensor_parallel_size == wanted_tp
+        and config.parallelism.replicas == 1
+        and (config.precision.quantization == "fp8") == wants_fp8
+        and config.precision.kv_cache_dtype == stage.precision.kv_cache_dtype
+    )
 
 
 def _closeness(

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from advisor.calibration import Calibration, calibration_from
+from advisor.configurations import ConfigurationSearch, search_configurations
 from advisor.diagnose import Diagnostic, diagnose
 from advisor.estimate import Estimate, estimate_stage
 from advisor.evidence import (
@@ -94,6 +96,9 @@ class StageRecommendation(BaseModel):
     evidence: list[EvidenceRow] = Field(default_factory=list, description="All rows, ranked.")
     diagnostics: list[Diagnostic] = Field(default_factory=list)
     learned: LearnedOpinion | None = None
+    configurations: ConfigurationSearch | None = Field(
+        None, description="TP x replicas x precision of the chosen framework, ranked (generate)."
+    )
 
 
 class Report(BaseModel):
@@ -109,6 +114,9 @@ class Report(BaseModel):
     evidence_notes: list[str] = Field(default_factory=list)
     profile: WorkloadProfile
     stages: list[StageRecommendation]
+    calibration: Calibration | None = Field(
+        None, description="The configuration estimate's calibration and leave-one-out error."
+    )
 
 
 # --------------------------------------------------------------------------- entry point
@@ -145,9 +153,15 @@ def recommend(
     all_runs = stored_runs(store) + list(runs or [])
     reference = reference or read_reference_folder(reference_dir)
     every_run = all_runs + [run for file_runs in reference.runs.values() for run in file_runs]
+    calibration = calibration_from(all_runs, reference.runs)
     stage_results = [
         _recommend_stage(
-            tree, stage, stage_evidence(stage, all_runs, reference), every_run, availability
+            tree,
+            stage,
+            stage_evidence(stage, all_runs, reference),
+            every_run,
+            availability,
+            calibration,
         )
         for stage in profile.stages
     ]
@@ -159,6 +173,7 @@ def recommend(
         evidence_notes=list(reference.notes),
         profile=profile,
         stages=stage_results,
+        calibration=calibration,
     )
 
 
@@ -168,11 +183,22 @@ def _recommend_stage(
     rows: list[EvidenceRow],
     runs: list[RunResult],
     availability: dict[str, str],
+    calibration: Calibration,
 ) -> StageRecommendation:
     estimate = estimate_stage(stage)
     decision = evaluate(tree, stage, estimate)
     changes = what_would_change(tree, stage, estimate, decision)
     recommendation = settle(stage, decision, rows, availability, changes)
+    configurations = None
+    if recommendation.benchmarked:
+        configurations = search_configurations(
+            stage,
+            recommendation.framework,
+            calibration.efficiency,
+            lambda deployment: calibration.measured_levels(stage, deployment),
+        )
+    if configurations is not None and configurations.best() is not None:
+        _add_deployment(recommendation, configurations, calibration)
     runs_by_id = {run.run_id: run for run in runs}
     diagnostics: list[Diagnostic] = []
     candidates = {c.framework for c in decision.candidates}
@@ -192,7 +218,62 @@ def _recommend_stage(
         evidence=rows,
         diagnostics=diagnostics,
         learned=learned,
+        configurations=configurations,
     )
+
+
+def _add_deployment(
+    recommendation: Recommendation, search: ConfigurationSearch, calibration: Calibration
+) -> None:
+    """Name the configuration in the recommendation: TP, replicas, precision, engine arguments,
+    the trade-offs in numbers and how far the estimate can be trusted."""
+    best = search.best()
+    assert best is not None
+    deployment = best.deployment
+    engine_args = dict(recommendation.configuration.get("engine_args") or {})
+    engine_args.pop("tensor_parallel_size", None)  # said once, in parallelism
+    if deployment.framework in ("vllm", "openai", "tensorrt_llm"):
+        engine_args["tensor_parallel_size"] = deployment.parallelism.tensor_parallel_size
+    if deployment.precision.quantization:
+        engine_args["quantization"] = deployment.precision.quantization
+    if deployment.precision.kv_cache_dtype != "auto":
+        engine_args["kv_cache_dtype"] = deployment.precision.kv_cache_dtype
+    prediction = best.prediction
+    figures: dict[str, Any] = {"basis": search.recommended_basis}
+    if prediction is not None:
+        figures.update(
+            predicted_tpot_ms=round(prediction.tpot_ms, 3),
+            predicted_output_throughput_tok_s=round(prediction.output_throughput_tok_s, 1),
+            predicted_tok_s_per_gpu=round(prediction.output_throughput_tok_s_per_gpu, 1),
+            predicted_tok_s_per_user=round(prediction.tok_s_per_user, 2),
+            at_concurrency=prediction.concurrency,
+        )
+    recommendation.configuration = {
+        **recommendation.configuration,
+        "deployment": best.label,
+        "tensor_parallel_size": deployment.parallelism.tensor_parallel_size,
+        "replicas": deployment.parallelism.replicas,
+        "gpus": deployment.gpus,
+        "precision": deployment.precision.model_dump(mode="json"),
+        "engine_args": engine_args,
+        "figures": figures,
+        "trade_offs": search.trade_offs,
+        "estimate_accuracy": calibration.verdict,
+    }
+    if search.recommended_basis == "estimate":
+        recommendation.caveats.append(
+            f"{best.label} is not measured: its figures are estimates (efficiency "
+            f"{best.efficiency:.2f}, {best.efficiency_source}). {calibration.verdict}"
+        )
+    if not best.within_gpu_budget:
+        recommendation.caveats.append(
+            f"{best.label} needs {deployment.gpus} GPUs, more than the profile's "
+            f"{search.gpu_budget}: nothing holds the model on {search.gpu_budget} at its precision"
+        )
+    if any(e.deployment.precision.uses_fp8 for e in search.estimates[: len(search.plan)]):
+        from advisor.configurations import FP8_ACCURACY_NOTE
+
+        recommendation.caveats.append(FP8_ACCURACY_NOTE)
 
 
 # --------------------------------------------------------------------------- the rule
@@ -204,7 +285,10 @@ def _comparable_here(rows: list[EvidenceRow], candidates: list[str]) -> list[Evi
     here = [
         r
         for r in rows
-        if r.source == "measured-here" and r.framework in candidates and r.closeness.same_model
+        if r.source == "measured-here"
+        and r.framework in candidates
+        and r.closeness.same_model
+        and r.closeness.same_configuration  # frameworks compared at one configuration
     ]
     same_shape = [r for r in here if r.closeness.same_shape]
     if same_shape or not here:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from advisor.configurations import ConfigurationSearch
 from advisor.report.aggregate import (
     NS_PER_S,
     RequestColumns,
@@ -497,3 +498,75 @@ def render_png(chart: Chart, scale: float = 2.0) -> bytes:
 def render_all_svg(charts: Iterable[Chart]) -> dict[str, str]:
     """SVG text per available chart id (rendered once, shared by every format of one call)."""
     return {chart.id: render_svg(chart) for chart in charts if chart.available}
+
+
+# --------------------------------------------------------------------------- configurations
+
+PARETO_MAX_CONFIGURATIONS = 6
+"""The chart shows the best few configurations of the search (bounded: 6 x 2 series)."""
+
+
+def pareto_chart(search: ConfigurationSearch | None) -> Chart:
+    """Output tok/s per GPU (y) against tok/s per user = 1000 / TPOT p50 (x), the axes of vLLM's
+    `bench sweep plot_pareto` and AIPerf: one estimated series per configuration over the load
+    ladder, one measured series where stored runs exist, the recommended point marked."""
+    chart_id, title = "pareto-per-gpu-vs-per-user", "Throughput per GPU vs speed per user"
+    if search is None or not search.estimates:
+        return Chart(
+            id=chart_id,
+            title=title,
+            available=False,
+            absent_reason="no configuration search (a generate stage with a GPU type and a "
+            "known model size is needed)",
+        )
+    series: list[Series] = []
+    for estimate in search.estimates[:PARETO_MAX_CONFIGURATIONS]:
+        ladder = sorted(estimate.ladder, key=lambda p: p.tok_s_per_user)
+        series.append(
+            Series(
+                name=f"{estimate.label} (estimate)",
+                x=[p.tok_s_per_user for p in ladder],
+                y=[p.output_throughput_tok_s_per_gpu for p in ladder],
+            )
+        )
+        measured = sorted(estimate.measured, key=lambda m: m.measured_tok_s_per_user)
+        if measured:
+            series.append(
+                Series(
+                    name=f"{estimate.label} (measured)",
+                    x=[m.measured_tok_s_per_user for m in measured],
+                    y=[m.measured_tok_s_per_gpu for m in measured],
+                )
+            )
+    best = search.estimates[0]
+    markers: list[Marker] = []
+    point = next((m for m in best.measured if m.concurrency == search.concurrency), None)
+    if point is not None:
+        x, y = point.measured_tok_s_per_user, point.measured_tok_s_per_gpu
+    elif best.prediction is not None:
+        x, y = best.prediction.tok_s_per_user, best.prediction.output_throughput_tok_s_per_gpu
+    else:
+        x = y = None
+    if x is not None:
+        basis = "measured" if point is not None else "estimate"
+        markers.append(
+            Marker(
+                label=f"recommended: {best.label}, c={search.concurrency} ({basis})",
+                x=x,
+                y=y,
+                series=f"{best.label} ({basis})",
+            )
+        )
+    return Chart(
+        id=chart_id,
+        title=title,
+        kind="line",
+        x_label="tok/s per user (1000 / TPOT p50 ms)",
+        y_label="output tok/s per GPU",
+        description="Each line is one configuration over concurrency 1, 16, 64, 256 and the "
+        "profile's; up and to the right is better. Estimates come from the calibrated step "
+        "model (efficiency and its leave-one-out error in the recommendation); measured lines "
+        "are stored runs of exactly that configuration.",
+        series=series,
+        markers=markers,
+    )

@@ -1,0 +1,564 @@
+"""Configuration search: how to lay one model over the GPUs (tensor parallelism, replicas, FP8).
+
+For a generate stage, every configuration the GPU budget allows is enumerated — tensor-parallel
+degrees that divide the GPU count (and the model's KV heads), replicas = GPUs / TP, weights at the
+profile's dtype or FP8, KV cache at the dtype or FP8 — and each is estimated per GPU:
+
+- weights per GPU = parameters x weight bytes / TP; KV per GPU = KV bytes per token / TP x
+  context x the sequences one replica holds; fit as in `advisor.estimate` (10% margin, 1 GB
+  runtime per GPU);
+- one decode step of a replica at batch b (the floor, no overlap assumed between reading and
+  computing): read (weights + b x mean in-flight context x KV per token) / TP at the memory
+  bandwidth, plus compute 2 x parameters x (b decode tokens + the prefill tokens a closed loop
+  admits per step, b x prompt / output) / TP at the dense tensor peak (FP8 weights on a GPU with
+  FP8 tensor cores: twice the 16-bit peak; without: weight-only FP8, the 16-bit peak);
+- TPOT = step floor / efficiency, where efficiency is calibrated per engine, TP degree and
+  precision from stored measurements (`advisor.calibration`); output tok/s = replicas x b x
+  1000 / TPOT; tok/s per GPU = that / GPUs; tok/s per user = 1000 / TPOT.
+
+The assumed TP efficiencies below stand only until a measurement of that TP degree replaces them.
+Configurations that need more GPUs than the profile has are listed only when nothing fits within
+the budget at the profile's dtype, flagged `within_gpu_budget=False`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.estimate import (
+    ACTIVATION_MARGIN_FRACTION,
+    DTYPE_BYTES,
+    GB,
+    RUNTIME_OVERHEAD_GB_PER_GPU,
+    TP_DEGREES,
+    Architecture,
+    architecture_for,
+)
+from advisor.gpus import GPUS, GpuSpec
+from advisor.profile import Objective, StageProfile
+from bench.config import ParallelismConfig, PrecisionConfig
+
+FP8_BYTES = 1.0
+TP_EFFICIENCY_ASSUMED: dict[int, float] = {1: 1.0, 2: 0.9, 4: 0.8, 8: 0.7}
+"""Assumed share of the TP=1 efficiency kept at each TP degree (all-reduce per layer, smaller
+GEMMs), used only where no run of that engine at that degree is stored."""
+DEFAULT_MAX_BATCH = 256
+"""vLLM's default max_num_seqs: sequences one engine decodes together when not set."""
+PLAN_SIZE = 3
+"""Configurations put into the bench plan besides the default one (the most promising few)."""
+CONCURRENCY_LADDER = (1, 16, 64, 256)
+"""Load levels the Pareto chart estimates each configuration at."""
+FP8_ACCURACY_NOTE = (
+    "FP8 is compared on speed and memory only: accuracy is yours to check — run your evaluation "
+    "set (e.g. lm-evaluation-harness with your tasks) against the FP8 and the bf16 endpoint of "
+    "the real checkpoint and compare the scores"
+)
+
+
+class Deployment(BaseModel):
+    """One configuration: the engine, GPUs per engine and side by side, and the precision."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    framework: str
+    parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
+    precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
+
+    @property
+    def gpus(self) -> int:
+        return self.parallelism.gpus_needed
+
+    @property
+    def precision_key(self) -> str:
+        """The calibration's precision partition: weights and KV cache formats, not the dtype."""
+        weights = "fp8 weights" if self.precision.quantization == "fp8" else "16-bit weights"
+        return weights + (" + fp8 KV" if self.precision.kv_cache_dtype == "fp8" else "")
+
+    def label(self) -> str:
+        return f"{self.framework} {self.parallelism.label()} {self.precision.label()}"
+
+
+class Prediction(BaseModel):
+    """The estimate of one configuration at one load level."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int
+    batch_per_replica: int
+    step_floor_ms: float = Field(description="Memory + compute floor of one decode step.")
+    efficiency: float
+    tpot_ms: float
+    output_throughput_tok_s: float
+    output_throughput_tok_s_per_gpu: float
+    tok_s_per_user: float
+
+
+class MeasuredLevel(BaseModel):
+    """A stored measurement of a configuration at one load level, beside its prediction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int
+    run_id: str
+    reference: str | None = None
+    measured_tpot_ms: float
+    measured_output_tok_s: float
+    measured_tok_s_per_gpu: float
+    measured_tok_s_per_user: float
+    predicted_tpot_ms: float | None = None
+    predicted_output_tok_s: float | None = None
+    tpot_error: float | None = Field(
+        None, description="Leave-one-out (predicted - measured) / measured."
+    )
+    throughput_error: float | None = None
+
+
+class ConfigurationEstimate(BaseModel):
+    """A configuration's memory fit per GPU, floors and predicted speed at the stage's load."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deployment: Deployment
+    label: str
+    within_gpu_budget: bool = True
+    weights_gb_per_gpu: float
+    kv_cache_gb_per_gpu: float | None
+    required_gb_per_gpu: float
+    memory_per_gpu_gb: float
+    fits: bool
+    max_concurrency_per_replica: int | None = None
+    decode_floor_ms_per_token: float | None = Field(
+        None, description="Batch-1 floor: weight bytes per GPU / memory bandwidth."
+    )
+    efficiency: float | None = None
+    efficiency_source: str = ""
+    prediction: Prediction | None = Field(None, description="At the stage's concurrency.")
+    ladder: list[Prediction] = Field(
+        default_factory=list, description="Predictions at the Pareto ladder's load levels."
+    )
+    measured: list[MeasuredLevel] = Field(
+        default_factory=list, description="Stored measurements of exactly this configuration."
+    )
+    notes: list[str] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ShapeInputs:
+    """What the per-step model needs from a stage or a measured run."""
+
+    parameters: int
+    architecture: Architecture | None
+    gpu: GpuSpec
+    bandwidth_tb_s: float
+    prompt_tokens: float
+    output_tokens: float
+
+
+def weight_bytes_per_parameter(deployment: Deployment) -> float:
+    if deployment.precision.quantization == "fp8":
+        return FP8_BYTES
+    return DTYPE_BYTES[deployment.precision.dtype]
+
+
+def kv_bytes_per_token(architecture: Architecture | None, deployment: Deployment) -> float | None:
+    """2 (K, V) x layers x KV heads x head dim x KV bytes, for the whole model (all TP ranks)."""
+    if architecture is None or not architecture.layers or not architecture.head_dim:
+        return None
+    kv_heads = architecture.kv_heads or architecture.attention_heads or 0
+    element = (
+        FP8_BYTES
+        if deployment.precision.kv_cache_dtype == "fp8"
+        else DTYPE_BYTES[deployment.precision.dtype]
+    )
+    return 2 * architecture.layers * kv_heads * architecture.head_dim * element
+
+
+def peak_tflops(gpu: GpuSpec, deployment: Deployment) -> float | None:
+    """Dense tensor peak for the configuration: FP8 GEMMs run at twice the 16-bit rate on GPUs
+    with FP8 tensor cores (Hopper/Ada datasheets); elsewhere FP8 is weight-only."""
+    base = gpu.peak_tflops(deployment.precision.dtype)
+    if base is None:
+        return None
+    if deployment.precision.quantization == "fp8" and gpu.fp8:
+        return 2 * base
+    return base
+
+
+def step_floor_ms(
+    inputs: ShapeInputs, deployment: Deployment, batch: int
+) -> tuple[float, float | None]:
+    """(floor of one decode step of one replica at `batch` sequences, KV GB per sequence)."""
+    tp = deployment.parallelism.tensor_parallel_size
+    weights = inputs.parameters * weight_bytes_per_parameter(deployment)
+    per_token = kv_bytes_per_token(inputs.architecture, deployment)
+    in_flight_context = inputs.prompt_tokens + inputs.output_tokens / 2
+    kv_read = batch * in_flight_context * per_token if per_token else 0.0
+    read_ms = (weights + kv_read) / tp / (inputs.bandwidth_tb_s * 1e12) * 1e3
+    compute_ms = 0.0
+    tflops = peak_tflops(inputs.gpu, deployment)
+    if tflops:
+        # Closed loop: b sequences finish every output_tokens steps, so b x prompt / output
+        # prompt tokens are prefilled per step on average besides the b decoded tokens.
+        tokens = batch * (1 + inputs.prompt_tokens / max(inputs.output_tokens, 1))
+        compute_ms = 2 * inputs.parameters * tokens / tp / (tflops * 1e12) * 1e3
+    kv_per_sequence_gb = (
+        per_token * (inputs.prompt_tokens + inputs.output_tokens) / GB if per_token else None
+    )
+    return read_ms + compute_ms, kv_per_sequence_gb
+
+
+def predict(
+    inputs: ShapeInputs,
+    deployment: Deployment,
+    concurrency: int,
+    efficiency: float,
+    max_batch: int = DEFAULT_MAX_BATCH,
+) -> Prediction:
+    """TPOT and throughput at `concurrency` closed-loop clients spread over the replicas."""
+    batch = max(1, min(math.ceil(concurrency / deployment.parallelism.replicas), max_batch))
+    floor, _ = step_floor_ms(inputs, deployment, batch)
+    tpot = floor / efficiency
+    throughput = deployment.parallelism.replicas * batch * 1e3 / tpot
+    return Prediction(
+        concurrency=concurrency,
+        batch_per_replica=batch,
+        step_floor_ms=floor,
+        efficiency=efficiency,
+        tpot_ms=tpot,
+        output_throughput_tok_s=throughput,
+        output_throughput_tok_s_per_gpu=throughput / deployment.gpus,
+        tok_s_per_user=1e3 / tpot,
+    )
+
+
+def stage_inputs(stage: StageProfile) -> ShapeInputs | None:
+    """The per-step model's inputs for a generate stage; None when size or GPU is unknown."""
+    if stage.kind != "generate" or stage.gpu.type is None:
+        return None
+    architecture, _ = architecture_for(stage.model)
+    if stage.parameters_b is not None:
+        parameters = round(stage.parameters_b * 1e9)
+    elif architecture is not None:
+        parameters = architecture.parameters
+    else:
+        return None
+    gpu = GPUS[stage.gpu.type]
+    return ShapeInputs(
+        parameters=parameters,
+        architecture=architecture,
+        gpu=gpu,
+        bandwidth_tb_s=stage.gpu.memory_bandwidth_tb_s or gpu.memory_bandwidth_tb_s,
+        prompt_tokens=stage.prompt_tokens.mean,
+        output_tokens=stage.output_tokens.mean,
+    )
+
+
+def supports(deployment: Deployment) -> str | None:
+    """None when the framework's adapter can run the configuration, else its one-line reason."""
+    from bench.errors import UserError
+
+    try:
+        from bench.backends import registry
+
+        backend = registry().get(deployment.framework)
+    except Exception:  # an adapter failing to import must not break the search
+        backend = None
+    if backend is None:
+        if deployment.gpus == 1 and not deployment.precision.uses_fp8:
+            return None
+        return f"no {deployment.framework} adapter here to say whether it runs this"
+    try:
+        backend.engine_args_for({}, deployment.parallelism, deployment.precision)
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
+def candidate_deployments(
+    framework: str, stage: StageProfile, architecture: Architecture | None, gpu_budget: int
+) -> list[Deployment]:
+    """Every TP degree dividing `gpu_budget` (and the KV heads), replicas = budget / TP, weights
+    at the dtype or FP8, KV at the dtype or FP8 (FP8 KV only with FP8 weights or alone)."""
+    heads = (architecture.kv_heads or architecture.attention_heads) if architecture else None
+    dtype = stage.precision.dtype
+    out: list[Deployment] = []
+    for tp in TP_DEGREES:
+        if gpu_budget % tp or (heads and heads % tp):
+            continue
+        parallelism = ParallelismConfig(tensor_parallel_size=tp, replicas=gpu_budget // tp)
+        for quantization, kv in ((None, "auto"), ("fp8", "auto"), ("fp8", "fp8"), (None, "fp8")):
+            precision = PrecisionConfig(dtype=dtype, quantization=quantization, kv_cache_dtype=kv)
+            out.append(
+                Deployment(framework=framework, parallelism=parallelism, precision=precision)
+            )
+    return out
+
+
+def estimate_deployment(
+    stage: StageProfile,
+    inputs: ShapeInputs,
+    deployment: Deployment,
+    efficiency: float,
+    efficiency_source: str,
+    within_budget: bool = True,
+) -> ConfigurationEstimate:
+    """Memory per GPU, fit, floors and predictions of one configuration for the stage."""
+    tp = deployment.parallelism.tensor_parallel_size
+    replicas = deployment.parallelism.replicas
+    memory = stage.gpu.memory_gb or inputs.gpu.memory_gb
+    weights_gpu = inputs.parameters * weight_bytes_per_parameter(deployment) / tp
+    concurrency = stage.concurrency or 1
+    per_replica = math.ceil(concurrency / replicas)
+    _, kv_per_sequence = step_floor_ms(inputs, deployment, 1)
+    kv_gpu = kv_per_sequence * GB * per_replica / tp if kv_per_sequence else None
+    margin = 1 + ACTIVATION_MARGIN_FRACTION
+    overhead = RUNTIME_OVERHEAD_GB_PER_GPU * GB
+    required = (weights_gpu + (kv_gpu or 0.0)) * margin + overhead
+    max_per_replica = None
+    if kv_per_sequence:
+        free = memory * GB - overhead - weights_gpu * margin
+        max_per_replica = max(0, int(free // (kv_per_sequence * GB / tp * margin)))
+    notes: list[str] = []
+    if kv_gpu is None:
+        notes.append("KV cache not estimated: layer/head sizes unknown for this model")
+    if deployment.precision.uses_fp8:
+        notes.append(FP8_ACCURACY_NOTE)
+        if not inputs.gpu.fp8:
+            notes.append(f"{inputs.gpu.name} has no FP8 tensor cores: weight-only FP8 kernels")
+    # The plan raises vLLM's max_num_seqs to the concurrency; the KV cache is the real bound.
+    max_batch = max(DEFAULT_MAX_BATCH, concurrency)
+    if max_per_replica:
+        max_batch = min(max_batch, max_per_replica)
+    prediction = predict(inputs, deployment, concurrency, efficiency, max_batch)
+    ladder = [
+        predict(inputs, deployment, level, efficiency, max_batch)
+        for level in sorted({*CONCURRENCY_LADDER, concurrency})
+    ]
+    return ConfigurationEstimate(
+        deployment=deployment,
+        label=deployment.label(),
+        within_gpu_budget=within_budget,
+        weights_gb_per_gpu=weights_gpu / GB,
+        kv_cache_gb_per_gpu=kv_gpu / GB if kv_gpu is not None else None,
+        required_gb_per_gpu=required / GB,
+        memory_per_gpu_gb=memory,
+        fits=required <= memory * GB,
+        max_concurrency_per_replica=max_per_replica,
+        decode_floor_ms_per_token=weights_gpu / (inputs.bandwidth_tb_s * 1e12) * 1e3,
+        efficiency=efficiency,
+        efficiency_source=efficiency_source,
+        prediction=prediction,
+        ladder=ladder,
+        notes=notes,
+    )
+
+
+__all__ = [
+    "CONCURRENCY_LADDER",
+    "FP8_ACCURACY_NOTE",
+    "PLAN_SIZE",
+    "TP_EFFICIENCY_ASSUMED",
+    "ConfigurationEstimate",
+    "Deployment",
+    "Prediction",
+    "ShapeInputs",
+    "candidate_deployments",
+    "estimate_deployment",
+    "predict",
+    "stage_inputs",
+    "step_floor_ms",
+    "supports",
+]
+
+
+class ConfigurationSearch(BaseModel):
+    """The configurations of one framework for a stage, ranked, with the recommended one first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    framework: str
+    gpu_budget: int
+    concurrency: int
+    objective: str
+    estimates: list[ConfigurationEstimate] = Field(
+        default_factory=list, description="Configurations that fit and run, best first."
+    )
+    excluded: list[str] = Field(
+        default_factory=list, description="Enumerated configurations left out, and why."
+    )
+    recommended: str | None = Field(None, description="Label of the recommended configuration.")
+    recommended_basis: Literal["measured", "estimate"] | None = None
+    plan: list[str] = Field(
+        default_factory=list, description="Labels of the configurations the bench plan runs."
+    )
+    trade_offs: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    def best(self) -> ConfigurationEstimate | None:
+        return self.estimates[0] if self.estimates else None
+
+
+EfficiencyLookup = Callable[[Deployment], tuple[float, str]]
+MeasuredLookup = Callable[[Deployment], list[MeasuredLevel]]
+
+
+def _departures(stage: StageProfile, deployment: Deployment) -> int:
+    """How many of weights and KV cache differ from the profile's precision (0 = as asked)."""
+    wants_fp8 = (stage.precision.quantization or "").lower() == "fp8"
+    wants_fp8_kv = stage.precision.kv_cache_dtype == "fp8"
+    return int((deployment.precision.quantization == "fp8") != wants_fp8) + int(
+        (deployment.precision.kv_cache_dtype == "fp8") != wants_fp8_kv
+    )
+
+
+def _preferred(stage: StageProfile, deployment: Deployment) -> bool:
+    """The profile's own precision (FP8 only where the profile asks for it)."""
+    return _departures(stage, deployment) == 0
+
+
+def _speed(estimate: ConfigurationEstimate, stage: StageProfile) -> float:
+    """Higher is better on the stage's objective (measured figures win over the estimate)."""
+    figures = _figures(estimate, stage.concurrency or 1)
+    if figures is None:
+        return -math.inf
+    tpot, throughput, _ = figures
+    if stage.objective == Objective.MINIMIZE_LATENCY:
+        return -tpot
+    if stage.objective == Objective.MINIMIZE_COST_PER_TOKEN:
+        return throughput / estimate.deployment.gpus
+    return throughput
+
+
+def _meets_tpot(estimate: ConfigurationEstimate, stage: StageProfile) -> bool:
+    limit = stage.slo.tpot_ms
+    return limit is None or estimate.prediction is None or estimate.prediction.tpot_ms <= limit
+
+
+def search_configurations(
+    stage: StageProfile,
+    framework: str,
+    efficiency: EfficiencyLookup,
+    measured: MeasuredLookup | None = None,
+) -> ConfigurationSearch | None:
+    """Enumerate, estimate and rank the configurations of `framework` for a generate stage on
+    its GPU budget; None when the stage is not a generate stage with a known GPU and size."""
+    inputs = stage_inputs(stage)
+    if inputs is None:
+        return None
+    architecture = inputs.architecture
+    budget = stage.gpu.count
+    concurrency = stage.concurrency or 1
+    search = ConfigurationSearch(
+        framework=framework,
+        gpu_budget=budget,
+        concurrency=concurrency,
+        objective=stage.objective.value,
+    )
+    if stage.concurrency is None:
+        search.notes.append("no concurrency in the profile: configurations compared at 1")
+    fitting: list[ConfigurationEstimate] = []
+
+    def consider(deployment: Deployment, within_budget: bool) -> None:
+        reason = supports(deployment)
+        if reason is not None:
+            search.excluded.append(f"{deployment.label()}: {reason}")
+            return
+        value, source = efficiency(deployment)
+        estimate = estimate_deployment(stage, inputs, deployment, value, source, within_budget)
+        if not estimate.fits:
+            search.excluded.append(
+                f"{estimate.label}: needs {estimate.required_gb_per_gpu:.1f} GB per GPU of "
+                f"{estimate.memory_per_gpu_gb:g}"
+            )
+            return
+        if measured is not None:
+            estimate.measured = measured(deployment)
+        fitting.append(estimate)
+
+    for deployment in candidate_deployments(framework, stage, architecture, budget):
+        consider(deployment, True)
+    if not any(_preferred(stage, e.deployment) for e in fitting):
+        # Nothing holds the model at the profile's precision on its GPUs: show the smallest
+        # tensor-parallel engine that would, so the answer says how many GPUs it takes.
+        for tp in (d for d in TP_DEGREES if d > budget):
+            extra = [
+                d
+                for d in candidate_deployments(framework, stage, architecture, tp)
+                if d.parallelism.replicas == 1 and _preferred(stage, d)
+            ]
+            before = len(fitting)
+            for deployment in extra:
+                consider(deployment, False)
+            if len(fitting) > before:
+                search.notes.append(
+                    f"nothing holds the model at {stage.precision.dtype} on {budget} GPU(s); "
+                    f"TP={tp} needs {tp} GPUs (more than the profile's {budget})"
+                )
+                break
+    fitting.sort(
+        key=lambda e: (
+            not e.within_gpu_budget,
+            not _meets_tpot(e, stage),
+            _departures(stage, e.deployment),
+            -_speed(e, stage),
+            e.deployment.gpus,
+        )
+    )
+    search.estimates = fitting
+    if fitting:
+        best = fitting[0]
+        search.recommended = best.label
+        search.recommended_basis = "measured" if best.measured else "estimate"
+        search.plan = [e.label for e in fitting[: PLAN_SIZE + 1]]
+        search.trade_offs = trade_offs(fitting, stage)
+        if any(e.deployment.precision.uses_fp8 for e in fitting):
+            search.notes.append(FP8_ACCURACY_NOTE)
+        if not best.measured:
+            search.notes.append(
+                "the recommended configuration is not measured: its figures are estimates "
+                "(run the plan to measure it)"
+            )
+    return search
+
+
+def _figures(estimate: ConfigurationEstimate, concurrency: int) -> tuple[float, float, bool] | None:
+    """(TPOT ms, output tok/s, measured?) at `concurrency`: a measurement when stored."""
+    for level in estimate.measured:
+        if level.concurrency == concurrency:
+            return level.measured_tpot_ms, level.measured_output_tok_s, True
+    for prediction in [estimate.prediction, *estimate.ladder]:
+        if prediction is not None and prediction.concurrency == concurrency:
+            return prediction.tpot_ms, prediction.output_throughput_tok_s, False
+    return None
+
+
+def trade_offs(estimates: list[ConfigurationEstimate], stage: StageProfile) -> list[str]:
+    """Each alternative against the recommended one, in numbers at the stage's concurrency
+    (measured where both are measured, else marked as an estimate)."""
+    if len(estimates) < 2:
+        return []
+    concurrency = stage.concurrency or 1
+    best = estimates[0]
+    base = _figures(best, concurrency)
+    if base is None:
+        return []
+    lines: list[str] = []
+    for other in estimates[1:]:
+        figures = _figures(other, concurrency)
+        if figures is None:
+            continue
+        tpot_change = figures[0] / base[0] - 1
+        throughput_change = figures[1] / base[1] - 1
+        basis = "measured" if figures[2] and base[2] else "estimate"
+        budget = "" if other.within_gpu_budget else f", needs {other.deployment.gpus} GPUs"
+        lines.append(
+            f"{other.label} vs {best.label}: TPOT p50 {tpot_change:+.0%}, output tok/s "
+            f"{throughput_change:+.0%} at concurrency {concurrency} on "
+            f"{other.deployment.gpus} vs {best.deployment.gpus} GPU(s) ({basis}{budget})"
+        )
+    return lines

@@ -1,0 +1,52 @@
+"""The Pareto chart (tok/s per GPU vs tok/s per user) on the shipped H200 runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.calibration import calibration_from
+from advisor.configurations import search_configurations
+from advisor.evidence import read_reference_folder
+from advisor.profile import profile_from_flags
+from advisor.report.charts import PARETO_MAX_CONFIGURATIONS, pareto_chart, render_svg
+
+
+@pytest.fixture(scope="module")
+def search():
+    calibration = calibration_from([], read_reference_folder().runs)
+    stage = profile_from_flags(
+        model="llama-2-7b", gpu="H200", prompt_tokens=128, output_tokens=128, concurrency=256
+    ).primary
+    return search_configurations(
+        stage,
+        "vllm",
+        calibration.efficiency,
+        lambda deployment: calibration.measured_levels(stage, deployment),
+    )
+
+
+def test_pareto_chart_on_shipped_runs(search) -> None:
+    chart = pareto_chart(search)
+    assert chart.available
+    names = [series.name for series in chart.series]
+    measured = [s for s in chart.series if s.name.endswith("(measured)")]
+    assert measured, names  # the shipped vLLM TP=1 ladder on the H200 is drawn as measured
+    tp1 = measured[0]
+    assert tp1.name.startswith("vllm TP=1")
+    # x = 1000 / TPOT p50: the batch-1 level is the fastest per user, the c256 level the slowest
+    assert tp1.x == sorted(tp1.x) and len(tp1.x) >= 4
+    assert max(tp1.x) > 150 and min(tp1.x) < 60
+    # y = output tok/s per GPU: one GPU, so the c256 level is the ~10k tok/s the runs measured
+    assert max(tp1.y) > 9000
+    assert len({s.name.removesuffix(" (estimate)") for s in chart.series}) <= 2 * (
+        PARETO_MAX_CONFIGURATIONS
+    )
+    assert chart.markers and chart.markers[0].label.startswith("recommended: ")
+    assert "(measured)" in chart.markers[0].label
+    svg = render_svg(chart)
+    assert "<svg" in svg and "tok/s per user" in svg
+
+
+def test_pareto_chart_absent_without_a_search() -> None:
+    chart = pareto_chart(None)
+    assert not chart.available and chart.absent_reason

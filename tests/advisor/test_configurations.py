@@ -1,0 +1,97 @@
+"""Configuration search: memory per GPU by hand, enumeration, ranking, and the 70B case."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.calibration import calibration_from
+from advisor.configurations import (
+    FP8_ACCURACY_NOTE,
+    Deployment,
+    candidate_deployments,
+    estimate_deployment,
+    search_configurations,
+    stage_inputs,
+)
+from advisor.estimate import ARCHITECTURES, _architecture_from_config
+from advisor.evidence import read_reference_folder
+from advisor.profile import profile_from_flags
+from bench.config import ParallelismConfig, PrecisionConfig
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    return calibration_from([], read_reference_folder().runs)
+
+
+def test_llama_2_70b_count_is_the_formula_on_its_published_config() -> None:
+    config = {
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+        "vocab_size": 32000,
+    }
+    architecture, _ = _architecture_from_config("llama-2-70b", config)
+    assert architecture is not None
+    assert ARCHITECTURES["llama-2-70b"].parameters == architecture.parameters
+
+
+def test_memory_per_gpu_by_hand() -> None:
+    stage = profile_from_flags(
+        model="llama-2-13b", gpu="H200", gpu_count=2, concurrency=64, dtype="bfloat16"
+    ).primary
+    inputs = stage_inputs(stage)
+    assert inputs is not None
+    tp2 = Deployment(framework="vllm", parallelism=ParallelismConfig(tensor_parallel_size=2))
+    estimate = estimate_deployment(stage, inputs, tp2, 0.6, "test")
+    params = ARCHITECTURES["llama-2-13b"].parameters
+    assert estimate.weights_gb_per_gpu == pytest.approx(params * 2 / 2 / 1e9)
+    # KV: 2 x 40 layers x 40 heads x 128 x 2 bytes per token, 512 + 256 tokens, 64 sequences / TP 2
+    kv = 2 * 40 * 40 * 128 * 2 * (512 + 256) * 64 / 2 / 1e9
+    assert estimate.kv_cache_gb_per_gpu == pytest.approx(kv)
+    fp8 = Deployment(
+        framework="vllm",
+        parallelism=ParallelismConfig(replicas=2),
+        precision=PrecisionConfig(dtype="bfloat16", quantization="fp8", kv_cache_dtype="fp8"),
+    )
+    fp8_estimate = estimate_deployment(stage, inputs, fp8, 0.6, "test")
+    assert fp8_estimate.weights_gb_per_gpu == pytest.approx(params / 1e9)
+    # one replica holds 32 of the 64 sequences, at 1 byte per KV element
+    assert fp8_estimate.kv_cache_gb_per_gpu == pytest.approx(kv / 2)
+    assert FP8_ACCURACY_NOTE in fp8_estimate.notes
+    # TP=2 halves the batch-1 floor's weight bytes per GPU
+    one = estimate_deployment(stage, inputs, Deployment(framework="vllm"), 0.6, "test")
+    assert estimate.decode_floor_ms_per_token == pytest.approx(one.decode_floor_ms_per_token / 2)
+
+
+def test_enumeration_divides_the_gpu_count() -> None:
+    stage = profile_from_flags(model="llama-2-7b", gpu="H200", gpu_count=4).primary
+    deployments = candidate_deployments("vllm", stage, ARCHITECTURES["llama-2-7b"], 4)
+    layouts = {(d.parallelism.tensor_parallel_size, d.parallelism.replicas) for d in deployments}
+    assert layouts == {(1, 4), (2, 2), (4, 1)}
+    assert all(d.gpus == 4 for d in deployments)
+    precisions = {(d.precision.quantization, d.precision.kv_cache_dtype) for d in deployments}
+    assert precisions == {(None, "auto"), ("fp8", "auto"), ("fp8", "fp8"), (None, "fp8")}
+
+
+def test_70b_on_one_h200_names_configurations_that_fit_as_estimates(calibration) -> None:
+    stage = profile_from_flags(model="llama-2-70b", parameters_b=70, gpu="H200").primary
+    search = search_configurations(
+        stage,
+        "vllm",
+        calibration.efficiency,
+        lambda deployment: calibration.measured_levels(stage, deployment),
+    )
+    assert search is not None and search.estimates
+    best = search.estimates[0]
+    assert best.fits and best.within_gpu_budget
+    assert best.deployment.precision.quantization == "fp8"  # bf16 70B (140 GB) needs 2 GPUs
+    assert search.recommended_basis == "estimate"
+    labels = [e.label for e in search.estimates]
+    tp2 = [e for e in search.estimates if e.deployment.parallelism.tensor_parallel_size == 2]
+    assert tp2 and not tp2[0].within_gpu_budget and tp2[0].deployment.precision.quantization is None
+    assert any("float16: needs" in text for text in search.excluded), labels
+    assert FP8_ACCURACY_NOTE in search.notes
+    assert search.plan[0] == best.label
