@@ -186,7 +186,9 @@ def bench_plan_command(
     from bench.api import reproduce_command
 
     tree = load_tree()
-    plans = [plan_for_stage(s, quick=quick, tree=tree) for s in workload.stages]
+    plans = [
+        plan_for_stage(s, quick=quick, tree=tree, configurations=True) for s in workload.stages
+    ]
     if as_json:
         data = [
             {

@@ -41,7 +41,7 @@ from advisor.estimate import (
 )
 from advisor.gpus import GPUS, GpuSpec
 from advisor.profile import Objective, StageProfile
-from bench.config import ParallelismConfig, PrecisionConfig
+from bench.config import ParallelismConfig, PrecisionConfig, RunConfig
 
 FP8_BYTES = 1.0
 TP_EFFICIENCY_ASSUMED: dict[int, float] = {1: 1.0, 2: 0.9, 4: 0.8, 8: 0.7}
@@ -369,7 +369,9 @@ __all__ = [
     "ShapeInputs",
     "candidate_deployments",
     "estimate_deployment",
+    "plan_runs",
     "predict",
+    "search_configurations",
     "stage_inputs",
     "step_floor_ms",
     "supports",
@@ -562,3 +564,26 @@ def trade_offs(estimates: list[ConfigurationEstimate], stage: StageProfile) -> l
             f"{other.deployment.gpus} vs {best.deployment.gpus} GPU(s) ({basis}{budget})"
         )
     return lines
+
+
+def plan_runs(base: RunConfig, search: ConfigurationSearch) -> list[RunConfig]:
+    """The search's plan as RunConfigs: the framework's planned run at each planned
+    configuration's parallelism and precision (the base run itself is not repeated)."""
+    runs: list[RunConfig] = []
+    for estimate in search.estimates:
+        if estimate.label not in search.plan:
+            continue
+        deployment = estimate.deployment
+        if deployment.parallelism == base.parallelism and deployment.precision == base.precision:
+            continue
+        data = base.model_dump(mode="json")
+        engine_args = dict(data["engine_args"])
+        engine_args.pop("tensor_parallel_size", None)  # said once, in parallelism
+        data.update(
+            engine_args=engine_args,
+            parallelism=deployment.parallelism.model_dump(mode="json"),
+            precision=deployment.precision.model_dump(mode="json"),
+            label=f"{base.label or 'plan'}; configuration {estimate.label}"[:200],
+        )
+        runs.append(RunConfig.model_validate(data))
+    return runs

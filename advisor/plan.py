@@ -130,11 +130,14 @@ def plan_for_stage(
     quick: bool = False,
     tree: DecisionTree | None = None,
     cpu_only: bool = False,
+    configurations: bool = False,
 ) -> StagePlan:
     """Walk the tree for `stage` and plan one run per benchmarkable candidate, with estimates.
 
     `cpu_only` (no GPU on the machine that will run it): the quick plan runs the model's
     CPU-sized preset of the same family, vLLM eager (no compile warm-up), on the CPU.
+    `configurations` (GPU plans): the configuration search's most promising TP x replicas x
+    precision layouts of the first candidate join the plan (`advisor.configurations.plan_runs`).
     """
     decision = evaluate(tree or load_tree(), stage, estimate_stage(stage))
     planned = stage
@@ -151,6 +154,15 @@ def plan_for_stage(
     configs = bench_plan(planned, decision, quick=quick)
     if cpu_only:
         configs = [_on_the_cpu(config, quick) for config in configs]
+    if configurations and not cpu_only and configs and stage.kind == "generate":
+        from advisor.calibration import calibration_from
+        from advisor.configurations import plan_runs, search_configurations
+        from advisor.evidence import read_reference_folder
+
+        calibration = calibration_from([], read_reference_folder().runs)
+        search = search_configurations(stage, configs[0].backend, calibration.efficiency)
+        if search is not None:
+            configs += plan_runs(configs[0], search)
     return StagePlan(
         stage=stage.name,
         quick=quick,

@@ -11,11 +11,12 @@ from advisor.configurations import Deployment
 from advisor.evidence import read_reference_folder
 from advisor.profile import profile_from_flags
 from bench.config import ParallelismConfig
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 
 @pytest.fixture(scope="module")
 def reference_runs():
-    return read_reference_folder().runs
+    return read_reference_folder(SHIPPED_REFERENCE_DIR).runs
 
 
 @pytest.fixture(scope="module")

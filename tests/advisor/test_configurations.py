@@ -17,11 +17,12 @@ from advisor.estimate import ARCHITECTURES, _architecture_from_config
 from advisor.evidence import read_reference_folder
 from advisor.profile import profile_from_flags
 from bench.config import ParallelismConfig, PrecisionConfig
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 
 @pytest.fixture(scope="module")
 def calibration():
-    return calibration_from([], read_reference_folder().runs)
+    return calibration_from([], read_reference_folder(SHIPPED_REFERENCE_DIR).runs)
 
 
 def test_llama_2_70b_count_is_the_formula_on_its_published_config() -> None:
@@ -95,3 +96,77 @@ def test_70b_on_one_h200_names_configurations_that_fit_as_estimates(calibration)
     assert any("float16: needs" in text for text in search.excluded), labels
     assert FP8_ACCURACY_NOTE in search.notes
     assert search.plan[0] == best.label
+
+
+def test_cli_recommend_70b_names_unmeasured_configurations() -> None:
+    from typer.testing import CliRunner
+
+    from advisor.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        [
+            *("recommend", "--model", "llama-2-70b", "--parameters-b", "70", "--gpu", "H200"),
+            *("--reference-dir", str(SHIPPED_REFERENCE_DIR)),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "Configuration: vllm TP=1 float16 + fp8 weights on 1 GPU(s) [estimate]" in result.output
+    assert "vllm TP=2 float16 [beyond the GPU budget]" in result.output
+    assert "lm-evaluation-harness" in result.output
+    assert "Estimate accuracy: Leave-one-out over" in result.output
+
+
+def test_plan_runs_carry_parallelism_and_precision(calibration) -> None:
+    from advisor.configurations import plan_runs
+    from advisor.plan import plan_for_stage
+
+    stage = profile_from_flags(
+        model="llama-2-13b", gpu="H200", gpu_count=2, concurrency=256
+    ).primary
+    plain = plan_for_stage(stage)
+    base = plain.configs[0]
+    search = search_configurations(stage, base.backend, calibration.efficiency)
+    assert search is not None
+    runs = plan_runs(base, search)
+    assert runs and len(runs) <= len(search.plan)
+    for run in runs:
+        assert run.parallelism.gpus_needed == 2
+        assert "tensor_parallel_size" not in run.engine_args
+        assert (run.parallelism, run.precision) != (base.parallelism, base.precision)
+    layouts = {(r.parallelism.tensor_parallel_size, r.parallelism.replicas) for r in runs}
+    assert layouts & {(2, 1), (1, 2)}
+    with_search = plan_for_stage(stage, configurations=True)
+    assert len(with_search.configs) == len(plain.configs) + len(runs)
+
+
+def test_a_tp2_run_is_not_evidence_for_the_tp1_stage() -> None:
+    from advisor.evidence import rows_from_runs
+
+    runs = read_reference_folder(SHIPPED_REFERENCE_DIR).runs
+    run = next(
+        r
+        for file_runs in runs.values()
+        for r in file_runs
+        if r.config.backend == "vllm" and r.config.model == "llama-2-7b"
+    )
+    stage = profile_from_flags(model="llama-2-7b", gpu="H200").primary
+    (as_shipped,) = rows_from_runs(stage, [run])
+    assert as_shipped.closeness.same_configuration  # old runs: TP=1, 1 replica, no FP8
+    tp2 = run.model_copy(
+        update={
+            "config": run.config.model_copy(
+                update={"parallelism": ParallelismConfig(tensor_parallel_size=2)}
+            )
+        }
+    )
+    fp8 = run.model_copy(
+        update={
+            "config": run.config.model_copy(
+                update={"precision": PrecisionConfig(dtype="float16", quantization="fp8")}
+            )
+        }
+    )
+    for other in (tp2, fp8):
+        (row,) = rows_from_runs(stage, [other])
+        assert not row.closeness.same_configuration

@@ -9,11 +9,12 @@ from advisor.configurations import search_configurations
 from advisor.evidence import read_reference_folder
 from advisor.profile import profile_from_flags
 from advisor.report.charts import PARETO_MAX_CONFIGURATIONS, pareto_chart, render_svg
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 
 @pytest.fixture(scope="module")
 def search():
-    calibration = calibration_from([], read_reference_folder().runs)
+    calibration = calibration_from([], read_reference_folder(SHIPPED_REFERENCE_DIR).runs)
     stage = profile_from_flags(
         model="llama-2-7b", gpu="H200", prompt_tokens=128, output_tokens=128, concurrency=256
     ).primary
