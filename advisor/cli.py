@@ -186,8 +186,9 @@ def bench_plan_command(
     from bench.api import reproduce_command
 
     tree = load_tree()
+    # A quick plan stays one run per candidate (minutes); a full plan adds the configurations.
     plans = [
-        plan_for_stage(s, quick=quick, tree=tree, configurations=True) for s in workload.stages
+        plan_for_stage(s, quick=quick, tree=tree, configurations=not quick) for s in workload.stages
     ]
     if as_json:
         data = [
