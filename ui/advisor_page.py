@@ -316,7 +316,21 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         key=_key(index, "quantization"),
         help=field_help(ProfilePrecision, "quantization"),
     )
-    out["precision"] = {**precision, "dtype": dtype, "quantization": quantization}
+    kv_options = ["auto", "fp8"]
+    kv_cache_dtype = st.selectbox(
+        "KV cache",
+        kv_options,
+        index=kv_options.index(precision.get("kv_cache_dtype") or "auto"),
+        format_func=lambda kv: "as the model dtype" if kv == "auto" else "FP8 (vLLM)",
+        key=_key(index, "kv_cache_dtype"),
+        help=field_help(type(StageProfile().precision), "kv_cache_dtype"),
+    )
+    out["precision"] = {
+        **precision,
+        "dtype": dtype,
+        "quantization": quantization,
+        "kv_cache_dtype": kv_cache_dtype,
+    }
     with more_deploy[2]:
         out["determinism_required"] = yes_no(
             "Identical outputs run to run?",
@@ -689,11 +703,106 @@ def evidence_gpu_notice(index: int, stage: StageProfile, stage_result: Any) -> N
     )
 
 
-def render_stage_advice(stage_result: Any) -> None:
-    """The path, candidates, estimate and recommendation for one stage."""
+def show_configurations(stage_result: Any, calibration: Any) -> None:
+    """The configuration search: TP x replicas x precision, predicted beside measured, the
+    Pareto chart with the recommended point, and the estimate's leave-one-out error."""
+    from advisor.report.charts import pareto_chart, vega_lite_spec
+
+    search = stage_result.configurations
+    if search is None or not search.estimates:
+        return
+    best = search.best()
+    st.markdown("#### Configuration: GPUs per engine, replicas, precision")
+    basis = "measured" if search.recommended_basis == "measured" else "an estimate (not measured)"
+    st.info(
+        f"**{best.label}** on {best.deployment.gpus} GPU(s) of {search.gpu_budget} — {basis}",
+        icon=":material/memory:",
+    )
+    rows = []
+    for estimate in search.estimates:
+        prediction = estimate.prediction
+        measured = next((m for m in estimate.measured if m.concurrency == search.concurrency), None)
+        rows.append(
+            {
+                "configuration": estimate.label,
+                "GPUs": estimate.deployment.gpus,
+                "within budget": estimate.within_gpu_budget,
+                "weights GB/GPU": estimate.weights_gb_per_gpu,
+                "KV GB/GPU": estimate.kv_cache_gb_per_gpu,
+                "predicted TPOT ms": prediction.tpot_ms if prediction else None,
+                "predicted tok/s": prediction.output_throughput_tok_s if prediction else None,
+                "measured TPOT ms": measured.measured_tpot_ms if measured else None,
+                "measured tok/s": measured.measured_output_tok_s if measured else None,
+                "efficiency": estimate.efficiency,
+                "efficiency from": estimate.efficiency_source,
+            }
+        )
+    st.caption(f"At concurrency {search.concurrency}; best first on your objective.")
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        column_config={
+            "within budget": st.column_config.CheckboxColumn(),
+            **{
+                name: st.column_config.NumberColumn(format="%.4g")
+                for name in (
+                    "weights GB/GPU",
+                    "KV GB/GPU",
+                    "predicted TPOT ms",
+                    "predicted tok/s",
+                    "measured TPOT ms",
+                    "measured tok/s",
+                    "efficiency",
+                )
+            },
+        },
+    )
+    for text in search.trade_offs:
+        st.markdown(f"- {text}")
+    chart = pareto_chart(search)
+    if chart.available:
+        st.vega_lite_chart(vega_lite_spec(chart))
+        st.caption(chart.description)
+    for note in search.notes:
+        st.caption(note)
+    if calibration is not None and calibration.verdict:
+        with st.expander("How accurate is the estimate? (predicted beside measured)"):
+            st.markdown(calibration.verdict)
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {
+                            "engine / TP / precision": point.partition,
+                            "model": point.model,
+                            "concurrency": point.concurrency,
+                            "measured TPOT ms": point.measured_tpot_ms,
+                            "predicted TPOT ms": point.predicted_tpot_ms,
+                            "TPOT error": point.tpot_error,
+                            "measured tok/s": point.measured_output_tok_s,
+                            "predicted tok/s": point.predicted_output_tok_s,
+                            "tok/s error": point.throughput_error,
+                        }
+                        for point in calibration.points
+                    ]
+                ),
+                hide_index=True,
+                column_config={
+                    "TPOT error": st.column_config.NumberColumn(format="percent"),
+                    "tok/s error": st.column_config.NumberColumn(format="percent"),
+                },
+            )
+            st.caption(
+                "Each prediction leaves its own measurement out (leave-one-out) before the "
+                "efficiency is calibrated."
+            )
+
+
+def render_stage_advice(stage_result: Any, calibration: Any = None) -> None:
+    """The path, candidates, estimate, recommendation and configuration for one stage."""
     show_path(stage_result.decision)
     show_candidates(stage_result)
     show_recommendation(stage_result)
+    show_configurations(stage_result, calibration)
 
 
 # --------------------------------------------------------------------------- page
@@ -768,7 +877,7 @@ def render() -> None:
             if len(profile.stages) > 1:
                 st.subheader(f"Stage {index + 1}: {stage.name}")
             evidence_gpu_notice(index, stage, stage_result)
-            render_stage_advice(stage_result)
+            render_stage_advice(stage_result, report.calibration)
     st.page_link(
         "ui/benchmark_page.py",
         label="Settle it with measurements: open the Benchmark page",

@@ -73,3 +73,29 @@ def test_another_gpu_is_told_where_the_evidence_is_and_can_switch(app_test):
     assert next(s for s in at.selectbox if s.label == "GPU type").value == "H200"
     assert not any("No measurement counts" in i.value for i in at.info)
     assert any("settled by measurements on your GPU type" in s.value for s in at.success)
+
+
+def test_configuration_search_shows_table_chart_and_accuracy(app_test):
+    """A two-H200 llama-2-7b profile: the configurations, the Pareto chart over the shipped
+    runs, and the estimate's leave-one-out error."""
+    from advisor.profile import profile_from_flags
+    from ui import state
+
+    profile = profile_from_flags(
+        model="llama-2-7b",
+        gpu="H200",
+        gpu_count=2,
+        prompt_tokens=128,
+        output_tokens=128,
+        concurrency=256,
+        long_sequence_generation="yes",
+    )
+    at = app_test()
+    at.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    at.run()
+    assert not at.exception
+    headings = [m.value for m in at.markdown]
+    assert any("Configuration: GPUs per engine, replicas, precision" in h for h in headings)
+    assert any("on 2 GPU(s) of 2" in i.value for i in at.info)
+    assert any("Leave-one-out over" in m.value for m in at.markdown)
+    assert any("lm-evaluation-harness" in c.value for c in at.caption)
