@@ -102,6 +102,25 @@ class Calibration(BaseModel):
     def efficiency(self, deployment: Deployment) -> tuple[float, str]:
         return efficiency_for(deployment, self.points)
 
+    def accuracy_of(self, deployment: Deployment) -> str:
+        """The leave-one-out error of the configuration's partition, or of the whole predictor
+        when that partition has no stored level."""
+        name = partition_of(deployment)
+        for partition in self.partitions:
+            if partition.partition == name:
+                return (
+                    f"leave-one-out error of {name}: TPOT p50 {partition.tpot_mape:.1%}, "
+                    f"output tok/s {partition.throughput_mape:.1%} over {partition.points} "
+                    "stored level(s)"
+                )
+        if self.tpot_mape is None or self.throughput_mape is None:
+            return "no stored level to measure the estimate's error against"
+        return (
+            f"{name} has no stored level; over all {len(self.points)} stored levels the "
+            f"leave-one-out error is TPOT p50 {self.tpot_mape:.1%}, output tok/s "
+            f"{self.throughput_mape:.1%}"
+        )
+
     def measured_levels(self, stage: StageProfile, deployment: Deployment) -> list[MeasuredLevel]:
         """The stage's model on the stage's GPU at its prompt/output shape, in exactly this
         configuration (engine, TP, replicas, precision): a TP=2 run is no measurement of TP=1."""

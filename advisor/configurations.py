@@ -398,6 +398,11 @@ class ConfigurationSearch(BaseModel):
     plan: list[str] = Field(
         default_factory=list, description="Labels of the configurations the bench plan runs."
     )
+    single_gpu: ConfigurationEstimate | None = Field(
+        None,
+        description="With several GPUs: one engine on one GPU at the profile's precision, the "
+        "reference the multi-GPU configurations are compared with.",
+    )
     trade_offs: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
@@ -409,9 +414,13 @@ EfficiencyLookup = Callable[[Deployment], tuple[float, str]]
 MeasuredLookup = Callable[[Deployment], list[MeasuredLevel]]
 
 
+def _wants_fp8(stage: StageProfile) -> bool:
+    return (stage.precision.quantization or "").lower() == "fp8"
+
+
 def _departures(stage: StageProfile, deployment: Deployment) -> int:
     """How many of weights and KV cache differ from the profile's precision (0 = as asked)."""
-    wants_fp8 = (stage.precision.quantization or "").lower() == "fp8"
+    wants_fp8 = _wants_fp8(stage)
     wants_fp8_kv = stage.precision.kv_cache_dtype == "fp8"
     return int((deployment.precision.quantization == "fp8") != wants_fp8) + int(
         (deployment.precision.kv_cache_dtype == "fp8") != wants_fp8_kv
@@ -512,12 +521,28 @@ def search_configurations(
         )
     )
     search.estimates = fitting
+    if budget > 1:
+        single = Deployment(
+            framework=framework,
+            precision=PrecisionConfig(
+                dtype=stage.precision.dtype,
+                quantization="fp8" if _wants_fp8(stage) else None,
+                kv_cache_dtype=stage.precision.kv_cache_dtype,
+            ),
+        )
+        if supports(single) is None:
+            value, source = efficiency(single)
+            estimate = estimate_deployment(stage, inputs, single, value, source, True)
+            if estimate.fits:
+                if measured is not None:
+                    estimate.measured = measured(single)
+                search.single_gpu = estimate
     if fitting:
         best = fitting[0]
         search.recommended = best.label
         search.recommended_basis = "measured" if best.measured else "estimate"
         search.plan = [e.label for e in fitting[: PLAN_SIZE + 1]]
-        search.trade_offs = trade_offs(fitting, stage)
+        search.trade_offs = trade_offs(fitting, stage, search.single_gpu)
         if any(e.deployment.precision.uses_fp8 for e in fitting):
             search.notes.append(FP8_ACCURACY_NOTE)
         if not best.measured:
@@ -539,30 +564,48 @@ def _figures(estimate: ConfigurationEstimate, concurrency: int) -> tuple[float, 
     return None
 
 
-def trade_offs(estimates: list[ConfigurationEstimate], stage: StageProfile) -> list[str]:
-    """Each alternative against the recommended one, in numbers at the stage's concurrency
-    (measured where both are measured, else marked as an estimate)."""
-    if len(estimates) < 2:
-        return []
+def _compare(
+    other: ConfigurationEstimate, reference: ConfigurationEstimate, concurrency: int
+) -> str | None:
+    """`other vs reference: TPOT p50 +x%, output tok/s +y% at concurrency c on n vs m GPU(s)`."""
+    base = _figures(reference, concurrency)
+    figures = _figures(other, concurrency)
+    if base is None or figures is None:
+        return None
+    basis = "measured" if figures[2] and base[2] else "estimate"
+    budget = "" if other.within_gpu_budget else f", needs {other.deployment.gpus} GPUs"
+    return (
+        f"{other.label} vs {reference.label}: TPOT p50 {figures[0] / base[0] - 1:+.0%}, output "
+        f"tok/s {figures[1] / base[1] - 1:+.0%} at concurrency {concurrency} on "
+        f"{other.deployment.gpus} vs {reference.deployment.gpus} GPU(s) ({basis}{budget})"
+    )
+
+
+def trade_offs(
+    estimates: list[ConfigurationEstimate],
+    stage: StageProfile,
+    single_gpu: ConfigurationEstimate | None = None,
+) -> list[str]:
+    """The trade-offs in numbers at the stage's concurrency, measured where both sides are
+    measured, else marked as an estimate: what the GPUs buy over one GPU (TP against replicas),
+    then each alternative against the recommended configuration."""
     concurrency = stage.concurrency or 1
-    best = estimates[0]
-    base = _figures(best, concurrency)
-    if base is None:
-        return []
     lines: list[str] = []
+    if single_gpu is not None:
+        layouts = [
+            e
+            for e in estimates
+            if e.deployment.precision == single_gpu.deployment.precision and e.deployment.gpus > 1
+        ]
+        for estimate in layouts:
+            line = _compare(estimate, single_gpu, concurrency)
+            if line:
+                lines.append(line)
+    best = estimates[0] if estimates else None
     for other in estimates[1:]:
-        figures = _figures(other, concurrency)
-        if figures is None:
-            continue
-        tpot_change = figures[0] / base[0] - 1
-        throughput_change = figures[1] / base[1] - 1
-        basis = "measured" if figures[2] and base[2] else "estimate"
-        budget = "" if other.within_gpu_budget else f", needs {other.deployment.gpus} GPUs"
-        lines.append(
-            f"{other.label} vs {best.label}: TPOT p50 {tpot_change:+.0%}, output tok/s "
-            f"{throughput_change:+.0%} at concurrency {concurrency} on "
-            f"{other.deployment.gpus} vs {best.deployment.gpus} GPU(s) ({basis}{budget})"
-        )
+        line = _compare(other, best, concurrency) if best else None
+        if line and line not in lines:
+            lines.append(line)
     return lines
 
 

@@ -263,7 +263,8 @@ def _add_deployment(
     if search.recommended_basis == "estimate":
         recommendation.caveats.append(
             f"{best.label} is not measured: its figures are estimates (efficiency "
-            f"{best.efficiency:.2f}, {best.efficiency_source}). {calibration.verdict}"
+            f"{best.efficiency:.2f}, {best.efficiency_source}; "
+            f"{calibration.accuracy_of(best.deployment)})"
         )
     if not best.within_gpu_budget:
         recommendation.caveats.append(
