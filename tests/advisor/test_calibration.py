@@ -87,3 +87,17 @@ def test_efficiency_falls_back_with_a_stated_source(calibration) -> None:
     assert value < tp1_value
     _, unknown = calibration.efficiency(Deployment(framework="tensorrt_llm"))
     assert "no stored run of this engine" in unknown
+
+
+def test_docs_table_matches_the_calibration(calibration) -> None:
+    """docs/configurations.md quotes the leave-one-out errors on the shipped runs."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "configurations.md").read_text()
+    for partition in calibration.partitions:
+        engine = partition.partition.split(" TP=")[0]
+        rows = [line for line in text.splitlines() if line.startswith(f"| {engine} ")]
+        assert rows, engine
+        assert f"| {partition.points} | {partition.tpot_mape:.1%} |" in rows[0]
+        assert f"| {partition.throughput_mape:.1%} |" in rows[0]
+    assert f"| all | {len(calibration.points)} | {calibration.tpot_mape:.1%} |" in text

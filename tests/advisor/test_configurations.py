@@ -170,3 +170,28 @@ def test_a_tp2_run_is_not_evidence_for_the_tp1_stage() -> None:
     for other in (tp2, fp8):
         (row,) = rows_from_runs(stage, [other])
         assert not row.closeness.same_configuration
+
+
+def test_two_gpus_are_compared_with_one_measured_gpu(calibration) -> None:
+    stage = profile_from_flags(
+        model="llama-2-7b",
+        gpu="H200",
+        gpu_count=2,
+        prompt_tokens=128,
+        output_tokens=128,
+        concurrency=256,
+    ).primary
+    search = search_configurations(
+        stage,
+        "vllm",
+        calibration.efficiency,
+        lambda deployment: calibration.measured_levels(stage, deployment),
+    )
+    assert search is not None and search.single_gpu is not None
+    # the shipped vLLM TP=1 ladder on the H200 is the one-GPU reference, measured
+    assert {m.concurrency for m in search.single_gpu.measured} >= {1, 16, 64, 256}
+    layouts = {e.label for e in search.estimates if e.deployment.precision.quantization is None}
+    assert {"vllm TP=2 float16", "vllm 2 x TP=1 float16"} <= layouts
+    first_two = search.trade_offs[:2]
+    assert all(" vs vllm TP=1 float16: TPOT p50 " in line for line in first_two)
+    assert all("on 2 vs 1 GPU(s)" in line for line in first_two)
