@@ -323,7 +323,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         index=kv_options.index(precision.get("kv_cache_dtype") or "auto"),
         format_func=lambda kv: "as the model dtype" if kv == "auto" else "FP8 (vLLM)",
         key=_key(index, "kv_cache_dtype"),
-        help=field_help(type(StageProfile().precision), "kv_cache_dtype"),
+        help=field_help(ProfilePrecision, "kv_cache_dtype"),
     )
     out["precision"] = {
         **precision,
