@@ -184,6 +184,18 @@ CASES: list[tuple[str, Callable[[Path], bytes], str, Callable[[str], tuple[int, 
     ),
     ("bench runs --store", real_store, ".sqlite", lambda f: bench("runs", "--store", f)),
     (
+        "bench store info --store",
+        real_store,
+        ".sqlite",
+        lambda f: bench("store", "info", "--store", f),
+    ),
+    (
+        "bench store copy SOURCE",
+        real_store,
+        ".sqlite",
+        lambda f: bench("store", "copy", f, str(Path(f).parent / "copy.sqlite")),
+    ),
+    (
         "bench show --store",
         real_store,
         ".sqlite",

@@ -152,3 +152,35 @@ def test_plan_table_and_cli_read_engine_arguments_the_same_way():
     # What the table shows for a plan reads back to the same values.
     shown = format_pairs(cli.engine_args)
     assert config_from_row(base, {**row, "engine args": shown}).engine_args == cli.engine_args
+
+
+def test_plan_shows_its_cost_and_a_long_plan_asks_for_confirmation(
+    app_test, store_path, no_runner, tmp_path, monkeypatch
+):
+    """Default profile (a 7B model): on a machine without a GPU the Quick plan is tiny-llama and
+    needs no confirmation; the Full plan keeps the 7B model, is estimated over 10 minutes and
+    its Run button stays disabled until "Run it anyway" is ticked."""
+    from bench.environment import fingerprint
+
+    if fingerprint().get("gpu_available"):
+        pytest.skip("the CPU sizing applies to machines without a GPU")
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path / "models"))  # nothing written yet
+    model = default_profile()["stages"][0]["model"]
+    at = app_test(PAGE).run()
+    next(b for b in at.button if b.label == "Quick plan").click().run()
+    assert not at.exception
+    assert any(f"instead of {model}" in i.value for i in at.info)
+    assert set(at.data_editor[0].value["model"]) == {"tiny-llama"}
+    assert any("Estimated for the ticked runs" in c.value for c in at.caption)
+    assert not at.checkbox  # no confirmation for a plan of minutes
+    assert not next(b for b in at.button if b.label.startswith("Run ")).disabled
+
+    next(b for b in at.button if b.label == "Full plan").click().run()
+    assert not at.exception
+    assert set(at.data_editor[0].value["model"]) == {model}
+    assert any("estimated to take" in w.value for w in at.warning)
+    run = next(b for b in at.button if b.label.startswith("Run "))
+    assert run.disabled
+    next(c for c in at.checkbox if c.label.startswith("Run it anyway")).check().run()
+    run = next(b for b in at.button if b.label.startswith("Run "))
+    assert not run.disabled
