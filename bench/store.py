@@ -23,6 +23,7 @@ refused with one line. Passwords never leave the URL object: messages use the ma
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -76,6 +77,8 @@ __all__ = [
     "open_store",
     "parse_store_url",
 ]
+
+log = logging.getLogger("bench.store")
 
 BUSY_TIMEOUT_S = 30.0
 RECORD_BATCH = 500
@@ -468,6 +471,14 @@ class ResultStore:
                             f"({_first_line(error)})"
                         )
                     ) from None
+                if delay == 0.1:  # once per outage, not per attempt
+                    log.warning(
+                        "%s",
+                        self.location.scrub(
+                            f"results store {self.display}: connection lost "
+                            f"({_first_line(error)}); retrying for up to {self.reconnect_s:.0f} s"
+                        ),
+                    )
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 

@@ -1,0 +1,142 @@
+"""The store through the real command lines (subprocesses): bad URLs, wrong password, unreachable
+server and newer schema are one line and exit 2; a run, `store copy`, `store info`, listings and
+a report on a PostgreSQL store never show its password."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+from bench.store import STORE_SCHEMA_VERSION, open_store, parse_store_url
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = REPO / "examples" / "profiles" / "chat_7b_h200.yaml"
+
+
+def command(module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def assert_one_line_exit_2(result: subprocess.CompletedProcess, needle: str) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # closed again when the block ends: nothing listens
+
+
+def make_newer(url: str) -> None:
+    open_store(url).close()
+    engine = create_engine(parse_store_url(url).url)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE meta SET value = :v WHERE key = 'schema_version'"),
+            {"v": str(STORE_SCHEMA_VERSION + 1)},
+        )
+    engine.dispose()
+
+
+def test_bad_postgres_urls_are_one_line_exit_2(postgres):
+    password = postgres.password
+    port = postgres.port
+    cases = [
+        (f"postgresql://advisor:{password}@127.0.0.1:notaport/postgres", "malformed"),
+        (f"postgresql://advisor:wrong-{password}@127.0.0.1:{port}/postgres", "password"),
+        (f"postgresql://advisor:{password}@127.0.0.1:{closed_port()}/postgres", "cannot open"),
+        (f"postgresql://advisor:{password}@127.0.0.1:{port}/no_such_db", "does not exist"),
+        (f"mysql://advisor:{password}@127.0.0.1/x", "not supported"),
+    ]
+    for index, (url, needle) in enumerate(cases):
+        commands = [("bench", ("runs", "--store", url))]
+        if index in (1, 2):  # the job runner and `store info` open the store the same way
+            commands += [
+                ("bench", ("store", "info", "--store", url)),
+                ("bench.jobs", ("--store", url, "--idle-exit-s", "1")),
+            ]
+        for module, args in commands:
+            started = time.monotonic()
+            result = command(module, *args)
+            line = assert_one_line_exit_2(result, needle)
+            assert password not in result.stdout + result.stderr, line
+            assert time.monotonic() - started < 30  # an unreachable host fails fast
+
+
+def test_newer_schema_is_one_line_exit_2(store_url):
+    make_newer(store_url)
+    for args in (
+        ("runs", "--store", store_url),
+        ("store", "copy", store_url, f"{store_url}-copy" if "sqlite" in store_url else store_url),
+    ):
+        assert_one_line_exit_2(command("bench", *args), "newer version")
+    recommend = command("advisor", "recommend", "--profile", str(PROFILE), "--store", store_url)
+    assert_one_line_exit_2(recommend, "newer version")
+
+
+def test_cli_on_a_postgres_store_never_shows_the_password(postgres, tmp_path):
+    team = postgres.create_database()
+    password = postgres.password
+    laptop = tmp_path / "laptop.sqlite"
+    outputs: list[str] = []
+
+    def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        result = command("bench", *args, timeout=timeout)
+        outputs.extend([result.stdout, result.stderr])
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result
+
+    run = bench(
+        *("run", "--backend", "fake", "--model", "tiny-llama", "--concurrency", "2"),
+        *("--duration-s", "1", "--prompt-tokens", "8", "--output-tokens", "4"),
+        *("--engine-arg", "itl_s=0.001", "--option", "validity.min_duration_s=0.5"),
+        *("--store", str(laptop), "--json"),
+        timeout=300,
+    )
+    run_id = json.loads(run.stdout)["run_id"]
+    first = bench("store", "copy", str(laptop), team)
+    assert first.stdout.startswith("1 runs copied, 0 replaced, 0 already there")
+    assert "postgresql://advisor:***@127.0.0.1" in first.stdout
+    again = bench("store", "copy", str(laptop), team)
+    assert again.stdout.startswith("0 runs copied, 0 replaced, 1 already there")
+    info = json.loads(bench("store", "info", "--store", team, "--json").stdout)
+    assert info["backend"] == "postgresql" and info["runs"] == 1
+    assert info["location"].startswith("postgresql://advisor:***@")
+    assert run_id in bench("runs", "--store", team).stdout
+    shown = json.loads(bench("show", run_id, "--store", team).stdout)
+    assert shown["run_id"] == run_id
+    with open_store(team) as opened:
+        assert opened.count_records(run_id) == open_store(laptop).count_records(run_id) > 0
+
+    report_dir = tmp_path / "report"
+    report = command(
+        "advisor",
+        *("report", "--profile", str(PROFILE), "--run", run_id, "--store", team),
+        *("--format", "md,json", "--out", str(report_dir)),
+        timeout=300,
+    )
+    outputs.extend([report.stdout, report.stderr])
+    assert report.returncode == 0, report.stderr[-2000:]
+    written = [path.read_text() for path in report_dir.rglob("*") if path.is_file()]
+    assert written and any(run_id in content for content in written)
+    assert not any(password in content for content in written + outputs)

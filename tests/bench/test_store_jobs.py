@@ -1,0 +1,178 @@
+"""Job runners on a shared store, as separate processes (`python -m bench.jobs`), on SQLite and a
+real PostgreSQL: two runners drain one queue with every job run exactly once; a runner killed
+with SIGKILL has its job and run FAILED after the grace period, records kept; a PostgreSQL
+restart in the middle of a run costs nothing. Runs use the `fake` backend (a labelled test
+double: timed fake tokens, no inference) through the real launch and worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bench.schema import RunStatus
+from bench.store import open_store
+from tests.bench.test_jobs import fake_config, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_runner(store_url: str, host_dir: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    """A runner process. Each `host_dir` is its own temp folder (where the per-host runner lock
+    lives), so two runners on this machine stand for runners on two hosts."""
+    host_dir.mkdir(parents=True, exist_ok=True)
+    log = host_dir / "runner.log"
+    env = {**os.environ, "TMPDIR": str(host_dir), "ADVISOR_STORE": store_url}
+    with open(log, "ab") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench.jobs", "--log-dir", str(host_dir / "logs"), *args],
+            cwd=REPO,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return process, log
+
+
+def stop_runner(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def test_two_runners_one_queue_every_job_once(store_url, tmp_path):
+    jobs_queued = 6
+    with open_store(store_url) as store:
+        job_ids = [
+            store.create_job([fake_config(duration_s=1.0)], label=f"job {n}")
+            for n in range(jobs_queued)
+        ]
+        runners = [
+            start_runner(store_url, tmp_path / name, "--idle-exit-s", "3")
+            for name in ("host-a", "host-b")
+        ]
+        try:
+            wait_for(
+                lambda: all(store.get_job(job_id).finished for job_id in job_ids),
+                240,
+                "every job to finish",
+            )
+            for process, _ in runners:
+                process.wait(60)  # idle runners exit by themselves
+        finally:
+            for process, _ in runners:
+                stop_runner(process)
+        jobs = [store.get_job(job_id) for job_id in job_ids]
+        assert [job.status for job in jobs] == [RunStatus.COMPLETED] * jobs_queued
+        run_ids = [run_id for job in jobs for run_id in job.run_ids]
+        assert len(run_ids) == len(set(run_ids)) == jobs_queued  # each job ran exactly once
+        assert len(store.list_runs()) == jobs_queued  # and no run happened twice
+        assert all(store.count_records(run_id) > 0 for run_id in run_ids)
+        claimed_by = {job.runner for job in jobs}
+        assert len({pid for pid in (job.pid for job in jobs)}) == len(claimed_by) == 2
+    for _, log in runners:
+        assert "Traceback" not in log.read_text()
+
+
+def test_killed_runner_fails_after_the_grace_period_records_kept(store_url, tmp_path):
+    with open_store(store_url) as store:
+        job_id = store.create_job([fake_config(duration_s=120, itl_s=0.01)])
+        doomed, _ = start_runner(store_url, tmp_path / "host-a", "--idle-exit-s", "60")
+        try:
+            job = wait_for(
+                lambda: (
+                    (found := store.get_job(job_id)).current_run_id
+                    and store.count_records(found.current_run_id) > 0
+                    and found
+                ),
+                120,
+                "the run to be recorded as the job's current run",
+            )
+            run_id = job.current_run_id
+            family = [psutil.Process(doomed.pid), *psutil.Process(doomed.pid).children(True)]
+            os.kill(doomed.pid, signal.SIGKILL)
+            doomed.wait(10)
+            psutil.wait_procs(family, timeout=30)  # its engine worker follows its parent
+            written = store.count_records(run_id)
+            last_beat = store.get_job(job_id).heartbeat_at
+            assert store.get_job(job_id).status == RunStatus.RUNNING  # nobody noticed yet
+        finally:
+            stop_runner(doomed)
+        grace_s = 3
+        survivor, log = start_runner(
+            store_url, tmp_path / "host-b", "--idle-exit-s", "2", "--grace-s", str(grace_s)
+        )
+        try:
+            wait_for(lambda: store.get_job(job_id).finished, 90, "the lost job to be failed")
+        finally:
+            stop_runner(survivor)
+        job = store.get_job(job_id)
+        assert job.updated_at - last_beat >= grace_s  # failed only after the grace period
+        assert job.status == RunStatus.FAILED
+        assert job.error.startswith("worker lost: no heartbeat for")
+        run = store.get_run(run_id)
+        assert run.status == RunStatus.FAILED
+        assert run.failure is not None and "worker lost" in run.failure.cause
+        assert store.count_records(run_id) == written > 0  # partial records kept
+    assert "Traceback" not in log.read_text()
+
+
+def test_postgres_restart_mid_run(postgres, tmp_path):
+    url = postgres.create_database()
+    with open_store(url) as store:
+        job_id = store.create_job([fake_config(duration_s=8, itl_s=0.01)])
+        runner, log = start_runner(url, tmp_path / "host-a", "--idle-exit-s", "2")
+        try:
+            job = wait_for(
+                lambda: (
+                    (found := store.get_job(job_id)).current_run_id
+                    and store.count_records(found.current_run_id) > 0
+                    and found
+                ),
+                120,
+                "the run to write records",
+            )
+            before = store.count_records(job.current_run_id)
+            postgres.restart()  # every connection is cut; the server is back in about a second
+            wait_for(lambda: store.get_job(job_id).finished, 120, "the job to finish")
+            runner.wait(60)
+        finally:
+            stop_runner(runner)
+        job = store.get_job(job_id)
+        [run_id] = job.run_ids
+        run = store.get_run(run_id)
+        after = store.count_records(run_id)
+        print(f"restart mid-run: job {job.status}, run {run.status}, records {before} -> {after}")
+        assert job.status == run.status
+        if run.status == RunStatus.COMPLETED:
+            assert after > before
+            assert run.summary is not None and run.summary.requests > 0
+        else:  # the other allowed outcome: FAILED with what was written
+            assert run.status == RunStatus.FAILED and after >= before
+    text = log.read_text()
+    assert "connection lost" in text  # the restart was felt by the runner, and survived
+    assert "Traceback" not in text
+    assert postgres.password not in text
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_runners():
+    yield
+    stray = [
+        process
+        for process in psutil.process_iter(["cmdline"])
+        if "bench.jobs" in " ".join(process.info["cmdline"] or [])
+        and process.pid != os.getpid()
+        and process.ppid() == os.getpid()
+    ]
+    assert not stray, f"runner processes left behind: {stray}"
