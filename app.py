@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from bench.errors import UserError
+
 st.set_page_config(
     page_title="Inference framework advisor",
     page_icon=":material/insights:",
@@ -19,4 +21,7 @@ pages = [
     st.Page("ui/results_page.py", title="Results", icon=":material/table_chart:"),
     st.Page("ui/report_page.py", title="Report", icon=":material/description:"),
 ]
-st.navigation(pages).run()
+try:
+    st.navigation(pages).run()
+except UserError as exc:  # e.g. a results store that cannot be reached: one line, no traceback
+    st.error(str(exc), icon=":material/error:")

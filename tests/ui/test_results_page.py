@@ -53,3 +53,32 @@ def test_selected_runs_get_compared(store_path):
     assert any(second.run_id[-8:] in column for column in side_by_side.columns)
     assert any("step pattern" in i.value for i in at.info)  # no step run: says what to do
     assert len(at.expander) == 2  # diagnostics, one per run
+
+
+def test_results_page_names_a_postgres_store_without_its_password(app_test, monkeypatch, postgres):
+    url = postgres.create_database()
+    monkeypatch.setenv("ADVISOR_STORE", url)
+    run = stored_run(url)
+    at = app_test(PAGE).run()
+    assert not at.exception
+    assert run.run_id in list(at.dataframe[0].value["run_id"])
+    captions = [caption.value for caption in at.caption]
+    assert any(
+        "postgresql results store `postgresql://advisor:***@127.0.0.1:" in c for c in captions
+    )
+    shown = [str(element.value) for element in (*at.caption, *at.markdown, *at.info)]
+    assert not any(postgres.password in text for text in shown)
+
+
+def test_unreachable_store_is_one_line_not_a_traceback(app_test, monkeypatch):
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on once the block ends
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("ADVISOR_STORE", f"postgresql://advisor:pw-never-shown@127.0.0.1:{port}/x")
+    at = app_test(PAGE).run()
+    assert not at.exception
+    [error] = at.error
+    assert "cannot open" in error.value and "\n" not in error.value
+    assert "pw-never-shown" not in error.value and "advisor:***@127.0.0.1" in error.value
