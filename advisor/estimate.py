@@ -28,11 +28,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from advisor.gpus import GPUS, GpuSpec
 from advisor.profile import StageProfile
 from bench.config import LengthDistribution
+from bench.strict import Strict
 
 GB = 1e9
 RUNTIME_OVERHEAD_GB_PER_GPU = 1.0
@@ -94,10 +95,8 @@ ARCHITECTURES: dict[str, Architecture] = {
 }
 
 
-class Estimate(BaseModel):
+class Estimate(Strict):
     """Memory fit and physical floors of one stage on its GPU(s); None = not computable."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str | None
     kind: str

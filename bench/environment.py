@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from bench.strict import Strict
 from bench.telemetry import (
     close_nvml,
     device_processes,
@@ -357,10 +358,8 @@ def fingerprint_digest(fp: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- preflight
 
 
-class PreflightItem(BaseModel):
+class PreflightItem(Strict):
     """One finding: what is not standardised, why it matters, and what an admin could run."""
-
-    model_config = ConfigDict(extra="forbid")
 
     severity: Literal["warn", "info"]
     what: str

@@ -15,11 +15,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from bench.config import RunConfig
 from bench.errors import UserError
 from bench.schema import RunStatus
+from bench.strict import Strict
 
 EXECUTOR_NAMES = ("local", "ray")
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
@@ -31,10 +32,8 @@ ACCELERATOR_REQUEST = 0.001
 `accelerator_type=`): it selects the node without using up the marker."""
 
 
-class ExecutorSettings(BaseModel):
+class ExecutorSettings(Strict):
     """Which executor runs jobs, and for `ray`, which cluster and how many CPUs a job takes."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: Literal["local", "ray"] = Field(
         "local", description="local = this host, one job at a time; ray = a Ray cluster."
@@ -82,10 +81,8 @@ def gpus_needed(config: RunConfig) -> int:
     return int(parallelism.gpus_needed) if parallelism is not None else 1
 
 
-class JobResources(BaseModel):
+class JobResources(Strict):
     """What one job asks the cluster for: it runs its runs in order on one node."""
-
-    model_config = ConfigDict(extra="forbid")
 
     gpus: int = Field(ge=0, description="GPUs (the largest run of the job).")
     gpu_type: str | None = Field(None, description="GPU model every run of the job asks for.")

@@ -13,16 +13,15 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from bench.config import RunConfig
 from bench.errors import UserError
+from bench.strict import Strict
 
 
-class Placement(BaseModel):
+class Placement(Strict):
     """Where a run's replicas run: device kind, each replica's GPUs, the GPUs to sample."""
-
-    model_config = ConfigDict(extra="forbid")
 
     device: Literal["cuda", "cpu"]
     replica_devices: list[list[str]] = Field(

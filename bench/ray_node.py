@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from bench.environment import COMPARABILITY_LIBRARIES, library_versions
+from bench.strict import Strict
 
 BENCH_DIR = Path(__file__).resolve().parent
 STOP_CACHE_S = 0.5
@@ -65,10 +66,8 @@ def version_differences(submitter: dict[str, str | None], node: dict[str, str | 
 # --------------------------------------------------------------------------- where we run
 
 
-class NodePlacement(BaseModel):
+class NodePlacement(Strict):
     """Where a job runs: the Ray node and the GPUs Ray gave its task."""
-
-    model_config = ConfigDict(extra="forbid")
 
     executor: str = "ray"
     node_id: str
@@ -220,10 +219,8 @@ class PlacedStore:
 # --------------------------------------------------------------------------- the task body
 
 
-class NodeOutcome(BaseModel):
+class NodeOutcome(Strict):
     """What the task returns to the submitter (the runs themselves went through the store)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     placement: NodePlacement
     status: str | None = Field(None, description="The job's final status; None when refused.")

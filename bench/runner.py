@@ -120,9 +120,9 @@ def warmup_concurrency(load: LoadPattern) -> int:
 
     Closed loops (and a step ladder's first level) warm up at up to their own concurrency, so a
     batching engine runs the batch shape it is about to be measured at (its allocator grows and
-    its kernels for that batch size are chosen before the clock starts; eager PyTorch's first
-    `generate` of a shape runs 2-3x slower on an H200). Open-loop patterns warm up one request at
-    a time: they have no concurrency of their own to copy.
+    its kernels for that batch size are chosen before the clock starts, so the first, slower
+    `generate` of a shape is never timed). Open-loop patterns warm up one request at a time: they
+    have no concurrency of their own to copy.
     """
     count = max(1, load.warmup_requests)
     if isinstance(load, ConcurrencyLoad):

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 from sqlalchemy import (
     Connection,
     Engine,
@@ -63,6 +63,7 @@ from bench.store_schema import (
     runs,
 )
 from bench.store_url import STORE_APPLICATION, StoreURL, default_location, parse_store_url
+from bench.strict import Strict
 
 __all__ = [
     "STORE_SCHEMA_VERSION",
@@ -101,10 +102,8 @@ class StoreUnavailable(UserError):
     """The database could not be reached (for longer than RECONNECT_S during an operation)."""
 
 
-class Job(BaseModel):
+class Job(Strict):
     """One entry of the job queue: a list of runs the web app asked for, run by a job runner."""
-
-    model_config = ConfigDict(extra="forbid")
 
     job_id: str
     created_at: str
@@ -126,10 +125,8 @@ class Job(BaseModel):
         return self.status in _TERMINAL
 
 
-class StoreInfo(BaseModel):
+class StoreInfo(Strict):
     """What `python -m bench store info` and the Results page show about a store."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: str
     location: str = Field(description="The store's URL or path, password masked.")

@@ -6,19 +6,18 @@ differs (re-copied after an edit) is replaced whole; copying twice duplicates no
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from bench.errors import UserError
 from bench.schema import RunStatus
 from bench.store import Store
+from bench.strict import Strict
 
 FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STOPPED)
 
 
-class CopyReport(BaseModel):
+class CopyReport(Strict):
     """What one copy did, in runs and records."""
-
-    model_config = ConfigDict(extra="forbid")
 
     copied: int = Field(0, description="Runs new in the destination.")
     updated: int = Field(0, description="Runs that differed in the destination and were replaced.")

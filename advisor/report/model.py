@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from bench.strict import Strict
 
 REPORT_SCHEMA_VERSION = 1
 MAX_CHART_POINTS = 4000
@@ -37,10 +39,8 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 """(anchor id, heading) of every section, in order; every format prints each heading once."""
 
 
-class ReportPart(BaseModel):
+class ReportPart(Strict):
     """Base for report models: unknown fields are errors (a corrupt report file is caught)."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class KeyValue(ReportPart):

@@ -13,7 +13,7 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from bench.backends.base import (
     Availability,
@@ -27,14 +27,13 @@ from bench.backends.base import (
 from bench.clock import CLOCK
 from bench.config import ForwardWorkload, GenerateWorkload, Precision
 from bench.schema import ModelInfo
+from bench.strict import Strict
 
 TEST_DOUBLE_REASON = "test double: no inference (timed fake tokens for harness tests)"
 
 
-class FakeOptions(BaseModel):
+class FakeOptions(Strict):
     """Knobs of the fake backend (engine_args of a run with backend 'fake')."""
-
-    model_config = ConfigDict(extra="forbid")
 
     ttft_s: float = Field(0.0, ge=0, description="Delay before the first token (s).")
     itl_s: float = Field(0.0, ge=0, description="Delay between consecutive tokens (s).")

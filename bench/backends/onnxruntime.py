@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from bench.backends.base import (
     Availability,
@@ -42,6 +42,7 @@ from bench.clock import CLOCK
 from bench.config import ForwardWorkload, GenerateWorkload, Precision
 from bench.errors import BackendUnavailable, UserError
 from bench.schema import ModelInfo
+from bench.strict import Strict
 
 GENAI_FORMAT_VERSION = 1
 """Bumped when the conversion command changes, so stale converted models are not reused."""
@@ -65,10 +66,8 @@ GENAI_PRECISIONS = {
 DTYPE_TO_GENAI = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
-class OnnxRuntimeOptions(BaseModel):
+class OnnxRuntimeOptions(Strict):
     """Engine options under ONNX Runtime's own names (SessionOptions / provider / builder)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     provider: Literal["cuda", "tensorrt", "cpu"] | None = Field(
         None, description="Execution provider; none = cuda when the run's device is a GPU."

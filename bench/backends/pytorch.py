@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from bench.backends.base import (
     Availability,
@@ -36,6 +36,7 @@ from bench.clock import CLOCK
 from bench.config import ForwardWorkload, GenerateWorkload, Precision
 from bench.errors import UserError
 from bench.schema import ModelInfo
+from bench.strict import Strict
 
 if TYPE_CHECKING:
     import torch
@@ -43,10 +44,8 @@ if TYPE_CHECKING:
 FORWARD_INPUT_SEED = 0
 
 
-class PyTorchOptions(BaseModel):
+class PyTorchOptions(Strict):
     """Engine arguments of the `pytorch` backend."""
-
-    model_config = ConfigDict(extra="forbid")
 
     max_batch_size: int = Field(32, gt=0, description="Most requests decoded together (generate).")
     batch_wait_ms: float = Field(
@@ -340,7 +339,7 @@ class PyTorchBackend(Backend):
             return False
         assert isinstance(workload, GenerateWorkload)
         # A full-size batch of typical lengths primes the CUDA allocator (the dynamic KV cache
-        # grows every step) and kernel selection: the first such run is 2-3x slower on an H200.
+        # grows every step) and kernel selection, which make the first such run the slowest.
         prompt_tokens = min(workload.prompt_tokens.mean, 512)
         output_tokens = min(workload.output_tokens.mean, 512)
         warmup = [

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from bench.backends.base import (
     Availability,
@@ -36,6 +36,7 @@ from bench.clock import CLOCK
 from bench.config import ForwardWorkload, GenerateWorkload, Precision
 from bench.errors import BackendUnavailable, UserError
 from bench.schema import ModelInfo
+from bench.strict import Strict
 
 NOT_INSTALLED_REASON = (
     "tensorrt is not installed: `pip install tensorrt` on a CUDA host pulls its libraries "
@@ -45,10 +46,8 @@ NOT_INSTALLED_REASON = (
 ENGINE_FORMAT_VERSION = 1
 
 
-class TensorRTOptions(BaseModel):
+class TensorRTOptions(Strict):
     """Build options under TensorRT's names (IBuilderConfig) plus the dynamic-profile bounds."""
-
-    model_config = ConfigDict(extra="forbid")
 
     workspace_gib: float = Field(
         8.0, gt=0, description="set_memory_pool_limit(MemoryPoolType.WORKSPACE, ...) in GiB."

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from bench.backends.base import (
     Availability,
@@ -33,6 +33,7 @@ from bench.clock import CLOCK
 from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
 from bench.errors import BackendUnavailable, UserError
 from bench.schema import ModelInfo
+from bench.strict import Strict
 
 NOT_INSTALLED_REASON = (
     "tensorrt_llm is not installed: NVIDIA publishes it on pypi.nvidia.com and in NGC containers; "
@@ -41,15 +42,13 @@ NOT_INSTALLED_REASON = (
 )
 
 
-class TensorRTLLMOptions(BaseModel):
+class TensorRTLLMOptions(Strict):
     """The LlmArgs / BuildConfig options this adapter maps, under TensorRT-LLM's names.
 
     `backend` picks the runtime: "pytorch" (TensorRT-LLM's default LLM class, `TorchLlmArgs`) or
     "tensorrt" (a compiled engine, `tensorrt_llm._tensorrt_engine.LLM` with a `BuildConfig`; the
     article's `trtllm-build --gemm_plugin float16 --max_batch_size 32`).
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: Literal["pytorch", "tensorrt"] = Field(
         "pytorch", description="TensorRT-LLM runtime: PyTorch flow or a built TensorRT engine."
