@@ -147,20 +147,13 @@ class StepResources(Strict):
     cpus: int = Field(1, ge=1)
 
 
-def run_gpus(config: RunConfig) -> int:
-    """GPUs one run occupies: tensor_parallel_size x replicas (1 x 1 until a config sets them)."""
-    if config.device == "cpu":
-        return 0
-    tensor_parallel = getattr(config, "tensor_parallel_size", 1) or 1
-    replicas = getattr(config, "replicas", 1) or 1
-    return int(tensor_parallel) * int(replicas)
-
-
 def step_resources(step: CampaignStep) -> StepResources:
     """GPUs and CPUs a step needs. An advisor plan runs its configs one at a time on one GPU
     unless a config asks for more, which only becomes known once the plan is built."""
+    from bench.executor import gpus_needed  # the job runner's rule: one rule for both
+
     if isinstance(step, RunStep):
-        return StepResources(gpus=run_gpus(step.config))
+        return StepResources(gpus=gpus_needed(step.config))
     if isinstance(step, FidelityStep):
         check = step.check
         if check.device == "cpu":
