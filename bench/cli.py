@@ -368,6 +368,7 @@ def campaign(
     """Run a campaign plan: benchmark runs, fidelity checks and advisor plans, resumable."""
     from bench.campaign import RichReporter, load_plan, run_campaign
     from bench.executors import get_executor
+    from bench.store_url import redact_urls
 
     campaign_plan = load_plan(plan)
     chosen = get_executor(executor)
@@ -383,7 +384,8 @@ def campaign(
             plan_file=plan,
             store=store,
             reporter=reporter,
-            command=" ".join(["python", "-m", "bench", *sys.argv[1:]]),
+            # Written into campaign.json: a --store URL's password must not be.
+            command=redact_urls(" ".join(["python", "-m", "bench", *sys.argv[1:]])),
         )
     finally:
         reporter.close()

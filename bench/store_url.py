@@ -11,6 +11,7 @@ PGPASSFILE, PGSSLMODE ...), which psycopg reads itself. A location is shown only
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -87,21 +88,20 @@ def parse_store_url(location: str | Path | None = None) -> StoreURL:
     try:
         url = make_url(text)
     except (ArgumentError, ValueError) as error:
-        shown = _mask_unparsed(text)
+        shown = redact_urls(text)
         reason = "bad port" if isinstance(error, ValueError) else "not a URL"
         raise UserError(
             f"store URL {shown} is malformed ({reason}): use postgresql://user@host:port/database"
         ) from None
     if url.port is not None and not 0 < url.port < 65536:
-        raise UserError(f"store URL {_mask_unparsed(text)} is malformed (port {url.port})")
+        raise UserError(f"store URL {redact_urls(text)} is malformed (port {url.port})")
     return StoreURL("postgresql", url.set(drivername="postgresql+psycopg"))
 
 
-def _mask_unparsed(text: str) -> str:
-    """Mask user:password@ in a URL that did not parse (never echo a password back)."""
-    scheme, _, rest = text.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at:
-        return text
-    user = credentials.partition(":")[0]
-    return f"{scheme}://{user}:{MASK}@{host}" if ":" in credentials else text
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^\s]*(?P<at>@)", re.I)
+
+
+def redact_urls(text: str) -> str:
+    """`text` with the password of every URL in it masked, parsed or not: for messages and for
+    command lines written into result files (`--store postgresql://user:PASSWORD@...`)."""
+    return _URL_PASSWORD.sub(lambda match: f"{match['head']}{MASK}{match['at']}", text)

@@ -29,6 +29,7 @@ from bench.schema import (
 )
 from bench.store import STORE_SCHEMA_VERSION, ResultStore, open_store, parse_store_url
 from bench.store_copy import copy_runs
+from bench.store_url import redact_urls
 
 V1_FIXTURE = Path(__file__).parent / "data" / "store_v1.sqlite"
 """Written by bench/store.py of commit 852060c (store schema 1, the previous release): two runs
@@ -124,6 +125,18 @@ def test_postgres_urls_mask_the_password(monkeypatch):
     assert parse_store_url("postgres://bob@h/db").display == "postgresql://bob@h/db"
     monkeypatch.setenv("PGPASSWORD", "from-env-pw")  # libpq's variable: scrubbed too
     assert parse_store_url("postgresql:///db").scrub("x from-env-pw y") == "x *** y"
+
+
+def test_redact_urls_in_command_lines():
+    line = (
+        "python -m bench campaign p --store postgresql://alice:s3cr@t@h:5/db "
+        "--store=postgres://bob:pw/x@h/db sqlite:///a.sqlite postgresql://carol@h/db"
+    )
+    assert redact_urls(line) == (
+        "python -m bench campaign p --store postgresql://alice:***@h:5/db "
+        "--store=postgres://bob:***@h/db sqlite:///a.sqlite postgresql://carol@h/db"
+    )
+    assert redact_urls("postgresql://h:5432/db and more") == "postgresql://h:5432/db and more"
 
 
 @pytest.mark.parametrize(

@@ -140,3 +140,38 @@ def test_cli_on_a_postgres_store_never_shows_the_password(postgres, tmp_path):
     written = [path.read_text() for path in report_dir.rglob("*") if path.is_file()]
     assert written and any(run_id in content for content in written)
     assert not any(password in content for content in written + outputs)
+
+
+CAMPAIGN = """
+name: team-store
+description: one short fake run written to the team store
+steps:
+  - kind: run
+    name: fake c2
+    config:
+      backend: fake
+      model: tiny-llama
+      engine_args: {itl_s: 0.001}
+      workload: {kind: generate, prompt_tokens: {mean: 8}, output_tokens: {mean: 4}}
+      load: {pattern: concurrency, concurrency: 2, duration_s: 1, warmup_requests: 1}
+      validity: {min_duration_s: 0.5, min_requests: 1}
+      device: cpu
+"""
+
+
+def test_campaign_on_a_postgres_store_writes_no_password(postgres, tmp_path):
+    team = postgres.create_database()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(CAMPAIGN)
+    out = tmp_path / "campaign"
+    result = command(
+        "bench", "campaign", str(plan), "--out", str(out), "--store", team, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    recorded = json.loads((out / "campaign.json").read_text())
+    assert "--store postgresql://advisor:***@127.0.0.1" in recorded["command"]
+    with open_store(team) as opened:
+        assert [run.status.value for run in opened.list_runs()] == ["COMPLETED"]
+    written = [path.read_bytes() for path in out.rglob("*") if path.is_file()]
+    everything = b"".join(written) + (result.stdout + result.stderr).encode()
+    assert postgres.password.encode() not in everything
