@@ -51,6 +51,8 @@ DEFAULT_MAX_BATCH = 256
 """vLLM's default max_num_seqs: sequences one engine decodes together when not set."""
 PLAN_SIZE = 3
 """Configurations put into the bench plan besides the default one (the most promising few)."""
+SMALL_MODEL_FLOOR_MS = 1.0
+"""Below this 16-bit weight-read time a step is launch-bound (said in the notes, not modelled)."""
 CONCURRENCY_LADDER = (1, 16, 64, 256)
 """Load levels the Pareto chart estimates each configuration at."""
 FP8_ACCURACY_NOTE = (
@@ -472,6 +474,14 @@ def search_configurations(
     )
     if stage.concurrency is None:
         search.notes.append("no concurrency in the profile: configurations compared at 1")
+    weight_read_ms = inputs.parameters * 2 / (inputs.bandwidth_tb_s * 1e12) * 1e3
+    if weight_read_ms < SMALL_MODEL_FLOOR_MS:
+        search.notes.append(
+            f"the batch-1 weight read takes {weight_read_ms:.3f} ms: below about "
+            f"{SMALL_MODEL_FLOOR_MS:g} ms a decode step is bound by kernel launches and the "
+            "scheduler, which the step model does not include, so its figures for a model this "
+            "small overstate the speed"
+        )
     fitting: list[ConfigurationEstimate] = []
 
     def consider(deployment: Deployment, within_budget: bool) -> None:

@@ -27,10 +27,12 @@ from advisor.profile import WorkloadProfile
 from advisor.recommend import Report as AdvisorReport
 from advisor.recommend import StageRecommendation
 from advisor.report.aggregate import RequestColumns
-from advisor.report.charts import derive_charts, pattern_facts
+from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
+from advisor.report.configurations import calibration_table, configurations_table
 from advisor.report.model import (
     Alternative,
     Caveat,
+    Chart,
     DecisionStep,
     Diagnostic,
     EnvironmentSection,
@@ -147,6 +149,7 @@ def stage_report(stage: StageRecommendation) -> StageReport:
         ],
         what_would_change=_unique(would_change),
         caveats=_unique(chosen.caveats),
+        configurations=configurations_table(stage.configurations),
         second_opinion=_second_opinion(stage.learned),
     )
 
@@ -560,6 +563,19 @@ def _data_caveats(runs: Sequence[RunResult], environment: Mapping[str, Any] | No
 # --------------------------------------------------------------------------- the report
 
 
+def _pareto_charts(answer: AdvisorReport) -> list[Chart]:
+    """One Pareto chart per generate stage with a configuration search (ids kept unique)."""
+    charts = []
+    for index, stage in enumerate(s for s in answer.stages if s.configurations is not None):
+        chart = pareto_chart(stage.configurations)
+        if index:
+            chart = chart.model_copy(
+                update={"id": f"{chart.id}-{index + 1}", "title": f"{chart.title} ({stage.stage})"}
+            )
+        charts.append(chart)
+    return charts
+
+
 def build_report(
     profile: WorkloadProfile,
     answer: AdvisorReport,
@@ -626,8 +642,9 @@ def build_report(
         evidence=evidence_rows,
         reference=reference,
         reference_absent_reason=None if reference else reference_absent_reason,
-        charts=derive_charts(runs, requests),
+        charts=derive_charts(runs, requests) + _pareto_charts(answer),
         estimate=estimate,
+        calibration=calibration_table(answer.calibration),
         floor_distances=[floor_distance(run, estimate, profile_models) for run in runs],
         diagnostics=_diagnostics(findings, runs),
         environment=EnvironmentSection(

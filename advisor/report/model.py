@@ -82,6 +82,9 @@ class StageReport(ReportPart):
     alternatives: list[Alternative] = Field(default_factory=list)
     what_would_change: list[str] = Field(default_factory=list)
     caveats: list[str] = Field(default_factory=list)
+    configurations: ReferenceTable | None = Field(
+        None, description="The configuration search (TP x replicas x precision), best first."
+    )
     second_opinion: str | None = Field(
         None, description="The learned tree's view (never overrides measurements)."
     )
@@ -263,6 +266,11 @@ class Report(ReportPart):
     reference_absent_reason: str | None = None
     charts: list[Chart] = Field(default_factory=list)
     estimate: Estimate = Field(default_factory=Estimate)
+    calibration: ReferenceTable | None = Field(
+        None,
+        description="The configuration estimate's leave-one-out check: every stored level "
+        "predicted beside its measurement; `note` = MAPE and the 10%-per-partition verdict.",
+    )
     floor_distances: list[FloorDistance] = Field(default_factory=list)
     diagnostics: list[Diagnostic] = Field(default_factory=list)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)

@@ -195,3 +195,13 @@ def test_two_gpus_are_compared_with_one_measured_gpu(calibration) -> None:
     first_two = search.trade_offs[:2]
     assert all(" vs vllm TP=1 float16: TPOT p50 " in line for line in first_two)
     assert all("on 2 vs 1 GPU(s)" in line for line in first_two)
+
+
+def test_a_tiny_model_is_said_to_be_outside_the_step_model(calibration) -> None:
+    stage = profile_from_flags(model="tiny-llama", gpu="H200").primary
+    search = search_configurations(stage, "vllm", calibration.efficiency)
+    assert search is not None
+    assert any("launches" in note and "overstate" in note for note in search.notes)
+    big = profile_from_flags(model="llama-2-7b", gpu="H200").primary
+    big_search = search_configurations(big, "vllm", calibration.efficiency)
+    assert big_search is not None and not any("launches" in n for n in big_search.notes)

@@ -106,5 +106,8 @@ def test_empty_store_still_writes_a_report_saying_what_is_missing(
     assert report.meta.title == "Creative-writing assistant with long answers"
     assert report.stages[0].framework == "vllm" and report.stages[0].path
     assert report.reference is not None  # the seed table, labelled
-    assert not report.available_charts()
+    # no run charts; the Pareto chart holds only the configuration estimates
+    assert [chart.id for chart in report.available_charts()] == ["pareto-per-gpu-vs-per-user"]
+    (pareto,) = report.available_charts()
+    assert all(series.name.endswith("(estimate)") for series in pareto.series)
     assert (out / "chatbot_long_generation.md").is_file()

@@ -51,3 +51,45 @@ def test_pareto_chart_on_shipped_runs(search) -> None:
 def test_pareto_chart_absent_without_a_search() -> None:
     chart = pareto_chart(None)
     assert not chart.available and chart.absent_reason
+
+
+def test_report_formats_carry_the_search_the_chart_and_the_calibration(
+    tmp_path, monkeypatch
+) -> None:
+    """The shipped chat profile through `advisor report` over the shipped runs: the Pareto chart
+    with the recommended (measured) point, the configuration table, the leave-one-out table."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from advisor import evidence
+    from advisor.cli import app
+    from bench.store import ResultStore
+
+    monkeypatch.setattr(evidence, "DEFAULT_REFERENCE_DIR", SHIPPED_REFERENCE_DIR)
+    ResultStore(tmp_path / "empty.sqlite").close()
+    profile = Path(__file__).resolve().parents[3] / "examples" / "profiles" / "chat_7b_h200.yaml"
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            *("report", "--profile", str(profile), "--out", str(out)),
+            *("--format", "md,html,json", "--store", str(tmp_path / "empty.sqlite")),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "chat_7b_h200.json").read_text())
+    (chart,) = [c for c in data["charts"] if c["id"] == "pareto-per-gpu-vs-per-user"]
+    assert chart["available"] and chart["markers"][0]["label"].startswith("recommended: vllm")
+    assert any(s["name"].endswith("(measured)") for s in chart["series"])
+    table = data["stages"][0]["configurations"]
+    assert table["rows"][0][0] == "vllm TP=1 float16"
+    assert table["rows"][0][6] is not None  # measured TPOT beside the prediction
+    calibration = data["calibration"]
+    assert len(calibration["rows"]) >= 20 and "10%-per-partition gate" in calibration["note"]
+    for name in ("chat_7b_h200.md", "chat_7b_h200.html"):
+        text = (out / name).read_text()
+        assert "Estimate accuracy" in text and "Configurations of vllm" in text
+        assert "lm-evaluation-harness" in text
+    assert (out / "chat_7b_h200-charts" / "pareto-per-gpu-vs-per-user.svg").is_file()
