@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from advisor.configurations import (
     DEFAULT_MAX_BATCH,
@@ -40,16 +40,15 @@ from advisor.gpus import GPUS
 from advisor.profile import StageProfile
 from bench.config import ConcurrencyLoad, GenerateWorkload, StepLoad
 from bench.schema import MetricsSummary, RunResult, RunStatus, ValidityStatus
+from bench.strict import Strict
 
 GATE_MAPE = 0.10
 ASSUMED_EFFICIENCY = 0.5
 """Efficiency when no run at all is stored (about what vLLM reaches on an H200 at batch 1)."""
 
 
-class CalibrationPoint(BaseModel):
+class CalibrationPoint(Strict):
     """One measured closed-loop level and what the estimate predicts for it."""
-
-    model_config = ConfigDict(extra="forbid")
 
     run_id: str
     phase: str
@@ -77,7 +76,7 @@ class CalibrationPoint(BaseModel):
     throughput_error: float | None = None
 
 
-class PartitionError(BaseModel):
+class PartitionError(Strict):
     partition: str
     points: int
     tpot_mape: float
@@ -87,10 +86,8 @@ class PartitionError(BaseModel):
     )
 
 
-class Calibration(BaseModel):
+class Calibration(Strict):
     """The calibrated predictor's accuracy, as a user can read it."""
-
-    model_config = ConfigDict(extra="forbid")
 
     points: list[CalibrationPoint] = Field(default_factory=list)
     tpot_mape: float | None = None

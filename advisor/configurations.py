@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from advisor.estimate import (
     ACTIVATION_MARGIN_FRACTION,
@@ -42,6 +42,7 @@ from advisor.estimate import (
 from advisor.gpus import GPUS, GpuSpec
 from advisor.profile import Objective, StageProfile
 from bench.config import ParallelismConfig, PrecisionConfig, RunConfig
+from bench.strict import Strict
 
 FP8_BYTES = 1.0
 TP_EFFICIENCY_ASSUMED: dict[int, float] = {1: 1.0, 2: 0.9, 4: 0.8, 8: 0.7}
@@ -62,10 +63,10 @@ FP8_ACCURACY_NOTE = (
 )
 
 
-class Deployment(BaseModel):
+class Deployment(Strict):
     """One configuration: the engine, GPUs per engine and side by side, and the precision."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     framework: str
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
@@ -85,10 +86,8 @@ class Deployment(BaseModel):
         return f"{self.framework} {self.parallelism.label()} {self.precision.label()}"
 
 
-class Prediction(BaseModel):
+class Prediction(Strict):
     """The estimate of one configuration at one load level."""
-
-    model_config = ConfigDict(extra="forbid")
 
     concurrency: int
     batch_per_replica: int
@@ -100,10 +99,8 @@ class Prediction(BaseModel):
     tok_s_per_user: float
 
 
-class MeasuredLevel(BaseModel):
+class MeasuredLevel(Strict):
     """A stored measurement of a configuration at one load level, beside its prediction."""
-
-    model_config = ConfigDict(extra="forbid")
 
     concurrency: int
     run_id: str
@@ -120,10 +117,8 @@ class MeasuredLevel(BaseModel):
     throughput_error: float | None = None
 
 
-class ConfigurationEstimate(BaseModel):
+class ConfigurationEstimate(Strict):
     """A configuration's memory fit per GPU, floors and predicted speed at the stage's load."""
-
-    model_config = ConfigDict(extra="forbid")
 
     deployment: Deployment
     label: str
@@ -380,10 +375,8 @@ __all__ = [
 ]
 
 
-class ConfigurationSearch(BaseModel):
+class ConfigurationSearch(Strict):
     """The configurations of one framework for a stage, ranked, with the recommended one first."""
-
-    model_config = ConfigDict(extra="forbid")
 
     framework: str
     gpu_budget: int
