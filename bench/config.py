@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from bench.strict import Strict
 
@@ -318,26 +318,34 @@ class RunConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _tensor_parallel_from_engine_args(cls, data: Any) -> Any:
-        """`engine_args.tensor_parallel_size` (how plans and configs said it before parallelism
-        was a run axis) moves to `parallelism`: one place says how many GPUs an engine spans."""
-        if not isinstance(data, dict):
+    def _axes_from_engine_args(cls, data: Any) -> Any:
+        """Engine arguments that name a run axis move to it, so one place says it: any
+        backend's `tensor_parallel_size` -> `parallelism`; vLLM's `quantization: fp8` and
+        `kv_cache_dtype: fp8` -> `precision` (how configs and plans said them before these
+        were axes). The same value given twice, differently, is an error."""
+        if not isinstance(data, dict) or not isinstance(data.get("engine_args"), dict):
             return data
-        engine_args = data.get("engine_args")
-        if not isinstance(engine_args, dict) or "tensor_parallel_size" not in engine_args:
-            return data
-        engine_args = dict(engine_args)
-        given = engine_args.pop("tensor_parallel_size")
-        parallelism = data.get("parallelism") or {}
-        if isinstance(parallelism, ParallelismConfig):
-            parallelism = parallelism.model_dump()
-        parallelism = dict(parallelism)
-        stated = parallelism.get("tensor_parallel_size")
-        if stated is not None and given is not None and stated != given:
-            raise ValueError(
-                f"engine_args.tensor_parallel_size {given} contradicts "
-                f"parallelism.tensor_parallel_size {stated}; give it once, in parallelism"
-            )
-        if given is not None:
-            parallelism["tensor_parallel_size"] = given
-        return {**data, "engine_args": engine_args, "parallelism": parallelism}
+        engine_args = dict(data["engine_args"])
+        moves = [("tensor_parallel_size", "parallelism", None)]
+        if data.get("backend") == "vllm":
+            moves += [("quantization", "precision", "fp8"), ("kv_cache_dtype", "precision", "fp8")]
+        data = dict(data)
+        for name, section, only in moves:
+            if name not in engine_args or (only is not None and engine_args[name] != only):
+                continue
+            given = engine_args.pop(name)
+            target = data.get(section) or {}
+            if isinstance(target, BaseModel):
+                target = target.model_dump(exclude_unset=True)
+            target = dict(target)
+            stated = target.get(name)
+            if stated not in (None, "auto") and given is not None and stated != given:
+                raise ValueError(
+                    f"engine_args.{name} {given} contradicts {section}.{name} {stated}; "
+                    f"give it once, in {section}"
+                )
+            if given is not None:
+                target[name] = given
+            data[section] = target
+        data["engine_args"] = engine_args
+        return data

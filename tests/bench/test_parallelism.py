@@ -73,6 +73,21 @@ def test_engine_arg_tensor_parallel_size_moves_to_parallelism():
         config(engine_args={"tensor_parallel_size": 2}, parallelism={"tensor_parallel_size": 4})
 
 
+def test_vllm_fp8_engine_args_move_to_precision():
+    moved = config(engine_args={"quantization": "fp8", "kv_cache_dtype": "fp8", "block_size": 16})
+    assert moved.precision.quantization == "fp8" and moved.precision.kv_cache_dtype == "fp8"
+    assert moved.engine_args == {"block_size": 16}
+    kept = config(engine_args={"quantization": "awq", "kv_cache_dtype": "fp8_e5m2"})
+    assert kept.engine_args == {"quantization": "awq", "kv_cache_dtype": "fp8_e5m2"}
+    assert kept.precision.quantization is None
+    other = RunConfig(backend="pytorch", model="tiny-llama", engine_args={"quantization": "fp8"})
+    assert other.engine_args == {"quantization": "fp8"}  # only vLLM's names are vLLM's
+    instance = config(
+        engine_args={"quantization": "fp8"}, precision=PrecisionConfig(dtype="float16")
+    )
+    assert instance.precision == PrecisionConfig(dtype="float16", quantization="fp8")
+
+
 def test_stored_results_from_before_the_axes_still_load():
     """Every run the project ships in data/reference predates parallelism/precision fields."""
     loaded = 0
