@@ -188,3 +188,41 @@ def test_llm_generate_reference(
     assert wave["requests"] == 4 and wave["output_tokens"] == 4 * 9 and wave["elapsed_s"] > 0
     # The warm-up and the single wave saw these prompts; the timed calls must not reuse them.
     assert result["cached_prompt_tokens"] == 0 and wave["cached_prompt_tokens"] == 0
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_fidelity_check_on_cpu(
+    vllm_tiny_llama: ModelInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole `vllm` fidelity check: LLM.generate in its own process, then the backend through
+    bench.api.launch on the same prompts; the ratio is the two throughputs'."""
+    from bench.fidelity import VllmFidelityCheck, run_check
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # the engine processes inherit it
+    check = VllmFidelityCheck(
+        model=vllm_tiny_llama.path,
+        dtype="float32",
+        device="cpu",
+        prompt_tokens=16,
+        output_tokens=8,
+        requests=8,
+        max_num_seqs=4,
+        warmup_requests=2,
+        engine_args={"enforce_eager": True, "max_model_len": 512},
+    )
+    result = run_check(check, None, tmp_path)
+    reference = result.vllm_reference
+    assert reference is not None
+    assert reference.requests == 8 and reference.output_tokens == 8 * 8
+    assert reference.cached_prompt_tokens == 0
+    assert reference.single_wave is not None and reference.single_wave.requests == 4
+    assert reference.engine_args["max_num_seqs"] == 4
+    (run,) = result.runs
+    assert run.status.value == "COMPLETED", run.failure
+    assert run.summary is not None and run.summary.successful == 8
+    assert run.config.load.concurrency == 4 and run.config.engine_args["max_num_seqs"] == 4
+    assert result.ratio == pytest.approx(
+        run.summary.output_throughput_tok_s / reference.output_throughput_tok_s
+    )
+    assert (tmp_path / "runs" / "vllm_fidelity_c4" / "result.json").is_file()
