@@ -643,3 +643,20 @@ def test_sqlite_connection_is_not_shared_with_sqlite3_locking(tmp_path):
         reader.rollback()
         reader.close()
         assert len(opened.list_runs()) == 1
+
+
+def test_postgres_credentials_from_the_environment(postgres, monkeypatch):
+    """No password in the URL: libpq's PGPASSWORD (or ~/.pgpass) supplies it; without one the
+    open fails in one line that names the masked store."""
+    with_password = postgres.create_database()
+    without = with_password.replace(f":{postgres.password}@", "@")
+    assert postgres.password not in without
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", "/nonexistent")
+    with pytest.raises(UserError, match="cannot open") as caught:
+        open_store(without)
+    assert "\n" not in str(caught.value)
+    monkeypatch.setenv("PGPASSWORD", postgres.password)
+    with open_store(without) as opened:
+        assert opened.info().backend == "postgresql"
+        assert postgres.password not in repr(opened) + opened.display

@@ -6,6 +6,7 @@ double: timed fake tokens, no inference) through the real launch and worker proc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -168,11 +169,9 @@ def test_postgres_restart_mid_run(postgres, tmp_path):
 @pytest.fixture(autouse=True)
 def _no_stray_runners():
     yield
-    stray = [
-        process
-        for process in psutil.process_iter(["cmdline"])
-        if "bench.jobs" in " ".join(process.info["cmdline"] or [])
-        and process.pid != os.getpid()
-        and process.ppid() == os.getpid()
-    ]
+    stray = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # it may exit while we look
+            if "bench.jobs" in " ".join(child.cmdline()):
+                stray.append(child)
     assert not stray, f"runner processes left behind: {stray}"
