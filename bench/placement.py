@@ -30,7 +30,12 @@ class Placement(Strict):
     nvml_indices: list[int] | None = Field(
         None,
         description="NVML indices of the run's GPUs, for telemetry; None = not resolvable "
-        "(MIG or unknown entries): telemetry then samples every GPU.",
+        "(MIG or unknown entries) or not ours to pin: telemetry then samples every GPU.",
+    )
+    pinned: bool = Field(
+        True,
+        description="False for a client of a server started elsewhere: its GPUs are the "
+        "server's, unknown here, so nothing is pinned and every GPU is sampled.",
     )
 
     @property
@@ -39,14 +44,14 @@ class Placement(Strict):
 
     @property
     def gpus(self) -> int | None:
-        """GPUs the run uses (None on CPU): the denominator of tok/s per GPU."""
-        if self.device != "cuda":
+        """GPUs the run uses (None on CPU or unknown): the denominator of tok/s per GPU."""
+        if self.device != "cuda" or not self.pinned:
             return None
         return sum(len(devices) for devices in self.replica_devices)
 
     def env(self, replica: int) -> dict[str, str]:
         """Environment a replica's worker starts with: its GPUs only (nothing on CPU)."""
-        if self.device != "cuda":
+        if self.device != "cuda" or not self.pinned:
             return {}
         env = {"CUDA_VISIBLE_DEVICES": ",".join(self.replica_devices[replica])}
         # NVML numbers GPUs in PCI order; CUDA's default is fastest-first. PCI order in the
@@ -102,6 +107,12 @@ def place(config: RunConfig, backend_cls: Any = None, nvml: Any = None) -> Place
     parallelism = config.parallelism
     if backend_cls is not None:
         backend_cls.engine_args_for(config.engine_args, parallelism, config.precision)
+        if not backend_cls.uses_local_gpus(config.engine_args):
+            return Placement(
+                device="cpu" if config.device == "cpu" else "cuda",
+                replica_devices=[[] for _ in range(parallelism.replicas)],
+                pinned=False,
+            )
     tp = parallelism.tensor_parallel_size
     needed = parallelism.gpus_needed
     entries, indices = ([], []) if config.device == "cpu" else visible_devices(nvml)

@@ -189,6 +189,11 @@ class Backend(ABC):
         return cls.validate_engine_args(args) if args else {}
 
     @classmethod
+    def uses_local_gpus(cls, engine_args: dict[str, Any]) -> bool:
+        """Whether the engine runs here, on GPUs this run places (False: a remote server)."""
+        return True
+
+    @classmethod
     @abstractmethod
     def availability(cls) -> Availability:
         """Installed? Which version? If not usable here, why (one line)."""

@@ -265,6 +265,11 @@ class OpenAIBackend(Backend):
         return {**engine_args, "server_args": server_args}
 
     @classmethod
+    def uses_local_gpus(cls, engine_args: dict[str, Any]) -> bool:
+        """A launched server runs here on the run's GPUs; a base_url server runs elsewhere."""
+        return engine_args.get("launch") is not None
+
+    @classmethod
     def availability(cls) -> Availability:
         version = package_version("aiohttp")
         if version is None:

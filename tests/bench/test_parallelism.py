@@ -213,3 +213,16 @@ def test_cli_option_paths_reach_the_config_and_errors_are_one_line():
     )  # fmt: skip
     assert done.returncode == 2 and "precision.quantization" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_client_of_a_remote_server_pins_nothing_and_samples_every_gpu(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    remote = RunConfig(
+        backend="openai", model="tiny-llama", engine_args={"base_url": "http://127.0.0.1:1"}
+    )
+    placement = place(remote, get_backend("openai"), nvml=two_gpus())
+    assert not placement.pinned and placement.env(0) == {} and placement.nvml_indices is None
+    assert placement.gpus is None
+    launched = RunConfig(backend="openai", model="tiny-llama", engine_args={"launch": "vllm"})
+    placement = place(launched, get_backend("openai"), nvml=two_gpus())
+    assert placement.pinned and placement.env(0)["CUDA_VISIBLE_DEVICES"] == "0"
