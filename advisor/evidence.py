@@ -57,9 +57,19 @@ def workload_shape(stage: StageProfile) -> WorkloadShape:
         concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,
         fixed_input_shapes=stage.fixed_input_shapes,
         build_time_tolerance=stage.build_time_tolerance,
-        tensor_parallel_size=stage.gpu.count,
+        tensor_parallel_size=stage_tensor_parallel(stage),
         quantization=stage.precision.quantization,
     )
+
+
+def stage_tensor_parallel(stage: StageProfile) -> int:
+    """GPUs one engine spans in the stage's own configuration: the fewest that hold the model at
+    the profile's precision (the estimate; more GPUs are the configuration search's to weigh as
+    TP or replicas), or the GPU count when the GPU memory is unknown."""
+    estimate = estimate_stage(stage)
+    if estimate.fits is None:
+        return stage.gpu.count
+    return estimate.tensor_parallel_needed or stage.gpu.count
 
 
 def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
@@ -421,7 +431,7 @@ def rows_from_runs(
 
 def _same_configuration(config: RunConfig, stage: StageProfile) -> bool:
     """Whether a run's parallelism and precision are the stage's (see Closeness)."""
-    wanted_tp = estimate_stage(stage).tensor_parallel_needed or 1
+    wanted_tp = stage_tensor_parallel(stage)
     wants_fp8 = (stage.precision.quantization or "").lower() == "fp8"
     return (
         config.parallelism.tensor_parallel_size == wanted_tp

@@ -76,11 +76,14 @@ def decision_tree() -> Any:
 
 def plan_for(stage: StageProfile, quick: bool) -> StagePlan:
     """The advisor's benchmark plan for one stage (its tree candidates, its workload shape),
-    sized for this machine: without a GPU the quick plan runs the CPU-sized model."""
+    sized for this machine: without a GPU the quick plan runs the CPU-sized model; on a GPU the
+    full plan adds the configuration search's most promising TP x replicas x precision runs."""
     from advisor.plan import plan_for_stage
 
     cpu_only = not machine_facts()[0].get("gpu_available")
-    return plan_for_stage(stage, quick=quick, tree=decision_tree(), cpu_only=cpu_only)
+    return plan_for_stage(
+        stage, quick=quick, tree=decision_tree(), cpu_only=cpu_only, configurations=not quick
+    )
 
 
 @st.cache_data(ttl=2, max_entries=16, show_spinner=False)

@@ -205,3 +205,14 @@ def test_a_tiny_model_is_said_to_be_outside_the_step_model(calibration) -> None:
     big = profile_from_flags(model="llama-2-7b", gpu="H200").primary
     big_search = search_configurations(big, "vllm", calibration.efficiency)
     assert big_search is not None and not any("launches" in n for n in big_search.notes)
+
+
+def test_cpu_plans_never_add_gpu_configurations() -> None:
+    from advisor.plan import plan_for_stage
+
+    stage = profile_from_flags(model="llama-2-13b", gpu="H200", gpu_count=2).primary
+    cpu = plan_for_stage(stage, cpu_only=True, configurations=True)
+    assert all(c.parallelism.gpus_needed == 1 and not c.precision.uses_fp8 for c in cpu.configs)
+    gpu = plan_for_stage(stage, configurations=True)
+    assert any(c.parallelism.gpus_needed == 2 for c in gpu.configs)
+    assert len(gpu.estimates) == len(gpu.configs)
