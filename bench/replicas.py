@@ -465,6 +465,7 @@ async def _run(
                 exit_code=replica.exit_code,
                 failure=replica.failure,
                 load_s=loaded.get("load_s"),
+                log_path=str(replica.worker.log_path),
                 engine=dict(loaded.get("engine") or {}),
             )
         )

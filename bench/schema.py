@@ -223,6 +223,7 @@ class ReplicaResult(Record):
     exit_code: int | None = None
     failure: Failure | None = None
     load_s: float | None = None
+    log_path: str | None = Field(None, description="This replica's engine log.")
     summary: MetricsSummary | None = Field(
         None, description="This replica's measured records alone (the run's summary is all)."
     )

@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -19,7 +20,7 @@ from bench.api import launch
 from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
 from bench.metrics import summarize
 from bench.proctree import ProcessTree
-from bench.schema import RunStatus
+from bench.schema import RunResult, RunStatus
 
 
 def run_config(backend: str, engine_args: dict, replicas: int = 2, **load) -> RunConfig:
@@ -76,6 +77,33 @@ def test_fake_replicas_share_one_load_generator(tmp_path):
     check_service_split(result, out)
     shares = [replica.summary.requests for replica in result.replicas]
     assert min(shares) / max(shares) > 0.7, shares  # equal replicas, even split
+
+
+def test_a_replica_that_fails_to_load_fails_the_run_with_its_cause(tmp_path):
+    result = launch(run_config("fake", {"load_error": "no memory for weights"}), out_dir=tmp_path)
+    assert result.status == RunStatus.FAILED
+    assert result.failure.cause.startswith("replica ")
+    assert "RuntimeError: no memory for weights" in result.failure.cause
+    assert all(gone(replica.pid) for replica in result.replicas)
+    assert all(Path(replica.log_path).exists() for replica in result.replicas)
+
+
+def test_cli_runs_replicas_from_option_flags(tmp_path):
+    """`bench run --option parallelism.replicas=2`: the stored result and records carry them."""
+    from tests.bench.test_cli import bench
+
+    done = bench(
+        "run", "--backend", "fake", "--model", "tiny-llama", "--device", "cpu",
+        "--concurrency", "4", "--duration-s", "1", "--dtype", "float32",
+        "--prompt-tokens", "8", "--output-tokens", "4", "--engine-arg", "itl_s=0.001",
+        "--option", "parallelism.replicas=2", "--option", "validity.min_requests=5",
+        "--option", "validity.min_duration_s=0.5", "--no-store", "--out", str(tmp_path), "--json",
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = RunResult.model_validate_json(done.stdout)
+    assert result.config.parallelism.replicas == 2 and len(result.replicas) == 2
+    check_service_split(result, tmp_path)
 
 
 def test_one_request_at_a_time_alternates_replicas(tmp_path):
