@@ -462,14 +462,32 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
     if chart.markers:
         marker_frame = pd.DataFrame([{"x": m.x, "label": m.label} for m in chart.markers])
         rules = alt.Chart(marker_frame).mark_rule(strokeDash=[4, 3], color="#555")
-        # Right-aligned, staggered labels stay inside the plot even for a marker at the right
-        # edge (the knee is often the last stage) and do not overprint each other.
+        # Staggered labels do not overprint each other; a marker in the right half of the plot
+        # (the knee is often the last stage) is labelled to its left, one in the left half to
+        # its right, so the label stays inside the plot.
         marker_frame["row"] = [2 + 13 * (index % 3) for index in range(len(marker_frame))]
-        labels = alt.Chart(marker_frame).mark_text(
-            align="right", baseline="top", dx=-4, fontSize=10, color="#333"
-        )
+        xs = [x for series in chart.series for x in series.x] + list(marker_frame["x"])
+        middle = (min(xs) + max(xs)) / 2
         layers.append(rules.encode(x=alt.X("x:Q")))
-        layers.append(labels.encode(x=alt.X("x:Q"), y=alt.Y("row:Q", scale=None), text="label:N"))
+        for align, dx, side in (("right", -4, marker_frame["x"] >= middle), ("left", 4, None)):
+            part = (
+                marker_frame[side] if side is not None else marker_frame[marker_frame["x"] < middle]
+            )
+            if part.empty:
+                continue
+            labels = alt.Chart(part).mark_text(
+                align=align, baseline="top", dx=dx, fontSize=10, color="#333"
+            )
+            layers.append(
+                labels.encode(x=alt.X("x:Q"), y=alt.Y("row:Q", scale=None), text="label:N")
+            )
+        points = [{"x": m.x, "y": m.y} for m in chart.markers if m.y is not None]
+        if points:  # a marked point (the recommended configuration on the Pareto chart)
+            layers.append(
+                alt.Chart(pd.DataFrame(points))
+                .mark_point(shape="diamond", size=160, filled=True, color="#d62728")
+                .encode(x=alt.X("x:Q"), y=alt.Y("y:Q"))
+            )
     composed = alt.layer(*layers).properties(
         width=CHART_WIDTH_PX, height=CHART_HEIGHT_PX, title=chart.title
     )
