@@ -215,6 +215,16 @@ class CampaignResult(Strict):
     def failed(self) -> list[StepOutcome]:
         return [outcome for outcome in self.steps if outcome.status == "failed"]
 
+    @property
+    def failed_runs(self) -> list[RunResult]:
+        """Runs of completed steps that did not complete (each with its cause, as any run)."""
+        return [
+            run
+            for outcome in self.steps
+            for run in outcome.runs + (outcome.fidelity.runs if outcome.fidelity else [])
+            if run.status.value != "COMPLETED"
+        ]
+
 
 class StepContext(Strict):
     """Where a step writes: its own folder and the results store (a location string, so a

@@ -397,7 +397,10 @@ def campaign(
     )
     if result.skipped:
         typer.echo(f"skipped (budget): {', '.join(s.name for s in result.skipped)}")
-    if result.failed:
+    for run in result.failed_runs:
+        cause = run.failure.cause if run.failure else run.status.value
+        typer.echo(f"run {run.run_id} ({run.config.label or run.config.backend}): {cause}")
+    if result.failed or result.failed_runs:
         raise typer.Exit(1)
 
 
@@ -542,7 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
     try:
-        app(args=argv, standalone_mode=False)
+        # Outside standalone mode click returns a command's `typer.Exit(code)` instead of raising.
+        returned = app(args=argv, standalone_mode=False)
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
@@ -563,4 +567,4 @@ def main(argv: list[str] | None = None) -> int:
             exc.show()
             return 2
         raise
-    return 0
+    return returned if isinstance(returned, int) else 0

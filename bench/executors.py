@@ -1,5 +1,7 @@
 """Campaign executors: "run this step, give back its outcome", behind one small interface.
 
+(The job runner's executors, which run stored jobs, are bench/executor.py.)
+
 `local` (the default) runs each step in this process, one after another; every run still gets
 its own worker process (bench/worker.py). Another executor (e.g. one placing each step on a
 cluster node with exactly `bench.campaign.step_resources(step)`) implements the same `run` and

@@ -446,9 +446,9 @@ class VllmBackend(Backend):
         _empty_cuda_cache()
 
 
-# Registered only under the package name: run as `python -m bench.backends.vllm` (or re-imported
-# as __mp_main__ by a spawned vLLM process) this file is a second module whose class would clash
-# with the one the package import already registered.
+# Registered only under the package name: re-imported as __mp_main__ by a spawned vLLM process,
+# this file is a second module whose class would clash with the one the package import
+# already registered.
 if __name__ == "bench.backends.vllm":
     register_backend("vllm")(VllmBackend)
 

@@ -180,6 +180,18 @@ def test_a_failing_step_is_recorded_and_the_next_one_runs(tmp_path: Path) -> Non
     assert result.steps[0].traceback is None  # a user's mistake needs no traceback
 
 
+def test_cli_exits_1_and_names_a_run_that_failed_inside_a_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = fake_step("engine fails")
+    broken["config"]["engine_args"]["load_error"] = "injected load failure"
+    plan_file = write_plan(tmp_path, [broken, fake_step("fine")])
+    assert main(["campaign", str(plan_file), "--out", str(tmp_path / "out")]) == 1
+    printed = capsys.readouterr().out
+    assert "2 step(s) run, 0 already done, 0 failed" in printed  # the step itself completed
+    assert "(engine fails): " in printed and "injected load failure" in printed
+
+
 class RecordingExecutor:
     """TEST DOUBLE executor: records what the campaign hands over, then runs it locally."""
 
