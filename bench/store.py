@@ -224,9 +224,6 @@ class _Backend:
     def create_engine(self) -> Engine:
         raise NotImplementedError
 
-    def begin_write(self, conn: Connection) -> None:
-        """Called at the start of every write transaction, before its first statement."""
-
     def after_check(self, engine: Engine) -> None:
         """Called once the layout was found readable, before anything is created or migrated."""
 
@@ -451,9 +448,7 @@ class ResultStore:
                 with self._engine.connect() as conn:
                     if write:
                         conn = conn.execution_options(store_write=True)
-                    with conn.begin() as transaction:
-                        if write:
-                            self._backend.begin_write(conn)
+                    with conn.begin() as transaction:  # SQLite: IMMEDIATE when write
                         value = work(conn)
                         committing = True
                         transaction.commit()
