@@ -59,15 +59,17 @@ CHECKPOINT_WRITE_B_S = 150e6
 """Random-weight checkpoint written by bench/models.py (fill + safetensors write)."""
 WEIGHT_LOAD_B_S = 1e9
 ENGINE_START_S = {
-    "vllm": 90.0,
-    "pytorch": 10.0,
+    "vllm": 60.0,
+    "pytorch": 25.0,
     "torch_compile": 90.0,
     "onnxruntime": 60.0,
     "tensorrt_llm": 180.0,
     "tensorrt": 300.0,
     "openai": 90.0,
 }
-"""Engine start before weights are read: process spawn, imports, graph capture or compile."""
+"""Engine start before weights are read: process spawn, imports, graph capture or compile.
+(For scale: on a 2-core host with a load average of ~4.5, vLLM eager took 62 s and PyTorch
+55 s to load tiny-llama, tests/e2e/test_cpu_first_run.py.)"""
 DEFAULT_ENGINE_START_S = 30.0
 EXPORT_COPIES = {"onnxruntime": 1.0, "tensorrt_llm": 1.0, "tensorrt": 1.0}
 """Extra copies of the weights a backend writes (ONNX export, built engine)."""
@@ -131,11 +133,13 @@ def plan_for_stage(
     tree: DecisionTree | None = None,
     cpu_only: bool = False,
     configurations: bool = False,
+    busy: float = 1.0,
 ) -> StagePlan:
     """Walk the tree for `stage` and plan one run per benchmarkable candidate, with estimates.
 
     `cpu_only` (no GPU on the machine that will run it): the quick plan runs the model's
-    CPU-sized preset of the same family, vLLM eager (no compile warm-up), on the CPU.
+    CPU-sized preset of the same family, vLLM eager (no compile warm-up), on the CPU; `busy`
+    scales the CPU estimates (`host_busy_factor()` for this machine).
     `configurations` (GPU plans): the configuration search's most promising TP x replicas x
     precision layouts of the first candidate join the plan (`advisor.configurations.plan_runs`).
     """
@@ -168,12 +172,26 @@ def plan_for_stage(
         quick=quick,
         decision=decision,
         configs=configs,
-        estimates=estimate_runs(configs, cpu_only=cpu_only, gpu=stage.gpu.type),
+        estimates=estimate_runs(
+            configs, cpu_only=cpu_only, gpu=stage.gpu.type, busy=busy if cpu_only else 1.0
+        ),
         not_benchmarked=[c.framework for c in decision.candidates if not c.benchmarked],
         cpu_only=cpu_only,
         profile_model=stage.model,
         note=note,
     )
+
+
+def host_busy_factor() -> float:
+    """How many times slower CPU work runs here than on an idle host: the 1-minute load average
+    over the usable cores, at least 1 (other work shares the cores a CPU run needs)."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1.0, os.getloadavg()[0] / max(cores, 1))
 
 
 def this_machine_has_gpu() -> bool:
@@ -211,7 +229,7 @@ def _on_the_cpu(config: RunConfig, quick: bool) -> RunConfig:
 
 
 def estimate_runs(
-    configs: list[RunConfig], *, cpu_only: bool, gpu: str | None = None
+    configs: list[RunConfig], *, cpu_only: bool, gpu: str | None = None, busy: float = 1.0
 ) -> list[RunEstimate]:
     """Estimates of runs done in this order: a checkpoint is written once, by the first run
     that needs it."""
@@ -219,16 +237,25 @@ def estimate_runs(
     written: set[tuple[str, str]] = set()
     for config in configs:
         key = (config.model, config.precision.dtype)
-        estimates.append(estimate_run(config, cpu_only=cpu_only, gpu=gpu, written=key in written))
+        estimates.append(
+            estimate_run(config, cpu_only=cpu_only, gpu=gpu, written=key in written, busy=busy)
+        )
         written.add(key)
     return estimates
 
 
 def estimate_run(
-    config: RunConfig, *, cpu_only: bool, gpu: str | None = None, written: bool = False
+    config: RunConfig,
+    *,
+    cpu_only: bool,
+    gpu: str | None = None,
+    written: bool = False,
+    busy: float = 1.0,
 ) -> RunEstimate:
     """Duration and disk use of one run before it runs (see the constants for the basis);
-    `written`: an earlier run of the plan writes its checkpoint."""
+    `written`: an earlier run of the plan writes its checkpoint; `busy`: how many times slower
+    compute runs than on an idle host (`host_busy_factor`), applied to engine start and
+    requests."""
     architecture, _source = architecture_for(config.model)
     weight_bytes = None
     if architecture is not None:
@@ -241,10 +268,10 @@ def estimate_run(
     parts: dict[str, float] = {}
     if checkpoint_bytes and not cached:
         parts["write checkpoint"] = checkpoint_bytes / CHECKPOINT_WRITE_B_S
-    parts["engine start"] = ENGINE_START_S.get(config.backend, DEFAULT_ENGINE_START_S)
+    parts["engine start"] = ENGINE_START_S.get(config.backend, DEFAULT_ENGINE_START_S) * busy
     if weight_bytes:
         parts["load weights"] = weight_bytes / WEIGHT_LOAD_B_S
-    request_s = _request_seconds(config, weight_bytes, cpu_only, gpu)
+    request_s = _request_seconds(config, weight_bytes, cpu_only, gpu) * busy
     if config.load.warmup_requests:
         parts["warm-up"] = request_s  # warm-up requests are sent together
     parts["phases"] = _phases_seconds(config, request_s)
@@ -265,7 +292,7 @@ def estimate_run(
         checkpoint_cached=cached,
         parts_s={name: round(value, 1) for name, value in parts.items()},
         basis=f"estimate on {where}: decode step = weights / memory bandwidth + overhead; "
-        f"one request {request_s:.1f} s",
+        f"one request {request_s:.1f} s" + (f"; host busy x{busy:.1f}" if busy > 1 else ""),
     )
 
 
@@ -400,6 +427,7 @@ __all__ = [
     "cpu_sized_model",
     "estimate_run",
     "estimate_runs",
+    "host_busy_factor",
     "plan_for_stage",
     "this_machine_has_gpu",
 ]

@@ -78,11 +78,16 @@ def plan_for(stage: StageProfile, quick: bool) -> StagePlan:
     """The advisor's benchmark plan for one stage (its tree candidates, its workload shape),
     sized for this machine: without a GPU the quick plan runs the CPU-sized model; on a GPU the
     full plan adds the configuration search's most promising TP x replicas x precision runs."""
-    from advisor.plan import plan_for_stage
+    from advisor.plan import host_busy_factor, plan_for_stage
 
     cpu_only = not machine_facts()[0].get("gpu_available")
     return plan_for_stage(
-        stage, quick=quick, tree=decision_tree(), cpu_only=cpu_only, configurations=not quick
+        stage,
+        quick=quick,
+        tree=decision_tree(),
+        cpu_only=cpu_only,
+        configurations=not quick,
+        busy=host_busy_factor(),
     )
 
 
@@ -442,7 +447,10 @@ def plan_cost(chosen: list[RunConfig], stage: StageProfile, cpu_only: bool) -> b
     while a plan estimated over CONFIRM_ABOVE_S is not confirmed."""
     if not chosen:
         return True
-    estimates = estimate_runs(chosen, cpu_only=cpu_only, gpu=stage.gpu.type)
+    from advisor.plan import host_busy_factor
+
+    busy = host_busy_factor() if cpu_only else 1.0
+    estimates = estimate_runs(chosen, cpu_only=cpu_only, gpu=stage.gpu.type, busy=busy)
     st.dataframe(
         pd.DataFrame(
             [
@@ -468,6 +476,11 @@ def plan_cost(chosen: list[RunConfig], stage: StageProfile, cpu_only: bool) -> b
         f"Estimated for the ticked runs: **{format_duration(total_s)}** and "
         f"**{format_bytes(total_disk)}** of new disk (estimates from model size and load, not "
         "measurements)."
+        + (
+            f" This machine is busy with other work: CPU parts are counted {busy:.1f}x slower."
+            if busy > 1.05
+            else ""
+        )
     )
     if total_s <= CONFIRM_ABOVE_S:
         return True

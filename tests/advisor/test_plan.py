@@ -47,8 +47,11 @@ def test_cli_bench_plan_prints_plan_for_stage(monkeypatch: pytest.MonkeyPatch, t
         assert shown["estimates"] == [e.model_dump(mode="json") for e in plan.estimates]
 
 
-def test_benchmark_page_plans_with_plan_for_stage() -> None:
+def test_benchmark_page_plans_with_plan_for_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    import advisor.plan
     from ui.benchmark_page import plan_for
+
+    monkeypatch.setattr(advisor.plan, "host_busy_factor", lambda: 1.0)  # an idle machine
 
     stage = load_profile(ROOT / "examples" / "profiles" / "chat_7b_h200.yaml").primary
     shown = plan_for(stage, quick=True)
@@ -139,3 +142,23 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
         for config in plan_for_stage(stage).configs:
             backend = registry()[config.backend]
             assert config.engine_args == backend.recommended_args(shape)
+
+
+def test_a_busy_host_stretches_cpu_estimates(empty_model_cache) -> None:
+    from advisor.plan import host_busy_factor
+
+    assert host_busy_factor() >= 1.0
+    stage = default_stage()
+    idle = plan_for_stage(stage, quick=True, cpu_only=True)
+    busy = plan_for_stage(stage, quick=True, cpu_only=True, busy=4.0)
+    for calm, loaded in zip(idle.estimates, busy.estimates, strict=True):
+        assert loaded.parts_s["engine start"] == pytest.approx(
+            4 * calm.parts_s["engine start"], 0.01
+        )
+        assert loaded.parts_s["warm-up"] == pytest.approx(4 * calm.parts_s["warm-up"], 0.05)
+    assert busy.duration_s > 3 * idle.duration_s
+    # A GPU plan is not scaled by the host's load.
+    assert (
+        plan_for_stage(stage, quick=True, busy=4.0).duration_s
+        == plan_for_stage(stage, quick=True).duration_s
+    )

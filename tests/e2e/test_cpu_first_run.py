@@ -45,7 +45,10 @@ def test_default_profile_quick_plan_on_the_cpu_finishes_with_results(app_url, pa
     text = main.inner_text()
     assert f"instead of {profile_model}" in text and "not GPU figures" in text
     assert "Estimated for the ticked runs" in text and "of new disk" in text
-    assert "Run it anyway" not in text  # minutes, so no confirmation is asked
+    if "Run it anyway" in text:  # only when other work makes this machine several times slower
+        assert "busy with other work" in text
+        page.get_by_text("Run it anyway").click()
+        page.wait_for_timeout(1500)
     run = page.get_by_role("button", name="Run 2 benchmarks")
     run.wait_for(timeout=30_000)
     no_exceptions(page)
