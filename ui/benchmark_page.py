@@ -571,7 +571,9 @@ def job_panel(job: Job) -> None:
     head = st.columns([4, 1])
     with head[0]:
         status_badge(job.status.value)
-        st.caption(f"Job {job.job_id} · {job.label or ''} · {len(job.configs)} run(s)")
+        # On a shared store the runner may be on another host: say which one took the job.
+        runner = f" · runner {job.runner}" if job.runner else ""
+        st.caption(f"Job {job.job_id} · {job.label or ''} · {len(job.configs)} run(s){runner}")
     if not job.finished:
         with head[1]:
             if job.stop_requested:

@@ -95,7 +95,7 @@ def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_p
     store = ResultStore(store_path)
     config = RunConfig(backend="fake", model="tiny-llama")
     job_id = store.create_job([config], label="ui test")
-    store.claim_next_job(pid=12345)
+    store.claim_next_job(pid=12345, runner="gpu-host-b:12345")
     progress = JobProgress([config], lambda state: store.update_job(job_id, progress=state))
     progress.start_run(0)
     for step in range(3):
@@ -124,6 +124,7 @@ def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_p
     assert not at.exception
     texts = [p.text or "" for p in at.get("progress")]
     assert any("3 s of 10 s" in text for text in texts), texts
+    assert any("runner gpu-host-b:12345" in c.value for c in at.caption)  # the claiming host
     stop = next(b for b in at.button if b.label == "Stop")
     stop.click().run()
     assert store.get_job(job_id).stop_requested
