@@ -175,3 +175,30 @@ def _no_stray_runners():
             if "bench.jobs" in " ".join(child.cmdline()):
                 stray.append(child)
     assert not stray, f"runner processes left behind: {stray}"
+
+
+def test_app_runner_gets_the_store_url_in_its_environment_not_argv(postgres, tmp_path, monkeypatch):
+    """`ps` shows every user a process's argv: a password must never be there."""
+    import tempfile
+
+    from bench import jobs
+
+    url = postgres.create_database()
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # this test's own runner lock, here and in
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the child (which reads TMPDIR)
+    log = tmp_path / "runner.log"
+    pid = jobs.ensure_runner(url, log_path=log, idle_exit_s=2)
+    try:
+        process = psutil.Process(pid)
+        assert postgres.password not in " ".join(process.cmdline())
+        assert process.environ()["ADVISOR_STORE"] == url
+        wait_for(lambda: jobs.runner_pid(url) == pid, 30, "the runner to take its lock")
+        wait_for(lambda: jobs.runner_pid(url) is None, 60, "the idle runner to exit")
+    finally:
+        if psutil.pid_exists(pid):
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE:
+                process.terminate()
+            process.wait(timeout=10)
+    text = log.read_text()
+    assert "idle" in text and postgres.password not in text
