@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import Field, computed_field
 
 from advisor.estimate import architecture_for, bytes_per_parameter, estimate_stage
 from advisor.evidence import QUICK_CONCURRENCY_DEFAULT, _backend_runs_kind, _expert_engine_args
@@ -29,6 +29,7 @@ from bench.config import (
     ValidityRules,
 )
 from bench.errors import UserError
+from bench.strict import Strict
 
 QUICK_DURATION_S = 15.0
 FULL_DURATION_S = 120.0
@@ -75,10 +76,8 @@ EXPORT_COPIES = {"onnxruntime": 1.0, "tensorrt_llm": 1.0, "tensorrt": 1.0}
 """Extra copies of the weights a backend writes (ONNX export, built engine)."""
 
 
-class RunEstimate(BaseModel):
+class RunEstimate(Strict):
     """What one planned run will cost before it runs: an estimate for planning, not a figure."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backend: str
     model: str
@@ -92,11 +91,9 @@ class RunEstimate(BaseModel):
     basis: str = ""
 
 
-class StagePlan(BaseModel):
+class StagePlan(Strict):
     """One stage's plan: where the tree led, one RunConfig per benchmarkable candidate, and what
     each will cost."""
-
-    model_config = ConfigDict(extra="forbid")
 
     stage: str
     quick: bool
