@@ -198,8 +198,8 @@ def architecture_for(model: str | None) -> tuple[Architecture | None, str]:
     config_file = Path(model).expanduser() / "config.json"
     if config_file.is_file():
         try:
-            config = json.loads(config_file.read_text())
-        except (OSError, json.JSONDecodeError):
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # ValueError: bad JSON, or not UTF-8 at all
             return None, f"{config_file} is unreadable"
         return _architecture_from_config(model, config)
     return None, f"model {model!r} is not a preset and has no readable config.json"

@@ -250,3 +250,26 @@ def test_broken_reference_file_is_skipped_with_a_note(tmp_path: Path, monkeypatc
     assert list(loaded.runs) == ["good_runs.json"]
     assert any("random.json" in note for note in loaded.notes)
     assert any("cut.json" in note for note in loaded.notes)
+
+
+@pytest.mark.parametrize("breakage", ["random-bytes", "truncated"])
+def test_checkpoint_with_a_broken_config_json(tmp_path: Path, monkeypatch, breakage: str) -> None:
+    """`--model DIR` reads DIR/config.json: the bench refuses it in one line; the advisor
+    answers from the tree without the model's size and says why."""
+    monkeypatch.setenv("ADVISOR_STORE", str(tmp_path / "absent.sqlite"))
+    from bench.models import PRESETS
+
+    real = PRESETS["tiny-llama"].build_config().to_json_string().encode()
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_bytes(
+        random_bytes() if breakage == "random-bytes" else truncated(real, ".json")
+    )
+    _one_line_error(*bench("run", "--backend", "pytorch", "--model", str(checkpoint)))
+    for command in ("recommend", "bench-plan"):
+        code, stderr = advisor(command, "--model", str(checkpoint), "--json")
+        assert code == 0 and "Traceback" not in stderr
+    from advisor.estimate import architecture_for
+
+    architecture, note = architecture_for(str(checkpoint))
+    assert architecture is None and "config.json" in note
