@@ -1,6 +1,7 @@
 """Streamlit entry point: routes to the pages in ui/ with st.navigation and nothing else.
 
-Run with `streamlit run app.py` (settings in .streamlit/config.toml: bound to 127.0.0.1).
+Run with `streamlit run app.py` (settings in .streamlit/config.toml: bound to 127.0.0.1; served
+to others, it requires sign-in first: ui/auth.py).
 """
 
 from __future__ import annotations
@@ -8,12 +9,15 @@ from __future__ import annotations
 import streamlit as st
 
 from bench.errors import UserError
+from ui.auth import require_sign_in
 
 st.set_page_config(
     page_title="Inference framework advisor",
     page_icon=":material/insights:",
     layout="wide",
 )
+
+require_sign_in()  # served beyond 127.0.0.1: nothing below runs for an anonymous visitor
 
 pages = [
     st.Page("ui/advisor_page.py", title="Advisor", icon=":material/account_tree:", default=True),

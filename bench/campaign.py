@@ -25,6 +25,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -34,6 +35,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from bench.config import RunConfig
 from bench.environment import PreflightItem
 from bench.errors import UserError
+from bench.executors import Resources, job_resources
 from bench.fidelity import FidelityCheck, FidelityResult, VllmFidelityCheck
 from bench.schema import RunResult
 from bench.strict import Strict, describe_validation_error
@@ -140,28 +142,19 @@ def load_plan(path: Path) -> CampaignPlan:
 # --------------------------------------------------------------------------- resources
 
 
-class StepResources(Strict):
-    """What a step needs from its host; an executor that places steps asks for exactly this."""
-
-    gpus: int = Field(ge=0, description="GPUs: tensor parallel size x replicas; 0 on CPU.")
-    cpus: int = Field(1, ge=1)
-
-
-def step_resources(step: CampaignStep) -> StepResources:
+def step_resources(step: CampaignStep) -> Resources:
     """GPUs and CPUs a step needs. An advisor plan runs its configs one at a time on one GPU
     unless a config asks for more, which only becomes known once the plan is built."""
-    from bench.executor import gpus_needed  # the job runner's rule: one rule for both
-
     if isinstance(step, RunStep):
-        return StepResources(gpus=gpus_needed(step.config))
+        return job_resources([step.config])
     if isinstance(step, FidelityStep):
         check = step.check
         if check.device == "cpu":
-            return StepResources(gpus=0)
+            return Resources(gpus=0)
         if isinstance(check, VllmFidelityCheck):
-            return StepResources(gpus=int(check.engine_args.get("tensor_parallel_size", 1)))
-        return StepResources(gpus=1)
-    return StepResources(gpus=0 if step.device == "cpu" else 1)
+            return Resources(gpus=int(check.engine_args.get("tensor_parallel_size", 1)))
+        return Resources(gpus=1)
+    return Resources(gpus=0 if step.device == "cpu" else 1)
 
 
 # --------------------------------------------------------------------------- outcomes
@@ -243,14 +236,18 @@ def run_step(
     context: StepContext,
     executor_name: str = "local",
     on_progress: Callable[[dict], None] | None = None,
+    store_handle: Any = None,
 ) -> StepOutcome:
-    """Run one step here and return its outcome; an exception becomes a `failed` outcome."""
+    """Run one step here and return its outcome; an exception becomes a `failed` outcome.
+
+    `store_handle` is an open store to write to instead of opening `context.store` (a Ray node
+    whose writes travel back to the submitter's SQLite file)."""
     started_at = datetime.now(UTC).isoformat()
     started = time.monotonic()
     context.out_dir.mkdir(parents=True, exist_ok=True)
     fields: dict[str, Any] = {}
     try:
-        store = _open_store(context.store)
+        store = store_handle if store_handle is not None else _open_store(context.store)
         if isinstance(step, RunStep):
             fields["runs"] = [_launch(step.config, store, context.out_dir, on_progress)]
         elif isinstance(step, FidelityStep):
@@ -398,6 +395,11 @@ def run_campaign(
         preflight=preflight(environment),
     )
     started = time.monotonic()
+    # An executor that runs several steps at once (ray) gets every step up front; the outcomes
+    # are gathered in plan order. The budget then counts the estimates of the steps started.
+    pool = ThreadPoolExecutor(executor.max_jobs) if getattr(executor, "max_jobs", 1) > 1 else None
+    pending: list[tuple[Path, Future[StepOutcome]]] = []
+    committed_s = 0.0
     for index, step in enumerate(plan.steps):
         step_dir = out_dir / STEPS_DIR / step_folder(step.name)
         previous = _finished_outcome(step_dir, step)
@@ -407,7 +409,7 @@ def run_campaign(
             reporter.step_finished(previous, resumed=True)
             continue
         estimate = step.estimate_s or plan.default_step_estimate_s
-        elapsed = time.monotonic() - started
+        elapsed = committed_s if pool is not None else time.monotonic() - started
         if budget_s is not None and elapsed + estimate > budget_s:
             skipped = SkippedStep(
                 name=step.name,
@@ -419,13 +421,27 @@ def run_campaign(
             continue
         reporter.step_started(index, len(plan.steps), step)
         context = StepContext(out_dir=step_dir, store=store, plan_dir=plan_dir)
-        outcome = executor.run(step, context, on_progress=reporter.step_progress)
-        (step_dir / OUTCOME_FILE).write_text(outcome.model_dump_json(indent=1))
-        result.steps.append(outcome)
-        reporter.step_finished(outcome)
+        if pool is not None:
+            committed_s += estimate
+            pending.append((step_dir, pool.submit(executor.run, step, context, None)))
+            continue
+        _record_outcome(result, step_dir, executor.run(step, context, reporter.step_progress))
+        reporter.step_finished(result.steps[-1])
         _write_result(result, out_dir, started)
+    for step_dir, future in pending:
+        _record_outcome(result, step_dir, future.result())
+        reporter.step_finished(result.steps[-1])
+        _write_result(result, out_dir, started)
+    if pool is not None:
+        pool.shutdown()
     _write_result(result, out_dir, started)
     return result
+
+
+def _record_outcome(result: CampaignResult, step_dir: Path, outcome: StepOutcome) -> None:
+    step_dir.mkdir(parents=True, exist_ok=True)
+    (step_dir / OUTCOME_FILE).write_text(outcome.model_dump_json(indent=1))
+    result.steps.append(outcome)
 
 
 def _finished_outcome(step_dir: Path, step: CampaignStep) -> StepOutcome | None:

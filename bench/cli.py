@@ -7,6 +7,7 @@ option) prints one line to stderr and exits with code 2; nothing is written in t
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -360,20 +361,36 @@ def campaign(
         float | None,
         typer.Option(help="Start no step whose estimate would take the campaign past this (s)."),
     ] = None,
-    executor: Annotated[str, typer.Option(help="Where steps run (local).")] = "local",
+    executor: Annotated[
+        str,
+        typer.Option(
+            help="Where steps run: local (this host, in plan order) or ray (a Ray cluster: "
+            "independent steps at once, each on a node with the GPUs, GPU type and CPUs it asks "
+            "for; outcomes gathered into one campaign result)."
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray cluster to join with --executor ray (default: $RAY_ADDRESS; none = start "
+            "a local Ray instance for this command and stop it at the end)."
+        ),
+    ] = None,
     store: Annotated[
         str | None, typer.Option(help="Results store for the runs (default: OUT/results.sqlite).")
     ] = None,
 ) -> None:
     """Run a campaign plan: benchmark runs, fidelity checks and advisor plans, resumable."""
     from bench.campaign import RichReporter, load_plan, run_campaign
-    from bench.executors import get_executor
+    from bench.executors import open_executor, parse_settings
     from bench.store_url import redact_urls
 
     campaign_plan = load_plan(plan)
-    chosen = get_executor(executor)
     if budget_s is not None and budget_s <= 0:
         raise UserError("--budget-s must be > 0")
+    if executor == "ray":
+        ray_address = ray_address or os.environ.get("RAY_ADDRESS") or None
+    chosen = open_executor(parse_settings(executor, ray_address))
     reporter = RichReporter()
     try:
         result = run_campaign(
@@ -389,6 +406,7 @@ def campaign(
         )
     finally:
         reporter.close()
+        chosen.close()
     ran = len(result.steps) - len(result.resumed)
     typer.echo(
         f"campaign {campaign_plan.name}: {ran} step(s) run, {len(result.resumed)} already done, "

@@ -1,42 +1,203 @@
-"""Campaign executors: "run this step, give back its outcome", behind one small interface.
+"""Where jobs and campaign steps run: one executor seam behind the job runner and campaigns.
 
-(The job runner's executors, which run stored jobs, are bench/executor.py.)
-
-`local` (the default) runs each step in this process, one after another; every run still gets
-its own worker process (bench/worker.py). Another executor (e.g. one placing each step on a
-cluster node with exactly `bench.campaign.step_resources(step)`) implements the same `run` and
-registers itself under its name with `register_executor`; the campaign loop does not change.
-A step is independent of the others: all it gets is its definition and a `StepContext`.
+`local` (the default) runs on this host: a job's runs one after another (`bench.jobs.run_job`),
+a campaign's steps in plan order (`bench.campaign.run_step`); every run still gets its own worker
+process (bench/worker.py). `ray` (`bench.ray_executor`) sends each job or step to a Ray cluster
+as one task asking for exactly its `Resources` (GPUs = tensor parallel size x replicas, the GPU
+type, CPUs) and runs several at once. Select it with `--executor ray [--ray-address ADDR]` or,
+for the web app's runner, `ADVISOR_EXECUTOR=ray` and `RAY_ADDRESS`; with no address a local Ray
+instance is started for the command and stopped when it ends. Other executors (test doubles)
+register under a name with `register_executor`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from pydantic import Field
+
+from bench.config import RunConfig
 from bench.errors import UserError
+from bench.schema import RunStatus
+from bench.strict import Strict
 
 if TYPE_CHECKING:
     from bench.campaign import CampaignStep, StepContext, StepOutcome
 
+ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
+"""Ray names a node's detected GPU model `accelerator_type:<name>` (e.g. `accelerator_type:H200`);
+a node whose GPUs Ray does not detect advertises the same name as a custom resource
+(`ray start --resources '{"accelerator_type:L40S": 1}'`), so one spelling serves both."""
+ACCELERATOR_REQUEST = 0.001
+"""A job asks for a sliver of the node's type marker (Ray's own convention for
+`accelerator_type=`): it selects the node without using up the marker."""
+
+
+class ExecutorSettings(Strict):
+    """Which executor runs jobs, and for `ray`, which cluster and how many CPUs a job takes."""
+
+    name: Literal["local", "ray"] = Field(
+        "local", description="local = this host, one job at a time; ray = a Ray cluster."
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster to join (ray://host:10001 or host:6379); none = start a local "
+        "Ray instance for this command and stop it at the end.",
+    )
+    cpus_per_job: float = Field(1.0, gt=0, description="CPUs a job asks Ray for.")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> ExecutorSettings:
+        """The app's runner settings: `ADVISOR_EXECUTOR` (local|ray) and `RAY_ADDRESS`."""
+        env = os.environ if environ is None else environ
+        name = (env.get("ADVISOR_EXECUTOR") or "local").strip().lower()
+        # RAY_ADDRESS may be set for other Ray tools; it matters only with the ray executor.
+        return parse_settings(name, (env.get("RAY_ADDRESS") or None) if name == "ray" else None)
+
+    def runner_args(self) -> list[str]:
+        """The `python -m bench.jobs` arguments that select these settings."""
+        args = ["--executor", self.name]
+        if self.ray_address:
+            args += ["--ray-address", self.ray_address]
+        return args
+
+
+def parse_settings(name: str, ray_address: str | None = None) -> ExecutorSettings:
+    """Settings from CLI/environment text; an unknown name is a UserError naming the choices."""
+    if name not in executor_names():
+        raise UserError(f"unknown executor {name!r}; known: {', '.join(executor_names())}")
+    if ray_address and name != "ray":
+        raise UserError("--ray-address (RAY_ADDRESS) needs --executor ray (ADVISOR_EXECUTOR=ray)")
+    return ExecutorSettings(name=name, ray_address=ray_address)
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def gpus_needed(config: RunConfig) -> int:
+    """GPUs one run occupies: 0 on CPU, else tensor-parallel size x replicas."""
+    return 0 if config.device == "cpu" else config.parallelism.gpus_needed
+
+
+class Resources(Strict):
+    """What a job or a campaign step asks its host for (a Ray node: exactly this)."""
+
+    gpus: int = Field(ge=0, description="GPUs: tensor parallel size x replicas; 0 on CPU.")
+    gpu_type: str | None = Field(None, description="GPU model (Ray accelerator type).")
+    cpus: float = Field(1.0, gt=0, description="CPUs.")
+
+    def ray_resources(self) -> dict[str, float]:
+        """Custom resources for `.options(resources=...)`: the GPU-type marker, if any."""
+        if not self.gpu_type:
+            return {}
+        return {ACCELERATOR_RESOURCE_PREFIX + self.gpu_type: ACCELERATOR_REQUEST}
+
+    def ray_options(self) -> dict[str, Any]:
+        """`.options()` of the job's Ray task; never retried (a benchmark must not run twice)."""
+        return {
+            "num_cpus": self.cpus,
+            "num_gpus": self.gpus,
+            "resources": self.ray_resources(),
+            "max_retries": 0,
+            "retry_exceptions": False,
+        }
+
+    def describe(self) -> str:
+        """`2 × H200, 1 CPU`, `1 × GPU, 1 CPU`, `1 CPU` — what the job waits for."""
+        parts = []
+        if self.gpus:
+            parts.append(f"{self.gpus} × {self.gpu_type or 'GPU'}")
+        elif self.gpu_type:
+            parts.append(self.gpu_type)
+        parts.append(f"{self.cpus:g} CPU")
+        return ", ".join(parts)
+
+    def fits(self, node_resources: dict[str, float]) -> bool:
+        """Whether a node with these total resources could ever run the job."""
+        wanted = {"CPU": self.cpus, "GPU": float(self.gpus), **self.ray_resources()}
+        return all(
+            node_resources.get(name, 0.0) >= amount for name, amount in wanted.items() if amount
+        )
+
+
+def job_resources(configs: Iterable[RunConfig], cpus: float = 1.0) -> Resources:
+    """A job's request: the most GPUs any of its runs needs, and their common GPU type.
+
+    Runs of one job are compared with each other, so they share a node and a GPU type; a job
+    whose runs name different GPU types is a UserError.
+    """
+    configs = list(configs)
+    types = {config.gpu_type for config in configs if config.gpu_type}
+    if len(types) > 1:
+        names = ", ".join(sorted(types))
+        raise UserError(f"one job runs on one node: its runs ask for different GPU types ({names})")
+    gpus = max((gpus_needed(config) for config in configs), default=0)
+    return Resources(gpus=gpus, gpu_type=types.pop() if types else None, cpus=cpus)
+
+
+# --------------------------------------------------------------------------- where a job is
+
+
+def node_text(placement: dict[str, Any]) -> str:
+    """`node gpu-7 (10.0.0.7, 5f2c9a1b3d4e) / GPUs GPU-21ff…, GPU-36bb…` for a Ray placement."""
+    node_id = str(placement.get("node_id") or "")
+    text = f"node {placement.get('hostname')} ({placement.get('node_ip')}, {node_id[:12]})"
+    gpus = placement.get("gpu_uuids") or placement.get("gpu_ids") or []
+    return text + (f" / GPUs {', '.join(map(str, gpus))}" if gpus else "")
+
+
+def describe_placement(placement: dict[str, Any] | None) -> str | None:
+    """One line for the jobs view: what a queued job waits for, where it runs or ran.
+    None for a job of the local executor (it runs here)."""
+    if not placement or placement.get("executor") != "ray":
+        return None
+    state = placement.get("state")
+    if state == "queued":
+        waiting = f"waiting for a node with {placement.get('waiting_for')}"
+        reason = placement.get("reason") or waiting
+        return f"Queued on the Ray cluster: {reason}."
+    if state == "running":
+        return f"Running on {node_text(placement)}."
+    if state == "refused":
+        return f"Refused by {node_text(placement)}."
+    if placement.get("node_id"):
+        return f"Ran on {node_text(placement)}."
+    return "Never started on the Ray cluster."
+
+
+# --------------------------------------------------------------------------- the seam
+
 
 class Executor(Protocol):
-    """Runs one campaign step and returns its outcome (never raises for a failing step)."""
+    """Runs claimed jobs (`max_jobs` at once) and campaign steps; never raises for a failing
+    run or step (it ends FAILED / `failed` with the cause)."""
 
     name: str
+    max_jobs: int
 
     def run(
         self,
         step: CampaignStep,
         context: StepContext,
         on_progress: Callable[[dict], None] | None = None,
-    ) -> StepOutcome: ...
+    ) -> StepOutcome:
+        """Run one campaign step and return its outcome."""
+
+    def run_job(self, store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
+        """Run every RunConfig of a claimed job and leave the job finished in the store."""
+
+    def close(self) -> None:
+        """Release what the executor holds (a local Ray instance it started)."""
 
 
 class LocalExecutor:
-    """Each step in this process, in plan order."""
+    """This host: a job's runs, or a campaign's steps, one after another."""
 
     name = "local"
+    max_jobs = 1
 
     def run(
         self,
@@ -48,22 +209,48 @@ class LocalExecutor:
 
         return run_step(step, context, executor_name=self.name, on_progress=on_progress)
 
+    def run_job(self, store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
+        from bench.jobs import run_job
+
+        return run_job(store, job, log_dir=log_dir)
+
+    def close(self) -> None:
+        return None
+
 
 _EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor}
+RAY = "ray"
+"""Built in beside `local`; made by `open_executor`, which hands it the cluster's address."""
 
 
 def register_executor(name: str, factory: Callable[[], Executor]) -> None:
-    """Make an executor available to `python -m bench campaign --executor NAME`."""
+    """Make an executor available to `--executor NAME`."""
     _EXECUTORS[name] = factory
 
 
 def executor_names() -> list[str]:
-    return sorted(_EXECUTORS)
+    return sorted([*_EXECUTORS, RAY])
 
 
 def get_executor(name: str) -> Executor:
-    """The executor registered as `name`; an unknown name lists the known ones."""
+    """The executor registered as `name` (Ray included, joined as `ExecutorSettings.from_env`
+    says); an unknown name lists the known ones."""
+    if name == RAY:
+        return open_executor(ExecutorSettings(name=RAY, ray_address=os.environ.get("RAY_ADDRESS")))
     factory = _EXECUTORS.get(name)
     if factory is None:
         raise UserError(f"unknown executor {name!r}; known: {', '.join(executor_names())}")
     return factory()
+
+
+def open_executor(settings: ExecutorSettings, store_location: str | None = None) -> Executor:
+    """The executor the settings name, started (for `ray`: Ray joined or started locally).
+
+    `store_location` is the store the results go to: a team store's URL is handed to the nodes,
+    which then write there themselves.
+    """
+    if settings.name != RAY:
+        return get_executor(settings.name)
+    from bench.ray_executor import RayExecutor
+
+    return RayExecutor(settings, store_location)

@@ -289,14 +289,14 @@ def serve(
 ) -> int:
     """The runner loop: reap stale jobs, claim the next one, run it; exit after idling.
 
-    The executor (`bench.executor`; default local) runs the claimed jobs: `local` one at a time
+    The executor (`bench.executors`; default local) runs the claimed jobs: `local` one at a time
     in this loop, `ray` up to its `max_jobs` at once, each supervised from its own thread.
     Returns the number of jobs run. Exits at once (0 jobs) when another runner holds the lock.
     A store that cannot be reached for a while (UserError after its own retries) is logged in
     one line and tried again; it never ends the runner with a traceback.
     """
     from bench.errors import UserError
-    from bench.executor import ExecutorSettings, open_executor
+    from bench.executors import ExecutorSettings, open_executor
     from bench.store import ResultStore
 
     # ensure_runner hands the URL over in $ADVISOR_STORE (never argv): resolve it once here, so
@@ -390,7 +390,7 @@ def ensure_runner(
 
     The child gets its own session (a closed tab or a stopped app does not kill a benchmark) and
     logs to a file, never to an unread pipe. The executor comes from `executor_settings`, else
-    from `ADVISOR_EXECUTOR` / `RAY_ADDRESS` (`bench.executor.ExecutorSettings.from_env`).
+    from `ADVISOR_EXECUTOR` / `RAY_ADDRESS` (`bench.executors.ExecutorSettings.from_env`).
     The store URL goes in the child's environment ($ADVISOR_STORE), not its argv, which any
     user on the host can read with `ps` (a password in it would leak); no user value reaches a
     shell. Two racing calls are safe: the loser's child sees the lock, exits.
@@ -400,7 +400,7 @@ def ensure_runner(
         return pid
     if log_path is None:
         log_path = _lock_path(store_location).with_suffix(".log")
-    from bench.executor import ExecutorSettings
+    from bench.executors import ExecutorSettings
 
     settings = executor_settings or ExecutorSettings.from_env()
     args = [sys.executable, "-m", "bench.jobs", "--idle-exit-s", str(idle_exit_s)]
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from bench.errors import UserError
-    from bench.executor import ExecutorSettings, parse_settings
+    from bench.executors import ExecutorSettings, parse_settings
 
     try:
         env = ExecutorSettings.from_env()

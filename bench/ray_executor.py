@@ -17,11 +17,14 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.errors import UserError
-from bench.executor import ExecutorSettings, JobResources, job_resources
+from bench.executors import ExecutorSettings, Resources, job_resources
+from bench.ray_node import FORWARDED_JOB_WRITES, FORWARDED_WRITES
 from bench.schema import Failure, RunStatus
 
 log = logging.getLogger("bench.ray_executor")
@@ -35,14 +38,14 @@ most) before its Ray task is force-cancelled."""
 CHANNEL_TIMEOUT_S = 30.0
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 """Object store of a Ray instance started for one command: jobs pass configs and records only."""
-SHARED_STORE_SCHEMES = ("postgresql", "postgres")
 
 
 def is_shared_store(location: str | None) -> bool:
     """Whether nodes can write to the store themselves (a PostgreSQL URL) rather than through
     the submitter (a SQLite file on the submitter's disk)."""
-    scheme = (location or "").partition("://")[0].lower()
-    return "://" in (location or "") and scheme.split("+")[0] in SHARED_STORE_SCHEMES
+    from bench.store_url import parse_store_url
+
+    return bool(location) and parse_store_url(location).backend == "postgresql"
 
 
 def _first_line(error: BaseException) -> str:
@@ -63,7 +66,12 @@ class RayExecutor:
             raise UserError(
                 "the ray executor needs Ray: pip install -r requirements.txt (it pins ray)"
             ) from None
-        from bench.ray_node import JobChannel, comparability_versions, run_job_on_node
+        from bench.ray_node import (
+            JobChannel,
+            comparability_versions,
+            run_job_on_node,
+            run_step_on_node,
+        )
 
         self.ray = ray
         self.settings = settings
@@ -87,6 +95,7 @@ class RayExecutor:
             raise UserError(f"cannot start or join Ray at {where}: {_first_line(error)}") from None
         self.versions = comparability_versions()
         self.remote_job = ray.remote(run_job_on_node)
+        self.remote_step = ray.remote(run_step_on_node)
         self.channel_actor = ray.remote(JobChannel)
 
     def close(self) -> None:
@@ -96,7 +105,7 @@ class RayExecutor:
 
     # ------------------------------------------------------------------ cluster view
 
-    def waiting_reason(self, resources: JobResources) -> str:
+    def waiting_reason(self, resources: Resources) -> str:
         """Why a queued job waits: a node fits but is busy, or no node could ever run it."""
         nodes = [node for node in self.ray.nodes() if node.get("Alive")]
         wanted = resources.describe()
@@ -106,6 +115,117 @@ class RayExecutor:
             f"waiting for a node with {wanted}: none of the cluster's {len(nodes)} node(s) has "
             "it; the job starts when such a node joins (or stop it)"
         )
+
+    def open_channel(self) -> Any:
+        """A `JobChannel` pinned to this (the submitter's) node: a lost worker node must not
+        take the records it already sent with it."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = self.ray.get_runtime_context().get_node_id()
+        return self.channel_actor.options(
+            num_cpus=0,
+            max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+        ).remote()
+
+    def drain(self, channel: Any) -> list[tuple[str, tuple, dict]]:
+        """The events the node sent since the last drain (none once the channel is gone)."""
+        if channel is None:
+            return []
+        with contextlib.suppress(self.ray.exceptions.RayError, TimeoutError):
+            return self.ray.get(channel.drain.remote(), timeout=CHANNEL_TIMEOUT_S)
+        return []
+
+    # ------------------------------------------------------------------ one campaign step
+
+    def run(
+        self,
+        step: Any,
+        context: Any,
+        on_progress: Callable[[dict], None] | None = None,
+    ) -> Any:
+        """Run one campaign step as a Ray task; its folder's files and runs come back here."""
+        from bench.campaign import StepOutcome, step_resources
+
+        ray = self.ray
+        resources = step_resources(step).model_copy(update={"cpus": self.settings.cpus_per_job})
+        shared = is_shared_store(context.store)
+        channel = None if shared else self.open_channel()
+        store = None
+        if channel is not None and context.store:
+            from bench.store import ResultStore
+
+            store = ResultStore(context.store)
+        started_at = datetime.now(UTC).isoformat()
+        started = time.monotonic()
+        placement: dict[str, Any] = {}
+        created: list[str] = []
+
+        def apply(events: list[tuple[str, tuple, dict]]) -> None:
+            for name, args, kwargs in events:
+                if name == "placement":
+                    placement.update(args[0])
+                elif name == "progress":
+                    if on_progress is not None:
+                        on_progress(args[0])
+                elif name in FORWARDED_WRITES and store is not None:
+                    if name == "create_run":
+                        created.append(args[0].run_id)
+                    getattr(store, name)(*args, **kwargs)
+
+        ref = self.remote_step.options(
+            name=f"bench-step-{step.name}"[:120], **resources.ray_options()
+        ).remote(
+            step.model_dump_json(),
+            context.model_dump_json(),
+            channel,
+            context.store if shared else None,
+            self.versions,
+        )
+        try:
+            while not ray.wait([ref], timeout=POLL_S)[0]:
+                apply(self.drain(channel))
+            try:
+                on_node = ray.get(ref, timeout=CHANNEL_TIMEOUT_S)
+            finally:
+                apply(self.drain(channel))
+        except ray.exceptions.RayError as error:
+            where = placement.get("hostname") or "its node"
+            reason = f"lost {where} mid-step ({_first_line(error)}); no automatic retry"
+            for run_id in created if store is not None else []:
+                fail_run(store, run_id, RunStatus.FAILED, reason)
+            return StepOutcome(
+                name=step.name,
+                kind=step.kind,
+                step=step,
+                status="failed",
+                executor=self.name,
+                started_at=started_at,
+                wall_s=round(time.monotonic() - started, 1),
+                error=reason,
+            )
+        finally:
+            if channel is not None:
+                with contextlib.suppress(Exception):
+                    ray.kill(channel)
+            if store is not None:
+                store.close()
+        if on_node.refused:
+            return StepOutcome(
+                name=step.name,
+                kind=step.kind,
+                step=step,
+                status="failed",
+                executor=self.name,
+                started_at=started_at,
+                wall_s=round(time.monotonic() - started, 1),
+                error=on_node.refused,
+            )
+        for relative, data in on_node.files.items():
+            path = Path(context.out_dir) / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        return StepOutcome.model_validate_json(on_node.outcome_json)
 
     # ------------------------------------------------------------------ one job
 
@@ -142,8 +262,6 @@ class _JobSupervisor:
 
     def _apply(self, events: list[tuple[str, tuple, dict]]) -> None:
         """Apply the node's store writes to the submitter's store, in the order they were made."""
-        from bench.ray_node import FORWARDED_JOB_WRITES, FORWARDED_WRITES
-
         for name, args, kwargs in events:
             if name == "placement":
                 self.placement = {**args[0], "state": "running"}
@@ -152,10 +270,7 @@ class _JobSupervisor:
                 getattr(self.store, name)(*args, **kwargs)
 
     def _drain(self, channel: Any) -> None:
-        if channel is None:
-            return
-        with contextlib.suppress(self.ray.exceptions.RayError, TimeoutError):
-            self._apply(self.ray.get(channel.drain.remote(), timeout=CHANNEL_TIMEOUT_S))
+        self._apply(self.executor.drain(channel))
 
     def _started(self, channel: Any) -> bool:
         if channel is not None:
@@ -172,16 +287,7 @@ class _JobSupervisor:
         job_id = self.job.job_id
         self.placement["reason"] = self.executor.waiting_reason(self.resources)
         self.progress.flush(force=True)
-        channel = None
-        if not self.shared:  # pinned here: a lost worker node must not take the records with it
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            here = ray.get_runtime_context().get_node_id()
-            channel = self.executor.channel_actor.options(
-                num_cpus=0,
-                max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-            ).remote()
+        channel = None if self.shared else self.executor.open_channel()
         ref = self.executor.remote_job.options(
             name=f"bench-job-{job_id}", **self.resources.ray_options()
         ).remote(

@@ -11,12 +11,15 @@ channel also carries the stop request the other way. Imports Ray only when calle
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import socket
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +80,7 @@ class NodePlacement(Strict):
     gpu_uuids: list[str] = Field(default_factory=list, description="NVML UUIDs of those GPUs.")
 
     def describe(self) -> str:
-        from bench.executor import node_text
+        from bench.executors import node_text
 
         return node_text(self.model_dump())
 
@@ -219,6 +222,45 @@ class PlacedStore:
 # --------------------------------------------------------------------------- the task body
 
 
+@contextlib.contextmanager
+def node_store(channel: Any, store_location: str | None, job: Any = None) -> Iterator[Any]:
+    """The store a task writes to: the team store itself (`store_location`, a URL every node
+    reaches), else a `ForwardingStore` whose writes travel through `channel` to the submitter."""
+    if channel is None:
+        from bench.store import open_store
+
+        store = open_store(store_location)
+        try:
+            yield store
+        finally:
+            store.close()
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-ray-node-") as mirror_dir:
+        forwarding = ForwardingStore(channel, job, Path(mirror_dir))
+        try:
+            yield forwarding
+        finally:
+            forwarding.close()
+
+
+def _start(
+    channel: Any, submitter_versions: dict[str, str | None]
+) -> tuple[NodePlacement, str | None]:
+    """Announce where the task runs; the refusal text when versions differ, else None."""
+    placement = node_placement()
+    if placement is None:
+        raise RuntimeError("this function must run inside a Ray task")
+    if channel is not None:
+        channel.put.remote(("placement", (placement.model_dump(),), {}))
+    differences = version_differences(submitter_versions, comparability_versions())
+    if not differences:
+        return placement, None
+    return placement, (
+        f"{placement.describe()} refused the job (results would not be comparable): "
+        + "; ".join(differences)
+    )
+
+
 class NodeOutcome(Strict):
     """What the task returns to the submitter (the runs themselves went through the store)."""
 
@@ -234,39 +276,70 @@ def run_job_on_node(
     submitter_versions: dict[str, str | None],
     log_dir: str | None,
 ) -> NodeOutcome:
-    """The Ray task: refuse on a version difference, else run the job as the local runner does.
-
-    `store_location` is the team store's URL when the node writes there itself, None when its
-    writes travel through `channel` to the submitter's SQLite store.
-    """
+    """The Ray task of a job: refuse on a version difference, else run the job as the local
+    runner does. `store_location` is the team store's URL when the node writes there itself,
+    None when its writes travel through `channel` to the submitter's SQLite store."""
     from bench.jobs import run_job
     from bench.store import Job
 
-    placement = node_placement()
-    if placement is None:
-        raise RuntimeError("run_job_on_node must run inside a Ray task")
-    if channel is not None:
-        channel.put.remote(("placement", (placement.model_dump(),), {}))
-    differences = version_differences(submitter_versions, comparability_versions())
-    if differences:
-        return NodeOutcome(
-            placement=placement,
-            refused=f"{placement.describe()} refused the job (results would not be comparable): "
-            + "; ".join(differences),
-        )
+    placement, refused = _start(channel, submitter_versions)
+    if refused:
+        return NodeOutcome(placement=placement, refused=refused)
     job = Job.model_validate_json(job_json)
-    logs = Path(log_dir) if log_dir else None
-    if channel is None:
-        from bench.store import ResultStore
-
-        base: Any = ResultStore(store_location)
-        status = run_job(PlacedStore(base, placement), job, log_dir=logs)
-        base.close()
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench-ray-node-") as mirror_dir:
-            base = ForwardingStore(channel, job, Path(mirror_dir))
-            try:
-                status = run_job(PlacedStore(base, placement), job, log_dir=logs)
-            finally:
-                base.close()
+    with node_store(channel, store_location, job) as store:
+        status = run_job(
+            PlacedStore(store, placement), job, log_dir=Path(log_dir) if log_dir else None
+        )
     return NodeOutcome(placement=placement, status=status.value)
+
+
+class StepOnNode(Strict):
+    """A campaign step's result from its node: the outcome and the files of its folder."""
+
+    placement: NodePlacement
+    refused: str | None = None
+    outcome_json: str | None = None
+    files: dict[str, bytes] = Field(default_factory=dict, description="Step folder, by path.")
+
+
+def run_step_on_node(
+    step_json: str,
+    context_json: str,
+    channel: Any,
+    store_location: str | None,
+    submitter_versions: dict[str, str | None],
+) -> StepOnNode:
+    """The Ray task of a campaign step: `bench.campaign.run_step` in a node-local folder whose
+    files go back to the submitter (paths in the outcome name the submitter's folder)."""
+    from pydantic import TypeAdapter
+
+    from bench.campaign import CampaignStep, StepContext, run_step
+
+    placement, refused = _start(channel, submitter_versions)
+    if refused:
+        return StepOnNode(placement=placement, refused=refused)
+    step = TypeAdapter(CampaignStep).validate_json(step_json)
+    context = StepContext.model_validate_json(context_json)
+
+    def on_progress(progress: dict) -> None:
+        channel.put.remote(("progress", (json.loads(json.dumps(progress, default=str)),), {}))
+
+    with (
+        node_store(channel, store_location) as store,
+        tempfile.TemporaryDirectory(prefix="bench-ray-step-") as folder,
+    ):
+        local = context.model_copy(update={"out_dir": Path(folder) / "step"})
+        outcome = run_step(
+            step,
+            local,
+            executor_name="ray",
+            on_progress=on_progress if channel is not None else None,
+            store_handle=store,
+        )
+        files = {
+            str(path.relative_to(local.out_dir)): path.read_bytes()
+            for path in sorted(local.out_dir.rglob("*"))
+            if path.is_file()
+        }
+        text = outcome.model_dump_json().replace(str(local.out_dir), str(context.out_dir))
+    return StepOnNode(placement=placement, outcome_json=text, files=files)

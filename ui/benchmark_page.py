@@ -21,6 +21,7 @@ from bench.errors import UserError
 from bench.keyvalue import format_pairs, parse_pairs_text
 from bench.schema import RunStatus
 from bench.store import Job
+from bench.web_policy import check_web_jobs
 from ui import state
 from ui.components import empty_state, format_number, status_badge
 
@@ -419,6 +420,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         base = configs[position] if position < len(configs) else configs[0]
         try:
             config = config_from_row(base, row)
+            check_web_jobs([config])  # the server's rules for code and paths from the form
         except UserError as exc:
             problems.append(f"Row {position + 1} ({row.get('backend')}): {exc}")
             continue
@@ -513,6 +515,7 @@ def start_job(configs: list[RunConfig], label: str) -> None:
     """Queue the runs as one job and make sure a runner serves the store; nothing runs here."""
     from bench.jobs import ensure_runner
 
+    check_web_jobs(configs)
     store = state.get_store()
     job_id = store.create_job(configs, label=label)
     ensure_runner(state.store_location(), log_path=_runner_log_path(store))
@@ -582,7 +585,7 @@ def job_panel(job: Job) -> None:
                 state.get_store().request_stop(job_id)
                 st.toast("Stop requested: the engine is being ended.", icon=":material/stop:")
         _runner_hint(job)
-    from bench.executor import describe_placement
+    from bench.executors import describe_placement
 
     where = describe_placement((job.progress or {}).get("placement"))
     if where:
@@ -612,7 +615,7 @@ def _runner_hint(job: Any) -> None:
 
         ensure_runner(state.store_location(), log_path=_runner_log_path(state.get_store()))
     elif job.status == RunStatus.QUEUED:
-        from bench.executor import ExecutorSettings
+        from bench.executors import ExecutorSettings
 
         if ExecutorSettings.from_env().name == "local":
             st.caption("Queued: one GPU job runs at a time; this one starts when the current ends.")

@@ -6,7 +6,7 @@ import pytest
 
 from bench.config import RunConfig
 from bench.errors import UserError
-from bench.executor import ExecutorSettings, job_resources, parse_settings
+from bench.executors import ExecutorSettings, job_resources, parse_settings
 from bench.ray_executor import is_shared_store
 from bench.ray_node import comparability_versions, version_differences
 
@@ -22,7 +22,7 @@ def test_settings_from_environment():
     assert settings.runner_args() == ["--executor", "ray", "--ray-address", "h:6379"]
     # RAY_ADDRESS alone (set for other Ray tools) does not switch the executor
     assert ExecutorSettings.from_env({"RAY_ADDRESS": "h:6379"}).ray_address is None
-    with pytest.raises(UserError, match="choose one of local, ray"):
+    with pytest.raises(UserError, match=r"unknown executor .slurm.; known: local, ray"):
         ExecutorSettings.from_env({"ADVISOR_EXECUTOR": "slurm"})
     with pytest.raises(UserError, match="needs --executor ray"):
         parse_settings("local", "h:6379")
@@ -43,6 +43,14 @@ def test_job_resources_gpus_type_and_text():
     cpu_only = job_resources([config(device="cpu")])
     assert cpu_only.gpus == 0 and cpu_only.describe() == "1 CPU"
     assert cpu_only.ray_options()["resources"] == {}
+
+
+def test_gpus_are_tensor_parallel_size_times_replicas():
+    tp2x2 = config(parallelism={"tensor_parallel_size": 2, "replicas": 2}, gpu_type="H200")
+    resources = job_resources([tp2x2, config()])
+    assert resources.gpus == 4 and resources.describe() == "4 × H200, 1 CPU"
+    on_cpu = config(parallelism={"tensor_parallel_size": 2}, device="cpu")
+    assert job_resources([on_cpu]).gpus == 0
 
 
 def test_one_job_one_gpu_type():

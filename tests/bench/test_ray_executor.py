@@ -20,7 +20,7 @@ from ray.cluster_utils import Cluster
 
 from bench import jobs
 from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
-from bench.executor import ExecutorSettings
+from bench.executors import ExecutorSettings
 from bench.schema import RunStatus
 from bench.store import ResultStore
 

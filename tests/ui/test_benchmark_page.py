@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ui.state import PROFILE_KEY, default_profile
@@ -190,3 +192,29 @@ def test_plan_shows_its_cost_and_a_long_plan_asks_for_confirmation(
     next(c for c in at.checkbox if c.label.startswith("Run it anyway")).check().run()
     run = next(b for b in at.button if b.label.startswith("Run "))
     assert not run.disabled
+
+
+def test_checkpoint_path_outside_the_model_roots_is_refused_naming_the_setting(
+    app_test, store_path, no_runner, monkeypatch
+):
+    """A profile naming a real checkpoint folder: the form refuses it until the server's
+    ADVISOR_MODEL_ROOTS covers it."""
+    from bench.models import resolve_model
+
+    checkpoint = resolve_model("tiny-llama", dtype="float32").path
+    profile = _tiny_profile()
+    profile["stages"][0]["model"] = str(checkpoint)
+    monkeypatch.delenv("ADVISOR_MODEL_ROOTS", raising=False)
+    at = app_test(PAGE)
+    at.session_state[PROFILE_KEY] = profile
+    at.run()
+    # The full plan keeps the profile's model (a quick plan on a CPU may swap in tiny-llama)
+    next(b for b in at.button if b.label == "Full plan").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert errors and all("ADVISOR_MODEL_ROOTS=unset" in e for e in errors), errors
+    assert next(b for b in at.button if b.label.startswith("Run ")).disabled
+
+    monkeypatch.setenv("ADVISOR_MODEL_ROOTS", str(Path(checkpoint).parent))
+    at.run()
+    assert not any("ADVISOR_MODEL_ROOTS" in e.value for e in at.error)
