@@ -34,6 +34,7 @@ from bench.config import (
     RunConfig,
 )
 from bench.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
+from bench.strict import describe_validation_error
 
 DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "reference"
 Source = Literal["measured-here", "measured-elsewhere", "published"]
@@ -522,7 +523,7 @@ def _measured_runs(name: str, data: Any) -> tuple[list[RunResult], str | None]:
         try:
             runs.append(RunResult.model_validate(item))
         except ValidationError as exc:
-            return runs, f"{name}: not a RunResult ({exc.errors()[0]['msg']})"
+            return runs, f"{name}: not a RunResult ({describe_validation_error(exc, RunResult)})"
     return runs, None
 
 

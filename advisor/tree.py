@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from advisor.estimate import Estimate
 from advisor.profile import StageProfile
 from bench.errors import UserError
-from bench.strict import Strict
+from bench.strict import Strict, describe_validation_error
 
 DEFAULT_TREE_PATH = Path(__file__).resolve().parent.parent / "data" / "decision_tree.yaml"
 BENCHMARKABLE_FRAMEWORKS = (
@@ -217,11 +217,8 @@ def load_tree(path: str | Path | None = None) -> DecisionTree:
     try:
         tree = DecisionTree.model_validate({**data, "source": str(file)})
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(p) for p in error["loc"])
-        raise UserError(
-            f"decision tree {file}: {where}: {error['msg'].removeprefix('Value error, ')}"
-        ) from None
+        message = describe_validation_error(exc, DecisionTree)
+        raise UserError(f"decision tree {file}: {message}") from None
     validate_tree(tree)
     return tree
 

@@ -63,7 +63,7 @@ from bench.store_schema import (
     runs,
 )
 from bench.store_url import STORE_APPLICATION, StoreURL, default_location, parse_store_url
-from bench.strict import Strict
+from bench.strict import Strict, describe_validation_error
 
 __all__ = [
     "STORE_SCHEMA_VERSION",
@@ -584,10 +584,8 @@ class ResultStore:
         try:
             return RunResult.model_validate_json(text_)
         except ValidationError as error:
-            first = error.errors()[0]
-            raise UserError(
-                f"run {run_id} cannot be read by this version ({first['loc']}: {first['msg']})"
-            ) from None
+            message = describe_validation_error(error, RunResult)
+            raise UserError(f"run {run_id} cannot be read by this version ({message})") from None
 
     def get_run(self, run_id: str) -> RunResult:
         text_ = self._read(

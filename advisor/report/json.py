@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from advisor.report.model import REPORT_SCHEMA_VERSION, Report
 from advisor.report.writer import ReportWriter, check_name
 from bench.errors import UserError
+from bench.strict import describe_validation_error
 
 
 def render_json(report: Report) -> str:
@@ -34,9 +35,8 @@ def read_report_json(text: str) -> Report:
     try:
         return Report.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise UserError(f"report JSON is malformed at {where}: {first['msg']}") from None
+        message = describe_validation_error(exc, Report)
+        raise UserError(f"report JSON is malformed at {message}") from None
 
 
 def write_json(report: Report, writer: ReportWriter, stem: str) -> Path:

@@ -141,12 +141,10 @@ class Backend(ABC):
         try:
             parsed = cls.options_model.model_validate(engine_args)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            key = ".".join(str(p) for p in first["loc"]) or "?"
-            known = ", ".join(sorted(cls.options_model.model_fields))
-            raise UserError(
-                f"bad engine argument for {cls.name}: {key}: {first['msg']} (known: {known})"
-            ) from None
+            from bench.strict import describe_validation_error
+
+            message = describe_validation_error(exc, cls.options_model)
+            raise UserError(f"bad engine argument for {cls.name}: {message}") from None
         return parsed
 
     @classmethod
