@@ -1,0 +1,90 @@
+"""The shipped flow, as a new user runs it: `python -m advisor report --format all` (the real CLI,
+in a subprocess) for EVERY profile in examples/profiles/, with an empty store and the shipped
+data/reference. A profile added there is covered without touching this file."""
+
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from advisor.report.json import read_report_json
+
+REPO = Path(__file__).resolve().parents[3]
+PROFILES = sorted((REPO / "examples" / "profiles").glob("*.y*ml"))
+pytestmark = pytest.mark.slow
+
+
+def _squeezed(text: str) -> str:
+    """Text without whitespace: PDF extraction breaks lines (and after slashes) at will."""
+    return re.sub(r"\s+", "", text)
+
+
+def test_every_example_profile_is_found() -> None:
+    assert len(PROFILES) >= 7
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=[path.stem for path in PROFILES])
+def test_report_all_formats_for_the_shipped_profile(profile: Path, tmp_path: Path) -> None:
+    from pypdf import PdfReader
+
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "report",
+            "--profile",
+            str(profile),
+            "--store",
+            str(tmp_path / "empty.sqlite"),
+            "--format",
+            "all",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    stem = profile.stem
+    files = {suffix: out / f"{stem}.{suffix}" for suffix in ("md", "html", "pdf", "json")}
+    assert all(path.is_file() for path in files.values()), list(out.iterdir())
+
+    # JSON: validates against the report schema (the pydantic Report model, schema_version).
+    report = read_report_json(files["json"].read_text(encoding="utf-8"))
+    assert report.stages and all(stage.framework and stage.path for stage in report.stages)
+
+    # PDF: the recommendation of every stage and every step of its decision path, as text.
+    pdf_text = _squeezed(" ".join(page.extract_text() for page in PdfReader(files["pdf"]).pages))
+    for stage in report.stages:  # the summary line: stage -> framework, confidence
+        summary = f"{stage.name} → {stage.framework} confidence: {stage.confidence}"
+        assert _squeezed(summary) in pdf_text, summary
+        for step in stage.path:
+            assert _squeezed(step.question) in pdf_text, step.question
+            assert _squeezed(step.why) in pdf_text, step.why
+
+    # HTML: one embedded SVG per drawn chart, and the reason for every chart not drawn.
+    html = files["html"].read_text(encoding="utf-8")
+    images = dict(re.findall(r'<img[^>]*data-chart="([^"]+)"[^>]*src="([^"]+)"', html))
+    if not images:  # attribute order may differ
+        images = {
+            chart_id: src
+            for src, chart_id in re.findall(
+                r'<img[^>]*src="([^"]+)"[^>]*data-chart="([^"]+)"', html
+            )
+        }
+    assert sorted(images) == sorted(chart.id for chart in report.available_charts())
+    for src in images.values():
+        assert src.startswith("data:image/svg+xml;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).lstrip().startswith(b"<svg")
+    for chart in report.absent_charts():
+        assert chart.absent_reason and chart.absent_reason in html.replace("&#39;", "'")
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing fetched
