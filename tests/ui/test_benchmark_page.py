@@ -17,6 +17,16 @@ def _tiny_profile() -> dict:
     return profile
 
 
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch):
+    """Plan estimates as on an idle machine: a stand-in for the load average, which other work
+    on a shared test host moves from minute to minute (a busy host would make a plan ask for
+    confirmation and keep Run disabled)."""
+    import advisor.plan
+
+    monkeypatch.setattr(advisor.plan, "host_busy_factor", lambda: 1.0)
+
+
 @pytest.fixture
 def no_runner(monkeypatch):
     """Records ensure_runner calls instead of starting the detached runner (a test stand-in)."""
@@ -168,11 +178,6 @@ def test_plan_shows_its_cost_and_a_long_plan_asks_for_confirmation(
     if fingerprint().get("gpu_available"):
         pytest.skip("the CPU sizing applies to machines without a GPU")
     monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path / "models"))  # nothing written yet
-    import advisor.plan
-
-    # Estimates as on an idle machine (a stand-in for the load average, which other work on a
-    # shared test host changes from minute to minute).
-    monkeypatch.setattr(advisor.plan, "host_busy_factor", lambda: 1.0)
     model = default_profile()["stages"][0]["model"]
     at = app_test(PAGE).run()
     next(b for b in at.button if b.label == "Quick plan").click().run()
