@@ -34,12 +34,12 @@ def fmt(value, digits: int = 0) -> str:
 
 
 def short_uuid(uuid: str) -> str:
-    """The first 8 hex digits of an NVML GPU UUID: enough to tell the lent machines apart."""
+    """The first 8 hex digits of an NVML GPU UUID: enough to tell the GPU hosts apart."""
     return uuid.removeprefix("GPU-")[:8]
 
 
 def gpu_tag(run: dict) -> str:
-    """Short id of the GPU a run used (its NVML UUID): runs of different lent machines differ."""
+    """Short id of the GPU a run used (its NVML UUID): runs of different GPU hosts differ."""
     gpus = run["environment"].get("gpus") or []
     return short_uuid(gpus[0]["uuid"]) if gpus else "-"
 
@@ -126,7 +126,7 @@ def forward_table(runs: list[dict]) -> str:
             s, t, tm = run["summary"], run["telemetry"], run["timings"]
             rate = s["output_throughput_tok_s"]
             ratio = rate / eager_rate if eager_rate else None
-            # † = eager PyTorch ran on another lent GPU: the ratio carries machine variance too.
+            # † = eager PyTorch ran on another GPU host: the ratio carries machine variance too.
             other_gpu = eager is not None and gpu_tag(eager) != gpu_tag(run)
             lines.append(
                 f"| {model} | {batch} | {backend} | {gpu_tag(run)} | {fmt(rate)} "
@@ -141,9 +141,9 @@ def forward_table(runs: list[dict]) -> str:
 def campaign_steps(campaign_dirs: list[Path]):
     """(campaign name, its GPU tag, step) for every step of every campaign file, in order.
 
-    A paired batcher check run on its own (`batcher-fidelity-paired*.json`, written by
-    benchmarks/batcher_fidelity.py --pairs) comes after its folder's campaigns, as a step of
-    kind `fidelity_paired` named after its file."""
+    A paired batcher check run on its own (`batcher-fidelity-paired*.json`, written by the
+    paired check that `python -m bench fidelity --engine pytorch` runs today) comes after its
+    folder's campaigns, as a step of kind `fidelity_paired` named after its file."""
     for campaign_dir in campaign_dirs:
         for path in sorted(campaign_dir.glob("campaign-*.json")):
             campaign = json.loads(path.read_text())
@@ -221,7 +221,7 @@ def pytorch_launch_check(step: dict) -> FidelityCells:
 
 
 def pytorch_paired_check(step: dict) -> FidelityCells:
-    """Plain `generate` and our batcher alternated on one model (batcher_fidelity.py --pairs):
+    """Plain `generate` and our batcher alternated on one model (bench/fidelity.py, paired mode):
     the ratio is the median pair's, the two throughputs each side's median."""
     low, high = step["ratio_quartiles"]
     what = (
@@ -286,7 +286,8 @@ def vllm_reference_table(campaign_dirs: list[Path]) -> str:
 
     `vllm-reference/host.json` in a campaign folder names the GPU and the campaign whose vLLM
     fidelity run shared the host; `bench_throughput_*.json` come from
-    benchmarks/vllm_async_overhead.sh, `offline_*.json` from `python -m bench.backends.vllm`."""
+    benchmarks/vllm_async_overhead.sh, `offline_*.json` from the `LLM.generate` reference now
+    in bench/fidelity.py."""
     lines = [
         "| GPU | reference | requests | output tok/s | our backend tok/s "
         "| our backend ÷ reference |",
