@@ -2,7 +2,8 @@
 kill -9 of a TP=2 worker mid-run leaving no process on any GPU (vllm#55510's orphan pattern).
 
 Skipped (with the reason) unless at least two NVIDIA GPUs are visible and a CUDA build of vLLM
-is installed. Run: `python -m pytest tests/bench/test_parallel_gpu.py -q -m gpu`.
+is installed. Run: `python -m pytest tests/bench/test_parallel_gpu.py -q -m gpu`;
+BENCH_GPU_TEST_MODEL picks the preset (default tiny-llama; llama-2-7b is the measured one).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def vllm_config(duration_s: float = 10.0, **fields) -> RunConfig:
     return RunConfig.model_validate(
         {
             "backend": "vllm",
-            "model": "tiny-llama",
+            "model": os.environ.get("BENCH_GPU_TEST_MODEL", "tiny-llama"),
             "device": "cuda",
             "precision": {"dtype": "bfloat16"},
             "engine_args": {"max_model_len": 512, "gpu_memory_utilization": 0.3},
