@@ -6,8 +6,9 @@ parent runs the load pattern once (bench/runner.py) against `ReplicaPool`, which
 request to the live replica with the fewest outstanding requests (ties in turn) and tags the
 record with it. Timing: the record's start and end are taken in the parent, chunk arrival
 times in the replica as the engine yields them; both are `time.perf_counter_ns`, which on Linux
-is CLOCK_MONOTONIC, one clock for every process of the machine. A replica sends a request's
-chunks when the request ends (one message per request), so the hop back adds to E2E only.
+is CLOCK_MONOTONIC, one clock for every process of the machine. The hop to the replica is
+inside TTFT (as a network hop is for a server's client); a replica sends a request's chunks when
+the request ends (one message per request), so the hop back adds to E2E only.
 """
 
 from __future__ import annotations
