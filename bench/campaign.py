@@ -246,8 +246,11 @@ def run_step(
     started = time.monotonic()
     context.out_dir.mkdir(parents=True, exist_ok=True)
     fields: dict[str, Any] = {}
+    opened = None
     try:
-        store = store_handle if store_handle is not None else _open_store(context.store)
+        if store_handle is None:
+            store_handle = opened = _open_store(context.store)
+        store = store_handle
         if isinstance(step, RunStep):
             fields["runs"] = [_launch(step.config, store, context.out_dir, on_progress)]
         elif isinstance(step, FidelityStep):
@@ -264,6 +267,9 @@ def run_step(
     except Exception as exc:  # one step's failure never ends the campaign
         status, error = "failed", f"{type(exc).__name__}: {exc}"
         trace = None if isinstance(exc, UserError) else traceback.format_exc()[-3000:]
+    finally:
+        if opened is not None:
+            opened.close()
     return StepOutcome(
         name=step.name,
         kind=step.kind,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -391,6 +392,16 @@ def campaign(
     if executor == "ray":
         ray_address = ray_address or os.environ.get("RAY_ADDRESS") or None
     chosen = open_executor(parse_settings(executor, ray_address))
+    # The command as given, rebuilt from the options (sys.argv is not this command when main()
+    # is called with an argument list).
+    command = ["python", "-m", "bench", "campaign", str(plan), "--out", str(out)]
+    if budget_s is not None:
+        command += ["--budget-s", f"{budget_s:g}"]
+    if executor != "local":
+        command += ["--executor", executor]
+        command += ["--ray-address", ray_address] if ray_address else []
+    if store:
+        command += ["--store", store]
     reporter = RichReporter()
     try:
         result = run_campaign(
@@ -402,7 +413,7 @@ def campaign(
             store=store,
             reporter=reporter,
             # Written into campaign.json: a --store URL's password must not be.
-            command=redact_urls(" ".join(["python", "-m", "bench", *sys.argv[1:]])),
+            command=redact_urls(shlex.join(command)),
         )
     finally:
         reporter.close()
