@@ -6,7 +6,7 @@ its own labelled section and never mixed into a chart or table of measurements.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import altair as alt
 import pandas as pd
@@ -24,21 +24,19 @@ from ui.components import (
     runs_frame,
 )
 
+if TYPE_CHECKING:
+    from advisor.report.aggregate import RequestColumns
+
 MAX_COMPARED = 8
 
 
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
-def latency_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
-    """Per-request latencies of a finished run's measured records, in ms (vLLM definitions)."""
-    from bench.metrics import request_latencies_ms
+def request_columns(run_id: str, store_location: str | None) -> RequestColumns:
+    """A finished run's measured records read once into columns (a few numbers per request,
+    not the records); every chart below is aggregated from these in Python."""
+    from advisor.report.aggregate import RequestColumns
 
-    rows = [
-        dict(zip(("TTFT (ms)", "TPOT (ms)", "E2E (ms)"), request_latencies_ms(record), strict=True))
-        for record in state.get_store().iter_records(run_id)
-        if record.error is None
-    ]
-    # A metric no request has (e.g. TPOT with 1-token outputs) is no column at all.
-    return pd.DataFrame(rows).dropna(axis=1, how="all")
+    return RequestColumns.from_records(state.get_store().iter_records(run_id))
 
 
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)
@@ -185,53 +183,67 @@ def step_curves(runs: list[RunResult]) -> None:
         )
 
 
+LATENCY_METRICS = {"TTFT (ms)": "ttft", "TPOT (ms)": "tpot", "E2E (ms)": "e2e"}
+LATENCY_BINS = 40
+
+
 def latency_distributions(runs: list[RunResult]) -> None:
+    """Share of requests per latency bin (bins computed here, shared by the runs) and p50/p90/p99
+    per run: the chart holds LATENCY_BINS points per run whatever the run's size."""
+    from advisor.report.aggregate import histogram
+    from bench.metrics import percentiles_ms
+
     st.subheader("Latency distributions")
     metric = (
         st.segmented_control(
-            "Metric",
-            ["TTFT (ms)", "TPOT (ms)", "E2E (ms)"],
-            default="E2E (ms)",
-            key="latency_metric",
+            "Metric", list(LATENCY_METRICS), default="E2E (ms)", key="latency_metric"
         )
         or "E2E (ms)"
     )
-    frames = []
+    values = {}
     for run in runs:
-        frame = latency_frame(run.run_id, state.store_location())
-        if metric in frame:
-            frames.append(
-                pd.DataFrame(
-                    {"run": f"{run.config.backend} · {run.run_id[-8:]}", metric: frame[metric]}
-                ).dropna()
-            )
-    if not frames:
-        empty_state("No measured requests for these runs.")
+        columns = request_columns(run.run_id, state.store_location())
+        latencies = columns.latencies_ms(LATENCY_METRICS[metric])  # type: ignore[arg-type]
+        if latencies.size:
+            values[f"{run.config.backend} · {run.run_id[-8:]}"] = latencies
+    if not values:
+        empty_state(f"No measured request of these runs has a {metric.split()[0]}.")
         return
-    data = pd.concat(frames)
+    bins = histogram(values, LATENCY_BINS)
+    data = pd.DataFrame(
+        [
+            {"run": name, metric: edge, "% of requests": share}
+            for name, shares in bins.shares.items()
+            for edge, share in zip(bins.edges, [*shares, shares[-1]], strict=True)
+        ]
+    )
     chart = (
         alt.Chart(data)
-        .transform_density(metric, groupby=["run"], as_=[metric, "density"])
-        .mark_area(opacity=0.45)
+        .mark_line(interpolate="step-after")
         .encode(
             x=alt.X(f"{metric}:Q"),
-            y=alt.Y("density:Q", title="density"),
+            y=alt.Y("% of requests:Q"),
             color=alt.Color("run:N", legend=alt.Legend(orient="bottom", title=None)),
         )
         .properties(height=260)
     )
-    box = (
-        alt.Chart(data)
-        .mark_boxplot(extent="min-max")
-        .encode(
-            x=alt.X(f"{metric}:Q"),
-            y=alt.Y("run:N", title=None),
-            color=alt.Color("run:N", legend=None),
-        )
-        .properties(height=45 * len(runs) + 10)
-    )
     st.altair_chart(chart)
-    st.altair_chart(box)
+    table = []
+    for name, latencies in values.items():
+        summary = percentiles_ms(latencies)
+        if summary is not None:
+            table.append(
+                {
+                    "run": name,
+                    "requests": int(latencies.size),
+                    "p50": summary.p50,
+                    "p90": summary.p90,
+                    "p99": summary.p99,
+                    "mean": summary.mean,
+                }
+            )
+    st.dataframe(pd.DataFrame(table), hide_index=True)
+    st.caption(f"{metric} of successful measured requests; warm-up excluded; {LATENCY_BINS} bins.")
 
 
 def pareto(frame: pd.DataFrame) -> None:

@@ -82,3 +82,48 @@ def test_unreachable_store_is_one_line_not_a_traceback(app_test, monkeypatch):
     [error] = at.error
     assert "cannot open" in error.value and "\n" not in error.value
     assert "pw-never-shown" not in error.value and "advisor:***@127.0.0.1" in error.value
+
+
+def test_latency_distribution_is_aggregated_whatever_the_run_size(store_path):
+    """A run of 20,000 requests: the chart ships bins (41 points per run), never the requests."""
+    from streamlit.testing.v1 import AppTest
+
+    from bench.schema import RequestRecord
+    from bench.store import ResultStore
+    from ui.results_page import LATENCY_BINS
+
+    run = stored_run(store_path)
+    store = ResultStore(store_path)
+    store.add_records(
+        run.run_id,
+        [  # TEST DATA: generated times, not a measurement
+            RequestRecord(
+                id=f"extra-{i}",
+                start_ns=i * 1_000_000,
+                chunk_ns=[i * 1_000_000 + 5_000_000 + (i % 97) * 10_000],
+                end_ns=i * 1_000_000 + 20_000_000 + (i % 89) * 100_000,
+                input_tokens=8,
+                output_tokens=8,
+            )
+            for i in range(20_000)
+        ],
+    )
+    store.close()
+    at = AppTest.from_function(_views_script, default_timeout=60).run()
+    assert not at.exception
+    import pyarrow as pa
+
+    charts = [
+        element.proto
+        for element in at.main
+        if getattr(element, "proto", None) is not None
+        and element.proto.DESCRIPTOR.name == "VegaLiteChart"
+        and "% of requests" in element.proto.spec
+    ]
+    assert charts, "no latency distribution chart"
+    rows = sum(
+        pa.ipc.open_stream(dataset.data.data).read_all().num_rows for dataset in charts[0].datasets
+    )
+    assert rows == LATENCY_BINS + 1  # one run: the bin edges, never its 20,000 requests
+    table = next(df.value for df in at.dataframe if "p99" in df.value.columns)
+    assert int(table["requests"].iloc[0]) > 20_000
