@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +49,24 @@ def is_shared_store(location: str | None) -> bool:
     return bool(location) and parse_store_url(location).backend == "postgresql"
 
 
+RAY_PROBE_TIMEOUT_S = 5.0
+
+
+def _check_reachable(address: str) -> None:
+    """One clear line for a cluster that does not answer: `ray.init` would retry for minutes.
+    `auto` (the cluster started on this host) is left to Ray."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=RAY_PROBE_TIMEOUT_S).close()
+    except (OSError, ValueError) as error:
+        raise UserError(
+            f"cannot reach the Ray cluster at {address!r} ({_first_line(error)}): is "
+            "`ray start --head` running there, and is the address host:port?"
+        ) from None
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"[:500]
@@ -77,6 +96,8 @@ class RayExecutor:
         self.settings = settings
         self.store_location = store_location
         self.started_local = settings.ray_address is None
+        if not self.started_local:
+            _check_reachable(settings.ray_address)
         try:
             if self.started_local:
                 ray.init(

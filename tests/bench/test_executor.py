@@ -81,3 +81,35 @@ def test_shared_store_is_a_postgresql_url():
     assert not is_shared_store("sqlite:////tmp/x.sqlite")
     assert not is_shared_store("/tmp/postgresql.sqlite")
     assert not is_shared_store(None)
+
+
+def test_two_gpu_example_plan_asks_one_one_and_two_gpus():
+    """examples/campaigns/ray-2gpu.yaml: two single-GPU steps that can share a 2-GPU node, then
+    one that needs both."""
+    from pathlib import Path
+
+    from bench.campaign import load_plan, step_resources
+
+    plan = load_plan(Path(__file__).resolve().parents[2] / "examples/campaigns/ray-2gpu.yaml")
+    assert [step_resources(step).gpus for step in plan.steps] == [1, 1, 2]
+    first, second, _ = (step.config for step in plan.steps)
+    assert first.model_dump(exclude={"label"}) == second.model_dump(exclude={"label"})
+
+
+def test_unreachable_cluster_is_one_line_and_exit_2(tmp_path):
+    """Ray itself would retry an unreachable address for minutes; the runner says so at once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    command = [sys.executable, "-m", "bench.jobs", "--executor", "ray", "--ray-address"]
+    completed = subprocess.run(
+        [*command, "127.0.0.1:1", "--store", str(tmp_path / "s.sqlite"), "--idle-exit-s", "1"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 2
+    lines = completed.stderr.strip().splitlines()
+    assert lines == [lines[0]] and "cannot reach the Ray cluster at '127.0.0.1:1'" in lines[0]
