@@ -89,7 +89,9 @@ def wait_for(predicate, timeout_s: float, what: str):
 class Runner:
     """`bench.jobs.serve` with the ray executor in a thread, stopped and joined on exit."""
 
-    def __init__(self, store: ResultStore, cluster: Cluster, tmp_path: Path) -> None:
+    def __init__(
+        self, store: ResultStore, cluster: Cluster, tmp_path: Path, location: str | None = None
+    ) -> None:
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         settings = ExecutorSettings(name="ray", ray_address=cluster.address)
@@ -97,7 +99,7 @@ class Runner:
         def serve() -> None:
             try:
                 jobs.serve(
-                    str(store.path),
+                    location or str(store.path),
                     idle_exit_s=600,
                     log_dir=tmp_path / "logs",
                     stop=self.stop,
@@ -175,6 +177,25 @@ def test_jobs_land_on_the_node_of_their_gpu_type(cluster, store, tmp_path):
     assert any(
         text.startswith("Ran on node ") and nodes[TYPE_B].node_id[:12] in text for text in texts
     ), texts
+
+
+def test_team_store_is_written_by_the_node_itself(cluster, tmp_path, postgres):
+    """A PostgreSQL store: the node opens it by URL and writes its run there (no channel)."""
+    from bench.store import open_store
+
+    ray_cluster, nodes = cluster
+    url = postgres.create_database()
+    store = open_store(url)
+    job_id = store.create_job([tiny_config(TYPE_A)], label="team store")
+    with Runner(store, ray_cluster, tmp_path, location=url):
+        wait_for(lambda: store.get_job(job_id).finished, 300, "the job on the team store")
+    job = store.get_job(job_id)
+    assert job.status == RunStatus.COMPLETED, job.error
+    assert placement(store, job_id)["node_id"] == nodes[TYPE_A].node_id
+    run = store.get_run(job.run_ids[0])
+    assert run.environment["executor"]["node_id"] == nodes[TYPE_A].node_id
+    assert run.summary is not None and store.count_records(run.run_id) >= run.summary.successful
+    store.close()
 
 
 def test_unplaceable_job_waits_with_reason_and_stop_cancels_it(cluster, store, tmp_path):
