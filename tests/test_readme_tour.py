@@ -4,7 +4,8 @@ Convention (the README is written by people, the commands are read from it, neve
 the tour is every fenced code block tagged ``bash``/``sh``/``shell``/``console`` under the first
 Markdown heading whose text contains "CLI tour" (any level, any case), up to the next heading of
 the same or a higher level. In a block, `#` lines are comments, a trailing backslash continues a
-line, and a leading `$ ` prompt is dropped. Commands run in order (a later one may read what an
+line, and a leading `$ ` prompt is dropped; in a ``console`` block only `$ ` lines are commands
+(the rest is shown output). Commands run in order (a later one may read what an
 earlier one wrote), from a scratch folder that mirrors the repository (so `out/`, `reports/` and
 the results store land there, not in the checkout); `.venv/bin/python` is this interpreter when
 the checkout has no .venv.
@@ -35,6 +36,7 @@ def tour_commands(markdown: str) -> list[str]:
     level = None
     fence: str | None = None
     in_shell_block = False
+    console = False
     pending = ""
     for line in lines:
         if fence is not None:  # inside a fenced block
@@ -49,6 +51,8 @@ def tour_commands(markdown: str) -> list[str]:
                 pending = ""
             if not text or text.startswith("#"):
                 continue
+            if console and not pending and not text.startswith("$ "):
+                continue  # output shown after a command
             text = text.removeprefix("$ ")
             if text.endswith("\\"):
                 pending = text[:-1].strip()
@@ -66,7 +70,9 @@ def tour_commands(markdown: str) -> list[str]:
         opening = FENCE.match(line.strip())
         if opening:
             fence = opening.group(1)
-            in_shell_block = level is not None and opening.group(2).lower() in SHELL_TAGS
+            tag = opening.group(2).lower()
+            in_shell_block = level is not None and tag in SHELL_TAGS
+            console = tag == "console"
     return commands
 
 
@@ -92,6 +98,10 @@ def test_parser_reads_the_convention() -> None:
             "```sh",
             "python -m advisor recommend --model tiny-llama",
             "```",
+            "```console",
+            "$ python -m bench runs",
+            "20261130-1  COMPLETED  pytorch",
+            "```",
             "## Next section",
             "```bash",
             "echo after-the-tour",
@@ -102,6 +112,7 @@ def test_parser_reads_the_convention() -> None:
         "python -m bench backends",
         "python -m bench run --backend pytorch --model tiny-llama",
         "python -m advisor recommend --model tiny-llama",
+        "python -m bench runs",
     ]
 
 
