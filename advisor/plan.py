@@ -68,9 +68,7 @@ ENGINE_START_S = {
     "tensorrt": 300.0,
     "openai": 90.0,
 }
-"""Engine start before weights are read: process spawn, imports, graph capture or compile.
-(For scale: on a 2-core host with a load average of ~4.5, vLLM eager took 62 s and PyTorch
-55 s to load tiny-llama, tests/e2e/test_cpu_first_run.py.)"""
+"""Engine start before weights are read: process spawn, imports, graph capture or compile."""
 DEFAULT_ENGINE_START_S = 30.0
 EXPORT_COPIES = {"onnxruntime": 1.0, "tensorrt_llm": 1.0, "tensorrt": 1.0}
 """Extra copies of the weights a backend writes (ONNX export, built engine)."""
@@ -189,13 +187,6 @@ def host_busy_factor() -> float:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return max(1.0, os.getloadavg()[0] / max(cores, 1))
-
-
-def this_machine_has_gpu() -> bool:
-    """Whether NVML sees a GPU here (read-only; False without a driver)."""
-    from bench.environment import gpu_facts
-
-    return bool(gpu_facts().get("gpu_available"))
 
 
 def cpu_sized_model(stage: StageProfile) -> str:
@@ -426,5 +417,4 @@ __all__ = [
     "estimate_runs",
     "host_busy_factor",
     "plan_for_stage",
-    "this_machine_has_gpu",
 ]
