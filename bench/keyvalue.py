@@ -63,8 +63,8 @@ def _split_pairs(text: str) -> list[str]:
     for index, char in enumerate(text):
         if quote:
             quote = "" if char == quote else quote
-        elif char in "\"'":
-            quote = char
+        elif char in "\"'" and text[:index].rstrip()[-1:] in ("", *"=[{(,:"):
+            quote = char  # a quoted value or item; an apostrophe inside a word is text
         elif char in _OPENERS:
             depth += 1
         elif char in _CLOSERS:

@@ -31,6 +31,11 @@ def test_values(text: str, value: object) -> None:
     assert type(parse_value(text)) is type(value)
 
 
+def test_quotes_protect_commas_and_apostrophes_are_text() -> None:
+    assert parse_pairs_text('name="a, b=c", n=1', "x") == {"name": "a, b=c", "n": 1}
+    assert parse_pairs_text("label=it's mine, n=1", "x") == {"label": "it's mine", "n": 1}
+
+
 def test_pairs_and_text_agree() -> None:
     pairs = ["max_num_seqs=256", "enforce_eager=yes", "levels=[1, 16]", "name=a=b"]
     assert parse_pairs_text(", ".join(pairs), "x") == parse_pairs(pairs, "x")
