@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.engine_log import with_root_cause
 from bench.errors import UserError
 
 LOCALHOST = "127.0.0.1"
@@ -314,14 +315,16 @@ class ServerLauncher:
         stage = "health"
         while True:
             if self.process is not None and self.process.poll() is not None:
+                tail = self.log_tail()
+                what = f"server exited with code {self.process.returncode} before it was ready"
                 raise ServerStartError(
-                    f"server exited with code {self.process.returncode} before it was ready"
-                    f" ({stage}); log {self.log_path}:\n{self.log_tail()}"
+                    f"{with_root_cause(f'{what} ({stage})', tail)}; log {self.log_path}:\n{tail}"
                 )
             if time.perf_counter() > deadline:
+                tail = self.log_tail()
+                what = f"server not ready after {self.startup_timeout_s:.0f} s ({stage})"
                 raise ServerStartError(
-                    f"server not ready after {self.startup_timeout_s:.0f} s ({stage}); "
-                    f"log {self.log_path}:\n{self.log_tail()}"
+                    f"{with_root_cause(what, tail)}; log {self.log_path}:\n{tail}"
                 )
             try:
                 if stage == "health" and self._healthy(probe):

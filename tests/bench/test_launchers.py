@@ -209,6 +209,21 @@ def test_launcher_reports_a_server_that_dies_with_its_log(tmp_path: Path) -> Non
     assert launcher.pid is None
 
 
+def test_a_server_that_raises_leads_the_error_with_its_own_line(tmp_path: Path) -> None:
+    port = free_port()
+    launcher = ServerLauncher(
+        [sys.executable, "-c", "raise ValueError('model path /nope has no config.json')"],
+        f"http://127.0.0.1:{port}",
+        tmp_path / "server.log",
+        startup_timeout_s=30,
+    )
+    with pytest.raises(ServerStartError) as raised:
+        launcher.start()
+    first_line = str(raised.value).splitlines()[0]
+    assert first_line.startswith("ValueError: model path /nope has no config.json"), first_line
+    assert "server exited with code 1" in first_line
+
+
 def test_free_port_is_bindable() -> None:
     import socket
 
