@@ -151,8 +151,11 @@ def test_questionnaire_benchmark_and_report(app_url, page, tmp_path):
     html_file = tmp_path / "report.html"
     download_info.value.save_as(html_file)
     assert "pytorch" in html_file.read_text()
+    page.get_by_role("button", name="Make the PDF").click()  # rendered only when asked
+    pdf_button = page.get_by_role("button", name="PDF", exact=True)
+    pdf_button.wait_for(timeout=240_000)
     with page.expect_download(timeout=120_000) as download_info:
-        page.get_by_role("button", name="PDF").click()
+        pdf_button.click()
     pdf_file = tmp_path / "report.pdf"
     download_info.value.save_as(pdf_file)
     assert pdf_file.read_bytes().startswith(b"%PDF")
