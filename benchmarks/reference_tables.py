@@ -12,12 +12,16 @@ committed docs equal this script's output).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import re
 import sys
+import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
 import jinja2
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = ROOT / "data" / "reference"
@@ -499,6 +503,35 @@ def plain_generate_spread(campaign_dirs: list[Path], folders: set[str]) -> tuple
     return min(values), max(values)
 
 
+def launch_step_p10_ms(archive: Path) -> float:
+    """p10 of the pooled inter-token gaps of the measured requests of the PyTorch fidelity run
+    through `launch` kept in a campaign's `runs-*.tgz` (the harness's fastest decode steps)."""
+    gaps: list[float] = []
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if member.name.endswith("records.jsonl") and "/pytorch_fidelity" in member.name:
+                for line in tar.extractfile(member):
+                    record = json.loads(line)
+                    if not record.get("warmup"):
+                        chunks = record["chunk_ns"]
+                        gaps += [(b - a) / 1e6 for a, b in itertools.pairwise(chunks)]
+    if not gaps:
+        raise ValueError(f"no PyTorch fidelity records in {archive}")
+    return float(np.percentile(gaps, 10))
+
+
+def vllm_graph_compile_s(archive: Path, run: str) -> float:
+    """The `torch.compile` graph compile time vLLM logged for one run kept in `runs-*.tgz`."""
+    pattern = re.compile(r"Compiling a graph for compile range \(.*?\) takes ([0-9.]+) s")
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if member.name.startswith(f"runs/{run}/") and member.name.endswith(".log"):
+                found = pattern.search(tar.extractfile(member).read().decode(errors="replace"))
+                if found:
+                    return float(found.group(1))
+    raise ValueError(f"no graph compile time in the {run} log of {archive}")
+
+
 def fidelity_facts(campaign_dirs: list[Path]) -> dict:
     """The figures docs/fidelity.md states in prose, from the campaign files."""
     steps = fidelity_steps(campaign_dirs)
@@ -559,6 +592,10 @@ def fidelity_facts(campaign_dirs: list[Path]) -> dict:
         "p10_fast": len(fast),
         "p10_fast_range": (min(fast), max(fast)),
         "prefix_cache_worth": worth,
+        "launch_p10_ms": [
+            (path.stem.removeprefix("runs-"), launch_step_p10_ms(path))
+            for path in sorted(newest.glob("runs-*.tgz"))
+        ],
     }
 
 
@@ -621,6 +658,9 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
         "decode_floor": decode_floor,
         "forward_ratio_range": lambda *a: forward_ratio_range(runs, *a),
         "quick_plan": lambda name: quick_plan(folders, name),
+        "vllm_graph_compile_s": lambda folder, archive, run: vllm_graph_compile_s(
+            reference_dir / folder / archive, run
+        ),
         "fidelity_steps": fidelity_steps(folders),
         "plain_generate_spread": lambda *names: plain_generate_spread(folders, set(names)),
         "fidelity": fidelity_facts(folders),
