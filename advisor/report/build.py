@@ -378,6 +378,12 @@ def _diagnostics(
         )
         if item not in out:
             out.append(item)
+    # Same rule and advice next to each other, in first-seen order: the formats print the
+    # advice once per group (with 30 runs, the same paragraph 30 times buried the findings).
+    first_seen: dict[tuple[str, str, str], int] = {}
+    for item in out:
+        first_seen.setdefault((item.title, item.severity, item.advice), len(first_seen))
+    out.sort(key=lambda item: first_seen[(item.title, item.severity, item.advice)])
     for run in runs:
         if run.failure is not None:
             out.append(

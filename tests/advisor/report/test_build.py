@@ -297,3 +297,25 @@ def test_the_seed_reference_file_loads_with_its_four_frameworks() -> None:
     vllm = table.rows[frameworks.index("vllm")]
     assert vllm[table.keys.index("request_throughput_rps")] == 61.8
     assert any("not stated" in caveat for caveat in table.caveats)
+
+
+def test_same_advice_is_grouped_and_printed_once(tmp_path: Path) -> None:
+    from advisor.evidence import read_reference_folder
+    from advisor.report.build import report_for
+    from advisor.report.markdown import render_markdown
+
+    eager = {"enforce_eager": True}
+    first = synthetic_run("vllm", "concurrency", gpu=True, seed=21, engine_args=eager)
+    other = synthetic_run("pytorch", "step", seed=22)
+    second = synthetic_run("vllm", "concurrency", gpu=True, seed=23, engine_args=eager)
+    store = store_with(tmp_path / "s.sqlite", [first, other, second])
+    profile = workload_profile("t")
+    answer = real_answer(profile, store, SHIPPED_REFERENCE_DIR)
+    ids = [first[0].run_id, other[0].run_id, second[0].run_id]
+    report = report_for(profile, answer, store, read_reference_folder(SHIPPED_REFERENCE_DIR), ids)
+    titles = [d.title for d in report.diagnostics]
+    cuda = [i for i, title in enumerate(titles) if title == "cuda graphs off"]
+    assert len(cuda) == 2 and cuda[1] == cuda[0] + 1  # adjacent
+    text = render_markdown(report, {chart.id: "x.svg" for chart in report.available_charts()})
+    advice = report.diagnostics[cuda[0]].advice
+    assert text.count(advice.split(":")[0]) == 1 and "advice as above" in text
