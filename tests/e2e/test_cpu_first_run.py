@@ -42,6 +42,9 @@ def test_default_profile_quick_plan_on_the_cpu_finishes_with_results(app_url, pa
     page.locator("[class*=st-key-plan_editor]").first.wait_for(timeout=60_000)
     main = page.locator(MAIN)
     main.get_by_text("CPU-sized model of the same family").first.wait_for(timeout=30_000)
+    # The cost table is drawn after the plan table: wait for it before reading the page.
+    main.get_by_text("Estimated for the ticked runs").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1000)
     text = main.inner_text()
     assert f"instead of {profile_model}" in text and "not GPU figures" in text
     assert "Estimated for the ticked runs" in text and "of new disk" in text
