@@ -58,6 +58,22 @@ def is_ladder(run: dict) -> bool:
     )
 
 
+def precision_label(run: dict) -> str:
+    """The run's precision as `PrecisionConfig.label()` writes it: `float16`,
+    `bfloat16 + fp8 weights + fp8 KV` (runs from before the KV-cache axis read as `auto`)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.config import PrecisionConfig
+
+    return PrecisionConfig.model_validate(run["config"]["precision"]).label()
+
+
+def precision_suffix(run: dict) -> str:
+    """' (bfloat16 + fp8 weights)' for a run not in plain float16, else '' (the float16 runs'
+    rows keep their plain backend name; the doc says fp16 unless a row says otherwise)."""
+    label = precision_label(run)
+    return "" if label == "float16" else f" ({label})"
+
+
 def llm_table(runs: list[dict]) -> str:
     lines = [
         "| model | backend | GPU | concurrency | req/s | output tok/s | TTFT p50 / p99 ms "
@@ -73,6 +89,7 @@ def llm_table(runs: list[dict]) -> str:
         name = run["config"]["backend"]
         if name == "openai":
             name = "openai → vllm serve"
+        name += precision_suffix(run)
         for phase in run["phases"]:
             s = phase["summary"]
             ttft, tpot, e2e = s["ttft_ms"] or {}, s["tpot_ms"] or {}, s["e2e_ms"] or {}
@@ -154,10 +171,44 @@ def campaign_steps(campaign_dirs: list[Path]):
             name = path.name.removeprefix("campaign-").removesuffix(".json")
             gpu = gpu_tag(campaign)
             for step in campaign["steps"]:
-                yield name, gpu, step
+                yield name, gpu, legacy_step(step)
         for path in sorted(campaign_dir.glob("batcher-fidelity-paired*.json")):
             check = json.loads(path.read_text())
             yield path.stem, gpu_tag(check), {"kind": "fidelity_paired", **check}
+
+
+def legacy_step(step: dict) -> dict:
+    """A step of a `python -m bench campaign` file (a StepOutcome: the check under
+    `fidelity`) in the flat shape of the former campaign script's files, which the tables
+    below read; steps of those older files pass through unchanged."""
+    outcome = step.get("fidelity")
+    if step.get("kind") != "fidelity" or outcome is None:
+        return step
+    check = outcome["check"]
+    flat = {
+        "kind": "fidelity",
+        "engine": check["engine"],
+        "requests": check["requests"],
+        "concurrency": check["max_num_seqs"],
+        "client_concurrency": check["client_concurrency"],
+        "event_loop": check["event_loop"],
+        "engine_args": check["engine_args"],
+        "backend_output_throughput_tok_s": outcome["backend_output_throughput_tok_s"],
+        "ratio": outcome["ratio"],
+    }
+    if outcome.get("vllm_reference") is not None:
+        flat["offline"] = outcome["vllm_reference"]
+    return flat
+
+
+def precision_note(engine_args: dict) -> str:
+    """'; FP8 weights + FP8 KV cache' for a check run at a reduced precision, else ''."""
+    parts = []
+    if engine_args.get("quantization"):
+        parts.append(f"{engine_args['quantization'].upper()} weights")
+    if engine_args.get("kv_cache_dtype", "auto") != "auto":
+        parts.append(f"{engine_args['kv_cache_dtype'].upper()} KV cache")
+    return "; " + " + ".join(parts) + " on both sides" if parts else ""
 
 
 def prefix_cache_note(offline: dict) -> str:
@@ -202,6 +253,7 @@ def vllm_check(step: dict) -> FidelityCells:
         what = f"vllm: {step['requests']} requests at once vs `LLM.generate` of them"
     if step.get("event_loop", "asyncio") != "asyncio":
         what += f"; worker event loop {step['event_loop']}"
+    what += precision_note(step.get("engine_args") or {})
     what += prefix_cache_note(offline)
     ours = step["backend_output_throughput_tok_s"]
     return what, offline["output_throughput_tok_s"], ours, step["ratio"], "≥ 0.95"
@@ -362,20 +414,30 @@ def rel(path: Path) -> str:
 # --------------------------------------------------------------------------- figures in the prose
 
 
-def ladder_run(runs: list[dict], model: str, backend: str, concurrency: int) -> tuple[dict, dict]:
-    """(run, phase) of the ladder stage at `concurrency`; KeyError when it was not run."""
+def ladder_run(
+    runs: list[dict], model: str, backend: str, concurrency: int, precision: str = "float16"
+) -> tuple[dict, dict]:
+    """(run, phase) of the ladder stage at `concurrency` at this precision (a
+    `PrecisionConfig.label()`); the first such run in file order; KeyError when not run."""
     for run in runs:
         config = run["config"]
-        if is_ladder(run) and config["model"] == model and config["backend"] == backend:
+        if (
+            is_ladder(run)
+            and config["model"] == model
+            and config["backend"] == backend
+            and precision_label(run) == precision
+        ):
             for phase in run["phases"]:
                 if round(phase["target"]) == concurrency:
                     return run, phase
     raise KeyError((model, backend, concurrency))
 
 
-def ladder_phase(runs: list[dict], model: str, backend: str, concurrency: int) -> tuple[dict, str]:
+def ladder_phase(
+    runs: list[dict], model: str, backend: str, concurrency: int, precision: str = "float16"
+) -> tuple[dict, str]:
     """(phase summary, GPU tag) of the ladder stage at `concurrency`; KeyError when not run."""
-    run, phase = ladder_run(runs, model, backend, concurrency)
+    run, phase = ladder_run(runs, model, backend, concurrency, precision)
     return phase["summary"], gpu_tag(run)
 
 
@@ -392,6 +454,20 @@ def ratio(
     b, gpu_b = ladder_phase(runs, model, under, concurrency)
     value = a["output_throughput_tok_s"] / b["output_throughput_tok_s"]
     return f"{value:.{digits}f}×" + ("" if gpu_a == gpu_b else " †")
+
+
+def precision_ratios(
+    runs: list[dict], model: str, backend: str, over: str, under: str, levels: Iterable[int]
+) -> str:
+    """`backend`'s output tok/s at precision `over` ÷ at precision `under` per ladder level,
+    '1.42× / 1.39×', with † where the two ran on different GPUs."""
+    cells = []
+    for level in levels:
+        a, gpu_a = ladder_phase(runs, model, backend, level, over)
+        b, gpu_b = ladder_phase(runs, model, backend, level, under)
+        value = a["output_throughput_tok_s"] / b["output_throughput_tok_s"]
+        cells.append(f"{value:.2f}×" + ("" if gpu_a == gpu_b else " †"))
+    return " / ".join(cells)
 
 
 def ratios(
@@ -655,6 +731,9 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
         "ladder_run": lambda *a: ladder_run(runs, *a)[0],
         "ratios": lambda *a: ratios(runs, *a),
         "ratio": lambda *a: ratio(runs, *a),
+        "precision_ratios": lambda *a: precision_ratios(runs, *a),
+        "precision_run": lambda *a: ladder_run(runs, *a)[0],
+        "precision_phase": lambda *a: ladder_phase(runs, *a)[0],
         "decode_floor": decode_floor,
         "forward_ratio_range": lambda *a: forward_ratio_range(runs, *a),
         "quick_plan": lambda name: quick_plan(folders, name),

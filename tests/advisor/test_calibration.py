@@ -24,16 +24,23 @@ def calibration(reference_runs):
     return calibration_from([], reference_runs)
 
 
-def test_shipped_runs_read_as_tp1_one_replica_checkpoint_dtype(reference_runs) -> None:
+def test_shipped_runs_read_as_tp1_one_replica_at_their_recorded_precision(reference_runs) -> None:
     pairs = [(run, name) for name, runs in reference_runs.items() for run in runs]
+    by_id = {run.run_id: run for run, _ in pairs}
     points = points_from_runs(pairs)
     assert len(points) >= 20  # every closed-loop level of the shipped generate runs on the H200
     for point in points:
         assert point.deployment.parallelism.tensor_parallel_size == 1
         assert point.deployment.parallelism.replicas == 1
-        assert point.deployment.precision.quantization is None
-        assert point.deployment.precision.kv_cache_dtype == "auto"
+        recorded = by_id[point.run_id].config.precision
+        assert point.deployment.precision.quantization == recorded.quantization
+        assert point.deployment.precision.kv_cache_dtype == recorded.kv_cache_dtype
         assert point.gpu == "H200"
+    # h200_2026-12-01_fp8_runs.json: bf16, FP8 weights, FP8 weights + FP8 KV on one host.
+    kinds = {
+        (p.deployment.precision.quantization, p.deployment.precision.kv_cache_dtype) for p in points
+    }
+    assert {(None, "auto"), ("fp8", "auto"), ("fp8", "fp8")} <= kinds
 
 
 def test_mape_is_finite_and_from_real_rows(calibration) -> None:
@@ -95,9 +102,10 @@ def test_docs_table_matches_the_calibration(calibration) -> None:
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "configurations.md").read_text()
     for partition in calibration.partitions:
-        engine = partition.partition.split(" TP=")[0]
-        rows = [line for line in text.splitlines() if line.startswith(f"| {engine} ")]
-        assert rows, engine
+        rows = [line for line in text.splitlines() if line.startswith(f"| {partition.partition} |")]
+        assert len(rows) == 1, partition.partition
         assert f"| {partition.points} | {partition.tpot_mape:.1%} |" in rows[0]
         assert f"| {partition.throughput_mape:.1%} |" in rows[0]
+        verdict = {True: "yes", False: "no", None: "—"}[partition.within_gate]
+        assert rows[0].endswith(f"| {verdict} |")
     assert f"| all | {len(calibration.points)} | {calibration.tpot_mape:.1%} |" in text

@@ -14,6 +14,7 @@ import yaml
 
 from bench.campaign import (
     CampaignPlan,
+    CampaignResult,
     RunStep,
     StepContext,
     advisor_plan_configs,
@@ -298,7 +299,18 @@ def test_reference_plan_is_the_one_that_produced_its_data(plan_file: Path) -> No
 
     plan = load_plan(plan_file)
     for campaign_file in campaigns_of(plan_file):
-        recorded = json.loads(campaign_file.read_text())["steps"]
+        campaign = json.loads(campaign_file.read_text())
+        if "plan" in campaign:  # a CampaignResult of `python -m bench campaign`
+            result = CampaignResult.model_validate(campaign)
+            assert result.plan == plan
+            assert [o.name for o in result.steps] == [step.name for step in plan.steps]
+            for step, outcome in zip(plan.steps, result.steps, strict=True):
+                assert outcome.status == "completed" and outcome.step == step
+                if isinstance(step, RunStep):
+                    assert [run.config for run in outcome.runs] == [step.config], step.name
+            continue
+        # The former campaign script's files: steps named by `step`, one `result` per run.
+        recorded = campaign["steps"]
         assert [step["step"] for step in recorded] == [step.name for step in plan.steps]
         for step, entry in zip(plan.steps, recorded, strict=True):
             if not isinstance(step, RunStep) or "result" not in entry:
