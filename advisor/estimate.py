@@ -17,8 +17,8 @@ Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s (datasheet units). Formulas:
 Multiple GPUs are assumed to be used with tensor parallelism (weights and KV split evenly).
 Parameter counts of the bench presets are kept here (exact, equal to `bench.models.parameter_count`
 of the preset configs; a test checks it) so estimating never imports torch or writes weights;
-llama-2-70b (not a preset: too large to write as random weights here) is sized for estimates,
-its count from `_architecture_from_config` on its published config (a test checks it).
+llama-2-70b is a preset too (written only on hosts with the disk for its ~138 GB); its count
+here is `_architecture_from_config` on its published config (a test checks it).
 """
 
 from __future__ import annotations

@@ -376,8 +376,11 @@ def run_campaign(
     store: str | None = None,
     reporter: CampaignReporter | None = None,
     command: str = "",
+    plan_text: str | None = None,
 ) -> CampaignResult:
-    """Run every step of `plan` not already in `out_dir`, within `budget_s` when given."""
+    """Run every step of `plan` not already in `out_dir`, within `budget_s` when given.
+    `plan_text` is written as DIR/plan.yaml instead of `plan_file`'s bytes (a CPU rehearsal
+    keeps the plan it really ran)."""
     from bench.environment import fingerprint, preflight
 
     reporter = reporter or CampaignReporter()
@@ -386,7 +389,9 @@ def run_campaign(
         raise UserError(f"--out {out_dir} exists and is not a folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     plan_dir = Path(plan_file).resolve().parent if plan_file else Path.cwd()
-    if plan_file is not None:
+    if plan_text is not None:
+        (out_dir / "plan.yaml").write_text(plan_text)
+    elif plan_file is not None:
         (out_dir / "plan.yaml").write_bytes(Path(plan_file).read_bytes())
     store = store or str(out_dir / "results.sqlite")
     environment = fingerprint()

@@ -380,13 +380,31 @@ def campaign(
     store: Annotated[
         str | None, typer.Option(help="Results store for the runs (default: OUT/results.sqlite).")
     ] = None,
+    rehearse_on_cpu: Annotated[
+        bool,
+        typer.Option(
+            "--rehearse-on-cpu",
+            help="Run the plan's steps on this CPU with a tiny model, short stages and low "
+            "concurrency (TP=1, no FP8), to check a GPU plan end to end before a GPU runs it; "
+            "its figures are CPU figures, not the plan's.",
+        ),
+    ] = False,
 ) -> None:
     """Run a campaign plan: benchmark runs, fidelity checks and advisor plans, resumable."""
+    import yaml
+
     from bench.campaign import RichReporter, load_plan, run_campaign
     from bench.executors import open_executor, parse_settings
+    from bench.rehearsal import rehearsal_plan
     from bench.store_url import redact_urls
 
     campaign_plan = load_plan(plan)
+    plan_text = None
+    if rehearse_on_cpu:
+        campaign_plan = rehearsal_plan(campaign_plan)
+        plan_text = yaml.safe_dump(
+            campaign_plan.model_dump(mode="json", exclude_defaults=True), sort_keys=False
+        )
     if budget_s is not None and budget_s <= 0:
         raise UserError("--budget-s must be > 0")
     if executor == "ray":
@@ -402,6 +420,8 @@ def campaign(
         command += ["--ray-address", ray_address] if ray_address else []
     if store:
         command += ["--store", store]
+    if rehearse_on_cpu:
+        command += ["--rehearse-on-cpu"]
     reporter = RichReporter()
     try:
         result = run_campaign(
@@ -414,6 +434,7 @@ def campaign(
             reporter=reporter,
             # Written into campaign.json: a --store URL's password must not be.
             command=redact_urls(shlex.join(command)),
+            plan_text=plan_text,
         )
     finally:
         reporter.close()

@@ -119,6 +119,18 @@ def _llama_2_13b() -> PretrainedConfig:
     )
 
 
+def _llama_2_70b() -> PretrainedConfig:
+    # Llama-2-70B's published shape: GQA with 8 KV heads, MLP 28672. Written as random weights
+    # it is ~138 GB in bfloat16 (sharded, streamed to disk): for multi-GPU hosts only.
+    return _llama(
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+    )
+
+
 def _llama_3_8b() -> PretrainedConfig:
     # Real Meta-Llama-3-8B values except bos/eos ids, which point at our tokenizer's specials.
     return _llama(
@@ -251,6 +263,13 @@ PRESETS: dict[str, Preset] = {
             "generate",
             _llama_2_13b,
             "Llama-2-13B architecture (40 layers, hidden 5120, MHA): the article's model.",
+        ),
+        Preset(
+            "llama-2-70b",
+            "generate",
+            _llama_2_70b,
+            "Llama-2-70B architecture (80 layers, hidden 8192, GQA 8 KV heads), random weights "
+            "(~138 GB in bf16: multi-GPU hosts).",
         ),
         Preset(
             "llama-3-8b",

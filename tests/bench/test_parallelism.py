@@ -89,15 +89,25 @@ def test_vllm_fp8_engine_args_move_to_precision():
 
 
 def test_stored_results_from_before_the_axes_still_load():
-    """Every run the project ships in data/reference predates parallelism/precision fields."""
-    loaded = 0
+    """Runs stored before the parallelism/precision axes (no `parallelism` key, no
+    `kv_cache_dtype`) read as one engine on one GPU with the model-dtype KV cache; the runs
+    recorded with the axes read back exactly as recorded."""
+    old = new = 0
     for path in sorted((REPO / "data" / "reference").glob("*_runs.json")):
         for data in json.loads(path.read_text())["runs"]:
             run = RunResult.model_validate(data)
-            assert run.config.parallelism == ParallelismConfig()
-            assert run.config.precision.kv_cache_dtype == "auto"
-            loaded += 1
-    assert loaded > 10
+            if "parallelism" not in data["config"]:
+                assert "kv_cache_dtype" not in data["config"]["precision"]
+                assert run.config.parallelism == ParallelismConfig()
+                assert run.config.precision.kv_cache_dtype == "auto"
+                old += 1
+            else:
+                recorded = data["config"]
+                assert run.config.parallelism.model_dump() == recorded["parallelism"]
+                assert run.config.precision.model_dump() == recorded["precision"]
+                new += 1
+    assert old > 10
+    assert new >= 4  # h200_2026-12-01_fp8_runs.json
 
 
 def test_round_trip_keeps_both_axes():
