@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -136,8 +137,15 @@ class ThrowawayPostgres:
         state = json.loads((Path(root) / "state.json").read_text())
         return cls(Path(root), Path(state["bindir"]), state["port"], state["password"])
 
-    def restart(self) -> None:
-        self._pg_ctl("restart", "-m", "fast")
+    def restart(self, down_s: float = 0.0) -> None:
+        """Restart the server (every connection is cut); with `down_s`, it stays down that long
+        first, so a client that writes every second or two is sure to meet the outage."""
+        if not down_s:
+            self._pg_ctl("restart", "-m", "fast")
+            return
+        self._pg_ctl("stop", "-m", "fast")
+        time.sleep(down_s)
+        self._pg_ctl("start")
 
     def stop(self) -> None:
         try:

@@ -144,7 +144,9 @@ def test_postgres_restart_mid_run(postgres, tmp_path):
                 "the run to write records",
             )
             before = store.count_records(job.current_run_id)
-            postgres.restart()  # every connection is cut; the server is back in about a second
+            # Every connection is cut and the server stays down 3 s: the runner writes its
+            # heartbeat every 2 s and progress twice a second, so it meets the outage.
+            postgres.restart(down_s=3.0)
             wait_for(lambda: store.get_job(job_id).finished, 120, "the job to finish")
             runner.wait(60)
         finally:
