@@ -402,9 +402,9 @@ def campaign(
     plan_text = None
     if rehearse_on_cpu:
         campaign_plan = rehearsal_plan(campaign_plan)
-        plan_text = yaml.safe_dump(
-            campaign_plan.model_dump(mode="json", exclude_defaults=True), sort_keys=False
-        )
+        # Every field written (no defaults left out): the discriminating `kind` of each step
+        # has a default, and the file must load back as exactly this plan.
+        plan_text = yaml.safe_dump(campaign_plan.model_dump(mode="json"), sort_keys=False)
     if budget_s is not None and budget_s <= 0:
         raise UserError("--budget-s must be > 0")
     if executor == "ray":

@@ -860,11 +860,17 @@ def render() -> None:
 
 @st.fragment(run_every=POLL_S)
 def live_job_panel(job_id: str) -> None:
-    """Polls the job row once a second; when the job ends, reruns the page once to stop polling."""
+    """Polls the job row once a second. When the job has ended the panel drawn here is already
+    the finished one (results or errors); the page is then rerun once, which stops the polling.
+    Once per job: should that rerun be cut short, the next poll draws the finished panel again
+    instead of asking for another rerun."""
     job = state.get_store().get_job(job_id)
     job_panel(job)
     if job.finished:
-        st.rerun()
+        asked = st.session_state.setdefault("finished_job_reruns", set())
+        if job_id not in asked:
+            asked.add(job_id)
+            st.rerun()
 
 
 def availability_panel_and_machine() -> list[dict[str, Any]]:

@@ -63,3 +63,57 @@ def test_the_70b_plans_say_what_a_cpu_cannot_rehearse() -> None:
         "TP=2 -> TP=1",
         "FP8 dropped (no FP8 on the CPU)",
     ]
+
+
+@pytest.mark.slow
+def test_a_70b_replica_step_and_its_fidelity_rehearse_through_real_engines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two steps of the 8-GPU plan (FP8 TP=2 x 4 replicas, and FP8 TP=2's fidelity) through
+    `bench campaign --rehearse-on-cpu`: vLLM on the CPU, two replicas, a fidelity check."""
+    import yaml
+
+    from bench.campaign import CampaignResult
+    from bench.cli import main
+
+    source = yaml.safe_load((ROOT / "examples/campaigns/h200x8-llama70b.yaml").read_text())
+    keep = {"vllm 70b fp8 TP=2 x 4 replicas 128/128", "vllm fidelity 70b fp8 TP=2"}
+    source["steps"] = [step for step in source["steps"] if step["name"] in keep]
+    plan_file = tmp_path / "two-steps.yaml"
+    plan_file.write_text(yaml.safe_dump(source))
+    out = tmp_path / "out"
+    assert main(["campaign", str(plan_file), "--out", str(out), "--rehearse-on-cpu"]) == 0
+
+    result = CampaignResult.model_validate_json((out / "campaign.json").read_text())
+    assert result.plan.name == "h200x8-llama70b (CPU rehearsal)"
+    assert "4 replicas -> 2" in result.plan.description
+    assert result.command.endswith("--rehearse-on-cpu")
+    assert load_plan(out / "plan.yaml") == result.plan  # the folder keeps the plan it ran
+    assert [o.status for o in result.steps] == ["completed", "completed"], [
+        o.error for o in result.steps
+    ]
+    [run] = result.steps[0].runs
+    assert run.status.value == "COMPLETED" and run.config.device == "cpu"
+    assert run.config.model == "tiny-llama" and run.config.parallelism.replicas == 2
+    assert run.config.label.startswith("CPU rehearsal: ")
+    assert len(run.replicas or []) == 2 and run.summary.successful > 0
+    fidelity = result.steps[1].fidelity
+    assert fidelity is not None and fidelity.ratio is not None and fidelity.ratio > 0
+    assert fidelity.check.device == "cpu" and "quantization" not in fidelity.check.engine_args
+    assert "(CPU rehearsal): 2 step(s) run" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["h200x4-llama70b", "h200x8-llama70b"])
+def test_the_kept_rehearsal_is_of_the_plan_as_shipped(name: str) -> None:
+    """examples/campaigns/rehearsals/<plan>/: the rehearsal of today's plan, every step done."""
+    from bench.campaign import CampaignResult
+
+    folder = ROOT / "examples/campaigns/rehearsals" / name
+    result = CampaignResult.model_validate_json((folder / "campaign.json").read_text())
+    assert result.plan == rehearsal_plan(load_plan(ROOT / f"examples/campaigns/{name}.yaml"))
+    assert load_plan(folder / "plan.yaml") == result.plan
+    assert [o.status for o in result.steps] == ["completed"] * len(result.plan.steps)
+    assert not result.environment.get("gpu_available")
+    for outcome in result.steps:
+        for run in outcome.runs:
+            assert run.config.device == "cpu" and run.config.label.startswith("CPU rehearsal")

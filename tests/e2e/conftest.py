@@ -32,6 +32,25 @@ CHROMIUM_ARGS = [
 DESKTOP = {"width": 1440, "height": 900}
 
 
+LOG_TAIL_LINES = 60
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed browser test shows the tail of the app's and the job runner's logs (the test's
+    temporary folder), so a failure on a CI machine can be read without the machine."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed or "app_url" not in item.funcargs:
+        return
+    folder = item.funcargs.get("tmp_path")
+    for log in sorted(Path(folder).rglob("*.log")) if folder else []:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        report.sections.append(
+            (f"{log.name} (last {LOG_TAIL_LINES} lines)", "\n".join(lines[-LOG_TAIL_LINES:]))
+        )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
