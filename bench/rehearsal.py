@@ -33,6 +33,7 @@ MAX_PROMPT_TOKENS = 64
 MAX_OUTPUT_TOKENS = 16
 MAX_BATCH = 4
 FIDELITY_REQUESTS = 32
+REHEARSAL_CAPACITY_RPS = 2.0  # steady/pulse phases are set around this rate instead of a search
 GPU_ONLY_ENGINE_ARGS = ("gpu_memory_utilization", "tensor_parallel_size", "quantization")
 
 
@@ -71,10 +72,12 @@ def _load(config: RunConfig):
             max_concurrency=MAX_CONCURRENCY,
             **common,
         )
-    # steady and pulse: a short ladder finds a capacity on the CPU first, then the same phases.
+    # steady and pulse: the same phases, each STAGE_S long, around a CPU-sized capacity (the
+    # capacity search a GPU plan may ask for is skipped: its ladder alone would take minutes).
     return load.model_copy(
         update={
             **common,
+            "capacity_rps": REHEARSAL_CAPACITY_RPS,
             **{
                 name: STAGE_S
                 for name in ("duration_s", "baseline_s", "burst_s", "recovery_s", "window_s")
@@ -133,6 +136,8 @@ def rehearsal_changes(step: CampaignStep) -> list[str]:
             changes.append(f"{config.parallelism.replicas} replicas -> {MAX_REPLICAS}")
         if config.precision.uses_fp8:
             changes.append(f"{config.precision.label()} -> float32 (no FP8 on the CPU)")
+        if config.load.pattern in ("steady", "pulse"):
+            changes.append(f"capacity {REHEARSAL_CAPACITY_RPS:g} req/s assumed (no search)")
     elif isinstance(step, FidelityStep):
         check = step.check
         changes.append(f"{check.model} -> tiny-llama on the CPU")

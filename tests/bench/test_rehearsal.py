@@ -117,3 +117,29 @@ def test_the_kept_rehearsal_is_of_the_plan_as_shipped(name: str) -> None:
     for outcome in result.steps:
         for run in outcome.runs:
             assert run.config.device == "cpu" and run.config.label.startswith("CPU rehearsal")
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        {"pattern": "steady"},
+        {"pattern": "pulse", "burst_s": 60},
+        {"pattern": "rate", "rate_rps": 50},
+        {"pattern": "concurrency", "concurrency": 64, "duration_s": 600},
+        {"pattern": "step", "start": 10, "step": 10, "max": 100},
+    ],
+)
+def test_every_load_pattern_keeps_its_shape_and_gets_short(load: dict) -> None:
+    from bench.config import RunConfig
+    from bench.rehearsal import STAGE_S, rehearse_config
+
+    config = RunConfig.model_validate({"backend": "pytorch", "model": "llama-2-7b", "load": load})
+    rehearsed = rehearse_config(config).load
+    assert rehearsed.pattern == config.load.pattern
+    for name in ("duration_s", "stage_duration_s", "baseline_s", "burst_s", "recovery_s"):
+        if getattr(rehearsed, name, None) is not None:
+            assert getattr(rehearsed, name) == STAGE_S, name
+    if rehearsed.pattern in ("steady", "pulse"):
+        assert rehearsed.capacity_rps is not None  # no capacity ladder before the phases
+    if rehearsed.pattern == "step":
+        assert rehearsed.levels == [4]  # 10..100, each capped at MAX_CONCURRENCY
