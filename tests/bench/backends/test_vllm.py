@@ -199,7 +199,9 @@ def test_vllm_fidelity_check_on_cpu(
     bench.api.launch on the same prompts; the ratio is the two throughputs'."""
     from bench.fidelity import VllmFidelityCheck, run_check
 
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # the engine processes inherit it
+    # No VLLM_CPU_KVCACHE_SPACE: both sides size the CPU KV cache from the workload themselves
+    # (vLLM's default of 92% of the node's memory fails whenever other work holds some of it).
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     check = VllmFidelityCheck(
         model=vllm_tiny_llama.path,
         dtype="float32",
@@ -219,6 +221,9 @@ def test_vllm_fidelity_check_on_cpu(
     assert reference.single_wave is not None and reference.single_wave.requests == 4
     assert reference.engine_args["max_num_seqs"] == 4
     (run,) = result.runs
+    sized = reference.engine_args["kv_cache_memory_bytes"]
+    assert 0 < sized < 4 * 2**30
+    assert run.engine["kv_cache_memory_bytes"] == sized  # the same on both sides
     assert run.status.value == "COMPLETED", run.failure
     assert run.summary is not None and run.summary.successful == 8
     assert run.config.load.concurrency == 4 and run.config.engine_args["max_num_seqs"] == 4
