@@ -446,12 +446,19 @@ def tok_s(runs: list[dict], model: str, backend: str, concurrency: int) -> float
 
 
 def ratio(
-    runs: list[dict], model: str, over: str, under: str, concurrency: int, digits: int = 1
+    runs: list[dict],
+    model: str,
+    over: str,
+    under: str,
+    concurrency: int,
+    digits: int = 1,
+    precisions: tuple[str, str] = ("float16", "float16"),
 ) -> str:
     """`over`'s output tok/s ÷ `under`'s at one ladder level, '1.8×', with † when the two ran
-    on different GPUs (the ratio then carries machine variance too)."""
-    a, gpu_a = ladder_phase(runs, model, over, concurrency)
-    b, gpu_b = ladder_phase(runs, model, under, concurrency)
+    on different GPUs (the ratio then carries machine variance too). `precisions` are the two
+    sides' `PrecisionConfig.label()`s (one backend at two precisions: over == under)."""
+    a, gpu_a = ladder_phase(runs, model, over, concurrency, precisions[0])
+    b, gpu_b = ladder_phase(runs, model, under, concurrency, precisions[1])
     value = a["output_throughput_tok_s"] / b["output_throughput_tok_s"]
     return f"{value:.{digits}f}×" + ("" if gpu_a == gpu_b else " †")
 
@@ -461,13 +468,9 @@ def precision_ratios(
 ) -> str:
     """`backend`'s output tok/s at precision `over` ÷ at precision `under` per ladder level,
     '1.42× / 1.39×', with † where the two ran on different GPUs."""
-    cells = []
-    for level in levels:
-        a, gpu_a = ladder_phase(runs, model, backend, level, over)
-        b, gpu_b = ladder_phase(runs, model, backend, level, under)
-        value = a["output_throughput_tok_s"] / b["output_throughput_tok_s"]
-        cells.append(f"{value:.2f}×" + ("" if gpu_a == gpu_b else " †"))
-    return " / ".join(cells)
+    return " / ".join(
+        ratio(runs, model, backend, backend, level, 2, (over, under)) for level in levels
+    )
 
 
 def ratios(
