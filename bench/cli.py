@@ -391,8 +391,6 @@ def campaign(
     ] = False,
 ) -> None:
     """Run a campaign plan: benchmark runs, fidelity checks and advisor plans, resumable."""
-    import yaml
-
     from bench.campaign import RichReporter, load_plan, run_campaign
     from bench.executors import open_executor, parse_settings
     from bench.rehearsal import rehearsal_plan
@@ -401,6 +399,8 @@ def campaign(
     campaign_plan = load_plan(plan)
     plan_text = None
     if rehearse_on_cpu:
+        import yaml
+
         campaign_plan = rehearsal_plan(campaign_plan)
         # Every field written (no defaults left out): the discriminating `kind` of each step
         # has a default, and the file must load back as exactly this plan.

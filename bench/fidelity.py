@@ -611,7 +611,7 @@ def llm_generate_throughput(
     check_arg_names(engine_args, engine_arg_fields(), "vLLM engine")
     from vllm import LLM
 
-    from bench.backends.vllm import _size_cpu_kv_cache
+    from bench.backends.vllm import size_cpu_kv_cache
 
     # On vLLM's CPU platform the KV cache is sized from the workload exactly as the `vllm`
     # backend sizes it (vLLM's default takes 92% of the node's memory and fails when less is
@@ -621,7 +621,7 @@ def llm_generate_throughput(
         prompt_tokens=LengthDistribution(mean=max(1, mean_prompt)),
         output_tokens=LengthDistribution(mean=output_len),
     )
-    _size_cpu_kv_cache(engine_args, model_dir, shape, Precision(dtype=dtype))
+    size_cpu_kv_cache(engine_args, model_dir, shape, Precision(dtype=dtype))
     api = _import_engine_api()
     llm = LLM(model=model_dir, dtype=dtype, **engine_args)
     params = forced_length_sampling_params(api, output_len, detokenize, delta=False)

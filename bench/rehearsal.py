@@ -34,7 +34,12 @@ MAX_OUTPUT_TOKENS = 16
 MAX_BATCH = 4
 FIDELITY_REQUESTS = 32
 REHEARSAL_CAPACITY_RPS = 2.0  # steady/pulse phases are set around this rate instead of a search
-GPU_ONLY_ENGINE_ARGS = ("gpu_memory_utilization", "tensor_parallel_size", "quantization")
+CPU_DROPPED_ENGINE_ARGS = (
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "quantization",
+    "kv_cache_dtype",
+)
 
 
 def rehearsal_model(config: RunConfig) -> str:
@@ -87,16 +92,22 @@ def _load(config: RunConfig):
     )
 
 
-def rehearse_config(config: RunConfig) -> RunConfig:
-    """One run of the plan as it runs on the CPU with a tiny model."""
-    args = {k: v for k, v in config.engine_args.items() if k not in GPU_ONLY_ENGINE_ARGS}
-    args.pop("kv_cache_dtype", None)
-    if config.backend == "vllm":
+def _cpu_engine_args(engine_args: dict, vllm: bool) -> dict:
+    """The engine arguments without the GPU, TP and FP8 ones; for vLLM also eager, with
+    sequences and context capped to what a tiny CPU run needs."""
+    args = {k: v for k, v in engine_args.items() if k not in CPU_DROPPED_ENGINE_ARGS}
+    if vllm:
         args["enforce_eager"] = True
         if "max_num_seqs" in args:
             args["max_num_seqs"] = min(int(args["max_num_seqs"]), MAX_CONCURRENCY * 2)
         if "max_model_len" in args:
             args["max_model_len"] = min(int(args["max_model_len"]), 256)
+    return args
+
+
+def rehearse_config(config: RunConfig) -> RunConfig:
+    """One run of the plan as it runs on the CPU with a tiny model."""
+    args = _cpu_engine_args(config.engine_args, vllm=config.backend == "vllm")
     workload = config.workload
     if isinstance(workload, GenerateWorkload):
         workload = workload.model_copy(
@@ -164,21 +175,13 @@ def _rehearse_step(step: CampaignStep) -> CampaignStep:
             "output_tokens": min(check.output_tokens, MAX_OUTPUT_TOKENS),
         }
         if isinstance(check, VllmFidelityCheck):
-            args = {
-                k: v
-                for k, v in check.engine_args.items()
-                if k not in (*GPU_ONLY_ENGINE_ARGS, "kv_cache_dtype")
-            }
-            args["enforce_eager"] = True
-            if "max_model_len" in args:
-                args["max_model_len"] = min(int(args["max_model_len"]), 256)
             rehearsed = check.model_copy(
                 update={
                     **common,
                     "requests": FIDELITY_REQUESTS,
                     "max_num_seqs": MAX_CONCURRENCY * 2,
                     "client_concurrency": FIDELITY_REQUESTS if check.client_concurrency else None,
-                    "engine_args": args,
+                    "engine_args": _cpu_engine_args(check.engine_args, vllm=True),
                     "warmup_requests": 2,
                 }
             )

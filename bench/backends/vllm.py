@@ -391,7 +391,7 @@ class VllmBackend(Backend):
             tensor_parallel_size=int(kwargs.get("tensor_parallel_size") or 1)
         )
         kwargs = vllm_parallel_args(kwargs, tensor_parallel, precision)
-        kv_sized_by = _size_cpu_kv_cache(kwargs, model.path, workload, precision)
+        kv_sized_by = size_cpu_kv_cache(kwargs, model.path, workload, precision)
         start_ns = CLOCK.now_ns()
         engine_args = api["AsyncEngineArgs"](model=model.path, dtype=precision.dtype, **kwargs)
         self._engine = api["AsyncLLM"].from_engine_args(engine_args)
@@ -494,7 +494,7 @@ def cpu_kv_cache_bytes(
     return max(wanted, per_token * longest, CPU_KV_CACHE_FLOOR_BYTES)
 
 
-def _size_cpu_kv_cache(
+def size_cpu_kv_cache(
     kwargs: dict[str, Any],
     model_dir: str,
     workload: GenerateWorkload | ForwardWorkload,
