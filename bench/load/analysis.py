@@ -82,7 +82,7 @@ def _fit(t_hours: np.ndarray, values: np.ndarray, run_hours: float) -> dict[str,
         "r_squared": float(fit.rvalue**2),
         "projected_change": float(change),
         "projected_change_fraction": None if fraction is None else float(fraction),
-        "flagged": significant and material,
+        "flagged": bool(significant and material),
     }
 
 
