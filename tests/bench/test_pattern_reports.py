@@ -49,12 +49,13 @@ REPORT_CLASS = {
 }
 
 
-def fake_run(load: Any, **engine_args: Any) -> RunConfig:
+def run_config(load: Any, backend: str, engine_args: dict[str, Any]) -> RunConfig:
     return RunConfig(
-        backend="fake",
+        backend=backend,
         model="tiny-llama",
         precision={"dtype": "float32"},
-        engine_args={"ttft_s": 0.01, "itl_s": 0.001, **engine_args},
+        device="cpu",
+        engine_args=engine_args,
         workload=GenerateWorkload(
             prompt_tokens=LengthDistribution(mean=16), output_tokens=LengthDistribution(mean=8)
         ),
@@ -62,6 +63,10 @@ def fake_run(load: Any, **engine_args: Any) -> RunConfig:
         validity={"min_duration_s": 0.5, "min_requests": 5},
         telemetry_interval_s=0.2,
     )
+
+
+def fake_run(load: Any, **engine_args: Any) -> RunConfig:
+    return run_config(load, "fake", {"ttft_s": 0.01, "itl_s": 0.001, **engine_args})
 
 
 @pytest.fixture
@@ -180,11 +185,15 @@ def test_a_failing_analysis_keeps_the_run_and_says_why_in_one_line(
     import bench.load.analysis
     from bench.cli import main
 
+    out, db = tmp_path / "out", tmp_path / "results.sqlite"
+    before_analysis: list[RunResult] = []
+
     def broken(*_args: Any) -> None:
+        # What was measured is already written when the analysis starts.
+        before_analysis.append(RunResult.model_validate_json((out / "result.json").read_text()))
         raise RuntimeError("analysis broke\nsecond line of detail")
 
     monkeypatch.setattr(bench.load.analysis, "finish_pattern_report", broken)
-    out, db = tmp_path / "out", tmp_path / "results.sqlite"
     code = main(
         ["run", "--backend", "fake", "--model", "tiny-llama", "--pattern", "steady",
          "--option", "load.capacity_rps=20", "--option", "load.duration_s=2",
@@ -199,6 +208,8 @@ def test_a_failing_analysis_keeps_the_run_and_says_why_in_one_line(
         "  failure: the load pattern's analysis failed: RuntimeError: analysis broke"
     ]
     written = RunResult.model_validate_json((out / "result.json").read_text())
+    assert [r.status for r in before_analysis] == [RunStatus.COMPLETED]
+    assert before_analysis[0].run_id == written.run_id
     assert written.status == RunStatus.FAILED and "analysis broke" in written.failure.cause
     assert written.summary is not None and written.summary.successful > 0  # metrics kept
     assert written.pattern_report.analysis_error == written.failure.cause
@@ -206,6 +217,32 @@ def test_a_failing_analysis_keeps_the_run_and_says_why_in_one_line(
         assert store.get_run(written.run_id) == written
         kept = store.count_records(written.run_id)
     assert kept == sum(1 for _ in iter_records_jsonl(out / "records.jsonl")) > 0
+
+
+def test_an_unserialisable_report_fails_the_run_and_keeps_the_measured_one(
+    store: ResultStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue-21 failure itself, forced: an analysis hands back a numpy value unvalidated."""
+    import numpy as np
+
+    import bench.load.analysis
+
+    def unvalidated(report: Any, *_args: Any) -> Any:
+        return report.model_copy(update={"capacity_note": np.bool_(True)})  # no validation
+
+    monkeypatch.setattr(bench.load.analysis, "finish_pattern_report", unvalidated)
+    config = soak().model_copy(
+        update={"load": SteadyLoad(capacity_rps=20, duration_s=1, window_s=1, warmup_requests=0)}
+    )
+    result = launch(config, store=store, out_dir=tmp_path)
+    assert result.status == RunStatus.FAILED
+    assert result.failure.cause.startswith("the run's result could not be serialised: ")
+    assert "\n" not in result.failure.cause
+    assert isinstance(result.pattern_report, SteadyReport)
+    assert result.pattern_report.capacity_note is None  # the report as measured
+    assert store.get_run(result.run_id) == result
+    assert RunResult.model_validate_json((tmp_path / "result.json").read_text()) == result
+    assert store.count_records(result.run_id) > 0
 
 
 # --------------------------------------------------------------------------- shipped results
@@ -263,3 +300,21 @@ def test_older_report_shapes_load() -> None:
     assert isinstance(report, StepReport) and report.stages
     with pytest.raises(ValueError, match="pattern_report"):  # a wrong field is still an error
         RunResult.model_validate({**data, "pattern_report": {**without, "knee": 3}})
+
+
+@pytest.mark.slow
+def test_soak_and_burst_on_a_real_cpu_engine(store: ResultStore, tmp_path: Path, tiny_llama):
+    """The real PyTorch engine on the CPU (tiny-llama): a short soak and a short burst finish,
+    are analysed and load back (the issue-21 soak lost its run on real engines too)."""
+    steady = SteadyLoad(capacity_rps=4, fraction=1.0, duration_s=5, window_s=1, warmup_requests=1)
+    result = launched(run_config(steady, "pytorch", {}), store, tmp_path / "steady")
+    analysis = result.pattern_report.analysis
+    assert analysis is not None and analysis.fits is not None
+    assert analysis.fits.host_rss_mb.windows >= 3 and analysis.fits.p99_e2e_ms.windows >= 3
+    burst = PulseLoad(
+        capacity_rps=4, baseline_s=2, burst_s=1, recovery_s=2, window_s=0.5, warmup_requests=1
+    )
+    result = launched(run_config(burst, "pytorch", {}), store, tmp_path / "pulse")
+    analysis = result.pattern_report.analysis
+    assert analysis is not None and analysis.baseline_requests > 0
+    assert analysis.windows and any(window.in_burst for window in analysis.windows)
