@@ -161,6 +161,7 @@ class PulseAnalysis(ReportModel):
 class PatternReportBase(ReportModel):
     """What every pattern's report carries besides its own findings (set by bench.runner)."""
 
+    pattern: str = Field(description="The load pattern; each report narrows it to its name.")
     phase_windows: dict[str, list[int]] = Field(
         default_factory=dict, description="Phase name -> [start_ns, end of issuing ns]."
     )
@@ -185,7 +186,7 @@ class RateReport(PatternReportBase):
     arrival: Literal["poisson", "constant"] | None = None
 
 
-class StepReport(PatternReportBase, Ladder):
+class StepReport(Ladder, PatternReportBase):
     pattern: Literal["step"] = "step"
 
 
