@@ -1,8 +1,9 @@
 """What shape of load: each pattern is a generator of phases that reads each phase's summary.
 
 `plan()` yields a `PhaseSpec`, the runner runs it and sends back its `MetricsSummary`, and the
-generator's return value is the pattern report (knee and capacity, soak or pulse parameters).
-Time-series analysis of soak and pulse runs happens afterwards (bench/load/analysis.py).
+generator's return value is the typed pattern report (bench/load/reports.py: knee and capacity,
+soak or pulse parameters). Time-series analysis of soak and pulse runs happens afterwards
+(bench/load/analysis.py).
 """
 
 from __future__ import annotations
