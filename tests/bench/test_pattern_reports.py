@@ -304,6 +304,22 @@ def test_older_report_shapes_load() -> None:
         RunResult.model_validate({**data, "pattern_report": {**without, "knee": 3}})
 
 
+def test_a_store_of_the_previous_release_reads_its_empty_pattern_reports(tmp_path: Path) -> None:
+    """tests/bench/data/store_v1.sqlite holds runs written with `"pattern_report": {}`."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "v1.sqlite"
+    shutil.copy(Path(__file__).parent / "data" / "store_v1.sqlite", path)
+    with sqlite3.connect(path) as raw:
+        stored = [json.loads(row[0])["pattern_report"] for row in raw.execute(
+            "SELECT result_json FROM runs ORDER BY run_id")]  # fmt: skip
+    assert stored == [{}, {}]
+    with ResultStore(path) as store:
+        runs = store.list_runs()
+        assert len(runs) == 2 and all(run.pattern_report is None for run in runs)
+
+
 @pytest.mark.slow
 def test_soak_and_burst_on_a_real_cpu_engine(store: ResultStore, tmp_path: Path, tiny_llama):
     """The real PyTorch engine on the CPU (tiny-llama): a short soak and a short burst finish,
