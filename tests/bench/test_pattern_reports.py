@@ -120,11 +120,13 @@ def test_step_with_and_without_a_knee(store: ResultStore, tmp_path: Path) -> Non
     assert report.capacity_concurrency == 2 and report.capacity_is_lower_bound is True
 
 
-def soak(**engine_args: Any) -> RunConfig:
+def soak(duration_s: float = 6, **engine_args: Any) -> RunConfig:
     # 60 ms requests: a busy CI machine's scheduling spikes stay small beside them, so an
     # unflagged soak is not flagged by noise (the rule needs p < 0.01 AND 5% growth).
     return fake_run(
-        SteadyLoad(capacity_rps=20, fraction=1.0, duration_s=6, window_s=1, warmup_requests=0),
+        SteadyLoad(
+            capacity_rps=20, fraction=1.0, duration_s=duration_s, window_s=1, warmup_requests=0
+        ),
         **{"ttft_s": 0.05, **engine_args},
     )
 
@@ -134,7 +136,10 @@ def test_steady_flags_a_leak_and_a_drift_and_the_run_is_kept(
 ) -> None:
     """The issue-21 soak: flagged fits (numpy.bool once) and the result still serialises."""
     result = launched(
-        soak(leak_bytes_per_request=1024 * 1024, ttft_growth_s_per_s=0.01), store, tmp_path / "s"
+        # 50 ms more per second: a strong trend beside a busy machine's p99 noise; 8 windows.
+        soak(8, leak_bytes_per_request=1024 * 1024, ttft_growth_s_per_s=0.05),
+        store,
+        tmp_path / "s",
     )
     analysis = result.pattern_report.analysis
     assert analysis is not None and analysis.fits is not None
