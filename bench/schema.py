@@ -11,10 +11,12 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bench import SCHEMA_VERSION
 from bench.config import RunConfig
+from bench.load.reports import PatternReport, older_report
+from bench.percentiles import Percentiles
 from bench.strict import Strict
 
 Record = Strict  # result models are strict too: a corrupt file is caught, not read
@@ -45,15 +47,6 @@ class RequestRecord(Record):
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-class Percentiles(Record):
-    """Mean and percentiles of one latency metric, in milliseconds."""
-
-    mean: float
-    p50: float
-    p90: float
-    p99: float
 
 
 class MetricsSummary(Record):
@@ -253,8 +246,10 @@ class RunResult(Record):
     summary: MetricsSummary | None = Field(
         None, description="All measured (non-warm-up) records of the run together."
     )
-    pattern_report: dict[str, Any] = Field(
-        default_factory=dict, description="Knee/capacity, soak slopes or pulse recovery."
+    pattern_report: PatternReport | None = Field(
+        None,
+        description="Knee/capacity, soak slopes or pulse recovery: one model per load pattern "
+        "(bench/load/reports.py); None when the run ended before its load plan returned.",
     )
     telemetry: TelemetrySummary = Field(default_factory=TelemetrySummary)
     server_metrics: list[dict[str, Any]] = Field(
@@ -271,3 +266,17 @@ class RunResult(Record):
         default_factory=list,
         description="What the figures do not say (e.g. FP8 on random weights: speed only).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_pattern_report(cls, data: Any) -> Any:
+        """Results stored before the typed reports: `{}` or a report without `pattern`."""
+        if isinstance(data, dict) and isinstance(data.get("pattern_report"), dict):
+            config = data.get("config")
+            load = config.get("load") if isinstance(config, dict) else None
+            pattern = load.get("pattern", "concurrency") if isinstance(load, dict) else None
+            if pattern is None and isinstance(config, RunConfig):
+                pattern = config.load.pattern
+            report = older_report(data["pattern_report"], pattern or "concurrency")
+            data = {**data, "pattern_report": report}
+        return data

@@ -2,7 +2,9 @@
 
 Registered as "fake". It sleeps `ttft_s` before the first token and `itl_s` between tokens on
 `bench.clock.CLOCK` (so tests can travel in time), fails a seeded fraction of requests, and can
-saturate (`max_parallel`) so the step ladder has a knee to find. Never a performance figure.
+saturate (`max_parallel`) so the step ladder has a knee to find, and can leak memory or drift in
+latency (`leak_bytes_per_request`, `ttft_growth_s_per_s`) so a soak has something to flag. Never
+a performance figure.
 """
 
 from __future__ import annotations
@@ -45,6 +47,20 @@ class FakeOptions(Strict):
         description="Requests served at once; more queue first-come-first-served, so "
         "throughput saturates at max_parallel / per-request time (a knee for step tests).",
     )
+    # Slow faults for the soak (steady pattern) tests: something for the analysis to find.
+    leak_bytes_per_request: int = Field(
+        0,
+        ge=0,
+        le=16 * 1024 * 1024,
+        description="Keep this many bytes alive per request served: the worker's host RSS "
+        "grows, a memory leak for the soak analysis to flag.",
+    )
+    ttft_growth_s_per_s: float = Field(
+        0.0,
+        ge=0,
+        description="TTFT grows by this many seconds per second since load(): a latency drift "
+        "for the soak analysis to flag.",
+    )
     # Failure injection for the isolation tests (worker crash, hang, load failure).
     crash_after_requests: int | None = Field(
         None, gt=0, description="Kill the worker process (os._exit) when this request starts."
@@ -83,6 +99,8 @@ class FakeBackend(Backend):
         self.active = 0
         self.max_active = 0
         self.started = 0
+        self._leaked: list[bytes] = []
+        self._loaded_ns = 0
 
     @classmethod
     def availability(cls) -> Availability:
@@ -105,6 +123,7 @@ class FakeBackend(Backend):
             raise RuntimeError(self.options.load_error)
         if self.options.max_parallel is not None:
             self._slots = asyncio.Semaphore(self.options.max_parallel)
+        self._loaded_ns = CLOCK.now_ns()
         self._helpers = [_start_session_helper() for _ in range(self.options.session_children)]
         engine: dict[str, Any] = {"test_double": True, "options": self.options.model_dump()}
         if self._helpers:
@@ -134,8 +153,13 @@ class FakeBackend(Backend):
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
-            if options.ttft_s:
-                await CLOCK.sleep(options.ttft_s)
+            if options.leak_bytes_per_request:  # written, so the pages are resident
+                self._leaked.append(b"\x01" * options.leak_bytes_per_request)
+            ttft_s = options.ttft_s
+            if options.ttft_growth_s_per_s:
+                ttft_s += options.ttft_growth_s_per_s * (CLOCK.now_ns() - self._loaded_ns) / 1e9
+            if ttft_s:
+                await CLOCK.sleep(ttft_s)
             if options.error_rate and self._failure_rng.random() < options.error_rate:
                 raise FakeInjectedError("fake backend: injected failure (error_rate)")
             now_ns = CLOCK.now_ns
@@ -152,6 +176,7 @@ class FakeBackend(Backend):
 
     async def close(self) -> None:
         self._slots = None
+        self._leaked = []
         for helper in getattr(self, "_helpers", []):  # a clean engine stops its helpers
             import psutil
 
