@@ -29,7 +29,7 @@ from typing import Literal
 from pydantic import Field
 
 from bench.config import SLO, CapacityLoad, ValidityRules
-from bench.load.driver import PhaseOutcome, PhaseSpec
+from bench.load.driver import PhaseOutcome, PhaseSpec, PlanInterrupted
 from bench.schema import MetricsSummary, Percentiles, PhaseResult, Validity, ValidityStatus
 from bench.strict import Strict
 
@@ -352,6 +352,19 @@ class _Search:
         self.report.probes.append(probe)
         return probe
 
+    def _serial_gate(self, serial: CapacityProbe) -> tuple[Constraint, str] | None:
+        """(metric, why) when even one request at a time misses the SLO at the median: then
+        no arrival rate can meet it, and probing ever lower rates would only cost time."""
+        for metric in SLO_METRICS:
+            limit = getattr(self.slo, metric)
+            measured: Percentiles | None = getattr(serial, metric)
+            if limit is not None and measured is not None and measured.p50 > limit:
+                return metric, (
+                    f"one request at a time already misses the SLO: p50 {metric[:-3]} "
+                    f"{measured.p50:.1f} ms > {limit:g} ms"
+                )
+        return None
+
     # ---------------------------------------------------------------- levels
 
     def _grow(self, level: float) -> float:
@@ -381,6 +394,20 @@ class _Search:
     # ---------------------------------------------------------------- the plan
 
     def run(self) -> Generator[PhaseSpec, MetricsSummary, CapacityReport]:
+        """The search; a run stopped before it ends gets the report of the probes so far."""
+        try:
+            return (yield from self._search())
+        except PlanInterrupted as interrupted:
+            feasible = {p.level: p for p in self.report.probes if p.feasible}
+            failed = [p for p in self.report.probes if p.feasible is False]
+            lo = max(feasible) if feasible else None
+            above = [p for p in failed if lo is None or p.level > lo]
+            hi_probe = min(above, key=lambda p: p.level) if above else None
+            self.report.notes.append(f"the run ended before the search did ({interrupted})")
+            hi = hi_probe.level if hi_probe else None
+            return self._finish(lo, hi, hi_probe, feasible, "not_converged")
+
+    def _search(self) -> Generator[PhaseSpec, MetricsSummary, CapacityReport]:
         load = self.load
         report = self.report
         if self.by_rate:
@@ -389,15 +416,18 @@ class _Search:
             else:
                 serial = yield from self._probe(1, "serial")
                 start = serial.achieved_rps
-                if start <= 0:
+                gate = self._serial_gate(serial)
+                if start <= 0 or gate:
                     report.result = "no_feasible_level"
                     report.converged = True
-                    report.binding_constraint = "errors"
-                    report.binding_reasons = ["the serial probe completed no request"]
-                    return report
-            # Levels below 1/64 of the start are not worth a probe: the engine serves that
-            # much one request at a time.
-            self.floor = start / 64
+                    report.binding_constraint = "errors" if start <= 0 else gate[0]
+                    report.binding_reasons = (
+                        ["the serial probe completed no request"] if start <= 0 else [gate[1]]
+                    )
+                    return self._finish(None, None, None, {}, "no_feasible_level")
+            # An open loop far below the serial rate is one request at a time with gaps: if
+            # the SLO fails at start / 8 it fails for the engine, so go no lower.
+            self.floor = start / 8
         else:
             start = float(load.start_concurrency)
             self.floor = 1.0

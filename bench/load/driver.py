@@ -32,6 +32,13 @@ A virtual clock (tests' `time_travel`) has exact timers and sets this to 0."""
 STOPPED = "stopped"
 DEADLINE_REACHED = "stopped: run deadline reached (max_duration_s)"
 SINK_FAILED = "stopped: the record sink failed"
+
+
+class PlanInterrupted(Exception):
+    """Thrown into a pattern's plan generator when the run stops before the plan finished; a
+    plan that can say what it found so far (the capacity search) returns its partial report."""
+
+
 END_EARLY_CHECK_S = 0.25
 """How often a phase's `end_early` check runs (clock seconds)."""
 

@@ -200,3 +200,28 @@ async def test_poisson_search_finds_the_md1_capacity(time_travel):
     assert report.converged and report.result == "found"
     assert rate_star * (1 - load.precision - statistical) <= report.max_rate_rps
     assert report.max_rate_rps <= rate_star * (1 + statistical)
+
+
+async def test_a_run_ending_mid_search_keeps_the_probes_so_far(time_travel):
+    # The run's hard bound ends the search during bracketing (probes of 500 requests at 5 and
+    # 10 req/s alone take 150 s): the report keeps its probes and says it did not converge.
+    load = CapacityLoad(arrival="constant", warmup_requests=0, max_duration_s=120)
+    report, outcome, _ = await run_search(load, SLO(ttft_ms=SLO_TTFT_MS))
+    assert outcome.deadline_reached
+    assert report.result == "not_converged" and not report.converged
+    assert report.probes and report.probes[0].kind == "serial"
+    assert any("ended before the search did" in note for note in report.notes)
+    assert report.incomplete == "max_duration_s reached"
+    validity = capacity_validity(
+        outcome.pattern_report, outcome.phases, outcome.summary, ValidityRules()
+    )
+    assert validity.status == "INVALID"
+
+
+async def test_serial_gate_stops_at_once_when_one_request_alone_misses_the_slo(time_travel):
+    load = CapacityLoad(arrival="constant", warmup_requests=0)
+    report, _, _ = await run_search(load, SLO(ttft_ms=20))  # ttft_s alone is 50 ms
+    assert report.result == "no_feasible_level" and report.converged
+    assert [p.kind for p in report.probes] == ["serial"]
+    assert report.binding_constraint == "ttft_ms"
+    assert "one request at a time" in report.binding_reasons[0]
