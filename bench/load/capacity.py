@@ -624,6 +624,31 @@ def capacity_validity(
     return Validity(status=status, reasons=reasons)
 
 
+def capacity_summary_line(pattern_report: dict) -> str:
+    """One line for the CLI: `capacity 20 req/s (first infeasible 20.62; binding ttft_ms) ...`."""
+    try:
+        report = CapacityReport.model_validate(pattern_report)
+    except Exception:
+        return "capacity: the search did not finish (no report)"
+    unit = "req/s" if report.over == "rate" else "in flight"
+    found = report.max_rate_rps if report.over == "rate" else report.max_concurrency
+    first = (
+        report.first_infeasible_rps
+        if report.over == "rate"
+        else (report.first_infeasible_concurrency)
+    )
+    probes = sum(1 for probe in report.probes if probe.feasible is not None)
+    text = f"capacity {found:g} {unit}" if found is not None else "capacity: no level meets the SLO"
+    details = [f"{report.result}, {probes} probes, {report.percentile}"]
+    if first is not None:
+        details.append(f"first infeasible {first:g}")
+    if report.binding_constraint:
+        details.append(f"binding {report.binding_constraint}")
+    if report.over == "concurrency" and report.max_rate_rps is not None:
+        details.append(f"{report.max_rate_rps:.2f} req/s there")
+    return f"{text} ({'; '.join(details)})"
+
+
 __all__ = [
     "CapacityCurvePoint",
     "CapacityProbe",
@@ -631,6 +656,7 @@ __all__ = [
     "EndEarly",
     "allowed_misses",
     "capacity_search",
+    "capacity_summary_line",
     "capacity_validity",
     "judge_probe",
     "min_probe_requests",

@@ -225,3 +225,21 @@ async def test_serial_gate_stops_at_once_when_one_request_alone_misses_the_slo(t
     assert [p.kind for p in report.probes] == ["serial"]
     assert report.binding_constraint == "ttft_ms"
     assert "one request at a time" in report.binding_reasons[0]
+
+
+def test_cli_capacity_run_prints_the_answer(tmp_path, capsys):
+    """`bench run --pattern capacity` on the fake backend in a real worker (real time, a few
+    seconds): 2 slots of 100 ms; a third request in flight waits 100 ms (TTFT 200 ms > 160),
+    two do not (100 ms), so the answer is concurrency 2, with 60 ms of margin for jitter."""
+    from bench.cli import main
+
+    code = main([
+        "run", "--backend", "fake", "--model", "tiny-llama", "--pattern", "capacity",
+        "--no-store", "--out", str(tmp_path), "--slo-ttft-ms", "160", "--output-tokens", "4",
+        "--engine-arg", "ttft_s=0.1", "--engine-arg", "max_parallel=2",
+        "--option", "load.over=concurrency", "--option", "load.probe_requests=20",
+        "--option", "validity.min_duration_s=0", "--warmup-requests", "0",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "capacity 2 in flight (found" in out, out
