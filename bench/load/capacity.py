@@ -624,6 +624,17 @@ def capacity_validity(
     return Validity(status=status, reasons=reasons)
 
 
+def estimated_search_s(load: CapacityLoad, request_s: float) -> float:
+    """A planning estimate of a search's length: the serial probe, then the probes a 5%
+    search typically needs (4 to bracket, log2(1 / precision) to bisect, 1 re-check; at most
+    max_probes), each of its probe requests served one after another (`request_s` each). An
+    engine that batches is faster; early-ended probes are shorter."""
+    probes = min(load.max_probes, 4 + math.ceil(math.log2(1 / load.precision)) + 1)
+    requests = load.probe_requests or min_probe_requests(load.percentile, load.attainment_target)
+    serial = SERIAL_PROBE_REQUESTS if load.over == "rate" and load.start_rps is None else 0
+    return (serial + probes * requests) * request_s
+
+
 def capacity_summary_line(pattern_report: dict) -> str:
     """One line for the CLI: `capacity 20 req/s (first infeasible 20.62; binding ttft_ms) ...`."""
     try:
@@ -658,6 +669,7 @@ __all__ = [
     "capacity_search",
     "capacity_summary_line",
     "capacity_validity",
+    "estimated_search_s",
     "judge_probe",
     "min_probe_requests",
 ]

@@ -243,3 +243,13 @@ def test_cli_capacity_run_prints_the_answer(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "capacity 2 in flight (found" in out, out
+
+
+def test_estimated_search_length_counts_probes_of_the_derived_size():
+    from bench.load.capacity import SERIAL_PROBE_REQUESTS, estimated_search_s
+
+    # 5%: 4 bracket + ceil(log2 20) = 5 bisect + 1 re-check = 10 probes of 500 requests.
+    load = CapacityLoad()
+    assert estimated_search_s(load, 0.5) == (SERIAL_PROBE_REQUESTS + 10 * 500) * 0.5
+    coarse = CapacityLoad(over="concurrency", probe_requests=10, precision=0.25, max_probes=6)
+    assert estimated_search_s(coarse, 1.0) == 6 * 10  # no serial probe over concurrency
