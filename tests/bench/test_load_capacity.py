@@ -253,3 +253,25 @@ def test_estimated_search_length_counts_probes_of_the_derived_size():
     assert estimated_search_s(load, 0.5) == (SERIAL_PROBE_REQUESTS + 10 * 500) * 0.5
     coarse = CapacityLoad(over="concurrency", probe_requests=10, precision=0.25, max_probes=6)
     assert estimated_search_s(coarse, 1.0) == 6 * 10  # no serial probe over concurrency
+
+
+async def test_driver_end_early_ends_only_the_phase_and_records_why(time_travel):
+    from bench.load.driver import PhaseSpec, run_phase
+    from bench.workload import RequestFactory
+
+    backend = FakeBackend({"ttft_s": 0.1})
+    workload = GenerateWorkload(output_tokens=LengthDistribution(mean=1))
+    await backend.load(MODEL, workload, None, "cpu")
+    reason = "ended early: test"
+    spec = PhaseSpec(
+        "probe", "rate", 50.0, None, max_requests=1000,
+        end_early=lambda outcome: reason if outcome.completed >= 10 else None,
+    )  # fmt: skip
+    records = []
+    outcome = await run_phase(spec, backend.stream, RequestFactory(workload, 1000),
+                              records.append, 30)  # fmt: skip
+    assert outcome.ended_early == reason
+    assert not outcome.stopped and not outcome.deadline_reached
+    assert 10 <= outcome.sent < 1000 and len(records) == outcome.sent
+    cancelled = [r for r in records if r.error is not None]
+    assert cancelled and all(r.error == reason for r in cancelled)  # in flight when it ended
