@@ -135,6 +135,12 @@ class CapacityReport(Strict):
     relative_gap: float | None = Field(
         None, description="(first infeasible - last feasible level) / first infeasible level."
     )
+    smoothed_boundary_level: float | None = Field(
+        None,
+        description="Where a monotone fit of the probes' worst percentile/limit ratio crosses 1 "
+        "(AIPerf's smooth_isotonic: PAVA then PCHIP); a denoised reading of the boundary for "
+        "charts, not the capacity (that is the last feasible probe).",
+    )
     binding_constraint: Constraint | None = None
     binding_reasons: list[str] = Field(default_factory=list)
     output_throughput_tok_s_at_max: float | None = None
@@ -161,6 +167,44 @@ def _attainment(summary: MetricsSummary) -> float | None:
         return None
     meets = round((summary.goodput_rps or 0.0) * summary.duration_s)
     return min(1.0, meets / summary.requests)
+
+
+def smoothed_boundary(probes: list[CapacityProbe], slo: SLO, percentile: str) -> float | None:
+    """The level where the probes' worst SLO ratio (percentile / limit over the metrics set),
+    fitted monotone in the level, crosses 1; None without probes on both sides.
+
+    Pool-adjacent-violators (scipy.optimize.isotonic_regression) takes out the noise that makes
+    a higher level look better than a lower one; a PCHIP spline through the fit (ties broken
+    by a 1e-9 ramp so it is strictly increasing) is solved for ratio - 1 = 0.
+    """
+    by_level: dict[float, list[float]] = {}
+    for probe in probes:
+        if probe.feasible is None:
+            continue
+        ratios = []
+        for metric in SLO_METRICS:
+            limit = getattr(slo, metric)
+            measured: Percentiles | None = getattr(probe, metric)
+            if limit is not None and measured is not None:
+                ratios.append(getattr(measured, percentile) / limit)
+        if ratios:
+            by_level.setdefault(probe.level, []).append(max(ratios) - 1)
+    if len(by_level) < 2:
+        return None
+    import numpy as np
+    from scipy.interpolate import PchipInterpolator
+    from scipy.optimize import isotonic_regression
+
+    levels = np.array(sorted(by_level), dtype=np.float64)
+    margins = np.array([np.mean(by_level[level]) for level in levels], dtype=np.float64)
+    fitted = isotonic_regression(margins, increasing=True).x
+    if not (fitted[0] < 0 < fitted[-1]):
+        return None
+    span = float(fitted[-1] - fitted[0])
+    strict = fitted + np.arange(fitted.size) * 1e-9 * span
+    roots = PchipInterpolator(levels, strict).solve(0.0, extrapolate=False)
+    inside = [float(root) for root in np.atleast_1d(roots) if levels[0] <= root <= levels[-1]]
+    return inside[0] if inside else None
 
 
 def judge_probe(
@@ -543,6 +587,7 @@ class _Search:
         if lo is not None and hi is not None:
             report.relative_gap = (hi - lo) / hi
         quantile = self.load.percentile
+        report.smoothed_boundary_level = smoothed_boundary(report.probes, self.slo, quantile)
         report.curve = [
             CapacityCurvePoint(
                 level=probe.level,
@@ -672,4 +717,5 @@ __all__ = [
     "estimated_search_s",
     "judge_probe",
     "min_probe_requests",
+    "smoothed_boundary",
 ]

@@ -89,6 +89,8 @@ async def test_rate_search_lands_within_its_precision_of_the_computed_capacity(t
     assert report.relative_gap <= load.precision
     assert report.binding_constraint in ("ttft_ms", "attainment")
     assert report.boundary_rechecked
+    # The denoised boundary (PAVA + PCHIP over the probes) lies in the final bracket.
+    assert report.max_rate_rps <= report.smoothed_boundary_level <= report.first_infeasible_rps
     kinds = [probe.kind for probe in report.probes]
     assert kinds[0] == "serial" and "bisect" in kinds and kinds[-1] == "recheck"
     assert report.probes[0].achieved_rps == pytest.approx(1 / SERVICE_S, rel=0.02)
