@@ -324,6 +324,10 @@ def _phases_seconds(config: RunConfig, request_s: float) -> float:
 
         stages = len(step_concurrencies(load))
         return stages * (load.stage_duration_s + request_s)
+    if load.pattern == "capacity":
+        from bench.load.capacity import estimated_search_s
+
+        return estimated_search_s(load, request_s)
     capacity = 0.0
     if load.capacity_rps is None:
         from bench.load.patterns import CAPACITY_LADDER, CAPACITY_STAGE_S

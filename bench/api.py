@@ -297,6 +297,12 @@ def launch(
     result.failure = outcome.failure
     result.summary = sink.measured.summary(config.slo, placement.gpus)
     result.validity = judge_validity(result.summary, config.validity)
+    if config.load.pattern == "capacity":  # its infeasible probes break the SLO by design
+        from bench.load.capacity import capacity_validity
+
+        result.validity = capacity_validity(
+            result.pattern_report, result.phases, result.summary, config.validity
+        )
     if result.status != RunStatus.COMPLETED:
         result.validity.status = ValidityStatus.INVALID
         result.validity.reasons.append(f"run {result.status.value.lower()}")

@@ -308,6 +308,10 @@ def _print_result(result: Any) -> None:
     typer.echo(f"  {config.parallelism.label()}, {config.precision.label()}")
     for caveat in result.caveats:
         typer.echo(f"  caveat: {caveat}")
+    if config.load.pattern == "capacity":  # the search's answer first; run-wide figures mix probes
+        from bench.load.capacity import capacity_summary_line
+
+        typer.echo(f"  {capacity_summary_line(result.pattern_report)}")
     if s:
         typer.echo(
             f"  requests {s.successful}/{s.requests} in {s.duration_s:.1f} s: "

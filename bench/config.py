@@ -156,11 +156,73 @@ class PulseLoad(LoadCommon):
     window_s: float = Field(2.0, gt=0, description="Window for p99 tracking during recovery.")
 
 
+class CapacityLoad(LoadCommon):
+    """SLO capacity search: the highest open-loop rate (or concurrency) at which the SLO holds.
+
+    Algorithm and report: bench/load/capacity.py. Needs an SLO (slo.ttft_ms, tpot_ms or e2e_ms).
+    """
+
+    pattern: Literal["capacity"] = "capacity"
+    over: Literal["rate", "concurrency"] = Field(
+        "rate",
+        description="Search the open-loop arrival rate (requests/s) or, for closed-loop users, "
+        "the concurrency (requests in flight).",
+    )
+    arrival: Literal["poisson", "constant"] = Field(
+        "poisson", description="Inter-arrival law of the rate probes."
+    )
+    seed: int = Field(0, description="Seed of the arrival process (each probe adds its index).")
+    percentile: Literal["p50", "p90", "p99"] = Field(
+        "p99", description="Percentile of each SLO metric that must be within its limit."
+    )
+    attainment_target: float = Field(
+        0.99,
+        gt=0,
+        le=1,
+        description="Share of a probe's requests that must meet every SLO (goodput attainment).",
+    )
+    precision: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="Stop bisecting when (first infeasible - last feasible) / first infeasible "
+        "is at most this.",
+    )
+    growth_factor: float = Field(
+        2.0, gt=1, le=16, description="Bracketing: each level is the previous one times this."
+    )
+    probe_requests: int | None = Field(
+        None,
+        gt=0,
+        description="Requests per probe; none = derived from the percentile and the attainment "
+        "target (bench.load.capacity.min_probe_requests).",
+    )
+    start_rps: float | None = Field(
+        None, gt=0, description="First rate probed; none = the rate of a quick closed-loop probe."
+    )
+    start_concurrency: int = Field(
+        1, gt=0, description="First concurrency probed (over=concurrency)."
+    )
+    max_rps: float = Field(1e6, gt=0, description="Bracketing ceiling for the rate.")
+    max_concurrency: int = Field(4096, gt=0, description="Bracketing ceiling for concurrency.")
+    max_probes: int = Field(
+        24, ge=3, le=200, description="Probes at most; a search that needs more did not converge."
+    )
+    recheck_boundary: bool = Field(
+        True, description="Probe the last feasible level again (new seed) before accepting it."
+    )
+    end_early: bool = Field(
+        True,
+        description="End a probe as soon as it cannot pass any more (more requests have missed "
+        "the SLO than the attainment target allows).",
+    )
+
+
 LoadPattern = Annotated[
-    ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad,
+    ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad | CapacityLoad,
     Field(discriminator="pattern"),
 ]
-PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse")
+PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse", "capacity")
 
 
 # --------------------------------------------------------------------------- SLOs and validity
@@ -315,6 +377,15 @@ class RunConfig(Strict):
         "the ray executor places the run on a node of that type; the local executor runs on "
         "this host whatever its GPU. None = any GPU.",
     )
+
+    @model_validator(mode="after")
+    def _capacity_needs_an_slo(self) -> RunConfig:
+        if self.load.pattern == "capacity" and not self.slo.is_set():
+            raise ValueError(
+                "the capacity pattern needs an SLO to search under: give --slo-ttft-ms, "
+                "--slo-tpot-ms or --slo-e2e-ms (slo.ttft_ms / tpot_ms / e2e_ms)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

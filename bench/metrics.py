@@ -247,6 +247,25 @@ class MetricsAccumulator:
             results.append(values[low] + (position - low) * (values[high] - values[low]))
         return Percentiles(mean=mean, p50=results[0], p90=results[1], p99=results[2])
 
+    def meeting_slo(self, slo: SLO) -> int:
+        """Successful requests meeting every SLO that is set (the goodput numerator).
+
+        As in vLLM, a request without a TPOT (<= 1 output token) meets a TPOT SLO; a request
+        without a TTFT (no chunk arrived) fails a TTFT SLO. Cheap enough to call while a phase
+        runs (the capacity search's early end reads it).
+        """
+        ttft = np.frombuffer(self._ttft_ms, dtype=np.float64) if self._ttft_ms else np.empty(0)
+        tpot = np.frombuffer(self._tpot_ms, dtype=np.float64) if self._tpot_ms else np.empty(0)
+        e2e = self.e2e_ms()
+        meets = np.ones(e2e.size, dtype=bool)
+        if slo.ttft_ms is not None:
+            meets &= ttft <= slo.ttft_ms  # NaN compares False: no first token = miss
+        if slo.tpot_ms is not None:
+            meets &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
+        if slo.e2e_ms is not None:
+            meets &= e2e <= slo.e2e_ms
+        return int(meets.sum())
+
     def e2e_ms(self) -> np.ndarray:
         return np.frombuffer(self._e2e_ms, dtype=np.float64) if self._e2e_ms else np.empty(0)
 
@@ -278,14 +297,7 @@ class MetricsAccumulator:
         e2e = self.e2e_ms()
         goodput_rps = None
         if slo is not None and slo.is_set():
-            meets = np.ones(e2e.size, dtype=bool)
-            if slo.ttft_ms is not None:
-                meets &= ttft <= slo.ttft_ms  # NaN compares False: no first token = miss
-            if slo.tpot_ms is not None:
-                meets &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
-            if slo.e2e_ms is not None:
-                meets &= e2e <= slo.e2e_ms
-            goodput_rps = int(meets.sum()) * per_s
+            goodput_rps = self.meeting_slo(slo) * per_s
         itl_summary = self._itl_percentiles()
         tpot_defined = tpot[~np.isnan(tpot)]
         tpot_summary = percentiles_ms(tpot_defined)

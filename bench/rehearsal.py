@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bench.campaign import AdvisorPlanStep, CampaignPlan, CampaignStep, FidelityStep, RunStep
 from bench.config import (
+    CapacityLoad,
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
@@ -76,6 +77,18 @@ def _load(config: RunConfig):
             duration_s=STAGE_S,
             max_concurrency=MAX_CONCURRENCY,
             **common,
+        )
+    if isinstance(load, CapacityLoad):
+        # The same search, coarse: 10 requests a probe, 25% precision, 6 probes at most,
+        # concurrency capped (a search of 500-request probes would take the CPU for hours).
+        return load.model_copy(
+            update={
+                **common,
+                "probe_requests": 10,
+                "precision": 0.25,
+                "max_probes": 6,
+                "max_concurrency": min(load.max_concurrency, MAX_CONCURRENCY),
+            }
         )
     # steady and pulse: the same phases, each STAGE_S long, around a CPU-sized capacity (the
     # capacity search a GPU plan may ask for is skipped: its ladder alone would take minutes).

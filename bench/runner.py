@@ -15,7 +15,14 @@ from typing import Any
 from bench.backends.base import Backend
 from bench.clock import CLOCK
 from bench.config import ConcurrencyLoad, LoadPattern, RunConfig, StepLoad
-from bench.load.driver import DEADLINE_REACHED, STOPPED, PhaseOutcome, PhaseSpec, run_phase
+from bench.load.driver import (
+    DEADLINE_REACHED,
+    STOPPED,
+    PhaseOutcome,
+    PhaseSpec,
+    PlanInterrupted,
+    run_phase,
+)
 from bench.load.patterns import phases_total, plan, step_concurrencies
 from bench.load.reports import PatternReportBase, empty_report
 from bench.metrics import MetricsAccumulator
@@ -247,6 +254,13 @@ async def execute(
         if stopped or deadline_reached:
             for _, outcome in waiting:
                 outcome.cancel_pending(STOPPED if stopped else DEADLINE_REACHED)
+            if report is None:  # a plan that can report what it found so far does so
+                try:
+                    generator.throw(PlanInterrupted(STOPPED if stopped else DEADLINE_REACHED))
+                except StopIteration as finished:
+                    report = finished.value
+                except PlanInterrupted:
+                    pass
             report = report or empty_report(load.pattern)
             report.incomplete = "stopped" if stopped else "max_duration_s reached"
         await settle(waiting)

@@ -128,7 +128,7 @@ def _load_level(config: RunConfig) -> float | None:
         return load.rate_rps
     if load.pattern == "step":
         return float(max(load.levels) if load.levels else load.max)
-    return load.capacity_rps
+    return getattr(load, "capacity_rps", None)  # capacity searches have no level to edit
 
 
 def _duration(config: RunConfig) -> float | None:
@@ -137,7 +137,7 @@ def _duration(config: RunConfig) -> float | None:
         return load.stage_duration_s
     if load.pattern == "pulse":
         return load.baseline_s
-    return load.duration_s
+    return getattr(load, "duration_s", None)  # a capacity search's length is its probes
 
 
 def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:

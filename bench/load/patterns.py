@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.config import (
     SLO,
+    CapacityLoad,
     ConcurrencyLoad,
     PulseLoad,
     RateLoad,
@@ -20,6 +21,7 @@ from bench.config import (
     StepLoad,
     ValidityRules,
 )
+from bench.load.capacity import capacity_search
 from bench.load.driver import PhaseSpec
 from bench.load.reports import (
     ConcurrencyReport,
@@ -245,6 +247,8 @@ def plan(load: Any, slo: SLO, rules: ValidityRules) -> PhasePlan:
         yield PhaseSpec("pulse-burst", "rate", burst_rps, load.burst_s, seed=2, drain=False)
         yield PhaseSpec("pulse-recovery", "rate", baseline_rps, load.recovery_s, seed=3)
         return pulse
+    if isinstance(load, CapacityLoad):  # the SLO capacity search: bench/load/capacity.py
+        return (yield from capacity_search(load, slo, rules))
     raise ValueError(f"unknown load pattern {type(load).__name__}")
 
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, model_validator
 
+from bench.config import SLO
 from bench.percentiles import Percentiles
 from bench.strict import Strict
 
@@ -235,8 +236,103 @@ class PulseReport(HeldLoadReport):
         )
 
 
+# --------------------------------------------------------------------------- capacity search
+
+Constraint = Literal["ttft_ms", "tpot_ms", "e2e_ms", "attainment", "errors"]
+"""What can bind a capacity search: an SLO metric's percentile, attainment, or errors."""
+
+
+class CapacityProbe(ReportModel):
+    """One probe of the search: its level, what the engine did there, and the verdict."""
+
+    index: int = Field(ge=0)
+    phase: str = Field(description="Name of the phase that ran it (RunResult.phases).")
+    kind: Literal["serial", "bracket", "bisect", "recheck"]
+    strategy: Literal["concurrency", "rate"]
+    level: float = Field(description="Offered rate (requests/s) or concurrency of the probe.")
+    planned_requests: int
+    requests: int
+    successful: int
+    failed: int
+    duration_s: float
+    achieved_rps: float = Field(description="Successful requests / the probe's window.")
+    output_throughput_tok_s: float
+    attainment: float | None = Field(
+        None, description="Share of the probe's requests meeting every SLO (failed = miss)."
+    )
+    ttft_ms: Percentiles | None = None
+    tpot_ms: Percentiles | None = None
+    e2e_ms: Percentiles | None = None
+    feasible: bool | None = Field(None, description="None for the serial start probe (unjudged).")
+    reasons: list[str] = Field(default_factory=list, description="Why it is infeasible.")
+    binding_constraint: Constraint | None = Field(
+        None, description="The most violated constraint (ratio to its limit) of this probe."
+    )
+    ended_early: str | None = Field(None, description="Why the probe was ended before its end.")
+
+
+class CapacityCurvePoint(ReportModel):
+    """Percentile latency vs offered load, one point per judged probe (for the charts)."""
+
+    level: float
+    achieved_rps: float
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    attainment: float | None = None
+    feasible: bool
+
+
+class CapacityReport(PatternReportBase):
+    """The typed report of the capacity pattern (RunResult.pattern_report of such a run).
+
+    `max_rate_rps` is the last feasible probe's rate (over=concurrency: the request rate the
+    engine achieved at the last feasible concurrency); `first_infeasible_rps` the lowest
+    infeasible probe above it; `binding_constraint` the constraint that failed first there.
+    A search that stopped before its bracket met the precision has `converged` False.
+    """
+
+    pattern: Literal["capacity"] = "capacity"
+    over: Literal["rate", "concurrency"] = "rate"
+    arrival: Literal["poisson", "constant"] = "poisson"
+    percentile: Literal["p50", "p90", "p99"] = "p99"
+    attainment_target: float = 0.99
+    precision: float = 0.05
+    slo: SLO = Field(default_factory=SLO)
+    probe_requests: int = 0
+    probe_requests_rule: str = ""
+    result: Literal["found", "no_feasible_level", "ceiling_reached", "not_converged"] = (
+        "not_converged"
+    )
+    converged: bool = False
+    max_rate_rps: float | None = None
+    max_concurrency: int | None = None
+    first_infeasible_rps: float | None = None
+    first_infeasible_concurrency: int | None = None
+    relative_gap: float | None = Field(
+        None, description="(first infeasible - last feasible level) / first infeasible level."
+    )
+    smoothed_boundary_level: float | None = Field(
+        None,
+        description="Where a monotone fit of the probes' worst percentile/limit ratio crosses 1 "
+        "(AIPerf's smooth_isotonic: PAVA then PCHIP); a denoised reading of the boundary for "
+        "charts, not the capacity (that is the last feasible probe).",
+    )
+    binding_constraint: Constraint | None = None
+    binding_reasons: list[str] = Field(default_factory=list)
+    output_throughput_tok_s_at_max: float | None = None
+    boundary_phase: str | None = Field(None, description="Phase of the accepted feasible probe.")
+    boundary_rechecked: bool = False
+    non_monotonic: bool = Field(
+        False, description="A level passed once and failed on its re-check (noisy boundary)."
+    )
+    probes: list[CapacityProbe] = Field(default_factory=list)
+    curve: list[CapacityCurvePoint] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
 PatternReport = Annotated[
-    ConcurrencyReport | RateReport | StepReport | SteadyReport | PulseReport,
+    ConcurrencyReport | RateReport | StepReport | SteadyReport | PulseReport | CapacityReport,
     Field(discriminator="pattern"),
 ]
 """One report per load pattern; a new pattern's report is one more member here."""
@@ -262,7 +358,11 @@ def older_report(data: Any, pattern: str) -> Any:
 
 __all__ = [
     "PATTERN_REPORT",
+    "CapacityCurvePoint",
+    "CapacityProbe",
+    "CapacityReport",
     "ConcurrencyReport",
+    "Constraint",
     "HeldLoadReport",
     "Ladder",
     "LadderStage",
