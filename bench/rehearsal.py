@@ -121,6 +121,8 @@ def _cpu_engine_args(engine_args: dict, vllm: bool) -> dict:
 def rehearse_config(config: RunConfig) -> RunConfig:
     """One run of the plan as it runs on the CPU with a tiny model."""
     args = _cpu_engine_args(config.engine_args, vllm=config.backend == "vllm")
+    if config.backend == "openai" and args.get("launch") == "vllm":  # the server it starts
+        args["server_args"] = _cpu_engine_args(args.get("server_args") or {}, vllm=True)
     workload = config.workload
     if isinstance(workload, GenerateWorkload):
         workload = workload.model_copy(

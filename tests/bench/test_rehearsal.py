@@ -33,6 +33,8 @@ def test_every_step_of_a_gpu_plan_becomes_a_cpu_step_with_the_same_name(plan_fil
             )
             assert not config.precision.uses_fp8
             assert "gpu_memory_utilization" not in config.engine_args
+            # a server the openai backend starts is rehearsed the same way
+            assert "gpu_memory_utilization" not in config.engine_args.get("server_args", {})
             assert config.backend == original.config.backend
             assert config.load.pattern == original.config.load.pattern
             load = config.load
