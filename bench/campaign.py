@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from bench.config import RunConfig
+from bench.config import RepeatPolicy, RunConfig
 from bench.environment import PreflightItem
 from bench.errors import UserError
 from bench.executors import Resources, job_resources
@@ -66,10 +66,15 @@ class StepCommon(Strict):
 
 
 class RunStep(StepCommon):
-    """One benchmark run."""
+    """One benchmark run, or a measurement group of repeats of it (`repeats: 3`)."""
 
     kind: Literal["run"] = "run"
     config: RunConfig
+    repeats: RepeatPolicy = Field(
+        default_factory=RepeatPolicy,
+        description="Repeats as one measurement group: a count, or count/cooldown_s/"
+        "convergence_metric/convergence_width/min_repeats.",
+    )
 
 
 class FidelityStep(StepCommon):
@@ -251,7 +256,14 @@ def run_step(
         if store_handle is None:
             store_handle = opened = _open_store(context.store)
         store = store_handle
-        if isinstance(step, RunStep):
+        if isinstance(step, RunStep) and step.repeats.count > 1:
+            from bench.repeats import launch_group
+
+            name = step_folder(step.config.label or f"{step.config.backend} {step.config.model}")
+            fields["runs"] = launch_group(
+                step.config, step.repeats, store, context.out_dir / "runs" / name, on_progress
+            ).runs
+        elif isinstance(step, RunStep):
             fields["runs"] = [_launch(step.config, store, context.out_dir, on_progress)]
         elif isinstance(step, FidelityStep):
             from bench.fidelity import run_check
