@@ -18,10 +18,16 @@ says nothing about run-to-run spread, and every summary of a single run says so.
 The units resampled inside a run depend on the metric:
 - latency percentiles (TTFT, TPOT, E2E) resample requests; ITL resamples requests too and pools
   the gaps of the drawn requests (a gap is not independent of its request's other gaps);
-- rates (output tok/s, request rate, goodput) resample time blocks: the measured window is cut
-  into equal blocks (RATE_BLOCKS, fewer for short runs) and the rate is the mean block rate of a
-  draw. Resampling requests would hold the window fixed and, with fixed output lengths and no
-  failures, give a rate with no variance at all; blocks see the throughput wobble over time.
+- output tok/s resamples time blocks: the measured window is cut into equal blocks
+  (RATE_BLOCKS, fewer for short runs), each block's rate counts the tokens whose chunk arrived
+  in it, and a draw's rate is the mean over resampled blocks. Resampling requests would hold
+  the window fixed and, with fixed output lengths and no failures, give a rate with no variance
+  at all; blocks see the throughput wobble over time. Tokens are placed at their chunk times,
+  not at request completion, so a single wave (every request sent at once, all finishing
+  together) still has a token rate in every block.
+- request rate = that token rate / mean output tokens per successful request (the mean from the
+  request resample); goodput = request rate x the fraction of resampled requests meeting every
+  SLO. (With no output tokens, e.g. forward batches, request rate uses completions per block.)
 
 Percentile intervals are the plain percentile method (2.5th and 97.5th of the draws), seeded
 (`seed`, default 0), `bootstrap` draws (default 1000). Every draw's quantile is numpy's default
@@ -125,7 +131,11 @@ class RunSample:
     itl_request: np.ndarray | None = None
     requests: int = 0
     block_rates: dict[str, np.ndarray] = field(default_factory=dict)
-    """rate metric -> per-block rate (per s)."""
+    """output_throughput_tok_s / completions_rps -> per-block rate (per s)."""
+    tokens: np.ndarray | None = None
+    """Output tokens of each successful request."""
+    meets_slo: np.ndarray | None = None
+    """Whether each successful request met every SLO set (None without SLOs)."""
     point: dict[str, float] = field(default_factory=dict)
     """metric name -> the run's own figure (its summary, vLLM's definitions)."""
     counts: dict[str, int] = field(default_factory=dict)
@@ -202,26 +212,40 @@ def run_sample(
         sample.itl_sorted = pooled[order]
         sample.itl_request = np.concatenate(owners)[order]
     sample.counts["itl"] = 0 if sample.itl_sorted is None else int(sample.itl_sorted.size)
-    sample.block_rates = _block_rates(measured, ok, slo, latencies)
+    sample.block_rates, sample.tokens, sample.meets_slo = _block_rates(measured, ok, slo, latencies)
     return sample
 
 
 def _block_rates(
     measured: list[RequestRecord], ok: list[RequestRecord], slo: SLO | None, latencies: np.ndarray
-) -> dict[str, np.ndarray]:
-    """Per-block rates over the measured window (first start to last end), by completion time."""
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray | None]:
+    """(per-block rates, tokens per request, meets-every-SLO per request or None).
+
+    Blocks cut the measured window (first start to last end) evenly; tokens count where their
+    chunk arrived, completions where the request ended."""
     start = min(r.start_ns for r in measured)
     end = max(r.end_ns for r in measured)
     span_ns = max(1, end - start)
     blocks = max(2, min(RATE_BLOCKS, len(ok) // MIN_BLOCK_REQUESTS))
     block_s = span_ns / blocks / NS_PER_S
+    chunk_times: list[int] = []
+    chunk_tokens: list[int] = []
+    for record in ok:
+        chunk_times.extend(record.chunk_ns)
+        chunk_tokens.extend(record.chunk_tokens or [1] * len(record.chunk_ns))
+    times = np.asarray(chunk_times, dtype=np.int64)
+    which = np.clip(((times - start) * blocks) // span_ns, 0, blocks - 1)
     ends = np.array([r.end_ns for r in ok], dtype=np.int64)
-    which = np.minimum(((ends - start) * blocks) // span_ns, blocks - 1)
-    tokens = np.array([r.output_tokens for r in ok], dtype=np.float64)
+    ended = np.clip(((ends - start) * blocks) // span_ns, 0, blocks - 1)
     rates = {
-        "output_throughput_tok_s": np.bincount(which, weights=tokens, minlength=blocks) / block_s,
-        "request_throughput_rps": np.bincount(which, minlength=blocks) / block_s,
+        "output_throughput_tok_s": (
+            np.bincount(which, weights=np.asarray(chunk_tokens, dtype=np.float64), minlength=blocks)
+            / block_s
+        ),
+        "completions_rps": np.bincount(ended, minlength=blocks) / block_s,
     }
+    tokens = np.array([r.output_tokens for r in ok], dtype=np.float64)
+    meets = None
     if slo is not None and slo.is_set() and len(ok):
         ttft, tpot, e2e = latencies[:, 0], latencies[:, 1], latencies[:, 2]
         meets = np.ones(len(ok), dtype=bool)
@@ -231,10 +255,7 @@ def _block_rates(
             meets &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
         if slo.e2e_ms is not None:
             meets &= e2e <= slo.e2e_ms
-        rates["goodput_rps"] = (
-            np.bincount(which, weights=meets.astype(np.float64), minlength=blocks) / block_s
-        )
-    return rates
+    return rates, tokens, meets
 
 
 # --------------------------------------------------------------------------- one draw
@@ -272,12 +293,7 @@ def _draw_run(sample: RunSample, metrics: Sequence[GroupMetric], rng: np.random.
         by_family.setdefault(metric.family, []).append(metric)
     for family, members in by_family.items():
         if family == "rate":
-            for metric in members:
-                rates = sample.block_rates.get(metric.name)
-                if rates is None or rates.size == 0:
-                    values[metric.name] = math.nan
-                    continue
-                values[metric.name] = float(rates[rng.integers(0, rates.size, rates.size)].mean())
+            values.update(_draw_rates(sample, members, request_counts, rng))
             continue
         if family == "itl":
             if sample.itl_sorted is None:
@@ -299,6 +315,32 @@ def _draw_run(sample: RunSample, metrics: Sequence[GroupMetric], rng: np.random.
         for metric, value in zip(members, quantiles, strict=True):
             values[metric.name] = value
     return values
+
+
+def _draw_rates(
+    sample: RunSample,
+    members: list[GroupMetric],
+    request_counts: np.ndarray,
+    rng: np.random.Generator,
+) -> dict[str, float]:
+    """One draw of the rate metrics (see the module docstring for the estimators)."""
+    tokens_rates = sample.block_rates.get("output_throughput_tok_s")
+    if tokens_rates is None or tokens_rates.size == 0 or not sample.requests:
+        return {m.name: math.nan for m in members}
+    blocks = rng.integers(0, tokens_rates.size, tokens_rates.size)
+    token_rate = float(tokens_rates[blocks].mean())
+    drawn = int(request_counts.sum())
+    mean_tokens = float(request_counts @ sample.tokens) / drawn if sample.tokens is not None else 0
+    if mean_tokens > 0:
+        request_rate = token_rate / mean_tokens
+    else:  # no output tokens (forward batches): completions per block
+        request_rate = float(sample.block_rates["completions_rps"][blocks].mean())
+    values = {"output_throughput_tok_s": token_rate, "request_throughput_rps": request_rate}
+    if sample.meets_slo is not None:
+        values["goodput_rps"] = request_rate * float(request_counts @ sample.meets_slo) / drawn
+    else:
+        values["goodput_rps"] = math.nan
+    return {m.name: values[m.name] for m in members}
 
 
 def _group_draws(
