@@ -107,19 +107,21 @@ async def test_identical_configs_indistinguishable_and_20_percent_slower_signifi
     same = [await sample(120, seed=seed, concurrency=4) for seed in (4, 5, 6)]
     slower = [await sample(120, seed=seed, slowdown=1.2, concurrency=4) for seed in (7, 8, 9)]
 
-    twin = compare_samples(a, same)
-    for name in ("output_throughput_tok_s", "ttft_ms_p50", "tpot_ms_p50", "e2e_ms_p50"):
+    names = ["output_throughput_tok_s", "ttft_ms_p50", "tpot_ms_p50", "e2e_ms_p50"]
+    twin = compare_samples(a, same, bootstrap=500, metrics=names)
+    for name in names:
         row = twin.metric(name)
         assert row.verdict == "indistinguishable" and not row.significant, row
 
-    versus = compare_samples(a, slower)
+    versus = compare_samples(a, slower, bootstrap=500, metrics=names)
     throughput = versus.metric("output_throughput_tok_s")
     assert throughput.verdict == "faster" and throughput.significant
     assert throughput.interval.low > 1.05
     assert throughput.ratio == pytest.approx(1.2, rel=0.05)
     ttft = versus.metric("ttft_ms_p50")
     assert ttft.verdict == "faster" and ttft.interval.high < 1 / 1.05
-    mirrored = compare_samples(slower, a).metric("output_throughput_tok_s")
+    mirrored = compare_samples(slower, a, bootstrap=500, metrics=names)
+    mirrored = mirrored.metric("output_throughput_tok_s")
     assert mirrored.verdict == "slower"
 
 
