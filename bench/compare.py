@@ -180,6 +180,20 @@ def _campaign_file(path: Path) -> Side:
     return Side(spec=str(path), kind="campaign", name=name, runs=runs, plan=plan)
 
 
+def reference_records(folder: str | Path) -> dict[str, list[RequestRecord]]:
+    """Measured records by run id of every run kept in the campaign archives (`runs-*.tgz`,
+    `steps-*.tgz`) under a reference folder (data/reference): what `*_runs.json` files leave
+    out. Reads every archive (tens of MB of JSON for the shipped ones: cache the result)."""
+    found: dict[str, list[RequestRecord]] = {}
+    for archive in sorted(Path(folder).rglob("*.tgz")):
+        if not archive.name.startswith(("runs-", "steps-")):
+            continue
+        for run in _runs_in_archive(archive):
+            if run.records is not None:
+                found[run.result.run_id] = run.records
+    return found
+
+
 def load_side(spec: str, store: Any | None = None) -> Side:
     """Resolve one argument of `bench compare` (see the module docstring); UserError if none."""
     path = Path(spec)
@@ -782,5 +796,6 @@ __all__ = [
     "compare_campaigns",
     "compare_measurements",
     "load_side",
+    "reference_records",
     "render",
 ]

@@ -696,19 +696,108 @@ def compare_samples(
     )
 
 
+# --------------------------------------------------------------------------- for the advisor
+
+
+@dataclass
+class MeasuredRun:
+    """One run as the advisor holds it: the result, its measured records when at hand (the
+    store's `iter_records`, or `bench.compare.reference_records` for data/reference), and the
+    phase the evidence is about (a ladder stage's name; None = the whole run)."""
+
+    result: RunResult
+    records: Sequence[RequestRecord] | None = None
+    phase: str | None = None
+
+
+class CandidateVerdict(Strict):
+    """The leading candidate against one alternative on one metric."""
+
+    leader: str
+    alternative: str
+    metric: str
+    better: Better
+    leader_value: float
+    alternative_value: float
+    ratio: float | None = Field(description="leader / alternative (median of repeats each).")
+    interval: Interval | None = Field(description="95% bootstrap interval of the ratio.")
+    verdict: Verdict = Field(description="For the leader: faster, slower, indistinguishable.")
+    indistinguishable: bool = Field(
+        description="True when the interval does not clear the practical threshold (the two "
+        "are a tie on this evidence: rank them on the next criterion)."
+    )
+    threshold: float
+    leader_repeats: int
+    alternative_repeats: int
+    single_run: bool = Field(description="Either side is a single run (within-run interval).")
+    method: str
+    notes: list[str] = Field(default_factory=list)
+
+
+def candidate_verdict(
+    leader: Sequence[MeasuredRun],
+    alternative: Sequence[MeasuredRun],
+    metric: str = "output_throughput_tok_s",
+    threshold: float = PRACTICAL_THRESHOLD,
+    leader_name: str | None = None,
+    alternative_name: str | None = None,
+    bootstrap: int = BOOTSTRAP,
+    seed: int = SEED,
+) -> CandidateVerdict:
+    """Is the leader really ahead of the alternative on `metric`? The ratio leader/alternative
+    with its interval (two-level bootstrap with repeats, within-run for single runs) and the
+    verdict beyond `threshold`. `verdict == "unknown"` (and `indistinguishable` False) when
+    neither side has records to resample: the caller must say so rather than call a winner."""
+    if metric not in METRICS_BY_NAME:
+        raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS_BY_NAME)}")
+    if not leader or not alternative:
+        raise ValueError("each side needs at least one run")
+    leader_name = leader_name or leader[0].result.config.backend
+    alternative_name = alternative_name or alternative[0].result.config.backend
+    samples_a = [run_sample(run.result, run.records, run.phase) for run in leader]
+    samples_b = [run_sample(run.result, run.records, run.phase) for run in alternative]
+    comparison = compare_samples(
+        samples_a, samples_b, leader_name, alternative_name, threshold, bootstrap, seed, [metric]
+    )
+    row = comparison.metric(metric)
+    if row is None:
+        raise ValueError(f"{metric} is not in both sides' summaries")
+    return CandidateVerdict(
+        leader=leader_name,
+        alternative=alternative_name,
+        metric=metric,
+        better=row.better,
+        leader_value=row.a,
+        alternative_value=row.b,
+        ratio=row.ratio,
+        interval=row.interval,
+        verdict=row.verdict,
+        indistinguishable=row.verdict == "indistinguishable",
+        threshold=threshold,
+        leader_repeats=len(leader),
+        alternative_repeats=len(alternative),
+        single_run=len(leader) == 1 or len(alternative) == 1,
+        method=comparison.method,
+        notes=comparison.notes,
+    )
+
+
 __all__ = [
     "BOOTSTRAP",
     "CONFIDENCE",
     "GROUP_METRICS",
     "PRACTICAL_THRESHOLD",
+    "CandidateVerdict",
     "GroupComparison",
     "GroupDraws",
     "GroupMetric",
     "GroupSummary",
     "Interval",
+    "MeasuredRun",
     "MetricComparison",
     "MetricEstimate",
     "RunSample",
+    "candidate_verdict",
     "compare_draws",
     "compare_samples",
     "group_draws",

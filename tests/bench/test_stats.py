@@ -169,3 +169,52 @@ async def test_relative_width_for_convergence(time_travel):
     assert width == pytest.approx((estimate.interval.high - estimate.interval.low) / estimate.value)
     assert relative_width(summary, "goodput_rps") is None  # no SLO: not in the summary
     assert not math.isnan(width)
+
+
+async def test_candidate_verdict_for_the_advisor(time_travel):
+    from bench.stats import MeasuredRun, candidate_verdict
+
+    async def group(seeds, slowdown=1.0):
+        runs = []
+        for seed in seeds:
+            result, records = await fake_run(120, seed, slowdown=slowdown, concurrency=4)
+            runs.append(MeasuredRun(result, records))
+        return runs
+
+    leader, twin, slower = await group((1, 2)), await group((3, 4)), await group((5, 6), 1.2)
+    ahead = candidate_verdict(leader, slower, leader_name="A", alternative_name="B", bootstrap=300)
+    assert ahead.verdict == "faster" and not ahead.indistinguishable
+    assert ahead.interval.low > 1.05 and ahead.leader_repeats == 2
+    tie = candidate_verdict(leader, twin, bootstrap=300)
+    assert tie.indistinguishable and tie.verdict == "indistinguishable"
+    assert tie.leader == tie.alternative == "fake"
+    blind = candidate_verdict([MeasuredRun(leader[0].result)], [MeasuredRun(slower[0].result)])
+    assert blind.verdict == "unknown" and not blind.indistinguishable and blind.single_run
+    with pytest.raises(ValueError, match="unknown metric"):
+        candidate_verdict(leader, twin, metric="speed")
+
+
+def test_candidate_verdict_on_shipped_reference_runs():
+    """The s6 reference runs (data/reference, records from the campaign archives): vLLM on
+    asyncio vs uvloop at 1,024 requests, single runs, within 1%: indistinguishable."""
+    import json
+    from pathlib import Path
+
+    from bench.compare import reference_records
+    from bench.stats import MeasuredRun, candidate_verdict
+
+    reference = Path(__file__).resolve().parents[2] / "data" / "reference"
+    records = reference_records(reference / "h200_2026-11-30_s4")
+    data = json.loads((reference / "h200_2026-11-30_s4_runs.json").read_text())
+    runs = [RunResult.model_validate(run) for run in data["runs"]]
+    assert {run.run_id for run in runs} == set(records)
+    first = [r for r in runs if r.config.backend == "vllm"][:2]
+    asyncio_run = next(r for r in first if r.config.event_loop == "asyncio")
+    uvloop_run = next(r for r in first if r.config.event_loop == "uvloop")
+    verdict = candidate_verdict(
+        [MeasuredRun(asyncio_run, records[asyncio_run.run_id])],
+        [MeasuredRun(uvloop_run, records[uvloop_run.run_id])],
+        bootstrap=200,
+    )
+    assert verdict.single_run and verdict.indistinguishable
+    assert any("single run" in note for note in verdict.notes)
