@@ -114,3 +114,21 @@ def test_old_results_load_without_group(tiny_records):
     data = json.loads(result.model_dump_json())
     data.pop("group")
     assert RunResult.model_validate(data).group is None
+
+
+def test_group_runs_on_both_store_backends(store_url):
+    from bench.schema import GroupMembership
+
+    with ResultStore(store_url) as store:
+        members = []
+        for index in range(3):
+            run = RunResult(
+                config=fake_config(),
+                created_at=f"2026-12-01T00:00:0{index}+00:00",
+                group=GroupMembership(group_id="grp-x", index=index, planned=3),
+            )
+            store.create_run(run)
+            members.append(run.run_id)
+        store.create_run(RunResult(config=fake_config()))  # alone: not in the group
+        assert [run.run_id for run in store.group_runs("grp-x")] == members
+        assert [run.group.index for run in store.group_runs("grp-x")] == [0, 1, 2]
