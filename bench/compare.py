@@ -702,28 +702,29 @@ def render(report: CompareReport, console: Any) -> None:
         for side in (measurement.a, measurement.b):
             what = "single run" if side.single_run else f"{side.runs} repeats"
             console.print(f"{side.name}: {side.kind}, {what} ({side.spec})")
+        console.print(f"A = {measurement.a.name}, B = {measurement.b.name}")
+        starred = False
         for level in measurement.levels:
             comparison = level.comparison
-            table = Table(title=f"{comparison.a} / {comparison.b} at {level.level}")
-            for column in (
-                "metric",
-                comparison.a,
-                comparison.b,
-                "ratio",
-                "95% interval",
-                "verdict",
-            ):
+            table = Table(title=f"A / B at {level.level}")
+            for column in ("metric", "A", "B", "A / B", "95% interval", "verdict for A"):
                 table.add_column(column, justify="left" if column == "metric" else "right")
             for row in comparison.metrics:
+                starred |= not row.reliable
                 table.add_row(
-                    f"{row.label} ({row.unit})",
+                    f"{row.label} ({row.unit})" + ("" if row.reliable else " *"),
                     _figure(row.a),
                     _figure(row.b),
                     _ratio_text(row.ratio),
                     _interval_text(row.interval),
-                    _verdict_text(row.verdict, comparison.a, row.significant),
+                    _verdict_text(row.verdict, "A", row.significant),
                 )
             console.print(table)
+        if starred:
+            console.print(
+                "* a percentile from fewer values than 10 / (1 - q) on a side (p90: 100, p99: "
+                "1000): close to that side's maximum, not the percentile"
+            )
         for note in measurement.notes:
             console.print(f"note: {note}")
         return
@@ -785,7 +786,7 @@ def _verdict_text(verdict: str, a_name: str, significant: bool) -> str:
         return "no interval"
     if not significant:
         return "indistinguishable"
-    return f"{a_name} {verdict} (significant)"
+    return f"{a_name} {verdict}"
 
 
 __all__ = [

@@ -433,6 +433,11 @@ class MetricComparison(Strict):
     )
     significant: bool
     threshold: float
+    reliable: bool = Field(
+        True,
+        description="False when a percentile has fewer values than min_samples(q) on a side "
+        "(the figure is then near that side's maximum, not the percentile).",
+    )
 
 
 class GroupComparison(Strict):
@@ -639,8 +644,15 @@ def compare_draws(
                 low, high = np.quantile(finite, [alpha, 1.0 - alpha])
                 interval = Interval(low=float(low), high=float(high))
         verdict = judge(interval, metric.better, threshold)
+        reliable = metric.quantile is None or all(
+            sample.counts.get(metric.family, 0) >= min_samples(metric.quantile)
+            for side in (a, b)
+            for sample in side.samples
+            if not sample.summary_only
+        )
         rows.append(
             MetricComparison(
+                reliable=reliable,
                 metric=metric.name,
                 label=metric.label,
                 unit=metric.unit,
