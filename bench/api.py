@@ -295,7 +295,7 @@ def launch(
     result.status = RunStatus(outcome.status)
     result.failure = outcome.failure
     result.summary = sink.measured.summary(config.slo, placement.gpus)
-    result.validity = judge_validity(result.summary, config.validity)
+    result.validity = judge_validity(result.summary, config.validity, result.phases)
     if result.status != RunStatus.COMPLETED:
         result.validity.status = ValidityStatus.INVALID
         result.validity.reasons.append(f"run {result.status.value.lower()}")

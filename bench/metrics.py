@@ -21,6 +21,7 @@ from bench.errors import UserError
 from bench.schema import (
     MetricsSummary,
     Percentiles,
+    PhaseResult,
     RequestRecord,
     Validity,
     ValidityStatus,
@@ -362,13 +363,18 @@ def summarize(
     return MetricsAccumulator().add_many(records).summary(slo, gpus)
 
 
-def judge_validity(summary: MetricsSummary | None, rules: ValidityRules) -> Validity:
+def judge_validity(
+    summary: MetricsSummary | None,
+    rules: ValidityRules,
+    phases: Iterable[PhaseResult] = (),
+) -> Validity:
     """VALID, or INVALID with every rule broken as a reason.
 
     Rules: at least one measured request; not all failed; measured duration >= min_duration_s;
     successful requests >= min_requests (failures have their own rule: a latency sample needs a
     success); error_rate <= max_error_rate. Notes (not reasons: the run stays VALID) name every
-    percentile computed from fewer values than `min_samples` asks.
+    percentile computed from fewer values than `min_samples` asks, the run's and, when it has
+    several `phases` (a ladder's stages), each phase's.
     """
     reasons: list[str] = []
     if summary is None or summary.requests == 0:
@@ -392,7 +398,15 @@ def judge_validity(summary: MetricsSummary | None, rules: ValidityRules) -> Vali
                 f"over the budget {rules.max_error_rate:.2%}"
             )
     status = ValidityStatus.INVALID if reasons else ValidityStatus.VALID
-    return Validity(status=status, reasons=reasons, notes=percentile_notes(summary))
+    notes = percentile_notes(summary)
+    phases = list(phases)
+    if len(phases) > 1:
+        notes += [
+            f"phase {phase.name}: {note}"
+            for phase in phases
+            for note in percentile_notes(phase.summary)
+        ]
+    return Validity(status=status, reasons=reasons, notes=notes)
 
 
 # --------------------------------------------------------------------------- JSONL records

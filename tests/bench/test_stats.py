@@ -218,3 +218,18 @@ def test_candidate_verdict_on_shipped_reference_runs():
     )
     assert verdict.single_run and verdict.indistinguishable
     assert any("single run" in note for note in verdict.notes)
+
+
+async def test_ladder_phases_get_their_own_percentile_notes(time_travel):
+    from bench.schema import PhaseResult
+
+    short, _ = await fake_run(30, seed=1)
+    long, _ = await fake_run(1200, seed=2)
+    phases = [
+        PhaseResult(name=name, strategy="concurrency", target=1, start_ns=0, end_ns=1,
+                    summary=run.summary)
+        for name, run in (("step-c1", short), ("step-c16", long))
+    ]  # fmt: skip
+    validity = judge_validity(long.summary, ValidityRules(), phases)
+    assert any(n.startswith("phase step-c1: TTFT p90/p99 from 30 values") for n in validity.notes)
+    assert not any(n.startswith("phase step-c16") for n in validity.notes)
