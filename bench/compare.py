@@ -415,7 +415,7 @@ def compare_measurements(
     levels_b = dict((label, phase) for phase, label in levels_of(runs_b[0].result))
     pairs = [(phase, levels_b[label], label) for phase, label in levels_a if label in levels_b]
     notes = []
-    if not pairs or any(p is None for p, _, _ in pairs) != any(p is None for _, p, _ in pairs):
+    if not pairs:
         pairs = [(None, None, "whole run")]
         if len(levels_a) > 1 or len(levels_b) > 1:
             notes.append("the two sides share no level: their whole runs are compared")
@@ -619,9 +619,17 @@ def compare_campaigns(
     notes = []
     single_a = all(len(u.draws.samples) == 1 for u in units_a.values())
     single_b = all(len(u.draws.samples) == 1 for u in units_b.values())
-    for name, single in ((a.name, single_a), (b.name, single_b)):
+    for name, single, units in ((a.name, single_a, units_a), (b.name, single_b, units_b)):
         if single:
             notes.append(_single_run_note(name))
+            continue
+        singles = sum(len(u.draws.samples) == 1 for u in units.values())
+        if singles:
+            notes.append(
+                f"{name}: {singles} of {len(units)} configuration levels are a single run: "
+                "their intervals come from the within-run bootstrap only; the others are "
+                "repeats (same configuration run more than once), with two-level intervals"
+            )
     same_plan = a.plan is not None and a.plan == b.plan
     if not same_plan:
         notes.append(

@@ -116,3 +116,28 @@ def test_campaign_with_repeats_and_a_slower_contender(tmp_path, tiny_llama):
     assert decision.winner_a.startswith("fake {") and "0.004" in decision.winner_a
     [pair] = decision.ratios
     assert pair.ratio_a > 1.1 and pair.interval_a.low > 1.05  # the faster one, significantly
+
+
+def test_two_run_folders_per_ladder_stage(tmp_path):
+    """Two shipped fp8-campaign run folders (extracted to a temporary folder): FP8 weights vs
+    bf16 weights, each ladder stage compared; the c1 stage's 25 requests make its p90/p99
+    unreliable, and the comparison says so."""
+    import tarfile
+
+    with tarfile.open(FP8 / "steps-fp8.tgz") as archive:
+        members = [
+            m for m in archive.getmembers()
+            if m.name.endswith(("result.json", "records.jsonl"))
+            and m.name.startswith(("steps/vllm_7b_bf16/", "steps/vllm_7b_fp8_weights/"))
+        ]  # fmt: skip
+        archive.extractall(tmp_path, members=members, filter="data")
+    [fp8] = (tmp_path / "steps" / "vllm_7b_fp8_weights" / "runs").iterdir()
+    [bf16] = (tmp_path / "steps" / "vllm_7b_bf16" / "runs").iterdir()
+    report = compare(str(fp8), str(bf16), bootstrap=200).measurements
+    assert [level.level for level in report.levels] == ["c1", "c16", "c64", "c256"]
+    assert report.a.single_run and report.b.single_run
+    c1 = report.levels[0].comparison
+    throughput = c1.metric("output_throughput_tok_s")
+    assert throughput.verdict == "faster" and throughput.ratio > 1.2  # FP8 weights, batch 1
+    assert not c1.metric("ttft_ms_p99").reliable and c1.metric("ttft_ms_p50").reliable
+    assert sum("single run" in note for note in report.notes) == 2
