@@ -229,10 +229,15 @@ def _block_rates(
     blocks = max(2, min(RATE_BLOCKS, len(ok) // MIN_BLOCK_REQUESTS))
     block_s = span_ns / blocks / NS_PER_S
     chunk_times: list[int] = []
-    chunk_tokens: list[int] = []
+    chunk_tokens: list[float] = []
     for record in ok:
-        chunk_times.extend(record.chunk_ns)
-        chunk_tokens.extend(record.chunk_tokens or [1] * len(record.chunk_ns))
+        # Each request's chunks carry its output_tokens in all (the summary's numerator), in
+        # proportion to their token counts; a request without chunks counts at its end.
+        times_ = record.chunk_ns or [record.end_ns]
+        counts = record.chunk_tokens or [1] * len(times_)
+        total = sum(counts) or 1
+        chunk_times.extend(times_)
+        chunk_tokens.extend(count * record.output_tokens / total for count in counts)
     times = np.asarray(chunk_times, dtype=np.int64)
     which = np.clip(((times - start) * blocks) // span_ns, 0, blocks - 1)
     ends = np.array([r.end_ns for r in ok], dtype=np.int64)

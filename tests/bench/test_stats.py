@@ -63,6 +63,8 @@ async def test_single_run_interval_covers_the_known_median_and_shrinks(time_trav
     for summary in (small, large):
         p50 = summary.metric("ttft_ms_p50")
         assert p50.interval.low <= TRUE_TTFT_P50_MS <= p50.interval.high
+        rate = summary.metric("output_throughput_tok_s")  # blocks average to the run's figure
+        assert rate.interval.low < rate.value < rate.interval.high
         assert summary.single_run and summary.notes[0].startswith("single run")
     width_small = small.metric("ttft_ms_p50").interval
     width_large = large.metric("ttft_ms_p50").interval
