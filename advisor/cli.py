@@ -330,10 +330,11 @@ def format_text(report: Report) -> str:
         lines += _diagnostic_lines(stage.diagnostics)
         if stage.learned is not None:
             learned = stage.learned
-            if learned.fitted:
+            if learned.shown:
                 lines.append(
                     f"Learned second opinion: {learned.prediction} ({learned.agrees_with}); CV "
-                    f"accuracy {learned.cv_accuracy:.2f} ({learned.cv_scheme}), baseline "
+                    f"accuracy {learned.cv_accuracy:.2f} [95% {learned.cv_accuracy_low:.2f}-"
+                    f"{learned.cv_accuracy_high:.2f}] ({learned.cv_scheme}), baseline "
                     f"{learned.baseline_accuracy:.2f}, {learned.groups} groups / "
                     f"{learned.runs} runs"
                 )

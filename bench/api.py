@@ -31,6 +31,7 @@ from bench.load.reports import HeldLoadReport, PatternReportBase
 from bench.placement import Placement, place
 from bench.schema import (
     Failure,
+    GroupMembership,
     RequestRecord,
     RunResult,
     RunStatus,
@@ -178,6 +179,7 @@ def launch(
     stop: threading.Event | None = None,
     log_dir: Path | None = None,
     prometheus_port: int | None = None,
+    group: GroupMembership | None = None,
 ) -> RunResult:
     """Run one benchmark in an isolated worker and return the stored, finished RunResult.
 
@@ -185,6 +187,7 @@ def launch(
     raise `UserError` before anything is stored. With `prometheus_port`, live run metrics
     (request/error/token counters, TTFT and E2E histograms, in-flight, GPU telemetry gauges) are
     served on 127.0.0.1:PORT/metrics for the run's duration (e.g. for Grafana on long soaks).
+    `group` marks the run as one repeat of a measurement group (bench/repeats.py).
     Engine failures never raise: the run is returned (and stored) as FAILED with the cause,
     advice and the engine log's tail.
     """
@@ -207,6 +210,7 @@ def launch(
         environment=fingerprint(),
         model=model,
         caveats=run_caveats(config, model.random_weights),
+        group=group,
     )
     if out_dir is not None:
         out_dir = Path(out_dir)
@@ -296,7 +300,7 @@ def launch(
     result.status = RunStatus(outcome.status)
     result.failure = outcome.failure
     result.summary = sink.measured.summary(config.slo, placement.gpus)
-    result.validity = judge_validity(result.summary, config.validity)
+    result.validity = judge_validity(result.summary, config.validity, result.phases)
     if config.load.pattern == "capacity":  # its infeasible probes break the SLO by design
         from bench.load.capacity import capacity_validity
 

@@ -342,6 +342,37 @@ class ParallelismConfig(Strict):
         return f"{self.replicas} x {text}" if self.replicas > 1 else text
 
 
+class RepeatPolicy(Strict):
+    """How many times to run one config as a measurement group (bench/repeats.py), the pause
+    between repeats, and optional convergence stopping (AIPerf's `--convergence-*` model):
+    stop once the 95% interval of `convergence_metric` is narrower than `convergence_width`
+    (relative to its median), after at least `min_repeats` and at most `count`."""
+
+    count: int = Field(1, ge=1, le=100, description="Repeats of the same config (at most).")
+    cooldown_s: float = Field(
+        0.0, ge=0, le=3600, description="Pause before each repeat after the first (s)."
+    )
+    convergence_metric: str | None = Field(
+        None,
+        description="Stop early when this metric's interval is narrow enough, e.g. "
+        "output_throughput_tok_s or ttft_ms_p50 (none = always run `count`).",
+    )
+    convergence_width: float = Field(
+        0.05, gt=0, le=10, description="Convergence: (high - low) / median at most."
+    )
+    min_repeats: int = Field(
+        3, ge=2, le=100, description="Convergence: repeats before it may stop."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_count(cls, data: Any) -> Any:
+        """`repeats: 3` in a plan means RepeatPolicy(count=3)."""
+        if isinstance(data, int) and not isinstance(data, bool):
+            return {"count": data}
+        return data
+
+
 class RunConfig(Strict):
     """One benchmark run: one backend on one model with one workload and load pattern."""
 

@@ -6,6 +6,8 @@ It lives apart from bench/schema.py so that bench/load/reports.py (imported by t
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from bench.strict import Strict
 
 
@@ -16,3 +18,6 @@ class Percentiles(Strict):
     p50: float
     p90: float
     p99: float
+    count: int | None = Field(
+        None, description="Values behind them (requests, or gaps for ITL); None in old results."
+    )

@@ -90,6 +90,11 @@ class ValidityStatus(StrEnum):
 class Validity(Record):
     status: ValidityStatus
     reasons: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What limits the figures without making the run INVALID (e.g. a p99 from "
+        "too few requests).",
+    )
 
 
 class RunStatus(StrEnum):
@@ -223,6 +228,15 @@ class ReplicaResult(Record):
     engine: dict[str, Any] = Field(default_factory=dict)
 
 
+class GroupMembership(Record):
+    """Where a run sits in a measurement group: N repeats of one config (bench/repeats.py)."""
+
+    group_id: str = Field(description="Shared by every repeat of the group.")
+    index: int = Field(ge=0, description="This repeat's position, 0-based.")
+    planned: int = Field(ge=1, description="Repeats asked for (convergence may stop earlier).")
+    cooldown_s: float = Field(0.0, ge=0, description="Pause before each repeat after the first.")
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
 
@@ -265,6 +279,9 @@ class RunResult(Record):
     caveats: list[str] = Field(
         default_factory=list,
         description="What the figures do not say (e.g. FP8 on random weights: speed only).",
+    )
+    group: GroupMembership | None = Field(
+        None, description="The measurement group (repeats) this run belongs to; none = alone."
     )
 
     @model_validator(mode="before")

@@ -604,7 +604,7 @@ def show_recommendation(stage_result: Any) -> None:
     if learned is not None:
         with st.expander("Second opinion: a decision tree fitted on stored evidence"):
             st.markdown(learned.message)
-            if learned.cv_accuracy is not None:
+            if learned.shown and learned.cv_accuracy is not None:
                 st.caption(
                     f"Cross-validated accuracy {learned.cv_accuracy:.0%} ({learned.cv_scheme}); "
                     f"always guessing the most common winner: "

@@ -105,6 +105,8 @@ def _unique(items: Iterable[str]) -> list[str]:
 def _second_opinion(learned: LearnedOpinion | None) -> str | None:
     if learned is None:
         return None
+    if not learned.shown:  # not better than guessing: its one line, nothing else
+        return learned.message
     parts = [learned.message.rstrip(". ")]
     if learned.prediction:
         parts.append(f"its pick: {learned.prediction}")

@@ -40,7 +40,13 @@ class FakeOptions(Strict):
     ttft_s: float = Field(0.0, ge=0, description="Delay before the first token (s).")
     itl_s: float = Field(0.0, ge=0, description="Delay between consecutive tokens (s).")
     error_rate: float = Field(0.0, ge=0, le=1, description="Fraction of requests that fail.")
-    seed: int = Field(0, ge=0, description="Seed of the failure draw.")
+    seed: int = Field(0, ge=0, description="Seed of the failure and jitter draws.")
+    ttft_jitter_s: float = Field(
+        0.0,
+        ge=0,
+        description="Each request's first-token delay is ttft_s + U(0, ttft_jitter_s), seeded: "
+        "a known distribution for interval tests (median ttft_s + ttft_jitter_s / 2).",
+    )
     max_parallel: int | None = Field(
         None,
         gt=0,
@@ -95,6 +101,8 @@ class FakeBackend(Backend):
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)
         self._failure_rng = random.Random(self.options.seed)
+        # Its own stream, so adding jitter leaves the failure draws of a seed unchanged.
+        self._jitter_rng = random.Random(f"jitter-{self.options.seed}")
         self._slots: Any = None
         self.active = 0
         self.max_active = 0
@@ -158,6 +166,8 @@ class FakeBackend(Backend):
             ttft_s = options.ttft_s
             if options.ttft_growth_s_per_s:
                 ttft_s += options.ttft_growth_s_per_s * (CLOCK.now_ns() - self._loaded_ns) / 1e9
+            if options.ttft_jitter_s:
+                ttft_s += self._jitter_rng.uniform(0.0, options.ttft_jitter_s)
             if ttft_s:
                 await CLOCK.sleep(ttft_s)
             if options.error_rate and self._failure_rng.random() < options.error_rate:
