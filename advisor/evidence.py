@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, computed_field
 
-from advisor.estimate import estimate_stage, upper_tokens
+from advisor.estimate import architecture_for, context_limits, estimate_stage, upper_tokens
 from advisor.gpus import find_gpu
 from advisor.profile import Objective, StageProfile
 from bench.api import run_caveats
@@ -48,13 +48,24 @@ QUICK_CONCURRENCY_DEFAULT = 8
 # --------------------------------------------------------------------------- expert settings
 
 
-def workload_shape(stage: StageProfile) -> WorkloadShape:
-    """The stage as the shape an engine is tuned for (bench's WorkloadShape)."""
-    # Engine limits cover the longest sequence the generator can send, rounded up to 256.
+def workload_shape(stage: StageProfile, framework: str | None = None) -> WorkloadShape:
+    """The stage as the shape an engine is tuned for (bench's WorkloadShape); `framework` caps
+    the sequence limit at what that engine accepts for the model (vLLM refuses a max_model_len
+    past the model's window)."""
+    # Engine limits cover the longest sequence the generator can send, rounded up to 256, but
+    # never past the model's window: 4,000 tokens on a 4,096-position model is max_model_len
+    # 4096, not 4352.
     context = upper_tokens(stage.prompt_tokens) + upper_tokens(stage.output_tokens)
+    limit = int(math.ceil(context / 256) * 256)
+    architecture, _ = architecture_for(stage.model)
+    if architecture is not None:
+        window, engine_limits, _ = context_limits(architecture)
+        cap = engine_limits.get(framework or "", window)
+        if cap is not None:
+            limit = min(limit, cap)
     return WorkloadShape(
         kind=stage.kind,
-        max_sequence_tokens=int(math.ceil(context / 256) * 256),
+        max_sequence_tokens=limit,
         concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,
         fixed_input_shapes=stage.fixed_input_shapes,
         build_time_tolerance=stage.build_time_tolerance,
@@ -78,7 +89,7 @@ def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
     `recommended_args`, checked against its options (an unknown option is an error); {} for a
     framework the bench does not run."""
     backend = _registered_backend(framework)
-    return {} if backend is None else backend.expert_args(workload_shape(stage))
+    return {} if backend is None else backend.expert_args(workload_shape(stage, framework))
 
 
 def _registered_backend(framework: str) -> Any:

@@ -71,7 +71,7 @@ class Alternative(BaseModel):
 class Recommendation(BaseModel):
     framework: str
     benchmarked: bool = Field(description="False for frameworks the bench cannot run (jax).")
-    follows: Literal["tree", "measurements"]
+    follows: Literal["tree", "measurements", "refused"]
     configuration: dict[str, Any] = Field(default_factory=dict)
     evidence: list[EvidenceRow] = Field(
         default_factory=list, description="Rows for the recommended framework."
@@ -190,7 +190,7 @@ def _recommend_stage(
     changes = what_would_change(tree, stage, estimate, decision)
     recommendation = settle(stage, decision, rows, availability, changes)
     configurations = None
-    if recommendation.benchmarked:
+    if recommendation.benchmarked and not decision.refused:
         configurations = search_configurations(
             stage,
             recommendation.framework,
@@ -329,6 +329,8 @@ def settle(
 ) -> Recommendation:
     """Apply the rule (module docstring) to the tree's candidates and the ranked evidence."""
     changes = changes or {}
+    if decision.refused:
+        return _refusal(decision)
     candidates = [c.framework for c in decision.candidates]
     by_name = {c.framework: c for c in decision.candidates}
     tree_first = candidates[0]
@@ -454,6 +456,27 @@ def settle(
         alternatives=alternatives,
         contradictions=contradictions,
         availability=avail,
+    )
+
+
+REFUSED = "none"
+"""The framework of a refused stage: no framework can serve it as asked."""
+
+
+def _refusal(decision: Decision) -> Recommendation:
+    """A stage nothing can serve as asked (the tree's refusing leaf): no framework, no plan,
+    no configuration; the reason is a fact of the model's config, checked before any run."""
+    reason = decision.refused or decision.title
+    return Recommendation(
+        framework=REFUSED,
+        benchmarked=False,
+        follows="refused",
+        configuration={"source": f"refused: {reason}"},
+        confidence=Confidence(
+            level="high",
+            why=f"refused before any run: {reason} (a limit of the model, not a measurement)",
+        ),
+        caveats=[f"Refused: {reason}", *decision.caveats],
     )
 
 
