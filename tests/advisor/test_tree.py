@@ -123,7 +123,12 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
         "vllm_long",
         ["no", "no", "no", "yes", "no", "no"],
     ),
-    ("multi backend", {"multi_backend": True}, "onnxruntime_portable", ["no", "no", "no", "no", "yes"]),
+    (
+        "multi backend",
+        {"multi_backend": True},
+        "onnxruntime_portable",
+        ["no", "no", "no", "no", "yes"],
+    ),
     (
         "edge constraint",
         {"constraints": ["edge"]},
@@ -137,7 +142,12 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
         ["no", "no", "no", "no", "no", "yes", "yes"],
     ),
     ("no trait, generate", FITS, "vllm_default", ["no", "no", "no", "no", "no", "yes", "no"]),
-    ("no trait, forward", {"kind": "forward"}, "forward_default", ["no", "no", "no", "no", "no", "no"]),
+    (
+        "no trait, forward",
+        {"kind": "forward"},
+        "forward_default",
+        ["no", "no", "no", "no", "no", "no"],
+    ),
     (
         "context longer than the model's window",
         {"model": "llama-2-7b", "prompt_tokens": {"mean": 200_000}},
