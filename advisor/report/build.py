@@ -116,8 +116,16 @@ def _second_opinion(learned: LearnedOpinion | None) -> str | None:
 
 
 FOLLOWS_TEXT = {
-    "measurements": "Decided by measurements on the profile's GPU type (they win over the tree).",
-    "tree": "Decided by the decision tree: no comparable measurement outranked it.",
+    "measurements": "Decided by measurements matching this workload on the profile's GPU type "
+    "(they win over the tree).",
+    "tree": "Decided by the decision tree and the estimate: no measurement matches this workload.",
+    "refused": "Refused before any run: the workload does not fit the model.",
+}
+SETTLED_BY_TEXT = {
+    "yours": "Settled by your runs (this store).",
+    "published": "Settled by this project's published runs (data/reference), not by runs of yours.",
+    "tree": "",
+    "refused": "",
 }
 
 
@@ -125,7 +133,8 @@ def stage_report(stage: StageRecommendation) -> StageReport:
     """One stage of the advisor's answer as the report shows it."""
     chosen = stage.recommendation
     decision = stage.decision
-    rationale = [FOLLOWS_TEXT[chosen.follows]]
+    rationale = [FOLLOWS_TEXT[chosen.follows], SETTLED_BY_TEXT[chosen.settled_by]]
+    rationale = [text for text in rationale if text]
     rationale += [c.rationale for c in decision.candidates if c.framework == chosen.framework]
     rationale += chosen.contradictions
     rationale.append(f"Confidence {chosen.confidence.level}: {chosen.confidence.why}")
@@ -690,10 +699,14 @@ def build_report(
 
 
 def relevant_run_ids(answer: AdvisorReport) -> list[str]:
-    """Run ids the advisor's evidence cites (the default runs of a report)."""
+    """The default runs of a report: per stage, the matching measurements that settled the
+    answer (`Recommendation.settled_by_runs`), then the nearest non-matching ones its answer
+    names as context (`Recommendation.nearest`); never the rest of the store (other profiles'
+    runs, failed runs of other workloads)."""
     ids: list[str] = []
-    for row in advisor_rows(answer):
-        for run_id in row.run_ids:
+    for stage in answer.stages:
+        chosen = stage.recommendation
+        for run_id in [*chosen.settled_by_runs, *(i for r in chosen.nearest for i in r.run_ids)]:
             if run_id not in ids:
                 ids.append(run_id)
     return ids

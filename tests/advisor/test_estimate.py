@@ -229,9 +229,7 @@ def test_only_the_tail_past_the_window_warns() -> None:
     """Normal 3,000 ± 300 + 256: near-worst 3,856 fits 4,096; mean + 5 std (4,756) does not."""
     from advisor.estimate import feasibility_problems
 
-    tail = stage(
-        model="llama-2-7b", prompt_tokens={"kind": "normal", "mean": 3000, "spread": 300}
-    )
+    tail = stage(model="llama-2-7b", prompt_tokens={"kind": "normal", "mean": 3000, "spread": 300})
     estimate = estimate_stage(tail)
     assert estimate.context.fits is True and estimate.refused is None
     assert estimate.context.longest_tokens == 3000 + 5 * 300 + 256
