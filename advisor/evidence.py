@@ -186,7 +186,9 @@ class WorkloadMatch(BaseModel):
     def summary(self) -> str:
         if self.matches:
             return "matches this workload"
-        return f"{self.distance:,.3g}x away: " + "; ".join(self.differences)
+        # Lengths and level can be equal while the loop or precision differs: no "1x away".
+        prefix = f"{self.distance:,.3g}x away: " if self.distance > 1.0005 else "differs: "
+        return prefix + "; ".join(self.differences)
 
 
 class EvidenceRow(BaseModel):
@@ -237,6 +239,20 @@ class EvidenceRow(BaseModel):
     @property
     def higher_is_better(self) -> bool:
         return self.objective_metric in HIGHER_IS_BETTER
+
+    @property
+    def label(self) -> str:
+        """Who measured it and where, in plain words, for tables and the CLI: `your run, CPU`,
+        `published run, H200`, `the article, A100-80GB-PCIE`; with the workload match. Never
+        `measured-here` for runs someone else made."""
+        kind = self.provenance.kind if self.provenance is not None else None
+        who = {"yours": "your run", "published": "published run", "article": "the article"}.get(
+            kind or "", "stored run"
+        )
+        text = f"{who}, {self.gpu or 'CPU'}"
+        if self.match is not None:
+            text += ", matches" if self.match.matches else f", {self.match.distance:,.3g}x off"
+        return text
 
 
 HIGHER_IS_BETTER = {"output_throughput_tok_s", "request_throughput_rps", "goodput_rps"}

@@ -292,7 +292,8 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         out["gpu"]["memory_gb"] = deploy[3].number_input(
             "GPU memory (GB each)",
             min_value=1.0,
-            value=gpu.get("memory_gb"),
+            # A memory derived from the GPU type chosen before is not the user's: start empty.
+            value=gpu.get("memory_gb") if gpu.get("type") is None else None,
             placeholder="unknown",
             key=_key(index, "gpu_memory"),
             help=field_help(GpuProfile, "memory_gb"),
@@ -488,8 +489,7 @@ def show_candidates(stage_result: Any) -> None:
 
 def show_estimate(estimate: Any) -> None:
     columns = st.columns(4)
-    verdicts = {None: "unknown", True: "fits", False: "does not fit"}
-    verdict = verdicts[estimate.fits]
+    verdict = estimate.fit_verdict  # "no GPU to fit against" when the GPU is not decided
     columns[0].metric(
         "Memory",
         verdict,
@@ -551,8 +551,8 @@ def show_estimate(estimate: Any) -> None:
             f"Memory breakdown for {estimate.gpu_count} × {estimate.gpu or 'GPU'} "
             f"({estimate.precision}); red line = memory available"
             + (
-                f" · parameters: {estimate.parameters_b:.2f} B ({estimate.parameters_source})"
-                if estimate.parameters_b
+                f" · parameters: {estimate.parameters_label} ({estimate.parameters_source})"
+                if estimate.parameters
                 else ""
             )
         )
@@ -612,13 +612,6 @@ def show_recommendation(stage_result: Any) -> None:
                 )
 
 
-SOURCE_LABELS = {
-    "measured-here": "measured on your GPU type",
-    "measured-elsewhere": "measured on another GPU",
-    "published": "published (article)",
-}
-
-
 def show_evidence(stage_result: Any) -> None:
     rows = stage_result.evidence
     if not rows:
@@ -631,7 +624,7 @@ def show_evidence(stage_result: Any) -> None:
         [
             {
                 "framework": row.framework,
-                "source": SOURCE_LABELS.get(row.source, row.source),
+                "source": row.label,  # provenance and device in words (your run, CPU)
                 "GPU": row.gpu or "—",
                 "model": row.model or "—",
                 "shape": row.shape,
@@ -862,6 +855,12 @@ def render() -> None:
         st.error(f"The profile is not complete: {describe_validation_error(exc)}")
         return
     st.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    from advisor.estimate import feasibility_problems
+
+    for problem in feasibility_problems(profile.stages):  # under the stage's own form
+        with tabs[[s.name for s in profile.stages].index(problem.stage)]:
+            show = st.error if problem.severity == "error" else st.warning
+            show(f"**{problem.field}**: {problem.message}")
     _profile_file_panel(profile)
 
     st.divider()
