@@ -4,7 +4,9 @@ builder behind the Benchmark page, `advisor bench-plan` and campaigns.
 
 On a machine without a GPU the quick plan swaps the model for its CPU-sized preset of the same
 family (tiny-llama for Llama and Mistral): a check of the harness and the frameworks that ends in
-minutes, not GPU figures.
+minutes, not GPU figures; its lengths are scaled to the stand-in's context window when they
+exceed it, and CPU runs use one dtype rule (`cpu_dtype`). A stage whose requests exceed its own
+model's window is refused before planning.
 """
 
 from __future__ import annotations
@@ -176,9 +178,21 @@ def plan_for_stage(
             f"Not planned: {', '.join(skipped)} - the sequences exceed the model's position "
             "limit in that engine (the rope-scaled window applies to vLLM and TensorRT-LLM only)"
         )
-    note = " ".join(notes) or None
     if cpu_only:
         configs = [_on_the_cpu(config, quick) for config in configs]
+        wanted = stage.precision.dtype
+        used = cpu_dtype(stage.kind, wanted)
+        if configs and used != wanted:
+            notes.append(
+                f"CPU runs use {used}, not the profile's {wanted}: "
+                + (
+                    "CPUs have bfloat16 kernels; float16 is slow or unsupported there (vLLM casts "
+                    "it to bfloat16 itself)."
+                    if stage.kind == "generate"
+                    else "the one dtype every forward framework runs on the CPU."
+                )
+            )
+    note = " ".join(notes) or None
     if configurations and not cpu_only and configs and stage.kind == "generate":
         from advisor.calibration import calibration_from
         from advisor.configurations import plan_runs, search_configurations
@@ -349,16 +363,37 @@ def cpu_sized_model(stage: StageProfile) -> str:
     return "tiny-resnet" if stage.image_size else "tiny-bert"
 
 
+CPU_HALF_DTYPE = "bfloat16"
+"""The one half-precision dtype of CPU runs, in the plan as in `bench run` (whose default is
+bfloat16): CPUs have bfloat16 matmul kernels (AVX-512 BF16, AMX) in PyTorch and vLLM, while
+float16 on a CPU is slow or unsupported - vLLM's CPU backend casts float16 to bfloat16 itself, so
+a "float16" CPU run would be labelled with a dtype it never ran at."""
+CPU_FORWARD_DTYPE = "float32"
+"""Forward (encoder/CV) CPU runs: float32, the one dtype every forward backend runs on the CPU
+(ONNX Runtime's CPU provider refuses bfloat16 and has few float16 kernels), so one comparison
+keeps one precision for every framework."""
+
+
+def cpu_dtype(kind: str, dtype: str) -> str:
+    """The dtype a CPU run of this kind uses for a profile asking `dtype` (float32 stays)."""
+    if dtype == "float32":
+        return dtype
+    return CPU_HALF_DTYPE if kind == "generate" else CPU_FORWARD_DTYPE
+
+
 def _on_the_cpu(config: RunConfig, quick: bool) -> RunConfig:
-    """A plan for a machine without a GPU: device cpu; vLLM eager in the quick plan (its CPU
-    compile warm-up costs minutes) and without the GPU memory fraction (the KV cache is sized
-    from the workload by the backend)."""
+    """A plan for a machine without a GPU: device cpu, the CPU dtype (`cpu_dtype`); vLLM eager in
+    the quick plan (its CPU compile warm-up costs minutes) and without the GPU memory fraction
+    (the KV cache is sized from the workload by the backend)."""
     args = dict(config.engine_args)
     if config.backend == "vllm":
         args.pop("gpu_memory_utilization", None)
         if quick:
             args["enforce_eager"] = True
-    return config.model_copy(update={"device": "cpu", "engine_args": args})
+    precision = config.precision.model_copy(
+        update={"dtype": cpu_dtype(config.workload.kind, config.precision.dtype)}
+    )
+    return config.model_copy(update={"device": "cpu", "engine_args": args, "precision": precision})
 
 
 # --------------------------------------------------------------------------- estimates
@@ -564,6 +599,7 @@ __all__ = [
     "RunEstimate",
     "StagePlan",
     "bench_plan",
+    "cpu_dtype",
     "cpu_sized_model",
     "estimate_run",
     "estimate_runs",

@@ -226,3 +226,27 @@ def test_only_the_tail_past_the_window_is_clipped_and_said() -> None:
     plan = plan_for_stage(stage, quick=True, cpu_only=False)
     assert all(c.workload.prompt_tokens.max == 4096 - 256 for c in plan.configs)
     assert "prompts clipped at 3,840 tokens" in plan.note
+
+
+def test_cpu_runs_use_one_dtype_rule_and_say_so() -> None:
+    """The CLI's CPU runs are bfloat16 (bench run's default); the quick plan on the CPU too."""
+    from advisor.plan import CPU_HALF_DTYPE
+    from bench.config import PrecisionConfig
+
+    assert PrecisionConfig().dtype == CPU_HALF_DTYPE == "bfloat16"
+    stage = _stage(model="llama-2-7b", precision={"dtype": "float16"})
+    plan = plan_for_stage(stage, quick=True, cpu_only=True, busy=1.0)
+    assert plan.configs and {c.precision.dtype for c in plan.configs} == {"bfloat16"}
+    assert "CPU runs use bfloat16, not the profile's float16" in plan.note
+    gpu_plan = plan_for_stage(stage, quick=True, cpu_only=False)
+    assert {c.precision.dtype for c in gpu_plan.configs} == {"float16"}  # GPUs: as asked
+    fp32 = plan_for_stage(
+        _stage(model="llama-2-7b", precision={"dtype": "float32"}), quick=True, cpu_only=True
+    )
+    assert {c.precision.dtype for c in fp32.configs} == {"float32"}
+    forward = plan_for_stage(
+        _stage(kind="forward", model="resnet-50", image_size=224, fixed_input_shapes=True),
+        quick=True,
+        cpu_only=True,
+    )
+    assert {c.precision.dtype for c in forward.configs} == {"float32"}
