@@ -162,11 +162,13 @@ class Provenance(BaseModel):
 
 MATCH_BAND = SHAPE_TOLERANCE
 """A measurement matches a stage when its mean prompt and output lengths (encoders: sequence
-length), and its load level, are each within ±25% of the stage's (docs/evidence.md)."""
+length), and its load level, are each within ±25% of the stage's (docs/configurations.md,
+"When a measurement settles an answer")."""
 
 
 class WorkloadMatch(BaseModel):
-    """Whether a measurement's workload is the stage's (the rule in docs/evidence.md): same kind,
+    """Whether a measurement's workload is the stage's (docs/configurations.md, "When a
+    measurement settles an answer"): same kind,
     prompt/output lengths within MATCH_BAND, same traffic shape (closed loop at the stage's
     concurrency or open loop at its rate, within the band; any steady level when the stage states
     none), same precision (dtype, weight quantisation, KV dtype). Only a match may reorder the

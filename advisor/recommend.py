@@ -230,7 +230,12 @@ def _recommend_stage(
         for run_id in row.run_ids:
             if run_id in runs_by_id:
                 diagnostics += diagnose(runs_by_id[run_id])
-    learned = learned_opinion(runs, stage, estimate.parameters_b, recommendation.framework)
+    # A refused stage has no framework to second-guess.
+    learned = (
+        None
+        if decision.refused
+        else learned_opinion(runs, stage, estimate.parameters_b, recommendation.framework)
+    )
     return StageRecommendation(
         stage=stage.name,
         kind=stage.kind,
@@ -355,8 +360,11 @@ def why_not_settling(row: EvidenceRow, stage: StageProfile) -> str:
     if row.provenance is not None and row.provenance.kind == "article":
         reasons.append("the article's figures (workload not stated)")
     if row.source != "measured-here":
-        wanted = stage.gpu.type or "no GPU type in the profile"
-        reasons.append(f"measured on {row.gpu or 'the CPU'}, not {wanted}")
+        where = row.gpu or "the CPU"
+        if stage.gpu.type:
+            reasons.append(f"measured on {where}, not {stage.gpu.type}")
+        else:
+            reasons.append(f"measured on {where}; the profile names no GPU type")
     if not row.closeness.same_model:
         reasons.append(f"another model ({row.model})")
     if not row.closeness.same_configuration:

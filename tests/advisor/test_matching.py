@@ -1,4 +1,5 @@
-"""The evidence match rule (docs/evidence.md) and provenance, on the shipped data/reference runs
+"""The evidence match rule (docs/configurations.md, "When a measurement settles an answer") and
+provenance, on the shipped data/reference runs
 (H200, llama-2-7b/13b, mostly 128-token prompts and outputs): only a measurement matching the
 stage settles it; nearer-but-different ones are context with their distance; shipped runs are
 `published`, never the user's own."""
