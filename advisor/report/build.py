@@ -199,13 +199,17 @@ def advisor_rows(answer: AdvisorReport) -> list[AdvisorEvidenceRow]:
 
 
 def advisor_sources(answer: AdvisorReport) -> dict[str, str]:
-    """run_id -> measured-here / measured-elsewhere as the advisor's evidence marks them."""
-    return {
-        run_id: row.source
-        for row in advisor_rows(answer)
-        if row.source != "published"
-        for run_id in row.run_ids
-    }
+    """run_id -> measured-here / measured-elsewhere as the advisor's evidence marks them, and
+    `published` for this project's shipped runs (data/reference): a run the user did not make
+    is never `measured-here`, whatever GPU it ran on."""
+    marks: dict[str, str] = {}
+    for row in advisor_rows(answer):
+        if row.source == "published":
+            continue
+        shipped = row.provenance is not None and row.provenance.kind == "published"
+        for run_id in row.run_ids:
+            marks[run_id] = "published" if shipped else row.source
+    return marks
 
 
 # --------------------------------------------------------------------------- evidence
@@ -242,7 +246,7 @@ def run_source(
     """The advisor's mark when it cited the run; otherwise its rule: measured-here when the run's
     GPU is the profile's GPU type, measured-elsewhere for another GPU or a CPU. Without a GPU type
     in the profile, a run whose fingerprint digest and host match this machine is measured-here."""
-    if run.run_id in marks and marks[run.run_id] != "published":
+    if run.run_id in marks:
         return marks[run.run_id]
     from advisor.evidence import run_gpu_name, same_gpu_type
     from bench.environment import fingerprint_digest
