@@ -108,6 +108,21 @@ class Recommendation(BaseModel):
         description="Nearer-but-different measurements, shown as context with their distance.",
     )
 
+    @property
+    def basis(self) -> str:
+        return BASIS_WORDS[self.settled_by]
+
+
+BASIS_WORDS = {
+    "yours": "settled by your runs on your GPU type, matching this workload",
+    "published": "settled by this project's published runs on your GPU type (data/reference), "
+    "matching this workload - not by runs of yours",
+    "tree": "the decision tree's first choice and the estimate: no measurement matches this "
+    "workload yet",
+    "refused": "refused before any run: the workload does not fit the model",
+}
+"""What settled an answer, in the words the app and the CLI show (Recommendation.basis)."""
+
 
 class StageRecommendation(BaseModel):
     stage: str

@@ -570,11 +570,7 @@ CONFIDENCE_COLOURS = {"high": "green", "medium": "orange", "low": "gray"}
 def show_recommendation(stage_result: Any) -> None:
     recommendation = stage_result.recommendation
     st.markdown("#### Recommendation")
-    basis = (
-        "settled by measurements on your GPU type"
-        if recommendation.follows == "measurements"
-        else "the decision tree's first choice (no deciding measurement yet)"
-    )
+    basis = recommendation.basis  # yours / published / tree / refused, in words
     st.success(f"### {recommendation.framework}\n{basis}", icon=":material/recommend:")
     st.badge(
         f"confidence: {recommendation.confidence.level}",
