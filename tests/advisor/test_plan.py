@@ -25,8 +25,16 @@ def test_plan_for_stage_is_the_tree_walk_plus_bench_plan(path: Path, quick: bool
     for stage in load_profile(path).stages:
         if stage.model is None:
             continue
-        plan = plan_for_stage(stage, quick=quick, tree=tree)
         decision = evaluate(tree, stage, estimate_stage(stage))
+        if decision.refused:  # over_long_context: refused before planning, by both
+            from bench.errors import UserError
+
+            with pytest.raises(UserError, match="cannot be planned"):
+                plan_for_stage(stage, quick=quick, tree=tree)
+            with pytest.raises(UserError, match="cannot be planned"):
+                bench_plan(stage, decision, quick=quick)
+            continue
+        plan = plan_for_stage(stage, quick=quick, tree=tree)
         assert plan.decision == decision
         assert plan.configs == bench_plan(stage, decision, quick=quick)
         assert plan.not_benchmarked == [
@@ -134,8 +142,8 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     from bench.backends import registry
 
     for stage in load_profile(path).stages:
-        if stage.model is None:
-            continue
+        if stage.model is None or estimate_stage(stage).refused:
+            continue  # a refused stage is never planned (test above)
         shape = workload_shape(stage)
         assert shape.concurrency == (stage.concurrency or 8)
         assert shape.max_sequence_tokens % 256 == 0
