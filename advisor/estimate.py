@@ -1,4 +1,11 @@
-"""Feasibility and the physical floor, before anything runs: memory fit, decode and prefill floors.
+"""Feasibility and the physical floor, before anything runs: the context window, memory fit,
+decode and prefill floors.
+
+The context window comes first (`check_context`): a stage whose near-worst request (prompt +
+output) exceeds the model's window (max_position_embeddings, rope scaling by vLLM's rule) is
+refused, and its memory fit is not judged (`fits` None, `refused` says why); without a GPU
+(type or memory) the fit is not judged either and `fit_verdict` says there is no GPU to fit
+against.
 
 Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s (datasheet units). Formulas:
 - weights = parameters x bytes per parameter (fp32 4, fp16/bf16 2, fp8/int8 1, 4-bit 0.5 plus
@@ -8,7 +15,7 @@ Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s (datasheet units). Formulas:
   Context = mean prompt + mean output: paged KV caches (vLLM, TensorRT-LLM) hold what sequences
   use, and a sequence at the end of its output holds its full context, so concurrency x mean
   context is the steady-state peak. The near-worst-case single context (`max_context_tokens`,
-  mean + 2 std or the clip) sets max_model_len and the model's position limit check;
+  mean + 2 std or the clip) is what the context-window check refuses on;
 - required = weights + KV + 10% of both (activations of the largest batch, allocator
   fragmentation) + 1 GB per GPU (CUDA context, cuBLAS/attention workspaces, NCCL buffers);
 - decode floor (batch 1, per output token) = weight bytes / memory bandwidth, the time just to

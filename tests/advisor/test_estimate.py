@@ -334,3 +334,16 @@ def test_preset_counts_match_bench_models() -> None:
 
     for name, preset in PRESETS.items():
         assert ARCHITECTURES[name].parameters == parameter_count(preset.build_config()), name
+
+
+def test_preset_context_windows_match_bench_models() -> None:
+    """The context check's windows are the presets' max_position_embeddings (configs only, no
+    weights), and no preset has rope scaling."""
+    from bench.models import PRESETS
+
+    for name, preset in PRESETS.items():
+        config = preset.build_config()
+        assert ARCHITECTURES[name].max_positions == getattr(
+            config, "max_position_embeddings", None
+        ), name
+        assert ARCHITECTURES[name].rope_scaling is None
