@@ -684,6 +684,7 @@ def _configuration(
 
 __all__ = [
     "MEASUREMENT_RULE",
+    "REFUSED",
     "Alternative",
     "Confidence",
     "Recommendation",

@@ -24,8 +24,8 @@ from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
 from advisor.gpus import find_gpu
 from advisor.learned import LearnedOpinion
 from advisor.profile import WorkloadProfile
+from advisor.recommend import REFUSED, StageRecommendation
 from advisor.recommend import Report as AdvisorReport
-from advisor.recommend import StageRecommendation
 from advisor.report.aggregate import RequestColumns
 from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
 from advisor.report.configurations import calibration_table, configurations_table
@@ -520,6 +520,8 @@ def _not_measured(
     wanted: list[str] = []
     for stage in stages:
         for name in [stage.framework, *stage.candidates]:
+            if name == REFUSED:
+                continue  # a refused stage names no framework to measure
             if name and name not in wanted:
                 wanted.append(name)
     caveats = []
