@@ -28,6 +28,8 @@ from advisor.gpus import find_gpu
 from advisor.profile import StageProfile
 from advisor.tree import BENCHMARKABLE_FRAMEWORKS, Decision, DecisionTree, evaluate, load_tree
 from bench.config import (
+    CPU_FORWARD_DTYPE,
+    CPU_HALF_DTYPE,
     SLO,
     ConcurrencyLoad,
     ForwardWorkload,
@@ -37,6 +39,7 @@ from bench.config import (
     RunConfig,
     StepLoad,
     ValidityRules,
+    cpu_dtype,
 )
 from bench.errors import UserError
 from bench.strict import Strict
@@ -363,24 +366,6 @@ def cpu_sized_model(stage: StageProfile) -> str:
     return "tiny-resnet" if stage.image_size else "tiny-bert"
 
 
-CPU_HALF_DTYPE = "bfloat16"
-"""The one half-precision dtype of CPU runs, in the plan as in `bench run` (whose default is
-bfloat16): CPUs have bfloat16 matmul kernels (AVX-512 BF16, AMX) in PyTorch and vLLM, while
-float16 on a CPU is slow or unsupported - vLLM's CPU backend casts float16 to bfloat16 itself, so
-a "float16" CPU run would be labelled with a dtype it never ran at."""
-CPU_FORWARD_DTYPE = "float32"
-"""Forward (encoder/CV) CPU runs: float32, the one dtype every forward backend runs on the CPU
-(ONNX Runtime's CPU provider refuses bfloat16 and has few float16 kernels), so one comparison
-keeps one precision for every framework."""
-
-
-def cpu_dtype(kind: str, dtype: str) -> str:
-    """The dtype a CPU run of this kind uses for a profile asking `dtype` (float32 stays)."""
-    if dtype == "float32":
-        return dtype
-    return CPU_HALF_DTYPE if kind == "generate" else CPU_FORWARD_DTYPE
-
-
 def _on_the_cpu(config: RunConfig, quick: bool) -> RunConfig:
     """A plan for a machine without a GPU: device cpu, the CPU dtype (`cpu_dtype`); vLLM eager in
     the quick plan (its CPU compile warm-up costs minutes) and without the GPU memory fraction
@@ -594,6 +579,8 @@ def _load(stage: StageProfile, quick: bool) -> ConcurrencyLoad | RateLoad | Step
 
 __all__ = [
     "CONFIRM_ABOVE_S",
+    "CPU_FORWARD_DTYPE",
+    "CPU_HALF_DTYPE",
     "FULL_DURATION_S",
     "QUICK_DURATION_S",
     "RunEstimate",
