@@ -644,8 +644,9 @@ def _tree_confidence(
     if len({r.framework for r in support}) >= 2 and rank_rows(support)[0].framework == first:
         return Confidence(
             level="medium",
-            why="the tree's choice, and measurements of the same model and shape on another GPU "
-            "agree; no measurement on the user's GPU yet (run the benchmark plan)",
+            why="rests on the decision tree and the estimate; measurements matching this "
+            "workload on another device agree with it, but none is on the profile's GPU type "
+            "(run the benchmark plan)",
         )
     return Confidence(
         level="low",
