@@ -183,6 +183,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
                 help=field_help(StageProfile, "sequence_length"),
             )
             out["sequence_length"] = {"mean": int(seq_mean)} if seq_mean else None
+        show_field_problems(out)  # the context window, at the length fields
         load_kinds = ["concurrency", "rate"]
         load_kind = st.radio(
             "Load is described by",
@@ -360,6 +361,30 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- profile actions
+
+
+DRAFT_FIELDS = (
+    "kind",
+    "model",
+    "parameters_b",
+    "prompt_tokens",
+    "output_tokens",
+    "sequence_length",
+)
+
+
+def show_field_problems(out: dict[str, Any]) -> None:
+    """The advisor's per-field feasibility problems (advisor.estimate.feasibility_problems) for
+    the lengths just entered, shown under those fields; nothing until the draft is valid."""
+    from advisor.estimate import feasibility_problems
+
+    try:
+        draft = StageProfile.model_validate({k: out[k] for k in DRAFT_FIELDS if k in out})
+    except ValidationError:
+        return  # the form's own validation message says what is missing
+    for problem in feasibility_problems([draft]):
+        show = st.error if problem.severity == "error" else st.warning
+        show(f"**{problem.field}**: {problem.message}")
 
 
 def _add_stage() -> None:
@@ -851,12 +876,6 @@ def render() -> None:
         st.error(f"The profile is not complete: {describe_validation_error(exc)}")
         return
     st.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
-    from advisor.estimate import feasibility_problems
-
-    for problem in feasibility_problems(profile.stages):  # under the stage's own form
-        with tabs[[s.name for s in profile.stages].index(problem.stage)]:
-            show = st.error if problem.severity == "error" else st.warning
-            show(f"**{problem.field}**: {problem.message}")
     _profile_file_panel(profile)
 
     st.divider()
