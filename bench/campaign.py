@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from bench.config import RepeatPolicy, RunConfig
+from bench.config import RepeatPolicy, RunConfig, cpu_dtype
 from bench.environment import PreflightItem
 from bench.errors import UserError
 from bench.executors import Resources, job_resources
@@ -375,6 +375,10 @@ def advisor_plan_configs(
         for config in stage.configs:
             if step.device is not None:
                 config = config.model_copy(update={"device": step.device})
+            if step.device == "cpu":  # one CPU dtype rule (bench.config.cpu_dtype)
+                dtype = cpu_dtype(config.workload.kind, config.precision.dtype)
+                precision = config.precision.model_copy(update={"dtype": dtype})
+                config = config.model_copy(update={"precision": precision})
             if step.skip_unavailable and not get_backend(config.backend).availability().available:
                 skipped.append(config.backend)
                 continue

@@ -288,6 +288,24 @@ class PrecisionConfig(Strict):
 Precision = PrecisionConfig
 """The name this model had before precision became a run axis (kept so old imports work)."""
 
+CPU_HALF_DTYPE = "bfloat16"
+"""The one half-precision dtype of CPU runs, in the advisor's plans as in `bench run` (whose
+default is bfloat16): CPUs have bfloat16 matmul kernels (AVX-512 BF16, AMX) in PyTorch and vLLM,
+while float16 on a CPU is slow or unsupported - vLLM's CPU backend casts float16 to bfloat16
+itself, so a "float16" CPU run would be labelled with a dtype it never ran at."""
+CPU_FORWARD_DTYPE = "float32"
+"""Forward (encoder/CV) CPU runs: float32, the one dtype every forward backend runs on the CPU
+(ONNX Runtime's CPU provider refuses bfloat16 and has few float16 kernels), so one comparison
+keeps one precision for every framework."""
+
+
+def cpu_dtype(kind: str, dtype: str) -> str:
+    """The dtype a CPU run of this kind uses when `dtype` was planned (float32 stays float32)."""
+    if dtype == "float32":
+        return dtype
+    return CPU_HALF_DTYPE if kind == "generate" else CPU_FORWARD_DTYPE
+
+
 FP8_RANDOM_WEIGHTS_NOTE = (
     "FP8 on random weights measures speed and memory only: accuracy is not measured; check it "
     "on the real checkpoint (e.g. the same evaluation set through bf16 and FP8, compare scores)"

@@ -194,7 +194,8 @@ def synthetic_run(
 
 def workload_profile(title: str = XSS_TITLE, gpu: str | None = "H100-SXM") -> WorkloadProfile:
     """The profile of the report tests: tiny-llama chat generation on the synthetic GPU's type,
-    with free text that must be escaped in every format."""
+    with free text that must be escaped in every format. Its workload is the synthetic runs'
+    (128 / 16 tokens, bfloat16, concurrency 2): only a measurement matching the stage settles."""
     return WorkloadProfile(
         title=title,
         owner="Platform team <ml-platform@example.com>",
@@ -205,6 +206,9 @@ def workload_profile(title: str = XSS_TITLE, gpu: str | None = "H100-SXM") -> Wo
                 kind="generate",
                 model="tiny-llama",
                 long_sequence_generation=True,
+                prompt_tokens=LengthDistribution(mean=128),
+                output_tokens=LengthDistribution(mean=16),
+                precision={"dtype": "bfloat16"},
                 concurrency=2,
                 gpu=GpuProfile(type=gpu),
             )
