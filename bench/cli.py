@@ -15,9 +15,11 @@ from typing import Annotated, Any
 
 import typer
 
+from bench.cli_errors import OneLineErrorsGroup
 from bench.errors import UserError
 
 app = typer.Typer(
+    cls=OneLineErrorsGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Benchmark inference engines with exact, reproducible metrics.",
@@ -202,7 +204,11 @@ def run(
     no_store: Annotated[bool, typer.Option(help="Do not write to the results store.")] = False,
     prometheus_port: Annotated[
         int | None,
-        typer.Option(help="Serve live run metrics on 127.0.0.1:PORT/metrics while the run lasts."),
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve live run metrics on 127.0.0.1:PORT/metrics while the run lasts.",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult JSON.")] = False,
 ) -> None:
@@ -591,30 +597,6 @@ def store_copy(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; user errors become one line on stderr and exit code 2."""
-    from pydantic import ValidationError
-
-    try:
-        # Outside standalone mode click returns a command's `typer.Exit(code)` instead of raising.
-        returned = app(args=argv, standalone_mode=False)
-    except UserError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        return 2
-    except ValidationError as exc:
-        from bench.strict import describe_validation_error
-
-        typer.echo(f"error: {describe_validation_error(exc)}", err=True)
-        return 2
-    except typer.Exit as exc:
-        return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        typer.echo("aborted", err=True)
-        return 130
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return 2
-        raise
-    return returned if isinstance(returned, int) else 0
+    """Run the CLI and return its exit code; every user error is one line on stderr and exit
+    code 2 (bench.cli_errors)."""
+    return app(args=argv, standalone_mode=False)

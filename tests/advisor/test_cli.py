@@ -300,3 +300,24 @@ def test_group_identical_merges_same_findings_and_keeps_every_run_id() -> None:
                     d.run_id == run_id and d.finding == finding.finding and d.rule == group.rule
                     for d in diagnostics
                 )
+
+
+def assert_one_line_exit_2(result, needle: str) -> None:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in result.output and result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["recommend", "--bogus"], "No such option: --bogus"),
+        (["nosuchcmd"], "No such command 'nosuchcmd'"),
+        (["recommend", "--concurrency", "many"], "--concurrency"),
+        (["report", "--profile", "x.yaml"], "Missing option '--out'"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args: list[str], needle: str) -> None:
+    assert_one_line_exit_2(invoke(*args), needle)

@@ -228,3 +228,47 @@ def test_run_fake_backend_writes_store_and_out(tmp_path):
     assert (out / "result.json").exists() and (out / "records.jsonl").exists()
     listed = bench("runs", "--store", str(store))
     assert run["run_id"] in listed.stdout
+
+
+def bench_in_process(*args: str) -> tuple[int, str, str]:
+    """`bench.cli.main([...])` in this process (cheap), with its stdout and stderr."""
+    import contextlib
+    import io
+
+    from bench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_one_line_exit_2(code: int, stderr: str, needle: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, (code, stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("runs", "--limit", "abc"), "--limit"),
+        (("run", "--bogus"), "No such option: --bogus"),
+        (("summarize",), "Missing argument 'records'"),
+        (("nosuchcmd",), "No such command 'nosuchcmd'"),
+        (("store", "nosuch"), "No such command 'nosuch'"),
+        (("run", "--prometheus-port", "70000"), "--prometheus-port"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args, needle):
+    code, stdout, stderr = bench_in_process(*args)
+    assert_one_line_exit_2(code, stderr, needle)
+    assert "--help" in stderr and stdout == ""
+
+
+def test_usage_error_as_a_program_is_one_line_exit_2():
+    """The same through `python -m bench` (typer's vendored click raises its own exceptions)."""
+    result = bench("runs", "--limit", "abc")
+    assert_one_line_exit_2(result.returncode, result.stderr, "--limit")
