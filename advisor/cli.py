@@ -146,6 +146,12 @@ def recommend(
 ) -> None:
     """Walk the decision tree, estimate the fit and floor, weigh the evidence, recommend."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
+    if reference_dir is not None:
+        from bench.files import check_user_path
+
+        # Given but absent used to mean "no reference evidence" in silence: a typo lost evidence.
+        if not check_user_path(reference_dir, "--reference-dir").is_dir():
+            raise UserError(f"--reference-dir {reference_dir} is not a folder")
     workload = build_profile(profile, stage, flags)
     from advisor.recommend import recommend as run_recommend
     from advisor.tree import load_tree

@@ -7,6 +7,7 @@ option) prints one line to stderr and exits with code 2; nothing is written in t
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -17,6 +18,7 @@ import typer
 
 from bench.cli_errors import OneLineErrorsGroup
 from bench.errors import UserError
+from bench.files import check_user_path
 
 app = typer.Typer(
     cls=OneLineErrorsGroup,
@@ -235,7 +237,7 @@ def run(
     )
     check_runnable(run_config)
     if out is not None:
-        out = Path(out)
+        out = check_user_path(out, "--out")
         if out.exists() and not out.is_dir():
             raise UserError(f"--out {out} exists and is not a folder")
     result_store = None if no_store else ResultStore(store)
@@ -411,8 +413,9 @@ def campaign(
         # Every field written (no defaults left out): the discriminating `kind` of each step
         # has a default, and the file must load back as exactly this plan.
         plan_text = yaml.safe_dump(campaign_plan.model_dump(mode="json"), sort_keys=False)
-    if budget_s is not None and budget_s <= 0:
-        raise UserError("--budget-s must be > 0")
+    if budget_s is not None and not (math.isfinite(budget_s) and budget_s > 0):
+        raise UserError(f"--budget-s must be a number of seconds > 0, got {budget_s}")
+    check_user_path(out, "--out")
     if executor == "ray":
         ray_address = ray_address or os.environ.get("RAY_ADDRESS") or None
     chosen = open_executor(parse_settings(executor, ray_address))
@@ -492,6 +495,8 @@ def fidelity(
     data = {"engine": engine, "model": model, "dtype": dtype, "device": device}
     data.update(parse_pairs(option or [], "--option"))
     check = _build(check_model, data)
+    if out is not None:
+        out = check_user_path(out, "--out")
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
     result = run_check(check, None if no_store else ResultStore(store), out)

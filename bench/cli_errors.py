@@ -73,7 +73,9 @@ def report_exception(exc: BaseException) -> int:
         typer.echo(f"error: {describe_validation_error(exc)}", err=True)
         return 2
     if isinstance(exc, OSError) and (exc.filename is not None or exc.errno in USER_ERRNOS):
-        where = f" {exc.filename}" if exc.filename is not None else ""
+        from bench.files import shown_path
+
+        where = f" {shown_path(exc.filename)}" if exc.filename is not None else ""
         typer.echo(f"error: cannot use{where}: {exc.strerror or exc}", err=True)
         return 2 if exc.errno in USER_ERRNOS else 1
     raise exc

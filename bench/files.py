@@ -36,6 +36,24 @@ def shown_path(path: str | Path) -> str:
     return text if len(text) <= MAX_SHOWN_PATH else f"{text[: MAX_SHOWN_PATH - 3]}..."
 
 
+def check_user_path(path: str | Path, what: str) -> Path:
+    """`path` as a Path if the OS can look it up: at most PATH_MAX (4096) characters, each part
+    at most NAME_MAX (255) bytes, no NUL; a UserError otherwise (not `OSError 36` after the
+    work is done)."""
+    text = str(path)
+    if "\x00" in text:
+        raise UserError(f"{what} {shown_path(path)!r} contains a NUL character")
+    if len(text) > 4096:
+        raise UserError(f"{what} {shown_path(path)} is {len(text):,} characters; at most 4096")
+    for part in text.split("/"):
+        size = len(part.encode("utf-8", "surrogateescape"))
+        if size > 255:
+            raise UserError(
+                f"{what} {shown_path(path)}: a name in it is {size:,} bytes; at most 255"
+            )
+    return Path(path)
+
+
 def open_user_file(path: str | Path, what: str) -> IO[bytes]:
     """The file opened for binary reading; UserError unless it is a readable regular file.
 
@@ -251,6 +269,7 @@ __all__ = [
     "MAX_NESTING",
     "MAX_YAML_NODES",
     "InputTooComplex",
+    "check_user_path",
     "decode_text",
     "load_user_json",
     "load_user_mapping",

@@ -31,6 +31,15 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class StrictInput(Strict):
+    """Base for models a user fills in (run configs, profiles, plans, checks): every float must
+    be finite. `inf` and `nan` pass `gt=0` and `le=...` checks' absence and crash later (an
+    endless run, `int(nan)` in an estimate); results keep the plain `Strict` base so a computed
+    non-finite figure is still stored."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
 def describe_validation_error(
     exc: ValidationError,
     model: type[BaseModel] | None = None,

@@ -321,3 +321,26 @@ def assert_one_line_exit_2(result, needle: str) -> None:
 )
 def test_usage_errors_are_one_line_exit_2(args: list[str], needle: str) -> None:
     assert_one_line_exit_2(invoke(*args), needle)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["recommend", "--model", "llama-2-7b", "--request-rate-rps", "inf"], "finite number"),
+        (["recommend", "--gpu", "H200", "--gpu-memory-gb", "inf"], "finite number"),
+        (["recommend", "--model", "llama-2-7b", "--parameters-b", "1e300"], "less than or equal"),
+        (["recommend", "--model", "llama-2-7b", "--ttft-ms", "nan"], "finite number"),
+        (["recommend", "--model", "m" * 100_000], "at most 4096 characters"),
+        (["recommend", "--model", "llama-2-7b", "--reference-dir", "/no/such/ref"], "not a folder"),
+        (["recommend", "--profile", "/proc/self/mem"], "cannot read profile /proc/self/mem"),
+    ],
+    ids=lambda value: None,
+)
+def test_non_finite_huge_and_missing_input_is_one_line(args: list[str], needle: str) -> None:
+    assert_one_line_exit_2(invoke(*args), needle)
+
+
+def test_non_finite_number_in_a_profile_file(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("model: llama-2-7b\nrequest_rate_rps: .nan\ngpu: {type: H200}\n")
+    assert_one_line_exit_2(invoke("recommend", "--profile", str(profile)), "finite number")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -272,3 +273,64 @@ def test_usage_error_as_a_program_is_one_line_exit_2():
     """The same through `python -m bench` (typer's vendored click raises its own exceptions)."""
     result = bench("runs", "--limit", "abc")
     assert_one_line_exit_2(result.returncode, result.stderr, "--limit")
+
+
+RUN = ("run", "--backend", "fake", "--model", "tiny-llama")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((*RUN, "--pattern", "rate", "--rate", "inf"), "finite number"),
+        ((*RUN, "--duration-s", "nan"), "finite number"),
+        ((*RUN, "--option", "load.duration_s=.inf"), "finite number"),
+        ((*RUN, "--option", "workload.seed=-1"), "greater than or equal to 0"),
+        ((*RUN, "--pattern", "rate", "--option", "load.seed=-1"), "greater than or equal to 0"),
+        ((*RUN, "--concurrency", "1000000000"), "less than or equal to 100000"),
+        ((*RUN, "--slo-ttft-ms", "1e300"), "less than or equal to"),
+        (("run", "--backend", "fake", "--model", "m" * 100_000), "at most 4096 characters"),
+        (("run", "--backend", "fake", "--model", "m" * 300), "at most 255"),
+        ((*RUN, "--out", "o" * 300), "at most 255"),
+        ((*RUN, "--out", "o/" * 3000), "at most 4096"),
+        (("summarize", "records.jsonl", "--slo-ttft-ms", "nan"), "finite number"),
+        (("campaign", "plan.yaml", "--out", "o", "--budget-s", "nan"), "--budget-s"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_non_finite_huge_and_overlong_input_is_one_line(tmp_path, monkeypatch, args, needle):
+    """inf/nan and huge numbers used to pass validation and crash or never end later; an
+    overlong name failed with OSError 36 after the work. Nothing is written either way."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "records.jsonl").write_text("")
+    shutil.copy(REPO / "examples" / "campaigns" / "ray-2gpu.yaml", tmp_path / "plan.yaml")
+    store = tmp_path / "store.sqlite"
+    extra = ("--store", str(store)) if args[0] == "run" else ()
+    code, _, stderr = bench_in_process(*args, *extra)
+    assert_one_line_exit_2(code, stderr, needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml", "records.jsonl"]
+
+
+def test_unreadable_file_is_one_line(tmp_path):
+    """/proc/self/mem is a regular file whose first page cannot be read (EIO), even by root."""
+    code, _, stderr = bench_in_process("run", "--config", "/proc/self/mem")
+    assert_one_line_exit_2(code, stderr, "cannot read run config /proc/self/mem")
+
+
+def test_os_errors_on_user_paths_are_one_line(capsys):
+    """What a command meets on a path the user named (read-only folder, no permission) is one
+    line: exit 2 for the user's paths, 1 for the machine's (a full disk)."""
+    import errno
+
+    from bench.cli_errors import report_exception
+
+    assert report_exception(PermissionError(errno.EACCES, "Permission denied", "/x/out")) == 2
+    assert report_exception(OSError(errno.EROFS, "Read-only file system", "/proc/x")) == 2
+    assert report_exception(OSError(errno.ENOSPC, "No space left on device", "/d/r")) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "error: cannot use /x/out: Permission denied",
+        "error: cannot use /proc/x: Read-only file system",
+        "error: cannot use /d/r: No space left on device",
+    ]
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        report_exception(ZeroDivisionError("x"))
