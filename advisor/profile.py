@@ -291,17 +291,21 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> Workload
         raise UserError(f"{source}: {message}") from None
 
 
-def describe_validation_error(exc: ValidationError, single: bool = False) -> str:
-    """The first error as `field.path: what is wrong; allowed: ...` on one line.
+def describe_validation_error(
+    exc: ValidationError, single: bool = False, names: dict[str, str] | None = None
+) -> str:
+    """Every error as `field.path: what is wrong; allowed: ...`, on one line.
 
     `single`: the user wrote a single-stage profile without `stages:`, so `stages[0].` is not
-    shown, and an unknown top-level field lists profile and stage fields together.
+    shown, and an unknown top-level field lists profile and stage fields together. `names`:
+    paths the user gave as CLI flags (`{"request_rate_rps": "--request-rate-rps"}`).
     """
     return describe_error(
         exc,
         WorkloadProfile,
         drop_loc_prefix=["stages", 0] if single else (),
         allowed_fields=lambda parent: None if parent else _top_level_fields(),
+        names=names,
     )
 
 
@@ -385,6 +389,9 @@ def profile_from_flags(
         raise UserError(f"the profile has {len(stages)} stages; choose one with --stage ({names})")
     else:
         target = stages[0]
+    single = len(stages) == 1
+    where = "" if single else f"stages[{stages.index(target)}]."
+    names = {where + ".".join(FLAG_FIELDS[key]): "--" + key.replace("_", "-") for key in given}
     for key, value in given.items():
         if key in BOOL_FLAGS:
             value = parse_yes_no(key, value)
@@ -400,7 +407,7 @@ def profile_from_flags(
     try:
         return WorkloadProfile.model_validate(data)
     except ValidationError as exc:
-        message = describe_validation_error(exc, single=len(stages) == 1)
+        message = describe_validation_error(exc, single=single, names=names)
         raise UserError(f"flags: {message}") from None
 
 

@@ -55,7 +55,11 @@ def summarize(
     from bench.metrics import read_records_jsonl
     from bench.metrics import summarize as summarize_records
 
-    slo = _build(SLO, {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms})
+    slo = _build(
+        SLO,
+        {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms},
+        names={"ttft_ms": "--slo-ttft-ms", "tpot_ms": "--slo-tpot-ms", "e2e_ms": "--slo-e2e-ms"},
+    )
     summary = summarize_records(read_records_jsonl(records), slo if slo.is_set() else None)
     data = summary.model_dump(mode="json")
     if not slo.is_set():
@@ -114,10 +118,29 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _build(model_cls: Any, data: dict) -> Any:
+def _build(model_cls: Any, data: dict, names: dict[str, str] | None = None) -> Any:
     from bench.strict import validate
 
-    return validate(model_cls, {k: v for k, v in data.items() if v is not None})
+    return validate(model_cls, {k: v for k, v in data.items() if v is not None}, names=names)
+
+
+# `bench run` options that set a RunConfig field: errors name the option the user typed.
+RUN_FLAG_NAMES = {
+    "backend": "--backend",
+    "model": "--model",
+    "load.concurrency": "--concurrency",
+    "load.rate_rps": "--rate",
+    "load.duration_s": "--duration-s",
+    "load.max_requests": "--max-requests",
+    "load.warmup_requests": "--warmup-requests",
+    "slo.ttft_ms": "--slo-ttft-ms",
+    "slo.tpot_ms": "--slo-tpot-ms",
+    "slo.e2e_ms": "--slo-e2e-ms",
+    "precision.dtype": "--dtype",
+    "device": "--device",
+    "workload.prompt_tokens.mean": "--prompt-tokens",
+    "workload.output_tokens.mean": "--output-tokens",
+}
 
 
 def build_run_config(
@@ -153,14 +176,25 @@ def build_run_config(
         if value is not None:
             _set_path(data, dotted, value)
     data.setdefault("engine_args", {}).update(parse_pairs(engine_args, "--engine-arg"))
-    for dotted, value in parse_pairs(options, "--option").items():
+    option_pairs = parse_pairs(options, "--option")
+    for dotted, value in option_pairs.items():
         _set_path(data, dotted, value)
     if isinstance(data.get("workload"), dict):
         data["workload"].setdefault("kind", "generate")
-    for required in ("backend", "model"):
-        if not data.get(required):
-            raise UserError(f"--{required} is required (or give it in --config)")
-    return _build(RunConfig, data)
+    given = {"backend": backend, "model": model, **flags}
+    # A flag overrides the file, so an error at its path is about what was typed; --option and
+    # --engine-arg paths are already as written. Without a file, a missing backend or model can
+    # only be given as its flag.
+    names = {
+        path: RUN_FLAG_NAMES[path]
+        for path, value in given.items()
+        if (value is not None or (config_file is None and path in ("backend", "model")))
+        and path not in option_pairs
+    }
+    from bench.strict import validate
+
+    source = f"run config {config_file}" if config_file is not None else None
+    return validate(RunConfig, data, source=source, names=names)
 
 
 @app.command()
@@ -493,8 +527,11 @@ def fidelity(
     if check_model is None:
         raise UserError(f"unknown engine {engine!r}; known: {', '.join(CHECKS)}")
     data = {"engine": engine, "model": model, "dtype": dtype, "device": device}
-    data.update(parse_pairs(option or [], "--option"))
-    check = _build(check_model, data)
+    option_pairs = parse_pairs(option or [], "--option")
+    names = {name: f"--{name}" for name in ("model", "dtype", "device") if data.get(name)}
+    names = {name: flag for name, flag in names.items() if name not in option_pairs}
+    data.update(option_pairs)
+    check = _build(check_model, data, names=names)
     if out is not None:
         out = check_user_path(out, "--out")
     if out is not None and out.exists() and not out.is_dir():

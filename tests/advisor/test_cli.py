@@ -344,3 +344,23 @@ def test_non_finite_number_in_a_profile_file(tmp_path: Path) -> None:
     profile = tmp_path / "p.yaml"
     profile.write_text("model: llama-2-7b\nrequest_rate_rps: .nan\ngpu: {type: H200}\n")
     assert_one_line_exit_2(invoke("recommend", "--profile", str(profile)), "finite number")
+
+
+def test_validation_names_flags_and_lists_every_problem(tmp_path: Path) -> None:
+    result = invoke("recommend", "--model", "llama-2-7b", "--concurrency", "0",
+                    "--request-rate-rps", "inf")  # fmt: skip
+    assert_one_line_exit_2(
+        result,
+        "flags: 2 problems: (1) --concurrency: Input should be greater than 0 (2) "
+        "--request-rate-rps: Input should be a finite number",
+    )
+    profile = tmp_path / "p.yaml"
+    profile.write_text("title: x\ncolour: red\nstages:\n  - {name: a, concurrency: 0, tpye: 1}\n")
+    result = invoke("recommend", "--profile", str(profile))
+    assert_one_line_exit_2(result, "3 problems:")
+    for problem in (
+        "stages[0].concurrency: Input should be greater than 0",
+        "stages[0].tpye: unknown field; allowed: name,",
+        "colour: unknown field; allowed: title, owner, notes, stages,",
+    ):
+        assert problem in result.stderr, (problem, result.stderr)

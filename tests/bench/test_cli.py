@@ -334,3 +334,43 @@ def test_os_errors_on_user_paths_are_one_line(capsys):
     ]
     with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
         report_exception(ZeroDivisionError("x"))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # A union's tag is not part of what the user wrote (pydantic: load.concurrency.concurrency).
+        ((*RUN, "--option", "load.concurrency=0"), "load.concurrency: Input should be greater"),
+        # A flag is named as typed, with the field it sets.
+        ((*RUN, "--concurrency", "0"), "--concurrency (load.concurrency): Input should be"),
+        (
+            (*RUN, "--pattern", "rate", "--rate", "inf", "--duration-s", "-1", "--option",
+             "load.bogus=1", "--option", "load.other=2"),
+            "3 problems: (1) --rate (load.rate_rps): Input should be a finite number (2) "
+            "--duration-s (load.duration_s): Input should be greater than 0 (3) load.bogus, "
+            "load.other: unknown fields; allowed: warmup_requests,",
+        ),
+    ],
+)  # fmt: skip
+def test_validation_names_fields_as_written_and_lists_every_problem(args, expected):
+    code, _, stderr = bench_in_process(*args)
+    assert_one_line_exit_2(code, stderr, expected)
+    assert "load.concurrency.concurrency" not in stderr and "load.rate.rate_rps" not in stderr
+
+
+def test_validation_of_a_config_file_lists_every_problem(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "backend: fake\nmodle: tiny-llama\nload: {pattern: step, start: 0, levels: [1, -2]}\n"
+        "workload: {kind: generate, seed: -1}\n"
+    )
+    code, _, stderr = bench_in_process("run", "--config", str(config))
+    assert_one_line_exit_2(code, stderr, f"run config {config}: 5 problems:")
+    for problem in (
+        "model: required field is missing",
+        "workload.seed: Input should be greater than or equal to 0",
+        "load.start: Input should be greater than 0",
+        "load.levels[1]: Input should be greater than 0",
+        "modle: unknown field; allowed: backend, model,",
+    ):
+        assert problem in stderr, (problem, stderr)
