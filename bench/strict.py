@@ -9,6 +9,7 @@ advisor may import bench and bench never imports advisor.
 
 from __future__ import annotations
 
+import difflib
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -114,7 +115,18 @@ def _unknown_fields(
         allowed = fields_at(model, raw_parent)
     noun = "unknown field" if len(fields) == 1 else "unknown fields"
     text = f"{', '.join(fields)}: {noun}"
-    return f"{text}; allowed: {', '.join(allowed)}" if allowed else text
+    if not allowed:
+        return text
+    text += f"; allowed: {', '.join(allowed)}"
+    # The closest allowed name to each unknown one (a typo is the usual cause).
+    close = {
+        match
+        for field in fields
+        for match in difflib.get_close_matches(
+            field.rsplit(".", 1)[-1].split(" ", 1)[0], allowed, n=2, cutoff=0.6
+        )
+    }
+    return f"{text}; did you mean {', '.join(sorted(close))}?" if close else text
 
 
 def _user_loc(model: type[BaseModel] | None, loc: list[Any]) -> list[Any]:

@@ -374,3 +374,69 @@ def test_validation_of_a_config_file_lists_every_problem(tmp_path):
         "modle: unknown field; allowed: backend, model,",
     ):
         assert problem in stderr, (problem, stderr)
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.parametrize(
+    ("backend", "engine_args", "expected"),
+    [
+        pytest.param(
+            "vllm",
+            ["nosuch_arg=1", "max_num_seq=4"],
+            "unknown vLLM engine arguments 'nosuch_arg', 'max_num_seq' (did you mean max_num_seqs,",
+            marks=pytest.mark.skipif(not _installed("vllm"), reason="vLLM is not installed"),
+        ),
+        pytest.param(
+            "torch_compile",
+            ["mdoe=default", "fulgraph=true"],
+            "mdoe, fulgraph: unknown fields; allowed: max_batch_size,",
+            marks=pytest.mark.skipif(not _installed("torch"), reason="torch is not installed"),
+        ),
+        pytest.param(
+            "onnxruntime",
+            ["intra_op_threads=2"],
+            "did you mean inter_op_num_threads, intra_op_num_threads?",
+            marks=pytest.mark.skipif(
+                not _installed("onnxruntime"), reason="onnxruntime is not installed"
+            ),
+        ),
+    ],
+)
+def test_unknown_engine_arguments_are_refused_before_loading(
+    tmp_path, backend, engine_args, expected
+):
+    """Checked against the engine's own argument set before any engine starts (vLLM: the
+    installed EngineArgs fields; it used to start the engine, ~40 s here, and store a FAILED run);
+    every unknown name is listed with the closest valid ones."""
+    import time
+
+    store, out = tmp_path / "store.sqlite", tmp_path / "out"
+    args = [a for pair in engine_args for a in ("--engine-arg", pair)]
+    started = time.monotonic()
+    code, _, stderr = bench_in_process(
+        "run", "--backend", backend, "--model", "tiny-llama", *args,
+        "--store", str(store), "--out", str(out),
+    )  # fmt: skip
+    assert_one_line_exit_2(code, stderr, expected)
+    assert time.monotonic() - started < 10  # no engine was started
+    assert not store.exists() and not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _installed("vllm"), reason="vLLM is not installed")
+def test_vllm_engine_argument_names_read_from_source_equal_the_dataclass_fields():
+    """The CLI reads EngineArgs' field names from vLLM's source (no import); the imported
+    dataclass must agree, or the pre-load check would refuse or allow the wrong names."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from bench.backends.vllm import _engine_arg_fields_from_source
+
+    fields = {f.name for f in dataclasses.fields(AsyncEngineArgs) if not f.name.startswith("_")}
+    assert _engine_arg_fields_from_source() == fields
