@@ -563,7 +563,7 @@ def fidelity(
 def runs(
     store: StoreOption = None,
     backend: Annotated[str | None, typer.Option(help="Filter by backend.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=1_000_000, help="At most this many.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List stored runs."""

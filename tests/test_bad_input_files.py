@@ -420,3 +420,15 @@ def test_size_cap_and_the_shipped_files_within_the_bounds(tmp_path: Path) -> Non
         assert isinstance(load_user_mapping(path, "shipped file"), dict), path
     for path in ROOT.glob("data/reference/*.json"):
         load_user_json(path, "reference file")
+
+
+@pytest.mark.parametrize("hazard", ["deep-nesting", "fifo", "dev-zero"])
+def test_unbounded_checkpoint_config_json(tmp_path: Path, fail_instead_of_hanging, hazard: str):
+    """`--model DIR` reads DIR/config.json through the same bounded reader."""
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    make, needle = HAZARDS[hazard]
+    make(checkpoint, ".json").rename(checkpoint / "config.json")
+    code, stderr = bench("run", "--backend", "pytorch", "--model", str(checkpoint))
+    _one_line_error(code, stderr)
+    assert needle in stderr and "config.json" in stderr, stderr

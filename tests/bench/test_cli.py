@@ -261,6 +261,7 @@ def assert_one_line_exit_2(code: int, stderr: str, needle: str) -> None:
         (("nosuchcmd",), "No such command 'nosuchcmd'"),
         (("store", "nosuch"), "No such command 'nosuch'"),
         (("run", "--prometheus-port", "70000"), "--prometheus-port"),
+        (("runs", "--limit", "99999999999999999999"), "--limit"),  # was an sqlite OverflowError
     ],
 )
 def test_usage_errors_are_one_line_exit_2(args, needle):
