@@ -72,6 +72,12 @@ def report_exception(exc: BaseException) -> int:
 
         typer.echo(f"error: {describe_validation_error(exc)}", err=True)
         return 2
+    if isinstance(exc, BrokenPipeError):  # `python -m bench runs | head`: the reader left
+        import os
+
+        # Python flushes stdout again at exit; point it at /dev/null so that is silent too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     if isinstance(exc, OSError) and (exc.filename is not None or exc.errno in USER_ERRNOS):
         from bench.files import shown_path
 

@@ -441,3 +441,22 @@ def test_vllm_engine_argument_names_read_from_source_equal_the_dataclass_fields(
 
     fields = {f.name for f in dataclasses.fields(AsyncEngineArgs) if not f.name.startswith("_")}
     assert _engine_arg_fields_from_source() == fields
+
+
+def test_broken_pipe_exits_quietly():
+    """`python -m bench runs | head`: the reader leaving is exit code 1 with nothing on stderr
+    (typer re-raises BrokenPipeError outside standalone mode; it was a traceback)."""
+    code = (
+        "import sys\n"
+        "from bench.cli_errors import report_exception\n"
+        "sys.stdout.write('x' * 100)\n"
+        "sys.exit(report_exception(BrokenPipeError(32, 'Broken pipe')))\n"
+    )
+    reader = subprocess.Popen(["head", "-c", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, stdout=reader.stdin, stderr=subprocess.PIPE,
+        text=True, timeout=60,
+    )  # fmt: skip
+    reader.stdin.close()
+    reader.wait(timeout=10)
+    assert result.returncode == 1 and result.stderr == ""
