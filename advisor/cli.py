@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from bench.cli_errors import OneLineErrorsGroup
 from bench.errors import UserError
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from advisor.recommend import Report
 
 app = typer.Typer(
+    cls=OneLineErrorsGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Framework-selection advisor: workload profile -> decision tree -> evidence -> answer.",
@@ -144,6 +146,12 @@ def recommend(
 ) -> None:
     """Walk the decision tree, estimate the fit and floor, weigh the evidence, recommend."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
+    if reference_dir is not None:
+        from bench.files import check_user_path
+
+        # Given but absent used to mean "no reference evidence" in silence: a typo lost evidence.
+        if not check_user_path(reference_dir, "--reference-dir").is_dir():
+            raise UserError(f"--reference-dir {reference_dir} is not a folder")
     workload = build_profile(profile, stage, flags)
     from advisor.recommend import recommend as run_recommend
     from advisor.tree import load_tree
@@ -398,8 +406,10 @@ def _register_optional_commands() -> None:
 _register_optional_commands()
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code; every user error is one line on stderr and exit
+    code 2 (bench.cli_errors)."""
+    return app(args=argv, standalone_mode=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -707,10 +707,13 @@ def published_rows(stage: StageProfile, data: dict[str, Any], reference: str) ->
 
 def _reference_files(folder: Path) -> Iterator[tuple[str, Any, str | None]]:
     """(file name, parsed JSON or None, note) for every *.json file in the reference folder."""
+    from bench.errors import UserError
+    from bench.files import load_user_json
+
     for file in sorted(folder.glob("*.json")):
-        try:
-            yield file.name, json.loads(file.read_text(encoding="utf-8")), None
-        except (OSError, ValueError) as exc:  # ValueError: bad JSON or not UTF-8
+        try:  # bounded: a FIFO, a device, a huge or deeply nested file is a note, not a hang
+            yield file.name, load_user_json(file, "reference file"), None
+        except UserError as exc:
             yield file.name, None, f"{file.name}: unreadable ({exc})"
 
 

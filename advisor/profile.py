@@ -15,15 +15,27 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from advisor.gpus import GPUS, find_gpu
-from bench.config import SLO, LengthDistribution, PrecisionConfig
+from bench.config import (
+    MAX_BATCH,
+    MAX_CONCURRENCY,
+    MAX_IMAGE_SIDE,
+    MAX_RATE_RPS,
+    SLO,
+    LengthDistribution,
+    ModelName,
+    PrecisionConfig,
+)
 from bench.errors import UserError
-from bench.strict import Strict
+from bench.strict import StrictInput
 from bench.strict import describe_validation_error as describe_error
 
 PROFILE_LEVEL_FIELDS = ("title", "owner", "notes", "stages")
+MAX_PARAMETERS_B = 100_000.0
+"""100 trillion parameters: far above any model, low enough that byte counts stay finite."""
+MAX_GPU_MEMORY_GB = 100_000.0
 
 
-class ProfilePrecision(Strict):
+class ProfilePrecision(StrictInput):
     """The precision a deployment plans for: any weight quantisation name for the estimates
     (awq, gptq, int4, fp8), of which the bench runs fp8 (see `run_precision`)."""
 
@@ -69,7 +81,7 @@ class Constraint(StrEnum):
     MULTIPLE_RUNTIMES = "multiple_runtimes"
 
 
-class GpuProfile(Strict):
+class GpuProfile(StrictInput):
     """The GPU the workload will be served on."""
 
     type: str | None = Field(
@@ -78,11 +90,15 @@ class GpuProfile(Strict):
     )
     count: int = Field(1, gt=0, le=64, description="GPUs available to this stage.")
     memory_gb: float | None = Field(
-        None, gt=0, description="Memory per GPU (GB); derived from the GPU type when not given."
+        None,
+        gt=0,
+        le=MAX_GPU_MEMORY_GB,
+        description="Memory per GPU (GB); derived from the GPU type when not given.",
     )
     memory_bandwidth_tb_s: float | None = Field(
         None,
         gt=0,
+        le=1000,
         description="Measured memory bandwidth (TB/s); none = the datasheet figure.",
     )
     price_per_hour: float | None = Field(
@@ -117,10 +133,10 @@ class ProfileSLO(SLO):
         description="Latency percentile that must meet ttft_ms/tpot_ms/e2e_ms (article: P99).",
     )
     min_request_throughput_rps: float | None = Field(
-        None, gt=0, description="Successful requests per second at least."
+        None, gt=0, le=MAX_RATE_RPS, description="Successful requests per second at least."
     )
     min_output_throughput_tok_s: float | None = Field(
-        None, gt=0, description="Output tokens per second at least (generate kind)."
+        None, gt=0, le=1e12, description="Output tokens per second at least (generate kind)."
     )
 
     def is_set(self) -> bool:
@@ -130,7 +146,7 @@ class ProfileSLO(SLO):
         )
 
 
-class StageProfile(Strict):
+class StageProfile(StrictInput):
     """One stage of a workload: one model served one way; it gets its own recommendation."""
 
     name: str = Field("main", min_length=1, max_length=100, description="Stage name.")
@@ -153,11 +169,14 @@ class StageProfile(Strict):
     kind: Literal["generate", "forward"] = Field(
         "generate", description="generate = LLM decoding; forward = batched encoder/CV inference."
     )
-    model: str | None = Field(
+    model: ModelName | None = Field(
         None, description="Model preset name (e.g. llama-2-13b) or a local checkpoint path."
     )
     parameters_b: float | None = Field(
-        None, gt=0, description="Parameter count in billions (overrides the preset's count)."
+        None,
+        gt=0,
+        le=MAX_PARAMETERS_B,
+        description="Parameter count in billions (overrides the preset's count).",
     )
     prompt_tokens: LengthDistribution = Field(
         default_factory=lambda: LengthDistribution(mean=512),
@@ -167,16 +186,26 @@ class StageProfile(Strict):
         default_factory=lambda: LengthDistribution(mean=256),
         description="Output length distribution in tokens (generate kind).",
     )
-    batch_size: int = Field(1, gt=0, description="Samples per request (forward kind).")
+    batch_size: int = Field(
+        1, gt=0, le=MAX_BATCH, description="Samples per request (forward kind)."
+    )
     sequence_length: LengthDistribution | None = Field(
         None, description="Text encoders: tokens per sample (forward kind)."
     )
-    image_size: int | None = Field(None, gt=0, description="CV models: square input side in px.")
+    image_size: int | None = Field(
+        None, gt=0, le=MAX_IMAGE_SIDE, description="CV models: square input side in px."
+    )
     concurrency: int | None = Field(
-        None, gt=0, description="Requests in flight at peak (closed-loop clients)."
+        None,
+        gt=0,
+        le=MAX_CONCURRENCY,
+        description="Requests in flight at peak (closed-loop clients).",
     )
     request_rate_rps: float | None = Field(
-        None, gt=0, description="Expected arrival rate in requests per second (open loop)."
+        None,
+        gt=0,
+        le=MAX_RATE_RPS,
+        description="Expected arrival rate in requests per second (open loop).",
     )
     peak_request_rate_rps: float | None = Field(
         None,
@@ -215,7 +244,7 @@ class StageProfile(Strict):
     )
 
 
-class WorkloadProfile(Strict):
+class WorkloadProfile(StrictInput):
     """A workload: who it is for and its stages (one stage is the common case)."""
 
     title: str = Field("Untitled workload", max_length=200, description="Short title.")
@@ -280,17 +309,21 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> Workload
         raise UserError(f"{source}: {message}") from None
 
 
-def describe_validation_error(exc: ValidationError, single: bool = False) -> str:
-    """The first error as `field.path: what is wrong; allowed: ...` on one line.
+def describe_validation_error(
+    exc: ValidationError, single: bool = False, names: dict[str, str] | None = None
+) -> str:
+    """Every error as `field.path: what is wrong; allowed: ...`, on one line.
 
     `single`: the user wrote a single-stage profile without `stages:`, so `stages[0].` is not
-    shown, and an unknown top-level field lists profile and stage fields together.
+    shown, and an unknown top-level field lists profile and stage fields together. `names`:
+    paths the user gave as CLI flags (`{"request_rate_rps": "--request-rate-rps"}`).
     """
     return describe_error(
         exc,
         WorkloadProfile,
         drop_loc_prefix=["stages", 0] if single else (),
         allowed_fields=lambda parent: None if parent else _top_level_fields(),
+        names=names,
     )
 
 
@@ -374,6 +407,9 @@ def profile_from_flags(
         raise UserError(f"the profile has {len(stages)} stages; choose one with --stage ({names})")
     else:
         target = stages[0]
+    single = len(stages) == 1
+    where = "" if single else f"stages[{stages.index(target)}]."
+    names = {where + ".".join(FLAG_FIELDS[key]): "--" + key.replace("_", "-") for key in given}
     for key, value in given.items():
         if key in BOOL_FLAGS:
             value = parse_yes_no(key, value)
@@ -389,7 +425,7 @@ def profile_from_flags(
     try:
         return WorkloadProfile.model_validate(data)
     except ValidationError as exc:
-        message = describe_validation_error(exc, single=len(stages) == 1)
+        message = describe_validation_error(exc, single=single, names=names)
         raise UserError(f"flags: {message}") from None
 
 

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from bench.config import RepeatPolicy, RunConfig, cpu_dtype
+from bench.config import MAX_DURATION_S, RepeatPolicy, RunConfig, cpu_dtype
 from bench.environment import PreflightItem
 from bench.errors import UserError
 from bench.executors import Resources, job_resources
 from bench.fidelity import FidelityCheck, FidelityResult, VllmFidelityCheck
 from bench.schema import RunResult
-from bench.strict import Strict, describe_validation_error
+from bench.strict import Strict, StrictInput, describe_validation_error
 
 if TYPE_CHECKING:
     from bench.executors import Executor
@@ -55,13 +55,14 @@ Device = Literal["auto", "cuda", "cpu"]
 # --------------------------------------------------------------------------- the plan
 
 
-class StepCommon(Strict):
+class StepCommon(StrictInput):
     """What every step has: a unique name and, optionally, how long it is expected to take."""
 
     name: str = Field(min_length=1, max_length=120, description="Unique within the plan.")
     estimate_s: float | None = Field(
         None,
         gt=0,
+        le=MAX_DURATION_S,
         description="Expected wall time, loads included (s); the budget check uses it "
         "(default: the plan's default_step_estimate_s).",
     )
@@ -110,13 +111,16 @@ class AdvisorPlanStep(StepCommon):
 CampaignStep = Annotated[RunStep | FidelityStep | AdvisorPlanStep, Field(discriminator="kind")]
 
 
-class CampaignPlan(Strict):
+class CampaignPlan(StrictInput):
     """A named list of independent steps."""
 
     name: str = Field(min_length=1, max_length=120)
     description: str = Field("", description="What the campaign is for.")
     default_step_estimate_s: float = Field(
-        60.0, gt=0, description="Budget estimate of a step that gives no estimate_s (s)."
+        60.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="Budget estimate of a step that gives no estimate_s (s).",
     )
     steps: list[CampaignStep] = Field(min_length=1)
 

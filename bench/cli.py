@@ -7,6 +7,7 @@ option) prints one line to stderr and exits with code 2; nothing is written in t
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -15,9 +16,12 @@ from typing import Annotated, Any
 
 import typer
 
+from bench.cli_errors import OneLineErrorsGroup
 from bench.errors import UserError
+from bench.files import check_user_path
 
 app = typer.Typer(
+    cls=OneLineErrorsGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Benchmark inference engines with exact, reproducible metrics.",
@@ -51,7 +55,11 @@ def summarize(
     from bench.metrics import read_records_jsonl
     from bench.metrics import summarize as summarize_records
 
-    slo = _build(SLO, {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms})
+    slo = _build(
+        SLO,
+        {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms},
+        names={"ttft_ms": "--slo-ttft-ms", "tpot_ms": "--slo-tpot-ms", "e2e_ms": "--slo-e2e-ms"},
+    )
     summary = summarize_records(read_records_jsonl(records), slo if slo.is_set() else None)
     data = summary.model_dump(mode="json")
     if not slo.is_set():
@@ -110,10 +118,29 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _build(model_cls: Any, data: dict) -> Any:
+def _build(model_cls: Any, data: dict, names: dict[str, str] | None = None) -> Any:
     from bench.strict import validate
 
-    return validate(model_cls, {k: v for k, v in data.items() if v is not None})
+    return validate(model_cls, {k: v for k, v in data.items() if v is not None}, names=names)
+
+
+# `bench run` options that set a RunConfig field: errors name the option the user typed.
+RUN_FLAG_NAMES = {
+    "backend": "--backend",
+    "model": "--model",
+    "load.concurrency": "--concurrency",
+    "load.rate_rps": "--rate",
+    "load.duration_s": "--duration-s",
+    "load.max_requests": "--max-requests",
+    "load.warmup_requests": "--warmup-requests",
+    "slo.ttft_ms": "--slo-ttft-ms",
+    "slo.tpot_ms": "--slo-tpot-ms",
+    "slo.e2e_ms": "--slo-e2e-ms",
+    "precision.dtype": "--dtype",
+    "device": "--device",
+    "workload.prompt_tokens.mean": "--prompt-tokens",
+    "workload.output_tokens.mean": "--output-tokens",
+}
 
 
 def build_run_config(
@@ -149,14 +176,25 @@ def build_run_config(
         if value is not None:
             _set_path(data, dotted, value)
     data.setdefault("engine_args", {}).update(parse_pairs(engine_args, "--engine-arg"))
-    for dotted, value in parse_pairs(options, "--option").items():
+    option_pairs = parse_pairs(options, "--option")
+    for dotted, value in option_pairs.items():
         _set_path(data, dotted, value)
     if isinstance(data.get("workload"), dict):
         data["workload"].setdefault("kind", "generate")
-    for required in ("backend", "model"):
-        if not data.get(required):
-            raise UserError(f"--{required} is required (or give it in --config)")
-    return _build(RunConfig, data)
+    given = {"backend": backend, "model": model, **flags}
+    # A flag overrides the file, so an error at its path is about what was typed; --option and
+    # --engine-arg paths are already as written. Without a file, a missing backend or model can
+    # only be given as its flag.
+    names = {
+        path: RUN_FLAG_NAMES[path]
+        for path, value in given.items()
+        if (value is not None or (config_file is None and path in ("backend", "model")))
+        and path not in option_pairs
+    }
+    from bench.strict import validate
+
+    source = f"run config {config_file}" if config_file is not None else None
+    return validate(RunConfig, data, source=source, names=names)
 
 
 @app.command()
@@ -202,7 +240,11 @@ def run(
     no_store: Annotated[bool, typer.Option(help="Do not write to the results store.")] = False,
     prometheus_port: Annotated[
         int | None,
-        typer.Option(help="Serve live run metrics on 127.0.0.1:PORT/metrics while the run lasts."),
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve live run metrics on 127.0.0.1:PORT/metrics while the run lasts.",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult JSON.")] = False,
     repeats: Annotated[
@@ -266,7 +308,7 @@ def run(
         check_policy(policy)
     check_runnable(run_config)
     if out is not None:
-        out = Path(out)
+        out = check_user_path(out, "--out")
         if out.exists() and not out.is_dir():
             raise UserError(f"--out {out} exists and is not a folder")
     result_store = None if no_store else ResultStore(store)
@@ -545,8 +587,9 @@ def campaign(
         # Every field written (no defaults left out): the discriminating `kind` of each step
         # has a default, and the file must load back as exactly this plan.
         plan_text = yaml.safe_dump(campaign_plan.model_dump(mode="json"), sort_keys=False)
-    if budget_s is not None and budget_s <= 0:
-        raise UserError("--budget-s must be > 0")
+    if budget_s is not None and not (math.isfinite(budget_s) and budget_s > 0):
+        raise UserError(f"--budget-s must be a number of seconds > 0, got {budget_s}")
+    check_user_path(out, "--out")
     if executor == "ray":
         ray_address = ray_address or os.environ.get("RAY_ADDRESS") or None
     chosen = open_executor(parse_settings(executor, ray_address))
@@ -624,8 +667,13 @@ def fidelity(
     if check_model is None:
         raise UserError(f"unknown engine {engine!r}; known: {', '.join(CHECKS)}")
     data = {"engine": engine, "model": model, "dtype": dtype, "device": device}
-    data.update(parse_pairs(option or [], "--option"))
-    check = _build(check_model, data)
+    option_pairs = parse_pairs(option or [], "--option")
+    names = {name: f"--{name}" for name in ("model", "dtype", "device") if data.get(name)}
+    names = {name: flag for name, flag in names.items() if name not in option_pairs}
+    data.update(option_pairs)
+    check = _build(check_model, data, names=names)
+    if out is not None:
+        out = check_user_path(out, "--out")
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
     result = run_check(check, None if no_store else ResultStore(store), out)
@@ -655,7 +703,7 @@ def fidelity(
 def runs(
     store: StoreOption = None,
     backend: Annotated[str | None, typer.Option(help="Filter by backend.")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=1_000_000, help="At most this many.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List stored runs."""
@@ -731,30 +779,6 @@ def store_copy(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; user errors become one line on stderr and exit code 2."""
-    from pydantic import ValidationError
-
-    try:
-        # Outside standalone mode click returns a command's `typer.Exit(code)` instead of raising.
-        returned = app(args=argv, standalone_mode=False)
-    except UserError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        return 2
-    except ValidationError as exc:
-        from bench.strict import describe_validation_error
-
-        typer.echo(f"error: {describe_validation_error(exc)}", err=True)
-        return 2
-    except typer.Exit as exc:
-        return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        typer.echo("aborted", err=True)
-        return 130
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return 2
-        raise
-    return returned if isinstance(returned, int) else 0
+    """Run the CLI and return its exit code; every user error is one line on stderr and exit
+    code 2 (bench.cli_errors)."""
+    return app(args=argv, standalone_mode=False)

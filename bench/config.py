@@ -8,14 +8,55 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from bench.strict import Strict
+from bench.strict import Strict as Strict  # re-exported: backends import it from here
+from bench.strict import StrictInput
+
+# --------------------------------------------------------------------------- bounds
+# Upper bounds far above any real run, so that a typo or `1e300` is refused here, in one line,
+# instead of overflowing an int conversion or never ending later.
+
+MAX_RATE_RPS = 1_000_000.0
+MAX_DURATION_S = 7 * 24 * 3600.0
+"""A week: the longest any phase, timeout or run may be."""
+MAX_CONCURRENCY = 100_000
+MAX_REQUESTS = 1_000_000_000
+MAX_TOKENS = 10_000_000
+MAX_SEED = 2**32 - 1
+"""numpy's legacy seeding takes 0 .. 2**32 - 1; a negative seed is refused by every generator."""
+MAX_SLO_MS = 24 * 3600 * 1000.0
+MAX_BATCH = 1_000_000
+MAX_IMAGE_SIDE = 65_536
+MAX_GPUS = 1024
+MAX_PATH_CHARS = 4096
+"""PATH_MAX on Linux; one path component is at most NAME_MAX = 255 bytes."""
+
+
+def check_path_like(value: str) -> str:
+    """A model name or checkpoint path the OS can look up (no `OSError 36` later)."""
+    if "\x00" in value:
+        raise ValueError("contains a NUL character")
+    for part in value.split("/"):
+        if len(part.encode("utf-8", "surrogateescape")) > 255:
+            raise ValueError(
+                f"a name or path component is {len(part.encode('utf-8', 'surrogateescape'))} "
+                "bytes; at most 255 are allowed"
+            )
+    return value
+
+
+ModelName = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_PATH_CHARS),
+    AfterValidator(check_path_like),
+]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
 # --------------------------------------------------------------------------- workload shapes
 
 
-class LengthDistribution(Strict):
+class LengthDistribution(StrictInput):
     """A distribution of token counts (prompt or output length), sampled with a seeded RNG."""
 
     kind: Literal["fixed", "uniform", "normal", "lognormal"] = Field(
@@ -23,10 +64,14 @@ class LengthDistribution(Strict):
         description="fixed = always `mean`; uniform = mean ± spread; normal/lognormal "
         "= mean with standard deviation `spread` (lognormal keeps that mean and std).",
     )
-    mean: int = Field(128, gt=0, description="Mean length in tokens.")
-    spread: float = Field(0.0, ge=0, description="Half-width (uniform) or standard deviation.")
-    min: int = Field(1, ge=1, description="Lower clip in tokens.")
-    max: int | None = Field(None, gt=0, description="Upper clip in tokens (none = no clip).")
+    mean: int = Field(128, gt=0, le=MAX_TOKENS, description="Mean length in tokens.")
+    spread: float = Field(
+        0.0, ge=0, le=MAX_TOKENS, description="Half-width (uniform) or standard deviation."
+    )
+    min: int = Field(1, ge=1, le=MAX_TOKENS, description="Lower clip in tokens.")
+    max: int | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="Upper clip in tokens (none = no clip)."
+    )
 
     @model_validator(mode="after")
     def _check_bounds(self) -> LengthDistribution:
@@ -35,7 +80,7 @@ class LengthDistribution(Strict):
         return self
 
 
-class GenerateWorkload(Strict):
+class GenerateWorkload(StrictInput):
     """LLM decoding: token-ID prompts of a length distribution, outputs forced to a length."""
 
     kind: Literal["generate"] = "generate"
@@ -47,22 +92,24 @@ class GenerateWorkload(Strict):
         default_factory=lambda: LengthDistribution(mean=128),
         description="Output length distribution (tokens); engines are told to ignore EOS.",
     )
-    seed: int = Field(0, description="Seed of the prompt/length generator (reproducible runs).")
+    seed: Seed = Field(0, description="Seed of the prompt/length generator (reproducible runs).")
 
 
-class ForwardWorkload(Strict):
+class ForwardWorkload(StrictInput):
     """Batched fixed- or variable-shape inference (encoders, CV): one request = one batch."""
 
     kind: Literal["forward"] = "forward"
-    batch_size: int = Field(1, gt=0, description="Samples per request (batch).")
+    batch_size: int = Field(1, gt=0, le=MAX_BATCH, description="Samples per request (batch).")
     sequence_length: LengthDistribution | None = Field(
         None, description="Text models: sequence length per batch (fixed = fixed shape)."
     )
-    image_size: int | None = Field(None, gt=0, description="CV models: square input side (px).")
+    image_size: int | None = Field(
+        None, gt=0, le=MAX_IMAGE_SIDE, description="CV models: square input side (px)."
+    )
     dynamic_shapes: bool = Field(
         False, description="Export/compile with dynamic axes (batch and sequence) instead of fixed."
     )
-    seed: int = Field(0, description="Seed of the input generator.")
+    seed: Seed = Field(0, description="Seed of the input generator.")
 
 
 Workload = Annotated[GenerateWorkload | ForwardWorkload, Field(discriminator="kind")]
@@ -71,17 +118,23 @@ Workload = Annotated[GenerateWorkload | ForwardWorkload, Field(discriminator="ki
 # --------------------------------------------------------------------------- load patterns
 
 
-class LoadCommon(Strict):
+class LoadCommon(StrictInput):
     """Options every load pattern shares: warm-up, time-outs, hard bounds."""
 
     warmup_requests: int = Field(
-        2, ge=0, description="Requests sent and completed before measuring; excluded from metrics."
+        2,
+        ge=0,
+        le=MAX_REQUESTS,
+        description="Requests sent and completed before measuring; excluded from metrics.",
     )
     request_timeout_s: float = Field(
-        120.0, gt=0, description="A request taking longer is cancelled and counted as failed."
+        120.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="A request taking longer is cancelled and counted as failed.",
     )
     max_duration_s: float = Field(
-        3600.0, gt=0, description="Hard bound on the whole run, all phases included."
+        3600.0, gt=0, le=MAX_DURATION_S, description="Hard bound on the whole run, all phases."
     )
 
 
@@ -89,22 +142,37 @@ class ConcurrencyLoad(LoadCommon):
     """Closed loop: keep N requests in flight for a duration or a number of requests."""
 
     pattern: Literal["concurrency"] = "concurrency"
-    concurrency: int = Field(1, gt=0, description="Requests in flight at all times.")
-    duration_s: float | None = Field(30.0, gt=0, description="Measured phase length (s).")
-    max_requests: int | None = Field(None, gt=0, description="Stop after this many requests.")
+    concurrency: int = Field(
+        1, gt=0, le=MAX_CONCURRENCY, description="Requests in flight at all times."
+    )
+    duration_s: float | None = Field(
+        30.0, gt=0, le=MAX_DURATION_S, description="Measured phase length (s)."
+    )
+    max_requests: int | None = Field(
+        None, gt=0, le=MAX_REQUESTS, description="Stop after this many requests."
+    )
 
 
 class RateLoad(LoadCommon):
     """Open loop: requests sent at a rate (Poisson or constant arrivals, seeded)."""
 
     pattern: Literal["rate"] = "rate"
-    rate_rps: float = Field(1.0, gt=0, description="Mean arrival rate (requests/s).")
+    rate_rps: float = Field(
+        1.0, gt=0, le=MAX_RATE_RPS, description="Mean arrival rate (requests/s)."
+    )
     arrival: Literal["poisson", "constant"] = Field("poisson", description="Inter-arrival law.")
-    seed: int = Field(0, description="Seed of the arrival process.")
-    duration_s: float | None = Field(30.0, gt=0, description="Measured phase length (s).")
-    max_requests: int | None = Field(None, gt=0, description="Stop after this many requests.")
+    seed: Seed = Field(0, description="Seed of the arrival process.")
+    duration_s: float | None = Field(
+        30.0, gt=0, le=MAX_DURATION_S, description="Measured phase length (s)."
+    )
+    max_requests: int | None = Field(
+        None, gt=0, le=MAX_REQUESTS, description="Stop after this many requests."
+    )
     max_concurrency: int | None = Field(
-        None, gt=0, description="Client-side cap on requests in flight (none = unbounded)."
+        None,
+        gt=0,
+        le=MAX_CONCURRENCY,
+        description="Client-side cap on requests in flight (none = unbounded).",
     )
 
 
@@ -112,17 +180,24 @@ class StepLoad(LoadCommon):
     """The article's step load (3.3): concurrency start/step/max, each stage timed, knee found."""
 
     pattern: Literal["step"] = "step"
-    start: int = Field(10, gt=0, description="First stage's concurrency.")
-    step: int = Field(10, gt=0, description="Concurrency added per stage (article: 10).")
-    max: int = Field(100, gt=0, description="Last stage's concurrency at most.")
-    levels: list[int] | None = Field(
+    start: int = Field(10, gt=0, le=MAX_CONCURRENCY, description="First stage's concurrency.")
+    step: int = Field(
+        10, gt=0, le=MAX_CONCURRENCY, description="Concurrency added per stage (article: 10)."
+    )
+    max: int = Field(100, gt=0, le=MAX_CONCURRENCY, description="Last stage's concurrency at most.")
+    levels: list[Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)]] | None = Field(
         None,
         description="Explicit concurrency per stage (e.g. [1, 16, 64, 256]); overrides "
         "start/step/max.",
     )
-    stage_duration_s: float = Field(30.0, gt=0, description="Length of each stage (s).")
+    stage_duration_s: float = Field(
+        30.0, gt=0, le=MAX_DURATION_S, description="Length of each stage (s)."
+    )
     min_gain: float = Field(
-        0.05, ge=0, description="Knee = first stage whose throughput gain is under this fraction."
+        0.05,
+        ge=0,
+        le=100,
+        description="Knee = first stage whose throughput gain is under this fraction.",
     )
     stop_at_knee: bool = Field(True, description="Stop climbing once the knee is found.")
 
@@ -133,10 +208,17 @@ class SteadyLoad(LoadCommon):
     pattern: Literal["steady"] = "steady"
     fraction: float = Field(0.8, gt=0, le=2, description="Fraction of capacity to hold.")
     capacity_rps: float | None = Field(
-        None, gt=0, description="Capacity in requests/s; none = find it first with a step ladder."
+        None,
+        gt=0,
+        le=MAX_RATE_RPS,
+        description="Capacity in requests/s; none = find it first with a step ladder.",
     )
-    duration_s: float = Field(1800.0, gt=0, description="Soak length (article: 30 min).")
-    window_s: float = Field(60.0, gt=0, description="Window for the per-window slope fits.")
+    duration_s: float = Field(
+        1800.0, gt=0, le=MAX_DURATION_S, description="Soak length (article: 30 min)."
+    )
+    window_s: float = Field(
+        60.0, gt=0, le=MAX_DURATION_S, description="Window for the per-window slope fits."
+    )
 
 
 class PulseLoad(LoadCommon):
@@ -144,16 +226,27 @@ class PulseLoad(LoadCommon):
 
     pattern: Literal["pulse"] = "pulse"
     capacity_rps: float | None = Field(
-        None, gt=0, description="Capacity in requests/s; none = find it first with a step ladder."
+        None,
+        gt=0,
+        le=MAX_RATE_RPS,
+        description="Capacity in requests/s; none = find it first with a step ladder.",
     )
-    baseline_fraction: float = Field(0.5, gt=0, description="Baseline rate as capacity fraction.")
+    baseline_fraction: float = Field(
+        0.5, gt=0, le=100, description="Baseline rate as capacity fraction."
+    )
     burst_factor: float = Field(
-        2.0, gt=0, description="Burst rate as capacity multiple (article: 2x)."
+        2.0, gt=0, le=100, description="Burst rate as capacity multiple (article: 2x)."
     )
-    baseline_s: float = Field(30.0, gt=0, description="Baseline length before the burst (s).")
-    burst_s: float = Field(10.0, gt=0, description="Burst length (s).")
-    recovery_s: float = Field(60.0, gt=0, description="Baseline length after the burst (s).")
-    window_s: float = Field(2.0, gt=0, description="Window for p99 tracking during recovery.")
+    baseline_s: float = Field(
+        30.0, gt=0, le=MAX_DURATION_S, description="Baseline length before the burst (s)."
+    )
+    burst_s: float = Field(10.0, gt=0, le=MAX_DURATION_S, description="Burst length (s).")
+    recovery_s: float = Field(
+        60.0, gt=0, le=MAX_DURATION_S, description="Baseline length after the burst (s)."
+    )
+    window_s: float = Field(
+        2.0, gt=0, le=MAX_DURATION_S, description="Window for p99 tracking during recovery."
+    )
 
 
 class CapacityLoad(LoadCommon):
@@ -228,26 +321,36 @@ PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse", "capacity")
 # --------------------------------------------------------------------------- SLOs and validity
 
 
-class SLO(Strict):
+class SLO(StrictInput):
     """Service-level objectives; a request meets them when every one set is met (goodput)."""
 
-    ttft_ms: float | None = Field(None, gt=0, description="Time to first token at most (ms).")
-    tpot_ms: float | None = Field(None, gt=0, description="Time per output token at most (ms).")
-    e2e_ms: float | None = Field(None, gt=0, description="End-to-end latency at most (ms).")
+    ttft_ms: float | None = Field(
+        None, gt=0, le=MAX_SLO_MS, description="Time to first token at most (ms)."
+    )
+    tpot_ms: float | None = Field(
+        None, gt=0, le=MAX_SLO_MS, description="Time per output token at most (ms)."
+    )
+    e2e_ms: float | None = Field(
+        None, gt=0, le=MAX_SLO_MS, description="End-to-end latency at most (ms)."
+    )
 
     def is_set(self) -> bool:
         return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
 
 
-class ValidityRules(Strict):
+class ValidityRules(StrictInput):
     """When a run counts: a run breaking any rule is INVALID, with the reasons listed."""
 
-    min_duration_s: float = Field(10.0, ge=0, description="Measured window at least (s).")
-    min_requests: int = Field(20, ge=0, description="Completed measured requests at least.")
+    min_duration_s: float = Field(
+        10.0, ge=0, le=MAX_DURATION_S, description="Measured window at least (s)."
+    )
+    min_requests: int = Field(
+        20, ge=0, le=MAX_REQUESTS, description="Completed measured requests at least."
+    )
     max_error_rate: float = Field(0.01, ge=0, le=1, description="Failed fraction at most.")
 
 
-class PrecisionConfig(Strict):
+class PrecisionConfig(StrictInput):
     """One precision semantics per comparison, stated in every result and evidence row.
 
     `quantization: fp8` is vLLM's dynamic FP8 weight quantisation (weights cast to FP8 at load
@@ -312,7 +415,7 @@ FP8_RANDOM_WEIGHTS_NOTE = (
 )
 
 
-class ParallelismConfig(Strict):
+class ParallelismConfig(StrictInput):
     """How many GPUs a run uses and how: engines split over GPUs, and engines side by side.
 
     `tensor_parallel_size` GPUs serve one engine (tensor parallelism, inside the framework);
@@ -323,10 +426,16 @@ class ParallelismConfig(Strict):
     """
 
     tensor_parallel_size: int = Field(
-        1, ge=1, description="GPUs per engine (tensor parallelism inside the framework)."
+        1,
+        ge=1,
+        le=MAX_GPUS,
+        description="GPUs per engine (tensor parallelism inside the framework).",
     )
     replicas: int = Field(
-        1, ge=1, description="Independent engine workers, each on its own GPUs, one load generator."
+        1,
+        ge=1,
+        le=MAX_GPUS,
+        description="Independent engine workers, each on its own GPUs, one load generator.",
     )
     gpu_ids: list[int] | None = Field(
         None,
@@ -360,7 +469,7 @@ class ParallelismConfig(Strict):
         return f"{self.replicas} x {text}" if self.replicas > 1 else text
 
 
-class RepeatPolicy(Strict):
+class RepeatPolicy(StrictInput):
     """How many times to run one config as a measurement group (bench/repeats.py), the pause
     between repeats, and optional convergence stopping (AIPerf's `--convergence-*` model):
     stop once the 95% interval of `convergence_metric` is narrower than `convergence_width`
@@ -391,11 +500,13 @@ class RepeatPolicy(Strict):
         return data
 
 
-class RunConfig(Strict):
+class RunConfig(StrictInput):
     """One benchmark run: one backend on one model with one workload and load pattern."""
 
     backend: str = Field(description="Backend registry name (python -m bench backends).")
-    model: str = Field(description="Model preset name (e.g. tiny-llama) or a checkpoint path.")
+    model: ModelName = Field(
+        description="Model preset name (e.g. tiny-llama) or a checkpoint path."
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Framework options under the framework's own names."
     )
@@ -406,9 +517,14 @@ class RunConfig(Strict):
     precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
     device: Literal["auto", "cuda", "cpu"] = Field("auto", description="Where the engine runs.")
-    telemetry_interval_s: float = Field(0.5, gt=0, description="NVML/RSS sampling interval (s).")
+    telemetry_interval_s: float = Field(
+        0.5, gt=0, le=3600, description="NVML/RSS sampling interval (s)."
+    )
     watchdog_s: float = Field(
-        300.0, gt=0, description="No token progress for this long = hung worker, killed."
+        300.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="No token progress for this long = hung worker, killed.",
     )
     trust_remote_code: bool = Field(False, description="Let the model's own code run (opt-in).")
     event_loop: Literal["asyncio", "uvloop"] = Field(

@@ -42,7 +42,7 @@ from bench.config import (
 )
 from bench.errors import UserError
 from bench.schema import ModelInfo, RequestRecord, RunResult
-from bench.strict import Strict
+from bench.strict import Strict, StrictInput
 
 Dtype = Literal["float16", "bfloat16", "float32"]
 Device = Literal["auto", "cuda", "cpu"]
@@ -52,7 +52,7 @@ SUBPROCESS_TIMEOUT_S = 900
 # --------------------------------------------------------------------------- what to check
 
 
-class CheckCommon(Strict):
+class CheckCommon(StrictInput):
     """Model and shape every fidelity check states."""
 
     model: str = Field(description="Model preset name or checkpoint path.")

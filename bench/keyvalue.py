@@ -23,15 +23,22 @@ def parse_value(text: str) -> Any:
     text = text.strip()
     if not text:
         return ""
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    import yaml
+    from bench.files import InputTooComplex, parse_json, parse_yaml, shown_path
 
+    # The bounded parsers: `[[[...` 100,000 deep on a command line is one line, not a
+    # RecursionError; a value that is neither JSON nor YAML is text.
+    source = f"value {shown_path(text)!r}"
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return parse_json(text, source)
+    except InputTooComplex:
+        raise
+    except UserError:
+        pass
+    try:
+        return parse_yaml(text, source)
+    except InputTooComplex:
+        raise
+    except UserError:
         return text
 
 

@@ -7,7 +7,6 @@ one-hour soak (360,000 requests) fits in well under 500 MB.
 
 from __future__ import annotations
 
-import json
 import math
 from array import array
 from collections import Counter
@@ -506,31 +505,42 @@ def _parse_record(data: object) -> RequestRecord:
 
 
 def iter_records_jsonl(path: str | Path) -> Iterator[RequestRecord]:
-    """Stream records from a JSONL file (blank lines skipped); UserError names file and line."""
-    try:
-        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise UserError(f"cannot read records file {path}: {exc.strerror or exc}") from None
-    with handle:
+    """Stream records from a JSONL file (blank lines skipped); UserError names file and line.
+
+    Read through bench.files: a regular file only, each line at most MAX_LINE_BYTES and nested
+    no deeper than MAX_NESTING."""
+    from bench.files import MAX_LINE_BYTES, decode_text, open_user_file, parse_json, shown_path
+
+    shown = shown_path(path)
+    with open_user_file(path, "records file") as handle:
         line_number = 0
-        try:
-            for line_number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    data = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"{path}:{line_number}: bad JSON: {exc.msg}") from None
-                try:
-                    yield _parse_record(data)
-                except ValueError as exc:
-                    raise UserError(f"{path}:{line_number}: {exc}") from None
-        except UnicodeDecodeError:
-            raise UserError(
-                f"{path}:{line_number + 1}: not UTF-8 text (is this a records file?)"
-            ) from None
-        except OSError as exc:
-            raise UserError(f"cannot read records file {path}: {exc.strerror or exc}") from None
+        while True:
+            try:
+                raw = handle.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise UserError(
+                    f"cannot read records file {shown}: {exc.strerror or exc}"
+                ) from None
+            if not raw:
+                return
+            line_number += 1
+            where = f"{shown}:{line_number}"
+            if len(raw) > MAX_LINE_BYTES:
+                raise UserError(f"{where}: line longer than {MAX_LINE_BYTES // 2**20} MB")
+            try:
+                line = decode_text(raw, where)
+            except UserError:
+                raise UserError(f"{where}: not UTF-8 text (is this a records file?)") from None
+            if not line.strip():
+                continue
+            try:
+                data = parse_json(line, where)
+            except UserError as exc:
+                raise UserError(str(exc).replace("not valid JSON", "bad JSON", 1)) from None
+            try:
+                yield _parse_record(data)
+            except ValueError as exc:
+                raise UserError(f"{where}: {exc}") from None
 
 
 def read_records_jsonl(path: str | Path) -> list[RequestRecord]:

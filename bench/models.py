@@ -749,10 +749,12 @@ def load_config(model_dir: str | Path, trust_remote_code: bool = False) -> Pretr
 
 def _info_from_dir(model_dir: Path, name: str, dtype: str, *, trust_remote_code: bool) -> ModelInfo:
     """Sizes from config.json and the safetensors headers: no transformers import (seconds)."""
-    try:
-        document = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"model {model_dir}: unreadable config.json ({exc})") from None
+    from bench.files import load_user_json
+
+    # Bounded (a FIFO named config.json used to block the CLI forever; a deep one recursed).
+    document = load_user_json(model_dir / "config.json", "checkpoint config")
+    if not isinstance(document, dict):
+        raise UserError(f"model {model_dir}: config.json is not a mapping of fields")
     architectures = document.get("architectures") or []
     kind: Kind = (
         "generate" if any(a.endswith(_GENERATE_SUFFIXES) for a in architectures) else "forward"

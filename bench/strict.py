@@ -9,9 +9,10 @@ advisor may import bench and bench never imports advisor.
 
 from __future__ import annotations
 
+import difflib
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -31,45 +32,147 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class StrictInput(Strict):
+    """Base for models a user fills in (run configs, profiles, plans, checks): every float must
+    be finite. `inf` and `nan` pass `gt=0` and `le=...` checks' absence and crash later (an
+    endless run, `int(nan)` in an estimate); results keep the plain `Strict` base so a computed
+    non-finite figure is still stored."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
 def describe_validation_error(
     exc: ValidationError,
     model: type[BaseModel] | None = None,
     *,
     drop_loc_prefix: Sequence[Any] = (),
-    allowed_fields: Callable[[list[Any]], list[str]] | None = None,
+    allowed_fields: Callable[[list[Any]], list[str] | None] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> str:
-    """One pydantic error as `field.path: what is wrong` on one line (an unknown field first).
+    """Every pydantic error, on one line: `field.path: what is wrong`, or `N problems: (1) ...
+    (2) ...` when there are several.
 
-    An unknown field lists the allowed ones, found by walking `model` along the error's location
-    (or by `allowed_fields(parent_loc)` when the caller knows better, e.g. a profile's top level).
-    `drop_loc_prefix` hides a location prefix the user never wrote (a single-stage profile is
-    validated as `stages[0]`).
+    Paths are as the user wrote them: a discriminated union's tag (the `concurrency` in pydantic's
+    `load.concurrency.concurrency`) is left out, and `names` maps a path to what the user typed
+    instead (a CLI flag: `{"load.rate_rps": "--rate"}` gives `--rate (load.rate_rps)`). Unknown
+    fields under one parent are one problem listing the allowed fields, found by walking `model`
+    along the location (or by `allowed_fields(parent_loc)` when the caller knows better, e.g. a
+    profile's top level). `drop_loc_prefix` hides a location prefix the user never wrote (a
+    single-stage profile is validated as `stages[0]`).
     """
-    errors = exc.errors()
-    # A misspelt field is both unknown and (its real name) missing: the unknown one says more.
-    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = list(error["loc"])
     prefix = list(drop_loc_prefix)
-    shown = loc[len(prefix) :] if prefix and loc[: len(prefix)] == prefix else loc
-    path = format_loc(shown) or (model.__name__ if model is not None else exc.title)
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        parent = loc[:-1]
-        names = allowed_fields(parent) if allowed_fields is not None else None
-        if names is None and model is not None:
-            names = fields_at(model, parent)
-        message = f"unknown field; allowed: {', '.join(names)}" if names else "unknown field"
-    elif error["type"] == "missing":
-        message = "required field is missing"
-    return f"{path}: {message}"
+    problems: list[str] = []
+    # Unknown fields by the parent the user wrote: (pydantic's parent location, field paths).
+    unknown: dict[tuple[Any, ...], tuple[list[Any], list[str]]] = {}
+    for error in exc.errors():
+        raw = list(error["loc"])
+        loc = _user_loc(model, raw)
+        shown = loc[len(prefix) :] if prefix and loc[: len(prefix)] == prefix else loc
+        if error["type"] == "extra_forbidden":
+            parent = tuple(shown[:-1])
+            if parent not in unknown:
+                unknown[parent] = (raw[:-1], [])
+                problems.append(f"\0unknown:{len(unknown) - 1}")
+            unknown[parent][1].append(_named(format_loc(shown), names))
+            continue
+        path = _named(format_loc(shown), names) or (
+            model.__name__ if model is not None else exc.title
+        )
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "missing":
+            message = "required field is missing"
+        problem = f"{path}: {message}"
+        if problem not in problems:
+            problems.append(problem)
+    groups = list(unknown.values())
+    for index, problem in enumerate(problems):
+        if problem.startswith("\0unknown:"):
+            raw_parent, fields = groups[int(problem.removeprefix("\0unknown:"))]
+            problems[index] = _unknown_fields(raw_parent, fields, model, allowed_fields)
+    if len(problems) == 1:
+        return problems[0]
+    numbered = " ".join(f"({number}) {text}" for number, text in enumerate(problems, start=1))
+    return f"{len(problems)} problems: {numbered}"
 
 
-def validate(model: type[ModelT], data: Any, source: str | None = None) -> ModelT:
-    """`model.model_validate(data)`, a ValidationError turned into a one-line UserError."""
+def _named(path: str, names: Mapping[str, str] | None) -> str:
+    if names and path in names:
+        flag = names[path]
+        # `--concurrency (concurrency)` says nothing twice; `--rate (load.rate_rps)` does not.
+        return flag if flag.lstrip("-").replace("-", "_") == path else f"{flag} ({path})"
+    return path
+
+
+def _unknown_fields(
+    raw_parent: list[Any],
+    fields: list[str],
+    model: type[BaseModel] | None,
+    allowed_fields: Callable[[list[Any]], list[str] | None] | None,
+) -> str:
+    """`a.b: unknown field; allowed: ...` (one) or `a.b, a.c: unknown fields; allowed: ...`."""
+    allowed = allowed_fields(raw_parent) if allowed_fields is not None else None
+    if allowed is None and model is not None:
+        allowed = fields_at(model, raw_parent)
+    noun = "unknown field" if len(fields) == 1 else "unknown fields"
+    text = f"{', '.join(fields)}: {noun}"
+    if not allowed:
+        return text
+    text += f"; allowed: {', '.join(allowed)}"
+    # The closest allowed name to each unknown one (a typo is the usual cause).
+    close = {
+        match
+        for field in fields
+        for match in difflib.get_close_matches(
+            field.rsplit(".", 1)[-1].split(" ", 1)[0], allowed, n=2, cutoff=0.6
+        )
+    }
+    return f"{text}; did you mean {', '.join(sorted(close))}?" if close else text
+
+
+def _user_loc(model: type[BaseModel] | None, loc: list[Any]) -> list[Any]:
+    """`loc` without the discriminated-union tags pydantic inserts (the user never writes them:
+    `load: {pattern: concurrency, concurrency: 0}` fails at `load.concurrency.concurrency`)."""
+    if model is None:
+        return loc
+    kept: list[Any] = []
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):  # a list index: the user wrote it (`steps[0]`)
+            kept.append(part)
+            continue
+        if isinstance(current, list):  # a union: `part` is the tag naming one of its models
+            chosen = next((m for m in current if _has_tag(m, part)), None)
+            if chosen is not None:
+                current = chosen
+                continue
+            current = None
+        kept.append(part)
+        if current is None:
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            current = None
+            continue
+        field = current.model_fields.get(str(part))
+        if field is None:
+            current = None
+            continue
+        models = _models_in(field.annotation)
+        current = models[0] if len(models) == 1 else (models or None)
+    return kept
+
+
+def validate(
+    model: type[ModelT],
+    data: Any,
+    source: str | None = None,
+    names: Mapping[str, str] | None = None,
+) -> ModelT:
+    """`model.model_validate(data)`, a ValidationError turned into a one-line UserError
+    (`names`: see describe_validation_error)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        message = describe_validation_error(exc, model)
+        message = describe_validation_error(exc, model, names=names)
         raise UserError(f"{source}: {message}" if source else message) from None
 
 

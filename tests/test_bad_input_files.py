@@ -9,6 +9,7 @@ RequestRecord JSON, a ResultStore holding a shipped reference run).
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -273,3 +274,161 @@ def test_checkpoint_with_a_broken_config_json(tmp_path: Path, monkeypatch, break
 
     architecture, note = architecture_for(str(checkpoint))
     assert architecture is None and "config.json" in note
+
+
+# ------------------------------------------------------------------ bounded reading (bench.files)
+# Inputs that are well-formed bytes but unbounded work: 100,000 `[` (every parser recursed per
+# level: RecursionError), a YAML alias bomb (a few hundred bytes loading to gigabytes), a FIFO
+# with no writer (the read waited forever) and /dev/zero (read until memory ran out).
+
+
+def deep_nesting(tmp: Path, suffix: str) -> Path:
+    path = tmp / f"deep{suffix}"
+    path.write_text("[" * 100_000 + "\n")
+    return path
+
+
+def alias_bomb(tmp: Path, suffix: str) -> Path:
+    """Nine levels of nine aliases each: 9**9 (387 million) strings once expanded."""
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for level in range(1, 9):
+        lines.append(f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * 9)}]")
+    path = tmp / f"bomb{suffix}"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def fifo(tmp: Path, suffix: str) -> Path:
+    path = tmp / f"fifo{suffix}"
+    os.mkfifo(path)
+    return path
+
+
+def dev_zero(tmp: Path, suffix: str) -> Path:
+    path = tmp / f"zero{suffix}"
+    path.symlink_to("/dev/zero")
+    return path
+
+
+HAZARDS = {
+    "deep-nesting": (deep_nesting, "nested deeper than 100 levels"),
+    "alias-bomb": (alias_bomb, "expands through its aliases"),
+    "fifo": (fifo, "is not a regular file"),
+    "dev-zero": (dev_zero, "is not a regular file"),
+}
+
+# (entry point, suffix of the file it reads, command given the file's path)
+ENTRY_POINTS: list[tuple[str, str, Callable[[Path], tuple[int, str]]]] = [
+    ("profile", ".yaml", lambda f: advisor("recommend", "--profile", str(f))),
+    ("profile (json)", ".json", lambda f: advisor("recommend", "--profile", str(f))),
+    ("run config", ".yaml", lambda f: bench("run", "--config", str(f))),
+    ("campaign plan", ".yaml", lambda f: bench("campaign", str(f), "--out", str(f.parent / "o"))),
+    (
+        "decision tree",
+        ".yaml",
+        lambda f: advisor("recommend", "--model", "llama-2-7b", "--tree", str(f)),
+    ),
+    ("records file", ".jsonl", lambda f: bench("summarize", str(f))),
+]
+
+
+@pytest.fixture
+def fail_instead_of_hanging():
+    """A read that blocks (the FIFO before the fix) fails the test instead of hanging it."""
+    import signal
+
+    def _timeout(signum, frame):
+        raise TimeoutError("the command blocked reading its input")
+
+    previous = signal.signal(signal.SIGALRM, _timeout)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("hazard", list(HAZARDS))
+@pytest.mark.parametrize(
+    ("entry", "suffix", "command"), ENTRY_POINTS, ids=[e[0] for e in ENTRY_POINTS]
+)
+def test_unbounded_input_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch, fail_instead_of_hanging, entry, suffix, command, hazard
+) -> None:
+    if hazard == "alias-bomb" and suffix != ".yaml":
+        pytest.skip("aliases are YAML only")
+    monkeypatch.setenv("ADVISOR_STORE", str(tmp_path / "absent.sqlite"))
+    make, needle = HAZARDS[hazard]
+    code, stderr = command(make(tmp_path, suffix))
+    _one_line_error(code, stderr)
+    assert needle in stderr, stderr
+
+
+@pytest.mark.parametrize("hazard", ["deep-nesting", "fifo", "dev-zero"])
+def test_unbounded_reference_file_is_a_note(
+    tmp_path: Path, monkeypatch, fail_instead_of_hanging, hazard: str
+) -> None:
+    """A reference folder is read file by file: the bad one is named in a note, the good one
+    still counts."""
+    monkeypatch.setenv("ADVISOR_STORE", str(tmp_path / "absent.sqlite"))
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    (folder / "good_runs.json").write_bytes(REFERENCE_RUNS.read_bytes())
+    make, needle = HAZARDS[hazard]
+    bad = make(folder, ".json")
+    code, _ = advisor("recommend", "--model", "llama-2-7b", "--reference-dir", str(folder))
+    assert code == 0
+    from advisor.evidence import read_reference_folder
+
+    loaded = read_reference_folder(folder)
+    assert list(loaded.runs) == ["good_runs.json"]
+    assert any(bad.name in note and needle in note for note in loaded.notes), loaded.notes
+
+
+@pytest.mark.parametrize("hazard", ["deep-nesting", "alias-bomb"])
+def test_unbounded_app_upload_is_one_line(tmp_path: Path, hazard: str) -> None:
+    """The app's profile upload parses through the same bounded reader."""
+    from bench.errors import UserError
+    from ui.state import read_uploaded_profile
+
+    make, needle = HAZARDS[hazard]
+    data = make(tmp_path, ".yaml").read_bytes()
+    with pytest.raises(UserError, match=needle):
+        read_uploaded_profile(data, "upload.yaml")
+
+
+def test_deeply_nested_option_value_is_one_line() -> None:
+    code, stderr = bench(
+        "run", "--backend", "fake", "--model", "tiny-llama", "--engine-arg", "x=" + "[" * 100_000
+    )
+    _one_line_error(code, stderr)
+    assert "nested deeper than 100 levels" in stderr
+
+
+def test_size_cap_and_the_shipped_files_within_the_bounds(tmp_path: Path) -> None:
+    """A file over the cap is refused; every shipped YAML/JSON input (anchors and merge keys
+    included) still loads through the bounded reader."""
+    from bench.errors import UserError
+    from bench.files import load_user_json, load_user_mapping, read_user_bytes
+
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"a: 1\n" * 1000)
+    with pytest.raises(UserError, match="larger than"):
+        read_user_bytes(big, "profile", max_bytes=1024)
+    shipped = [*ROOT.glob("examples/**/*.yaml"), *ROOT.glob("data/**/*.yaml")]
+    assert len(shipped) > 10
+    for path in shipped:
+        assert isinstance(load_user_mapping(path, "shipped file"), dict), path
+    for path in ROOT.glob("data/reference/*.json"):
+        load_user_json(path, "reference file")
+
+
+@pytest.mark.parametrize("hazard", ["deep-nesting", "fifo", "dev-zero"])
+def test_unbounded_checkpoint_config_json(tmp_path: Path, fail_instead_of_hanging, hazard: str):
+    """`--model DIR` reads DIR/config.json through the same bounded reader."""
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    make, needle = HAZARDS[hazard]
+    make(checkpoint, ".json").rename(checkpoint / "config.json")
+    code, stderr = bench("run", "--backend", "pytorch", "--model", str(checkpoint))
+    _one_line_error(code, stderr)
+    assert needle in stderr and "config.json" in stderr, stderr

@@ -137,11 +137,8 @@ def read_uploaded_profile(data: bytes, name: str) -> WorkloadProfile:
     """Parse an uploaded YAML/JSON profile; UserError with a one-line message otherwise."""
     if len(data) > MAX_PROFILE_BYTES:
         raise UserError(f"{name}: {len(data) // 1024} KB is too large for a profile (max 256 KB)")
-    try:
-        loaded = yaml.safe_load(data.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserError(f"{name}: not valid YAML ({first})") from None
-    if not isinstance(loaded, dict):
-        raise UserError(f"{name}: expected a mapping of profile fields at the top level")
+    from bench.files import decode_text, parse_user_mapping
+
+    # The CLI's bounded parser: nesting depth and YAML alias expansion are capped the same way.
+    loaded = parse_user_mapping(decode_text(data, name), name)
     return profile_from_dict(loaded, source=name)

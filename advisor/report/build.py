@@ -9,7 +9,6 @@ table) for the CLI and the app.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -470,10 +469,9 @@ def column_label(key: str) -> str:
 def load_reference(path: Path) -> ReferenceTable:
     """The article's published table from data/reference (the advisor's `kind: published` layout:
     source.title, model, environment, caveats, configurations, rows)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read reference table {str(path)!r}: {exc}") from None
+    from bench.files import load_user_json
+
+    data = load_user_json(path, "reference table")
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise UserError(f"reference table {str(path)!r} is not a published table with rows")
     rows_raw = [row for row in data["rows"] if isinstance(row, dict)]

@@ -108,7 +108,16 @@ class Backend(ABC):
     name: ClassVar[str]
     kinds: ClassVar[frozenset[str]] = frozenset({"generate"})
     options_model: ClassVar[type[BaseModel] | None] = None
-    """Known engine options (pydantic, extra='forbid'); None = free-form pass-through."""
+    """Known engine options (pydantic, extra='forbid'); None = free-form pass-through.
+
+    Every engine argument is checked by `validate_engine_args` before anything loads
+    (bench.api.check_runnable). Where the names come from: vllm, the installed EngineArgs fields
+    (it overrides the check); pytorch, torch_compile, onnxruntime, tensorrt, tensorrt_llm, openai
+    and fake, this model: the subset of the framework's arguments (torch.compile's mode /
+    fullgraph / dynamic, ONNX Runtime SessionOptions, TensorRT-LLM LlmArgs) the adapter maps
+    under the framework's names. The frameworks' full sets are not used: an argument the adapter
+    does not pass through would be accepted and then ignored, and TensorRT-LLM's LlmArgs is only
+    knowable by importing tensorrt_llm (GPU-only, not installable on this project's machines)."""
 
     options: Any
     """The parsed `options_model` instance (None for a free-form backend); subclasses narrow the

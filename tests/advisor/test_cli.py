@@ -301,3 +301,67 @@ def test_group_identical_merges_same_findings_and_keeps_every_run_id() -> None:
                     d.run_id == run_id and d.finding == finding.finding and d.rule == group.rule
                     for d in diagnostics
                 )
+
+
+def assert_one_line_exit_2(result, needle: str) -> None:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in result.output and result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["recommend", "--bogus"], "No such option: --bogus"),
+        (["nosuchcmd"], "No such command 'nosuchcmd'"),
+        (["recommend", "--concurrency", "many"], "--concurrency"),
+        (["report", "--profile", "x.yaml"], "Missing option '--out'"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args: list[str], needle: str) -> None:
+    assert_one_line_exit_2(invoke(*args), needle)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["recommend", "--model", "llama-2-7b", "--request-rate-rps", "inf"], "finite number"),
+        (["recommend", "--gpu", "H200", "--gpu-memory-gb", "inf"], "finite number"),
+        (["recommend", "--model", "llama-2-7b", "--parameters-b", "1e300"], "less than or equal"),
+        (["recommend", "--model", "llama-2-7b", "--ttft-ms", "nan"], "finite number"),
+        (["recommend", "--model", "m" * 100_000], "at most 4096 characters"),
+        (["recommend", "--model", "llama-2-7b", "--reference-dir", "/no/such/ref"], "not a folder"),
+        (["recommend", "--profile", "/proc/self/mem"], "cannot read profile /proc/self/mem"),
+    ],
+    ids=lambda value: None,
+)
+def test_non_finite_huge_and_missing_input_is_one_line(args: list[str], needle: str) -> None:
+    assert_one_line_exit_2(invoke(*args), needle)
+
+
+def test_non_finite_number_in_a_profile_file(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("model: llama-2-7b\nrequest_rate_rps: .nan\ngpu: {type: H200}\n")
+    assert_one_line_exit_2(invoke("recommend", "--profile", str(profile)), "finite number")
+
+
+def test_validation_names_flags_and_lists_every_problem(tmp_path: Path) -> None:
+    result = invoke("recommend", "--model", "llama-2-7b", "--concurrency", "0",
+                    "--request-rate-rps", "inf")  # fmt: skip
+    assert_one_line_exit_2(
+        result,
+        "flags: 2 problems: (1) --concurrency: Input should be greater than 0 (2) "
+        "--request-rate-rps: Input should be a finite number",
+    )
+    profile = tmp_path / "p.yaml"
+    profile.write_text("title: x\ncolour: red\nstages:\n  - {name: a, concurrency: 0, tpye: 1}\n")
+    result = invoke("recommend", "--profile", str(profile))
+    assert_one_line_exit_2(result, "3 problems:")
+    for problem in (
+        "stages[0].concurrency: Input should be greater than 0",
+        "stages[0].tpye: unknown field; allowed: name,",
+        "colour: unknown field; allowed: title, owner, notes, stages,",
+    ):
+        assert problem in result.stderr, (problem, result.stderr)

@@ -162,7 +162,7 @@ def test_flags_override_a_loaded_profile_and_rederive_memory() -> None:
 def test_flag_errors() -> None:
     with pytest.raises(UserError, match="--dynamic-control-flow: 'maybe' is not yes or no"):
         profile_from_flags(dynamic_control_flow="maybe")
-    with pytest.raises(UserError, match=r"gpu\.type: 'H300' is not a known GPU"):
+    with pytest.raises(UserError, match=r"--gpu \(gpu\.type\): 'H300' is not a known GPU"):
         profile_from_flags(gpu="H300")
     with pytest.raises(UserError, match="unknown flag"):
         profile_from_flags(colour="red")

@@ -73,7 +73,7 @@ def write_plan(tmp_path: Path, steps: list[dict], name: str = "test plan") -> Pa
         (
             b"name: x\nsteps:\n- kind: run\n  name: a\n  config: {backend: pytorch, model: m, "
             b"lod: {}}\n",
-            "steps[0].run.config.lod: unknown field; allowed: backend, model",
+            "steps[0].config.lod: unknown field; allowed: backend, model",
         ),
         (b"name: x\nsteps:\n- kind: walk\n  name: a\n", "steps[0]"),
         (b"name: x\nsteps: []\n", "steps: List should have at least 1 item"),

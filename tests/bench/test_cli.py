@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,234 @@ def test_run_fake_backend_writes_store_and_out(tmp_path):
     assert (out / "result.json").exists() and (out / "records.jsonl").exists()
     listed = bench("runs", "--store", str(store))
     assert run["run_id"] in listed.stdout
+
+
+def bench_in_process(*args: str) -> tuple[int, str, str]:
+    """`bench.cli.main([...])` in this process (cheap), with its stdout and stderr."""
+    import contextlib
+    import io
+
+    from bench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_one_line_exit_2(code: int, stderr: str, needle: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, (code, stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("runs", "--limit", "abc"), "--limit"),
+        (("run", "--bogus"), "No such option: --bogus"),
+        (("summarize",), "Missing argument 'records'"),
+        (("nosuchcmd",), "No such command 'nosuchcmd'"),
+        (("store", "nosuch"), "No such command 'nosuch'"),
+        (("run", "--prometheus-port", "70000"), "--prometheus-port"),
+        (("runs", "--limit", "99999999999999999999"), "--limit"),  # was an sqlite OverflowError
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args, needle):
+    code, stdout, stderr = bench_in_process(*args)
+    assert_one_line_exit_2(code, stderr, needle)
+    assert "--help" in stderr and stdout == ""
+
+
+def test_usage_error_as_a_program_is_one_line_exit_2():
+    """The same through `python -m bench` (typer's vendored click raises its own exceptions)."""
+    result = bench("runs", "--limit", "abc")
+    assert_one_line_exit_2(result.returncode, result.stderr, "--limit")
+
+
+RUN = ("run", "--backend", "fake", "--model", "tiny-llama")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((*RUN, "--pattern", "rate", "--rate", "inf"), "finite number"),
+        ((*RUN, "--duration-s", "nan"), "finite number"),
+        ((*RUN, "--option", "load.duration_s=.inf"), "finite number"),
+        ((*RUN, "--option", "workload.seed=-1"), "greater than or equal to 0"),
+        ((*RUN, "--pattern", "rate", "--option", "load.seed=-1"), "greater than or equal to 0"),
+        ((*RUN, "--concurrency", "1000000000"), "less than or equal to 100000"),
+        ((*RUN, "--slo-ttft-ms", "1e300"), "less than or equal to"),
+        (("run", "--backend", "fake", "--model", "m" * 100_000), "at most 4096 characters"),
+        (("run", "--backend", "fake", "--model", "m" * 300), "at most 255"),
+        ((*RUN, "--out", "o" * 300), "at most 255"),
+        ((*RUN, "--out", "o/" * 3000), "at most 4096"),
+        (("summarize", "records.jsonl", "--slo-ttft-ms", "nan"), "finite number"),
+        (("campaign", "plan.yaml", "--out", "o", "--budget-s", "nan"), "--budget-s"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_non_finite_huge_and_overlong_input_is_one_line(tmp_path, monkeypatch, args, needle):
+    """inf/nan and huge numbers used to pass validation and crash or never end later; an
+    overlong name failed with OSError 36 after the work. Nothing is written either way."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "records.jsonl").write_text("")
+    shutil.copy(REPO / "examples" / "campaigns" / "ray-2gpu.yaml", tmp_path / "plan.yaml")
+    store = tmp_path / "store.sqlite"
+    extra = ("--store", str(store)) if args[0] == "run" else ()
+    code, _, stderr = bench_in_process(*args, *extra)
+    assert_one_line_exit_2(code, stderr, needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml", "records.jsonl"]
+
+
+def test_unreadable_file_is_one_line(tmp_path):
+    """/proc/self/mem is a regular file whose first page cannot be read (EIO), even by root."""
+    code, _, stderr = bench_in_process("run", "--config", "/proc/self/mem")
+    assert_one_line_exit_2(code, stderr, "cannot read run config /proc/self/mem")
+
+
+def test_os_errors_on_user_paths_are_one_line(capsys):
+    """What a command meets on a path the user named (read-only folder, no permission) is one
+    line: exit 2 for the user's paths, 1 for the machine's (a full disk)."""
+    import errno
+
+    from bench.cli_errors import report_exception
+
+    assert report_exception(PermissionError(errno.EACCES, "Permission denied", "/x/out")) == 2
+    assert report_exception(OSError(errno.EROFS, "Read-only file system", "/proc/x")) == 2
+    assert report_exception(OSError(errno.ENOSPC, "No space left on device", "/d/r")) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "error: cannot use /x/out: Permission denied",
+        "error: cannot use /proc/x: Read-only file system",
+        "error: cannot use /d/r: No space left on device",
+    ]
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        report_exception(ZeroDivisionError("x"))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # A union's tag is not part of what the user wrote (pydantic: load.concurrency.concurrency).
+        ((*RUN, "--option", "load.concurrency=0"), "load.concurrency: Input should be greater"),
+        # A flag is named as typed, with the field it sets.
+        ((*RUN, "--concurrency", "0"), "--concurrency (load.concurrency): Input should be"),
+        (
+            (*RUN, "--pattern", "rate", "--rate", "inf", "--duration-s", "-1", "--option",
+             "load.bogus=1", "--option", "load.other=2"),
+            "3 problems: (1) --rate (load.rate_rps): Input should be a finite number (2) "
+            "--duration-s (load.duration_s): Input should be greater than 0 (3) load.bogus, "
+            "load.other: unknown fields; allowed: warmup_requests,",
+        ),
+    ],
+)  # fmt: skip
+def test_validation_names_fields_as_written_and_lists_every_problem(args, expected):
+    code, _, stderr = bench_in_process(*args)
+    assert_one_line_exit_2(code, stderr, expected)
+    assert "load.concurrency.concurrency" not in stderr and "load.rate.rate_rps" not in stderr
+
+
+def test_validation_of_a_config_file_lists_every_problem(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "backend: fake\nmodle: tiny-llama\nload: {pattern: step, start: 0, levels: [1, -2]}\n"
+        "workload: {kind: generate, seed: -1}\n"
+    )
+    code, _, stderr = bench_in_process("run", "--config", str(config))
+    assert_one_line_exit_2(code, stderr, f"run config {config}: 5 problems:")
+    for problem in (
+        "model: required field is missing",
+        "workload.seed: Input should be greater than or equal to 0",
+        "load.start: Input should be greater than 0",
+        "load.levels[1]: Input should be greater than 0",
+        "modle: unknown field; allowed: backend, model,",
+    ):
+        assert problem in stderr, (problem, stderr)
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.parametrize(
+    ("backend", "engine_args", "expected"),
+    [
+        pytest.param(
+            "vllm",
+            ["nosuch_arg=1", "max_num_seq=4"],
+            "unknown vLLM engine arguments 'nosuch_arg', 'max_num_seq' (did you mean max_num_seqs,",
+            marks=pytest.mark.skipif(not _installed("vllm"), reason="vLLM is not installed"),
+        ),
+        pytest.param(
+            "torch_compile",
+            ["mdoe=default", "fulgraph=true"],
+            "mdoe, fulgraph: unknown fields; allowed: max_batch_size,",
+            marks=pytest.mark.skipif(not _installed("torch"), reason="torch is not installed"),
+        ),
+        pytest.param(
+            "onnxruntime",
+            ["intra_op_threads=2"],
+            "did you mean inter_op_num_threads, intra_op_num_threads?",
+            marks=pytest.mark.skipif(
+                not _installed("onnxruntime"), reason="onnxruntime is not installed"
+            ),
+        ),
+    ],
+)
+def test_unknown_engine_arguments_are_refused_before_loading(
+    tmp_path, backend, engine_args, expected
+):
+    """Checked against the engine's own argument set before any engine starts (vLLM: the
+    installed EngineArgs fields; it used to start the engine, ~40 s here, and store a FAILED run);
+    every unknown name is listed with the closest valid ones."""
+    import time
+
+    store, out = tmp_path / "store.sqlite", tmp_path / "out"
+    args = [a for pair in engine_args for a in ("--engine-arg", pair)]
+    started = time.monotonic()
+    code, _, stderr = bench_in_process(
+        "run", "--backend", backend, "--model", "tiny-llama", *args,
+        "--store", str(store), "--out", str(out),
+    )  # fmt: skip
+    assert_one_line_exit_2(code, stderr, expected)
+    assert time.monotonic() - started < 10  # no engine was started
+    assert not store.exists() and not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _installed("vllm"), reason="vLLM is not installed")
+def test_vllm_engine_argument_names_read_from_source_equal_the_dataclass_fields():
+    """The CLI reads EngineArgs' field names from vLLM's source (no import); the imported
+    dataclass must agree, or the pre-load check would refuse or allow the wrong names."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from bench.backends.vllm import _engine_arg_fields_from_source
+
+    fields = {f.name for f in dataclasses.fields(AsyncEngineArgs) if not f.name.startswith("_")}
+    assert _engine_arg_fields_from_source() == fields
+
+
+def test_broken_pipe_exits_quietly():
+    """`python -m bench runs | head`: the reader leaving is exit code 1 with nothing on stderr
+    (typer re-raises BrokenPipeError outside standalone mode; it was a traceback)."""
+    code = (
+        "import sys\n"
+        "from bench.cli_errors import report_exception\n"
+        "sys.stdout.write('x' * 100)\n"
+        "sys.exit(report_exception(BrokenPipeError(32, 'Broken pipe')))\n"
+    )
+    reader = subprocess.Popen(["head", "-c", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, stdout=reader.stdin, stderr=subprocess.PIPE,
+        text=True, timeout=60,
+    )  # fmt: skip
+    reader.stdin.close()
+    reader.wait(timeout=10)
+    assert result.returncode == 1 and result.stderr == ""

@@ -193,7 +193,7 @@ async def test_poisson_search_finds_the_md1_capacity(time_travel):
         1 / service_s - 1e-9,
     )  # 1.294 req/s
     load = CapacityLoad(warmup_requests=0, percentile="p90", attainment_target=target,
-                        probe_requests=2000, seed=7, max_duration_s=1e6)  # fmt: skip
+                        probe_requests=2000, seed=7, max_duration_s=6e5)  # fmt: skip
     slo = SLO(ttft_ms=(service_s + wait_limit_s) * 1000)
     report, _, _ = await run_search(load, slo, {"ttft_s": service_s, "max_parallel": 1})
     # Sampling tolerance: 2 standard errors of a 10% miss share over 2000 requests (0.0134)

@@ -212,7 +212,7 @@ def test_read_records_errors_name_the_line(tmp_path, line, message):
 
 
 def test_read_records_unreadable_file(tmp_path):
-    with pytest.raises(UserError, match=r"cannot read records file .*missing\.jsonl"):
+    with pytest.raises(UserError, match=r"records file .*missing\.jsonl does not exist"):
         read_records_jsonl(tmp_path / "missing.jsonl")
     binary = tmp_path / "b.jsonl"
     binary.write_bytes(b"\xff\xfe\x00garbage")
