@@ -521,7 +521,7 @@ def runs(
     """List stored runs."""
     from bench.store import ResultStore
 
-    rows = ResultStore(store).list_runs(backend=backend, limit=limit)
+    rows = ResultStore(store, create=False).list_runs(backend=backend, limit=limit)
     if as_json:
         _print_json([r.model_dump(mode="json", exclude={"telemetry": {"samples"}}) for r in rows])
         return
@@ -542,7 +542,7 @@ def show(
     """Print one stored run as JSON."""
     from bench.store import ResultStore
 
-    typer.echo(ResultStore(store).get_run(run_id).model_dump_json(indent=2))
+    typer.echo(ResultStore(store, create=False).get_run(run_id).model_dump_json(indent=2))
 
 
 store_app = typer.Typer(
@@ -559,7 +559,7 @@ def store_info(
     """Which store this is (password masked), its schema version (upgraded on open), counts."""
     from bench.store import ResultStore
 
-    with ResultStore(store) as opened:
+    with ResultStore(store, create=False) as opened:
         info = opened.info()
     if as_json:
         _print_json(info.model_dump())
@@ -581,13 +581,18 @@ def store_copy(
     from bench.store import ResultStore
     from bench.store_copy import copy_runs
 
-    with ResultStore(source) as reader, ResultStore(destination) as writer:
+    with ResultStore(source, create=False) as reader, ResultStore(destination) as writer:
         report = copy_runs(reader, writer)
+        unreadable = f", {len(report.skipped)} unreadable skipped" if report.skipped else ""
         typer.echo(
             f"{report.copied} runs copied, {report.updated} replaced, {report.unchanged} already "
-            f"there, {report.unfinished} unfinished left out; {report.records} records "
-            f"({reader.display} -> {writer.display})"
+            f"there, {report.unfinished} unfinished left out{unreadable}; {report.records} "
+            f"records ({reader.display} -> {writer.display})"
         )
+        for row in report.skipped:
+            typer.echo(f"skipped {row.run_id} ({row.status}): {row.reason}", err=True)
+    if report.skipped:  # not everything was copied: a script must not treat the source as moved
+        raise typer.Exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,11 @@ Versions:
 1. The previous release's layout (SQLite only): meta, runs, records, jobs.
 2. jobs.runner (which runner, host:pid, claimed the job), jobs.current_run_id (the run a job is
    executing, so a dead runner's run is failed with its job), and schema_migrations.
+3. The owner of a RUNNING run: runs.owner_host (host name, shown), runs.owner_pid,
+   runs.owner_node (boot id and pid namespace: which kernel that pid belongs to) and
+   runs.owner_started_at (the process's start time, so a reused pid is not taken for it), so a
+   store opened on the owner's host fails a run whose process is gone at once, instead of after
+   the heartbeat grace.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from sqlalchemy import (
     text,
 )
 
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3
 """Version of the store's table layout (each RunResult's JSON carries its own schema_version)."""
 
 metadata = MetaData()
@@ -63,6 +68,11 @@ runs = Table(
     Column("label", Text),
     Column("heartbeat_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # Who writes a RUNNING run (NULL for copied runs and those of schema 1-2).
+    Column("owner_host", Text),
+    Column("owner_pid", Integer),
+    Column("owner_node", Text),
+    Column("owner_started_at", Float),
     # Parallelism, precision and everything else of the run stay inside the versioned JSON;
     # columns exist only for what the store filters or sorts on.
     Column("result_json", Text, nullable=False),
@@ -141,7 +151,17 @@ def _to_2(conn: Connection) -> None:
     schema_migrations.create(conn)
 
 
-MIGRATIONS = (Migration(2, "jobs.runner, jobs.current_run_id, schema_migrations", _to_2),)
+def _to_3(conn: Connection) -> None:
+    conn.execute(text("ALTER TABLE runs ADD COLUMN owner_host TEXT"))
+    conn.execute(text("ALTER TABLE runs ADD COLUMN owner_pid INTEGER"))
+    conn.execute(text("ALTER TABLE runs ADD COLUMN owner_node TEXT"))
+    conn.execute(text("ALTER TABLE runs ADD COLUMN owner_started_at FLOAT"))
+
+
+MIGRATIONS = (
+    Migration(2, "jobs.runner, jobs.current_run_id, schema_migrations", _to_2),
+    Migration(3, "runs.owner_host, owner_pid, owner_node, owner_started_at", _to_3),
+)
 assert [m.version for m in MIGRATIONS] == list(range(2, STORE_SCHEMA_VERSION + 1))
 
 

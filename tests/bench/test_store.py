@@ -35,6 +35,9 @@ V1_FIXTURE = Path(__file__).parent / "data" / "store_v1.sqlite"
 """Written by bench/store.py of commit 852060c (store schema 1, the previous release): two runs
 (one COMPLETED with 5 records and 3 telemetry samples, one RUNNING with 2) and one QUEUED job."""
 
+OWNER_COLUMNS = ("owner_host", "owner_pid", "owner_node", "owner_started_at")
+"""What store schema 3 added to the runs table."""
+
 WRITERS = 4
 RUNS_PER_WRITER = 250
 RECORDS_PER_RUN = 3
@@ -325,7 +328,7 @@ def test_previous_release_store_opens_and_upgrades(tmp_path):
     shutil.copy(V1_FIXTURE, path)
     assert layout(f"sqlite:///{path}")["jobs"][0].count("runner") == 0  # really schema 1
     with ResultStore(path) as upgraded:
-        assert upgraded.schema_version == STORE_SCHEMA_VERSION == 2
+        assert upgraded.schema_version == STORE_SCHEMA_VERSION == 3
         completed = upgraded.get_run("v1-run-completed")
         assert completed.status == RunStatus.COMPLETED
         assert completed.config.label == "written by store schema 1"
@@ -338,22 +341,23 @@ def test_previous_release_store_opens_and_upgrades(tmp_path):
         claimed = upgraded.claim_next_job(pid=7, runner="host-a:7")
         assert claimed is not None and claimed.runner == "host-a:7"  # a column schema 2 added
         history = sql(upgraded, "SELECT version, description FROM schema_migrations")
-        assert [version for version, _ in history] == [2]
-        assert sql(upgraded, "SELECT value FROM meta WHERE key = 'schema_version'") == [("2",)]
+        assert [version for version, _ in history] == [2, 3]
+        assert sql(upgraded, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
     # The upgraded file has exactly the layout of a store created at this version.
     with ResultStore(tmp_path / "fresh.sqlite"):
         pass
     assert layout(f"sqlite:///{path}") == layout(f"sqlite:///{tmp_path}/fresh.sqlite")
     with ResultStore(path) as reopened:  # a second open migrates nothing
-        assert len(sql(reopened, "SELECT version FROM schema_migrations")) == 1
+        assert len(sql(reopened, "SELECT version FROM schema_migrations")) == 2
 
 
 def test_migration_runs_on_both_backends(store_url):
-    """Take a fresh store back to schema 1 (what migration 2 adds, removed), reopen it."""
+    """Take a fresh store back to schema 1 (what migrations 2 and 3 add, removed), reopen it."""
     ResultStore(store_url).close()
     fresh = layout(store_url)
     raw_execute(
         store_url,
+        *(f"ALTER TABLE runs DROP COLUMN {column}" for column in OWNER_COLUMNS),
         "ALTER TABLE jobs DROP COLUMN runner",
         "ALTER TABLE jobs DROP COLUMN current_run_id",
         "DROP TABLE schema_migrations",
@@ -361,8 +365,8 @@ def test_migration_runs_on_both_backends(store_url):
     )
     assert "schema_migrations" not in layout(store_url)
     with ResultStore(store_url) as upgraded:
-        assert upgraded.schema_version == 2
-        assert sql(upgraded, "SELECT version FROM schema_migrations") == [(2,)]
+        assert upgraded.schema_version == 3
+        assert sql(upgraded, "SELECT version FROM schema_migrations ORDER BY 1") == [(2,), (3,)]
     assert layout(store_url) == fresh
 
 
@@ -628,8 +632,13 @@ def test_copy_of_the_previous_release_store(tmp_path, store_url):
         if destination.path == source.path:
             pytest.skip("same file")
         report = copy_runs(source, destination)
-        assert (report.copied, report.unfinished, report.records) == (1, 1, 5)
+        # The fixture's RUNNING run has been silent since it was written: opening the store
+        # failed it (records kept), so it is copied as the finished run it now is.
+        assert (report.copied, report.unfinished, report.records) == (2, 0, 7)
         assert destination.get_run("v1-run-completed") == source.get_run("v1-run-completed")
+        lost = destination.get_run("v1-run-running")
+        assert lost.status == RunStatus.FAILED
+        assert lost.failure is not None and lost.failure.cause.startswith("worker lost")
 
 
 def test_sqlite_connection_is_not_shared_with_sqlite3_locking(tmp_path):
