@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bench.errors import UserError
+from bench.errors import RunAborted, RunInterrupted, UserError
 
 app = typer.Typer(
     add_completion=False,
@@ -196,7 +196,12 @@ def run(
     ] = None,
     config: Annotated[Path | None, typer.Option(help="RunConfig YAML/JSON file.")] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Write result.json + records.jsonl here.")
+        Path | None,
+        typer.Option(
+            help="Write result.json + records.jsonl here (checked before the run; a folder used "
+            "before gets this run's files, replacing the previous run's, as GuideLLM's "
+            "--output-path does)."
+        ),
     ] = None,
     store: StoreOption = None,
     no_store: Annotated[bool, typer.Option(help="Do not write to the results store.")] = False,
@@ -228,10 +233,6 @@ def run(
         config, backend, model, pattern, flags, engine_arg or [], option or []
     )
     check_runnable(run_config)
-    if out is not None:
-        out = Path(out)
-        if out.exists() and not out.is_dir():
-            raise UserError(f"--out {out} exists and is not a folder")
     result_store = None if no_store else ResultStore(store)
     progress = _ProgressPrinter(enabled=not as_json)
     try:
@@ -469,7 +470,12 @@ def fidelity(
     dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cuda | cpu")] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Write fidelity.json and the backend's run folders here.")
+        Path | None,
+        typer.Option(
+            help="Write fidelity.json and the backend's run folders here (checked before the "
+            "check runs; a folder used before gets this check's files, replacing the previous "
+            "ones, as GuideLLM's --output-path does)."
+        ),
     ] = None,
     store: StoreOption = None,
     no_store: Annotated[bool, typer.Option(help="Do not write runs to the results store.")] = False,
@@ -488,10 +494,17 @@ def fidelity(
     check = _build(check_model, data)
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
-    result = run_check(check, None if no_store else ResultStore(store), out)
+    result = run_check(check, None if no_store else ResultStore(store), out)  # checks --out first
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "fidelity.json").write_text(result.model_dump_json(indent=1))
+        from bench.outputs import os_reason, write_atomic
+
+        try:
+            write_atomic(out / "fidelity.json", result.model_dump_json(indent=1))
+        except OSError as error:
+            raise RunAborted(
+                f"cannot write {out / 'fidelity.json'} ({os_reason(error)}); the check's runs "
+                "are in the results store"
+            ) from None
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         return
@@ -605,6 +618,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
+    except (RunAborted, RunInterrupted) as exc:  # the run is marked FAILED; one line says so
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
     except ValidationError as exc:
         from bench.strict import describe_validation_error
 

@@ -341,7 +341,7 @@ def parse_result(run_id: str, text_: str) -> RunResult:
         raise UnreadableRun(run_id, describe_validation_error(error, RunResult)) from None
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     """The driver's own message (not SQLAlchemy's wrapper with SQL and links), first line."""
     original = getattr(error, "orig", None) or error
     lines = [line.strip() for line in str(original).splitlines() if line.strip()]
@@ -586,7 +586,7 @@ class ResultStore:
         except DBAPIError as error:
             if self.backend == "sqlite" and not isinstance(error, OperationalError):
                 raise self._backend.refuse(
-                    f"cannot be read as a SQLite database ({_first_line(error)})"
+                    f"cannot be read as a SQLite database ({first_line(error)})"
                 ) from None
             if "readonly database" in str(error.orig):
                 raise self._backend.refuse(
@@ -595,7 +595,7 @@ class ResultStore:
                 ) from None
             raise StoreUnavailable(
                 self.location.scrub(
-                    f"results store {self.display}: cannot open: {_first_line(error)}"
+                    f"results store {self.display}: cannot open: {first_line(error)}"
                 )
             ) from None
 
@@ -674,8 +674,7 @@ class ResultStore:
                 if (committing and not retry_commit) or time.monotonic() > deadline:
                     raise StoreUnavailable(
                         self.location.scrub(
-                            f"results store {self.display}: lost the database "
-                            f"({_first_line(error)})"
+                            f"results store {self.display}: lost the database ({first_line(error)})"
                         )
                     ) from None
                 if delay == 0.1:  # once per outage, not per attempt
@@ -683,7 +682,7 @@ class ResultStore:
                         "%s",
                         self.location.scrub(
                             f"results store {self.display}: connection lost "
-                            f"({_first_line(error)}); retrying for up to {self.reconnect_s:.0f} s"
+                            f"({first_line(error)}); retrying for up to {self.reconnect_s:.0f} s"
                         ),
                     )
                 time.sleep(delay)
@@ -1057,7 +1056,7 @@ class ResultStore:
         try:
             reaped = self.reap_stale(RUN_GRACE_S)
         except (DBAPIError, UserError) as error:
-            log.debug("results store %s: reaping skipped: %s", self.display, _first_line(error))
+            log.debug("results store %s: reaping skipped: %s", self.display, first_line(error))
             return
         if reaped:
             log.info("results store %s: marked lost run(s) FAILED: %s", self.display, reaped)
