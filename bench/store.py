@@ -398,9 +398,9 @@ class _SQLite(_Backend):
     def before_open(self) -> None:
         path = self.location.path
         assert path is not None
-        if path.is_dir():
-            raise self.refuse("is a directory, not a file")
         try:
+            if path.is_dir():
+                raise self.refuse("is a directory, not a file")
             exists = path.exists()
             size = path.stat().st_size if exists else 0
             if size > 0:
