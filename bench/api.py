@@ -418,9 +418,10 @@ def launch(
         )
     if sink.failure is not None or problems:
         first = sink.failure or problems[0]
+        stored = "; stored as FAILED" if store is not None and not problems else ""
         raise RunAborted(
             f"run {result.run_id} FAILED: {first}; worker stopped; records kept: "
-            f"{sink.kept_where()}" + "".join(f"; {p}" for p in problems if p != first),
+            f"{sink.kept_where()}{stored}" + "".join(f"; {p}" for p in problems if p != first),
             result,
         )
     return result
