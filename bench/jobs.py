@@ -46,7 +46,8 @@ IDLE_EXIT_S = 120.0
 QUEUE_POLL_S = 1.0
 STALE_GRACE_S = 300.0
 """A RUNNING run whose heartbeat is older than this is reaped (its process died). Generous: a
-run started from the CLI heartbeats only on progress, and a large model loads for minutes."""
+store that lost its database retries writes (heartbeats included) for up to a minute. A run
+whose owner process is gone from this host is reaped at once (store.reap_stale)."""
 JOB_GRACE_S = 120.0
 """A RUNNING job (and the run it executes) silent this long is FAILED: its runner heartbeats
 every HEARTBEAT_S, loading included, so silence means the runner died."""
@@ -160,8 +161,8 @@ def _jsonable(value: Any) -> Any:
 class _StopWatcher(threading.Thread):
     """Sets `stop` once the job's stop flag is seen; heartbeats the job and its current run.
 
-    The run is heartbeaten here too because `launch` heartbeats only on token progress, and a
-    large model can load for minutes while this runner (and the worker it supervises) is alive.
+    The run is heartbeaten here too (as `launch` does from its own thread): the job's row
+    names its current run, so a runner that stops beating fails both after the grace period.
     """
 
     def __init__(self, store: Any, job_id: str, stop: threading.Event) -> None:

@@ -489,9 +489,12 @@ class _SQLite(_Backend):
                 try:
                     raw.cursor().execute("PRAGMA journal_mode = WAL")
                     return
-                except Exception as error:  # sqlite3.OperationalError, not wrapped here
+                except sqlite3.Error as error:  # not wrapped by SQLAlchemy here
                     if "locked" not in str(error) or time.monotonic() > deadline:
-                        raise
+                        raise UserError(
+                            f"results store {self.location.display}: cannot open it "
+                            f"({first_line(error)})"
+                        ) from None
                     time.sleep(0.05)
         finally:
             raw.close()
@@ -670,6 +673,14 @@ class ResultStore:
                     return value
             except DBAPIError as error:
                 if not self._backend.transient(error) or not retry:
+                    if isinstance(error, OperationalError):
+                        # A full disk, a read-only file, an I/O error: one line, never the
+                        # SQL and its parameters (IntegrityError stays for the callers).
+                        raise StoreUnavailable(
+                            self.location.scrub(
+                                f"results store {self.display}: {first_line(error)}"
+                            )
+                        ) from None
                     raise
                 if (committing and not retry_commit) or time.monotonic() > deadline:
                     raise StoreUnavailable(

@@ -36,6 +36,8 @@ RECORD_FLUSH_COUNT = 256
 LOG_TAIL_BYTES = 4000
 ROOT_CAUSE_SCAN_BYTES = 256 * 1024
 """How much of the engine log's end is searched for the engine's own error line."""
+STOP_POLL_S = 0.1
+"""How often the worker looks at the stop flag the parent sets."""
 STOP_GRACE_S = 10.0
 """After a stop request, how long the worker may take to end its pattern and close its engine
 before its process group is killed."""
@@ -157,9 +159,13 @@ async def _child_async(
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    threading.Thread(
-        target=lambda: (stop_mp.wait(), loop.call_soon_threadsafe(stop.set)), daemon=True
-    ).start()
+
+    def watch_stop() -> None:
+        while not stop_mp.value:
+            time.sleep(STOP_POLL_S)
+        loop.call_soon_threadsafe(stop.set)
+
+    threading.Thread(target=watch_stop, name="stop-flag", daemon=True).start()
 
     pending: list[dict] = []
     last_flush = time.monotonic()
@@ -293,7 +299,10 @@ class Worker:
         self.log_path = Path(log_path)
         ctx = mp.get_context("spawn")
         self._events = ctx.Queue()
-        self._stop = ctx.Event()
+        # A lock-free shared byte, not an mp.Event: Event.set() waits for every process asleep
+        # in wait() to wake, and one that died asleep (the worker that just crashed) never does,
+        # so setting it would hang the parent forever.
+        self._stop = ctx.RawValue("b", 0)
         self.requests = ctx.Queue() if serve else None
         """serve mode: the queue the parent's load generator sends requests through."""
         self.tree_token = uuid.uuid4().hex
@@ -396,7 +405,7 @@ class Worker:
         while True:
             if stop is not None and stop.is_set() and stop_requested_at is None:
                 stop_requested_at = time.monotonic()
-                self._stop.set()
+                self._stop.value = 1
             if kill_now is not None and kill_now.is_set():
                 self.kill()
                 self._drain(outcome, watch, on_records, on_progress)  # what it sent before

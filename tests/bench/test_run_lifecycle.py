@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,8 +25,10 @@ from bench.api import launch
 from bench.cli import main
 from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
 from bench.errors import RunAborted, UserError
+from bench.models import resolve_model
 from bench.schema import RunStatus
 from bench.store import open_store
+from bench.worker import Worker
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -204,3 +207,30 @@ def test_a_reused_out_folder_holds_only_the_latest_run(tmp_path):
         assert len(lines) == store.count_records(second.run_id)  # not both runs' records
     assert json.loads((out / "result.json").read_text())["run_id"] == second.run_id
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporary file
+
+
+def test_stopping_a_worker_that_died_returns(tmp_path):
+    """A stop asked after the worker died (the store filled up as it crashed) must not hang:
+    multiprocessing's Event.set() waits for every process asleep in wait(), a dead one too."""
+    config = fake_config(duration_s=120)
+    model = resolve_model(config.model, dtype=config.precision.dtype)
+    worker = Worker(config, model, tmp_path / "engine.log")
+    worker.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until it measures: its stop watcher is waiting
+        kind, *_ = worker.events.get(timeout=120)
+        if kind == "records":
+            break
+    os.kill(worker.pid, signal.SIGKILL)
+    stop = threading.Event()
+    stop.set()
+    outcomes = []
+    driver = threading.Thread(
+        target=lambda: outcomes.append(worker.run(lambda _r: None, lambda _p: None, stop=stop)),
+        daemon=True,
+    )
+    driver.start()
+    driver.join(60)
+    assert not driver.is_alive()
+    [outcome] = outcomes
+    assert outcome.status == "FAILED" and "exited with code -9" in outcome.failure.cause

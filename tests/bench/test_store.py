@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import event as sqlalchemy_event
 
 from bench import store as store_module
 from bench.config import RunConfig, StepLoad
@@ -931,3 +932,21 @@ def test_runs_whose_owner_is_gone_are_failed_on_open(store_url, monkeypatch):
         lost = store.get_run(elsewhere.run_id)
         assert lost.failure.cause.startswith("worker lost: no heartbeat for 31")
         assert store.get_run(live.run_id).status == RunStatus.RUNNING
+
+
+def test_a_full_sqlite_store_is_one_line_without_sql(tmp_path):
+    """SQLite's own SQLITE_FULL (through max_page_count): the message has no SQL, no parameters."""
+    with open_store(tmp_path / "results.sqlite") as store:
+        pages = store._engine.connect().exec_driver_sql("PRAGMA page_count").scalar()
+
+        @sqlalchemy_event.listens_for(store._engine, "connect")
+        def _cap(dbapi_connection, _record):
+            dbapi_connection.execute(f"PRAGMA max_page_count = {pages}")
+
+        store._engine.dispose()
+        big = make_result(caveats=["x" * 200_000])  # needs pages the file may not grow by
+        with pytest.raises(store_module.StoreUnavailable) as caught:
+            store.create_run(big)
+        message = str(caught.value)
+        assert message == f"results store {store.display}: database or disk is full"
+        assert not store.has_run(big.run_id)
