@@ -194,6 +194,7 @@ def run_job(store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
     counts as failed and the next run still goes.
     """
     from bench.api import launch
+    from bench.errors import RunInterrupted
 
     job_id = job.job_id
     configs = list(job.configs)
@@ -222,6 +223,16 @@ def run_job(store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
                     stop=stop,
                     log_dir=log_dir,
                 )
+            except RunInterrupted as interrupted:  # this runner got SIGINT/SIGTERM: stop here
+                run_id = getattr(interrupted.result, "run_id", None)
+                progress.finish_run(index, RunStatus.FAILED.value, run_id, str(interrupted))
+                store.update_job(
+                    job_id,
+                    status=RunStatus.FAILED.value,
+                    run_ids=[*run_ids, *([run_id] if run_id else [])],
+                    error=f"job runner interrupted by signal {interrupted.signal_number}",
+                )
+                raise
             except Exception as exc:  # UserError before start, or a harness bug: keep going
                 message = f"{config.backend}: {type(exc).__name__}: {exc}"
                 log.warning("run %d of job %s did not start: %s", index, job_id, message)
@@ -452,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from bench.errors import UserError
+    from bench.errors import RunInterrupted, UserError
     from bench.executors import ExecutorSettings, parse_settings
 
     try:
@@ -468,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except RunInterrupted as interrupted:  # the run and its job are marked FAILED already
+        print(f"error: {interrupted}", file=sys.stderr)
+        return interrupted.exit_code
     return 0
 
 
