@@ -129,6 +129,12 @@ def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix, data)] if prefix and data != {} else []
 
 
+def first_line_of(error: BaseException) -> str:
+    """An exception's first line, with its type."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
 def _error_line(error: BaseException) -> str:
     """A store or file error in one line: the driver's message, without SQL or parameters."""
     from bench.store import first_line
@@ -299,7 +305,8 @@ class _Interrupts:
 
     def __exit__(self, *_exc: object) -> None:
         for number, previous in self._previous.items():
-            signal.signal(number, previous)
+            # None: the previous handler was not set from Python; the default is the best guess.
+            signal.signal(number, signal.SIG_DFL if previous is None else previous)
         self._previous.clear()
 
 
@@ -378,22 +385,29 @@ def launch(
         ) from None
     result.log_path = str(logs / f"engine-{result.run_id}.log")
     live = _start_live_metrics(prometheus_port)
+    run_stop = _AnyStop(stop)
+    sink: _RecordSink | None = None
+    jsonl_path = out_dir / "records.jsonl" if out_dir else None
     try:
+        try:
+            sink = _RecordSink(
+                store,
+                result.run_id,
+                jsonl_path,
+                live,
+                spill_path=logs / f"records-{result.run_id}.jsonl",
+                on_failure=run_stop.set,
+            )
+        except OSError as error:
+            raise UserError(f"cannot write {jsonl_path} ({os_reason(error)})") from None
         if store is not None:
             store.create_run(result)  # UnstorableRun (a UserError) if it would not load back
     except BaseException:
+        if sink is not None:
+            sink.close()
         if live is not None:
             live.stop()
         raise
-    run_stop = _AnyStop(stop)
-    sink = _RecordSink(
-        store,
-        result.run_id,
-        out_dir / "records.jsonl" if out_dir else None,
-        live,
-        spill_path=logs / f"records-{result.run_id}.jsonl",
-        on_failure=run_stop.set,
-    )
     heartbeat = _Heartbeat(store, result.run_id) if store is not None else None
     with _Interrupts(run_stop) as interrupts:
         if heartbeat is not None:
@@ -624,6 +638,8 @@ def _persist(result: RunResult, store: Any, out_dir: Path | None, sink: _RecordS
             write_atomic(path, result.model_dump_json(indent=2))
         except OSError as error:
             problems.append(f"cannot write {path} ({os_reason(error)})")
+        except ValueError as error:  # pydantic cannot serialise a value (e.g. a numpy scalar)
+            problems.append(f"cannot write {path} ({first_line_of(error)})")
     if sink.failure is not None and sink.failure in problems:
         problems.remove(sink.failure)
     return problems

@@ -309,7 +309,13 @@ def checked_result_json(result: RunResult) -> str:
 
     JSON has no inf or NaN (pydantic writes them as null), so a run with `rate_rps=inf` or a NaN
     figure would be stored and then refused by every reader; it is refused here instead."""
-    text_ = result.model_dump_json()
+    try:
+        text_ = result.model_dump_json()
+    except ValueError as error:  # PydanticSerializationError: a value JSON cannot hold
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UnstorableRun(
+            f"run {result.run_id} cannot be stored: it cannot be written as JSON ({reason})"
+        ) from None
     try:
         RunResult.model_validate_json(text_)
     except ValidationError as error:

@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy import event as sqlalchemy_event
@@ -770,6 +771,12 @@ def test_a_result_that_would_not_load_back_is_never_stored(store):
         store.update_run(broken)
     assert "\n" not in str(caught.value) and "summary.duration_s" in str(caught.value)
     assert store.get_run(result.run_id).status == RunStatus.RUNNING  # the row is unchanged
+    # What the soak fits returned before they were typed (issue 21, 1): a numpy bool.
+    numpy_bool = result.model_copy(update={"pattern_report": {"flagged": np.bool_(True)}})
+    with pytest.raises(UnstorableRun, match="cannot be written as JSON") as caught:
+        store.update_run(numpy_bool)
+    assert "\n" not in str(caught.value)
+    assert store.get_run(result.run_id).status == RunStatus.RUNNING
     infinite = make_result(
         config=RunConfig(backend="fake", model="tiny-llama").model_copy(
             update={"telemetry_interval_s": float("inf")}
