@@ -87,9 +87,9 @@ def open_store(store: str | None) -> Any:
     location = parse_store_url(store)
     if location.path is not None and not location.path.exists():
         if store is not None:
-            raise UserError(f"results store {location.display} does not exist")
+            raise UserError(f"no store at {location.display}")
         return None
-    return ResultStore(location)
+    return ResultStore(location, create=False)
 
 
 # --------------------------------------------------------------------------- commands

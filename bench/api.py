@@ -7,6 +7,13 @@ stream records to the store and `records.jsonl` as they complete, then summarise
 and store what was measured, and only then analyse the load pattern and store the finished result
 (`result.json` with `out_dir`). A failing analysis or an unserialisable result marks the run
 FAILED with the cause in one line; what was measured is kept.
+
+A run is never left half-written: outputs (the `out_dir`, a Prometheus port) are checked before
+the run's row is created; while it runs the row is owned by this process and heartbeaten from a
+thread; SIGINT/SIGTERM stop the worker (polite stop, grace, then a kill of its process group; a
+second signal kills at once), mark the run FAILED and raise RunInterrupted; a results store or
+output file that fails mid-run (a full disk) stops the worker, keeps the records where the disk
+allows, marks the row FAILED when the store still takes a small write, and raises RunAborted.
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import shlex
+import signal
 import tempfile
 import threading
 import time
@@ -26,8 +35,9 @@ from pydantic_core import PydanticSerializationError
 
 from bench.backends import get_backend
 from bench.config import FP8_RANDOM_WEIGHTS_NOTE, RunConfig
-from bench.errors import BackendUnavailable, UserError
+from bench.errors import BackendUnavailable, RunAborted, RunInterrupted, UserError
 from bench.load.reports import HeldLoadReport, PatternReportBase
+from bench.outputs import os_reason, prepare_out_dir, write_atomic
 from bench.placement import Placement, place
 from bench.schema import (
     Failure,
@@ -40,8 +50,11 @@ from bench.schema import (
     ValidityStatus,
 )
 
+log = logging.getLogger("bench.api")
+
 STORE_FLUSH_S = 0.5
 HEARTBEAT_S = 5.0
+"""How often a running run's row is heartbeaten (from a thread: loading included)."""
 
 
 def check_runnable(config: RunConfig) -> Placement:
@@ -122,17 +135,54 @@ def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix, data)] if prefix and data != {} else []
 
 
-class _RecordSink:
-    """Buffers records and writes them to the store and JSONL in batches (never holds a run)."""
+def first_line_of(error: BaseException) -> str:
+    """An exception's first line, with its type."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
-    def __init__(self, store: Any, run_id: str, jsonl_path: Path | None, live: Any = None) -> None:
+
+def _error_line(error: BaseException) -> str:
+    """A store or file error in one line: the driver's message, without SQL or parameters."""
+    from bench.store import first_line
+
+    return first_line(error)
+
+
+class _RecordSink:
+    """Buffers records and writes them to the store and JSONL in batches (never holds a run).
+
+    It never raises into the worker loop: the first failed write (a full disk, a lost database)
+    is remembered in `failure`, `on_failure` is called (the run stops), and records go on to
+    whatever still takes them (the JSONL file, else a spill file beside the engine log).
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        run_id: str,
+        jsonl_path: Path | None,
+        live: Any = None,
+        spill_path: Path | None = None,
+        on_failure: Callable[[], None] = lambda: None,
+    ) -> None:
         from bench.metrics import MetricsAccumulator
 
         self.store = store
         self.run_id = run_id
         self.buffer: list[RequestRecord] = []
         self.last_flush = time.monotonic()
-        self.jsonl = open(jsonl_path, "a", encoding="utf-8") if jsonl_path else None  # noqa: SIM115
+        self.jsonl_path = jsonl_path
+        # A fresh file: a reused --out folder holds this run's records only, never two runs'.
+        self.jsonl = open(jsonl_path, "w", encoding="utf-8") if jsonl_path else None  # noqa: SIM115
+        self.spill_path = spill_path
+        self.spill: Any = None
+        self.kept = {"store": 0, "jsonl": 0, "spill": 0}
+        """Records written to each destination."""
+        self.spill_failed = False
+        self.store_failed = False
+        self.failure: str | None = None
+        """What failed first: '<what>: <reason>' (the run is FAILED with it)."""
+        self.on_failure = on_failure
         self.measured = MetricsAccumulator()  # skips warm-up records itself
         self.by_replica: dict[int, Any] = {}  # replica -> MetricsAccumulator of its records
         self._accumulator = MetricsAccumulator
@@ -153,22 +203,139 @@ class _RecordSink:
             if time.monotonic() - self.last_flush > STORE_FLUSH_S:
                 self._flush()
 
+    def _fail(self, what: str, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = f"{what}: {_error_line(error)}"
+            self.on_failure()
+
+    def _write_lines(self, handle: Any, batch: list[RequestRecord], where: str) -> None:
+        for record in batch:
+            handle.write(record.model_dump_json() + "\n")
+        handle.flush()
+        self.kept[where] += len(batch)  # counted once flushed: a partial batch is not claimed
+
     def _flush(self) -> None:
-        if self.buffer:
-            if self.store is not None:
-                self.store.add_records(self.run_id, self.buffer)
-            if self.jsonl is not None:
-                for record in self.buffer:
-                    self.jsonl.write(record.model_dump_json() + "\n")
-                self.jsonl.flush()
-            self.buffer = []
+        batch, self.buffer = self.buffer, []
         self.last_flush = time.monotonic()
+        if not batch:
+            return
+        kept = False
+        if self.jsonl is not None:  # first: a failing store must not take the file copy along
+            try:
+                self._write_lines(self.jsonl, batch, "jsonl")
+                kept = True
+            except OSError as error:
+                self._fail(f"cannot write {self.jsonl_path}", error)
+                with contextlib.suppress(OSError):
+                    self.jsonl.close()
+                self.jsonl = None
+        if self.store is not None and not self.store_failed:
+            try:
+                self.store.add_records(self.run_id, batch)
+                self.kept["store"] += len(batch)
+                return
+            except Exception as error:  # a full disk, a lost database: never into the worker
+                self.store_failed = True
+                self._fail(f"results store {getattr(self.store, 'display', '')}", error)
+        if not kept and self.spill_path is not None and not self.spill_failed:
+            try:
+                if self.spill is None:
+                    self.spill = open(self.spill_path, "a", encoding="utf-8")  # noqa: SIM115
+                self._write_lines(self.spill, batch, "spill")
+            except OSError:
+                self.spill_failed = True  # the disk is full there too: nowhere left to keep them
+
+    def kept_where(self) -> str:
+        """Where the run's records are, for the one-line report of a failed run."""
+        places = []
+        if self.kept["store"] or (self.store is not None and not self.store_failed):
+            places.append(f"{self.kept['store']} in the store")
+        if self.kept["jsonl"]:
+            places.append(f"{self.kept['jsonl']} in {self.jsonl_path}")
+        if self.kept["spill"]:
+            places.append(f"{self.kept['spill']} in {self.spill_path}")
+        return ", ".join(places) or "none (nothing could be written)"
 
     def close(self) -> None:
         with self.lock:
             self._flush()
-            if self.jsonl is not None:
-                self.jsonl.close()
+            for handle in (self.jsonl, self.spill):
+                if handle is not None:
+                    with contextlib.suppress(OSError):
+                        handle.close()
+
+
+class _AnyStop:
+    """Set when the caller's stop or one of the run's own reasons (a signal, a failed store) is:
+    what the worker loop polls (`is_set`)."""
+
+    def __init__(self, caller: threading.Event | None) -> None:
+        self.caller = caller
+        self.own = threading.Event()
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or (self.caller is not None and self.caller.is_set())
+
+    def set(self) -> None:
+        self.own.set()
+
+
+class _Interrupts:
+    """SIGINT and SIGTERM during a run (main thread only): the first stops the run politely, a
+    second kills the worker now; the previous handlers come back afterwards."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, stop: _AnyStop) -> None:
+        self.stop = stop
+        self.kill_now = threading.Event()
+        self.signal_number: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def name(self) -> str | None:
+        return None if self.signal_number is None else signal.Signals(self.signal_number).name
+
+    def _handle(self, signal_number: int, _frame: Any) -> None:
+        if self.signal_number is None:
+            self.signal_number = signal_number
+            self.stop.set()
+        else:
+            self.kill_now.set()
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for number in self.SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for number, previous in self._previous.items():
+            # None: the previous handler was not set from Python; the default is the best guess.
+            signal.signal(number, signal.SIG_DFL if previous is None else previous)
+        self._previous.clear()
+
+
+class _Heartbeat(threading.Thread):
+    """Heartbeats the run's row every HEARTBEAT_S while the run lasts (loading included), so a
+    store opened on another host can tell a live run from a lost one (see store.reap_stale)."""
+
+    def __init__(self, store: Any, run_id: str) -> None:
+        super().__init__(name=f"heartbeat-{run_id}", daemon=True)
+        self.store = store
+        self.run_id = run_id
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(HEARTBEAT_S):
+            try:
+                self.store.heartbeat(self.run_id)
+            except Exception as error:  # the record sink reports a failing store; keep beating
+                log.debug("heartbeat of %s failed: %s", self.run_id, _error_line(error))
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=5)
 
 
 def launch(
@@ -183,19 +350,20 @@ def launch(
 ) -> RunResult:
     """Run one benchmark in an isolated worker and return the stored, finished RunResult.
 
-    User errors (unknown backend, unavailable backend, missing model path, bad engine argument)
-    raise `UserError` before anything is stored. With `prometheus_port`, live run metrics
-    (request/error/token counters, TTFT and E2E histograms, in-flight, GPU telemetry gauges) are
-    served on 127.0.0.1:PORT/metrics for the run's duration (e.g. for Grafana on long soaks).
-    `group` marks the run as one repeat of a measurement group (bench/repeats.py).
-    Engine failures never raise: the run is returned (and stored) as FAILED with the cause,
-    advice and the engine log's tail.
+    User errors (unknown backend, unavailable backend, missing model path, bad engine argument,
+    an `out_dir` that cannot be written, a busy Prometheus port, a config the store could not
+    read back) raise `UserError` before anything is stored. With `prometheus_port`, live run
+    metrics (request/error/token counters, TTFT and E2E histograms, in-flight, GPU telemetry
+    gauges) are served on 127.0.0.1:PORT/metrics for the run's duration (e.g. for Grafana on
+    long soaks). `out_dir` gets this run's `result.json` and `records.jsonl`, replacing a
+    previous run's (as GuideLLM's --output-path does). `group` marks the run as one repeat of a
+    measurement group (bench/repeats.py). Engine failures never raise: the run is returned (and
+    stored) as FAILED with the cause, advice and the engine log's tail. SIGINT/SIGTERM raise
+    RunInterrupted and a failing store or output file RunAborted, each after the worker is
+    stopped and the run marked FAILED where the store still allows.
     """
     from bench.environment import fingerprint
-    from bench.load.analysis import finish_pattern_report
-    from bench.metrics import judge_validity
     from bench.models import resolve_model
-    from bench.telemetry import NvmlSampler, gpu_processes, nvml_status, summarize_telemetry
 
     placement = check_runnable(config)
     model = resolve_model(
@@ -212,22 +380,115 @@ def launch(
         caveats=run_caveats(config, model.random_weights),
         group=group,
     )
+    # Everything that can refuse the run is checked before its row exists.
     if out_dir is not None:
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = prepare_out_dir(Path(out_dir))
+        with contextlib.suppress(FileNotFoundError):  # the previous run's, not this one's
+            (out_dir / "result.json").unlink()
     logs = Path(log_dir) if log_dir else (out_dir or Path(tempfile.gettempdir()) / "bench-logs")
-    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(
+            f"engine log folder {logs}: cannot create it ({os_reason(error)})"
+        ) from None
     result.log_path = str(logs / f"engine-{result.run_id}.log")
-    if store is not None:
-        store.create_run(result)
+    live = _start_live_metrics(prometheus_port)
+    run_stop = _AnyStop(stop)
+    sink: _RecordSink | None = None
+    jsonl_path = out_dir / "records.jsonl" if out_dir else None
+    try:
+        try:
+            sink = _RecordSink(
+                store,
+                result.run_id,
+                jsonl_path,
+                live,
+                spill_path=logs / f"records-{result.run_id}.jsonl",
+                on_failure=run_stop.set,
+            )
+        except OSError as error:
+            raise UserError(f"cannot write {jsonl_path} ({os_reason(error)})") from None
+        if store is not None:
+            store.create_run(result)  # UnstorableRun (a UserError) if it would not load back
+    except BaseException:
+        if sink is not None:
+            sink.close()
+        if live is not None:
+            live.stop()
+        raise
+    heartbeat = _Heartbeat(store, result.run_id) if store is not None else None
+    with _Interrupts(run_stop) as interrupts:
+        if heartbeat is not None:
+            heartbeat.start()
+        try:
+            measured_report = _measure(config, model, placement, result, store, out_dir, logs,
+                                       sink, live, progress, run_stop, interrupts)  # fmt: skip
+        except BaseException as error:  # a harness bug: the row must not stay RUNNING
+            _fail_stored_row(store, result, f"harness error: {_error_line(error)}")
+            raise
+        finally:
+            if heartbeat is not None:
+                heartbeat.stop()
+        problems = _persist(result, store, out_dir, sink, fallback_report=measured_report)
+    progress({"stage": "done", "run_id": result.run_id, "status": result.status.value})
+    if interrupts.signal_number is not None:
+        raise RunInterrupted(
+            f"run {result.run_id} interrupted by {interrupts.name}: worker stopped, run marked "
+            f"FAILED; records kept: {sink.kept_where()}" + "".join(f"; {p}" for p in problems),
+            interrupts.signal_number,
+            result,
+        )
+    if sink.failure is not None or problems:
+        first = sink.failure or problems[0]
+        stored = "; stored as FAILED" if store is not None and not problems else ""
+        raise RunAborted(
+            f"run {result.run_id} FAILED: {first}; worker stopped; records kept: "
+            f"{sink.kept_where()}{stored}" + "".join(f"; {p}" for p in problems if p != first),
+            result,
+        )
+    return result
 
-    live = None
-    if prometheus_port is not None:
-        from bench.prometheus import LiveMetrics
 
-        live = LiveMetrics()
-        live.start(prometheus_port)
-    sink = _RecordSink(store, result.run_id, out_dir / "records.jsonl" if out_dir else None, live)
+def _start_live_metrics(port: int | None) -> Any:
+    """The Prometheus endpoint, bound before the run's row exists: a busy port is a user error,
+    not a run left behind."""
+    if port is None:
+        return None
+    from bench.prometheus import LiveMetrics
+
+    live = LiveMetrics()
+    try:
+        live.start(port)
+    except (OSError, OverflowError) as error:
+        reason = os_reason(error) if isinstance(error, OSError) else str(error)
+        raise UserError(
+            f"--prometheus-port {port}: cannot serve metrics there ({reason})"
+        ) from None
+    return live
+
+
+def _measure(
+    config: RunConfig,
+    model: Any,
+    placement: Placement,
+    result: RunResult,
+    store: Any,
+    out_dir: Path | None,
+    logs: Path,
+    sink: _RecordSink,
+    live: Any,
+    progress: Callable[[dict], None],
+    run_stop: _AnyStop,
+    interrupts: _Interrupts,
+) -> PatternReportBase | None:
+    """Run the worker(s), then fill `result`: metrics, validity, telemetry; store what was
+    measured; then the pattern analysis. Returns the pattern report as measured (before the
+    analysis), which is written instead of an analysed one that cannot be serialised."""
+    from bench.load.analysis import finish_pattern_report
+    from bench.metrics import judge_validity
+    from bench.telemetry import NvmlSampler, gpu_processes, nvml_status, summarize_telemetry
+
     samples: list[TelemetrySample] = []
     latest: dict[str, Any] = {}
 
@@ -245,13 +506,8 @@ def launch(
         pids=lambda: list(pids),
         device_indices=placement.nvml_indices if placement.device == "cuda" else None,
     )
-    last_heartbeat = [time.monotonic()]
 
     def forward_progress(p: dict) -> None:
-        now = time.monotonic()
-        if store is not None and now - last_heartbeat[0] > HEARTBEAT_S:
-            store.heartbeat(result.run_id)
-            last_heartbeat[0] = now
         if live is not None and "in_flight" in p:
             live.in_flight.set(p["in_flight"])
         worker_pid = pids[0] if pids else None
@@ -265,10 +521,10 @@ def launch(
         progress({"stage": "loading", "run_id": result.run_id})
         if placement.replicas > 1:
             outcome = _run_replicated(config, model, placement, result, logs, sink, pids,
-                                      forward_progress, stop)  # fmt: skip
+                                      forward_progress, run_stop)  # fmt: skip
         else:
             outcome = _run_single(config, model, placement, result, sink, pids,
-                                  forward_progress, stop)  # fmt: skip
+                                  forward_progress, run_stop, interrupts.kill_now)  # fmt: skip
     finally:
         sampler.stop()
         sink.close()
@@ -299,6 +555,21 @@ def launch(
     result.pattern_report = outcome.pattern_report
     result.status = RunStatus(outcome.status)
     result.failure = outcome.failure
+    if interrupts.signal_number is not None:
+        result.status = RunStatus.FAILED
+        result.failure = Failure(
+            cause=f"interrupted by {interrupts.name}",
+            advice="The run was stopped by a signal (Ctrl-C, or a kill from a scheduler) before "
+            "it finished; the records measured until then are kept. Run it again for a "
+            "complete result.",
+        )
+    elif sink.failure is not None:
+        result.status = RunStatus.FAILED
+        result.failure = Failure(
+            cause=sink.failure,
+            advice="A results store or output file could not be written (a full disk, a lost "
+            "database): the run was stopped. Free space or fix the store, then run it again.",
+        )
     result.summary = sink.measured.summary(config.slo, placement.gpus)
     result.validity = judge_validity(result.summary, config.validity, result.phases)
     if config.load.pattern == "capacity":  # its infeasible probes break the SLO by design
@@ -329,29 +600,25 @@ def launch(
     # What was measured is stored before any analysis: a failure in the analysis or in writing
     # its findings must never lose the run (issue 21: a soak lost at serialisation).
     measured_report = result.pattern_report
-    _persist(result, store, out_dir, fallback_report=None)
+    _persist(result, store, out_dir, sink)
     if result.pattern_report is not None and result.summary is not None:
         try:
+            records_source = None if sink.store_failed else store
             result.pattern_report = finish_pattern_report(
-                result.pattern_report, _measured_records(result.run_id, store, out_dir), samples
+                result.pattern_report,
+                _measured_records(result.run_id, records_source, out_dir),
+                samples,
             )
         except Exception as exc:  # any analysis bug: the run is FAILED, its data kept
             _fail_after_measuring(result, "the load pattern's analysis failed", exc)
             result.pattern_report = _with_analysis_error(measured_report, result.failure)
-    _persist(result, store, out_dir, fallback_report=measured_report)
-    progress({"stage": "done", "run_id": result.run_id, "status": result.status.value})
-    return result
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return measured_report
 
 
 def _fail_after_measuring(result: RunResult, what: str, exc: BaseException) -> None:
     """Mark a measured run FAILED with `what` and the error's first line (no traceback); the
     records and metrics stay as they are. A run that had already failed keeps its first cause."""
-    cause = f"{what}: {_first_line(exc)}"
+    cause = f"{what}: {first_line_of(exc)}"
     if result.failure is None:
         result.failure = Failure(
             cause=cause,
@@ -372,28 +639,78 @@ def _with_analysis_error(
     return report
 
 
-def _persist(
-    result: RunResult,
-    store: Any | None,
-    out_dir: Path | None,
-    fallback_report: PatternReportBase | None,
-) -> None:
-    """Store `result` and write `result.json`. A result that cannot be serialised is marked
-    FAILED and written with `fallback_report` (the report as measured), else with none."""
+def _fail_stored_row(store: Any, result: RunResult, cause: str) -> bool:
+    """Mark the run's RUNNING row FAILED with `cause` (a small write that keeps what is stored);
+    False when the store cannot take even that (the row is reaped later: its owner is gone)."""
+    if store is None:
+        return False
     try:
-        text = result.model_dump_json(indent=2)
+        return bool(store.fail_run(result.run_id, Failure(cause=cause)))
+    except Exception as error:
+        log.debug("cannot mark %s FAILED: %s", result.run_id, _error_line(error))
+        return False
+
+
+def _serialisable(result: RunResult, fallback_report: PatternReportBase | None) -> None:
+    """Make `result` serialisable: one that is not is marked FAILED and keeps `fallback_report`
+    (the report as measured), or no report when even that cannot be written."""
+    try:
+        result.model_dump_json()
+        return
     except (PydanticSerializationError, ValueError, TypeError) as exc:
         _fail_after_measuring(result, "the run's result could not be serialised", exc)
-        result.pattern_report = fallback_report
-        try:
-            text = result.model_dump_json(indent=2)
-        except (PydanticSerializationError, ValueError, TypeError):
-            result.pattern_report = None
-            text = result.model_dump_json(indent=2)
+    result.pattern_report = fallback_report
+    try:
+        result.model_dump_json()
+    except (PydanticSerializationError, ValueError, TypeError):
+        result.pattern_report = None
+
+
+def _persist(
+    result: RunResult,
+    store: Any,
+    out_dir: Path | None,
+    sink: _RecordSink,
+    fallback_report: PatternReportBase | None = None,
+) -> list[str]:
+    """Store the result and write `result.json`; each write that failed, in one line (empty
+    when both worked). An unserialisable result is FAILED and written with `fallback_report`; a
+    result the store refuses (it would not load back) makes the run FAILED with that cause; a
+    store that cannot be written gets the small FAILED mark instead."""
+    from bench.store import UnstorableRun
+
+    _serialisable(result, fallback_report)
+    problems: list[str] = []
     if store is not None:
-        store.update_run(result)
+        try:
+            store.update_run(result)
+        except UnstorableRun as error:
+            result.status = RunStatus.FAILED
+            result.failure = Failure(cause=str(error))
+            if not _fail_stored_row(store, result, str(error)):
+                problems.append(f"{error}; the row could not be marked FAILED either")
+        except Exception as error:  # a full disk, a lost database
+            reason = f"results store {getattr(store, 'display', '')}: {_error_line(error)}"
+            if result.status != RunStatus.FAILED:
+                result.status = RunStatus.FAILED
+                result.failure = Failure(cause=f"result not stored: {reason}")
+            cause = result.failure.cause if result.failure else reason
+            marked = _fail_stored_row(store, result, cause)
+            problems.append(
+                f"{reason}; row marked FAILED"
+                if marked
+                else f"{reason}; the row could not be marked FAILED (it is failed as 'owner "
+                "process gone' when the store is next opened here)"
+            )
     if out_dir is not None:
-        _write_atomic(out_dir / "result.json", text)
+        path = out_dir / "result.json"
+        try:
+            write_atomic(path, result.model_dump_json(indent=2))
+        except OSError as error:
+            problems.append(f"cannot write {path} ({os_reason(error)})")
+    if sink.failure is not None and sink.failure in problems:
+        problems.remove(sink.failure)
+    return problems
 
 
 def _run_single(
@@ -404,7 +721,8 @@ def _run_single(
     sink: _RecordSink,
     pids: list[int],
     progress: Callable[[dict], None],
-    stop: threading.Event | None,
+    stop: Any,
+    kill_now: threading.Event | None = None,
 ) -> Any:
     """One engine: the load pattern runs inside its worker (no IPC between request and clock)."""
     from bench.worker import Worker
@@ -420,7 +738,7 @@ def _run_single(
             pids[1:] = sorted(worker.tree.known)
         progress(p)
 
-    outcome = worker.run(sink.add, on_progress, stop=stop)
+    outcome = worker.run(sink.add, on_progress, stop=stop, kill_now=kill_now)
     pids[1:] = sorted(worker.tree.known) if worker.tree is not None else []
     outcome.survivors = list(worker.survivors)
     return outcome
@@ -435,7 +753,7 @@ def _run_replicated(
     sink: _RecordSink,
     pids: list[int],
     progress: Callable[[dict], None],
-    stop: threading.Event | None,
+    stop: Any,
 ) -> Any:
     """Several engines, one load generator here (bench/replicas.py); one log per replica."""
     from bench.replicas import ReplicaPool, run_replicas
@@ -469,10 +787,11 @@ def _measured_records(run_id: str, store: Any, out_dir: Path | None) -> Iterable
     return []
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-__all__ = ["Failure", "check_runnable", "launch", "reproduce_command"]
+__all__ = [
+    "Failure",
+    "RunAborted",
+    "RunInterrupted",
+    "check_runnable",
+    "launch",
+    "reproduce_command",
+]

@@ -39,6 +39,7 @@ from bench.environment import PreflightItem
 from bench.errors import UserError
 from bench.executors import Resources, job_resources
 from bench.fidelity import FidelityCheck, FidelityResult, VllmFidelityCheck
+from bench.outputs import prepare_out_dir, write_atomic
 from bench.schema import RunResult
 from bench.strict import Strict, StrictInput, describe_validation_error
 
@@ -357,7 +358,7 @@ def advisor_plan_configs(
 
     if isinstance(step.profile, dict):
         profile_path = context.out_dir / "profile.yaml"
-        profile_path.write_text(yaml.safe_dump(step.profile, sort_keys=False))
+        write_atomic(profile_path, yaml.safe_dump(step.profile, sort_keys=False))
     else:
         profile_path = (context.plan_dir / step.profile).resolve()
         if not profile_path.is_file():
@@ -425,14 +426,18 @@ def run_campaign(
 
     reporter = reporter or CampaignReporter()
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir} exists and is not a folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
     plan_dir = Path(plan_file).resolve().parent if plan_file else Path.cwd()
+    # A resume the folder refuses (a step defined differently, an unreadable outcome) is found
+    # before anything is written: the folder is left exactly as it was.
+    previous_outcomes = {
+        step.name: _finished_outcome(out_dir / STEPS_DIR / step_folder(step.name), step)
+        for step in plan.steps
+    }
+    prepare_out_dir(out_dir)
     if plan_text is not None:
-        (out_dir / "plan.yaml").write_text(plan_text)
+        write_atomic(out_dir / "plan.yaml", plan_text)
     elif plan_file is not None:
-        (out_dir / "plan.yaml").write_bytes(Path(plan_file).read_bytes())
+        write_atomic(out_dir / "plan.yaml", Path(plan_file).read_bytes())
     store = store or str(out_dir / "results.sqlite")
     environment = fingerprint()
     result = CampaignResult(
@@ -453,7 +458,7 @@ def run_campaign(
     committed_s = 0.0
     for index, step in enumerate(plan.steps):
         step_dir = out_dir / STEPS_DIR / step_folder(step.name)
-        previous = _finished_outcome(step_dir, step)
+        previous = previous_outcomes[step.name]
         if previous is not None:
             result.steps.append(previous)
             result.resumed.append(step.name)
@@ -491,7 +496,7 @@ def run_campaign(
 
 def _record_outcome(result: CampaignResult, step_dir: Path, outcome: StepOutcome) -> None:
     step_dir.mkdir(parents=True, exist_ok=True)
-    (step_dir / OUTCOME_FILE).write_text(outcome.model_dump_json(indent=1))
+    write_atomic(step_dir / OUTCOME_FILE, outcome.model_dump_json(indent=1))
     result.steps.append(outcome)
 
 
@@ -518,7 +523,7 @@ def _finished_outcome(step_dir: Path, step: CampaignStep) -> StepOutcome | None:
 
 def _write_result(result: CampaignResult, out_dir: Path, started: float) -> None:
     result.wall_s = round(time.monotonic() - started, 1)
-    (out_dir / RESULT_FILE).write_text(result.model_dump_json(indent=1))
+    write_atomic(out_dir / RESULT_FILE, result.model_dump_json(indent=1))
 
 
 def outcome_line(outcome: StepOutcome) -> str:

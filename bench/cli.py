@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from bench.cli_errors import OneLineErrorsGroup
-from bench.errors import UserError
+from bench.errors import RunAborted, UserError
 from bench.files import check_user_path
 
 app = typer.Typer(
@@ -234,7 +234,12 @@ def run(
     ] = None,
     config: Annotated[Path | None, typer.Option(help="RunConfig YAML/JSON file.")] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Write result.json + records.jsonl here.")
+        Path | None,
+        typer.Option(
+            help="Write result.json + records.jsonl here (checked before the run; a folder used "
+            "before gets this run's files, replacing the previous run's, as GuideLLM's "
+            "--output-path does)."
+        ),
     ] = None,
     store: StoreOption = None,
     no_store: Annotated[bool, typer.Option(help="Do not write to the results store.")] = False,
@@ -307,10 +312,8 @@ def run(
         )
         check_policy(policy)
     check_runnable(run_config)
-    if out is not None:
+    if out is not None:  # a name the OS can take; bench.api.launch checks it can be written
         out = check_user_path(out, "--out")
-        if out.exists() and not out.is_dir():
-            raise UserError(f"--out {out} exists and is not a folder")
     result_store = None if no_store else ResultStore(store)
     if policy is not None:
         _run_group(run_config, policy, result_store, out, as_json, prometheus_port)
@@ -652,7 +655,12 @@ def fidelity(
     dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cuda | cpu")] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Write fidelity.json and the backend's run folders here.")
+        Path | None,
+        typer.Option(
+            help="Write fidelity.json and the backend's run folders here (checked before the "
+            "check runs; a folder used before gets this check's files, replacing the previous "
+            "ones, as GuideLLM's --output-path does)."
+        ),
     ] = None,
     store: StoreOption = None,
     no_store: Annotated[bool, typer.Option(help="Do not write runs to the results store.")] = False,
@@ -676,10 +684,17 @@ def fidelity(
         out = check_user_path(out, "--out")
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
-    result = run_check(check, None if no_store else ResultStore(store), out)
+    result = run_check(check, None if no_store else ResultStore(store), out)  # checks --out first
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "fidelity.json").write_text(result.model_dump_json(indent=1))
+        from bench.outputs import os_reason, write_atomic
+
+        try:
+            write_atomic(out / "fidelity.json", result.model_dump_json(indent=1))
+        except OSError as error:
+            raise RunAborted(
+                f"cannot write {out / 'fidelity.json'} ({os_reason(error)}); the check's runs "
+                "are in the results store"
+            ) from None
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         return
@@ -709,7 +724,7 @@ def runs(
     """List stored runs."""
     from bench.store import ResultStore
 
-    rows = ResultStore(store).list_runs(backend=backend, limit=limit)
+    rows = ResultStore(store, create=False).list_runs(backend=backend, limit=limit)
     if as_json:
         _print_json([r.model_dump(mode="json", exclude={"telemetry": {"samples"}}) for r in rows])
         return
@@ -730,7 +745,7 @@ def show(
     """Print one stored run as JSON."""
     from bench.store import ResultStore
 
-    typer.echo(ResultStore(store).get_run(run_id).model_dump_json(indent=2))
+    typer.echo(ResultStore(store, create=False).get_run(run_id).model_dump_json(indent=2))
 
 
 store_app = typer.Typer(
@@ -747,7 +762,7 @@ def store_info(
     """Which store this is (password masked), its schema version (upgraded on open), counts."""
     from bench.store import ResultStore
 
-    with ResultStore(store) as opened:
+    with ResultStore(store, create=False) as opened:
         info = opened.info()
     if as_json:
         _print_json(info.model_dump())
@@ -769,16 +784,22 @@ def store_copy(
     from bench.store import ResultStore
     from bench.store_copy import copy_runs
 
-    with ResultStore(source) as reader, ResultStore(destination) as writer:
+    with ResultStore(source, create=False) as reader, ResultStore(destination) as writer:
         report = copy_runs(reader, writer)
+        unreadable = f", {len(report.skipped)} unreadable skipped" if report.skipped else ""
         typer.echo(
             f"{report.copied} runs copied, {report.updated} replaced, {report.unchanged} already "
-            f"there, {report.unfinished} unfinished left out; {report.records} records "
-            f"({reader.display} -> {writer.display})"
+            f"there, {report.unfinished} unfinished left out{unreadable}; {report.records} "
+            f"records ({reader.display} -> {writer.display})"
         )
+        for row in report.skipped:
+            typer.echo(f"skipped {row.run_id} ({row.status}): {row.reason}", err=True)
+    if report.skipped:  # not everything was copied: a script must not treat the source as moved
+        raise typer.Exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every user error is one line on stderr and exit
-    code 2 (bench.cli_errors)."""
+    code 2, a run stopped by a signal or a failing store one line and its own code
+    (bench.cli_errors)."""
     return app(args=argv, standalone_mode=False)

@@ -20,7 +20,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from bench.errors import UserError
+from bench.errors import RunAborted, RunInterrupted, UserError
 
 # OS errors a user causes by naming a path: exit 2 like every other user error. Others (a full
 # disk, an I/O error) are still one line, with exit code 1: nothing the user typed was wrong.
@@ -67,6 +67,9 @@ def report_exception(exc: BaseException) -> int:
     if isinstance(exc, UserError):
         typer.echo(f"error: {exc}", err=True)
         return 2
+    if isinstance(exc, RunAborted | RunInterrupted):  # the run is marked FAILED; one line says so
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
     if isinstance(exc, ValidationError):
         from bench.strict import describe_validation_error
 
@@ -107,7 +110,7 @@ class OneLineErrorsGroup(TyperGroup):
                 **extra,
             )
             code = returned if isinstance(returned, int) else 0
-        except (Exception, KeyboardInterrupt) as exc:
+        except (Exception, KeyboardInterrupt, RunInterrupted) as exc:
             code = report_exception(exc)
         if standalone_mode:
             sys.exit(code)

@@ -214,7 +214,14 @@ def run_check(
     out_dir: Path | None = None,
     on_progress: Callable[[dict], None] | None = None,
 ) -> FidelityResult:
-    """Run one fidelity check; backend runs go to `store` and `out_dir/runs/`."""
+    """Run one fidelity check; backend runs go to `store` and `out_dir/runs/`.
+
+    `out_dir` is checked (created, a file written in it) before anything runs: a folder that
+    cannot be written fails in one line at once, not after the whole check."""
+    if out_dir is not None:
+        from bench.outputs import prepare_out_dir
+
+        prepare_out_dir(out_dir)
     started = time.monotonic()
     if isinstance(check, VllmFidelityCheck):
         result = _vllm_check(check, store, out_dir, on_progress)

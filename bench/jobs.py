@@ -46,7 +46,8 @@ IDLE_EXIT_S = 120.0
 QUEUE_POLL_S = 1.0
 STALE_GRACE_S = 300.0
 """A RUNNING run whose heartbeat is older than this is reaped (its process died). Generous: a
-run started from the CLI heartbeats only on progress, and a large model loads for minutes."""
+store that lost its database retries writes (heartbeats included) for up to a minute. A run
+whose owner process is gone from this host is reaped at once (store.reap_stale)."""
 JOB_GRACE_S = 120.0
 """A RUNNING job (and the run it executes) silent this long is FAILED: its runner heartbeats
 every HEARTBEAT_S, loading included, so silence means the runner died."""
@@ -160,8 +161,8 @@ def _jsonable(value: Any) -> Any:
 class _StopWatcher(threading.Thread):
     """Sets `stop` once the job's stop flag is seen; heartbeats the job and its current run.
 
-    The run is heartbeaten here too because `launch` heartbeats only on token progress, and a
-    large model can load for minutes while this runner (and the worker it supervises) is alive.
+    The run is heartbeaten here too (as `launch` does from its own thread): the job's row
+    names its current run, so a runner that stops beating fails both after the grace period.
     """
 
     def __init__(self, store: Any, job_id: str, stop: threading.Event) -> None:
@@ -193,6 +194,7 @@ def run_job(store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
     counts as failed and the next run still goes.
     """
     from bench.api import launch
+    from bench.errors import RunInterrupted
 
     job_id = job.job_id
     configs = list(job.configs)
@@ -221,6 +223,16 @@ def run_job(store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
                     stop=stop,
                     log_dir=log_dir,
                 )
+            except RunInterrupted as interrupted:  # this runner got SIGINT/SIGTERM: stop here
+                run_id = getattr(interrupted.result, "run_id", None)
+                progress.finish_run(index, RunStatus.FAILED.value, run_id, str(interrupted))
+                store.update_job(
+                    job_id,
+                    status=RunStatus.FAILED.value,
+                    run_ids=[*run_ids, *([run_id] if run_id else [])],
+                    error=f"job runner interrupted by signal {interrupted.signal_number}",
+                )
+                raise
             except Exception as exc:  # UserError before start, or a harness bug: keep going
                 message = f"{config.backend}: {type(exc).__name__}: {exc}"
                 log.warning("run %d of job %s did not start: %s", index, job_id, message)
@@ -451,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from bench.errors import UserError
+    from bench.errors import RunInterrupted, UserError
     from bench.executors import ExecutorSettings, parse_settings
 
     try:
@@ -467,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except RunInterrupted as interrupted:  # the run and its job are marked FAILED already
+        print(f"error: {interrupted}", file=sys.stderr)
+        return interrupted.exit_code
     return 0
 
 

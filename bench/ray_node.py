@@ -148,7 +148,7 @@ class JobChannel:
         return self.stop
 
 
-FORWARDED_WRITES = ("create_run", "update_run", "heartbeat", "add_records")
+FORWARDED_WRITES = ("create_run", "update_run", "heartbeat", "add_records", "fail_run")
 """Run writes the submitter applies to its store, in order (also kept in the node's mirror)."""
 FORWARDED_JOB_WRITES = ("update_job", "job_heartbeat")
 """Job-row writes the submitter applies (the job row exists only in the submitter's store)."""

@@ -18,20 +18,32 @@ and what counts as a transient error.
 
 The layout is versioned (meta.schema_version) and migrated forward on open; a newer one is
 refused with one line. Passwords never leave the URL object: messages use the masked display.
+
+Nothing is stored that this version cannot read back (every result is round-tripped before it
+is written), and one unreadable row never locks the store: readers skip it and name it in one
+warning line (`scan_runs` says which and why). A read (`create=False`) never creates a store,
+and reads a read-only SQLite file in place. A RUNNING run records its owner (host, pid, start
+time); opening a store fails the runs whose owner died on this host at once, and those of other
+hosts once their heartbeat is older than RUN_GRACE_S.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import socket
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
+from urllib.parse import quote
 
+import psutil
 from pydantic import Field, ValidationError
 from sqlalchemy import (
     Connection,
@@ -48,10 +60,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
+from bench import SCHEMA_VERSION
 from bench.config import RunConfig
 from bench.environment import primary_gpu_name
 from bench.errors import UserError
-from bench.schema import Failure, RequestRecord, RunResult, RunStatus
+from bench.schema import Failure, RequestRecord, RunResult, RunStatus, ValidityStatus
 from bench.store_schema import (
     OWN_TABLES,
     STORE_SCHEMA_VERSION,
@@ -70,10 +83,13 @@ __all__ = [
     "Job",
     "JobStatus",
     "ResultStore",
+    "RunScan",
     "Store",
     "StoreInfo",
     "StoreURL",
     "StoreUnavailable",
+    "UnreadableRun",
+    "UnstorableRun",
     "default_location",
     "open_store",
     "parse_store_url",
@@ -88,6 +104,12 @@ RECONNECT_S = 60.0
 """How long an operation retries a lost PostgreSQL connection before giving up (one line)."""
 CONNECT_TIMEOUT_S = 5
 """Opening a store fails after this long on an unreachable host (no retries at open)."""
+RUN_GRACE_S = 300.0
+"""A RUNNING run of another host silent this long is failed when a store is opened (its owner
+heartbeats every few seconds from `bench.api.launch`, loading included; generous because a
+database restart can hold writes back for RECONNECT_S)."""
+OWNER_START_TOLERANCE_S = 1.0
+"""A process with the owner's pid but a start time further off than this is another process."""
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -100,6 +122,36 @@ _T = TypeVar("_T")
 
 class StoreUnavailable(UserError):
     """The database could not be reached (for longer than RECONNECT_S during an operation)."""
+
+
+class UnstorableRun(UserError):
+    """A result that would not load back (e.g. a non-finite number JSON cannot hold): refused
+    before it is written, so the store never holds a row its own reader refuses."""
+
+
+class UnreadableRun(UserError):
+    """A stored run this version cannot read (corrupt JSON, a newer result schema, a row that
+    fails validation); `reason` says which."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id} cannot be read by this version ({reason})")
+        self.run_id = run_id
+        self.reason = reason
+
+
+class UnreadableRow(Strict):
+    """One run a reader skipped, and why."""
+
+    run_id: str
+    status: str = Field(description="The row's status column (readable without the JSON).")
+    reason: str
+
+
+class RunScan(Strict):
+    """What `scan_runs` read: the runs this version reads, and the rows it skipped."""
+
+    runs: list[RunResult] = Field(default_factory=list)
+    unreadable: list[UnreadableRow] = Field(default_factory=list)
 
 
 class Job(Strict):
@@ -168,6 +220,14 @@ class Store(Protocol):
         status: str | RunStatus | None = None,
         limit: int | None = None,
     ) -> list[RunResult]: ...
+    def scan_runs(
+        self,
+        backend: str | None = None,
+        model: str | None = None,
+        status: str | RunStatus | None = None,
+        limit: int | None = None,
+    ) -> RunScan: ...
+    def fail_run(self, run_id: str, failure: Failure) -> bool: ...
     def iter_records(
         self, run_id: str, include_warmup: bool = False
     ) -> Iterator[RequestRecord]: ...
@@ -195,7 +255,100 @@ def _now() -> float:
     return time.time()
 
 
-def _first_line(error: BaseException) -> str:
+@functools.cache
+def _node_identity(_pid: int) -> str:
+    """Which kernel's pids an owner pid belongs to: the boot id and the pid namespace (containers
+    of one host may share a host name, never a pid namespace). Cached per process id."""
+    parts = []
+    for read in (
+        lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        lambda: os.readlink("/proc/self/ns/pid"),
+    ):
+        try:
+            parts.append(read())
+        except OSError:  # no /proc (macOS): the host name alone identifies the host
+            parts.append("-")
+    return "/".join(parts)
+
+
+def _process_started_at(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def this_owner() -> dict[str, Any]:
+    """The owner columns of a run this process creates."""
+    pid = os.getpid()
+    return {
+        "owner_host": socket.gethostname(),
+        "owner_pid": pid,
+        "owner_node": _node_identity(pid),
+        "owner_started_at": _process_started_at(pid),
+    }
+
+
+def owner_gone(pid: int, started_at: float | None) -> bool:
+    """True when no process of this host is the owner any more (exited, a zombie, or its pid
+    reused by a process that started at another time)."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return True
+        if started_at is None:
+            return False
+        return abs(process.create_time() - started_at) > OWNER_START_TOLERANCE_S
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # access denied: it exists
+        return False
+
+
+def checked_result_json(result: RunResult) -> str:
+    """`result` as the JSON the store keeps, after checking this version reads it back.
+
+    JSON has no inf or NaN (pydantic writes them as null), so a run with `rate_rps=inf` or a NaN
+    figure would be stored and then refused by every reader; it is refused here instead."""
+    try:
+        text_ = result.model_dump_json()
+    except ValueError as error:  # PydanticSerializationError: a value JSON cannot hold
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UnstorableRun(
+            f"run {result.run_id} cannot be stored: it cannot be written as JSON ({reason})"
+        ) from None
+    try:
+        RunResult.model_validate_json(text_)
+    except ValidationError as error:
+        message = describe_validation_error(error, RunResult)
+        raise UnstorableRun(
+            f"run {result.run_id} cannot be stored: it would not load back ({message})"
+        ) from None
+    return text_
+
+
+def parse_result(run_id: str, text_: str) -> RunResult:
+    """A stored result's JSON as a RunResult; UnreadableRun says why it is not one."""
+    try:
+        data = json.loads(text_)
+    except (ValueError, TypeError) as error:
+        raise UnreadableRun(run_id, f"corrupt JSON: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UnreadableRun(run_id, "corrupt JSON: not an object")
+    version = data.get("schema_version")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise UnreadableRun(
+            run_id,
+            f"written by a newer version: result schema {version}, this one reads up to "
+            f"{SCHEMA_VERSION}",
+        )
+    try:
+        return RunResult.model_validate_json(text_)
+    except ValidationError as error:
+        raise UnreadableRun(run_id, describe_validation_error(error, RunResult)) from None
+
+
+def first_line(error: BaseException) -> str:
     """The driver's own message (not SQLAlchemy's wrapper with SQL and links), first line."""
     original = getattr(error, "orig", None) or error
     lines = [line.strip() for line in str(original).splitlines() if line.strip()]
@@ -208,8 +361,16 @@ def _first_line(error: BaseException) -> str:
 class _Backend:
     """What differs between SQLite and PostgreSQL; everything else is shared SQL."""
 
-    def __init__(self, location: StoreURL) -> None:
+    def __init__(self, location: StoreURL, create: bool = True) -> None:
         self.location = location
+        self.create = create
+        """False for a read: a missing store is an error, never created."""
+        self.read_only = False
+        """True when this process can only read the store (a read-only SQLite file)."""
+
+    def missing(self, detail: str = "") -> UserError:
+        shown = self.location.display
+        return UserError(self.location.scrub(f"no store at {shown}{detail}"))
 
     def refuse(self, problem: str) -> UserError:
         return UserError(
@@ -237,28 +398,71 @@ class _Backend:
 
 
 class _SQLite(_Backend):
+    immutable = False
+    """Read-only and in WAL mode without its -shm/-wal files beside it, in a folder this process
+    cannot write: SQLite can read it only as an immutable file (a snapshot)."""
+
     def before_open(self) -> None:
         path = self.location.path
         assert path is not None
-        if path.is_dir():
-            raise self.refuse("is a directory, not a file")
-        if path.exists() and path.stat().st_size > 0:
-            with path.open("rb") as handle:
-                if handle.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+        try:
+            if path.is_dir():
+                raise self.refuse("is a directory, not a file")
+            exists = path.exists()
+            size = path.stat().st_size if exists else 0
+            if size > 0:
+                with path.open("rb") as handle:
+                    header = handle.read(100)
+                if header[: len(SQLITE_HEADER)] != SQLITE_HEADER:
                     raise self.refuse("is not a SQLite database (or is corrupt)")
-        else:
+        except OSError as error:
+            raise UserError(
+                f"results store {path}: cannot read it ({error.strerror or error})"
+            ) from None
+        if not self.create:
+            if not exists or size == 0:
+                raise self.missing()
+            writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+            if not writable:
+                self.read_only = True
+                wal_mode = header[18:20] == b"\x02\x02"
+                sidecars = all(path.with_name(path.name + end).exists() for end in ("-shm", "-wal"))
+                self.immutable = wal_mode and not sidecars
+            return
+        if exists and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)):
+            raise self.refuse(
+                "is read-only here (no write permission on the file or its folder): runs "
+                "cannot be stored in it"
+            )
+        if not exists:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise UserError(
-                    f"results store {path}: cannot create its folder: {error}"
+                    f"results store {path}: cannot create its folder: {error.strerror or error}"
                 ) from None
+            if not os.access(path.parent, os.W_OK | os.X_OK):
+                raise UserError(
+                    f"results store {path}: cannot create it (no write permission on {path.parent})"
+                )
 
     def create_engine(self) -> Engine:
-        engine = create_engine(
-            self.location.url,
-            connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
-        )
+        if self.read_only:
+            path = self.location.path
+            assert path is not None
+            uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+            uri += "&immutable=1" if self.immutable else ""
+            engine = create_engine(
+                "sqlite://",
+                creator=lambda: sqlite3.connect(
+                    uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False
+                ),
+            )
+        else:
+            engine = create_engine(
+                self.location.url,
+                connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+            )
 
         @event.listens_for(engine, "connect")
         def _configure(dbapi_connection: Any, _record: Any) -> None:
@@ -283,6 +487,8 @@ class _SQLite(_Backend):
     def after_check(self, engine: Engine) -> None:
         """Switch to WAL (persistent in the file); retried, because the switch can report
         "locked" without waiting while another process opens the same new file."""
+        if self.read_only:
+            return
         raw = engine.raw_connection()
         try:
             deadline = time.monotonic() + BUSY_TIMEOUT_S
@@ -290,9 +496,12 @@ class _SQLite(_Backend):
                 try:
                     raw.cursor().execute("PRAGMA journal_mode = WAL")
                     return
-                except Exception as error:  # sqlite3.OperationalError, not wrapped here
+                except sqlite3.Error as error:  # not wrapped by SQLAlchemy here
                     if "locked" not in str(error) or time.monotonic() > deadline:
-                        raise
+                        raise UserError(
+                            f"results store {self.location.display}: cannot open it "
+                            f"({first_line(error)})"
+                        ) from None
                     time.sleep(0.05)
         finally:
             raw.close()
@@ -323,31 +532,39 @@ class _Postgres(_Backend):
 # --------------------------------------------------------------------------- the store
 
 
-def open_store(location: str | StoreURL | None = None) -> ResultStore:
+def open_store(location: str | StoreURL | None = None, create: bool = True) -> ResultStore:
     """Open (creating or upgrading) the store a URL or path names; None = $ADVISOR_STORE or the
-    default SQLite file. Raises UserError with one line for a bad, unreachable or newer store."""
-    return ResultStore(location)
+    default SQLite file. Raises UserError with one line for a bad, unreachable or newer store.
+
+    `create=False` is for reading: a store that does not exist is the error "no store at ..."
+    (nothing is created, no folder either), and a read-only SQLite file is read in place."""
+    return ResultStore(location, create=create)
 
 
 class ResultStore:
     """The results store on SQLite or PostgreSQL; safe across processes, threads and hosts."""
 
-    def __init__(self, location: str | os.PathLike[str] | StoreURL | None = None) -> None:
+    def __init__(
+        self, location: str | os.PathLike[str] | StoreURL | None = None, create: bool = True
+    ) -> None:
         self.location = location if isinstance(location, StoreURL) else parse_store_url(location)
         self.path = self.location.path
         """The SQLite file, or None for a database server."""
         self.backend = self.location.backend
-        self._backend: _Backend = (
-            _SQLite(self.location) if self.backend == "sqlite" else _Postgres(self.location)
-        )
+        backend_cls = _SQLite if self.backend == "sqlite" else _Postgres
+        self._backend: _Backend = backend_cls(self.location, create=create)
         self.reconnect_s = RECONNECT_S
+        self._warned_unreadable: set[str] = set()
         self._backend.before_open()
+        self.read_only = self._backend.read_only
+        """True when this process can only read the store (nothing is reaped or migrated)."""
         self._engine = self._backend.create_engine()
         try:
             self.schema_version = self._open()
         except BaseException:
             self._engine.dispose()
             raise
+        self._reap_quietly()
 
     # ------------------------------------------------------------------ opening
 
@@ -360,9 +577,11 @@ class ResultStore:
         try:
             with self._engine.connect() as conn:
                 found = self._check_layout(conn)  # read-only: nothing written before it passes
+            if found is None and not self._backend.create:
+                raise self._backend.missing(" (an empty database)")
             self._backend.after_check(self._engine)
-            if found == STORE_SCHEMA_VERSION:
-                return found
+            if found == STORE_SCHEMA_VERSION or (found is not None and self.read_only):
+                return found  # a read-only older store is read as it is
 
             def create_or_migrate(conn: Connection) -> None:
                 self._backend.lock_schema(conn)
@@ -377,11 +596,16 @@ class ResultStore:
         except DBAPIError as error:
             if self.backend == "sqlite" and not isinstance(error, OperationalError):
                 raise self._backend.refuse(
-                    f"cannot be read as a SQLite database ({_first_line(error)})"
+                    f"cannot be read as a SQLite database ({first_line(error)})"
+                ) from None
+            if "readonly database" in str(error.orig):
+                raise self._backend.refuse(
+                    "is read-only here (attempt to write a readonly database): runs cannot be "
+                    "stored in it"
                 ) from None
             raise StoreUnavailable(
                 self.location.scrub(
-                    f"results store {self.display}: cannot open: {_first_line(error)}"
+                    f"results store {self.display}: cannot open: {first_line(error)}"
                 )
             ) from None
 
@@ -456,12 +680,19 @@ class ResultStore:
                     return value
             except DBAPIError as error:
                 if not self._backend.transient(error) or not retry:
+                    if isinstance(error, OperationalError):
+                        # A full disk, a read-only file, an I/O error: one line, never the
+                        # SQL and its parameters (IntegrityError stays for the callers).
+                        raise StoreUnavailable(
+                            self.location.scrub(
+                                f"results store {self.display}: {first_line(error)}"
+                            )
+                        ) from None
                     raise
                 if (committing and not retry_commit) or time.monotonic() > deadline:
                     raise StoreUnavailable(
                         self.location.scrub(
-                            f"results store {self.display}: lost the database "
-                            f"({_first_line(error)})"
+                            f"results store {self.display}: lost the database ({first_line(error)})"
                         )
                     ) from None
                 if delay == 0.1:  # once per outage, not per attempt
@@ -469,7 +700,7 @@ class ResultStore:
                         "%s",
                         self.location.scrub(
                             f"results store {self.display}: connection lost "
-                            f"({_first_line(error)}); retrying for up to {self.reconnect_s:.0f} s"
+                            f"({first_line(error)}); retrying for up to {self.reconnect_s:.0f} s"
                         ),
                     )
                 time.sleep(delay)
@@ -493,7 +724,7 @@ class ResultStore:
             "gpu_name": primary_gpu_name(result.environment),
             "label": result.config.label,
             "group_id": result.group.group_id if result.group else None,
-            "result_json": result.model_dump_json(),
+            "result_json": checked_result_json(result),
         }
 
     def info(self) -> StoreInfo:
@@ -512,11 +743,12 @@ class ResultStore:
         )
 
     def create_run(self, result: RunResult) -> None:
-        """Store a new run as RUNNING with a heartbeat now (the caller's object is not changed)."""
+        """Store a new run as RUNNING with a heartbeat now, owned by this process (the caller's
+        object is not changed). UnstorableRun when the result would not load back."""
         running = result.model_copy(update={"status": RunStatus.RUNNING})
         columns = self._run_columns(running)
         now = _now()
-        columns.update(heartbeat_at=now, updated_at=now)
+        columns.update(heartbeat_at=now, updated_at=now, **this_owner())
         try:
             # Not retried across a lost COMMIT: it may have landed, and a retry would then
             # report the run as a duplicate.
@@ -582,14 +814,8 @@ class ResultStore:
             except IntegrityError:
                 raise UserError(f"no run {run_id} in the store to add records to") from None
 
-    def _result_from_json(self, run_id: str, text_: str) -> RunResult:
-        try:
-            return RunResult.model_validate_json(text_)
-        except ValidationError as error:
-            message = describe_validation_error(error, RunResult)
-            raise UserError(f"run {run_id} cannot be read by this version ({message})") from None
-
     def get_run(self, run_id: str) -> RunResult:
+        """One run; UserError when there is none, UnreadableRun when this version can't read it."""
         text_ = self._read(
             lambda conn: conn.execute(
                 select(runs.c.result_json).where(runs.c.run_id == run_id)
@@ -597,7 +823,7 @@ class ResultStore:
         )
         if text_ is None:
             raise UserError(f"no run {run_id} in the store")
-        return self._result_from_json(run_id, text_)
+        return parse_result(run_id, text_)
 
     def has_run(self, run_id: str) -> bool:
         return self._read(
@@ -614,8 +840,38 @@ class ResultStore:
         status: str | RunStatus | None = None,
         limit: int | None = None,
     ) -> list[RunResult]:
-        """Stored runs, newest first, filtered by backend, model and status."""
-        query = select(runs.c.run_id, runs.c.result_json)
+        """Stored runs, newest first, filtered by backend, model and status. Rows this version
+        cannot read are left out and named in one warning line (see `scan_runs`)."""
+        scan = self.scan_runs(backend=backend, model=model, status=status, limit=limit)
+        self._warn_unreadable(scan.unreadable)
+        return scan.runs
+
+    def _warn_unreadable(self, rows: list[UnreadableRow]) -> None:
+        """One warning line naming the unreadable rows not yet named by this handle (the app
+        lists runs every few seconds)."""
+        new = [row for row in rows if row.run_id not in self._warned_unreadable]
+        if not new:
+            return
+        self._warned_unreadable.update(row.run_id for row in new)
+        named = "; ".join(f"{row.run_id} ({row.reason})" for row in new[:5])
+        more = f"; and {len(new) - 5} more" if len(new) > 5 else ""
+        log.warning(
+            "warning: results store %s: skipped %d run(s) this version cannot read: %s%s",
+            self.display,
+            len(new),
+            named,
+            more,
+        )
+
+    def scan_runs(
+        self,
+        backend: str | None = None,
+        model: str | None = None,
+        status: str | RunStatus | None = None,
+        limit: int | None = None,
+    ) -> RunScan:
+        """Like list_runs, and which rows were skipped as unreadable (no warning printed)."""
+        query = select(runs.c.run_id, runs.c.status, runs.c.result_json)
         for column, value in ((runs.c.backend, backend), (runs.c.model, model)):
             if value is not None:
                 query = query.where(column == str(value))
@@ -625,17 +881,32 @@ class ResultStore:
         if limit is not None:
             query = query.limit(int(limit))
         rows = self._read(lambda conn: conn.execute(query).tuples().all())
-        return [self._result_from_json(run_id, text_) for run_id, text_ in rows]
+        scan = RunScan()
+        for run_id, row_status, text_ in rows:
+            try:
+                scan.runs.append(parse_result(run_id, text_))
+            except UnreadableRun as error:
+                scan.unreadable.append(
+                    UnreadableRow(run_id=run_id, status=row_status, reason=error.reason)
+                )
+        return scan
 
     def group_runs(self, group_id: str) -> list[RunResult]:
-        """The runs of one measurement group (repeats), oldest first; [] for an unknown id."""
+        """The runs of one measurement group (repeats), oldest first; [] for an unknown id.
+        A row this version cannot read is left out with a warning, as in `scan_runs`."""
         query = (
             select(runs.c.run_id, runs.c.result_json)
             .where(runs.c.group_id == group_id)
             .order_by(runs.c.created_at, runs.c.run_id)
         )
         rows = self._read(lambda conn: conn.execute(query).tuples().all())
-        return [self._result_from_json(run_id, text_) for run_id, text_ in rows]
+        readable: list[RunResult] = []
+        for run_id, text_ in rows:
+            try:
+                readable.append(parse_result(run_id, text_))
+            except UnreadableRun as error:
+                log.warning("group %s: skipped run %s: %s", group_id, run_id, error.reason)
+        return readable
 
     def iter_records(self, run_id: str, include_warmup: bool = False) -> Iterator[RequestRecord]:
         """A run's records in insertion order, read in pages (no long-held read transaction)."""
@@ -702,56 +973,129 @@ class ResultStore:
 
         self._transaction(replace)  # delete + insert: safe to run again after a lost COMMIT
 
-    def _fail_lost_run(self, conn: Connection, run_id: str, cutoff: float, now: float) -> bool:
-        """Mark one RUNNING run silent since before `cutoff` FAILED; its records stay."""
+    def _fail_running(
+        self, conn: Connection, run_id: str, failure: Failure, now: float, cutoff: float | None
+    ) -> bool:
+        """Mark one RUNNING run FAILED with `failure` (only if its heartbeat is older than
+        `cutoff`, when given); its stored result and records otherwise stay as they are."""
         row = conn.execute(
             select(runs.c.heartbeat_at, runs.c.result_json).where(
                 runs.c.run_id == run_id, runs.c.status == str(RunStatus.RUNNING)
             )
         ).first()
-        if row is None or row.heartbeat_at >= cutoff:
+        if row is None or (cutoff is not None and row.heartbeat_at >= cutoff):
             return False
         try:
-            result = RunResult.model_validate_json(row.result_json)
-        except ValidationError:
+            result = parse_result(run_id, row.result_json)
+        except UnreadableRun:
             return False  # written by a newer version: not ours to rewrite
         result.status = RunStatus.FAILED
-        result.failure = Failure(
-            cause=f"worker lost: no heartbeat for {int(now - row.heartbeat_at)} s",
-            advice="The worker or job runner died or hung without reporting (killed, out of "
-            "host memory, machine restarted); the records it wrote are kept. See the run's "
-            "log file.",
-        )
+        result.failure = failure
+        if result.validity is not None:
+            result.validity.status = ValidityStatus.INVALID
+            result.validity.reasons.append("run failed")
+        condition = [runs.c.run_id == run_id, runs.c.status == str(RunStatus.RUNNING)]
+        if cutoff is not None:
+            condition.append(runs.c.heartbeat_at < cutoff)  # re-checked under the row lock
         changed = conn.execute(
             update(runs)
-            .where(
-                runs.c.run_id == run_id,
-                runs.c.status == str(RunStatus.RUNNING),
-                runs.c.heartbeat_at < cutoff,  # re-checked under the row lock
-            )
+            .where(*condition)
             .values(
-                status=str(RunStatus.FAILED), result_json=result.model_dump_json(), updated_at=now
+                status=str(RunStatus.FAILED),
+                validity=str(ValidityStatus.INVALID) if result.validity else None,
+                result_json=checked_result_json(result),
+                updated_at=now,
             )
         ).rowcount
         return changed == 1
 
+    def _fail_lost_run(self, conn: Connection, run_id: str, cutoff: float, now: float) -> bool:
+        """Mark one RUNNING run silent since before `cutoff` FAILED; its records stay."""
+        heartbeat_at = conn.execute(
+            select(runs.c.heartbeat_at).where(runs.c.run_id == run_id)
+        ).scalar_one_or_none()
+        silence_s = int(now - heartbeat_at) if heartbeat_at is not None else 0
+        failure = Failure(
+            cause=f"worker lost: no heartbeat for {silence_s} s",
+            advice="The worker or job runner died or hung without reporting (killed, out of "
+            "host memory, machine restarted); the records it wrote are kept. See the run's "
+            "log file.",
+        )
+        return self._fail_running(conn, run_id, failure, now, cutoff)
+
+    def fail_run(self, run_id: str, failure: Failure) -> bool:
+        """Mark a RUNNING run FAILED with `failure`, keeping what is stored of it (a small write,
+        for when the finished result cannot be stored); False when it is not RUNNING."""
+        return self._transaction(
+            lambda conn: self._fail_running(conn, run_id, failure, _now(), cutoff=None)
+        )
+
+    def _lost_runs(self, conn: Connection, grace_s: float, now: float) -> tuple[list, list]:
+        """RUNNING runs whose owner died on this host, and those silent for `grace_s`."""
+        columns = [runs.c.run_id, runs.c.heartbeat_at]
+        owned = self.schema_version >= 3
+        if owned:
+            columns += [
+                runs.c.owner_host,
+                runs.c.owner_pid,
+                runs.c.owner_node,
+                runs.c.owner_started_at,
+            ]
+        rows = conn.execute(select(*columns).where(runs.c.status == str(RunStatus.RUNNING))).all()
+        host, node = socket.gethostname(), _node_identity(os.getpid())
+        dead, silent = [], []
+        for row in rows:
+            if (
+                owned
+                and row.owner_pid is not None
+                and row.owner_host == host
+                and row.owner_node == node
+                and owner_gone(row.owner_pid, row.owner_started_at)
+            ):
+                dead.append(row)
+            elif row.heartbeat_at < now - grace_s:
+                silent.append(row)
+        return dead, silent
+
     def reap_stale(self, grace_s: float = 120) -> list[str]:
-        """Mark RUNNING runs whose heartbeat is older than `grace_s` FAILED; returns their ids."""
+        """Mark FAILED the RUNNING runs whose owner process is gone from this host, and those
+        (of any host) whose heartbeat is older than `grace_s`; returns their ids. Records stay.
+        Only a read when there is nothing to reap (it runs whenever a store is opened)."""
+        dead, silent = self._read(lambda conn: self._lost_runs(conn, grace_s, _now()))
+        if not dead and not silent:
+            return []
 
         def reap(conn: Connection) -> list[str]:
             now = _now()
-            candidates = conn.execute(
-                select(runs.c.run_id).where(
-                    runs.c.status == str(RunStatus.RUNNING), runs.c.heartbeat_at < now - grace_s
+            reaped = []
+            for row in dead:
+                failure = Failure(
+                    cause=f"owner process gone (pid {row.owner_pid} on {row.owner_host})",
+                    advice="The process running the benchmark ended without finishing the run "
+                    "(killed, crashed, or the machine ran out of memory or disk); the records "
+                    "it wrote are kept. See the run's log file.",
                 )
-            ).scalars()
-            return [
-                run_id
-                for run_id in list(candidates)
-                if self._fail_lost_run(conn, run_id, now - grace_s, now)
-            ]
+                if self._fail_running(conn, row.run_id, failure, now, cutoff=None):
+                    reaped.append(row.run_id)
+            for row in silent:
+                if self._fail_lost_run(conn, row.run_id, now - grace_s, now):
+                    reaped.append(row.run_id)
+            return reaped
 
         return self._transaction(reap)
+
+    def _reap_quietly(self) -> None:
+        """reap_stale at open (RUN_GRACE_S for other hosts); a failure to reap never fails the
+        open: a busy or full store is still read, and reaped by the next open."""
+        if self.read_only:
+            return
+        try:
+            reaped = self.reap_stale(RUN_GRACE_S)
+        except (DBAPIError, UserError) as error:
+            log.debug("results store %s: reaping skipped: %s", self.display, first_line(error))
+            return
+        if reaped:
+            log.info("results store %s: marked lost run(s) FAILED: %s", self.display, reaped)
 
     def delete_run(self, run_id: str) -> None:
         """Delete a run and its records."""

@@ -1,7 +1,8 @@
 """`python -m bench store copy SRC DST`: copy finished runs, with their records and telemetry,
 from one results store to another (how a user moves from the embedded SQLite file to a team's
 PostgreSQL). Idempotent: a run already in the destination, identical, is left alone; one that
-differs (re-copied after an edit) is replaced whole; copying twice duplicates nothing.
+differs (re-copied after an edit) is replaced whole; copying twice duplicates nothing. A source
+row this version cannot read is skipped and named; the readable runs are still copied.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pydantic import Field
 
 from bench.errors import UserError
 from bench.schema import RunStatus
-from bench.store import Store
+from bench.store import Store, UnreadableRow, UnreadableRun
 from bench.strict import Strict
 
 FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STOPPED)
@@ -24,6 +25,9 @@ class CopyReport(Strict):
     unchanged: int = Field(0, description="Runs already in the destination, identical.")
     unfinished: int = Field(0, description="Runs still QUEUED or RUNNING in the source: left out.")
     records: int = Field(0, description="Request records written to the destination.")
+    skipped: list[UnreadableRow] = Field(
+        default_factory=list, description="Source rows this version cannot read: not copied."
+    )
 
 
 def copy_runs(source: Store, destination: Store) -> CopyReport:
@@ -33,18 +37,22 @@ def copy_runs(source: Store, destination: Store) -> CopyReport:
         raise UserError(
             f"store copy: source and destination are the same store ({source.location.display})"
         )
-    report = CopyReport()
-    for run in source.list_runs():
+    scan = source.scan_runs()
+    report = CopyReport(skipped=scan.unreadable)
+    for run in scan.runs:
         if run.status not in FINISHED:
             # Its runner is still writing to the source; copy it once it has finished.
             report.unfinished += 1
             continue
         record_count = source.count_records(run.run_id)
         if destination.has_run(run.run_id):
-            same = (
-                destination.get_run(run.run_id) == run
-                and destination.count_records(run.run_id) == record_count
-            )
+            try:
+                same = (
+                    destination.get_run(run.run_id) == run
+                    and destination.count_records(run.run_id) == record_count
+                )
+            except UnreadableRun:  # the destination's copy is unreadable: replace it
+                same = False
             if same:
                 report.unchanged += 1
                 continue

@@ -16,6 +16,12 @@ Versions:
    executing, so a dead runner's run is failed with its job), and schema_migrations.
 3. runs.group_id (nullable): the measurement group a run is a repeat of (RunResult.group), so a
    group's runs are found without reading every run's JSON; older runs stay NULL (alone).
+4. The owner of a RUNNING run: runs.owner_host (host name, shown), runs.owner_pid,
+   runs.owner_node (boot id and pid namespace: which kernel that pid belongs to) and
+   runs.owner_started_at (the process's start time, so a reused pid is not taken for it), so a
+   store opened on the owner's host fails a run whose process is gone at once, instead of after
+   the heartbeat grace.
+>>>>>>> store
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from sqlalchemy import (
     text,
 )
 
-STORE_SCHEMA_VERSION = 3
+STORE_SCHEMA_VERSION = 4
 """Version of the store's table layout (each RunResult's JSON carries its own schema_version)."""
 
 metadata = MetaData()
@@ -66,6 +72,11 @@ runs = Table(
     Column("group_id", Text),
     Column("heartbeat_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # Who writes a RUNNING run (NULL for copied runs and those of schema 1-2).
+    Column("owner_host", Text),
+    Column("owner_pid", Integer),
+    Column("owner_node", Text),
+    Column("owner_started_at", Float),
     # Parallelism, precision and everything else of the run stay inside the versioned JSON;
     # columns exist only for what the store filters or sorts on.
     Column("result_json", Text, nullable=False),
@@ -150,9 +161,17 @@ def _to_3(conn: Connection) -> None:
     conn.execute(text("CREATE INDEX runs_by_group ON runs (group_id)"))
 
 
+def _to_4(conn: Connection) -> None:
+    conn.execute(text("ALTER TABLE runs ADD COLUMN owner_host TEXT"))
+    conn.execute(text("ALTER TABLE runs ADD COLUMN owner_pid INTEGER"))
+    conn.execute(text("ALTER TABLE runs ADD COLUMN owner_node TEXT"))
+    conn.execute(text("ALTER TABLE runs ADD COLUMN owner_started_at FLOAT"))
+
+
 MIGRATIONS = (
     Migration(2, "jobs.runner, jobs.current_run_id, schema_migrations", _to_2),
     Migration(3, "runs.group_id (measurement groups of repeats)", _to_3),
+    Migration(4, "runs.owner_host, owner_pid, owner_node, owner_started_at", _to_4),
 )
 assert [m.version for m in MIGRATIONS] == list(range(2, STORE_SCHEMA_VERSION + 1))
 

@@ -37,6 +37,11 @@ RECORD_FLUSH_COUNT = 256
 LOG_TAIL_BYTES = 4000
 ROOT_CAUSE_SCAN_BYTES = 256 * 1024
 """How much of the engine log's end is searched for the engine's own error line."""
+STOP_POLL_S = 0.1
+"""How often the worker looks at the stop flag the parent sets."""
+STOP_GRACE_S = 10.0
+"""After a stop request, how long the worker may take to end its pattern and close its engine
+before its process group is killed."""
 CONSECUTIVE_FAILURES_FATAL = 200
 """A dead engine fails every request instantly; after this many failures in a row with none
 succeeding in between, the run is stopped as FAILED with the first error as its cause."""
@@ -155,9 +160,13 @@ async def _child_async(
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    threading.Thread(
-        target=lambda: (stop_mp.wait(), loop.call_soon_threadsafe(stop.set)), daemon=True
-    ).start()
+
+    def watch_stop() -> None:
+        while not stop_mp.value:
+            time.sleep(STOP_POLL_S)
+        loop.call_soon_threadsafe(stop.set)
+
+    threading.Thread(target=watch_stop, name="stop-flag", daemon=True).start()
 
     pending: list[dict] = []
     last_flush = time.monotonic()
@@ -291,7 +300,10 @@ class Worker:
         self.log_path = Path(log_path)
         ctx = mp.get_context("spawn")
         self._events = ctx.Queue()
-        self._stop = ctx.Event()
+        # A lock-free shared byte, not an mp.Event: Event.set() waits for every process asleep
+        # in wait() to wake, and one that died asleep (the worker that just crashed) never does,
+        # so setting it would hang the parent forever.
+        self._stop = ctx.RawValue("b", 0)
         self.requests = ctx.Queue() if serve else None
         """serve mode: the queue the parent's load generator sends requests through."""
         self.tree_token = uuid.uuid4().hex
@@ -347,10 +359,45 @@ class Worker:
         self,
         on_records: Callable[[list[RequestRecord]], None],
         on_progress: Callable[[dict], None],
-        stop: threading.Event | None = None,
+        stop: Any = None,
         load_timeout_s: float = 3600.0,
+        kill_now: threading.Event | None = None,
     ) -> WorkerOutcome:
-        """Drive the worker to the end; always returns (never raises for engine failures)."""
+        """Drive the worker to the end; always returns (never raises for engine failures).
+
+        `stop` (anything with `is_set()`) asks for a polite stop: the worker ends its load
+        pattern and closes its engine, and is killed after STOP_GRACE_S. `kill_now` (a second
+        Ctrl-C) kills its process group at once. Whatever happens here (a callback raising, a
+        KeyboardInterrupt), the worker's process tree is gone when this returns or raises.
+        """
+        try:
+            outcome = self._drive(on_records, on_progress, stop, load_timeout_s, kill_now)
+        except BaseException:
+            self.kill()
+            self.shutdown(grace_s=0)
+            raise
+        self.shutdown()
+        if outcome.failure is not None:
+            # The engine's own error line (e.g. vLLM's engine core) leads the cause.
+            outcome.failure.cause = with_root_cause(
+                outcome.failure.cause, self.log_tail(ROOT_CAUSE_SCAN_BYTES)
+            )
+            if outcome.failure.advice is None:
+                outcome.failure.advice = advice_for(outcome.failure.cause)
+            tail = self.log_tail()
+            if tail:
+                outcome.failure.log_tail = tail
+        return outcome
+
+    def _drive(
+        self,
+        on_records: Callable[[list[RequestRecord]], None],
+        on_progress: Callable[[dict], None],
+        stop: Any,
+        load_timeout_s: float,
+        kill_now: threading.Event | None,
+    ) -> WorkerOutcome:
+        """The event loop of `run`: until the worker finishes, fails, hangs or is stopped."""
         outcome = WorkerOutcome(status="FAILED")
         watch = _EventState(last_progress=time.monotonic())
         started = time.monotonic()
@@ -359,7 +406,13 @@ class Worker:
         while True:
             if stop is not None and stop.is_set() and stop_requested_at is None:
                 stop_requested_at = time.monotonic()
-                self._stop.set()
+                self._stop.value = 1
+            if kill_now is not None and kill_now.is_set():
+                self.kill()
+                self._drain(outcome, watch, on_records, on_progress)  # what it sent before
+                outcome.status = "STOPPED"
+                outcome.failure = Failure(cause="stopped: engine killed at once (second signal)")
+                break
             self.snapshot_tree()
             try:
                 kind, *payload = self._events.get(timeout=0.2)
@@ -374,8 +427,9 @@ class Worker:
                             cause=f"worker exited with code {code} before finishing"
                         )
                     break
-                if stop_requested_at is not None and now - stop_requested_at > 10:
+                if stop_requested_at is not None and now - stop_requested_at > STOP_GRACE_S:
                     self.kill()
+                    self._drain(outcome, watch, on_records, on_progress)
                     outcome.status = "STOPPED"
                     outcome.failure = Failure(cause="stopped by user; engine killed after grace")
                     break
@@ -390,17 +444,6 @@ class Worker:
                 continue
             if self._handle(kind, payload, outcome, watch, on_records, on_progress):
                 break
-        self.shutdown()
-        if outcome.failure is not None:
-            # The engine's own error line (e.g. vLLM's engine core) leads the cause.
-            outcome.failure.cause = with_root_cause(
-                outcome.failure.cause, self.log_tail(ROOT_CAUSE_SCAN_BYTES)
-            )
-            if outcome.failure.advice is None:
-                outcome.failure.advice = advice_for(outcome.failure.cause)
-            tail = self.log_tail()
-            if tail:
-                outcome.failure.log_tail = tail
         return outcome
 
     def _handle(

@@ -749,6 +749,8 @@ def report_for(
         if run_id in reference_runs:  # a file in data/reference: no per-request records
             runs.append(reference_runs[run_id])
             continue
+        if store is None:
+            raise UserError(f"no run {run_id}: not in data/reference and no results store yet")
         runs.append(store.get_run(run_id))  # UserError names a run that is nowhere
         records[run_id] = store.iter_records(run_id)
     environment = fingerprint()
@@ -775,11 +777,16 @@ def assemble_report(
     """Load the profile, ask the advisor once, read runs and records, and build the Report."""
     from advisor.profile import load_profile
     from advisor.recommend import availability_map, recommend
-    from bench.store import open_store
+    from bench.store import open_store, parse_store_url
 
     profile_path = Path(profile_path)
     profile = load_profile(profile_path)
-    store = open_store(store_location)
+    location = parse_store_url(store_location)
+    # A report only reads: a store named but absent is "no store at ..."; the default file not
+    # created yet just means no runs measured here.
+    default_absent = store_location is None and location.path is not None
+    default_absent = default_absent and not location.path.exists()
+    store = None if default_absent else open_store(location, create=False)
     reference = evidence.read_reference_folder(reference_dir or evidence.DEFAULT_REFERENCE_DIR)
     answer = recommend(profile, store=store, reference=reference, availability=availability_map())
     return report_for(profile, answer, store, reference, run_ids, profile_path.name)

@@ -231,7 +231,7 @@ def test_store_option(tmp_path: Path) -> None:
     assert stage["recommendation"]["framework"] == "vllm"
     assert stage["recommendation"]["follows"] == "measurements"
     missing = invoke("recommend", "--model", "llama-2-7b", "--store", str(tmp_path / "nope.db"))
-    assert missing.exit_code == 2 and "does not exist" in missing.output
+    assert missing.exit_code == 2 and "no store at" in missing.output
 
 
 def test_bench_plan_json_and_text() -> None:

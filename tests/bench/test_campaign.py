@@ -165,10 +165,16 @@ def test_campaign_runs_resumes_and_respects_the_budget(tmp_path: Path) -> None:
 
 def test_a_step_changed_since_its_outcome_is_refused(tmp_path: Path) -> None:
     plan_file = write_plan(tmp_path, [fake_step("only")])
-    run_campaign(load_plan(plan_file), tmp_path / "out", LocalExecutor())
+    out = tmp_path / "out"
+    run_campaign(load_plan(plan_file), out, LocalExecutor(), plan_file=plan_file)
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
     changed = write_plan(tmp_path, [fake_step("only", estimate_s=5)])
     with pytest.raises(UserError, match="holds step 'only' as defined differently"):
-        run_campaign(load_plan(changed), tmp_path / "out", LocalExecutor())
+        run_campaign(load_plan(changed), out, LocalExecutor(), plan_file=changed)
+    # The refused resume wrote nothing: OUT/plan.yaml is still the plan the folder ran.
+    after = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    assert after == before
+    assert b"estimate_s: 5" not in (out / "plan.yaml").read_bytes()
 
 
 def test_a_failing_step_is_recorded_and_the_next_one_runs(tmp_path: Path) -> None:

@@ -3,18 +3,26 @@ versioned layout and migrations, refusals, concurrency across processes, the job
 
 from __future__ import annotations
 
+import json
+import logging
 import multiprocessing
+import os
 import shutil
+import socket
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import event as sqlalchemy_event
 
 from bench import store as store_module
 from bench.config import RunConfig, StepLoad
 from bench.errors import UserError
+from bench.metrics import summarize
 from bench.schema import (
     Failure,
     MetricsSummary,
@@ -27,13 +35,23 @@ from bench.schema import (
     Validity,
     ValidityStatus,
 )
-from bench.store import STORE_SCHEMA_VERSION, ResultStore, open_store, parse_store_url
+from bench.store import (
+    STORE_SCHEMA_VERSION,
+    ResultStore,
+    UnreadableRun,
+    UnstorableRun,
+    open_store,
+    parse_store_url,
+)
 from bench.store_copy import copy_runs
 from bench.store_url import redact_urls
 
 V1_FIXTURE = Path(__file__).parent / "data" / "store_v1.sqlite"
 """Written by bench/store.py of commit 852060c (store schema 1, the previous release): two runs
 (one COMPLETED with 5 records and 3 telemetry samples, one RUNNING with 2) and one QUEUED job."""
+
+OWNER_COLUMNS = ("owner_host", "owner_pid", "owner_node", "owner_started_at")
+"""What store schema 3 added to the runs table."""
 
 WRITERS = 4
 RUNS_PER_WRITER = 250
@@ -325,7 +343,7 @@ def test_previous_release_store_opens_and_upgrades(tmp_path):
     shutil.copy(V1_FIXTURE, path)
     assert layout(f"sqlite:///{path}")["jobs"][0].count("runner") == 0  # really schema 1
     with ResultStore(path) as upgraded:
-        assert upgraded.schema_version == STORE_SCHEMA_VERSION == 3
+        assert upgraded.schema_version == STORE_SCHEMA_VERSION == 4
         completed = upgraded.get_run("v1-run-completed")
         assert completed.status == RunStatus.COMPLETED
         assert completed.config.label == "written by store schema 1"
@@ -338,24 +356,25 @@ def test_previous_release_store_opens_and_upgrades(tmp_path):
         claimed = upgraded.claim_next_job(pid=7, runner="host-a:7")
         assert claimed is not None and claimed.runner == "host-a:7"  # a column schema 2 added
         history = sql(upgraded, "SELECT version, description FROM schema_migrations")
-        assert [version for version, _ in history] == [2, 3]
-        assert sql(upgraded, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+        assert [version for version, _ in history] == [2, 3, 4]
+        assert sql(upgraded, "SELECT value FROM meta WHERE key = 'schema_version'") == [("4",)]
     # The upgraded file has exactly the layout of a store created at this version.
     with ResultStore(tmp_path / "fresh.sqlite"):
         pass
     assert layout(f"sqlite:///{path}") == layout(f"sqlite:///{tmp_path}/fresh.sqlite")
     with ResultStore(path) as reopened:  # a second open migrates nothing
-        assert len(sql(reopened, "SELECT version FROM schema_migrations")) == 2
+        assert len(sql(reopened, "SELECT version FROM schema_migrations")) == 3
 
 
 def test_migration_runs_on_both_backends(store_url):
-    """Take a fresh store back to schema 1 (what migrations 2 and 3 add, removed), reopen it."""
+    """Take a fresh store back to schema 1 (what migrations 2 to 4 add, removed), reopen it."""
     ResultStore(store_url).close()
     fresh = layout(store_url)
     raw_execute(
         store_url,
         "DROP INDEX runs_by_group",
         "ALTER TABLE runs DROP COLUMN group_id",
+        *(f"ALTER TABLE runs DROP COLUMN {column}" for column in OWNER_COLUMNS),
         "ALTER TABLE jobs DROP COLUMN runner",
         "ALTER TABLE jobs DROP COLUMN current_run_id",
         "DROP TABLE schema_migrations",
@@ -363,8 +382,12 @@ def test_migration_runs_on_both_backends(store_url):
     )
     assert "schema_migrations" not in layout(store_url)
     with ResultStore(store_url) as upgraded:
-        assert upgraded.schema_version == 3
-        assert sql(upgraded, "SELECT version FROM schema_migrations") == [(2,), (3,)]
+        assert upgraded.schema_version == 4
+        assert sql(upgraded, "SELECT version FROM schema_migrations ORDER BY 1") == [
+            (2,),
+            (3,),
+            (4,),
+        ]
     assert layout(store_url) == fresh
 
 
@@ -630,8 +653,13 @@ def test_copy_of_the_previous_release_store(tmp_path, store_url):
         if destination.path == source.path:
             pytest.skip("same file")
         report = copy_runs(source, destination)
-        assert (report.copied, report.unfinished, report.records) == (1, 1, 5)
+        # The fixture's RUNNING run has been silent since it was written: opening the store
+        # failed it (records kept), so it is copied as the finished run it now is.
+        assert (report.copied, report.unfinished, report.records) == (2, 0, 7)
         assert destination.get_run("v1-run-completed") == source.get_run("v1-run-completed")
+        lost = destination.get_run("v1-run-running")
+        assert lost.status == RunStatus.FAILED
+        assert lost.failure is not None and lost.failure.cause.startswith("worker lost")
 
 
 def test_sqlite_connection_is_not_shared_with_sqlite3_locking(tmp_path):
@@ -662,3 +690,276 @@ def test_postgres_credentials_from_the_environment(postgres, monkeypatch):
     with open_store(without) as opened:
         assert opened.info().backend == "postgresql"
         assert postgres.password not in repr(opened) + opened.display
+
+
+# --------------------------------------------------------------------------- unreadable rows
+
+
+def _insert_row(store: ResultStore, run_id: str, result_json: str, status: str = "COMPLETED"):
+    """A runs row written behind the store's back (a corrupt file, a newer release)."""
+    now = time.time()
+    with store._engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO runs (run_id, status, backend, model, pattern, created_at, "
+                "heartbeat_at, updated_at, result_json) VALUES (:run_id, :status, 'fake', "
+                "'tiny-llama', 'concurrency', '2026-01-01T00:00:00+00:00', :now, :now, :json)"
+            ),
+            {"run_id": run_id, "status": status, "now": now, "json": result_json},
+        )
+
+
+def _unreadable_rows(store: ResultStore, good: RunResult) -> dict[str, str]:
+    """Three rows this version cannot read, each for another reason: run id -> reason start."""
+    data = json.loads(good.model_dump_json())
+    newer = {**data, "run_id": "newer", "schema_version": 99, "field_of_v99": 1}
+    failing = {**data, "run_id": "failing"}
+    failing["config"]["load"]["concurrency"] = None  # what a NaN/inf is written as: null
+    _insert_row(store, "corrupt", '{"schema_version": 1, "run_id": "corr')
+    _insert_row(store, "newer", json.dumps(newer))
+    _insert_row(store, "failing", json.dumps(failing), status="FAILED")
+    return {
+        "corrupt": "corrupt JSON",
+        "newer": "written by a newer version: result schema 99",
+        "failing": "config.load.concurrency",
+    }
+
+
+def test_one_unreadable_row_never_locks_the_store(store, caplog, tmp_path):
+    good = make_result(status=RunStatus.COMPLETED)
+    store.create_run(good)
+    store.add_records(good.run_id, make_records(3))
+    store.update_run(good)
+    expected = _unreadable_rows(store, good)
+
+    with caplog.at_level(logging.WARNING, logger="bench.store"):
+        assert [run.run_id for run in store.list_runs()] == [good.run_id]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "bench.store"]
+    assert "\n" not in warning and "skipped 3 run(s)" in warning
+    for run_id, reason in expected.items():
+        assert f"{run_id} ({reason}" in warning
+
+    scan = store.scan_runs()
+    assert [run.run_id for run in scan.runs] == [good.run_id]
+    reasons = {row.run_id: row.reason for row in scan.unreadable}
+    assert set(reasons) == set(expected)
+    assert all(reasons[run_id].startswith(reason) for run_id, reason in expected.items())
+    assert {row.run_id: row.status for row in scan.unreadable}["failing"] == "FAILED"
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bench.store"):
+        store.list_runs()  # the app lists every few seconds: named once per handle
+    assert not [r for r in caplog.records if r.name == "bench.store"]
+
+    with pytest.raises(UnreadableRun, match="run newer cannot be read by this version") as caught:
+        store.get_run("newer")
+    assert "\n" not in str(caught.value)
+
+    destination = tmp_path / "salvaged.sqlite"
+    with open_store(destination) as salvage:
+        report = copy_runs(store, salvage)
+        assert (report.copied, report.records) == (1, 3)
+        assert {row.run_id for row in report.skipped} == set(expected)
+        assert salvage.get_run(good.run_id) == store.get_run(good.run_id)
+
+
+def test_a_result_that_would_not_load_back_is_never_stored(store):
+    """JSON has no NaN or inf (pydantic writes null): refused before the write, not after."""
+    result = make_result()
+    store.create_run(result)
+    broken = result.model_copy(
+        update={
+            "status": RunStatus.COMPLETED,
+            "summary": summarize(make_records(5)).model_copy(update={"duration_s": float("nan")}),
+        }
+    )
+    with pytest.raises(UnstorableRun, match="would not load back") as caught:
+        store.update_run(broken)
+    assert "\n" not in str(caught.value) and "summary.duration_s" in str(caught.value)
+    assert store.get_run(result.run_id).status == RunStatus.RUNNING  # the row is unchanged
+    # What the soak fits returned before they were typed (issue 21, 1): a numpy bool.
+    numpy_bool = result.model_copy(update={"pattern_report": {"flagged": np.bool_(True)}})
+    with pytest.raises(UnstorableRun, match="cannot be written as JSON") as caught:
+        store.update_run(numpy_bool)
+    assert "\n" not in str(caught.value)
+    assert store.get_run(result.run_id).status == RunStatus.RUNNING
+    infinite = make_result(
+        config=RunConfig(backend="fake", model="tiny-llama").model_copy(
+            update={"telemetry_interval_s": float("inf")}
+        )
+    )
+    with pytest.raises(UnstorableRun):
+        store.create_run(infinite)
+    assert not store.has_run(infinite.run_id)
+    assert store.fail_run(result.run_id, Failure(cause="result not stored"))
+    failed = store.get_run(result.run_id)
+    assert failed.status == RunStatus.FAILED and failed.failure.cause == "result not stored"
+    assert not store.fail_run(result.run_id, Failure(cause="again"))  # only a RUNNING row
+
+
+# --------------------------------------------------------------------------- reads create nothing
+
+
+def test_a_read_never_creates_a_sqlite_store(tmp_path):
+    missing = tmp_path / "no" / "such" / "dir" / "results.sqlite"
+    with pytest.raises(UserError) as caught:
+        open_store(missing, create=False)
+    assert str(caught.value) == f"no store at {missing}"
+    assert not (tmp_path / "no").exists()
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    with pytest.raises(UserError, match=r"^no store at"):
+        open_store(empty, create=False)
+    assert empty.stat().st_size == 0
+
+
+def test_a_read_never_creates_a_postgres_store(postgres):
+    url = postgres.create_database()
+    with pytest.raises(UserError, match=r"no store at .* \(an empty database\)"):
+        open_store(url, create=False)
+    assert layout(url) == {}  # no table created
+    open_store(url).close()
+    with open_store(url, create=False) as reader:
+        assert reader.list_runs() == []
+
+
+def _as_nobody(target, *args):
+    """Run `target(*args)` in a forked child without root's rights; returns what it returned
+    (or the UserError text it raised). As root a chmod alone would not restrict anything."""
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+
+    def child() -> None:
+        if os.geteuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+        try:
+            results.put(("ok", target(*args)))
+        except UserError as error:
+            results.put(("error", str(error)))
+        except BaseException as error:  # a traceback would be the bug under test
+            results.put(("crash", f"{type(error).__name__}: {error}"))
+
+    process = context.Process(target=child)
+    process.start()
+    outcome = results.get(timeout=60)
+    process.join(30)
+    return outcome
+
+
+def _run_ids(path: Path) -> list[str]:
+    with open_store(path, create=False) as reader:
+        return [run.run_id for run in reader.list_runs()]
+
+
+def _write_a_run(path: Path) -> str:
+    with open_store(path) as writer:
+        writer.create_run(make_result())
+    return "written"
+
+
+def test_read_only_and_unreadable_sqlite_stores(tmp_path):
+    # pytest's tmp_path is private to root (0700): a folder any user may enter, removed after.
+    folder = Path(tempfile.mkdtemp(prefix="store-ro-"))
+    folder.chmod(0o755)
+    path = folder / "results.sqlite"
+    with open_store(path) as store:
+        result = make_result(status=RunStatus.COMPLETED)
+        store.create_run(result)
+        store.update_run(result)
+    for leftover in folder.glob("results.sqlite-*"):
+        leftover.unlink()  # WAL and shm gone: the read-only reader must cope without them
+    path.chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        before = path.read_bytes()
+        assert _as_nobody(_run_ids, path) == ("ok", [result.run_id])  # read in place
+        kind, message = _as_nobody(_write_a_run, path)
+        assert kind == "error" and "read-only" in message and "\n" not in message
+        assert path.read_bytes() == before
+        path.chmod(0o000)
+        kind, message = _as_nobody(_run_ids, path)
+        assert (kind, message) == (
+            "error",
+            f"results store {path}: cannot read it (Permission denied)",
+        )
+        if os.geteuid() == 0:  # pytest's tmp_path is root's own (0700): nobody cannot enter it
+            hidden = tmp_path / "results.sqlite"
+            shutil.copy(path, hidden)
+            kind, message = _as_nobody(_run_ids, hidden)
+            assert kind == "error" and "Permission denied" in message and "\n" not in message
+    finally:
+        folder.chmod(0o755)
+        path.chmod(0o644)
+        shutil.rmtree(folder)
+
+
+# --------------------------------------------------------------------------- owners of RUNNING rows
+
+
+def _create_and_exit(url: str, run_id: str) -> None:
+    """Child process: create a RUNNING run and die without finishing it (as kill -9 would)."""
+    with open_store(url) as child_store:
+        child_store.create_run(make_result(run_id=run_id))
+        child_store.add_records(run_id, make_records(2))
+    os._exit(0)
+
+
+def test_runs_whose_owner_is_gone_are_failed_on_open(store_url, monkeypatch):
+    context = multiprocessing.get_context("spawn")
+    child = context.Process(target=_create_and_exit, args=(store_url, "orphan"))
+    child.start()
+    child.join(60)
+    with open_store(store_url) as store:
+        live = make_result()
+        store.create_run(live)  # owned by this (live) process
+        reused, elsewhere = make_result(), make_result()
+        store.create_run(reused)
+        store.create_run(elsewhere)
+    with open_store(store_url) as store:
+        owner = sql(store, "SELECT owner_host, owner_pid FROM runs WHERE run_id = 'orphan'")
+        assert owner == [(socket.gethostname(), child.pid)]
+    raw_execute(
+        store_url,
+        # This pid, but another start time: the pid was reused by another process.
+        "UPDATE runs SET owner_started_at = owner_started_at - 1000 "
+        f"WHERE run_id = '{reused.run_id}'",
+        f"UPDATE runs SET owner_host = 'other-host' WHERE run_id = '{elsewhere.run_id}'",
+    )
+    with open_store(store_url) as store:  # opening reaps
+        orphan = store.get_run("orphan")
+        assert orphan.status == RunStatus.FAILED
+        assert (
+            orphan.failure.cause
+            == f"owner process gone (pid {child.pid} on {socket.gethostname()})"
+        )
+        assert store.count_records("orphan") == 2  # what it wrote is kept
+        assert store.get_run(reused.run_id).status == RunStatus.FAILED
+        assert store.get_run(live.run_id).status == RunStatus.RUNNING
+        # Another host's run: only its heartbeat tells, after RUN_GRACE_S.
+        assert store.get_run(elsewhere.run_id).status == RunStatus.RUNNING
+        clock = time.time() + store_module.RUN_GRACE_S + 10
+        monkeypatch.setattr(store_module, "_now", lambda: clock)
+        store.heartbeat(live.run_id)
+        assert store.reap_stale(store_module.RUN_GRACE_S) == [elsewhere.run_id]
+        lost = store.get_run(elsewhere.run_id)
+        assert lost.failure.cause.startswith("worker lost: no heartbeat for 31")
+        assert store.get_run(live.run_id).status == RunStatus.RUNNING
+
+
+def test_a_full_sqlite_store_is_one_line_without_sql(tmp_path):
+    """SQLite's own SQLITE_FULL (through max_page_count): the message has no SQL, no parameters."""
+    with open_store(tmp_path / "results.sqlite") as store:
+        pages = store._engine.connect().exec_driver_sql("PRAGMA page_count").scalar()
+
+        @sqlalchemy_event.listens_for(store._engine, "connect")
+        def _cap(dbapi_connection, _record):
+            dbapi_connection.execute(f"PRAGMA max_page_count = {pages}")
+
+        store._engine.dispose()
+        big = make_result(caveats=["x" * 200_000])  # needs pages the file may not grow by
+        with pytest.raises(store_module.StoreUnavailable) as caught:
+            store.create_run(big)
+        message = str(caught.value)
+        assert message == f"results store {store.display}: database or disk is full"
+        assert not store.has_run(big.run_id)

@@ -175,3 +175,49 @@ def test_campaign_on_a_postgres_store_writes_no_password(postgres, tmp_path):
     written = [path.read_bytes() for path in out.rglob("*") if path.is_file()]
     everything = b"".join(written) + (result.stdout + result.stderr).encode()
     assert postgres.password.encode() not in everything
+
+
+def test_read_commands_never_create_a_store(tmp_path):
+    missing = tmp_path / "nonexistent" / "dir" / "x.sqlite"
+    reads = [
+        ("bench", "runs", "--store", str(missing)),
+        ("bench", "show", "some-run", "--store", str(missing)),
+        ("bench", "store", "info", "--store", str(missing)),
+        ("bench", "store", "copy", str(missing), str(tmp_path / "dst.sqlite")),
+        ("advisor", "recommend", "--profile", str(PROFILE), "--store", str(missing)),
+    ]
+    for module, *args in reads:
+        line = assert_one_line_exit_2(command(module, *args), "no store at")
+        assert line == f"error: no store at {missing}"
+    assert not (tmp_path / "nonexistent").exists()  # no folder, no empty database
+    assert not (tmp_path / "dst.sqlite").exists()  # the copy stopped before its destination
+
+
+def test_store_copy_salvages_the_readable_runs_and_lists_the_rest(tmp_path):
+    source, destination = tmp_path / "src.sqlite", tmp_path / "dst.sqlite"
+    ran = command("bench", "run", "--backend", "fake", "--model", "tiny-llama",
+                  "--duration-s", "1", "--store", str(source))  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    with open_store(source) as store:
+        [good] = store.list_runs()
+        with store._engine.begin() as conn:  # a second row, corrupted behind the store's back
+            conn.execute(
+                text(
+                    "INSERT INTO runs (run_id, status, backend, model, pattern, created_at, "
+                    "heartbeat_at, updated_at, result_json) SELECT 'broken', status, backend, "
+                    "model, pattern, created_at, heartbeat_at, updated_at, '{\"run_id\": ' "
+                    "FROM runs"
+                )
+            )
+    listed = command("bench", "runs", "--store", str(source))
+    assert listed.returncode == 0 and good.run_id in listed.stdout
+    [warning] = listed.stderr.strip().splitlines()
+    assert "skipped 1 run(s)" in warning and "broken (corrupt JSON" in warning
+    copied = command("bench", "store", "copy", str(source), str(destination))
+    assert copied.returncode == 1  # not everything was copied
+    assert copied.stdout.startswith("1 runs copied, 0 replaced, 0 already there")
+    assert "1 unreadable skipped" in copied.stdout
+    [skipped] = copied.stderr.strip().splitlines()
+    assert skipped.startswith("skipped broken (COMPLETED): corrupt JSON")
+    with open_store(destination, create=False) as store:
+        assert [run.run_id for run in store.list_runs()] == [good.run_id]

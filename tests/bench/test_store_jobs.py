@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -123,7 +124,12 @@ def test_killed_runner_fails_after_the_grace_period_records_kept(store_url, tmp_
         assert job.error.startswith("worker lost: no heartbeat for")
         run = store.get_run(run_id)
         assert run.status == RunStatus.FAILED
-        assert run.failure is not None and "worker lost" in run.failure.cause
+        # The run was the dead runner's own, on this host: failed as soon as a store was
+        # opened here, without waiting for the heartbeat grace (the job row waits for it).
+        assert run.failure is not None
+        assert (
+            run.failure.cause == f"owner process gone (pid {doomed.pid} on {socket.gethostname()})"
+        )
         assert store.count_records(run_id) == written > 0  # partial records kept
     assert "Traceback" not in log.read_text()
 
@@ -204,3 +210,34 @@ def test_app_runner_gets_the_store_url_in_its_environment_not_argv(postgres, tmp
             process.wait(timeout=10)
     text = log.read_text()
     assert "idle" in text and postgres.password not in text
+
+
+def test_sigterm_to_a_runner_fails_its_run_and_job(tmp_path):
+    """A scheduler's SIGTERM (or a Ctrl-C) to a runner running a job: the run is stopped and
+    marked FAILED 'interrupted by SIGTERM', the job FAILED, and the runner exits 143."""
+    store_url = f"sqlite:///{tmp_path}/results.sqlite"
+    with open_store(store_url) as store:
+        job_id = store.create_job([fake_config(duration_s=120, itl_s=0.01)])
+        runner, log = start_runner(store_url, tmp_path / "host", "--idle-exit-s", "60")
+        try:
+            job = wait_for(
+                lambda: (
+                    (found := store.get_job(job_id)).current_run_id
+                    and store.count_records(found.current_run_id) > 0
+                    and found
+                ),
+                120,
+                "the job's run to record requests",
+            )
+            runner.send_signal(signal.SIGTERM)
+            assert runner.wait(60) == 143
+        finally:
+            stop_runner(runner)
+        run = store.get_run(job.current_run_id)
+        assert run.status == RunStatus.FAILED and run.failure.cause == "interrupted by SIGTERM"
+        assert store.count_records(run.run_id) > 0
+        job = store.get_job(job_id)
+        assert job.status == RunStatus.FAILED
+        assert job.error == f"job runner interrupted by signal {int(signal.SIGTERM)}"
+    text_ = log.read_text()
+    assert "Traceback" not in text_ and "interrupted by SIGTERM" in text_

@@ -28,6 +28,15 @@ def app() -> typer.Typer:
     return application
 
 
+def empty_store(tmp_path: Path) -> str:
+    """A results store with no runs (a report only reads: it never creates one)."""
+    from bench.store import open_store
+
+    path = tmp_path / "s.sqlite"
+    open_store(path).close()
+    return str(path)
+
+
 def test_parse_formats() -> None:
     assert parse_formats("all") == ["md", "html", "pdf", "json"]
     assert parse_formats("md, json,md") == ["md", "json"]
@@ -58,7 +67,7 @@ def test_unknown_run_is_exit_2(app: typer.Typer, tmp_path: Path) -> None:
         "--run",
         "no-such-run",
         "--store",
-        str(tmp_path / "s.sqlite"),
+        empty_store(tmp_path),
         "--format",
         "json",
         "--out",
@@ -75,7 +84,7 @@ def test_out_path_that_is_a_file_is_exit_2(app: typer.Typer, tmp_path: Path) -> 
         "--profile",
         str(PROFILE),
         "--store",
-        str(tmp_path / "s.sqlite"),
+        empty_store(tmp_path),
         "--format",
         "json",
         "--out",
@@ -95,7 +104,7 @@ def test_empty_store_still_writes_a_report_saying_what_is_missing(
         "--profile",
         str(PROFILE),
         "--store",
-        str(tmp_path / "s.sqlite"),
+        empty_store(tmp_path),
         "--format",
         "json,md",
         "--out",
