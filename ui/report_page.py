@@ -124,13 +124,13 @@ def choose_profile(digest: str) -> WorkloadProfile:
 DOWNLOAD_LABELS = ("Markdown (.zip with charts)", "HTML (one file)", "Make the PDF", "JSON (data)")
 
 
-def pending_downloads(slot: Any, digest: str) -> None:
+def pending_downloads(slot: Any, status: Any, digest: str) -> None:
     """Until this profile's report is built the slot holds disabled buttons, so a button built
     for the previous profile (still on screen from the last run) can never be clicked."""
     with slot.container(horizontal=True, key=f"report_downloads_pending_{digest}"):
         for label in DOWNLOAD_LABELS:
             st.button(label, disabled=True, key=f"pending_{label}", icon=":material/hourglass_top:")
-        st.caption("Preparing the report for this profile…")
+    status.caption("Preparing the report for this profile…")
 
 
 def choose_runs(answer: AdvisorReport) -> list[str]:
@@ -191,7 +191,8 @@ def render() -> None:
     runs_box = st.container()
     st.subheader("Download")
     downloads = st.empty()
-    pending_downloads(downloads, digest)
+    status = st.empty()
+    pending_downloads(downloads, status, digest)
     st.subheader("Preview")
     preview = st.empty()
     preview.caption("The preview appears when the report for this profile is built.")
@@ -239,6 +240,7 @@ def render() -> None:
         icon=":material/download:",
         key=f"json_{request}",
     )
+    status.empty()
     with preview.container():
         html_tab, markdown_tab = st.tabs(["As HTML", "Markdown source"])
         with html_tab:
