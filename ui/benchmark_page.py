@@ -444,6 +444,10 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     for problem in problems:
         st.error(problem, icon=":material/error:")
     confirmed = plan_cost(chosen, stage, bool(plan.get("cpu_only")))
+    # A marker of what the server has taken in from the table (how many runs, each one's
+    # duration), so a browser test clicks Run only after its edits arrived.
+    durations = "_".join(str(int(_duration(config) or 0)) for config in chosen)
+    st.container(key=f"plan_chosen_{len(chosen)}_{durations or 'none'}", height=1, border=False)
     run = st.button(
         f"Run {len(chosen)} benchmark{'s' if len(chosen) != 1 else ''}",
         type="primary",
