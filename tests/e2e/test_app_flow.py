@@ -123,17 +123,42 @@ def test_questionnaire_benchmark_and_report(app_url, page, tmp_path):
     page.mouse.click(grid["x"] + 15, grid["y"] + header_px + row_px + row_px / 2)
     page.keyboard.press("Delete")
     page.locator("[class*=st-key-plan_chosen_1_]").first.wait_for(timeout=60_000)
+    editor.locator("td[role=gridcell]").filter(has_text="torch_compile").first.wait_for(
+        state="detached", timeout=60_000
+    )
+    page.keyboard.press("Escape")  # drop the row selection left by the deletion
     # Set the first row's duration: backend cell, four cells right, edit, type, commit.
+    duration_cell = editor.locator("td[role=gridcell][aria-colindex='6']").first
+    old_duration = duration_cell.text_content().strip()
     page.mouse.click(grid["x"] + 140, grid["y"] + header_px + row_px / 2)
     for _ in range(4):
         page.keyboard.press("ArrowRight")
     page.keyboard.press("Enter")
-    page.locator("input.gdg-input").first.wait_for(timeout=30_000)  # the cell editor is open
+    cell_input = page.locator("input.gdg-input").first
+    cell_input.wait_for(timeout=30_000)  # the cell editor is open ...
+    assert cell_input.input_value() == old_duration  # ... on the duration cell
+    page.wait_for_function(  # ... and has the keyboard focus (typing earlier is lost)
+        "() => document.activeElement && document.activeElement.classList.contains('gdg-input')",
+        timeout=30_000,
+    )
     page.keyboard.press("Control+a")
     page.keyboard.type(str(RUN_DURATION_S))
+    page.wait_for_function(
+        "(v) => document.activeElement && document.activeElement.value === v",
+        arg=str(RUN_DURATION_S),
+        timeout=30_000,
+    )
     page.keyboard.press("Enter")
     # The server has the edit once its marker names one run of RUN_DURATION_S seconds.
-    page.locator(f".st-key-plan_chosen_1_{RUN_DURATION_S}").wait_for(timeout=60_000)
+    try:
+        page.locator(f".st-key-plan_chosen_1_{RUN_DURATION_S}").wait_for(timeout=60_000)
+    except Exception:
+        markers = page.evaluate(
+            "() => Array.from(document.querySelectorAll('[class*=st-key-plan_chosen]'))"
+            ".map(e => e.className)"
+        )
+        page.screenshot(path=str(tmp_path / "plan-edit.png"), full_page=True)
+        raise AssertionError(f"the duration edit did not reach the server: {markers}") from None
     run = page.get_by_role("button", name="Run 1 benchmark")
     run.wait_for(timeout=30_000)
     no_exceptions(page)

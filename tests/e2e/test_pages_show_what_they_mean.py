@@ -111,9 +111,9 @@ def test_a_plan_for_an_earlier_profile_cannot_run(app_url, page):
     page.get_by_role("button", name="Quick plan").click()
     stale.wait_for(state="detached", timeout=PAGE_S * 1000)
     wait_text(page, "Estimated for the ticked runs", PAGE_S)  # drawn just before Run
-    confirm = page.get_by_text("Run it anyway")
+    confirm = page.locator("[data-testid=stCheckbox]").filter(has_text="Run it anyway")
     if confirm.count():  # a busy machine makes a plan ask for confirmation first
-        confirm.click()
+        confirm.locator("label").first.click()
     page.wait_for_function(  # the button's text starts with its icon's name
         "() => Array.from(document.querySelectorAll('button')).some("
         "b => /Run \\d+ benchmark/.test(b.innerText) && !b.disabled)",
