@@ -6,6 +6,7 @@ thinking. Help texts are the profile's Field descriptions.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import altair as alt
@@ -27,7 +28,15 @@ from advisor.profile import (
 from bench.config import LengthDistribution
 from bench.errors import UserError
 from ui import state
-from ui.components import empty_state, field_help, format_number, yes_no
+from ui.components import (
+    empty_state,
+    field_help,
+    format_figure,
+    format_number,
+    metric_label,
+    metric_unit,
+    yes_no,
+)
 
 CUSTOM_MODEL = "Local checkpoint path…"
 NO_GPU = "Not decided"
@@ -495,7 +504,7 @@ def show_path(decision: Any) -> None:
         st.markdown(f"**Leaf:** {decision.title}")
 
 
-def show_candidates(stage_result: Any) -> None:
+def show_candidates(stage_result: Any, scope: str = "s0") -> None:
     decision, estimate = stage_result.decision, stage_result.estimate
     availability = stage_result.recommendation.availability
     st.markdown("#### Candidates and feasibility")
@@ -509,17 +518,18 @@ def show_candidates(stage_result: Any) -> None:
             where = f"cannot be measured here: {runs_here or 'no adapter'}"
         st.markdown(f"**{candidate.rank}. {candidate.framework}** — {candidate.rationale}")
         st.caption(where)
-    show_estimate(estimate)
+    show_estimate(estimate, scope)
 
 
-def show_estimate(estimate: Any) -> None:
+def show_estimate(estimate: Any, scope: str = "s0") -> None:
     columns = st.columns(4)
     verdict = estimate.fit_verdict  # "no GPU to fit against" when the GPU is not decided
     columns[0].metric(
         "Memory",
         verdict,
         delta=None if estimate.headroom_gb is None else f"{estimate.headroom_gb:+.1f} GB headroom",
-        delta_color="normal" if estimate.fits else "inverse",
+        # Positive headroom green, a shortfall red (never a green minus).
+        delta_color="normal",
         help="Weights + KV cache at the stage's concurrency and context + activation margin + "
         "runtime overhead, against the GPU memory.",
     )
@@ -557,7 +567,7 @@ def show_estimate(estimate: Any) -> None:
             alt.Chart(bars)
             .mark_bar(size=28)
             .encode(
-                x=alt.X("sum(GB):Q", title="GB"),
+                x=alt.X("sum(GB):Q", title="GB needed (stacked) and available"),
                 y=alt.Y("row:N", title=None, axis=None),
                 color=alt.Color("what:N", legend=alt.Legend(orient="top", title=None)),
                 order=alt.Order("what:N"),
@@ -565,13 +575,24 @@ def show_estimate(estimate: Any) -> None:
             )
         )
         if estimate.available_gb:
-            rule = (
-                alt.Chart(pd.DataFrame({"GB": [estimate.available_gb]}))
-                .mark_rule(color="#d33", strokeWidth=2)
-                .encode(x="GB:Q")
+            available = pd.DataFrame(
+                {
+                    "GB": [estimate.available_gb],
+                    "label": [f"available {estimate.available_gb:g} GB"],
+                }
             )
-            chart = chart + rule
-        st.altair_chart(chart.properties(height=40))
+            rule = alt.Chart(available).mark_rule(color="#d33", strokeWidth=3).encode(x="GB:Q")
+            label = (
+                alt.Chart(available)
+                .mark_text(align="right", dx=-4, dy=-22, color="#d33", fontSize=11)
+                .encode(x="GB:Q", text="label:N")
+            )
+            chart = chart + rule + label
+        # The plot's own height, with the legend and axis added around it: Streamlit's default
+        # autosize (fit) squeezes a short chart's plot to nothing and clips the axis.
+        chart = chart.properties(height=44, autosize={"type": "fit-x", "contains": "padding"})
+        with st.container(key=f"memory_chart_{scope}"):
+            st.altair_chart(chart)
         st.caption(
             f"Memory breakdown for {estimate.gpu_count} × {estimate.gpu or 'GPU'} "
             f"({estimate.precision}); red line = memory available"
@@ -592,10 +613,14 @@ def show_estimate(estimate: Any) -> None:
 CONFIDENCE_COLOURS = {"high": "green", "medium": "orange", "low": "gray"}
 
 
-def show_recommendation(stage_result: Any) -> None:
+def show_recommendation(stage_result: Any, view_gpu: str | None = None) -> None:
+    """The answer for the stage; `view_gpu` names the GPU of a published-runs view (its
+    measurements are on that GPU, not on the user's)."""
     recommendation = stage_result.recommendation
     st.markdown("#### Recommendation")
     basis = recommendation.basis  # yours / published / tree / refused, in words
+    if view_gpu:
+        basis += f" — a view of the published runs on {view_gpu}, not of your GPU"
     st.success(f"### {recommendation.framework}\n{basis}", icon=":material/recommend:")
     st.badge(
         f"confidence: {recommendation.confidence.level}",
@@ -610,8 +635,8 @@ def show_recommendation(stage_result: Any) -> None:
         st.markdown(f"- {caveat}")
     if recommendation.configuration:
         with st.expander("Configuration to deploy"):
-            st.json(recommendation.configuration)
-    show_evidence(stage_result)
+            show_configuration(recommendation.configuration)
+    show_evidence(stage_result, view_gpu)
     if recommendation.alternatives:
         with st.expander("Alternatives and what would change the answer"):
             for alternative in recommendation.alternatives:
@@ -633,7 +658,108 @@ def show_recommendation(stage_result: Any) -> None:
                 )
 
 
-def show_evidence(stage_result: Any) -> None:
+FIGURE_LABELS = {
+    "predicted_tpot_ms": ("TPOT (predicted)", "ms"),
+    "predicted_output_throughput_tok_s": ("Output throughput (predicted)", "tok/s"),
+    "predicted_tok_s_per_gpu": ("Output per GPU (predicted)", "tok/s"),
+    "predicted_tok_s_per_user": ("Speed per user (predicted)", "tok/s"),
+}
+
+
+def _length(distribution: Any) -> str:
+    if not isinstance(distribution, dict) or distribution.get("mean") is None:
+        return "—"
+    kind = distribution.get("kind") or "fixed"
+    text = f"{format_figure(distribution['mean'], 'tokens')}"
+    return text if kind == "fixed" else f"{text} ({kind}, mean)"
+
+
+def configuration_rows(configuration: dict[str, Any]) -> list[dict[str, str]]:
+    """The recommendation's configuration as setting/value rows a person reads: deployment,
+    GPUs, precision, engine arguments one per row, workload and load, figures with units.
+    Unset values are left out (a row never says None); keys not known here still show."""
+    rows: list[dict[str, str]] = []
+
+    def add(setting: str, value: Any) -> None:
+        if value is None or value == "" or value == {} or value == []:
+            return
+        if isinstance(value, bool):
+            value = "yes" if value else "no"
+        elif isinstance(value, float):
+            value = format_figure(value)
+        rows.append({"setting": setting, "value": str(value)})
+
+    config = dict(configuration)
+    add("Deployment", config.pop("deployment", None))
+    gpus = config.pop("gpus", None)
+    tp = config.pop("tensor_parallel_size", None)
+    replicas = config.pop("replicas", None)
+    if gpus is not None:
+        detail = f" (tensor parallel {tp} × {replicas} replica{'s' if replicas != 1 else ''})"
+        add("GPUs", f"{gpus}{detail if tp is not None and replicas is not None else ''}")
+    precision = config.pop("precision", None) or {}
+    if isinstance(precision, dict) and precision:
+        add("Precision", precision.get("dtype"))
+        add("Weight quantisation", precision.get("quantization") or "none")
+        kv = precision.get("kv_cache_dtype")
+        add("KV cache", "as the model dtype" if kv in (None, "auto") else kv)
+        if precision.get("allow_tf32") is not None:
+            add("TF32 matmuls allowed", precision["allow_tf32"])
+    for name, value in sorted((config.pop("engine_args", None) or {}).items()):
+        add(f"Engine argument: {name}", value)
+    workload = config.pop("workload", None) or {}
+    if isinstance(workload, dict) and workload:
+        add("Kind", workload.get("kind"))
+        if workload.get("prompt_tokens"):
+            add("Prompt length", _length(workload["prompt_tokens"]))
+        if workload.get("output_tokens"):
+            add("Output length", _length(workload["output_tokens"]))
+    load = config.pop("load", None) or {}
+    if isinstance(load, dict) and load:
+        pattern = load.get("pattern")
+        level = {
+            "concurrency": f"{load.get('concurrency')} requests in flight",
+            "rate": f"{format_figure(load.get('rate_rps'), 'req/s')}",
+        }.get(pattern, pattern)
+        duration = load.get("duration_s")
+        add(
+            "Benchmark load",
+            f"{level}"
+            + (f" for {format_figure(duration, 's')}" if duration else "")
+            + (
+                f", {load['warmup_requests']} warm-up requests"
+                if load.get("warmup_requests")
+                else ""
+            ),
+        )
+    figures = config.pop("figures", None) or {}
+    if isinstance(figures, dict) and figures:
+        basis = figures.get("basis")
+        add("Chosen on", {"measured": "measurements", "estimate": "the estimate"}.get(basis, basis))
+        at = figures.get("at_concurrency")
+        for key, (label, unit) in FIGURE_LABELS.items():
+            if figures.get(key) is not None:
+                suffix = f" at concurrency {at}" if at else ""
+                add(label, format_figure(figures[key], unit) + suffix)
+    add("Source", config.pop("source", None))
+    for text in config.pop("trade_offs", None) or []:
+        add("Trade-off", text)
+    add("Estimate accuracy", config.pop("estimate_accuracy", None))
+    for key, value in config.items():  # anything this page does not know yet, still readable
+        add(key.replace("_", " "), value if not isinstance(value, dict | list) else str(value))
+    return rows
+
+
+def show_configuration(configuration: dict[str, Any]) -> None:
+    rows = configuration_rows(configuration)
+    st.table(pd.DataFrame(rows, columns=["setting", "value"]), hide_index=True, border="horizontal")
+    engine_args = configuration.get("engine_args") or {}
+    if engine_args:
+        st.caption("Engine arguments as `key=value` (the Benchmark page's and the CLI's form):")
+        st.code(", ".join(f"{k}={v}" for k, v in sorted(engine_args.items())), language="text")
+
+
+def show_evidence(stage_result: Any, view_gpu: str | None = None) -> None:
     rows = stage_result.evidence
     if not rows:
         empty_state(
@@ -650,23 +776,16 @@ def show_evidence(stage_result: Any) -> None:
                 "model": row.model or "—",
                 "shape": row.shape,
                 "status": row.status,
-                "meets SLOs": row.meets_slo,
-                "objective": row.objective_metric or "—",
-                "value": row.objective_value,
+                "meets SLOs": "yes" if row.meets_slo else ("no" if row.meets_slo is False else "—"),
+                "objective": metric_label(row.objective_metric),
+                "value": format_figure(row.objective_value, metric_unit(row.objective_metric)),
                 "runs": row.repeats,
             }
             for row in rows
         ]
     )
     st.markdown("**Evidence** (ranked: eligible first, then how close to your case)")
-    st.dataframe(
-        table,
-        hide_index=True,
-        column_config={
-            "meets SLOs": st.column_config.CheckboxColumn(),
-            "value": st.column_config.NumberColumn(format="%.4g"),
-        },
-    )
+    st.dataframe(table, hide_index=True)
     if any(row.source == "published" for row in rows):
         st.caption(
             "Published rows are the article's A100 figures for orientation; they never "
@@ -683,16 +802,20 @@ def shipped_gpus() -> list[str]:
     return sorted({gpu for gpu in map(run_gpu_name, runs) if gpu})
 
 
-def _switch_gpu(index: int, gpu: str) -> None:
-    profile = state.current_profile().model_dump(mode="json")
-    count = profile["stages"][index]["gpu"].get("count", 1)
-    profile["stages"][index]["gpu"] = {"type": gpu, "count": count}
-    state.replace_profile(WorkloadProfile.model_validate(profile))
+def published_gpu_view(profile: WorkloadProfile, index: int, gpu: str) -> WorkloadProfile:
+    """The profile as it would read on `gpu`, for a view only: the session's profile is not
+    touched (the user's GPU stays theirs)."""
+    data = profile.model_dump(mode="json")
+    count = data["stages"][index]["gpu"].get("count", 1)
+    data["stages"][index]["gpu"] = {"type": gpu, "count": count}
+    return WorkloadProfile.model_validate(data)
 
 
-def evidence_gpu_notice(index: int, stage: StageProfile, stage_result: Any) -> None:
+def evidence_gpu_notice(
+    index: int, profile: WorkloadProfile, stage: StageProfile, stage_result: Any
+) -> None:
     """When no measurement counts for the stage's GPU, say which GPU the shipped measurements
-    were taken on and offer to switch to it (otherwise the answer is the tree's alone)."""
+    were taken on and offer a view of what they say (the answer here is the tree's alone)."""
     from advisor.evidence import same_gpu_type
 
     gpus = shipped_gpus()
@@ -703,21 +826,54 @@ def evidence_gpu_notice(index: int, stage: StageProfile, stage_result: Any) -> N
     named = f"**{stage.gpu.type}**" if stage.gpu.type else "an unstated GPU"
     st.info(
         f"No measurement counts for {named} yet, so this answer rests on the decision tree. "
-        f"The measurements shipped with the advisor (`data/reference`) were taken on "
-        f"**{', '.join(gpus)}**; switch to see the answer they support, or run the benchmark "
-        "plan on your GPU.",
+        f"The measurements published with the advisor (`data/reference`) were taken on "
+        f"**{', '.join(gpus)}**: you can see what they say for this workload (your profile "
+        "keeps its GPU), or run the benchmark plan on your GPU.",
         icon=":material/info:",
     )
-    st.button(
-        f"Use the {gpus[0]} the shipped measurements cover",
-        key=_key(index, "switch_gpu"),
-        on_click=_switch_gpu,
-        args=(index, gpus[0]),
-        icon=":material/swap_horiz:",
+    shown = st.toggle(
+        f"See what the published {gpus[0]} runs say",
+        key=_key(index, "published_gpu_view"),
+        help="A view of the answer on the GPU the published runs were measured on. It does "
+        "not change your profile, its GPU, the plan or the report.",
     )
+    if not shown:
+        return
+    view = published_gpu_view(profile, index, gpus[0])
+    try:
+        answer = state.advise(view.model_dump_json(), state.store_location())
+    except UserError as exc:
+        st.error(str(exc))
+        return
+    with st.container(border=True, key=f"published_view_{index}"):
+        st.markdown(
+            f"##### On {gpus[0]}, as the published runs measured it — a view, not your answer"
+        )
+        st.caption(
+            f"Your profile still says {stage.gpu.type or 'no GPU'}; everything outside this box "
+            f"is the answer for it. The figures here are {gpus[0]} figures."
+        )
+        show_recommendation(answer.stages[index], view_gpu=gpus[0])
+        show_configurations(answer.stages[index], answer.calibration, f"s{index}_view")
 
 
-def show_configurations(stage_result: Any, calibration: Any) -> None:
+def gpu_use(needed: int, budget: int, short: bool = False) -> str:
+    """`uses 1 of the profile's 2 GPUs`; beyond the budget `needs 4 GPUs; the profile has 1`."""
+    plural = "s" if needed != 1 else ""
+    if needed <= budget:
+        if short:
+            return f"{needed} of {budget}"
+        return f"uses {needed} of the profile's {budget} GPU{'s' if budget != 1 else ''}"
+    if short:
+        return f"{needed} (profile has {budget})"
+    return f"needs {needed} GPU{plural}; the profile has {budget}"
+
+
+def format_percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.0%}"
+
+
+def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") -> None:
     """The configuration search: TP x replicas x precision, predicted beside measured, the
     Pareto chart with the recommended point, and the estimate's leave-one-out error."""
     from advisor.report.charts import pareto_chart, vega_lite_spec
@@ -729,7 +885,7 @@ def show_configurations(stage_result: Any, calibration: Any) -> None:
     st.markdown("#### Configuration: GPUs per engine, replicas, precision")
     basis = "measured" if search.recommended_basis == "measured" else "an estimate (not measured)"
     st.info(
-        f"**{best.label}** on {best.deployment.gpus} GPU(s) of {search.gpu_budget} — {basis}",
+        f"**{best.label}** — {gpu_use(best.deployment.gpus, search.gpu_budget)} — {basis}",
         icon=":material/memory:",
     )
     rows = []
@@ -739,43 +895,38 @@ def show_configurations(stage_result: Any, calibration: Any) -> None:
         rows.append(
             {
                 "configuration": estimate.label,
-                "GPUs": estimate.deployment.gpus,
-                "within budget": estimate.within_gpu_budget,
-                "weights GB/GPU": estimate.weights_gb_per_gpu,
-                "KV GB/GPU": estimate.kv_cache_gb_per_gpu,
-                "predicted TPOT ms": prediction.tpot_ms if prediction else None,
-                "predicted tok/s": prediction.output_throughput_tok_s if prediction else None,
-                "measured TPOT ms": measured.measured_tpot_ms if measured else None,
-                "measured tok/s": measured.measured_output_tok_s if measured else None,
-                "efficiency": estimate.efficiency,
-                "efficiency from": estimate.efficiency_source,
+                "GPUs": gpu_use(estimate.deployment.gpus, search.gpu_budget, short=True),
+                "weights / GPU": format_figure(estimate.weights_gb_per_gpu, "GB"),
+                "KV cache / GPU": format_figure(estimate.kv_cache_gb_per_gpu, "GB"),
+                "TPOT predicted": format_figure(prediction.tpot_ms if prediction else None, "ms"),
+                "TPOT measured": format_figure(
+                    measured.measured_tpot_ms if measured else None, "ms"
+                ),
+                "output predicted": format_figure(
+                    prediction.output_throughput_tok_s if prediction else None, "tok/s"
+                ),
+                "output measured": format_figure(
+                    measured.measured_output_tok_s if measured else None, "tok/s"
+                ),
+                "efficiency": format_figure(estimate.efficiency),
+                "efficiency from": estimate.efficiency_source or "—",
             }
         )
-    st.caption(f"At concurrency {search.concurrency}; best first on your objective.")
-    st.dataframe(
-        pd.DataFrame(rows),
-        hide_index=True,
-        column_config={
-            "within budget": st.column_config.CheckboxColumn(),
-            **{
-                name: st.column_config.NumberColumn(format="%.4g")
-                for name in (
-                    "weights GB/GPU",
-                    "KV GB/GPU",
-                    "predicted TPOT ms",
-                    "predicted tok/s",
-                    "measured TPOT ms",
-                    "measured tok/s",
-                    "efficiency",
-                )
-            },
-        },
+    st.caption(
+        f"At concurrency {search.concurrency}; best first on your objective; — = not measured."
     )
+    with st.container(key=f"configurations_table_{scope}"):
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
     for text in search.trade_offs:
         st.markdown(f"- {text}")
     chart = pareto_chart(search)
     if chart.available:
-        st.vega_lite_chart(vega_lite_spec(chart))
+        spec = vega_lite_spec(chart)
+        # The report's spec sizes the plot area; Streamlit's default autosize (fit) would fit
+        # plot, legend and title into that height and squeeze the plot to a line at 0.
+        spec["autosize"] = {"type": "fit-x", "contains": "padding"}
+        with st.container(key=f"pareto_chart_{scope}"):
+            st.vega_lite_chart(spec)
         st.caption(chart.description)
     for note in search.notes:
         st.caption(note)
@@ -789,21 +940,19 @@ def show_configurations(stage_result: Any, calibration: Any) -> None:
                             "engine / TP / precision": point.partition,
                             "model": point.model,
                             "concurrency": point.concurrency,
-                            "measured TPOT ms": point.measured_tpot_ms,
-                            "predicted TPOT ms": point.predicted_tpot_ms,
-                            "TPOT error": point.tpot_error,
-                            "measured tok/s": point.measured_output_tok_s,
-                            "predicted tok/s": point.predicted_output_tok_s,
-                            "tok/s error": point.throughput_error,
+                            "TPOT measured": format_figure(point.measured_tpot_ms, "ms"),
+                            "TPOT predicted": format_figure(point.predicted_tpot_ms, "ms"),
+                            "TPOT error": format_percent(point.tpot_error),
+                            "output measured": format_figure(point.measured_output_tok_s, "tok/s"),
+                            "output predicted": format_figure(
+                                point.predicted_output_tok_s, "tok/s"
+                            ),
+                            "output error": format_percent(point.throughput_error),
                         }
                         for point in calibration.points
                     ]
                 ),
                 hide_index=True,
-                column_config={
-                    "TPOT error": st.column_config.NumberColumn(format="percent"),
-                    "tok/s error": st.column_config.NumberColumn(format="percent"),
-                },
             )
             st.caption(
                 "Each prediction leaves its own measurement out (leave-one-out) before the "
@@ -811,12 +960,12 @@ def show_configurations(stage_result: Any, calibration: Any) -> None:
             )
 
 
-def render_stage_advice(stage_result: Any, calibration: Any = None) -> None:
+def render_stage_advice(stage_result: Any, calibration: Any = None, scope: str = "s0") -> None:
     """The path, candidates, estimate, recommendation and configuration for one stage."""
     show_path(stage_result.decision)
-    show_candidates(stage_result)
+    show_candidates(stage_result, scope)
     show_recommendation(stage_result)
-    show_configurations(stage_result, calibration)
+    show_configurations(stage_result, calibration, scope)
 
 
 # --------------------------------------------------------------------------- page
@@ -890,13 +1039,17 @@ def render() -> None:
         ):
             if len(profile.stages) > 1:
                 st.subheader(f"Stage {index + 1}: {stage.name}")
-            evidence_gpu_notice(index, stage, stage_result)
-            render_stage_advice(stage_result, report.calibration)
+            evidence_gpu_notice(index, profile, stage, stage_result)
+            render_stage_advice(stage_result, report.calibration, f"s{index}")
     st.page_link(
         "ui/benchmark_page.py",
         label="Settle it with measurements: open the Benchmark page",
         icon=":material/speed:",
     )
+    # Last on the page and keyed by the profile's content: once it carries this profile's
+    # digest, everything above was drawn for this profile (a browser test waits on it).
+    digest = hashlib.sha256(profile.model_dump_json().encode()).hexdigest()[:16]
+    st.container(key=f"advisor_profile_{digest}", height=1, border=False)
 
 
 # Streamlit runs a page file as __main__; importing it (tests) only defines its functions.

@@ -7,6 +7,7 @@ page, switching pages or closing the tab loses nothing: the job lives in the sto
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -353,6 +354,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         plan = {
             "digest": profile_digest,
             "stage": stage.name,
+            "model": stage.model,
             "quick": bool(quick),
             "cpu_only": stage_plan.cpu_only,
             "note": stage_plan.note,
@@ -367,8 +369,16 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
             "**Full plan** for longer runs at your load. You can edit every row before running.",
         )
         return
-    if plan["digest"] != profile_digest:
-        st.info("The profile changed since this plan was made: press a plan button to refresh it.")
+    stale = plan["digest"] != profile_digest
+    if stale:  # what is offered is for the profile on screen: an older plan cannot run
+        with st.container(key="stale_plan"):
+            st.warning(
+                "**This plan was made for another profile — make a new plan.** It was made for "
+                f"stage {plan['stage']} with model {plan.get('model') or '—'}; press "
+                "**Quick plan** or **Full plan** to plan the profile shown above. Run stays "
+                "disabled until then.",
+                icon=":material/history:",
+            )
     configs = [RunConfig.model_validate(data) for data in plan["configs"]]
     if not configs:
         empty_state("The advisor found no benchmarkable candidate for this stage.")
@@ -442,13 +452,19 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     for problem in problems:
         st.error(problem, icon=":material/error:")
     confirmed = plan_cost(chosen, stage, bool(plan.get("cpu_only")))
+    # A marker of what the server has taken in from the table (how many runs, each one's
+    # duration), so a browser test clicks Run only after its edits arrived.
+    durations = "_".join(str(int(_duration(config) or 0)) for config in chosen)
+    st.container(key=f"plan_chosen_{len(chosen)}_{durations or 'none'}", height=1, border=False)
     run = st.button(
         f"Run {len(chosen)} benchmark{'s' if len(chosen) != 1 else ''}",
         type="primary",
         icon=":material/play_arrow:",
-        disabled=bool(problems) or not chosen or not confirmed,
+        disabled=stale or bool(problems) or not chosen or not confirmed,
+        key=f"run_plan_{plan['version']}",
+        help="This plan was made for another profile: make a new plan." if stale else None,
     )
-    if run:
+    if run and not stale:
         start_job(chosen, label=f"{stage.name}: {'quick' if plan['quick'] else 'full'} plan")
 
 
@@ -846,7 +862,8 @@ def render() -> None:
         f"Profile **{profile.title}** · stage **{stage.name}** · model **{stage.model or '—'}** "
         "(change it on the Advisor page)."
     )
-    digest = f"{profile.model_dump_json()}#{stage_index}"
+    # The plan is keyed by the profile's content (and the stage): any edit makes it stale.
+    digest = hashlib.sha256(f"{profile.model_dump_json()}#{stage_index}".encode()).hexdigest()
     available = {item["backend"] for item in availability if item["available"]}
     plan_editor(digest, stage, available)
 

@@ -56,6 +56,54 @@ def format_number(value: float | None, unit: str = "", digits: int = 1) -> str:
     return f"{text} {unit}".strip()
 
 
+def format_figure(value: float | None, unit: str = "") -> str:
+    """A figure with sensible digits for its size (`4,890 tok/s`, `13.5 GB`, `5.35 ms`,
+    `0.0123`) and its unit; an em dash for a missing value (never `None`, never a zero)."""
+    if value is None or value != value:  # None or NaN
+        return "—"
+    magnitude = abs(value)
+    if magnitude == float("inf"):
+        return f"{'-' if value < 0 else ''}∞ {unit}".strip()
+    if magnitude >= 100 or value == int(value):
+        text = f"{value:,.0f}"
+    elif magnitude >= 10:
+        text = f"{value:,.1f}"
+    elif magnitude >= 1:
+        text = f"{value:,.2f}"
+    else:
+        text = f"{value:.3g}"
+    return f"{text} {unit}".strip()
+
+
+METRIC_UNITS = (
+    ("_tok_s_per_gpu", "tok/s per GPU"),
+    ("_tok_s", "tok/s"),
+    ("_rps", "req/s"),
+    ("_ms", "ms"),
+    ("_gb", "GB"),
+    ("_w", "W"),
+)
+"""Units by the metric-name suffix the project's metric names carry (`ttft_ms`, ...)."""
+
+
+def metric_unit(name: str | None) -> str:
+    for suffix, unit in METRIC_UNITS:
+        if name and name.endswith(suffix):
+            return unit
+    return ""
+
+
+def metric_label(name: str | None) -> str:
+    """`output_throughput_tok_s` -> `output throughput`, for a table cell beside its unit."""
+    if not name:
+        return "—"
+    for suffix, _unit in METRIC_UNITS:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return name.replace("_", " ")
+
+
 def format_bytes_gb(value: int | float | None) -> str:
     return "—" if value is None else f"{value / 1e9:,.2f} GB"
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
-import streamlit.components.v1 as components
 
 from advisor.profile import WorkloadProfile
 from advisor.report.model import Report
@@ -103,17 +102,35 @@ def markdown_text(report: Report, stem: str) -> str:
 # --------------------------------------------------------------------------- page
 
 
-def choose_profile() -> WorkloadProfile:
+def profile_digest(profile_json: str) -> str:
+    """What every built thing on this page is keyed by: the profile's content, not its title."""
+    return hashlib.sha256(profile_json.encode()).hexdigest()[:16]
+
+
+def choose_profile(digest: str) -> WorkloadProfile:
     profile = state.current_profile()
-    st.markdown(
-        f"**Profile:** {profile.title} — {len(profile.stages)} stage(s): "
-        + ", ".join(f"{stage.name} ({stage.model or 'no model'})" for stage in profile.stages)
-    )
+    with st.container(key=f"report_profile_{digest}"):  # the browser tests read the digest here
+        st.markdown(
+            f"**Profile:** {profile.title} — {len(profile.stages)} stage(s): "
+            + ", ".join(f"{stage.name} ({stage.model or 'no model'})" for stage in profile.stages)
+        )
     st.caption(
         "The profile from the Advisor page. To report on another one, upload it there "
         "(Advisor → Profile file)."
     )
     return profile
+
+
+DOWNLOAD_LABELS = ("Markdown (.zip with charts)", "HTML (one file)", "Make the PDF", "JSON (data)")
+
+
+def pending_downloads(slot: Any, status: Any, digest: str) -> None:
+    """Until this profile's report is built the slot holds disabled buttons, so a button built
+    for the previous profile (still on screen from the last run) can never be clicked."""
+    with slot.container(horizontal=True, key=f"report_downloads_pending_{digest}"):
+        for label in DOWNLOAD_LABELS:
+            st.button(label, disabled=True, key=f"pending_{label}", icon=":material/hourglass_top:")
+    status.caption("Preparing the report for this profile…")
 
 
 def choose_runs(answer: AdvisorReport) -> list[str]:
@@ -153,8 +170,9 @@ def pdf_button(container: Any, report_json: str, request: str, stem: str) -> Non
             file_name=f"{stem}.pdf",
             mime="application/pdf",
             icon=":material/download:",
+            key=f"pdf_{request}",
         )
-    elif container.button("Make the PDF", icon=":material/picture_as_pdf:"):
+    elif container.button("Make the PDF", icon=":material/picture_as_pdf:", key=f"make_{request}"):
         st.session_state[PDF_REQUEST_KEY] = request
         st.rerun()
 
@@ -166,51 +184,69 @@ def render() -> None:
         "A recommendation report for an architecture review: profile, decision path, evidence, "
         "charts, diagnostics, environment and the command that reproduces every run."
     )
-    profile = choose_profile()
+    profile = state.current_profile()
     profile_json = profile.model_dump_json()
+    digest = profile_digest(profile_json)
+    choose_profile(digest)
+    runs_box = st.container()
+    st.subheader("Download")
+    downloads = st.empty()
+    status = st.empty()
+    pending_downloads(downloads, status, digest)
+    st.subheader("Preview")
+    preview = st.empty()
+    preview.caption("The preview appears when the report for this profile is built.")
     location = state.store_location()
     try:
         answer = state.advise(profile_json, location)
-        run_ids = tuple(choose_runs(answer))
+        with runs_box:
+            run_ids = tuple(choose_runs(answer))
         report = build(profile_json, run_ids, location)
     except UserError as exc:
-        st.error(str(exc))
+        downloads.error(str(exc))
         return
     stem = "advisor-report"
     # Downloads carry their data (a deferred download does not reach every browser); each
-    # format is rendered once per report and cached.
+    # format is rendered once per report and cached. Every key names the profile's digest and
+    # the runs: a widget is never reused for another profile's report.
     report_json = report.model_dump_json()
-    st.subheader("Download")
-    buttons = st.container(horizontal=True)
+    request = hashlib.sha256(f"{profile_json}|{run_ids}|{location}".encode()).hexdigest()[:16]
+    markdown = markdown_zip(report_json, stem)
+    html = html_text(report_json)
+    data = json_text(report_json)
+    buttons = downloads.container(horizontal=True, key=f"report_downloads_{digest}")
     buttons.download_button(
         "Markdown (.zip with charts)",
-        markdown_zip(report_json, stem),
+        markdown,
         file_name=f"{stem}-markdown.zip",
         mime="application/zip",
         icon=":material/download:",
+        key=f"md_{request}",
     )
     buttons.download_button(
         "HTML (one file)",
-        html_text(report_json),
+        html,
         file_name=f"{stem}.html",
         mime="text/html",
         icon=":material/download:",
+        key=f"html_{request}",
     )
-    request = hashlib.sha256(f"{profile_json}|{run_ids}|{location}".encode()).hexdigest()
     pdf_button(buttons, report_json, request, stem)
     buttons.download_button(
         "JSON (data)",
-        json_text(report_json),
+        data,
         file_name=f"{stem}.json",
         mime="application/json",
         icon=":material/download:",
+        key=f"json_{request}",
     )
-    st.subheader("Preview")
-    html_tab, markdown_tab = st.tabs(["As HTML", "Markdown source"])
-    with html_tab:
-        components.html(html_text(report_json), height=PREVIEW_HEIGHT_PX, scrolling=True)
-    with markdown_tab:
-        st.code(markdown_text(report, stem), language="markdown")
+    status.empty()
+    with preview.container():
+        html_tab, markdown_tab = st.tabs(["As HTML", "Markdown source"])
+        with html_tab:
+            st.iframe(html, height=PREVIEW_HEIGHT_PX, alt=f"Report preview: {profile.title}")
+        with markdown_tab:
+            st.code(markdown_text(report, stem), language="markdown")
 
 
 # Streamlit runs a page file as __main__; importing it (tests) only defines its functions.

@@ -42,6 +42,26 @@ def wait_text(page, text: str, timeout_s: float) -> None:
     page.locator(MAIN).get_by_text(text).first.wait_for(timeout=timeout_s * 1000)
 
 
+def profile_key(page) -> str:
+    """The Advisor page's marker: a container keyed by the digest of the profile it took in."""
+    shown = page.locator("[class*=st-key-advisor_profile_]").first
+    shown.wait_for(timeout=120_000)
+    return shown.get_attribute("class")
+
+
+def edit_profile(page, action) -> None:
+    """Do one edit on the Advisor form, then wait until the page has taken it in (its profile
+    marker changes), however long a loaded machine takes."""
+    before = profile_key(page)
+    action()
+    page.wait_for_function(
+        "(before) => { const e = document.querySelector('[class*=st-key-advisor_profile_]');"
+        " return e && e.getAttribute('class') !== before; }",
+        arg=before,
+        timeout=120_000,
+    )
+
+
 def test_questionnaire_benchmark_and_report(app_url, page, tmp_path):
     shots = Path(os.environ.get("ADVISOR_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
@@ -49,22 +69,33 @@ def test_questionnaire_benchmark_and_report(app_url, page, tmp_path):
     # --- Advisor: answer the questionnaire, see the path and the recommendation.
     page.goto(app_url)
     wait_text(page, "Which inference framework?", 90)
-    page.locator("[data-testid=stRadio]").filter(has_text="dynamic control flow").get_by_text(
-        "Yes"
-    ).click()
-    page.wait_for_timeout(1000)
-    page.locator("[data-testid=stSelectbox]").filter(has_text="Model").first.click()
-    page.get_by_role("option").filter(has_text="tiny-llama").click()
-    page.wait_for_timeout(1000)
+    edit_profile(
+        page,
+        lambda: (
+            page.locator("[data-testid=stRadio]")
+            .filter(has_text="dynamic control flow")
+            .get_by_text("Yes")
+            .click()
+        ),
+    )
+
+    def pick_tiny_llama() -> None:
+        page.locator("[data-testid=stSelectbox]").filter(has_text="Model").first.click()
+        page.get_by_role("option").filter(has_text="tiny-llama").click()
+
+    edit_profile(page, pick_tiny_llama)
     for label, value in (
         ("Prompt length (tokens)", "32"),
         ("Output length (tokens)", "16"),
         ("Requests in flight at peak", "4"),
     ):
         field = page.get_by_role("spinbutton", name=label)
-        field.fill(value)
-        field.press("Enter")
-        page.wait_for_timeout(800)
+
+        def type_value(field=field, value=value) -> None:
+            field.fill(value)
+            field.press("Enter")
+
+        edit_profile(page, type_value)
     wait_text(page, "How the tree decided", 60)
     main_text = page.locator(MAIN).inner_text()
     assert "1. Does the model need dynamic control flow" in main_text
@@ -81,26 +112,53 @@ def test_questionnaire_benchmark_and_report(app_url, page, tmp_path):
     quick.click()
     editor = page.locator("[class*=st-key-plan_editor]").first
     editor.wait_for(timeout=60_000)
-    page.wait_for_timeout(1500)
+    # The grid's accessible table holds the cells it has drawn: wait for the second row.
+    editor.locator("td[role=gridcell]").filter(has_text="torch_compile").first.wait_for(
+        state="attached", timeout=60_000
+    )
+    page.locator("[class*=st-key-plan_chosen_2_]").first.wait_for(timeout=60_000)
     grid = editor.locator("canvas[data-testid=data-grid-canvas]").bounding_box()
     header_px, row_px = 36, 35
     # Delete the second row (torch_compile: minutes of compile on a CPU) via its row marker.
     page.mouse.click(grid["x"] + 15, grid["y"] + header_px + row_px + row_px / 2)
     page.keyboard.press("Delete")
-    page.wait_for_timeout(1500)
+    page.locator("[class*=st-key-plan_chosen_1_]").first.wait_for(timeout=60_000)
+    editor.locator("td[role=gridcell]").filter(has_text="torch_compile").first.wait_for(
+        state="detached", timeout=60_000
+    )
+    page.keyboard.press("Escape")  # drop the row selection left by the deletion
     # Set the first row's duration: backend cell, four cells right, edit, type, commit.
+    duration_cell = editor.locator("td[role=gridcell][aria-colindex='6']").first
+    old_duration = duration_cell.text_content().strip()
     page.mouse.click(grid["x"] + 140, grid["y"] + header_px + row_px / 2)
-    page.wait_for_timeout(500)
     for _ in range(4):
         page.keyboard.press("ArrowRight")
-    page.wait_for_timeout(300)
     page.keyboard.press("Enter")
-    page.wait_for_timeout(500)
+    cell_input = page.locator("input.gdg-input").first
+    cell_input.wait_for(timeout=30_000)  # the cell editor is open ...
+    assert cell_input.input_value() == old_duration  # ... on the duration cell
+    page.wait_for_function(  # ... and has the keyboard focus (typing earlier is lost)
+        "() => document.activeElement && document.activeElement.classList.contains('gdg-input')",
+        timeout=30_000,
+    )
     page.keyboard.press("Control+a")
     page.keyboard.type(str(RUN_DURATION_S))
-    page.wait_for_timeout(300)
+    page.wait_for_function(
+        "(v) => document.activeElement && document.activeElement.value === v",
+        arg=str(RUN_DURATION_S),
+        timeout=30_000,
+    )
     page.keyboard.press("Enter")
-    page.wait_for_timeout(2000)
+    # The server has the edit once its marker names one run of RUN_DURATION_S seconds.
+    try:
+        page.locator(f".st-key-plan_chosen_1_{RUN_DURATION_S}").wait_for(timeout=60_000)
+    except Exception:
+        markers = page.evaluate(
+            "() => Array.from(document.querySelectorAll('[class*=st-key-plan_chosen]'))"
+            ".map(e => e.className)"
+        )
+        page.screenshot(path=str(tmp_path / "plan-edit.png"), full_page=True)
+        raise AssertionError(f"the duration edit did not reach the server: {markers}") from None
     run = page.get_by_role("button", name="Run 1 benchmark")
     run.wait_for(timeout=30_000)
     no_exceptions(page)
@@ -119,20 +177,26 @@ def test_questionnaire_benchmark_and_report(app_url, page, tmp_path):
     assert "Output throughput" in text, text[-3000:]
     assert "Completed" in text
     assert f"load.duration_s={RUN_DURATION_S}" in text  # the edited duration reached the run
-    page.wait_for_timeout(1500)
-    assert page.locator("[data-testid=stVegaLiteChart]").count() >= 2  # live charts drawn
+    page.wait_for_function(  # live charts drawn
+        "() => document.querySelectorAll('[data-testid=stVegaLiteChart] svg').length >= 2",
+        timeout=60_000,
+    )
     no_exceptions(page)
     full_page(page, shots / "benchmark.png")
 
     # --- Results: the run is listed.
     page.get_by_role("link", name="Results").first.click()
     wait_text(page, "Throughput against latency", 60)
-    table = page.locator("[class*=st-key-results_table] canvas[data-testid=data-grid-canvas]")
+    results = page.locator("[class*=st-key-results_table]").first
+    # The grid has drawn its rows once its accessible table holds the run's backend.
+    results.locator("td[role=gridcell]").filter(has_text="pytorch").first.wait_for(
+        state="attached", timeout=60_000
+    )
+    table = results.locator("canvas[data-testid=data-grid-canvas]")
     box = table.first.bounding_box()
     page.mouse.click(box["x"] + 15, box["y"] + 36 + 17)  # tick the run's row to compare it
     wait_text(page, "Side by side", 60)
     wait_text(page, "Latency distributions", 60)
-    page.wait_for_timeout(2000)
     no_exceptions(page)
     full_page(page, shots / "results.png")
 

@@ -44,16 +44,22 @@ def test_default_profile_quick_plan_on_the_cpu_finishes_with_results(app_url, pa
     main.get_by_text("CPU-sized model of the same family").first.wait_for(timeout=30_000)
     # The cost table is drawn after the plan table: wait for it before reading the page.
     main.get_by_text("Estimated for the ticked runs").first.wait_for(timeout=60_000)
-    page.wait_for_timeout(1000)
+    page.locator("[class*=st-key-plan_chosen_2_]").first.wait_for(timeout=60_000)  # two ticked
     text = main.inner_text()
     assert f"instead of {profile_model}" in text and "not GPU figures" in text
     assert "Estimated for the ticked runs" in text and "of new disk" in text
     if "Run it anyway" in text:  # only when other work makes this machine several times slower
         assert "busy with other work" in text
-        page.get_by_text("Run it anyway").click()
-        page.wait_for_timeout(1500)
+        page.locator("[data-testid=stCheckbox]").filter(has_text="Run it anyway").locator(
+            "label"
+        ).first.click()
     run = page.get_by_role("button", name="Run 2 benchmarks")
     run.wait_for(timeout=30_000)
+    page.wait_for_function(  # enabled once the page has taken the confirmation in
+        "() => Array.from(document.querySelectorAll('button')).some("
+        "b => /Run 2 benchmarks/.test(b.innerText) && !b.disabled)",
+        timeout=60_000,
+    )
     no_exceptions(page)
     page.screenshot(path=str(shots / "cpu-quick-plan.png"), full_page=True)
     started = time.monotonic()
@@ -78,7 +84,6 @@ def test_default_profile_quick_plan_on_the_cpu_finishes_with_results(app_url, pa
         print(f"  {result.config.backend}: {result.status.value}, {result.timings}")
         assert result.status.value == "COMPLETED", (result.config.backend, result.failure)
         assert result.config.model == "tiny-llama" and result.summary.successful > 0
-    page.wait_for_timeout(4000)  # the page polls the job; let it draw the finished runs
-    main.get_by_text("Output throughput").first.wait_for(timeout=60_000)
+    main.get_by_text("Output throughput").first.wait_for(timeout=60_000)  # the page polls
     no_exceptions(page)
     page.screenshot(path=str(shots / "cpu-quick-plan-done.png"), full_page=True)

@@ -62,19 +62,32 @@ def test_the_first_answer_rests_on_the_shipped_h200_measurements(app_test):
     assert not any("No measurement counts" in i.value for i in at.info)
 
 
-def test_another_gpu_is_told_where_the_evidence_is_and_can_switch(app_test):
+def test_another_gpu_is_told_where_the_evidence_is_and_can_view_it(app_test):
+    """An H100 user sees where the published runs are and can view what they say, on H200,
+    without the profile's GPU changing."""
+    from ui import state
+
     at = app_test().run()
     next(s for s in at.selectbox if s.label == "GPU type").set_value("H100-SXM").run()
     assert not at.exception
     notice = [i.value for i in at.info if "No measurement counts" in i.value]
     assert notice and "**H100-SXM**" in notice[0] and "**H200**" in notice[0]
     assert any("the decision tree's first choice" in s.value for s in at.success)
-    next(b for b in at.button if b.label.startswith("Use the H200")).click().run()
+    assert not [b for b in at.button if "Use the H200" in b.label]  # no nudge onto a GPU
+    view = next(t for t in at.toggle if t.label == "See what the published H200 runs say")
+    view.set_value(True).run()
     assert not at.exception
-    assert next(s for s in at.selectbox if s.label == "GPU type").value == "H200"
-    assert not any("No measurement counts" in i.value for i in at.info)
-    # ... which are this project's published runs, not the user's (issue 23: provenance).
-    assert any("settled by this project's published runs" in s.value for s in at.success)
+    assert next(s for s in at.selectbox if s.label == "GPU type").value == "H100-SXM"
+    assert at.session_state[state.PROFILE_KEY]["stages"][0]["gpu"]["type"] == "H100-SXM"
+    successes = [s.value for s in at.success]
+    assert any("the decision tree's first choice" in text for text in successes)  # yours
+    # the view: this project's published runs on H200, never the user's GPU (issue 23)
+    assert any(
+        "settled by this project's published runs" in text
+        and "a view of the published runs on H200, not of your GPU" in text
+        for text in successes
+    )
+    assert any("a view, not your answer" in m.value for m in at.markdown)
 
 
 def test_configuration_search_shows_table_chart_and_accuracy(app_test):
@@ -98,7 +111,8 @@ def test_configuration_search_shows_table_chart_and_accuracy(app_test):
     assert not at.exception
     headings = [m.value for m in at.markdown]
     assert any("Configuration: GPUs per engine, replicas, precision" in h for h in headings)
-    assert any("on 2 GPU(s) of 2" in i.value for i in at.info)
+    assert any("uses 2 of the profile's 2 GPUs" in i.value for i in at.info)
+    assert not any("GPU(s)" in i.value for i in at.info)
     assert any("Leave-one-out over" in m.value for m in at.markdown)
     assert any("lm-evaluation-harness" in c.value for c in at.caption)
 
@@ -136,3 +150,49 @@ def test_no_gpu_decided_says_there_is_no_gpu_to_fit_against(app_test):
     assert memory.value == "no GPU to fit against"
     captions = " ".join(c.value for c in at.caption)
     assert "0.00 B" not in captions and "parameters: 4.19 M" in captions
+
+
+def test_a_model_that_does_not_fit_reads_plainly(app_test):
+    """llama-2-70b on one L4: a red (negative) headroom, "needs N GPUs; the profile has 1", and
+    a configuration to deploy as setting/value rows without None; tables without None."""
+    from advisor.profile import profile_from_flags
+    from ui import state
+
+    profile = profile_from_flags(
+        model="llama-2-70b",
+        gpu="L4",
+        gpu_count=1,
+        prompt_tokens=128,
+        output_tokens=128,
+        concurrency=16,
+        long_sequence_generation="yes",
+    )
+    at = app_test()
+    at.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    at.run()
+    assert not at.exception
+    memory = next(m for m in at.metric if m.label == "Memory")
+    assert memory.value == "does not fit" and memory.delta.startswith("-")
+    from streamlit.proto.Metric_pb2 import Metric
+
+    assert memory.proto.color == Metric.MetricColor.RED  # a shortfall is never green
+    infos = [i.value for i in at.info]
+    assert any("needs 8 GPUs; the profile has 1" in text for text in infos), infos
+    settings = at.table[0].value
+    assert list(settings.columns) == ["setting", "value"]
+    assert "Deployment" in set(settings["setting"])
+    assert not settings.isin(["None", "null", "nan"]).any().any()
+    for frame in [d.value for d in at.dataframe]:
+        assert not frame.astype(str).isin(["None", "nan"]).any().any(), frame
+
+
+def test_figures_are_formatted_with_units_and_sensible_digits():
+    from ui.components import format_figure, metric_label, metric_unit
+
+    assert format_figure(4889.7054, "tok/s") == "4,890 tok/s"
+    assert format_figure(13.4789, "GB") == "13.5 GB"
+    assert format_figure(5.3521, "ms") == "5.35 ms"
+    assert format_figure(0.012345) == "0.0123"
+    assert format_figure(None, "ms") == "—" and format_figure(float("nan")) == "—"
+    assert metric_unit("output_throughput_tok_s") == "tok/s" and metric_unit("ttft_ms") == "ms"
+    assert metric_label("output_throughput_tok_s") == "output throughput"

@@ -72,6 +72,29 @@ def test_quick_plan_then_run_creates_a_job(app_test, store_path, no_runner):
     assert no_runner, "Run must make sure a job runner serves the store"
 
 
+def test_a_plan_made_for_another_profile_cannot_run(app_test, store_path, no_runner):
+    at = app_test(PAGE)
+    at.session_state[PROFILE_KEY] = _tiny_profile()
+    at.run()
+    next(b for b in at.button if b.label == "Quick plan").click().run()
+    run_button = next(b for b in at.button if b.label.startswith("Run "))
+    assert not run_button.disabled and not any("another profile" in w.value for w in at.warning)
+    changed = _tiny_profile()
+    changed["stages"][0]["prompt_tokens"] = {"mean": 64}  # any edit, not only another model
+    at.session_state[PROFILE_KEY] = changed
+    at.run()
+    assert not at.exception
+    assert any("This plan was made for another profile" in w.value for w in at.warning)
+    run_button = next(b for b in at.button if b.label.startswith("Run "))
+    assert run_button.disabled
+    from bench.store import ResultStore
+
+    assert ResultStore(store_path).list_jobs() == []
+    next(b for b in at.button if b.label == "Quick plan").click().run()
+    assert not any("another profile" in w.value for w in at.warning)
+    assert not next(b for b in at.button if b.label.startswith("Run ")).disabled
+
+
 def test_engine_arguments_are_validated_against_the_backend():
     from bench.config import RunConfig
     from bench.errors import UserError
