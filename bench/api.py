@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.backends import get_backend
-from bench.config import FP8_RANDOM_WEIGHTS_NOTE, RunConfig
+from bench.config import FP8_RANDOM_WEIGHTS_NOTE, ReplayLoad, RunConfig
 from bench.errors import BackendUnavailable, UserError
 from bench.placement import Placement, place
 from bench.schema import (
@@ -54,6 +54,7 @@ def check_runnable(config: RunConfig) -> Placement:
             f"workload kind (it runs: {', '.join(sorted(backend_cls.kinds))})"
         )
     backend_cls.validate_engine_args(config.engine_args)
+    check_traffic_files(config)
     placement = place(config, backend_cls)
     if config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
         raise UserError("event_loop 'uvloop' asked for but uvloop is not installed")
@@ -64,6 +65,19 @@ def check_runnable(config: RunConfig) -> Placement:
             config.model, dtype=config.precision.dtype, trust_remote_code=config.trust_remote_code
         )
     return placement
+
+
+def check_traffic_files(config: RunConfig) -> None:
+    """Read the run's trace and prompt file now, so a bad file (missing, binary, too large, a
+    missing column, timestamps going backwards) is one UserError line before anything starts."""
+    from bench.config import GenerateWorkload
+    from bench.traffic_files import read_prompt_file, read_trace
+
+    if isinstance(config.load, ReplayLoad):
+        read_trace(config.load)
+    workload = config.workload
+    if isinstance(workload, GenerateWorkload) and workload.prompt_file is not None:
+        read_prompt_file(workload.prompt_file)
 
 
 def run_caveats(config: RunConfig, random_weights: bool) -> list[str]:
@@ -185,7 +199,7 @@ def launch(
     """
     from bench.environment import fingerprint
     from bench.load.analysis import finish_pattern_report
-    from bench.metrics import judge_validity
+    from bench.metrics import judge_validity, prefix_cache_hit_rate
     from bench.models import resolve_model
     from bench.telemetry import NvmlSampler, gpu_processes, nvml_status, summarize_telemetry
 
@@ -301,6 +315,20 @@ def launch(
         if measured.first_start_ns is not None and measured.last_end_ns is not None
         else None
     )
+    if result.summary is not None:  # the engine's prefix cache over the measured window
+        rate, queries = prefix_cache_hit_rate(result.server_metrics, window_ns)
+        if rate is None and "prefix_cache" in result.engine:  # in-process engine's own stats
+            rate = result.engine["prefix_cache"].get("hit_rate")
+            queries = result.engine["prefix_cache"].get("queries")
+        result.summary.prefix_cache_hit_rate = rate
+        result.summary.prefix_cache_queries = queries
+    if isinstance(config.load, ReplayLoad) and result.status == RunStatus.COMPLETED:
+        from bench.load.replay import replay_validity_reasons
+
+        reasons = replay_validity_reasons(config.load, result.pattern_report)
+        if reasons:
+            result.validity.status = ValidityStatus.INVALID
+            result.validity.reasons.extend(reasons)
     result.telemetry = summarize_telemetry(  # rates and energy over the measured window only
         samples,
         measured.output_tokens,

@@ -427,11 +427,17 @@ class VllmBackend(Backend):
         prompt = api["TokensPrompt"](prompt_token_ids=list(request.prompt_token_ids))
         # vLLM rejects a request_id already in flight; the harness may reuse ids across phases.
         request_id = f"{request.id}-{uuid.uuid4().hex[:12]}"
+        conversation = request.conversation is not None
         async for output in self._engine.generate(prompt, params, request_id):
             arrived_ns = CLOCK.now_ns()
             new_tokens = len(output.outputs[0].token_ids) if output.outputs else 0
             if new_tokens:
-                yield Chunk(t_ns=arrived_ns, tokens=new_tokens)
+                if conversation:  # the next turn resends this output: hand the IDs on
+                    yield Chunk(
+                        arrived_ns, new_tokens, token_ids=tuple(output.outputs[0].token_ids)
+                    )
+                else:
+                    yield Chunk(t_ns=arrived_ns, tokens=new_tokens)
 
     async def close(self) -> None:
         """Shut the engine down: engine-core and worker processes exit, memory is released."""
