@@ -347,8 +347,6 @@ async def test_chat_form_sends_messages_to_chat_completions(
         request = GenerateRequest(
             "c1", [300, 301], 4, prompt_text="be brief\nhi", messages=messages
         )
-            "c1", [300, 301], 4, prompt_text="be brief\nhi", messages=messages
-        )
         chunks = await _collect(backend, backend.prepare_request(request))
         body = fake_server.bodies[-1]
         assert body["_path"] == "/v1/chat/completions"
