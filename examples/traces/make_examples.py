@@ -65,8 +65,16 @@ def azure_csv(path: Path, rows: int = 120, seed: int = 25) -> None:
             )
 
 
-TOPICS = ["a database index", "TCP slow start", "a bloom filter", "the CAP theorem",
-          "gradient checkpointing", "a B-tree", "paged attention", "consistent hashing"]  # fmt: skip
+TOPICS = [
+    "a database index",
+    "TCP slow start",
+    "a bloom filter",
+    "the CAP theorem",
+    "gradient checkpointing",
+    "a B-tree",
+    "paged attention",
+    "consistent hashing",
+]
 SYSTEM = "You are a concise assistant for platform engineers. Answer in three sentences."
 
 
