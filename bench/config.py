@@ -130,6 +130,19 @@ class GenerateWorkload(Strict):
         None, description="The user's own prompts instead of generated ones."
     )
 
+    def mean_prompt_tokens(self) -> int:
+        """Mean prompt length with the traffic shape: prompt_tokens (the suffix) + the mean
+        prefix, and for conversations the history at the last turn (earlier prompts, outputs
+        and user messages), for sizing KV caches and context lengths. A prompt file's lengths
+        are only known after tokenising: prompt_tokens stands in for them."""
+        tokens = self.prompt_tokens.mean
+        if self.prefix is not None:
+            tokens += self.prefix.tokens.mean
+        if self.conversation is not None:
+            later_turns = max(0, self.conversation.turns.mean - 1)
+            tokens += later_turns * (self.output_tokens.mean + self.conversation.user_tokens.mean)
+        return tokens
+
     @model_validator(mode="after")
     def _check_shapes(self) -> GenerateWorkload:
         if self.prompt_file is not None and self.prefix is not None:

@@ -380,3 +380,19 @@ def test_old_configs_and_records_still_load():
     assert workload.prefix is None and workload.conversation is None
     record = RequestRecord.model_validate({"id": "r1", "start_ns": 0, "end_ns": 5})
     assert record.prefix_id is None and record.turn is None and record.prefix_tokens == 0
+
+
+def test_in_process_vllm_prefix_counter_gives_scrape_like_samples():
+    from bench.backends.vllm import PrefixCacheCounter
+    from bench.metrics import prefix_cache_hit_rate
+
+    counter = PrefixCacheCounter(interval_ns=0)
+    counter.add(100, 0)  # warm-up step before the measured window
+    first_t = counter.samples()[0]["t_ns"]
+    counter.add(200, 150)
+    counter.add(200, 190)
+    samples = counter.samples()
+    assert samples[-1]["vllm:prefix_cache_queries_total"] == 500
+    assert samples[-1]["vllm:prefix_cache_hits_total"] == 340
+    rate, queries = prefix_cache_hit_rate(samples, (first_t, samples[-1]["t_ns"]))
+    assert (rate, queries) == (340 / 400, 400)

@@ -73,3 +73,26 @@ def test_prefix_cache_hit_rate_with_caching_on_and_off(tiny_llama: ModelInfo, tm
     assert rates[True] is not None and rates[True] > 0.3, rates
     # Caching off: the counters do not move (None) or show no hits.
     assert (rates[False] or 0.0) < 0.05, rates
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _vllm_installed(), reason="vLLM is not installed")
+def test_in_process_vllm_reports_the_prefix_cache_hit_rate(tiny_llama: ModelInfo, tmp_path: Path):
+    model = cpu_attention_compatible(tiny_llama, tmp_path / "tiny-llama-hd32")
+    config = _config(model.path, True, tmp_path / "unused.log").model_copy(
+        update={
+            "backend": "vllm",
+            "engine_args": {
+                "max_model_len": 1024,
+                "max_num_seqs": 4,
+                "enforce_eager": True,
+                "enable_prefix_caching": True,
+                "prefix_cache_stats": True,
+            },
+        }
+    )
+    result = launch(RunConfig.model_validate(config.model_dump()))
+    assert result.status == RunStatus.COMPLETED, result.failure
+    print(f"in-process prefix-cache hit rate: {result.summary.prefix_cache_hit_rate}")
+    assert result.summary.prefix_cache_hit_rate is not None
+    assert result.summary.prefix_cache_hit_rate > 0.3
