@@ -67,6 +67,19 @@ def check_runnable(config: RunConfig) -> Placement:
     return placement
 
 
+def with_explicit_prompt_form(config: RunConfig) -> RunConfig:
+    """The openai backend's prompt form written into the stored config (`prompt_format`), so a
+    run says what it sent even after the default changes: runs stored before it was written
+    sent token IDs (the old default); from now on the default is text."""
+    if config.backend != "openai" or "prompt_format" in config.engine_args:
+        return config
+    from bench.backends.openai import OpenAIOptions
+
+    default = OpenAIOptions.model_fields["prompt_format"].default
+    engine_args = {**config.engine_args, "prompt_format": default}
+    return config.model_copy(update={"engine_args": engine_args})
+
+
 def check_traffic_files(config: RunConfig) -> None:
     """Read the run's trace and prompt file now, so a bad file (missing, binary, too large, a
     missing column, timestamps going backwards) is one UserError line before anything starts."""
@@ -204,6 +217,7 @@ def launch(
     from bench.telemetry import NvmlSampler, gpu_processes, nvml_status, summarize_telemetry
 
     placement = check_runnable(config)
+    config = with_explicit_prompt_form(config)
     model = resolve_model(
         config.model, dtype=config.precision.dtype, trust_remote_code=config.trust_remote_code
     )

@@ -197,11 +197,14 @@ class _ObservedStream:
         except StopAsyncIteration:
             if not self._done:
                 self._done = True
-                if self._tokens and not self._ids and not self._text:
+                # Token-ID histories need the output IDs; text histories need IDs or text.
+                needs_ids = self._owner.codec is None
+                if self._tokens and not self._ids and (needs_ids or not self._text):
                     self._owner.failed(self._request_id)
                     raise RuntimeError(
-                        "multi-turn needs the actual outputs, but this backend returned neither "
-                        "output token IDs nor text (use vllm, openai or fake)"
+                        "multi-turn needs the actual outputs, but this backend returned no output "
+                        "token IDs" + ("" if needs_ids else " nor text") + " (use vllm, openai "
+                        "with a vLLM server, or fake)"
                     ) from None
                 self._owner.completed(self._request_id, self._ids, "".join(self._text))
             raise

@@ -463,6 +463,9 @@ class OpenAIBackend(Backend):
             body["min_tokens"] = request.output_tokens
             body["ignore_eos"] = True
             body["stream_options"]["continuous_usage_stats"] = True
+            if request.conversation is not None and self.options.prompt_format == "tokens":
+                # A token-ID conversation resends the actual output IDs (vLLM returns them).
+                body["return_token_ids"] = True
         body.update(self.options.extra_body)
         return body
 

@@ -396,3 +396,15 @@ def test_in_process_vllm_prefix_counter_gives_scrape_like_samples():
     assert samples[-1]["vllm:prefix_cache_hits_total"] == 340
     rate, queries = prefix_cache_hit_rate(samples, (first_t, samples[-1]["t_ns"]))
     assert (rate, queries) == (340 / 400, 400)
+
+
+def test_the_stored_config_states_the_prompt_form():
+    from bench.api import with_explicit_prompt_form
+
+    config = RunConfig(backend="openai", model="tiny-llama", engine_args={"base_url": "http://x"})
+    stored = with_explicit_prompt_form(config)
+    assert stored.engine_args["prompt_format"] == "text"  # the default, written down
+    tokens = config.model_copy(update={"engine_args": {"base_url": "x", "prompt_format": "tokens"}})
+    assert with_explicit_prompt_form(tokens).engine_args["prompt_format"] == "tokens"
+    fake = RunConfig(backend="fake", model="tiny-llama")
+    assert with_explicit_prompt_form(fake) is fake
