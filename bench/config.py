@@ -147,6 +147,8 @@ class GenerateWorkload(Strict):
     def _check_shapes(self) -> GenerateWorkload:
         if self.prompt_file is not None and self.prefix is not None:
             raise ValueError("prompt_file and prefix cannot be combined (the file is the prompt)")
+        if self.prompt_file is not None and self.conversation is not None:
+            raise ValueError("conversations over a prompt file are not supported (yet)")
         return self
 
 

@@ -408,3 +408,11 @@ def test_the_stored_config_states_the_prompt_form():
     assert with_explicit_prompt_form(tokens).engine_args["prompt_format"] == "tokens"
     fake = RunConfig(backend="fake", model="tiny-llama")
     assert with_explicit_prompt_form(fake) is fake
+
+
+def test_shapes_that_do_not_combine_are_refused_in_the_config():
+    spec = PromptFile(path="p.jsonl")
+    with pytest.raises(ValueError, match="prompt_file and prefix"):
+        GenerateWorkload(prompt_file=spec, prefix=PrefixPool())
+    with pytest.raises(ValueError, match="conversations over a prompt file"):
+        GenerateWorkload(prompt_file=spec, conversation=ConversationSpec())

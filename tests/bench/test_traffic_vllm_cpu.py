@@ -96,3 +96,31 @@ def test_in_process_vllm_reports_the_prefix_cache_hit_rate(tiny_llama: ModelInfo
     print(f"in-process prefix-cache hit rate: {result.summary.prefix_cache_hit_rate}")
     assert result.summary.prefix_cache_hit_rate is not None
     assert result.summary.prefix_cache_hit_rate > 0.3
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _vllm_installed(), reason="vLLM is not installed")
+def test_conversations_against_a_real_server_resend_the_output_text(
+    tiny_llama: ModelInfo, tmp_path: Path
+):
+    """Text prompts: each later turn's prompt is the previous prompt + the server's own output
+    text + a new user message, so the server-counted prompt grows turn by turn."""
+    from bench.config import ConversationSpec
+
+    model = cpu_attention_compatible(tiny_llama, tmp_path / "tiny-llama-hd32")
+    config = _config(model.path, True, tmp_path / "server.log")
+    workload = GenerateWorkload(
+        prompt_tokens=LengthDistribution(mean=32),
+        output_tokens=LengthDistribution(mean=8),
+        conversation=ConversationSpec(
+            turns=LengthDistribution(mean=3), user_tokens=LengthDistribution(mean=16)
+        ),
+    )
+    load = ConcurrencyLoad(concurrency=2, duration_s=None, max_requests=12, warmup_requests=0)
+    result = launch(config.model_copy(update={"workload": workload, "load": load}))
+    assert result.status == RunStatus.COMPLETED, result.failure
+    turns = result.summary.by_turn
+    assert [t.turn for t in turns] == [0, 1, 2] and result.summary.failed == 0
+    means = [t.input_tokens_mean for t in turns]
+    assert means[0] < means[1] < means[2], means
+    assert result.summary.prefix_cache_hit_rate > 0.3  # the history is served from the cache
