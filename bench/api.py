@@ -140,7 +140,9 @@ def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
         for key, value in data.items():
             items += _flatten(value, f"{prefix}.{key}" if prefix else key)
         return items
-    return [(prefix, data)] if prefix and data != {} else []
+    # An empty mapping below the top level is a section switched on with all its defaults
+    # (e.g. workload.conversation: {}): it must stay in the command.
+    return [(prefix, data)] if prefix and (data != {} or "." in prefix) else []
 
 
 class _RecordSink:

@@ -416,3 +416,14 @@ def test_shapes_that_do_not_combine_are_refused_in_the_config():
         GenerateWorkload(prompt_file=spec, prefix=PrefixPool())
     with pytest.raises(ValueError, match="conversations over a prompt file"):
         GenerateWorkload(prompt_file=spec, conversation=ConversationSpec())
+
+
+def test_reproduce_command_keeps_sections_switched_on_with_defaults():
+    from bench.api import reproduce_command
+
+    config = RunConfig(
+        backend="fake", model="tiny-llama", workload=GenerateWorkload(conversation={})
+    )
+    command = reproduce_command(config)
+    assert "workload.conversation={}" in command
+    assert "load={}" not in command  # the top-level load section stays implicit
