@@ -319,12 +319,25 @@ class OpenAIBackend(Backend):
 
         start_ns = CLOCK.now_ns()
         engine: dict[str, Any] = {"framework": "openai-compatible server"}
-        if self.options.launch is not None:
-            engine.update(self._launch_server(model, precision))
+        # The tokenizer first: a chat form the server cannot serve is refused before any
+        # server starts.
         if self.options.prompt_format != "tokens":
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(model.path)
+            if (
+                self.options.prompt_format == "chat"
+                and self.options.launch is not None
+                and "chat_template" not in self.options.server_args
+                and not getattr(self._tokenizer, "chat_template", None)
+            ):
+                raise UserError(
+                    f"prompt_format=chat: the tokenizer of {model.name} has no chat template, "
+                    "and the launched server needs one for /v1/chat/completions; give "
+                    "server_args.chat_template or use prompt_format=text"
+                )
+        if self.options.launch is not None:
+            engine.update(self._launch_server(model, precision))
         limit = self.options.max_connections
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=60)
         self._session = aiohttp.ClientSession(

@@ -455,3 +455,12 @@ async def test_real_vllm_server_launched_measured_and_stopped(
         await launched.close()
     _gone, alive = psutil.wait_procs(family, timeout=5)
     assert not alive, f"still running: {[p.pid for p in alive]}"
+
+
+async def test_chat_form_without_a_chat_template_is_refused_before_launching(
+    tiny_llama: ModelInfo,
+) -> None:
+    backend = OpenAIBackend({"launch": "vllm", "prompt_format": "chat", "scrape_metrics": False})
+    with pytest.raises(UserError, match="no chat template"):
+        await backend.load(tiny_llama, GenerateWorkload(), Precision(), "auto")
+    assert backend._launcher is None  # no server was started
