@@ -289,6 +289,12 @@ class ReplayLoad(LoadCommon):
         description="p99 send lateness (actual - scheduled) above this makes the run INVALID.",
     )
     seed: int = Field(0, description="Seed of the prompt token IDs (blocks / unique prompts).")
+    max_input_tokens: int | None = Field(
+        None, gt=0, description="Clip each row's input length (a shorter context, rehearsals)."
+    )
+    max_output_tokens: int | None = Field(
+        None, gt=0, description="Clip each row's output length (rehearsals)."
+    )
 
 
 LoadPattern = Annotated[

@@ -51,9 +51,17 @@ class TraceRequests:
     """
 
     def __init__(
-        self, rows: list[TraceRow], vocab_size: int, block_size: int, seed: int = 0
+        self,
+        rows: list[TraceRow],
+        vocab_size: int,
+        block_size: int,
+        seed: int = 0,
+        max_input_tokens: int | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
         self.rows = rows
+        self.max_input_tokens = max_input_tokens
+        self.max_output_tokens = max_output_tokens
         self.block_size = block_size
         self.seed = seed
         self.token_low = min(TOKEN_ID_OFFSET, vocab_size // 2)
@@ -77,7 +85,8 @@ class TraceRequests:
             raise StopIteration
         row = self.rows[self._index]
         self._index += 1
-        length = row.input_tokens
+        length = min(row.input_tokens, self.max_input_tokens or row.input_tokens)
+        output_tokens = min(row.output_tokens, self.max_output_tokens or row.output_tokens)
         prefix_tokens = 0
         prefix_id = None
         if row.hash_ids:
@@ -101,7 +110,7 @@ class TraceRequests:
         return GenerateRequest(
             id=f"t{self._index:06d}",
             prompt_token_ids=ids,
-            output_tokens=row.output_tokens,
+            output_tokens=output_tokens,
             prefix_id=prefix_id,
             prefix_tokens=prefix_tokens,
         )
@@ -135,7 +144,14 @@ class Replay:
             max_requests=len(self.rows),
             arrival="trace",
             intervals=TraceIntervals(self.rows, self.load.time_scale),
-            requests=TraceRequests(self.rows, vocab_size, self.load.block_size, self.load.seed),
+            requests=TraceRequests(
+                self.rows,
+                vocab_size,
+                self.load.block_size,
+                self.load.seed,
+                self.load.max_input_tokens,
+                self.load.max_output_tokens,
+            ),
         )
 
     def report(self) -> dict[str, Any]:

@@ -427,3 +427,29 @@ def test_reproduce_command_keeps_sections_switched_on_with_defaults():
     command = reproduce_command(config)
     assert "workload.conversation={}" in command
     assert "load={}" not in command  # the top-level load section stays implicit
+
+
+def test_a_rehearsal_keeps_the_traffic_shape_at_cpu_sizes():
+    from bench.rehearsal import REPLAY_ROWS, rehearse_config
+
+    config = RunConfig(
+        backend="vllm",
+        model="llama-2-7b",
+        workload=GenerateWorkload(
+            prefix=PrefixPool(count=3, tokens=fixed(4096)),
+            conversation=ConversationSpec(turns=fixed(8)),
+        ),
+        load=ReplayLoad(trace=str(EXAMPLES / "mooncake_small.jsonl"), time_scale=0.5),
+    )
+    rehearsed = rehearse_config(config)
+    assert rehearsed.workload.prefix.count == 3
+    assert rehearsed.workload.prefix.tokens.mean < 4096
+    assert rehearsed.workload.conversation.turns.mean == 2
+    assert rehearsed.load.pattern == "replay" and rehearsed.load.max_requests == REPLAY_ROWS
+    assert rehearsed.load.time_scale == 0.5
+    replay = Replay(rehearsed.load)
+    requests = list(replay.phase(1000).requests)
+    assert len(requests) == REPLAY_ROWS
+    assert max(len(r.prompt_token_ids) for r in requests) <= rehearsed.load.max_input_tokens
+    assert max(r.output_tokens for r in requests) <= rehearsed.load.max_output_tokens
+    RunConfig.model_validate(rehearsed.model_dump())  # still a valid config
