@@ -294,10 +294,10 @@ def format_text(report: Report) -> str:
             else "no KV cache (forward kind)"
         )
         lines.append(
-            f"Estimate: {est.model or 'model ?'} {_number(est.parameters_b)}B params, "
+            f"Estimate: {est.model or 'model ?'} {est.parameters_label} params, "
             f"{est.precision}: weights {_number(est.weights_gb, ' GB')}, {kv_text}, "
             f"needs {_number(est.required_gb, ' GB')} of {_number(est.available_gb, ' GB')} -> "
-            f"{ {True: 'fits', False: 'does NOT fit', None: 'fit unknown'}[est.fits] }"
+            f"{est.fit_verdict}"
         )
         if est.decode_floor_ms_per_token is not None:
             lines.append(
@@ -313,7 +313,7 @@ def format_text(report: Report) -> str:
             lines.append("Evidence (ranked):")
             for row in stage.evidence[:12]:
                 lines.append(
-                    f"  [{row.source}] {row.framework} on {row.gpu or 'cpu'}, {row.model}, "
+                    f"  [{row.label}] {row.framework} on {row.gpu or 'cpu'}, {row.model}, "
                     f"{row.shape}: {row.status}, {row.objective_metric} "
                     f"{_number(row.objective_value)} x{row.repeats}"
                     + ("" if row.meets_slo is not False else " (misses SLO)")
@@ -330,10 +330,11 @@ def format_text(report: Report) -> str:
         lines += _diagnostic_lines(stage.diagnostics)
         if stage.learned is not None:
             learned = stage.learned
-            if learned.fitted:
+            if learned.shown:
                 lines.append(
                     f"Learned second opinion: {learned.prediction} ({learned.agrees_with}); CV "
-                    f"accuracy {learned.cv_accuracy:.2f} ({learned.cv_scheme}), baseline "
+                    f"accuracy {learned.cv_accuracy:.2f} [95% {learned.cv_accuracy_low:.2f}-"
+                    f"{learned.cv_accuracy_high:.2f}] ({learned.cv_scheme}), baseline "
                     f"{learned.baseline_accuracy:.2f}, {learned.groups} groups / "
                     f"{learned.runs} runs"
                 )

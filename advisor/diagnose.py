@@ -4,6 +4,8 @@ Every finding carries its numbers, inference-time advice and the profiling comma
 article's out-of-memory advice is for training and does not apply to serving; it is replaced by
 inference remedies: lower gpu_memory_utilization / max_num_seqs /
 max_model_len, AWQ or FP8 weights, an FP8 KV cache, tensor parallelism, a smaller batch.
+Rules know the device: a CPU run gets no CUDA-graph finding (the quick plan makes vLLM eager on
+the CPU on purpose) and a CPU profiler command instead of `nsys -t cuda`.
 """
 
 from __future__ import annotations
@@ -86,13 +88,27 @@ def group_identical(diagnostics: list[Diagnostic]) -> list[DiagnosticGroup]:
     return list(groups.values())
 
 
+def ran_on_cpu(run: RunResult) -> bool:
+    """Whether the run's engine ran on the CPU: device cpu, or device auto on a machine whose
+    fingerprint lists no GPU (auto falls back to the CPU there)."""
+    if run.config.device == "cpu":
+        return True
+    if run.config.device == "cuda" or not run.environment:
+        return False
+    return not run.environment.get("gpus") and not run.environment.get("gpu_available")
+
+
 def profiling_command(run: RunResult) -> str:
-    """`nsys profile -t cuda,nvtx --stats=true -o <run_id> <the run's command>` (article 5.1)."""
+    """GPU runs: `nsys profile -t cuda,nvtx --stats=true -o <run_id> <the run's command>`
+    (article 5.1). CPU runs: py-spy, a sampling profiler of the Python processes (the engine
+    runs in a worker subprocess, hence --subprocesses)."""
     command = run.command
     if not command:
         from bench.api import reproduce_command
 
         command = reproduce_command(run.config)
+    if ran_on_cpu(run):
+        return f"py-spy record --subprocesses -o {shlex.quote(run.run_id + '.svg')} -- {command}"
     return f"nsys profile -t cuda,nvtx --stats=true -o {shlex.quote(run.run_id)} {command}"
 
 
@@ -113,6 +129,7 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
     findings: list[Diagnostic] = []
     profile_cmd = profiling_command(run)
     backend = run.config.backend
+    on_cpu = ran_on_cpu(run)
 
     def add(rule: str, severity: str, finding: str, advice: str, command: str | None = None):
         findings.append(
@@ -131,7 +148,18 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
         if run.failure is not None
         else ""
     )
-    if failure_text and OOM_PATTERN.search(failure_text):
+    if failure_text and OOM_PATTERN.search(failure_text) and on_cpu:
+        add(
+            "out_of_memory",
+            "error",
+            f"the run failed out of host memory on the CPU: "
+            f"{run.failure.cause if run.failure else ''}",
+            "Make the weights and KV cache fit the host RAM: a smaller model (the CPU-sized "
+            "preset), fewer sequences in flight (max_num_seqs, the concurrency), a shorter "
+            "max_model_len, a smaller KV-cache space for vLLM on the CPU "
+            "(VLLM_CPU_KVCACHE_SPACE, in GiB), and no other large process on the machine.",
+        )
+    elif failure_text and OOM_PATTERN.search(failure_text):
         add(
             "out_of_memory",
             "error",
@@ -176,7 +204,24 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
             )
         latency = summary.e2e_ms or summary.ttft_ms
         metric = "E2E" if summary.e2e_ms is not None else "TTFT"
-        if latency is not None and latency.p50 > 0 and latency.p99 > LONG_TAIL_RATIO * latency.p50:
+        long_tail = (
+            latency is not None and latency.p50 > 0 and latency.p99 > LONG_TAIL_RATIO * latency.p50
+        )
+        if long_tail and on_cpu:
+            assert latency is not None
+            add(
+                "long_tail",
+                "warning",
+                f"{metric} p99 {latency.p99:.1f} ms is {latency.p99 / latency.p50:.1f}x its "
+                f"p50 {latency.p50:.1f} ms (threshold {LONG_TAIL_RATIO:g}x), on the CPU",
+                "On the CPU the tail is mostly cores shared with other work: run on an idle "
+                "machine, pin the engine's threads (OMP_NUM_THREADS, torch.set_num_threads) to "
+                "the cores it may use, keep the concurrency at or below the core count, and set "
+                "per-request time-outs so stragglers cannot pile up.",
+                profile_cmd,
+            )
+        elif long_tail:
+            assert latency is not None
             add(
                 "long_tail",
                 "warning",
@@ -205,7 +250,8 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
             profile_cmd,
         )
 
-    why_off = _cuda_graphs_off(run)
+    # CUDA graphs do not exist on the CPU (and the quick plan makes vLLM eager there itself).
+    why_off = None if on_cpu else _cuda_graphs_off(run)
     if why_off is not None:
         per_backend = {
             "vllm": "drop enforce_eager (vLLM captures CUDA graphs for decode batch sizes)",
@@ -240,4 +286,4 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
     return findings
 
 
-__all__ = ["Diagnostic", "diagnose", "profiling_command"]
+__all__ = ["Diagnostic", "diagnose", "profiling_command", "ran_on_cpu"]

@@ -1,4 +1,11 @@
-"""Feasibility and the physical floor, before anything runs: memory fit, decode and prefill floors.
+"""Feasibility and the physical floor, before anything runs: the context window, memory fit,
+decode and prefill floors.
+
+The context window comes first (`check_context`): a stage whose near-worst request (prompt +
+output) exceeds the model's window (max_position_embeddings, rope scaling by vLLM's rule) is
+refused, and its memory fit is not judged (`fits` None, `refused` says why); without a GPU
+(type or memory) the fit is not judged either and `fit_verdict` says there is no GPU to fit
+against.
 
 Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s (datasheet units). Formulas:
 - weights = parameters x bytes per parameter (fp32 4, fp16/bf16 2, fp8/int8 1, 4-bit 0.5 plus
@@ -8,7 +15,7 @@ Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s (datasheet units). Formulas:
   Context = mean prompt + mean output: paged KV caches (vLLM, TensorRT-LLM) hold what sequences
   use, and a sequence at the end of its output holds its full context, so concurrency x mean
   context is the steady-state peak. The near-worst-case single context (`max_context_tokens`,
-  mean + 2 std or the clip) sets max_model_len and the model's position limit check;
+  mean + 2 std or the clip) is what the context-window check refuses on;
 - required = weights + KV + 10% of both (activations of the largest batch, allocator
   fragmentation) + 1 GB per GPU (CUDA context, cuBLAS/attention workspaces, NCCL buffers);
 - decode floor (batch 1, per output token) = weight bytes / memory bandwidth, the time just to
@@ -27,6 +34,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -53,6 +61,20 @@ TP_DEGREES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """A config.json `rope_scaling` entry: its type, factor and original window (yarn)."""
+
+    rope_type: str
+    factor: float = 1.0
+    original_max_positions: int | None = None
+
+
+ROPE_TYPES_ALREADY_IN_POSITIONS = frozenset({"su", "longrope", "llama3"})
+"""rope_scaling types whose config already states the extended window in
+max_position_embeddings (vLLM's and TensorRT-LLM's max-length rule leaves them unscaled)."""
+
+
+@dataclass(frozen=True)
 class Architecture:
     """The sizes the estimate needs; `parameters` is the exact count (tied weights once)."""
 
@@ -67,6 +89,7 @@ class Architecture:
     patch_size: int | None = None
     gflops_per_image_224: float | None = None
     """CNNs only: forward GFLOPs (2 x multiply-adds) for one 224 px image."""
+    rope_scaling: RopeScaling | None = None
 
     @property
     def head_dim(self) -> int | None:
@@ -93,6 +116,48 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("tiny-resnet", "forward", 75_290),
     )
 }
+
+
+SCALED_WINDOW_ENGINES = ("vllm", "tensorrt_llm", "openai")
+"""Engines whose maximum sequence length is the model's window with rope scaling applied
+(vLLM's `_get_and_verify_max_len`, TensorRT-LLM's max_seq_len inference, an OpenAI-compatible
+server, which is vLLM here)."""
+RAW_POSITION_ENGINES = ("pytorch", "torch_compile", "onnxruntime", "tensorrt")
+"""Engines held to max_position_embeddings itself: the bench's transformers adapters check it
+before generating, onnxruntime-genai's context_length is it, an encoder's position table is it."""
+
+
+class ContextWindow(Strict):
+    """Whether the stage's sequences fit the model's context window, judged before any run.
+
+    Two lengths: `near_worst_tokens` (the estimate's `high_tokens` of prompt + output, about the
+    98th percentile) decides feasibility: when it exceeds every engine's limit the stage is
+    refused. `longest_tokens` (`upper_tokens`, what the generator can produce at most) only warns:
+    the few requests past the window would be refused by the engine, so the plan clips to it."""
+
+    positions: int | None = Field(None, description="The model's max_position_embeddings.")
+    rope_scaling: str | None = Field(None, description="config.json rope_scaling, in words.")
+    window_tokens: int | None = Field(
+        None, description="The longest sequence any engine accepts (rope scaling applied)."
+    )
+    source: str = ""
+    near_worst_tokens: int = Field(description="high_tokens(prompt) + high_tokens(output).")
+    longest_tokens: int = Field(description="upper_tokens(prompt) + upper_tokens(output).")
+    engine_limits: dict[str, int] = Field(
+        default_factory=dict, description="Framework -> longest prompt + output it accepts."
+    )
+    fits: bool | None = Field(None, description="None when the model's window is unknown.")
+    problem: str | None = Field(None, description="Why the stage is refused (one sentence).")
+    warning: str | None = Field(None, description="Only the distribution's tail is too long.")
+
+
+class FieldProblem(Strict):
+    """A problem of one profile field found before anything runs (for the form and the CLI)."""
+
+    stage: str
+    field: str = Field(description="Stage field path, e.g. prompt_tokens or gpu.type.")
+    severity: Literal["error", "warning"]
+    message: str
 
 
 class Estimate(Strict):
@@ -142,6 +207,46 @@ class Estimate(Strict):
     )
     suggestions: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    context: ContextWindow | None = Field(
+        None, description="The context-window check (generate kind, and encoders' sequences)."
+    )
+    memory_source: str | None = Field(
+        None, description="Where the GPU memory came from; None = no GPU to fit against."
+    )
+
+    @property
+    def context_fits(self) -> bool | None:
+        return None if self.context is None else self.context.fits
+
+    @property
+    def refused(self) -> str | None:
+        """Why nothing can run this stage as asked (checked before memory), or None."""
+        return self.context.problem if self.context is not None else None
+
+    @property
+    def parameters_label(self) -> str:
+        return format_parameters(self.parameters)
+
+    @property
+    def fit_verdict(self) -> str:
+        """The memory panel's headline: never a fit against a GPU nobody chose."""
+        if self.refused:
+            return "refused: context too long"
+        if self.fits is None:
+            if self.memory_per_gpu_gb is None:
+                return "no GPU to fit against"
+            return "unknown"
+        return "fits" if self.fits else "does not fit"
+
+
+def format_parameters(count: int | None) -> str:
+    """A parameter count with a unit that keeps three significant digits (4.19 M, 6.74 B)."""
+    if not count:
+        return "unknown"
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return str(count)
 
 
 def high_tokens(distribution: LengthDistribution) -> int:
@@ -217,6 +322,7 @@ def _architecture_from_config(model: str, config: dict) -> tuple[Architecture | 
     except (KeyError, TypeError, ValueError):
         return None, "config.json lacks the sizes of a decoder (hidden_size, layers, heads...)"
     head_dim = hidden // heads
+    positions = _config_positions(config)
     per_layer = (
         2 * hidden * hidden  # q and o projections
         + 2 * hidden * kv_heads * head_dim  # k and v projections (GQA)
@@ -233,9 +339,148 @@ def _architecture_from_config(model: str, config: dict) -> tuple[Architecture | 
         hidden,
         heads,
         kv_heads,
-        config.get("max_position_embeddings"),
+        positions,
+        rope_scaling=_rope_scaling(config),
     )
     return architecture, "config.json, Llama-style formula (approximate)"
+
+
+POSITION_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+"""config.json keys that bound the sequence length; vLLM takes the smallest one present."""
+
+
+def _config_positions(config: dict) -> int | None:
+    values = []
+    for key in POSITION_KEYS:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            values.append(value)
+    return min(values) if values else None
+
+
+def _rope_scaling(config: dict) -> RopeScaling | None:
+    """config.json's rope_scaling (transformers 4.x) or rope_parameters (5.x), when it scales."""
+    entry = config.get("rope_scaling") or config.get("rope_parameters")
+    if not isinstance(entry, dict):
+        return None
+    rope_type = entry.get("rope_type") or entry.get("type")
+    if not isinstance(rope_type, str) or rope_type == "default":
+        return None
+    factor = entry.get("factor", 1.0)
+    original = entry.get("original_max_position_embeddings")
+    return RopeScaling(
+        rope_type,
+        float(factor) if isinstance(factor, int | float) else 1.0,
+        original if isinstance(original, int) else None,
+    )
+
+
+def context_limits(architecture: Architecture) -> tuple[int | None, dict[str, int], str | None]:
+    """(the longest sequence any engine accepts, per-engine limits, rope scaling in words).
+
+    The serving engines' rule (vLLM `_get_and_verify_max_len`, TensorRT-LLM likewise): the window
+    is max_position_embeddings, times the rope_scaling factor unless its type already states the
+    extended window (su, longrope, llama3); yarn scales original_max_position_embeddings."""
+    positions = architecture.max_positions
+    if positions is None:
+        return None, {}, None
+    scaled = positions
+    words = None
+    rope = architecture.rope_scaling
+    if rope is not None:
+        words = f"{rope.rope_type} x{rope.factor:g}"
+        if rope.rope_type not in ROPE_TYPES_ALREADY_IN_POSITIONS:
+            base = rope.original_max_positions if rope.rope_type == "yarn" else None
+            scaled = int((base or positions) * rope.factor)
+    limits = {name: scaled for name in SCALED_WINDOW_ENGINES}
+    limits.update({name: positions for name in RAW_POSITION_ENGINES})
+    return max(limits.values()), limits, words
+
+
+def check_context(stage: StageProfile, architecture: Architecture | None) -> ContextWindow | None:
+    """The stage's sequences against the model's window (see ContextWindow); None when the stage
+    has no sequence length to check (images, or a forward stage without sequence_length)."""
+    if stage.kind == "generate":
+        near_worst = high_tokens(stage.prompt_tokens) + high_tokens(stage.output_tokens)
+        longest = upper_tokens(stage.prompt_tokens) + upper_tokens(stage.output_tokens)
+        what = "prompt + output"
+    elif stage.sequence_length is not None:
+        near_worst = high_tokens(stage.sequence_length)
+        longest = upper_tokens(stage.sequence_length)
+        what = "sequence length"
+    else:
+        return None
+    check = ContextWindow(near_worst_tokens=near_worst, longest_tokens=longest)
+    if architecture is None:
+        check.source = "model unknown: context window not checked"
+        return check
+    window, limits, rope_words = context_limits(architecture)
+    check.positions = architecture.max_positions
+    check.rope_scaling = rope_words
+    check.window_tokens = window
+    check.engine_limits = limits
+    if window is None:
+        check.source = f"{architecture.name} states no position limit: not checked"
+        return check
+    check.source = f"{architecture.name}: max_position_embeddings {architecture.max_positions:,}"
+    if rope_words:
+        check.source += f", rope_scaling {rope_words} -> window {window:,}"
+    check.fits = near_worst <= window
+    if not check.fits:
+        check.problem = (
+            f"{what} of up to {near_worst:,} tokens exceeds {architecture.name}'s context window "
+            f"of {window:,} tokens ({check.source}); no engine accepts it "
+            f"(vLLM's max_model_len, TensorRT-LLM's max_seq_len and transformers' position "
+            f"limit are all at most {window:,}). Shorten the requests to {window:,} tokens in "
+            "all, or choose a model with a longer window" + _longer_models(near_worst, stage.kind)
+        )
+    elif longest > window:
+        check.warning = (
+            f"the longest requests the distributions can produce ({longest:,} tokens) exceed "
+            f"the {window:,}-token window: engines refuse those few; runs clip them at the "
+            "window (set prompt_tokens.max to say so in the profile)"
+        )
+    return check
+
+
+def _longer_models(tokens: int, kind: str) -> str:
+    names = [
+        f"{a.name} ({a.max_positions:,})"
+        for a in ARCHITECTURES.values()
+        if a.kind == kind and a.max_positions and a.max_positions >= tokens
+    ]
+    return f" (presets that take it: {', '.join(names)})." if names else "."
+
+
+def feasibility_problems(profile_stages: list[StageProfile]) -> list[FieldProblem]:
+    """Per-field problems the form and the CLI show before anything runs: the context window
+    (errors refuse the stage; warnings say what the runs will clip)."""
+    problems: list[FieldProblem] = []
+    for stage in profile_stages:
+        architecture, _ = architecture_for(stage.model)
+        check = check_context(stage, architecture)
+        if check is None:
+            continue
+        field = "prompt_tokens" if stage.kind == "generate" else "sequence_length"
+        if check.problem:
+            severity, message = "error", check.problem
+        elif check.warning:
+            severity, message = "warning", check.warning
+        else:
+            continue
+        problems.append(
+            FieldProblem(stage=stage.name, field=field, severity=severity, message=message)
+        )
+    return problems
 
 
 def estimate_stage(stage: StageProfile) -> Estimate:
@@ -268,7 +513,8 @@ def estimate_stage(stage: StageProfile) -> Estimate:
         model=stage.model,
         kind=stage.kind,
         parameters=parameters,
-        parameters_b=round(parameters / 1e9, 3) if parameters else None,
+        # six decimals: tiny presets (4.19 M parameters) are not 0.00 B
+        parameters_b=round(parameters / 1e9, 6) if parameters else None,
         parameters_source=parameters_source,
         precision=precision_label,
         bytes_per_parameter=per_param,
@@ -301,14 +547,11 @@ def estimate_stage(stage: StageProfile) -> Estimate:
             kv_per_sequence = kv_per_token * context
             kv_bytes = kv_per_sequence * concurrency
             estimate.kv_cache_gb = kv_bytes / GB
-            if architecture.max_positions and max_context > architecture.max_positions:
-                notes.append(
-                    f"context up to {max_context} tokens exceeds the model's "
-                    f"{architecture.max_positions} positions; engines refuse it unless "
-                    "max_model_len / rope scaling allow it"
-                )
         else:
             notes.append("KV cache not estimated: layer/head sizes unknown for this model")
+    estimate.context = check_context(stage, architecture)
+    if estimate.context is not None and estimate.context.warning:
+        notes.append(estimate.context.warning)
     # ---- memory fit
     if weight_bytes is not None:
         margin = ACTIVATION_MARGIN_FRACTION * (weight_bytes + kv_bytes)
@@ -318,6 +561,9 @@ def estimate_stage(stage: StageProfile) -> Estimate:
         required = weight_bytes + kv_bytes + margin + overhead
         estimate.required_gb = required / GB
         if memory_per_gpu is not None:
+            estimate.memory_source = (
+                f"{stage.gpu.type} datasheet" if stage.gpu.type else "memory_gb in the profile"
+            )
             available = memory_per_gpu * GB * gpu_count
             estimate.available_gb = available / GB
             estimate.fits = required <= available
@@ -330,7 +576,10 @@ def estimate_stage(stage: StageProfile) -> Estimate:
                 weight_bytes, kv_bytes, memory_per_gpu * GB
             )
         else:
-            notes.append("GPU memory unknown (set gpu.type or gpu.memory_gb): fit not judged")
+            notes.append(
+                "no GPU to fit against (GPU not decided: set gpu.type or gpu.memory_gb); "
+                "the memory needed is shown, the fit is not judged"
+            )
     # ---- floors
     bandwidth = stage.gpu.memory_bandwidth_tb_s
     if bandwidth is not None:
@@ -364,6 +613,12 @@ def estimate_stage(stage: StageProfile) -> Estimate:
                 estimate.forward_floor_ms = max(compute_ms, read_ms)
             else:
                 notes.append("forward floor not estimated: set sequence_length or image_size")
+    if estimate.refused:
+        # A memory fit of sequences no engine accepts would be a false "fits": not judged.
+        estimate.fits = None
+        estimate.max_concurrency_that_fits = None
+        estimate.tensor_parallel_needed = None
+        notes.append(f"refused before any run: {estimate.refused}")
     if estimate.fits is False:
         estimate.suggestions = _suggestions(stage, estimate, parameters, kv_bytes, gpu_spec)
     return estimate
@@ -452,10 +707,16 @@ def _suggestions(
 __all__ = [
     "ARCHITECTURES",
     "Architecture",
+    "ContextWindow",
     "Estimate",
+    "FieldProblem",
     "architecture_for",
     "bytes_per_parameter",
+    "check_context",
+    "context_limits",
     "estimate_stage",
+    "feasibility_problems",
+    "format_parameters",
     "high_tokens",
     "upper_tokens",
 ]

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, computed_field
 
-from advisor.estimate import estimate_stage, upper_tokens
+from advisor.estimate import architecture_for, context_limits, estimate_stage, upper_tokens
 from advisor.gpus import find_gpu
 from advisor.profile import Objective, StageProfile
 from bench.api import run_caveats
@@ -48,13 +48,24 @@ QUICK_CONCURRENCY_DEFAULT = 8
 # --------------------------------------------------------------------------- expert settings
 
 
-def workload_shape(stage: StageProfile) -> WorkloadShape:
-    """The stage as the shape an engine is tuned for (bench's WorkloadShape)."""
-    # Engine limits cover the longest sequence the generator can send, rounded up to 256.
+def workload_shape(stage: StageProfile, framework: str | None = None) -> WorkloadShape:
+    """The stage as the shape an engine is tuned for (bench's WorkloadShape); `framework` caps
+    the sequence limit at what that engine accepts for the model (vLLM refuses a max_model_len
+    past the model's window)."""
+    # Engine limits cover the longest sequence the generator can send, rounded up to 256, but
+    # never past the model's window: 4,000 tokens on a 4,096-position model is max_model_len
+    # 4096, not 4352.
     context = upper_tokens(stage.prompt_tokens) + upper_tokens(stage.output_tokens)
+    limit = int(math.ceil(context / 256) * 256)
+    architecture, _ = architecture_for(stage.model)
+    if architecture is not None:
+        window, engine_limits, _ = context_limits(architecture)
+        cap = engine_limits.get(framework or "", window)
+        if cap is not None:
+            limit = min(limit, cap)
     return WorkloadShape(
         kind=stage.kind,
-        max_sequence_tokens=int(math.ceil(context / 256) * 256),
+        max_sequence_tokens=limit,
         concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,
         fixed_input_shapes=stage.fixed_input_shapes,
         build_time_tolerance=stage.build_time_tolerance,
@@ -78,7 +89,7 @@ def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
     `recommended_args`, checked against its options (an unknown option is an error); {} for a
     framework the bench does not run."""
     backend = _registered_backend(framework)
-    return {} if backend is None else backend.expert_args(workload_shape(stage))
+    return {} if backend is None else backend.expert_args(workload_shape(stage, framework))
 
 
 def _registered_backend(framework: str) -> Any:
@@ -117,6 +128,71 @@ class Closeness(BaseModel):
         return 2 * self.same_model + (1 if self.same_shape else 0)
 
 
+ProvenanceKind = Literal["yours", "published", "article"]
+PROVENANCE_WORDS: dict[str, str] = {
+    "yours": "your runs (this store)",
+    "published": "this project's published runs (data/reference)",
+    "article": "the article's figures",
+}
+
+
+class Provenance(BaseModel):
+    """Who measured an evidence row, in plain words: `yours` (a run in this store), `published`
+    (a fingerprinted run this project ships in data/reference, with host, date and command) or
+    `article` (the seed article's figures; workload not stated)."""
+
+    kind: ProvenanceKind
+    file: str | None = Field(None, description="The reference file (published, article).")
+    host: str | None = Field(None, description="Hostname the published run was measured on.")
+    date: str | None = Field(None, description="Day the run was measured (YYYY-MM-DD).")
+    command: str | None = Field(None, description="The command that reproduces the run.")
+
+    @property
+    def words(self) -> str:
+        text = PROVENANCE_WORDS[self.kind]
+        if self.kind == "published":
+            where = ", ".join(
+                part
+                for part in (Path(self.file).name if self.file else None, self.host, self.date)
+                if part
+            )
+            text = f"this project's published run ({where})" if where else text
+        return text
+
+
+MATCH_BAND = SHAPE_TOLERANCE
+"""A measurement matches a stage when its mean prompt and output lengths (encoders: sequence
+length), and its load level, are each within ±25% of the stage's (docs/configurations.md,
+"When a measurement settles an answer")."""
+
+
+class WorkloadMatch(BaseModel):
+    """Whether a measurement's workload is the stage's (docs/configurations.md, "When a
+    measurement settles an answer"): same kind,
+    prompt/output lengths within MATCH_BAND, same traffic shape (closed loop at the stage's
+    concurrency or open loop at its rate, within the band; any steady level when the stage states
+    none), same precision (dtype, weight quantisation, KV dtype). Only a match may reorder the
+    tree's candidates; the others are context, shown with their distance."""
+
+    matches: bool
+    lengths: bool
+    traffic: bool
+    precision: bool
+    distance: float = Field(
+        description="The largest ratio between the run's and the stage's lengths or load level "
+        "(1.0 = identical; 47 = one of them 47 times longer or shorter)."
+    )
+    differences: list[str] = Field(default_factory=list, description="What differs, in words.")
+
+    @property
+    def summary(self) -> str:
+        if self.matches:
+            return "matches this workload"
+        # Lengths and level can be equal while the loop or precision differs: no "1x away".
+        prefix = f"{self.distance:,.3g}x away: " if self.distance > 1.0005 else "differs: "
+        return prefix + "; ".join(self.differences)
+
+
 class EvidenceRow(BaseModel):
     """One configuration's evidence (repeats grouped): where it comes from, how close, numbers."""
 
@@ -149,6 +225,12 @@ class EvidenceRow(BaseModel):
     reference: str | None = Field(None, description="Reference file / article the row came from.")
     caveats: list[str] = Field(default_factory=list)
     engine_args: dict[str, Any] = Field(default_factory=dict)
+    provenance: Provenance | None = Field(
+        None, description="Who measured it (yours / published / article); None in old reports."
+    )
+    match: WorkloadMatch | None = Field(
+        None, description="Whether its workload is the stage's; None = workload not stated."
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -159,6 +241,20 @@ class EvidenceRow(BaseModel):
     @property
     def higher_is_better(self) -> bool:
         return self.objective_metric in HIGHER_IS_BETTER
+
+    @property
+    def label(self) -> str:
+        """Who measured it and where, in plain words, for tables and the CLI: `your run, CPU`,
+        `published run, H200`, `the article, A100-80GB-PCIE`; with the workload match. Never
+        `measured-here` for runs someone else made."""
+        kind = self.provenance.kind if self.provenance is not None else None
+        who = {"yours": "your run", "published": "published run", "article": "the article"}.get(
+            kind or "", "stored run"
+        )
+        text = f"{who}, {self.gpu or 'CPU'}"
+        if self.match is not None:
+            text += ", matches" if self.match.matches else f", {self.match.distance:,.3g}x off"
+        return text
 
 
 HIGHER_IS_BETTER = {"output_throughput_tok_s", "request_throughput_rps", "goodput_rps"}
@@ -265,6 +361,106 @@ def _shape(run: RunResult, stage: StageProfile) -> tuple[str, bool | None]:
         text += f" x {workload.image_size} px"
         same = same and workload.image_size == (stage.image_size or workload.image_size)
     return text, same
+
+
+def _ratio(run_value: float, stage_value: float) -> float:
+    """max(a/b, b/a): how many times longer or shorter, symmetric."""
+    low, high = sorted((max(run_value, 1e-9), max(stage_value, 1e-9)))
+    return high / low
+
+
+def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
+    """The match rule (WorkloadMatch) for one run against one stage."""
+    config = run.config
+    workload = config.workload
+    differences: list[str] = []
+    ratios: list[float] = [1.0]
+    lengths = True
+
+    def compare(what: str, run_value: float, stage_value: float) -> None:
+        nonlocal lengths
+        ratios.append(_ratio(run_value, stage_value))
+        if not _close(run_value, stage_value):
+            lengths = False
+            differences.append(f"{what} {run_value:,g} vs the stage's {stage_value:,g} tok")
+
+    if isinstance(workload, GenerateWorkload):
+        compare("prompt", workload.prompt_tokens.mean, stage.prompt_tokens.mean)
+        compare("output", workload.output_tokens.mean, stage.output_tokens.mean)
+    else:
+        if workload.batch_size != stage.batch_size:
+            lengths = False
+            ratios.append(_ratio(workload.batch_size, stage.batch_size))
+            differences.append(f"batch {workload.batch_size} vs the stage's {stage.batch_size}")
+        if workload.sequence_length is not None and stage.sequence_length is not None:
+            compare("sequence", workload.sequence_length.mean, stage.sequence_length.mean)
+        if (
+            workload.image_size is not None
+            and stage.image_size is not None
+            and workload.image_size != stage.image_size
+        ):
+            lengths = False
+            ratios.append(_ratio(workload.image_size, stage.image_size))
+            differences.append(f"{workload.image_size} px vs the stage's {stage.image_size}")
+    traffic = True
+    if stage.kind == "generate":
+        level = _load_level(config)
+        if level is None and _phase_at_stage_concurrency(run, stage) is not None:
+            level = ("concurrency", float(stage.concurrency or 0))
+        wanted: list[tuple[str, float]] = []
+        if stage.concurrency is not None:
+            wanted.append(("concurrency", float(stage.concurrency)))
+        if stage.request_rate_rps is not None:
+            wanted.append(("rate", float(stage.request_rate_rps)))
+        if wanted:
+            if level is None:
+                traffic = False
+                differences.append(
+                    f"a {config.load.pattern} pattern without a phase at the stage's load"
+                )
+            else:
+                same_kind = [value for kind, value in wanted if kind == level[0]]
+                if not same_kind:
+                    traffic = False
+                    loop = "closed loop at" if level[0] == "concurrency" else "open loop at"
+                    differences.append(f"{loop} {level[1]:g}, the stage states the other loop")
+                else:
+                    ratios.append(_ratio(level[1], same_kind[0]))
+                    if not _close(level[1], same_kind[0]):
+                        traffic = False
+                        differences.append(
+                            f"{level[0]} {level[1]:g} vs the stage's {same_kind[0]:g}"
+                        )
+    wanted_precision = stage.precision.run_precision()
+    precision = (
+        config.precision.dtype == wanted_precision.dtype
+        and config.precision.quantization == wanted_precision.quantization
+        and config.precision.kv_cache_dtype == wanted_precision.kv_cache_dtype
+    )
+    if not precision:
+        differences.append(
+            f"precision {config.precision.label()} vs the stage's {wanted_precision.label()}"
+        )
+    return WorkloadMatch(
+        matches=lengths and traffic and precision and workload.kind == stage.kind,
+        lengths=lengths,
+        traffic=traffic,
+        precision=precision,
+        distance=round(max(ratios), 3),
+        differences=differences,
+    )
+
+
+def _provenance(run: RunResult, reference: str | None) -> Provenance:
+    if reference is None:
+        return Provenance(kind="yours")
+    return Provenance(
+        kind="published",
+        file=reference,
+        host=run.environment.get("hostname") if run.environment else None,
+        date=run.created_at[:10] if run.created_at else None,
+        command=run.command or None,
+    )
 
 
 def _metrics(summary: MetricsSummary | None, run: RunResult) -> dict[str, float]:
@@ -425,6 +621,8 @@ def rows_from_runs(
                 engine_args=dict(first_run.config.engine_args),
                 run_precision=first_run.config.precision,
                 parallelism=first_run.config.parallelism,
+                provenance=_provenance(first_run, reference),
+                match=workload_match(first_run, stage),
             )
         )
     return rows
@@ -501,6 +699,7 @@ def published_rows(stage: StageProfile, data: dict[str, Any], reference: str) ->
                 objective_value=metrics.get(metric_name),
                 reference=reference_text,
                 caveats=caveats,
+                provenance=Provenance(kind="article", file=reference),
             )
         )
     return rows
@@ -626,9 +825,12 @@ def rank_rows(rows: list[EvidenceRow]) -> list[EvidenceRow]:
 
 __all__ = [
     "DEFAULT_REFERENCE_DIR",
+    "MATCH_BAND",
     "Closeness",
     "EvidenceRow",
+    "Provenance",
     "ReferenceFiles",
+    "WorkloadMatch",
     "gather_evidence",
     "objective_metric",
     "rank_rows",
@@ -638,4 +840,5 @@ __all__ = [
     "run_gpu_name",
     "stage_evidence",
     "stored_runs",
+    "workload_match",
 ]

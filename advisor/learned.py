@@ -6,6 +6,13 @@ throughput (output tokens/s for generate, requests/s for forward). The fitted tr
 with its cross-validated accuracy next to the majority-class baseline. It is a second opinion
 only: the recommendation never follows it over measurements, and with too little evidence it says
 so instead of fitting.
+
+It is shown only when it beats guessing: its cross-validated accuracy (correct out-of-fold
+predictions k of n groups) has a 95% Wilson score interval, and the tree is shown only when that
+interval's lower bound is above the majority baseline (`shown`). Otherwise the whole opinion is
+one line, "not enough stored evidence for a learned opinion (accuracy X vs baseline Y)", and
+callers show that line and nothing else. Wilson rather than the normal approximation because n is
+small (tens of groups) and accuracies sit near 1, where the normal interval leaves [0, 1].
 """
 
 from __future__ import annotations
@@ -37,6 +44,19 @@ FEATURES = (
 MIN_GROUPS = 6
 """Fewer labelled workload groups than this is too little to fit and cross-validate honestly."""
 MAX_DEPTH = 3
+Z_95 = 1.959963984540054
+NOT_ENOUGH = "not enough stored evidence for a learned opinion"
+
+
+def wilson_interval(correct: int, total: int, z: float = Z_95) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion correct / total."""
+    if total <= 0:
+        return 0.0, 1.0
+    p = correct / total
+    denominator = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denominator
+    half = z * ((p * (1 - p) / total + z * z / (4 * total * total)) ** 0.5) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 class LearnedOpinion(BaseModel):
@@ -51,6 +71,17 @@ class LearnedOpinion(BaseModel):
     cv_accuracy: float | None = None
     baseline_accuracy: float | None = Field(
         None, description="Accuracy of always guessing the most common winner."
+    )
+    cv_accuracy_low: float | None = Field(
+        None, description="Lower end of the accuracy's 95% Wilson interval."
+    )
+    cv_accuracy_high: float | None = Field(
+        None, description="Upper end of the accuracy's 95% Wilson interval."
+    )
+    shown: bool = Field(
+        False,
+        description="True only when the accuracy interval's lower end beats the baseline: "
+        "otherwise callers show `message` alone.",
     )
     tree_text: str | None = None
     features: list[str] = Field(default_factory=lambda: list(FEATURES))
@@ -149,15 +180,14 @@ def learned_opinion(
         )
         return LearnedOpinion(
             fitted=False,
-            message=f"Too little evidence for a learned second opinion: {why}; it needs at least "
-            f"{MIN_GROUPS} groups and 2 different winners. Run the benchmark plan on more "
-            "workloads.",
+            message=f"{NOT_ENOUGH} ({why}; a fit needs at least {MIN_GROUPS} groups and 2 "
+            "different winners).",
             runs=used,
             groups=len(y),
             class_counts=counts,
         )
     import numpy as np
-    from sklearn.model_selection import LeaveOneOut, StratifiedKFold, cross_val_score
+    from sklearn.model_selection import LeaveOneOut, StratifiedKFold, cross_val_predict
     from sklearn.tree import DecisionTreeClassifier, export_text
 
     matrix = np.array([[row[name] for name in FEATURES] for row in x])
@@ -171,7 +201,11 @@ def learned_opinion(
         splitter = LeaveOneOut()
         scheme = f"leave-one-out (smallest class has {smallest} example)"
     classifier = DecisionTreeClassifier(max_depth=MAX_DEPTH, random_state=0)
-    scores = cross_val_score(classifier, matrix, labels, cv=splitter)
+    predicted = cross_val_predict(classifier, matrix, labels, cv=splitter)
+    correct = int((predicted == labels).sum())
+    accuracy = correct / len(y)
+    low, high = wilson_interval(correct, len(y))
+    baseline = max(counts.values()) / len(y)
     classifier.fit(matrix, labels)
     opinion = LearnedOpinion(
         fitted=True,
@@ -181,10 +215,18 @@ def learned_opinion(
         groups=len(y),
         class_counts=counts,
         cv_scheme=scheme,
-        cv_accuracy=float(scores.mean()),
-        baseline_accuracy=max(counts.values()) / len(y),
+        cv_accuracy=accuracy,
+        baseline_accuracy=baseline,
+        cv_accuracy_low=low,
+        cv_accuracy_high=high,
+        shown=low > baseline,
         tree_text=export_text(classifier, feature_names=list(FEATURES)),
     )
+    if not opinion.shown:
+        # No better than guessing the most common winner, within its own interval: one line.
+        opinion.message = f"{NOT_ENOUGH} (accuracy {accuracy:.2f} vs baseline {baseline:.2f})"
+        opinion.tree_text = None
+        return opinion
     if stage is not None:
         features = stage_features(stage, parameters_b)
         row = np.array([[features[name] for name in FEATURES]])
@@ -196,4 +238,12 @@ def learned_opinion(
     return opinion
 
 
-__all__ = ["FEATURES", "LearnedOpinion", "labelled_groups", "learned_opinion", "run_features"]
+__all__ = [
+    "FEATURES",
+    "NOT_ENOUGH",
+    "LearnedOpinion",
+    "labelled_groups",
+    "learned_opinion",
+    "run_features",
+    "wilson_interval",
+]

@@ -4,7 +4,9 @@ builder behind the Benchmark page, `advisor bench-plan` and campaigns.
 
 On a machine without a GPU the quick plan swaps the model for its CPU-sized preset of the same
 family (tiny-llama for Llama and Mistral): a check of the harness and the frameworks that ends in
-minutes, not GPU figures.
+minutes, not GPU figures; its lengths are scaled to the stand-in's context window when they
+exceed it, and CPU runs use one dtype rule (`cpu_dtype`). A stage whose requests exceed its own
+model's window is refused before planning.
 """
 
 from __future__ import annotations
@@ -13,20 +15,31 @@ import math
 
 from pydantic import Field, computed_field
 
-from advisor.estimate import architecture_for, bytes_per_parameter, estimate_stage
+from advisor.estimate import (
+    ContextWindow,
+    architecture_for,
+    bytes_per_parameter,
+    check_context,
+    estimate_stage,
+    upper_tokens,
+)
 from advisor.evidence import QUICK_CONCURRENCY_DEFAULT, _backend_runs_kind, _expert_engine_args
 from advisor.gpus import find_gpu
 from advisor.profile import StageProfile
 from advisor.tree import BENCHMARKABLE_FRAMEWORKS, Decision, DecisionTree, evaluate, load_tree
 from bench.config import (
+    CPU_FORWARD_DTYPE,
+    CPU_HALF_DTYPE,
     SLO,
     ConcurrencyLoad,
     ForwardWorkload,
     GenerateWorkload,
+    LengthDistribution,
     RateLoad,
     RunConfig,
     StepLoad,
     ValidityRules,
+    cpu_dtype,
 )
 from bench.errors import UserError
 from bench.strict import Strict
@@ -139,20 +152,50 @@ def plan_for_stage(
     precision layouts of the first candidate join the plan (`advisor.configurations.plan_runs`).
     """
     decision = evaluate(tree or load_tree(), stage, estimate_stage(stage))
-    planned = stage
-    note = None
+    if decision.refused:
+        raise UserError(f"stage {stage.name!r} cannot be planned: {decision.refused}")
+    planned, clip_note = fit_to_window(stage)
+    notes = [clip_note] if clip_note else []
     if cpu_only and quick and stage.model is not None:
         small = cpu_sized_model(stage)
         if small != stage.model:
-            planned = stage.model_copy(update={"model": small})
-            note = (
+            planned = planned.model_copy(update={"model": small})
+            notes.append(
                 f"This machine has no GPU: the quick plan runs {small} (the CPU-sized model of "
                 f"the same family) instead of {stage.model}. It checks the harness and the "
                 "frameworks in minutes; its figures are CPU figures, not GPU figures."
             )
+            planned, scale_note = scale_to_window(planned, stage)
+            if scale_note:
+                notes.append(scale_note)
     configs = bench_plan(planned, decision, quick=quick)
+    skipped = [
+        c.framework
+        for c in decision.candidates
+        if c.framework in BENCHMARKABLE_FRAMEWORKS
+        and c.framework not in {config.backend for config in configs}
+        and _engine_limit(planned, c.framework) is not None
+    ]
+    if skipped:
+        notes.append(
+            f"Not planned: {', '.join(skipped)} - the sequences exceed the model's position "
+            "limit in that engine (the rope-scaled window applies to vLLM and TensorRT-LLM only)"
+        )
     if cpu_only:
         configs = [_on_the_cpu(config, quick) for config in configs]
+        wanted = stage.precision.dtype
+        used = cpu_dtype(stage.kind, wanted)
+        if configs and used != wanted:
+            notes.append(
+                f"CPU runs use {used}, not the profile's {wanted}: "
+                + (
+                    "CPUs have bfloat16 kernels; float16 is slow or unsupported there (vLLM casts "
+                    "it to bfloat16 itself)."
+                    if stage.kind == "generate"
+                    else "the one dtype every forward framework runs on the CPU."
+                )
+            )
+    note = " ".join(notes) or None
     if configurations and not cpu_only and configs and stage.kind == "generate":
         from advisor.calibration import calibration_from
         from advisor.configurations import plan_runs, search_configurations
@@ -175,6 +218,128 @@ def plan_for_stage(
         profile_model=stage.model,
         note=note,
     )
+
+
+def _context(stage: StageProfile) -> ContextWindow | None:
+    architecture, _ = architecture_for(stage.model)
+    return check_context(stage, architecture)
+
+
+def _engine_limit(stage: StageProfile, framework: str) -> int | None:
+    """The engine's sequence limit for the stage's model when the stage's longest sequence
+    exceeds it (the candidate cannot run it), else None."""
+    check = _context(stage)
+    if check is None or framework not in check.engine_limits:
+        return None
+    limit = check.engine_limits[framework]
+    return limit if check.longest_tokens > limit else None
+
+
+def _clipped(distribution: LengthDistribution, top: int) -> LengthDistribution:
+    top = max(distribution.min, top)
+    if distribution.max is not None and distribution.max <= top:
+        return distribution
+    return distribution.model_copy(update={"max": top})
+
+
+def fit_to_window(stage: StageProfile) -> tuple[StageProfile, str | None]:
+    """The stage with its prompt lengths clipped so that no request exceeds the model's window
+    (only the distribution's tail can: a stage whose near-worst requests exceed it is refused
+    before planning), and a note saying so; the stage itself when nothing needs clipping."""
+    check = _context(stage)
+    if check is None or check.window_tokens is None or check.longest_tokens <= check.window_tokens:
+        return stage, None
+    window = check.window_tokens
+    if stage.kind == "generate":
+        top = window - upper_tokens(stage.output_tokens)
+        clipped = stage.model_copy(update={"prompt_tokens": _clipped(stage.prompt_tokens, top)})
+        what = f"prompts clipped at {top:,} tokens"
+    else:
+        assert stage.sequence_length is not None
+        clipped = stage.model_copy(
+            update={"sequence_length": _clipped(stage.sequence_length, window)}
+        )
+        what = f"sequences clipped at {window:,} tokens"
+    return clipped, (
+        f"The longest requests the profile's distributions can produce ({check.longest_tokens:,} "
+        f"tokens) exceed {stage.model}'s {window:,}-token window: {what} (max of the "
+        "distribution) so that no request is refused by the engine."
+    )
+
+
+def _scaled(distribution: LengthDistribution, factor: float) -> LengthDistribution:
+    return distribution.model_copy(
+        update={
+            "mean": max(1, math.floor(distribution.mean * factor)),
+            "spread": distribution.spread * factor,
+            "min": max(1, math.floor(distribution.min * factor)),
+            "max": None
+            if distribution.max is None
+            else max(1, math.floor(distribution.max * factor)),
+        }
+    )
+
+
+def scale_to_window(
+    planned: StageProfile, profile_stage: StageProfile
+) -> tuple[StageProfile, str | None]:
+    """The CPU substitute's stage with prompt and output lengths scaled by one factor so that its
+    longest request fits the substitute's window (tiny-llama: 4,096 positions), and a note with
+    the lengths before and after; unchanged when they fit. The quick plan on the CPU checks the
+    harness and the frameworks, so a shorter context is stated, never hidden."""
+    check = _context(planned)
+    if check is None or check.window_tokens is None or check.longest_tokens <= check.window_tokens:
+        return planned, None
+    factor = check.window_tokens / check.longest_tokens
+    if planned.kind == "generate":
+        scaled = planned.model_copy(
+            update={
+                "prompt_tokens": _scaled(planned.prompt_tokens, factor),
+                "output_tokens": _scaled(planned.output_tokens, factor),
+            }
+        )
+        before = (
+            f"prompt {profile_stage.prompt_tokens.mean:,} / output "
+            f"{profile_stage.output_tokens.mean:,} tokens"
+        )
+        after = (
+            f"prompt {scaled.prompt_tokens.mean:,} / output {scaled.output_tokens.mean:,} tokens"
+        )
+    else:
+        assert planned.sequence_length is not None
+        scaled = planned.model_copy(
+            update={"sequence_length": _scaled(planned.sequence_length, factor)}
+        )
+        before = f"{profile_stage.sequence_length.mean:,} tokens"  # type: ignore[union-attr]
+        after = f"{scaled.sequence_length.mean:,} tokens"  # type: ignore[union-attr]
+    return scaled, (
+        f"{planned.model} takes {check.window_tokens:,} positions, fewer than this profile's "
+        f"longest request ({check.longest_tokens:,} tokens): the CPU check scales the lengths by "
+        f"{factor:.2f}, from {before} to {after}. Its figures are for the shorter context."
+    )
+
+
+def workload_lengths(config: RunConfig) -> str:
+    """The run's request lengths in words, for plan tables (`prompt 6,000 / output 200 tok`)."""
+    workload = config.workload
+    if isinstance(workload, GenerateWorkload):
+        prompt, output = _length(workload.prompt_tokens), _length(workload.output_tokens)
+        return f"prompt {prompt} / output {output}"
+    parts = [f"batch {workload.batch_size}"]
+    if workload.sequence_length is not None:
+        parts.append(_length(workload.sequence_length))
+    if workload.image_size is not None:
+        parts.append(f"{workload.image_size} px")
+    return " x ".join(parts)
+
+
+def _length(distribution: LengthDistribution) -> str:
+    text = f"{distribution.mean:,}"
+    if distribution.kind != "fixed" and distribution.spread:
+        text += f" ({distribution.kind} ±{distribution.spread:g})"
+    if distribution.max is not None:
+        text += f" ≤{distribution.max:,}"
+    return text + " tok"
 
 
 def host_busy_factor() -> float:
@@ -202,15 +367,18 @@ def cpu_sized_model(stage: StageProfile) -> str:
 
 
 def _on_the_cpu(config: RunConfig, quick: bool) -> RunConfig:
-    """A plan for a machine without a GPU: device cpu; vLLM eager in the quick plan (its CPU
-    compile warm-up costs minutes) and without the GPU memory fraction (the KV cache is sized
-    from the workload by the backend)."""
+    """A plan for a machine without a GPU: device cpu, the CPU dtype (`cpu_dtype`); vLLM eager in
+    the quick plan (its CPU compile warm-up costs minutes) and without the GPU memory fraction
+    (the KV cache is sized from the workload by the backend)."""
     args = dict(config.engine_args)
     if config.backend == "vllm":
         args.pop("gpu_memory_utilization", None)
         if quick:
             args["enforce_eager"] = True
-    return config.model_copy(update={"device": "cpu", "engine_args": args})
+    precision = config.precision.model_copy(
+        update={"dtype": cpu_dtype(config.workload.kind, config.precision.dtype)}
+    )
+    return config.model_copy(update={"device": "cpu", "engine_args": args, "precision": precision})
 
 
 # --------------------------------------------------------------------------- estimates
@@ -324,6 +492,10 @@ def _phases_seconds(config: RunConfig, request_s: float) -> float:
 
         stages = len(step_concurrencies(load))
         return stages * (load.stage_duration_s + request_s)
+    if load.pattern == "capacity":
+        from bench.load.capacity import estimated_search_s
+
+        return estimated_search_s(load, request_s)
     capacity = 0.0
     if load.capacity_rps is None:
         from bench.load.patterns import CAPACITY_LADDER, CAPACITY_STAGE_S
@@ -346,12 +518,16 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
     """
     if stage.model is None:
         raise UserError(f"stage {stage.name!r} has no model; set `model` to plan benchmarks")
+    if decision.refused:
+        raise UserError(f"stage {stage.name!r} cannot be planned: {decision.refused}")
     configs: list[RunConfig] = []
     for candidate in decision.candidates:
         if candidate.framework not in BENCHMARKABLE_FRAMEWORKS:
             continue
         if _backend_runs_kind(candidate.framework, stage.kind) is False:
             continue
+        if _engine_limit(stage, candidate.framework) is not None:
+            continue  # this engine's position limit is below the stage's longest request
         configs.append(
             RunConfig(
                 backend=candidate.framework,
@@ -407,14 +583,20 @@ def _load(stage: StageProfile, quick: bool) -> ConcurrencyLoad | RateLoad | Step
 
 __all__ = [
     "CONFIRM_ABOVE_S",
+    "CPU_FORWARD_DTYPE",
+    "CPU_HALF_DTYPE",
     "FULL_DURATION_S",
     "QUICK_DURATION_S",
     "RunEstimate",
     "StagePlan",
     "bench_plan",
+    "cpu_dtype",
     "cpu_sized_model",
     "estimate_run",
     "estimate_runs",
+    "fit_to_window",
     "host_busy_factor",
     "plan_for_stage",
+    "scale_to_window",
+    "workload_lengths",
 ]

@@ -85,6 +85,12 @@ class GpuProfile(Strict):
         gt=0,
         description="Measured memory bandwidth (TB/s); none = the datasheet figure.",
     )
+    price_per_hour: float | None = Field(
+        None,
+        gt=0,
+        description="What one GPU costs per hour (USD, on-demand or your contract rate); none = "
+        "the reference price of data/gpu_prices.yaml for the GPU type.",
+    )
 
     @field_validator("type")
     @classmethod
@@ -171,6 +177,18 @@ class StageProfile(Strict):
     )
     request_rate_rps: float | None = Field(
         None, gt=0, description="Expected arrival rate in requests per second (open loop)."
+    )
+    peak_request_rate_rps: float | None = Field(
+        None,
+        gt=0,
+        description="Peak traffic to serve within the SLO (requests/s); sizes the GPU fleet "
+        "(advisor/capacity.py). None = request_rate_rps.",
+    )
+    headroom_fraction: float = Field(
+        0.2,
+        ge=0,
+        le=10,
+        description="Spare capacity on top of the peak when sizing the fleet (0.2 = 20%).",
     )
     slo: ProfileSLO = Field(default_factory=ProfileSLO, description="Service-level objectives.")
     objective: Objective = Field(

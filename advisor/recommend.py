@@ -3,13 +3,18 @@
 The rule (also in every report as `rule`):
 1. The tree decides which frameworks are candidates and their order; a framework the tree left out
    is never recommended, however fast, because the tree excludes for capability reasons (control
-   flow, portability, determinism).
-2. Measurements on the user's GPU type (`measured-here`, same model, same shape when available)
-   settle the order among the candidates: the best VALID run meeting every SLO on the user's
-   objective wins, even over the tree's first choice; the report says so.
-3. Without such measurements the tree's order stands; measurements elsewhere and published
-   figures are shown and, when they disagree, the disagreement is stated, but they do not change
-   the answer (other hardware, unknown workloads).
+   flow, portability, determinism). A stage whose requests exceed the model's context window is
+   refused before any of this (framework `none`, the reason stated).
+2. Measurements that MATCH the stage settle the order among the candidates: on the user's GPU
+   type, same model and configuration, and a workload within the match rule
+   (`advisor.evidence.WorkloadMatch`: same kind, prompt/output lengths within ±25%, same traffic
+   shape, same precision). Your runs and this project's published runs (data/reference) both
+   count, and the answer says which settled it; the best VALID run meeting every SLO on the
+   user's objective wins, even over the tree's first choice; the report says so.
+3. Without a matching measurement the tree's order stands and the answer says it rests on the
+   tree and the estimate; nearer-but-different measurements are shown as context with their
+   distance, measurements elsewhere and the article's figures are shown and, when they
+   disagree, the disagreement is stated, but none of them changes the answer.
 4. A candidate that is not installed here is not treated as slower: the report says it could not
    be measured and why (`bench.backends.all_availability()`).
 """
@@ -45,9 +50,12 @@ if TYPE_CHECKING:
     from bench.backends.base import Availability
 
 MEASUREMENT_RULE = (
-    "The tree picks the candidates and their order; measurements on the user's GPU type (VALID, "
-    "meeting every SLO, ranked on the objective) reorder the candidates and win over the tree; "
-    "published figures and measurements on other GPUs are shown but never change the answer."
+    "The tree picks the candidates and their order; only measurements that match the stage "
+    "(the user's GPU type, same model and configuration, prompt/output lengths within ±25%, same "
+    "traffic shape and precision; VALID, meeting every SLO, ranked on the objective) reorder the "
+    "candidates and win over the tree, whether they are your runs or this project's published "
+    "runs; nearer-but-different measurements, measurements on other GPUs and the article's "
+    "figures are shown but never change the answer."
 )
 HIGH_CONFIDENCE_MAX_CV = 0.10
 """Repeats varying by more than 10% (coefficient of variation) cap confidence at medium."""
@@ -71,7 +79,7 @@ class Alternative(BaseModel):
 class Recommendation(BaseModel):
     framework: str
     benchmarked: bool = Field(description="False for frameworks the bench cannot run (jax).")
-    follows: Literal["tree", "measurements"]
+    follows: Literal["tree", "measurements", "refused"]
     configuration: dict[str, Any] = Field(default_factory=dict)
     evidence: list[EvidenceRow] = Field(
         default_factory=list, description="Rows for the recommended framework."
@@ -85,6 +93,35 @@ class Recommendation(BaseModel):
     availability: dict[str, str] = Field(
         default_factory=dict, description="Candidate -> 'available' or why it cannot run here."
     )
+    settled_by: Literal["yours", "published", "tree", "refused"] = Field(
+        "tree",
+        description="What settled the answer: your runs, this project's published runs, the "
+        "tree and the estimate (no matching measurement), or a refusal before any run.",
+    )
+    settled_by_runs: list[str] = Field(
+        default_factory=list,
+        description="Run ids of the matching measurements that settled the order (the report's "
+        "'Runs behind this report').",
+    )
+    nearest: list[EvidenceRow] = Field(
+        default_factory=list,
+        description="Nearer-but-different measurements, shown as context with their distance.",
+    )
+
+    @property
+    def basis(self) -> str:
+        return BASIS_WORDS[self.settled_by]
+
+
+BASIS_WORDS = {
+    "yours": "settled by your runs on your GPU type, matching this workload",
+    "published": "settled by this project's published runs on your GPU type (data/reference), "
+    "matching this workload - not by runs of yours",
+    "tree": "the decision tree's first choice and the estimate: no measurement matches this "
+    "workload yet",
+    "refused": "refused before any run: the workload does not fit the model",
+}
+"""What settled an answer, in the words the app and the CLI show (Recommendation.basis)."""
 
 
 class StageRecommendation(BaseModel):
@@ -190,7 +227,7 @@ def _recommend_stage(
     changes = what_would_change(tree, stage, estimate, decision)
     recommendation = settle(stage, decision, rows, availability, changes)
     configurations = None
-    if recommendation.benchmarked:
+    if recommendation.benchmarked and not decision.refused:
         configurations = search_configurations(
             stage,
             recommendation.framework,
@@ -208,7 +245,12 @@ def _recommend_stage(
         for run_id in row.run_ids:
             if run_id in runs_by_id:
                 diagnostics += diagnose(runs_by_id[run_id])
-    learned = learned_opinion(runs, stage, estimate.parameters_b, recommendation.framework)
+    # A refused stage has no framework to second-guess.
+    learned = (
+        None
+        if decision.refused
+        else learned_opinion(runs, stage, estimate.parameters_b, recommendation.framework)
+    )
     return StageRecommendation(
         stage=stage.name,
         kind=stage.kind,
@@ -280,24 +322,79 @@ def _add_deployment(
 # --------------------------------------------------------------------------- the rule
 
 
+def _settling(row: EvidenceRow, candidates: list[str]) -> bool:
+    """Whether a row may reorder the candidates: a measurement (yours or this project's
+    published runs, never the article's figures) on the user's GPU type, of the same model and
+    configuration, whose workload matches the stage (`WorkloadMatch`: lengths within ±25%, same
+    traffic shape, same precision)."""
+    return (
+        row.source == "measured-here"
+        and row.framework in candidates
+        and row.closeness.same_model
+        and row.closeness.same_configuration  # frameworks compared at one configuration
+        and row.match is not None
+        and row.match.matches
+        and (row.provenance is None or row.provenance.kind in ("yours", "published"))
+    )
+
+
 def _comparable_here(rows: list[EvidenceRow], candidates: list[str]) -> list[EvidenceRow]:
-    """Rows measured on the user's GPU for the same model: the same-shape ones when any exist,
-    else the shape with the most frameworks measured (frameworks are compared at one shape)."""
-    here = [
+    """The rows that may settle the order (`_settling`); a run at another shape never stands in
+    for the stage's, however many frameworks it covers."""
+    return [r for r in rows if _settling(r, candidates)]
+
+
+NEAREST_SHOWN = 5
+"""Nearer-but-different measurements listed with their distance when nothing matches."""
+
+
+def nearest_evidence(rows: list[EvidenceRow], candidates: list[str]) -> list[EvidenceRow]:
+    """Measurements of the candidates that do not match the stage, nearest workload first:
+    context for the reader, never a reason to reorder."""
+    near = [
         r
         for r in rows
-        if r.source == "measured-here"
-        and r.framework in candidates
-        and r.closeness.same_model
-        and r.closeness.same_configuration  # frameworks compared at one configuration
+        if r.framework in candidates
+        and r.match is not None
+        and not _settling(r, candidates)
+        and r.status != "FAILED"
     ]
-    same_shape = [r for r in here if r.closeness.same_shape]
-    if same_shape or not here:
-        return same_shape
-    by_shape: dict[str, list[EvidenceRow]] = {}
-    for row in here:
-        by_shape.setdefault(row.shape, []).append(row)
-    return max(by_shape.values(), key=lambda group: len({r.framework for r in group}))
+    near.sort(
+        key=lambda r: (
+            not r.closeness.same_model,
+            r.source != "measured-here",
+            r.match.distance if r.match else 0,
+        )
+    )
+    return near[:NEAREST_SHOWN]
+
+
+def why_not_settling(row: EvidenceRow, stage: StageProfile) -> str:
+    """Why a row is context and not a settling measurement, in words, with its distance."""
+    reasons: list[str] = []
+    if row.provenance is not None and row.provenance.kind == "article":
+        reasons.append("the article's figures (workload not stated)")
+    if row.source != "measured-here":
+        where = row.gpu or "the CPU"
+        if stage.gpu.type:
+            reasons.append(f"measured on {where}, not {stage.gpu.type}")
+        else:
+            reasons.append(f"measured on {where}; the profile names no GPU type")
+    if not row.closeness.same_model:
+        reasons.append(f"another model ({row.model})")
+    if not row.closeness.same_configuration:
+        parallelism = row.parallelism.label() if row.parallelism is not None else "?"
+        reasons.append(f"another configuration ({parallelism}, {row.precision})")
+    if row.match is not None and not row.match.matches:
+        reasons.append(row.match.summary)
+    return "; ".join(reasons) or "not eligible"
+
+
+def _where(row: EvidenceRow) -> str:
+    """`on H200, your runs` / `on H200, this project's published run (file, host, date)`."""
+    device = row.gpu or "the CPU"
+    words = row.provenance.words if row.provenance is not None else "a stored run"
+    return f"on {device}, {words}"
 
 
 def _best_per_framework(rows: list[EvidenceRow]) -> dict[str, EvidenceRow]:
@@ -329,6 +426,8 @@ def settle(
 ) -> Recommendation:
     """Apply the rule (module docstring) to the tree's candidates and the ranked evidence."""
     changes = changes or {}
+    if decision.refused:
+        return _refusal(decision)
     candidates = [c.framework for c in decision.candidates]
     by_name = {c.framework: c for c in decision.candidates}
     tree_first = candidates[0]
@@ -360,14 +459,24 @@ def settle(
             else:
                 state = f"measured {_describe(first_row)}"
             contradictions.append(
-                f"The tree ranks {tree_first} first, but on {gpu} {chosen} measured "
+                f"The tree ranks {tree_first} first, but {_where(winner_row)} {chosen} measured "
                 f"{_describe(winner_row)} while {tree_first} {state}. Following the measurements "
-                "(rule: measurements on the user's GPU win)."
+                "(rule: measurements matching this workload on the user's GPU type win)."
             )
         confidence = _measured_confidence(winner_row, ordered[1:] if len(ordered) > 1 else [])
+        # The winner's provenance names what settled it (a published run can only be a
+        # fingerprinted measurement of data/reference: the article's figures never settle).
+        settled_by: Literal["yours", "published", "tree", "refused"] = (
+            "published"
+            if winner_row.provenance is not None and winner_row.provenance.kind == "published"
+            else "yours"
+        )
+        settled_runs = [run_id for row in ordered for run_id in row.run_ids]
     else:
         chosen = tree_first
         follows = "tree"
+        settled_by = "tree"
+        settled_runs = []
         first_row = best.get(tree_first)
         if first_row is not None:
             contradictions.append(
@@ -413,7 +522,7 @@ def settle(
             continue
         row = best.get(candidate.framework)
         if row is not None:
-            why = f"measured on {gpu}: {_describe(row)}"
+            why = f"measured {_where(row)}: {_describe(row)}"
         elif candidate.rank < by_name[chosen].rank:
             why = f"the tree's rank {candidate.rank}, but not measured: {candidate.rationale}"
         else:
@@ -454,6 +563,31 @@ def settle(
         alternatives=alternatives,
         contradictions=contradictions,
         availability=avail,
+        settled_by=settled_by,
+        settled_by_runs=settled_runs,
+        nearest=[] if eligible else nearest_evidence(rows, candidates),
+    )
+
+
+REFUSED = "none"
+"""The framework of a refused stage: no framework can serve it as asked."""
+
+
+def _refusal(decision: Decision) -> Recommendation:
+    """A stage nothing can serve as asked (the tree's refusing leaf): no framework, no plan,
+    no configuration; the reason is a fact of the model's config, checked before any run."""
+    reason = decision.refused or decision.title
+    return Recommendation(
+        framework=REFUSED,
+        benchmarked=False,
+        follows="refused",
+        configuration={"source": f"refused: {reason}"},
+        confidence=Confidence(
+            level="high",
+            why=f"refused before any run: {reason} (a limit of the model, not a measurement)",
+        ),
+        caveats=[f"Refused: {reason}", *decision.caveats],
+        settled_by="refused",
     )
 
 
@@ -479,10 +613,18 @@ def _measured_confidence(winner: EvidenceRow, others: list[EvidenceRow]) -> Conf
         reasons.append("no other candidate measured eligibly on this GPU")
         level = "medium"
     basis = (
-        f"measured on the user's GPU ({winner.gpu}): {winner.repeats} run(s), "
-        f"{winner.objective_metric} {winner.objective_value:.4g}"
+        f"settled by measurements matching this workload {_where(winner)}: "
+        f"{winner.repeats} run(s), {winner.objective_metric} {winner.objective_value:.4g}"
     )
     return Confidence(level=level, why=basis + ("; " + "; ".join(reasons) if reasons else ""))
+
+
+def _nearest_text(stage: StageProfile, rows: list[EvidenceRow], candidates: list[str]) -> str:
+    near = nearest_evidence(rows, candidates)
+    if not near:
+        return "no measurement of the candidates at all"
+    row = near[0]
+    return f"nearest: {row.framework} on {row.model}, {why_not_settling(row, stage)}"
 
 
 def _tree_confidence(
@@ -493,7 +635,8 @@ def _tree_confidence(
         for r in rows
         if r.source == "measured-elsewhere"
         and r.closeness.same_model
-        and r.closeness.same_shape
+        and r.match is not None
+        and r.match.matches
         and r.eligible
         and r.framework in candidates
         and r.objective_value is not None
@@ -501,13 +644,16 @@ def _tree_confidence(
     if len({r.framework for r in support}) >= 2 and rank_rows(support)[0].framework == first:
         return Confidence(
             level="medium",
-            why="the tree's choice, and measurements of the same model and shape on another GPU "
-            "agree; no measurement on the user's GPU yet (run the benchmark plan)",
+            why="rests on the decision tree and the estimate; measurements matching this "
+            "workload on another device agree with it, but none is on the profile's GPU type "
+            "(run the benchmark plan)",
         )
     return Confidence(
         level="low",
-        why="the tree's choice only: no eligible measurement of the candidates on the user's GPU "
-        "(run `python -m advisor bench-plan` and the bench to settle it)",
+        why="rests on the decision tree and the estimate: no measurement matching this workload "
+        "(prompt/output within ±25%, same traffic shape and precision) on the profile's GPU "
+        f"type; {_nearest_text(stage, rows, candidates)} (run `python -m advisor bench-plan` "
+        "and the bench to settle it)",
     )
 
 
@@ -539,12 +685,15 @@ def _configuration(
 
 __all__ = [
     "MEASUREMENT_RULE",
+    "REFUSED",
     "Alternative",
     "Confidence",
     "Recommendation",
     "Report",
     "StageRecommendation",
     "availability_map",
+    "nearest_evidence",
     "recommend",
     "settle",
+    "why_not_settling",
 ]

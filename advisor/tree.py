@@ -140,10 +140,22 @@ class ConditionalCaveat(Strict):
 
 
 class Leaf(Strict):
+    """A leaf names ranked candidates, or (`refuses: true`) says nothing can serve the stage as
+    asked: such a leaf has no candidates, and its reason comes from the estimate."""
+
     title: str
-    candidates: list[LeafCandidate] = Field(min_length=1)
+    refuses: bool = False
+    candidates: list[LeafCandidate] = Field(default_factory=list)
     caveats: list[str] = Field(default_factory=list)
     caveats_when: list[ConditionalCaveat] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _candidates_unless_refusing(self) -> Leaf:
+        if self.refuses and self.candidates:
+            raise ValueError("a refusing leaf names no candidates")
+        if not self.refuses and not self.candidates:
+            raise ValueError("a leaf needs at least one candidate (or refuses: true)")
+        return self
 
 
 class DecisionTree(Strict):
@@ -179,6 +191,9 @@ class Decision(BaseModel):
     path: list[PathStep]
     candidates: list[Candidate]
     caveats: list[str] = Field(default_factory=list)
+    refused: str | None = Field(
+        None, description="Why no framework can serve the stage as asked (a refusing leaf)."
+    )
 
     @property
     def first(self) -> Candidate:
@@ -200,11 +215,13 @@ def known_fields() -> set[str]:
                 walk(annotation, prefix + name + ".")
 
     walk(StageProfile, "")
+    from advisor.estimate import ContextWindow
     from advisor.profile import GpuProfile, ProfileSLO
 
     walk(GpuProfile, "gpu.")
     walk(ProfileSLO, "slo.")
     walk(Estimate, "estimate.")
+    walk(ContextWindow, "estimate.context.")
     return paths
 
 
@@ -343,8 +360,16 @@ def evaluate(
         )
     if estimate is not None and estimate.fits is False:
         caveats += [f"Estimate: {s}" for s in estimate.suggestions]
+    refused = None
+    if leaf.refuses:
+        refused = (estimate.refused if estimate is not None else None) or leaf.title
     return Decision(
-        leaf=node_id, title=leaf.title, path=path, candidates=candidates, caveats=caveats
+        leaf=node_id,
+        title=leaf.title,
+        path=path,
+        candidates=candidates,
+        caveats=caveats,
+        refused=refused,
     )
 
 
@@ -375,8 +400,12 @@ def what_would_change(
 ) -> dict[str, list[str]]:
     """For each framework other than the first: the single answers that would put it first."""
     changes: dict[str, list[str]] = {}
+    if decision.refused:
+        return changes  # nothing is first; flipping a fact cannot make the stage feasible
     for step in decision.path:
         flipped = evaluate(tree, stage, estimate, flips=frozenset({step.node}))
+        if flipped.refused:
+            continue
         top = flipped.candidates[0].framework
         if top != decision.candidates[0].framework:
             other = "no" if step.answer == "yes" else "yes"

@@ -3,8 +3,10 @@
 It serves the CLI, the web app's job runner, the tests and the benchmarks alike. Steps: check the
 backend and model (user errors raised before anything starts), fingerprint the environment,
 register the run in the store, sample telemetry while an isolated worker process runs the engine,
-stream records to the store and `records.jsonl` as they complete, then summarise, judge validity,
-analyse the load pattern and store the finished result (`result.json` with `out_dir`).
+stream records to the store and `records.jsonl` as they complete, then summarise, judge validity
+and store what was measured, and only then analyse the load pattern and store the finished result
+(`result.json` with `out_dir`). A failing analysis or an unserialisable result marks the run
+FAILED with the cause in one line; what was measured is kept.
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from pydantic_core import PydanticSerializationError
+
 from bench.backends import get_backend
 from bench.config import FP8_RANDOM_WEIGHTS_NOTE, ReplayLoad, RunConfig
 from bench.errors import BackendUnavailable, UserError
+from bench.load.reports import HeldLoadReport, PatternReportBase
 from bench.placement import Placement, place
 from bench.schema import (
     Failure,
+    GroupMembership,
     RequestRecord,
     RunResult,
     RunStatus,
@@ -202,6 +208,7 @@ def launch(
     stop: threading.Event | None = None,
     log_dir: Path | None = None,
     prometheus_port: int | None = None,
+    group: GroupMembership | None = None,
 ) -> RunResult:
     """Run one benchmark in an isolated worker and return the stored, finished RunResult.
 
@@ -209,6 +216,7 @@ def launch(
     raise `UserError` before anything is stored. With `prometheus_port`, live run metrics
     (request/error/token counters, TTFT and E2E histograms, in-flight, GPU telemetry gauges) are
     served on 127.0.0.1:PORT/metrics for the run's duration (e.g. for Grafana on long soaks).
+    `group` marks the run as one repeat of a measurement group (bench/repeats.py).
     Engine failures never raise: the run is returned (and stored) as FAILED with the cause,
     advice and the engine log's tail.
     """
@@ -232,6 +240,7 @@ def launch(
         environment=fingerprint(),
         model=model,
         caveats=run_caveats(config, model.random_weights),
+        group=group,
     )
     if out_dir is not None:
         out_dir = Path(out_dir)
@@ -321,7 +330,13 @@ def launch(
     result.status = RunStatus(outcome.status)
     result.failure = outcome.failure
     result.summary = sink.measured.summary(config.slo, placement.gpus)
-    result.validity = judge_validity(result.summary, config.validity)
+    result.validity = judge_validity(result.summary, config.validity, result.phases)
+    if config.load.pattern == "capacity":  # its infeasible probes break the SLO by design
+        from bench.load.capacity import capacity_validity
+
+        result.validity = capacity_validity(
+            result.pattern_report, result.phases, result.summary, config.validity
+        )
     if result.status != RunStatus.COMPLETED:
         result.validity.status = ValidityStatus.INVALID
         result.validity.reasons.append(f"run {result.status.value.lower()}")
@@ -355,20 +370,74 @@ def launch(
     )
     result.engine["wall_s"] = round(time.monotonic() - started, 3)
 
-    if result.config.load.pattern in ("steady", "pulse") and result.summary is not None:
-        try:  # analysis must not lose the run
+    # What was measured is stored before any analysis: a failure in the analysis or in writing
+    # its findings must never lose the run (issue 21: a soak lost at serialisation).
+    measured_report = result.pattern_report
+    _persist(result, store, out_dir, fallback_report=None)
+    if result.pattern_report is not None and result.summary is not None:
+        try:
             result.pattern_report = finish_pattern_report(
                 result.pattern_report, _measured_records(result.run_id, store, out_dir), samples
             )
-        except Exception as exc:
-            result.pattern_report["analysis_error"] = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # any analysis bug: the run is FAILED, its data kept
+            _fail_after_measuring(result, "the load pattern's analysis failed", exc)
+            result.pattern_report = _with_analysis_error(measured_report, result.failure)
+    _persist(result, store, out_dir, fallback_report=measured_report)
+    progress({"stage": "done", "run_id": result.run_id, "status": result.status.value})
+    return result
 
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _fail_after_measuring(result: RunResult, what: str, exc: BaseException) -> None:
+    """Mark a measured run FAILED with `what` and the error's first line (no traceback); the
+    records and metrics stay as they are. A run that had already failed keeps its first cause."""
+    cause = f"{what}: {_first_line(exc)}"
+    if result.failure is None:
+        result.failure = Failure(
+            cause=cause,
+            advice="the measured records (records.jsonl, the store) and metrics are kept; "
+            "report this error with the run's result.json",
+        )
+    result.status = RunStatus.FAILED
+    if result.validity is not None:
+        result.validity.status = ValidityStatus.INVALID
+        result.validity.reasons.append(cause)
+
+
+def _with_analysis_error(
+    report: PatternReportBase | None, failure: Failure | None
+) -> PatternReportBase | None:
+    if isinstance(report, HeldLoadReport) and failure is not None:
+        return report.model_copy(update={"analysis_error": failure.cause})
+    return report
+
+
+def _persist(
+    result: RunResult,
+    store: Any | None,
+    out_dir: Path | None,
+    fallback_report: PatternReportBase | None,
+) -> None:
+    """Store `result` and write `result.json`. A result that cannot be serialised is marked
+    FAILED and written with `fallback_report` (the report as measured), else with none."""
+    try:
+        text = result.model_dump_json(indent=2)
+    except (PydanticSerializationError, ValueError, TypeError) as exc:
+        _fail_after_measuring(result, "the run's result could not be serialised", exc)
+        result.pattern_report = fallback_report
+        try:
+            text = result.model_dump_json(indent=2)
+        except (PydanticSerializationError, ValueError, TypeError):
+            result.pattern_report = None
+            text = result.model_dump_json(indent=2)
     if store is not None:
         store.update_run(result)
     if out_dir is not None:
-        _write_atomic(out_dir / "result.json", result.model_dump_json(indent=2))
-    progress({"stage": "done", "run_id": result.run_id, "status": result.status.value})
-    return result
+        _write_atomic(out_dir / "result.json", text)
 
 
 def _run_single(

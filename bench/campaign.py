@@ -3,8 +3,10 @@
 `python -m bench campaign PLAN.yaml --out DIR [--budget-s N]`. A `CampaignPlan` lists steps of
 three kinds: `run` (one RunConfig through `bench.api.launch`), `fidelity` (a backend vs the
 engine's own API, bench/fidelity.py) and `advisor-plan` (the advisor's bench plan for a profile,
-quick or full, each config run). DIR receives `campaign.json` (a `CampaignResult`), the plan,
-`steps/<step>/outcome.json` per step with its run folders, and `results.sqlite` (the runs).
+quick or full, each config run). A run or advisor-plan step with `repeats: N` runs each config N
+times as one measurement group (bench/repeats.py). DIR receives `campaign.json` (a
+`CampaignResult`), the plan, `steps/<step>/outcome.json` per step with its run folders, and
+`results.sqlite` (the runs).
 
 Steps are independent: each says what it needs (`step_resources`: GPUs = tensor parallel size x
 replicas) and an executor (bench/executors.py: "run this step, give back its outcome") runs it.
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from bench.config import RunConfig
+from bench.config import RepeatPolicy, RunConfig, cpu_dtype
 from bench.environment import PreflightItem
 from bench.errors import UserError
 from bench.executors import Resources, job_resources
@@ -66,10 +68,15 @@ class StepCommon(Strict):
 
 
 class RunStep(StepCommon):
-    """One benchmark run."""
+    """One benchmark run, or a measurement group of repeats of it (`repeats: 3`)."""
 
     kind: Literal["run"] = "run"
     config: RunConfig
+    repeats: RepeatPolicy = Field(
+        default_factory=RepeatPolicy,
+        description="Repeats as one measurement group: a count, or count/cooldown_s/"
+        "convergence_metric/convergence_width/min_repeats.",
+    )
 
 
 class FidelityStep(StepCommon):
@@ -93,6 +100,10 @@ class AdvisorPlanStep(StepCommon):
     device: Device | None = Field(None, description="Run every config on this device.")
     skip_unavailable: bool = Field(
         True, description="Leave out candidates whose backend is not installed here (listed)."
+    )
+    repeats: RepeatPolicy = Field(
+        default_factory=RepeatPolicy,
+        description="Repeats of every config of the plan, each config one measurement group.",
     )
 
 
@@ -252,7 +263,9 @@ def run_step(
             store_handle = opened = _open_store(context.store)
         store = store_handle
         if isinstance(step, RunStep):
-            fields["runs"] = [_launch(step.config, store, context.out_dir, on_progress)]
+            fields["runs"] = _launch_repeats(
+                step.config, step.repeats, store, context.out_dir, on_progress
+            )
         elif isinstance(step, FidelityStep):
             from bench.fidelity import run_check
 
@@ -260,9 +273,11 @@ def run_step(
         else:
             configs, skipped = advisor_plan_configs(step, context)
             fields["skipped_backends"] = skipped
-            fields["runs"] = [
-                _launch(config, store, context.out_dir, on_progress) for config in configs
-            ]
+            fields["runs"] = []
+            for config in configs:
+                fields["runs"] += _launch_repeats(
+                    config, step.repeats, store, context.out_dir, on_progress
+                )
         status, error, trace = "completed", None, None
     except Exception as exc:  # one step's failure never ends the campaign
         status, error = "failed", f"{type(exc).__name__}: {exc}"
@@ -297,6 +312,23 @@ def _launch(
 
     name = step_folder(config.label or f"{config.backend} {config.model}")
     return launch(config, store=store, out_dir=out_dir / "runs" / name, on_progress=on_progress)
+
+
+def _launch_repeats(
+    config: RunConfig,
+    repeats: RepeatPolicy,
+    store: Any,
+    out_dir: Path,
+    on_progress: Callable[[dict], None] | None,
+) -> list[RunResult]:
+    """One run, or with `repeats.count > 1` a measurement group (bench/repeats.py) whose
+    repeats go to `runs/<name>/repeat-N`."""
+    if repeats.count == 1:
+        return [_launch(config, store, out_dir, on_progress)]
+    from bench.repeats import launch_group
+
+    name = step_folder(config.label or f"{config.backend} {config.model}")
+    return launch_group(config, repeats, store, out_dir / "runs" / name, on_progress).runs
 
 
 class _PlannedStage(BaseModel):
@@ -343,6 +375,10 @@ def advisor_plan_configs(
         for config in stage.configs:
             if step.device is not None:
                 config = config.model_copy(update={"device": step.device})
+            if step.device == "cpu":  # one CPU dtype rule (bench.config.cpu_dtype)
+                dtype = cpu_dtype(config.workload.kind, config.precision.dtype)
+                precision = config.precision.model_copy(update={"dtype": dtype})
+                config = config.model_copy(update={"precision": precision})
             if step.skip_unavailable and not get_backend(config.backend).availability().available:
                 skipped.append(config.backend)
                 continue

@@ -205,8 +205,29 @@ def run(
         typer.Option(help="Serve live run metrics on 127.0.0.1:PORT/metrics while the run lasts."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult JSON.")] = False,
+    repeats: Annotated[
+        int,
+        typer.Option(help="Run the config N times as one measurement group (intervals)."),
+    ] = 1,
+    cooldown_s: Annotated[
+        float, typer.Option(help="With --repeats: pause before each repeat after the first (s).")
+    ] = 0.0,
+    convergence_metric: Annotated[
+        str | None,
+        typer.Option(
+            help="With --repeats: stop early once this metric's 95% interval is narrow enough "
+            "(e.g. output_throughput_tok_s, ttft_ms_p50)."
+        ),
+    ] = None,
+    convergence_width: Annotated[
+        float,
+        typer.Option(help="Convergence: interval width / median at most (0.05 = 5%)."),
+    ] = 0.05,
 ) -> None:
-    """Run a real benchmark: one backend, one model, one load pattern; stores the run."""
+    """Run a real benchmark: one backend, one model, one load pattern; stores the run.
+
+    With --repeats N the config runs N times (a cooldown between) as one measurement group:
+    the group's summary gives the median and a 95% interval of each metric."""
     from bench.api import check_runnable, launch
     from bench.store import ResultStore
 
@@ -227,12 +248,31 @@ def run(
     run_config = build_run_config(
         config, backend, model, pattern, flags, engine_arg or [], option or []
     )
+    policy = None
+    if repeats != 1 or convergence_metric is not None:
+        from bench.config import RepeatPolicy
+        from bench.repeats import check_policy
+
+        policy = _build(
+            RepeatPolicy,
+            {
+                "count": repeats,
+                "cooldown_s": cooldown_s,
+                "convergence_metric": convergence_metric,
+                "convergence_width": convergence_width,
+                "min_repeats": min(3, repeats) if repeats >= 2 else None,
+            },
+        )
+        check_policy(policy)
     check_runnable(run_config)
     if out is not None:
         out = Path(out)
         if out.exists() and not out.is_dir():
             raise UserError(f"--out {out} exists and is not a folder")
     result_store = None if no_store else ResultStore(store)
+    if policy is not None:
+        _run_group(run_config, policy, result_store, out, as_json, prometheus_port)
+        return
     progress = _ProgressPrinter(enabled=not as_json)
     try:
         result = launch(
@@ -250,6 +290,92 @@ def run(
         _print_result(result)
     if result.status.value != "COMPLETED":
         raise typer.Exit(1)
+
+
+def _run_group(
+    config: Any, policy: Any, store: Any, out: Path | None, as_json: bool, port: int | None
+) -> None:
+    """`bench run --repeats N`: the runs one after another, then the group's summary."""
+    from bench.repeats import launch_group
+
+    progress = _ProgressPrinter(enabled=not as_json)
+    try:
+        outcome = launch_group(
+            config, policy, store=store, out_dir=out, on_progress=progress, prometheus_port=port
+        )
+    finally:
+        progress.close()
+    if as_json:
+        typer.echo(outcome.model_dump_json(indent=2))
+    else:
+        for result in outcome.runs:
+            _print_result(result)
+        typer.echo(f"group {outcome.group_id}: {len(outcome.runs)} run(s), {outcome.stopped}")
+        if outcome.summary is not None:
+            _print_group_summary(outcome.summary)
+    if not outcome.runs or any(r.status.value != "COMPLETED" for r in outcome.runs):
+        raise typer.Exit(1)
+
+
+def _print_group_summary(summary: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary.repeats} repeat(s): median and 95% interval ({summary.method})")
+    for column in ("metric", "median", "95% interval", "CV", "repeats"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for estimate in summary.metrics:
+        interval = estimate.interval
+        table.add_row(
+            f"{estimate.label} ({estimate.unit})" + ("" if estimate.reliable else " *"),
+            f"{estimate.value:.2f}",
+            "-" if interval is None else f"[{interval.low:.2f}, {interval.high:.2f}]",
+            "-" if estimate.cv is None else f"{estimate.cv:.1%}",
+            ", ".join(f"{value:.2f}" for value in estimate.run_values),
+        )
+    console = Console()
+    console.print(table)
+    for note in summary.notes:
+        console.print(f"* {note}" if "values: fewer" in note else f"note: {note}", soft_wrap=True)
+
+
+@app.command()
+def compare(
+    a: Annotated[
+        str, typer.Argument(help="Run id, group id, run folder, or campaign folder/file.")
+    ],
+    b: Annotated[str, typer.Argument(help="The same kind of thing as A.")],
+    threshold: Annotated[
+        float,
+        typer.Option(help="Practical threshold: a verdict needs the whole interval beyond it."),
+    ] = 0.05,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap draws per side.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
+    store: StoreOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+) -> None:
+    """Compare two runs, two measurement groups or two campaigns: per metric the ratio A/B with
+    its 95% interval and whether it is significant; for campaigns, every flipped winner and
+    moved ratio."""
+    from bench.compare import compare as compare_sides
+    from bench.compare import render
+
+    opened = None
+    if not (Path(a).exists() and Path(b).exists()):
+        from bench.store import ResultStore
+
+        opened = ResultStore(store)
+    try:
+        report = compare_sides(a, b, opened, threshold, bootstrap, seed)
+    finally:
+        if opened is not None:
+            opened.close()
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+        return
+    from rich.console import Console
+
+    render(report, Console())
 
 
 class _ProgressPrinter:
@@ -304,10 +430,16 @@ def _print_result(result: Any) -> None:
             typer.echo(f"  advice: {result.failure.advice}")
     if result.validity and result.validity.reasons:
         typer.echo(f"  validity: {'; '.join(result.validity.reasons)}")
+    for note in result.validity.notes if result.validity else []:
+        typer.echo(f"  validity note: {note}")
     config = result.config
     typer.echo(f"  {config.parallelism.label()}, {config.precision.label()}")
     for caveat in result.caveats:
         typer.echo(f"  caveat: {caveat}")
+    if config.load.pattern == "capacity":  # the search's answer first; run-wide figures mix probes
+        from bench.load.capacity import capacity_summary_line
+
+        typer.echo(f"  {capacity_summary_line(result.pattern_report)}")
     if s:
         typer.echo(
             f"  requests {s.successful}/{s.requests} in {s.duration_s:.1f} s: "
@@ -331,12 +463,20 @@ def _print_result(result: Any) -> None:
                 f" on GPU {replica.cuda_visible_devices}" if replica.cuda_visible_devices else ""
             )
             typer.echo(f"  replica {replica.replica}{where}: {replica.status.value}, {figures}")
+        from bench.metrics import min_samples
+
         for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             p = getattr(s, name)
             if p:
+                # A percentile from fewer values than the rule asks is starred, not passed off
+                # as that percentile (the validity note above says why).
+                cells = [
+                    f"{value:9.2f}" if p.count is None or p.count >= min_samples(q) else
+                    f"{value:8.2f}*"
+                    for q, value in ((0.5, p.p50), (0.9, p.p90), (0.99, p.p99))
+                ]  # fmt: skip
                 typer.echo(
-                    f"  {name:8} mean {p.mean:9.2f}  p50 {p.p50:9.2f}  p90 {p.p90:9.2f}"
-                    f"  p99 {p.p99:9.2f}"
+                    f"  {name:8} mean {p.mean:9.2f}  p50 {cells[0]}  p90 {cells[1]}  p99 {cells[2]}"
                 )
     t = result.telemetry
     if t.peak_gpu_memory_gb is not None:

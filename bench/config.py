@@ -297,11 +297,73 @@ class ReplayLoad(LoadCommon):
     )
 
 
+class CapacityLoad(LoadCommon):
+    """SLO capacity search: the highest open-loop rate (or concurrency) at which the SLO holds.
+
+    Algorithm and report: bench/load/capacity.py. Needs an SLO (slo.ttft_ms, tpot_ms or e2e_ms).
+    """
+
+    pattern: Literal["capacity"] = "capacity"
+    over: Literal["rate", "concurrency"] = Field(
+        "rate",
+        description="Search the open-loop arrival rate (requests/s) or, for closed-loop users, "
+        "the concurrency (requests in flight).",
+    )
+    arrival: Literal["poisson", "constant"] = Field(
+        "poisson", description="Inter-arrival law of the rate probes."
+    )
+    seed: int = Field(0, description="Seed of the arrival process (each probe adds its index).")
+    percentile: Literal["p50", "p90", "p99"] = Field(
+        "p99", description="Percentile of each SLO metric that must be within its limit."
+    )
+    attainment_target: float = Field(
+        0.99,
+        gt=0,
+        le=1,
+        description="Share of a probe's requests that must meet every SLO (goodput attainment).",
+    )
+    precision: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="Stop bisecting when (first infeasible - last feasible) / first infeasible "
+        "is at most this.",
+    )
+    growth_factor: float = Field(
+        2.0, gt=1, le=16, description="Bracketing: each level is the previous one times this."
+    )
+    probe_requests: int | None = Field(
+        None,
+        gt=0,
+        description="Requests per probe; none = derived from the percentile and the attainment "
+        "target (bench.load.capacity.min_probe_requests).",
+    )
+    start_rps: float | None = Field(
+        None, gt=0, description="First rate probed; none = the rate of a quick closed-loop probe."
+    )
+    start_concurrency: int = Field(
+        1, gt=0, description="First concurrency probed (over=concurrency)."
+    )
+    max_rps: float = Field(1e6, gt=0, description="Bracketing ceiling for the rate.")
+    max_concurrency: int = Field(4096, gt=0, description="Bracketing ceiling for concurrency.")
+    max_probes: int = Field(
+        24, ge=3, le=200, description="Probes at most; a search that needs more did not converge."
+    )
+    recheck_boundary: bool = Field(
+        True, description="Probe the last feasible level again (new seed) before accepting it."
+    )
+    end_early: bool = Field(
+        True,
+        description="End a probe as soon as it cannot pass any more (more requests have missed "
+        "the SLO than the attainment target allows).",
+    )
+
+
 LoadPattern = Annotated[
-    ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad | ReplayLoad,
+    ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad | CapacityLoad | ReplayLoad,
     Field(discriminator="pattern"),
 ]
-PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse", "replay")
+PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse", "capacity", "replay")
 
 
 # --------------------------------------------------------------------------- SLOs and validity
@@ -367,6 +429,24 @@ class PrecisionConfig(Strict):
 Precision = PrecisionConfig
 """The name this model had before precision became a run axis (kept so old imports work)."""
 
+CPU_HALF_DTYPE = "bfloat16"
+"""The one half-precision dtype of CPU runs, in the advisor's plans as in `bench run` (whose
+default is bfloat16): CPUs have bfloat16 matmul kernels (AVX-512 BF16, AMX) in PyTorch and vLLM,
+while float16 on a CPU is slow or unsupported - vLLM's CPU backend casts float16 to bfloat16
+itself, so a "float16" CPU run would be labelled with a dtype it never ran at."""
+CPU_FORWARD_DTYPE = "float32"
+"""Forward (encoder/CV) CPU runs: float32, the one dtype every forward backend runs on the CPU
+(ONNX Runtime's CPU provider refuses bfloat16 and has few float16 kernels), so one comparison
+keeps one precision for every framework."""
+
+
+def cpu_dtype(kind: str, dtype: str) -> str:
+    """The dtype a CPU run of this kind uses when `dtype` was planned (float32 stays float32)."""
+    if dtype == "float32":
+        return dtype
+    return CPU_HALF_DTYPE if kind == "generate" else CPU_FORWARD_DTYPE
+
+
 FP8_RANDOM_WEIGHTS_NOTE = (
     "FP8 on random weights measures speed and memory only: accuracy is not measured; check it "
     "on the real checkpoint (e.g. the same evaluation set through bf16 and FP8, compare scores)"
@@ -421,6 +501,37 @@ class ParallelismConfig(Strict):
         return f"{self.replicas} x {text}" if self.replicas > 1 else text
 
 
+class RepeatPolicy(Strict):
+    """How many times to run one config as a measurement group (bench/repeats.py), the pause
+    between repeats, and optional convergence stopping (AIPerf's `--convergence-*` model):
+    stop once the 95% interval of `convergence_metric` is narrower than `convergence_width`
+    (relative to its median), after at least `min_repeats` and at most `count`."""
+
+    count: int = Field(1, ge=1, le=100, description="Repeats of the same config (at most).")
+    cooldown_s: float = Field(
+        0.0, ge=0, le=3600, description="Pause before each repeat after the first (s)."
+    )
+    convergence_metric: str | None = Field(
+        None,
+        description="Stop early when this metric's interval is narrow enough, e.g. "
+        "output_throughput_tok_s or ttft_ms_p50 (none = always run `count`).",
+    )
+    convergence_width: float = Field(
+        0.05, gt=0, le=10, description="Convergence: (high - low) / median at most."
+    )
+    min_repeats: int = Field(
+        3, ge=2, le=100, description="Convergence: repeats before it may stop."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_count(cls, data: Any) -> Any:
+        """`repeats: 3` in a plan means RepeatPolicy(count=3)."""
+        if isinstance(data, int) and not isinstance(data, bool):
+            return {"count": data}
+        return data
+
+
 class RunConfig(Strict):
     """One benchmark run: one backend on one model with one workload and load pattern."""
 
@@ -456,6 +567,15 @@ class RunConfig(Strict):
         "the ray executor places the run on a node of that type; the local executor runs on "
         "this host whatever its GPU. None = any GPU.",
     )
+
+    @model_validator(mode="after")
+    def _capacity_needs_an_slo(self) -> RunConfig:
+        if self.load.pattern == "capacity" and not self.slo.is_set():
+            raise ValueError(
+                "the capacity pattern needs an SLO to search under: give --slo-ttft-ms, "
+                "--slo-tpot-ms or --slo-e2e-ms (slo.ttft_ms / tpot_ms / e2e_ms)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

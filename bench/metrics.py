@@ -22,6 +22,7 @@ from bench.errors import UserError
 from bench.schema import (
     MetricsSummary,
     Percentiles,
+    PhaseResult,
     RequestRecord,
     TurnMetrics,
     Validity,
@@ -37,13 +38,53 @@ MAX_DISTINCT_ERRORS = 20
 """Distinct error messages counted by the accumulator; the rest are counted as 'other'."""
 
 
+TAIL_VALUES = 10
+"""The minimum sample rule: a q-quantile needs this many values expected beyond it."""
+
+
+def min_samples(quantile: float) -> int:
+    """Values needed before the q-quantile is read as that percentile: ceil(10 / (1 - q)).
+
+    Ten values expected beyond the quantile (p50: 20, p90: 100, p99: 1000): with fewer, the tail
+    is a handful of values and the "p99" is in effect the sample's maximum (the relative error
+    of the tail fraction is about 1 / sqrt(tail values), some 30% at ten).
+    """
+    return math.ceil(TAIL_VALUES / (1.0 - quantile) - 1e-9)
+
+
+def percentile_notes(summary: MetricsSummary | None) -> list[str]:
+    """Notes for percentiles computed from too few values (the rule of `min_samples`).
+
+    Uses each Percentiles' `count`; summaries stored before counts existed get none."""
+    if summary is None:
+        return []
+    notes = []
+    for family in ("ttft", "tpot", "itl", "e2e"):
+        percentiles = getattr(summary, f"{family}_ms")
+        count = percentiles.count if percentiles is not None else None
+        if count is None:
+            continue
+        short = [q for q in (0.5, 0.9, 0.99) if count < min_samples(q)]
+        if short:
+            labels = "/".join(f"p{round(q * 100)}" for q in short)
+            needs = ", ".join(f"p{round(q * 100)} {min_samples(q)}" for q in short)
+            notes.append(
+                f"{family.upper()} {labels} from {count} values: too few for that percentile "
+                f"(needs {needs}: 10 / (1 - q)); read it as a bound near the maximum, not as "
+                "that percentile"
+            )
+    return notes
+
+
 def percentiles_ms(values_ms: np.ndarray | array | list[float]) -> Percentiles | None:
     """Mean, p50, p90, p99 (numpy `percentile`, method 'linear') of values in ms; None if empty."""
     data = np.asarray(values_ms, dtype=np.float64)
     if data.size == 0:
         return None
     p50, p90, p99 = np.percentile(data, PERCENTILES)
-    return Percentiles(mean=float(data.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+    return Percentiles(
+        mean=float(data.mean()), p50=float(p50), p90=float(p90), p99=float(p99), count=data.size
+    )
 
 
 def _order_keys(values: np.ndarray) -> np.ndarray:
@@ -268,7 +309,26 @@ class MetricsAccumulator:
         for position in positions:
             low, high = math.floor(position), math.ceil(position)
             results.append(values[low] + (position - low) * (values[high] - values[low]))
-        return Percentiles(mean=mean, p50=results[0], p90=results[1], p99=results[2])
+        return Percentiles(mean=mean, p50=results[0], p90=results[1], p99=results[2], count=count)
+
+    def meeting_slo(self, slo: SLO) -> int:
+        """Successful requests meeting every SLO that is set (the goodput numerator).
+
+        As in vLLM, a request without a TPOT (<= 1 output token) meets a TPOT SLO; a request
+        without a TTFT (no chunk arrived) fails a TTFT SLO. Cheap enough to call while a phase
+        runs (the capacity search's early end reads it).
+        """
+        ttft = np.frombuffer(self._ttft_ms, dtype=np.float64) if self._ttft_ms else np.empty(0)
+        tpot = np.frombuffer(self._tpot_ms, dtype=np.float64) if self._tpot_ms else np.empty(0)
+        e2e = self.e2e_ms()
+        meets = np.ones(e2e.size, dtype=bool)
+        if slo.ttft_ms is not None:
+            meets &= ttft <= slo.ttft_ms  # NaN compares False: no first token = miss
+        if slo.tpot_ms is not None:
+            meets &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
+        if slo.e2e_ms is not None:
+            meets &= e2e <= slo.e2e_ms
+        return int(meets.sum())
 
     def e2e_ms(self) -> np.ndarray:
         return np.frombuffer(self._e2e_ms, dtype=np.float64) if self._e2e_ms else np.empty(0)
@@ -301,14 +361,7 @@ class MetricsAccumulator:
         e2e = self.e2e_ms()
         goodput_rps = None
         if slo is not None and slo.is_set():
-            meets = np.ones(e2e.size, dtype=bool)
-            if slo.ttft_ms is not None:
-                meets &= ttft <= slo.ttft_ms  # NaN compares False: no first token = miss
-            if slo.tpot_ms is not None:
-                meets &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
-            if slo.e2e_ms is not None:
-                meets &= e2e <= slo.e2e_ms
-            goodput_rps = int(meets.sum()) * per_s
+            goodput_rps = self.meeting_slo(slo) * per_s
         itl_summary = self._itl_percentiles()
         tpot_defined = tpot[~np.isnan(tpot)]
         tpot_summary = percentiles_ms(tpot_defined)
@@ -370,12 +423,18 @@ def summarize(
     return MetricsAccumulator().add_many(records).summary(slo, gpus)
 
 
-def judge_validity(summary: MetricsSummary | None, rules: ValidityRules) -> Validity:
+def judge_validity(
+    summary: MetricsSummary | None,
+    rules: ValidityRules,
+    phases: Iterable[PhaseResult] = (),
+) -> Validity:
     """VALID, or INVALID with every rule broken as a reason.
 
     Rules: at least one measured request; not all failed; measured duration >= min_duration_s;
     successful requests >= min_requests (failures have their own rule: a latency sample needs a
-    success); error_rate <= max_error_rate.
+    success); error_rate <= max_error_rate. Notes (not reasons: the run stays VALID) name every
+    percentile computed from fewer values than `min_samples` asks, the run's and, when it has
+    several `phases` (a ladder's stages), each phase's.
     """
     reasons: list[str] = []
     if summary is None or summary.requests == 0:
@@ -399,7 +458,15 @@ def judge_validity(summary: MetricsSummary | None, rules: ValidityRules) -> Vali
                 f"over the budget {rules.max_error_rate:.2%}"
             )
     status = ValidityStatus.INVALID if reasons else ValidityStatus.VALID
-    return Validity(status=status, reasons=reasons)
+    notes = percentile_notes(summary)
+    phases = list(phases)
+    if len(phases) > 1:
+        notes += [
+            f"phase {phase.name}: {note}"
+            for phase in phases
+            for note in percentile_notes(phase.summary)
+        ]
+    return Validity(status=status, reasons=reasons, notes=notes)
 
 
 # --------------------------------------------------------------------------- JSONL records

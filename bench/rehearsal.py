@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bench.campaign import AdvisorPlanStep, CampaignPlan, CampaignStep, FidelityStep, RunStep
 from bench.config import (
+    CapacityLoad,
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
@@ -88,6 +89,18 @@ def _load(config: RunConfig):
                 "max_output_tokens": MAX_OUTPUT_TOKENS,
             }
         )
+    if isinstance(load, CapacityLoad):
+        # The same search, coarse: 10 requests a probe, 25% precision, 6 probes at most,
+        # concurrency capped (a search of 500-request probes would take the CPU for hours).
+        return load.model_copy(
+            update={
+                **common,
+                "probe_requests": 10,
+                "precision": 0.25,
+                "max_probes": 6,
+                "max_concurrency": min(load.max_concurrency, MAX_CONCURRENCY),
+            }
+        )
     # steady and pulse: the same phases, each STAGE_S long, around a CPU-sized capacity (the
     # capacity search a GPU plan may ask for is skipped: its ladder alone would take minutes).
     return load.model_copy(
@@ -119,6 +132,8 @@ def _cpu_engine_args(engine_args: dict, vllm: bool) -> dict:
 def rehearse_config(config: RunConfig) -> RunConfig:
     """One run of the plan as it runs on the CPU with a tiny model."""
     args = _cpu_engine_args(config.engine_args, vllm=config.backend == "vllm")
+    if config.backend == "openai" and args.get("launch") == "vllm":  # the server it starts
+        args["server_args"] = _cpu_engine_args(args.get("server_args") or {}, vllm=True)
     workload = config.workload
     if isinstance(workload, GenerateWorkload):
         workload = workload.model_copy(

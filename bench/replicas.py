@@ -26,6 +26,7 @@ from typing import Any
 
 from bench.backends.base import Chunk, Request
 from bench.config import RunConfig
+from bench.load.reports import PatternReportBase
 from bench.placement import Placement
 from bench.schema import Failure, ModelInfo, PhaseResult, ReplicaResult, RequestRecord, RunStatus
 from bench.worker import Worker, advice_for, load_backend
@@ -352,7 +353,7 @@ class ReplicaRunOutcome:
     failure: Failure | None = None
     loaded: dict[str, Any] = field(default_factory=dict)
     phases: list[PhaseResult] = field(default_factory=list)
-    pattern_report: dict[str, Any] = field(default_factory=dict)
+    pattern_report: PatternReportBase | None = None
     warmup_s: float | None = None
     replicas: list[ReplicaResult] = field(default_factory=list)
     survivors: list[int] = field(default_factory=list)

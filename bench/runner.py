@@ -23,10 +23,18 @@ from bench.config import (
     StepLoad,
 )
 from bench.errors import UserError
-from bench.load.driver import DEADLINE_REACHED, STOPPED, PhaseOutcome, PhaseSpec, run_phase
+from bench.load.driver import (
+    DEADLINE_REACHED,
+    STOPPED,
+    PhaseOutcome,
+    PhaseSpec,
+    PlanInterrupted,
+    run_phase,
+)
 from bench.load.patterns import phases_total, plan, step_concurrencies
+from bench.load.reports import PatternReportBase, empty_report
 from bench.metrics import MetricsAccumulator
-from bench.schema import MetricsSummary, PhaseResult, RequestRecord
+from bench.schema import MetricsSummary, Percentiles, PhaseResult, RequestRecord
 from bench.workload import PromptFileRequests, RequestFactory
 
 PROGRESS_INTERVAL_S = 0.5
@@ -47,7 +55,7 @@ class ExecuteOutcome:
     """What `execute` did. `summary` covers every measured record of every phase together."""
 
     phases: list[PhaseResult]
-    pattern_report: dict
+    pattern_report: PatternReportBase
     warmup_s: float | None
     summary: MetricsSummary | None = None
     stopped: bool = False
@@ -212,8 +220,9 @@ async def execute(
       phase, phase_index (0-based; None during warm-up), phases_total (None if unknown),
       completed, failed, output_tokens, in_flight (current phase), elapsed_s,
       phase_elapsed_s, phase_duration_s, run_completed, run_failed (finished measured phases).
-    - Pattern report: plan()'s report plus `phase_windows` {name: [start_ns, end_ns]}; steady
-      adds steady_start_ns/steady_end_ns, pulse adds burst_start_ns/burst_end_ns so
+    - Pattern report: plan()'s typed report (bench/load/reports.py; an empty one of the pattern
+      when the run stopped first) with `phase_windows` {name: [start_ns, end_ns]}; steady keeps
+      steady_start_ns/steady_end_ns, pulse burst_start_ns/burst_end_ns so
       `bench.load.analysis.finish_pattern_report` can analyse the records afterwards.
     """
     load = config.load
@@ -229,7 +238,7 @@ async def execute(
     lags: dict[str, Any] = {}
     stopped = deadline_reached = False
     warmup_s: float | None = None
-    report: dict[str, Any] = {}
+    report: PatternReportBase | None = None
     windows: dict[str, list[int]] = {}  # phase name -> [start_ns, end of issuing ns]
 
     async def settle(outcomes: list[tuple[PhaseSpec, PhaseOutcome]]) -> None:
@@ -292,7 +301,7 @@ async def execute(
             try:
                 spec = next(generator) if index == 0 else generator.send(summary)  # type: ignore[arg-type]
             except StopIteration as finished:
-                report = dict(finished.value or {})
+                report = finished.value
                 break
             outcome = await run(spec, index)
             stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
@@ -313,8 +322,15 @@ async def execute(
         if stopped or deadline_reached:
             for _, outcome in waiting:
                 outcome.cancel_pending(STOPPED if stopped else DEADLINE_REACHED)
-            report.setdefault("pattern", load.pattern)
-            report["incomplete"] = "stopped" if stopped else "max_duration_s reached"
+            if report is None:  # a plan that can report what it found so far does so
+                try:
+                    generator.throw(PlanInterrupted(STOPPED if stopped else DEADLINE_REACHED))
+                except StopIteration as finished:
+                    report = finished.value
+                except PlanInterrupted:
+                    pass
+            report = report or empty_report(load.pattern)
+            report.incomplete = "stopped" if stopped else "max_duration_s reached"
         await settle(waiting)
     finally:
         reporter.cancel()
@@ -322,13 +338,8 @@ async def execute(
             outcome.cancel_pending(STOPPED)
     progress.emit()
 
-    report["phase_windows"] = windows
-    if "steady" in windows:
-        report["steady_start_ns"], report["steady_end_ns"] = windows["steady"]
-    if "pulse-burst" in windows:
-        report["burst_start_ns"], report["burst_end_ns"] = windows["pulse-burst"]
-    if lags:
-        report["scheduling_lag_ms"] = lags
+    report = (report or empty_report(load.pattern)).with_phase_windows(windows)
+    report.scheduling_lag_ms = {name: Percentiles(**lag) for name, lag in lags.items()}
     return ExecuteOutcome(
         phases=phases,
         pattern_report=report,

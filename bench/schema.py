@@ -11,10 +11,12 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bench import SCHEMA_VERSION
 from bench.config import RunConfig
+from bench.load.reports import PatternReport, older_report
+from bench.percentiles import Percentiles
 from bench.strict import Strict
 
 Record = Strict  # result models are strict too: a corrupt file is caught, not read
@@ -53,15 +55,6 @@ class RequestRecord(Record):
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-class Percentiles(Record):
-    """Mean and percentiles of one latency metric, in milliseconds."""
-
-    mean: float
-    p50: float
-    p90: float
-    p99: float
 
 
 class TurnMetrics(Record):
@@ -133,6 +126,11 @@ class ValidityStatus(StrEnum):
 class Validity(Record):
     status: ValidityStatus
     reasons: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What limits the figures without making the run INVALID (e.g. a p99 from "
+        "too few requests).",
+    )
 
 
 class RunStatus(StrEnum):
@@ -266,6 +264,15 @@ class ReplicaResult(Record):
     engine: dict[str, Any] = Field(default_factory=dict)
 
 
+class GroupMembership(Record):
+    """Where a run sits in a measurement group: N repeats of one config (bench/repeats.py)."""
+
+    group_id: str = Field(description="Shared by every repeat of the group.")
+    index: int = Field(ge=0, description="This repeat's position, 0-based.")
+    planned: int = Field(ge=1, description="Repeats asked for (convergence may stop earlier).")
+    cooldown_s: float = Field(0.0, ge=0, description="Pause before each repeat after the first.")
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
 
@@ -289,8 +296,10 @@ class RunResult(Record):
     summary: MetricsSummary | None = Field(
         None, description="All measured (non-warm-up) records of the run together."
     )
-    pattern_report: dict[str, Any] = Field(
-        default_factory=dict, description="Knee/capacity, soak slopes or pulse recovery."
+    pattern_report: PatternReport | None = Field(
+        None,
+        description="Knee/capacity, soak slopes or pulse recovery: one model per load pattern "
+        "(bench/load/reports.py); None when the run ended before its load plan returned.",
     )
     telemetry: TelemetrySummary = Field(default_factory=TelemetrySummary)
     server_metrics: list[dict[str, Any]] = Field(
@@ -307,3 +316,20 @@ class RunResult(Record):
         default_factory=list,
         description="What the figures do not say (e.g. FP8 on random weights: speed only).",
     )
+    group: GroupMembership | None = Field(
+        None, description="The measurement group (repeats) this run belongs to; none = alone."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_pattern_report(cls, data: Any) -> Any:
+        """Results stored before the typed reports: `{}` or a report without `pattern`."""
+        if isinstance(data, dict) and isinstance(data.get("pattern_report"), dict):
+            config = data.get("config")
+            load = config.get("load") if isinstance(config, dict) else None
+            pattern = load.get("pattern", "concurrency") if isinstance(load, dict) else None
+            if pattern is None and isinstance(config, RunConfig):
+                pattern = config.load.pattern
+            report = older_report(data["pattern_report"], pattern or "concurrency")
+            data = {**data, "pattern_report": report}
+        return data

@@ -171,6 +171,7 @@ class Store(Protocol):
     def iter_records(
         self, run_id: str, include_warmup: bool = False
     ) -> Iterator[RequestRecord]: ...
+    def group_runs(self, group_id: str) -> list[RunResult]: ...
     def latest_records(self, run_id: str, limit: int) -> list[RequestRecord]: ...
     def count_records(self, run_id: str, include_warmup: bool = True) -> int: ...
     def put_run(self, result: RunResult, records: Iterable[RequestRecord]) -> None: ...
@@ -491,6 +492,7 @@ class ResultStore:
             "validity": str(result.validity.status) if result.validity else None,
             "gpu_name": primary_gpu_name(result.environment),
             "label": result.config.label,
+            "group_id": result.group.group_id if result.group else None,
             "result_json": result.model_dump_json(),
         }
 
@@ -622,6 +624,16 @@ class ResultStore:
         query = query.order_by(runs.c.created_at.desc(), runs.c.run_id.desc())
         if limit is not None:
             query = query.limit(int(limit))
+        rows = self._read(lambda conn: conn.execute(query).tuples().all())
+        return [self._result_from_json(run_id, text_) for run_id, text_ in rows]
+
+    def group_runs(self, group_id: str) -> list[RunResult]:
+        """The runs of one measurement group (repeats), oldest first; [] for an unknown id."""
+        query = (
+            select(runs.c.run_id, runs.c.result_json)
+            .where(runs.c.group_id == group_id)
+            .order_by(runs.c.created_at, runs.c.run_id)
+        )
         rows = self._read(lambda conn: conn.execute(query).tuples().all())
         return [self._result_from_json(run_id, text_) for run_id, text_ in rows]
 

@@ -14,6 +14,8 @@ Versions:
 1. The previous release's layout (SQLite only): meta, runs, records, jobs.
 2. jobs.runner (which runner, host:pid, claimed the job), jobs.current_run_id (the run a job is
    executing, so a dead runner's run is failed with its job), and schema_migrations.
+3. runs.group_id (nullable): the measurement group a run is a repeat of (RunResult.group), so a
+   group's runs are found without reading every run's JSON; older runs stay NULL (alone).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from sqlalchemy import (
     text,
 )
 
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3
 """Version of the store's table layout (each RunResult's JSON carries its own schema_version)."""
 
 metadata = MetaData()
@@ -61,6 +63,7 @@ runs = Table(
     Column("validity", Text),
     Column("gpu_name", Text),
     Column("label", Text),
+    Column("group_id", Text),
     Column("heartbeat_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     # Parallelism, precision and everything else of the run stay inside the versioned JSON;
@@ -70,6 +73,7 @@ runs = Table(
 Index("runs_by_backend_model", runs.c.backend, runs.c.model)
 Index("runs_by_status", runs.c.status)
 Index("runs_by_created", runs.c.created_at)
+Index("runs_by_group", runs.c.group_id)
 
 records = Table(
     "records",
@@ -141,7 +145,15 @@ def _to_2(conn: Connection) -> None:
     schema_migrations.create(conn)
 
 
-MIGRATIONS = (Migration(2, "jobs.runner, jobs.current_run_id, schema_migrations", _to_2),)
+def _to_3(conn: Connection) -> None:
+    conn.execute(text("ALTER TABLE runs ADD COLUMN group_id TEXT"))
+    conn.execute(text("CREATE INDEX runs_by_group ON runs (group_id)"))
+
+
+MIGRATIONS = (
+    Migration(2, "jobs.runner, jobs.current_run_id, schema_migrations", _to_2),
+    Migration(3, "runs.group_id (measurement groups of repeats)", _to_3),
+)
 assert [m.version for m in MIGRATIONS] == list(range(2, STORE_SCHEMA_VERSION + 1))
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from bench.config import RunConfig
 from bench.engine_log import with_root_cause
+from bench.load.reports import PATTERN_REPORT, PatternReportBase
 from bench.proctree import TREE_MARKER, ProcessTree
 from bench.schema import Failure, ModelInfo, PhaseResult, RequestRecord
 
@@ -200,7 +201,7 @@ async def _child_async(
         (
             "outcome",
             {
-                "pattern_report": outcome.pattern_report,
+                "pattern_report": outcome.pattern_report.model_dump(),
                 "warmup_s": outcome.warmup_s,
                 "stopped": stop.is_set(),
                 "server_metrics": server_metrics() if server_metrics else [],
@@ -222,7 +223,7 @@ class WorkerOutcome:
     failure: Failure | None = None
     loaded: dict[str, Any] = field(default_factory=dict)
     phases: list[PhaseResult] = field(default_factory=list)
-    pattern_report: dict[str, Any] = field(default_factory=dict)
+    pattern_report: PatternReportBase | None = None
     warmup_s: float | None = None
     exit_code: int | None = None
     server_metrics: list[dict[str, Any]] = field(default_factory=list)
@@ -446,7 +447,7 @@ class Worker:
             outcome.phases.append(PhaseResult.model_validate(payload[0]))
         elif kind == "outcome":
             data = payload[0]
-            outcome.pattern_report = data["pattern_report"]
+            outcome.pattern_report = PATTERN_REPORT.validate_python(data["pattern_report"])
             outcome.warmup_s = data["warmup_s"]
             outcome.server_metrics = data.get("server_metrics", [])
             outcome.status = "STOPPED" if data["stopped"] else "COMPLETED"

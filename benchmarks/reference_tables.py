@@ -48,14 +48,97 @@ def gpu_tag(run: dict) -> str:
     return short_uuid(gpus[0]["uuid"]) if gpus else "-"
 
 
+HELD_LOAD_PATTERNS = ("steady", "pulse")
+"""Patterns whose phases are open-loop rates around a capacity, not closed-loop levels."""
+
+
 def is_ladder(run: dict) -> bool:
-    """An LLM serving ladder (not a fidelity check or an advisor quick-plan run)."""
+    """An LLM serving ladder (not a fidelity check, an advisor quick-plan run, a soak or a
+    pulse: their phases are rates, not concurrency levels)."""
     label = run["config"]["label"]
     return (
         run["config"]["workload"]["kind"] == "generate"
+        and run["config"]["load"]["pattern"] not in HELD_LOAD_PATTERNS
         and "fidelity" not in label
         and not label.startswith("advisor")
     )
+
+
+def held_load_table(runs: list[dict]) -> str:
+    """Soak (steady) and pulse runs: the load held, what the analysis found."""
+    lines = [
+        "| run | GPU | backend | phases (req/s x s) | requests | errors | E2E p99 ms | finding |",
+        "|---|---|---|---|---:|---:|---:|---|",
+    ]
+    for run in runs:
+        pattern = run["config"]["load"]["pattern"]
+        if pattern not in HELD_LOAD_PATTERNS:
+            continue
+        report, summary = run["pattern_report"], run["summary"]
+        analysis = report.get("analysis") or {}
+        windows = report.get("phase_windows") or {}  # phase -> [start, end of issuing] ns
+        phases = " → ".join(
+            f"{fmt(phase['target'])} x "
+            f"{fmt((windows[phase['name']][1] - windows[phase['name']][0]) / 1e9)}"
+            for phase in run["phases"]
+        )
+        if pattern == "steady":
+            fits = analysis.get("fits") or {}
+            e2e = fits.get("p99_e2e_ms") or {}
+            finding = (
+                f"leak suspected: {'yes' if analysis.get('leak_suspected') else 'no'}; "
+                f"p99 drift: {'yes' if analysis.get('latency_drift') else 'no'} "
+                f"(p {fmt(e2e.get('p_value'), 4)}, fitted "
+                f"{fmt(100 * (e2e.get('projected_change_fraction') or 0))}% over the run, "
+                f"{e2e.get('windows')} windows of {fmt(report['window_s'])} s)"
+            )
+        else:
+            recovered = analysis.get("recovered")
+            finding = (
+                f"peak window p99 E2E {fmt(analysis.get('peak_window_p99_e2e_ms'))} ms; "
+                + (
+                    f"recovered {fmt(analysis.get('recovery_s'), 1)} s after the burst"
+                    if recovered
+                    else "not recovered within the run"
+                )
+                + f" (baseline p99 {fmt(analysis.get('baseline_p99_e2e_ms'))} ms)"
+            )
+        name = run["config"]["backend"]
+        if name == "openai":
+            name = "openai → vllm serve"
+        lines.append(
+            f"| {run['config']['label']} | {gpu_tag(run)} | {name} | {phases} "
+            f"| {summary['requests']:,} | {summary['failed']} "
+            f"| {fmt((summary['e2e_ms'] or {}).get('p99'))} | {finding} |"
+        )
+    return "\n".join(lines)
+
+
+def client_fidelity_table(reference_dir: Path) -> str:
+    """This harness's openai client against `vllm bench serve` on one server
+    (bench/client_fidelity.py): per level and metric, the median of the per-repeat ratios,
+    their range and the verdict."""
+    lines = [
+        "| folder | GPU | concurrency | requests per run | repeats | output tok/s | TTFT p50 "
+        "| TPOT p50 |",
+        "|---|---|---:|---:|---:|---|---|---|",
+    ]
+    for path in sorted(reference_dir.glob("h200_*/client-fidelity.json")):
+        data = json.loads(path.read_text())
+        gpu = short_uuid(data["environment"]["gpus"][0]["uuid"])
+        for level in data["levels"]:
+            cells = {
+                metric["metric"]: f"{fmt(metric['median_ratio'], 3)} "
+                f"[{fmt(metric['min_ratio'], 3)}–{fmt(metric['max_ratio'], 3)}] {metric['verdict']}"
+                for metric in level["metrics"]
+            }
+            repeats = len(level["metrics"][0]["ratios"]) if level["metrics"] else 0
+            lines.append(
+                f"| {path.parent.name} | {gpu} | {level['level']} | {level['requests']:,} "
+                f"| {repeats} | {cells.get('output_throughput_tok_s', '-')} "
+                f"| {cells.get('ttft_p50_ms', '-')} | {cells.get('tpot_p50_ms', '-')} |"
+            )
+    return "\n".join(lines)
 
 
 def precision_label(run: dict) -> str:
@@ -727,6 +810,8 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
             "vllm_reference": vllm_reference_table(folders),
             "quick_plan": quick_plan_table(folders),
             "forward": forward_table(runs),
+            "held_load": held_load_table(runs),
+            "client_fidelity": client_fidelity_table(reference_dir),
         },
         "fmt": fmt,
         "tok_s": lambda *a: tok_s(runs, *a),

@@ -183,6 +183,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
                 help=field_help(StageProfile, "sequence_length"),
             )
             out["sequence_length"] = {"mean": int(seq_mean)} if seq_mean else None
+        show_field_problems(out)  # the context window, at the length fields
         load_kinds = ["concurrency", "rate"]
         load_kind = st.radio(
             "Load is described by",
@@ -292,7 +293,8 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         out["gpu"]["memory_gb"] = deploy[3].number_input(
             "GPU memory (GB each)",
             min_value=1.0,
-            value=gpu.get("memory_gb"),
+            # A memory derived from the GPU type chosen before is not the user's: start empty.
+            value=gpu.get("memory_gb") if gpu.get("type") is None else None,
             placeholder="unknown",
             key=_key(index, "gpu_memory"),
             help=field_help(GpuProfile, "memory_gb"),
@@ -359,6 +361,30 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- profile actions
+
+
+DRAFT_FIELDS = (
+    "kind",
+    "model",
+    "parameters_b",
+    "prompt_tokens",
+    "output_tokens",
+    "sequence_length",
+)
+
+
+def show_field_problems(out: dict[str, Any]) -> None:
+    """The advisor's per-field feasibility problems (advisor.estimate.feasibility_problems) for
+    the lengths just entered, shown under those fields; nothing until the draft is valid."""
+    from advisor.estimate import feasibility_problems
+
+    try:
+        draft = StageProfile.model_validate({k: out[k] for k in DRAFT_FIELDS if k in out})
+    except ValidationError:
+        return  # the form's own validation message says what is missing
+    for problem in feasibility_problems([draft]):
+        show = st.error if problem.severity == "error" else st.warning
+        show(f"**{problem.field}**: {problem.message}")
 
 
 def _add_stage() -> None:
@@ -488,8 +514,7 @@ def show_candidates(stage_result: Any) -> None:
 
 def show_estimate(estimate: Any) -> None:
     columns = st.columns(4)
-    verdicts = {None: "unknown", True: "fits", False: "does not fit"}
-    verdict = verdicts[estimate.fits]
+    verdict = estimate.fit_verdict  # "no GPU to fit against" when the GPU is not decided
     columns[0].metric(
         "Memory",
         verdict,
@@ -551,8 +576,8 @@ def show_estimate(estimate: Any) -> None:
             f"Memory breakdown for {estimate.gpu_count} × {estimate.gpu or 'GPU'} "
             f"({estimate.precision}); red line = memory available"
             + (
-                f" · parameters: {estimate.parameters_b:.2f} B ({estimate.parameters_source})"
-                if estimate.parameters_b
+                f" · parameters: {estimate.parameters_label} ({estimate.parameters_source})"
+                if estimate.parameters
                 else ""
             )
         )
@@ -570,11 +595,7 @@ CONFIDENCE_COLOURS = {"high": "green", "medium": "orange", "low": "gray"}
 def show_recommendation(stage_result: Any) -> None:
     recommendation = stage_result.recommendation
     st.markdown("#### Recommendation")
-    basis = (
-        "settled by measurements on your GPU type"
-        if recommendation.follows == "measurements"
-        else "the decision tree's first choice (no deciding measurement yet)"
-    )
+    basis = recommendation.basis  # yours / published / tree / refused, in words
     st.success(f"### {recommendation.framework}\n{basis}", icon=":material/recommend:")
     st.badge(
         f"confidence: {recommendation.confidence.level}",
@@ -604,19 +625,12 @@ def show_recommendation(stage_result: Any) -> None:
     if learned is not None:
         with st.expander("Second opinion: a decision tree fitted on stored evidence"):
             st.markdown(learned.message)
-            if learned.cv_accuracy is not None:
+            if learned.shown and learned.cv_accuracy is not None:
                 st.caption(
                     f"Cross-validated accuracy {learned.cv_accuracy:.0%} ({learned.cv_scheme}); "
                     f"always guessing the most common winner: "
                     f"{format_number((learned.baseline_accuracy or 0) * 100, '%', 0)}"
                 )
-
-
-SOURCE_LABELS = {
-    "measured-here": "measured on your GPU type",
-    "measured-elsewhere": "measured on another GPU",
-    "published": "published (article)",
-}
 
 
 def show_evidence(stage_result: Any) -> None:
@@ -631,7 +645,7 @@ def show_evidence(stage_result: Any) -> None:
         [
             {
                 "framework": row.framework,
-                "source": SOURCE_LABELS.get(row.source, row.source),
+                "source": row.label,  # provenance and device in words (your run, CPU)
                 "GPU": row.gpu or "—",
                 "model": row.model or "—",
                 "shape": row.shape,

@@ -14,7 +14,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from advisor.plan import CONFIRM_ABOVE_S, StagePlan, estimate_runs
+from advisor.plan import CONFIRM_ABOVE_S, StagePlan, estimate_runs, workload_lengths
 from advisor.profile import StageProfile
 from bench.config import PATTERN_NAMES, RunConfig
 from bench.errors import UserError
@@ -128,7 +128,7 @@ def _load_level(config: RunConfig) -> float | None:
         return load.rate_rps
     if load.pattern == "step":
         return float(max(load.levels) if load.levels else load.max)
-    return load.capacity_rps
+    return getattr(load, "capacity_rps", None)  # capacity searches have no level to edit
 
 
 def _duration(config: RunConfig) -> float | None:
@@ -137,7 +137,7 @@ def _duration(config: RunConfig) -> float | None:
         return load.stage_duration_s
     if load.pattern == "pulse":
         return load.baseline_s
-    return load.duration_s
+    return getattr(load, "duration_s", None)  # a capacity search's length is its probes
 
 
 def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:
@@ -148,6 +148,7 @@ def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:
                 "run": config.backend in available,
                 "backend": config.backend,
                 "model": config.model,
+                "prompt / output": workload_lengths(config),
                 "pattern": config.load.pattern,
                 "load": _load_level(config),
                 "duration (s)": _duration(config),
@@ -160,6 +161,7 @@ def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:
             "run",
             "backend",
             "model",
+            "prompt / output",
             "pattern",
             "load",
             "duration (s)",
@@ -396,6 +398,12 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
                 "backend", options=backend_names(), required=True
             ),
             "model": st.column_config.TextColumn("model", help="Preset name or checkpoint path."),
+            "prompt / output": st.column_config.TextColumn(
+                "prompt / output",
+                disabled=True,
+                help="Request lengths the run sends (the profile's, scaled or clipped to the "
+                "model's context window where the note above says so).",
+            ),
             "pattern": st.column_config.SelectboxColumn(
                 "pattern", options=list(PATTERN_NAMES), required=True
             ),

@@ -24,8 +24,8 @@ from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
 from advisor.gpus import find_gpu
 from advisor.learned import LearnedOpinion
 from advisor.profile import WorkloadProfile
+from advisor.recommend import REFUSED, StageRecommendation
 from advisor.recommend import Report as AdvisorReport
-from advisor.recommend import StageRecommendation
 from advisor.report.aggregate import RequestColumns
 from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
 from advisor.report.configurations import calibration_table, configurations_table
@@ -105,6 +105,8 @@ def _unique(items: Iterable[str]) -> list[str]:
 def _second_opinion(learned: LearnedOpinion | None) -> str | None:
     if learned is None:
         return None
+    if not learned.shown:  # not better than guessing: its one line, nothing else
+        return learned.message
     parts = [learned.message.rstrip(". ")]
     if learned.prediction:
         parts.append(f"its pick: {learned.prediction}")
@@ -116,8 +118,16 @@ def _second_opinion(learned: LearnedOpinion | None) -> str | None:
 
 
 FOLLOWS_TEXT = {
-    "measurements": "Decided by measurements on the profile's GPU type (they win over the tree).",
-    "tree": "Decided by the decision tree: no comparable measurement outranked it.",
+    "measurements": "Decided by measurements matching this workload on the profile's GPU type "
+    "(they win over the tree).",
+    "tree": "Decided by the decision tree and the estimate: no measurement matches this workload.",
+    "refused": "Refused before any run: the workload does not fit the model.",
+}
+SETTLED_BY_TEXT = {
+    "yours": "Settled by your runs (this store).",
+    "published": "Settled by this project's published runs (data/reference), not by runs of yours.",
+    "tree": "",
+    "refused": "",
 }
 
 
@@ -125,7 +135,8 @@ def stage_report(stage: StageRecommendation) -> StageReport:
     """One stage of the advisor's answer as the report shows it."""
     chosen = stage.recommendation
     decision = stage.decision
-    rationale = [FOLLOWS_TEXT[chosen.follows]]
+    rationale = [FOLLOWS_TEXT[chosen.follows], SETTLED_BY_TEXT[chosen.settled_by]]
+    rationale = [text for text in rationale if text]
     rationale += [c.rationale for c in decision.candidates if c.framework == chosen.framework]
     rationale += chosen.contradictions
     rationale.append(f"Confidence {chosen.confidence.level}: {chosen.confidence.why}")
@@ -190,13 +201,17 @@ def advisor_rows(answer: AdvisorReport) -> list[AdvisorEvidenceRow]:
 
 
 def advisor_sources(answer: AdvisorReport) -> dict[str, str]:
-    """run_id -> measured-here / measured-elsewhere as the advisor's evidence marks them."""
-    return {
-        run_id: row.source
-        for row in advisor_rows(answer)
-        if row.source != "published"
-        for run_id in row.run_ids
-    }
+    """run_id -> measured-here / measured-elsewhere as the advisor's evidence marks them, and
+    `published` for this project's shipped runs (data/reference): a run the user did not make
+    is never `measured-here`, whatever GPU it ran on."""
+    marks: dict[str, str] = {}
+    for row in advisor_rows(answer):
+        if row.source == "published":
+            continue
+        shipped = row.provenance is not None and row.provenance.kind == "published"
+        for run_id in row.run_ids:
+            marks[run_id] = "published" if shipped else row.source
+    return marks
 
 
 # --------------------------------------------------------------------------- evidence
@@ -233,7 +248,7 @@ def run_source(
     """The advisor's mark when it cited the run; otherwise its rule: measured-here when the run's
     GPU is the profile's GPU type, measured-elsewhere for another GPU or a CPU. Without a GPU type
     in the profile, a run whose fingerprint digest and host match this machine is measured-here."""
-    if run.run_id in marks and marks[run.run_id] != "published":
+    if run.run_id in marks:
         return marks[run.run_id]
     from advisor.evidence import run_gpu_name, same_gpu_type
     from bench.environment import fingerprint_digest
@@ -507,6 +522,8 @@ def _not_measured(
     wanted: list[str] = []
     for stage in stages:
         for name in [stage.framework, *stage.candidates]:
+            if name == REFUSED:
+                continue  # a refused stage names no framework to measure
             if name and name not in wanted:
                 wanted.append(name)
     caveats = []
@@ -690,10 +707,14 @@ def build_report(
 
 
 def relevant_run_ids(answer: AdvisorReport) -> list[str]:
-    """Run ids the advisor's evidence cites (the default runs of a report)."""
+    """The default runs of a report: per stage, the matching measurements that settled the
+    answer (`Recommendation.settled_by_runs`), then the nearest non-matching ones its answer
+    names as context (`Recommendation.nearest`); never the rest of the store (other profiles'
+    runs, failed runs of other workloads)."""
     ids: list[str] = []
-    for row in advisor_rows(answer):
-        for run_id in row.run_ids:
+    for stage in answer.stages:
+        chosen = stage.recommendation
+        for run_id in [*chosen.settled_by_runs, *(i for r in chosen.nearest for i in r.run_ids)]:
             if run_id not in ids:
                 ids.append(run_id)
     return ids

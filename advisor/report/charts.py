@@ -23,13 +23,13 @@ from advisor.report.aggregate import (
     windowed_percentile,
 )
 from advisor.report.model import MAX_CHART_POINTS, Chart, Marker, Series
+from bench.load.reports import StepReport
 from bench.schema import RunResult
 
 CHART_WIDTH_PX = 560
 CHART_HEIGHT_PX = 250
 HISTOGRAM_BINS = 40
 MAX_MARKERS = 60
-"""Marker rules per chart (knees, burst edges); more would be unreadable anyway."""
 """Marker rules per chart (knees, burst edges); more would be unreadable anyway."""
 MAX_SERIES = 12
 """Lines per chart: beyond a dozen the colours repeat and no line can be told apart."""
@@ -79,29 +79,19 @@ def _finite(value: Any) -> bool:
 
 
 def knee_concurrency(run: RunResult) -> float | None:
-    """Concurrency of the knee stage from a step run's pattern_report, if it names one."""
-    knee = run.pattern_report.get("knee")
-    if isinstance(knee, Mapping):
-        for key in ("concurrency", "target"):
-            if _finite(knee.get(key)):
-                return float(knee[key])
-        stage = knee.get("stage") if "stage" in knee else knee.get("index")
-        knee = stage
-    if isinstance(knee, str):
-        for phase in run.phases:
-            if phase.name == knee:
-                return float(phase.target)
-    if isinstance(knee, int) and not isinstance(knee, bool) and 0 <= knee < len(run.phases):
-        return float(run.phases[knee].target)
-    for key in ("knee_concurrency", "knee_target"):
-        if _finite(run.pattern_report.get(key)):
-            return float(run.pattern_report[key])
+    """Concurrency of the knee stage of a step run (`StepReport.knee_concurrency`), if any."""
+    report = run.pattern_report
+    if isinstance(report, StepReport) and report.knee_concurrency is not None:
+        return float(report.knee_concurrency)
     return None
 
 
 def pattern_facts(run: RunResult) -> list[str]:
-    """Scalar facts of a pattern_report (knee, capacity, slopes, recovery) as short lines."""
+    """Scalar facts of a run's pattern report (knee, capacity, slopes, recovery) as short lines,
+    `field.path = value`, in the report model's field order; unset fields are left out."""
     facts: list[str] = []
+    if run.pattern_report is None:
+        return facts
 
     def visit(prefix: str, value: Any) -> None:
         if prefix.endswith("_ns") or prefix.endswith("phase_windows"):
@@ -111,13 +101,11 @@ def pattern_facts(run: RunResult) -> list[str]:
                 visit(f"{prefix}.{key}" if prefix else str(key), inner)
         elif _finite(value):
             facts.append(f"{prefix} = {value:.4g}")
-        elif isinstance(value, str | bool) or value is None:
+        elif isinstance(value, str | bool):
             facts.append(f"{prefix} = {value}")
+        # lists (stages, windows, reasons) are drawn or said elsewhere, not listed
 
-    for key, value in run.pattern_report.items():
-        if key in ("stages", "windows", "series"):
-            continue  # per-stage/per-window data is drawn, not listed
-        visit(str(key), value)
+    visit("", run.pattern_report.model_dump(mode="json", exclude_none=True))
     return facts
 
 

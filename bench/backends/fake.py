@@ -2,7 +2,9 @@
 
 Registered as "fake". It sleeps `ttft_s` before the first token and `itl_s` between tokens on
 `bench.clock.CLOCK` (so tests can travel in time), fails a seeded fraction of requests, and can
-saturate (`max_parallel`) so the step ladder has a knee to find. Never a performance figure.
+saturate (`max_parallel`) so the step ladder has a knee to find, and can leak memory or drift in
+latency (`leak_bytes_per_request`, `ttft_growth_s_per_s`) so a soak has something to flag. Never
+a performance figure.
 """
 
 from __future__ import annotations
@@ -39,12 +41,32 @@ class FakeOptions(Strict):
     ttft_s: float = Field(0.0, ge=0, description="Delay before the first token (s).")
     itl_s: float = Field(0.0, ge=0, description="Delay between consecutive tokens (s).")
     error_rate: float = Field(0.0, ge=0, le=1, description="Fraction of requests that fail.")
-    seed: int = Field(0, ge=0, description="Seed of the failure draw.")
+    seed: int = Field(0, ge=0, description="Seed of the failure and jitter draws.")
+    ttft_jitter_s: float = Field(
+        0.0,
+        ge=0,
+        description="Each request's first-token delay is ttft_s + U(0, ttft_jitter_s), seeded: "
+        "a known distribution for interval tests (median ttft_s + ttft_jitter_s / 2).",
+    )
     max_parallel: int | None = Field(
         None,
         gt=0,
         description="Requests served at once; more queue first-come-first-served, so "
         "throughput saturates at max_parallel / per-request time (a knee for step tests).",
+    )
+    # Slow faults for the soak (steady pattern) tests: something for the analysis to find.
+    leak_bytes_per_request: int = Field(
+        0,
+        ge=0,
+        le=16 * 1024 * 1024,
+        description="Keep this many bytes alive per request served: the worker's host RSS "
+        "grows, a memory leak for the soak analysis to flag.",
+    )
+    ttft_growth_s_per_s: float = Field(
+        0.0,
+        ge=0,
+        description="TTFT grows by this many seconds per second since load(): a latency drift "
+        "for the soak analysis to flag.",
     )
     # Failure injection for the isolation tests (worker crash, hang, load failure).
     crash_after_requests: int | None = Field(
@@ -86,10 +108,14 @@ class FakeBackend(Backend):
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         super().__init__(engine_args)
         self._failure_rng = random.Random(self.options.seed)
+        # Its own stream, so adding jitter leaves the failure draws of a seed unchanged.
+        self._jitter_rng = random.Random(f"jitter-{self.options.seed}")
         self._slots: Any = None
         self.active = 0
         self.max_active = 0
         self.started = 0
+        self._leaked: list[bytes] = []
+        self._loaded_ns = 0
 
     @classmethod
     def availability(cls) -> Availability:
@@ -112,6 +138,7 @@ class FakeBackend(Backend):
             raise RuntimeError(self.options.load_error)
         if self.options.max_parallel is not None:
             self._slots = asyncio.Semaphore(self.options.max_parallel)
+        self._loaded_ns = CLOCK.now_ns()
         self._helpers = [_start_session_helper() for _ in range(self.options.session_children)]
         engine: dict[str, Any] = {"test_double": True, "options": self.options.model_dump()}
         if self._helpers:
@@ -141,8 +168,15 @@ class FakeBackend(Backend):
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
-            if options.ttft_s:
-                await CLOCK.sleep(options.ttft_s)
+            if options.leak_bytes_per_request:  # written, so the pages are resident
+                self._leaked.append(b"\x01" * options.leak_bytes_per_request)
+            ttft_s = options.ttft_s
+            if options.ttft_growth_s_per_s:
+                ttft_s += options.ttft_growth_s_per_s * (CLOCK.now_ns() - self._loaded_ns) / 1e9
+            if options.ttft_jitter_s:
+                ttft_s += self._jitter_rng.uniform(0.0, options.ttft_jitter_s)
+            if ttft_s:
+                await CLOCK.sleep(ttft_s)
             if options.error_rate and self._failure_rng.random() < options.error_rate:
                 raise FakeInjectedError("fake backend: injected failure (error_rate)")
             now_ns = CLOCK.now_ns
@@ -165,6 +199,7 @@ class FakeBackend(Backend):
 
     async def close(self) -> None:
         self._slots = None
+        self._leaked = []
         for helper in getattr(self, "_helpers", []):  # a clean engine stops its helpers
             import psutil
 

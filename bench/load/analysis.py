@@ -11,6 +11,15 @@ from typing import Any
 
 import numpy as np
 
+from bench.load.reports import (
+    PatternReportBase,
+    PulseAnalysis,
+    PulseReport,
+    SlopeFit,
+    SoakFits,
+    SteadyAnalysis,
+    SteadyReport,
+)
 from bench.metrics import NS_PER_MS, NS_PER_S
 from bench.schema import RequestRecord, TelemetrySample
 
@@ -50,45 +59,47 @@ def _p99(values: np.ndarray) -> float | None:
     return float(np.percentile(values, 99)) if values.size else None
 
 
-def _fit(t_hours: np.ndarray, values: np.ndarray, run_hours: float) -> dict[str, Any]:
-    """Least-squares line through (t, value); flagged when significant and material."""
+def _fit(t_hours: np.ndarray, values: np.ndarray, run_hours: float) -> SlopeFit:
+    """Least-squares line through (t, value); flagged when significant and material.
+
+    The figures are numpy values; `SlopeFit` turns them into Python values as it validates."""
     from scipy.stats import linregress
 
     keep = ~np.isnan(values)
     t_hours, values = t_hours[keep], values[keep]
     if values.size < MIN_FIT_WINDOWS or np.ptp(t_hours) == 0:
-        return {"windows": int(values.size), "flagged": False, "note": "too few windows to fit"}
+        return SlopeFit(windows=values.size, flagged=False, note="too few windows to fit")
     if np.ptp(values) == 0:  # a flat line: no slope, nothing to test
-        return {
-            "windows": int(values.size),
-            "slope_per_hour": 0.0,
-            "intercept": float(values[0]),
-            "p_value": 1.0,
-            "projected_change": 0.0,
-            "projected_change_fraction": 0.0,
-            "flagged": False,
-        }
+        return SlopeFit(
+            windows=values.size,
+            slope_per_hour=0.0,
+            intercept=values[0],
+            p_value=1.0,
+            projected_change=0.0,
+            projected_change_fraction=0.0,
+            flagged=False,
+        )
     fit = linregress(t_hours, values)
     start_level = fit.intercept + fit.slope * float(t_hours.min())
     change = fit.slope * run_hours
     fraction = change / start_level if start_level > 0 else None
-    significant = bool(fit.pvalue < SIGNIFICANCE_P)
+    significant = fit.pvalue < SIGNIFICANCE_P
     material = fraction is not None and fraction >= MATERIAL_GROWTH_FRACTION
-    return {
-        "windows": int(values.size),
-        "slope_per_hour": float(fit.slope),
-        "intercept": float(fit.intercept),
-        "p_value": float(fit.pvalue),
-        "r_squared": float(fit.rvalue**2),
-        "projected_change": float(change),
-        "projected_change_fraction": None if fraction is None else float(fraction),
-        "flagged": bool(significant and material),
-    }
+    return SlopeFit(
+        windows=values.size,
+        slope_per_hour=fit.slope,
+        intercept=fit.intercept,
+        p_value=fit.pvalue,
+        r_squared=fit.rvalue**2,
+        projected_change=change,
+        projected_change_fraction=fraction,
+        flagged=significant and material,
+    )
 
 
 def steady_report(
     records: Iterable[RequestRecord], samples: list[TelemetrySample], window_s: float
-) -> dict[str, Any]:
+) -> SteadyAnalysis:
     """Per-window p99 E2E, GPU memory and host RSS of a soak, with slope fits.
 
     Windows start at the first measured request's start; a request belongs to the window in
@@ -109,14 +120,7 @@ def steady_report(
     elif sample_t.size:
         origin_ns, last_ns = int(sample_t.min()), int(sample_t.max())
     else:
-        return {
-            "window_s": window_s,
-            "windows": [],
-            "fits": {},
-            "leak_suspected": False,
-            "latency_drift": False,
-            "notes": ["no records and no telemetry samples"],
-        }
+        return SteadyAnalysis(window_s=window_s, notes=["no records and no telemetry samples"])
     window_ns = int(window_s * NS_PER_S)
     count = max(1, int((last_ns - origin_ns) // window_ns) + 1)
     record_window = (data["end_ns"] - origin_ns) // window_ns
@@ -164,25 +168,25 @@ def steady_report(
     run_hours = (last_ns - origin_ns) / NS_PER_S / 3600
     # A partial last window holds few requests and would tilt the fit: leave it out.
     full = count if (last_ns - origin_ns) % window_ns == 0 or count == 1 else count - 1
-    fits = {
-        "p99_e2e_ms": _fit(mid_hours[:full], np.asarray(p99_series[:full]), run_hours),
-        "gpu_memory_mb": _fit(mid_hours[:full], np.asarray(gpu_series[:full]), run_hours),
-        "host_rss_mb": _fit(mid_hours[:full], np.asarray(rss_series[:full]), run_hours),
-    }
+    fits = SoakFits(
+        p99_e2e_ms=_fit(mid_hours[:full], np.asarray(p99_series[:full]), run_hours),
+        gpu_memory_mb=_fit(mid_hours[:full], np.asarray(gpu_series[:full]), run_hours),
+        host_rss_mb=_fit(mid_hours[:full], np.asarray(rss_series[:full]), run_hours),
+    )
     notes = []
     if np.isnan(gpu_mb).all():
         notes.append("no GPU memory readings: GPU leak check not possible")
-    return {
-        "window_s": window_s,
-        "duration_s": (last_ns - origin_ns) / NS_PER_S,
-        "windows": windows,
-        "fits": fits,
-        "leak_suspected": bool(fits["gpu_memory_mb"]["flagged"] or fits["host_rss_mb"]["flagged"]),
-        "latency_drift": bool(fits["p99_e2e_ms"]["flagged"]),
-        "rule": f"flag = p < {SIGNIFICANCE_P} and fitted growth over the run >= "
+    return SteadyAnalysis(
+        window_s=window_s,
+        duration_s=(last_ns - origin_ns) / NS_PER_S,
+        windows=windows,
+        fits=fits,
+        leak_suspected=fits.gpu_memory_mb.flagged or fits.host_rss_mb.flagged,
+        latency_drift=fits.p99_e2e_ms.flagged,
+        rule=f"flag = p < {SIGNIFICANCE_P} and fitted growth over the run >= "
         f"{MATERIAL_GROWTH_FRACTION:.0%} of the start level",
-        "notes": notes,
-    }
+        notes=notes,
+    )
 
 
 def max_in_flight(start_ns: np.ndarray, end_ns: np.ndarray) -> int:
@@ -198,7 +202,7 @@ def max_in_flight(start_ns: np.ndarray, end_ns: np.ndarray) -> int:
 
 def pulse_report(
     records: Iterable[RequestRecord], burst_start_ns: int, burst_end_ns: int, window_s: float
-) -> dict[str, Any]:
+) -> PulseAnalysis:
     """Errors, peak latency, queue depth and recovery time of a burst.
 
     Requests are placed by start time (what a request sent then experiences). Baseline =
@@ -250,45 +254,54 @@ def pulse_report(
                 recovery_s = (window_start_ns - burst_end_ns) / NS_PER_S
     window_p99s = [w["p99_e2e_ms"] for w in windows if w["p99_e2e_ms"] is not None]
     burst_mask = during
-    return {
-        "window_s": window_s,
-        "burst_s": (burst_end_ns - burst_start_ns) / NS_PER_S,
-        "baseline_requests": int(before.sum()),
-        "baseline_p99_e2e_ms": baseline_p99,
-        "errors_before_burst": int((before & ~ok).sum()),
-        "errors_during_burst": int((during & ~ok).sum()),
-        "errors_after_burst": int((after & ~ok).sum()),
-        "peak_window_p99_e2e_ms": max(window_p99s) if window_p99s else None,
-        "peak_e2e_ms": float(e2e[from_burst & ok].max()) if (from_burst & ok).any() else None,
-        "max_queue_depth": max_in_flight(start, end),
-        "max_queue_depth_burst": max_in_flight(start[burst_mask], end[burst_mask]),
-        "recovery_s": recovery_s,
-        "recovered": recovery_s is not None,
-        "rule": f"recovered = first window after the burst with p99 E2E within "
+    return PulseAnalysis(
+        window_s=window_s,
+        burst_s=(burst_end_ns - burst_start_ns) / NS_PER_S,
+        baseline_requests=before.sum(),
+        baseline_p99_e2e_ms=baseline_p99,
+        errors_before_burst=(before & ~ok).sum(),
+        errors_during_burst=(during & ~ok).sum(),
+        errors_after_burst=(after & ~ok).sum(),
+        peak_window_p99_e2e_ms=max(window_p99s) if window_p99s else None,
+        peak_e2e_ms=e2e[from_burst & ok].max() if (from_burst & ok).any() else None,
+        max_queue_depth=max_in_flight(start, end),
+        max_queue_depth_burst=max_in_flight(start[burst_mask], end[burst_mask]),
+        recovery_s=recovery_s,
+        recovered=recovery_s is not None,
+        rule=f"recovered = first window after the burst with p99 E2E within "
         f"{RECOVERY_TOLERANCE:.0%} of baseline and no errors",
-        "windows": windows,
-    }
+        windows=windows,
+    )
 
 
 def finish_pattern_report(
-    report: dict[str, Any],
+    report: PatternReportBase,
     records: Iterable[RequestRecord],
     samples: list[TelemetrySample],
-) -> dict[str, Any]:
-    """Add the steady or pulse analysis to a runner pattern report (other patterns unchanged).
+) -> PatternReportBase:
+    """The runner's report with the steady or pulse analysis added (other patterns, and a held
+    load whose phase never ran, come back unchanged).
 
     `records` may be every record of the run: only those of the analysed phase are used.
     """
-    pattern = report.get("pattern")
-    if pattern == "steady" and "steady_start_ns" in report:
+    if (
+        isinstance(report, SteadyReport)
+        and report.steady_start_ns is not None
+        and report.steady_end_ns is not None
+        and report.window_s is not None
+    ):
         steady = (r for r in records if r.phase == "steady")
-        start, end = report["steady_start_ns"], report["steady_end_ns"]
-        in_phase = [s for s in samples if start <= s.t_ns <= end + int(report["window_s"] * 1e9)]
-        return {**report, "analysis": steady_report(steady, in_phase, report["window_s"])}
-    if pattern == "pulse" and "burst_start_ns" in report:
+        start, end = report.steady_start_ns, report.steady_end_ns
+        in_phase = [s for s in samples if start <= s.t_ns <= end + int(report.window_s * 1e9)]
+        analysis = steady_report(steady, in_phase, report.window_s)
+        return report.model_copy(update={"analysis": analysis})
+    if (
+        isinstance(report, PulseReport)
+        and report.burst_start_ns is not None
+        and report.burst_end_ns is not None
+        and report.window_s is not None
+    ):
         pulse = (r for r in records if r.phase.startswith("pulse-"))
-        analysis = pulse_report(
-            pulse, report["burst_start_ns"], report["burst_end_ns"], report["window_s"]
-        )
-        return {**report, "analysis": analysis}
+        analysis = pulse_report(pulse, report.burst_start_ns, report.burst_end_ns, report.window_s)
+        return report.model_copy(update={"analysis": analysis})
     return report

@@ -33,6 +33,15 @@ STOPPED = "stopped"
 DEADLINE_REACHED = "stopped: run deadline reached (max_duration_s)"
 SINK_FAILED = "stopped: the record sink failed"
 
+
+class PlanInterrupted(Exception):
+    """Thrown into a pattern's plan generator when the run stops before the plan finished; a
+    plan that can say what it found so far (the capacity search) returns its partial report."""
+
+
+END_EARLY_CHECK_S = 0.25
+"""How often a phase's `end_early` check runs (clock seconds)."""
+
 SendFunction = Callable[[Request], AsyncIterator[Chunk]]
 
 
@@ -44,7 +53,10 @@ class PhaseSpec:
     requests/s (open loop, `arrival` poisson or constant, seeded). The phase stops issuing at
     `duration_s` or `max_requests`, whichever comes first. `drain=False` (pulse phases) returns
     at the phase end without waiting for in-flight requests: they finish in the background,
-    still reported, so the next phase starts on a loaded system.
+    still reported, so the next phase starts on a loaded system. `end_early`, when given, is
+    asked every END_EARLY_CHECK_S while the phase runs; a reason it returns ends the phase at
+    once (issuing stops, requests in flight are cancelled and recorded with that reason as their
+    error) without stopping the run: the capacity search ends a probe that can no longer pass.
     """
 
     name: str
@@ -61,6 +73,7 @@ class PhaseSpec:
     """Open loop: this schedule instead of `arrival` (trace replay: the trace's gaps)."""
     requests: Iterator[Request] | None = None
     """This phase's own requests instead of the run's (trace replay: the trace's rows)."""
+    end_early: Callable[[PhaseOutcome], str | None] | None = None
 
 
 @dataclass
@@ -82,6 +95,7 @@ class PhaseOutcome:
     max_in_flight: int = 0
     stopped: bool = False
     deadline_reached: bool = False
+    ended_early: str | None = None
     pending: set[asyncio.Task] = field(default_factory=set)
     lag_ns: array = field(default_factory=lambda: array("q"))
     _cancel: Callable[[str], None] | None = field(default=None, repr=False)
@@ -166,10 +180,14 @@ class _PhaseRun:
 
     # ---------------------------------------------------------------- shared
 
-    def cancel_all(self, reason: str) -> None:
+    def cancel_all(self, reason: str, *, whole_run: bool = True) -> None:
+        """Stop issuing and cancel what is in flight; `whole_run=False` ends only this phase
+        (PhaseSpec.end_early): the outcome is marked ended_early, not stopped."""
         if self.cancel_reason is None:
             self.cancel_reason = reason
-        if reason == DEADLINE_REACHED:
+        if not whole_run:
+            self.outcome.ended_early = reason
+        elif reason == DEADLINE_REACHED:
             self.outcome.deadline_reached = True
         else:
             self.outcome.stopped = True
@@ -429,6 +447,7 @@ async def run_phase(
         phase.issue_end_ns = outcome.start_ns + int(spec.duration_s * 1e9)
     loop = asyncio.get_running_loop()
     watcher = loop.create_task(_watch(phase, stop, deadline_ns)) if (stop or deadline_ns) else None
+    ender = loop.create_task(_watch_end_early(phase)) if spec.end_early is not None else None
     body = phase.run_closed() if spec.strategy == "concurrency" else phase.run_open()
     phase.issuer = loop.create_task(body)
     try:
@@ -445,10 +464,24 @@ async def run_phase(
     finally:
         if watcher is not None:
             watcher.cancel()
+        if ender is not None:
+            ender.cancel()
     outcome.end_ns = CLOCK.now_ns()
     if phase.sink_error is not None:
         raise phase.sink_error
     return outcome
+
+
+async def _watch_end_early(phase: _PhaseRun) -> None:
+    """Ask the spec's `end_early` periodically; end the phase (only) when it gives a reason."""
+    check = phase.spec.end_early
+    assert check is not None
+    while phase.cancel_reason is None:
+        await CLOCK.sleep(END_EARLY_CHECK_S)
+        reason = check(phase.outcome)
+        if reason:
+            phase.cancel_all(reason, whole_run=False)
+            return
 
 
 async def _watch(phase: _PhaseRun, stop: asyncio.Event | None, deadline_ns: int | None) -> None:

@@ -1,8 +1,9 @@
 """What shape of load: each pattern is a generator of phases that reads each phase's summary.
 
 `plan()` yields a `PhaseSpec`, the runner runs it and sends back its `MetricsSummary`, and the
-generator's return value is the pattern report (knee and capacity, soak or pulse parameters).
-Time-series analysis of soak and pulse runs happens afterwards (bench/load/analysis.py).
+generator's return value is the typed pattern report (bench/load/reports.py: knee and capacity,
+soak or pulse parameters). Time-series analysis of soak and pulse runs happens afterwards
+(bench/load/analysis.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from bench.config import (
     SLO,
+    CapacityLoad,
     ConcurrencyLoad,
     PulseLoad,
     RateLoad,
@@ -19,10 +21,22 @@ from bench.config import (
     StepLoad,
     ValidityRules,
 )
+from bench.load.capacity import capacity_search
 from bench.load.driver import PhaseSpec
+from bench.load.reports import (
+    ConcurrencyReport,
+    Ladder,
+    LadderStage,
+    PatternReportBase,
+    PulseReport,
+    RateReport,
+    SteadyReport,
+    StepReport,
+)
 from bench.schema import MetricsSummary
 
-PhasePlan = Generator[PhaseSpec, MetricsSummary, dict[str, Any]]
+PhasePlan = Generator[PhaseSpec, MetricsSummary, PatternReportBase]
+LadderPlan = Generator[PhaseSpec, MetricsSummary, Ladder]
 
 CAPACITY_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 """Concurrencies of the short ladder that finds capacity for steady/pulse when none is given:
@@ -55,17 +69,21 @@ def slo_breaches(summary: MetricsSummary, slo: SLO, rules: ValidityRules) -> lis
     return reasons
 
 
-def _stage_row(concurrency: int, summary: MetricsSummary) -> dict[str, Any]:
-    return {
-        "concurrency": concurrency,
-        "requests": summary.requests,
-        "request_throughput_rps": summary.request_throughput_rps,
-        "output_throughput_tok_s": summary.output_throughput_tok_s,
-        "error_rate": summary.error_rate,
-        "p99_ttft_ms": summary.ttft_ms.p99 if summary.ttft_ms else None,
-        "p99_tpot_ms": summary.tpot_ms.p99 if summary.tpot_ms else None,
-        "p99_e2e_ms": summary.e2e_ms.p99 if summary.e2e_ms else None,
-    }
+def _stage_row(
+    concurrency: int, summary: MetricsSummary, gain: float | None, reasons: list[str]
+) -> LadderStage:
+    return LadderStage(
+        concurrency=concurrency,
+        requests=summary.requests,
+        request_throughput_rps=summary.request_throughput_rps,
+        output_throughput_tok_s=summary.output_throughput_tok_s,
+        error_rate=summary.error_rate,
+        p99_ttft_ms=summary.ttft_ms.p99 if summary.ttft_ms else None,
+        p99_tpot_ms=summary.tpot_ms.p99 if summary.tpot_ms else None,
+        p99_e2e_ms=summary.e2e_ms.p99 if summary.e2e_ms else None,
+        gain=gain,
+        knee_reasons=reasons,
+    )
 
 
 def ladder(
@@ -76,7 +94,7 @@ def ladder(
     rules: ValidityRules,
     stop_at_knee: bool = True,
     name_prefix: str = "step",
-) -> PhasePlan:
+) -> LadderPlan:
     """Closed-loop stages at rising concurrency; returns the knee/capacity report.
 
     Throughput here is output-token throughput (output_throughput_tok_s: tokens for generate,
@@ -86,7 +104,7 @@ def ladder(
     (the knee stage added nothing or broke a limit); a knee at the first stage leaves capacity
     None. No knee: capacity = the last stage and `capacity_is_lower_bound` is True.
     """
-    stages: list[dict[str, Any]] = []
+    stages: list[LadderStage] = []
     knee_index: int | None = None
     for index, concurrency in enumerate(concurrencies):
         summary = yield PhaseSpec(
@@ -95,19 +113,15 @@ def ladder(
             target=concurrency,
             duration_s=stage_duration_s,
         )
-        row = _stage_row(concurrency, summary)
         reasons = slo_breaches(summary, slo, rules)
+        gain: float | None = None
         if stages:
-            previous = stages[-1]["output_throughput_tok_s"]
-            current = row["output_throughput_tok_s"]
+            previous = stages[-1].output_throughput_tok_s
+            current = summary.output_throughput_tok_s
             gain = (current - previous) / previous if previous > 0 else None
-            row["gain"] = gain
             if gain is not None and gain < min_gain:
                 reasons.append(f"throughput gain {gain:.1%} < {min_gain:.0%}")
-        else:
-            row["gain"] = None
-        row["knee_reasons"] = reasons
-        stages.append(row)
+        stages.append(_stage_row(concurrency, summary, gain, reasons))
         if reasons and knee_index is None:
             knee_index = index
             if stop_at_knee:
@@ -117,17 +131,17 @@ def ladder(
     else:
         capacity_index = knee_index - 1 if knee_index > 0 else None
     capacity = stages[capacity_index] if capacity_index is not None else None
-    return {
-        "stages": stages,
-        "knee_stage": knee_index,
-        "knee_concurrency": stages[knee_index]["concurrency"] if knee_index is not None else None,
-        "knee_reasons": stages[knee_index]["knee_reasons"] if knee_index is not None else [],
-        "capacity_concurrency": capacity["concurrency"] if capacity else None,
-        "capacity_rps": capacity["request_throughput_rps"] if capacity else None,
-        "capacity_output_tok_s": capacity["output_throughput_tok_s"] if capacity else None,
-        "capacity_is_lower_bound": knee_index is None,
-        "throughput_metric": "output_throughput_tok_s",
-    }
+    knee = stages[knee_index] if knee_index is not None else None
+    return Ladder(
+        stages=stages,
+        knee_stage=knee_index,
+        knee_concurrency=knee.concurrency if knee else None,
+        knee_reasons=list(knee.knee_reasons) if knee else [],
+        capacity_concurrency=capacity.concurrency if capacity else None,
+        capacity_rps=capacity.request_throughput_rps if capacity else None,
+        capacity_output_tok_s=capacity.output_throughput_tok_s if capacity else None,
+        capacity_is_lower_bound=knee_index is None,
+    )
 
 
 def step_concurrencies(load: StepLoad) -> list[int]:
@@ -139,25 +153,25 @@ def step_concurrencies(load: StepLoad) -> list[int]:
 def _find_capacity(
     given_rps: float | None, slo: SLO, rules: ValidityRules
 ) -> Generator[PhaseSpec, MetricsSummary, tuple[float | None, dict[str, Any]]]:
-    """Capacity (req/s) given or measured with the short ladder; plus how it was obtained."""
+    """Capacity (req/s) given or measured with the short ladder; plus how it was obtained (the
+    `HeldLoadReport` fields)."""
     if given_rps is not None:
         return given_rps, {"capacity_rps": given_rps, "capacity_source": "config"}
     report = yield from ladder(
         CAPACITY_LADDER, CAPACITY_STAGE_S, CAPACITY_MIN_GAIN, slo, rules, name_prefix="capacity"
     )
-    capacity = report["capacity_rps"]
+    capacity = report.capacity_rps
     note = None
-    if capacity is None and report["stages"]:
+    if capacity is None and report.stages:
         # The first stage already broke a limit: hold a fraction of what concurrency 1 did.
-        capacity = report["stages"][0]["request_throughput_rps"] or None
+        capacity = report.stages[0].request_throughput_rps or None
         note = "the first capacity stage already broke the SLO or error budget"
-    info = {
+    info: dict[str, Any] = {
         "capacity_rps": capacity,
         "capacity_source": "capacity ladder",
         "capacity_ladder": report,
+        "capacity_note": note,
     }
-    if note:
-        info["capacity_note"] = note
     return capacity, info
 
 
@@ -179,7 +193,7 @@ def plan(load: Any, slo: SLO, rules: ValidityRules) -> PhasePlan:
             duration_s=load.duration_s,
             max_requests=load.max_requests,
         )
-        return {"pattern": "concurrency", "concurrency": load.concurrency}
+        return ConcurrencyReport(concurrency=load.concurrency)
     if isinstance(load, RateLoad):
         yield PhaseSpec(
             name="rate",
@@ -191,9 +205,9 @@ def plan(load: Any, slo: SLO, rules: ValidityRules) -> PhasePlan:
             seed=load.seed,
             max_concurrency=load.max_concurrency,
         )
-        return {"pattern": "rate", "rate_rps": load.rate_rps, "arrival": load.arrival}
+        return RateReport(rate_rps=load.rate_rps, arrival=load.arrival)
     if isinstance(load, StepLoad):
-        report = yield from ladder(
+        found = yield from ladder(
             step_concurrencies(load),
             load.stage_duration_s,
             load.min_gain,
@@ -201,42 +215,40 @@ def plan(load: Any, slo: SLO, rules: ValidityRules) -> PhasePlan:
             rules,
             stop_at_knee=load.stop_at_knee,
         )
-        return {"pattern": "step", **report}
+        return StepReport(**dict(found))
     if isinstance(load, SteadyLoad):
         capacity, info = yield from _find_capacity(load.capacity_rps, slo, rules)
-        report: dict[str, Any] = {
-            "pattern": "steady",
-            "fraction": load.fraction,
-            "duration_s": load.duration_s,
-            "window_s": load.window_s,
-            **info,
-        }
+        steady = SteadyReport(
+            fraction=load.fraction, duration_s=load.duration_s, window_s=load.window_s, **info
+        )
         if not capacity:
-            report["error"] = "capacity could not be measured: no steady phase was run"
-            return report
-        report["rate_rps"] = load.fraction * capacity
+            steady.error = "capacity could not be measured: no steady phase was run"
+            return steady
+        steady.rate_rps = load.fraction * capacity
         yield PhaseSpec(
             name="steady",
             strategy="rate",
-            target=report["rate_rps"],
+            target=steady.rate_rps,
             duration_s=load.duration_s,
         )
-        return report
+        return steady
     if isinstance(load, PulseLoad):
         capacity, info = yield from _find_capacity(load.capacity_rps, slo, rules)
-        report = {"pattern": "pulse", "window_s": load.window_s, **info}
+        pulse = PulseReport(window_s=load.window_s, **info)
         if not capacity:
-            report["error"] = "capacity could not be measured: no pulse was run"
-            return report
+            pulse.error = "capacity could not be measured: no pulse was run"
+            return pulse
         baseline_rps = load.baseline_fraction * capacity
         burst_rps = load.burst_factor * capacity
-        report.update(baseline_rps=baseline_rps, burst_rps=burst_rps)
+        pulse.baseline_rps, pulse.burst_rps = baseline_rps, burst_rps
         yield PhaseSpec(
             "pulse-baseline", "rate", baseline_rps, load.baseline_s, seed=1, drain=False
         )
         yield PhaseSpec("pulse-burst", "rate", burst_rps, load.burst_s, seed=2, drain=False)
         yield PhaseSpec("pulse-recovery", "rate", baseline_rps, load.recovery_s, seed=3)
-        return report
+        return pulse
+    if isinstance(load, CapacityLoad):  # the SLO capacity search: bench/load/capacity.py
+        return (yield from capacity_search(load, slo, rules))
     raise ValueError(f"unknown load pattern {type(load).__name__}")
 
 

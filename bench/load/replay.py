@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Generator
-from typing import Any
 
 import numpy as np
 
 from bench.backends.base import GenerateRequest
 from bench.config import ReplayLoad
 from bench.load.driver import PhaseSpec
+from bench.load.reports import PatternReportBase, ReplayReport
 from bench.schema import MetricsSummary
 from bench.traffic_files import TraceRow, file_sha256, read_trace
 from bench.workload import TOKEN_ID_OFFSET
@@ -154,35 +154,38 @@ class Replay:
             ),
         )
 
-    def report(self) -> dict[str, Any]:
-        return {
-            "pattern": "replay",
-            "trace": self.load.trace,
-            "trace_sha256": self.sha256,
-            "trace_rows": len(self.rows),
-            "time_scale": self.load.time_scale,
-            "trace_span_s": self.span_s,
-            "max_lateness_ms": self.load.max_lateness_ms,
-        }
+    def report(self) -> ReplayReport:
+        return ReplayReport(
+            trace=self.load.trace,
+            trace_sha256=self.sha256,
+            trace_rows=len(self.rows),
+            time_scale=self.load.time_scale,
+            trace_span_s=self.span_s,
+            max_lateness_ms=self.load.max_lateness_ms,
+        )
 
 
-def plan_replay(replay: Replay, vocab_size: int) -> Generator[PhaseSpec, MetricsSummary, dict]:
+def plan_replay(
+    replay: Replay, vocab_size: int
+) -> Generator[PhaseSpec, MetricsSummary, ReplayReport]:
     """The replay pattern's plan: one phase, then its report (trace identity and schedule)."""
     yield replay.phase(vocab_size)
     return replay.report()
 
 
-def replay_validity_reasons(load: ReplayLoad, pattern_report: dict[str, Any]) -> list[str]:
+def replay_validity_reasons(
+    load: ReplayLoad, pattern_report: PatternReportBase | None
+) -> list[str]:
     """Why a replay run is INVALID: the generator fell behind the trace's schedule.
 
     Rule: p99 of send lateness (actual send - scheduled send) over the replay phase above
     `load.max_lateness_ms`; a replay with no lateness recorded also fails (nothing was sent)."""
-    lag = (pattern_report.get("scheduling_lag_ms") or {}).get(REPLAY_PHASE)
-    if not lag:
+    lag = pattern_report.scheduling_lag_ms.get(REPLAY_PHASE) if pattern_report else None
+    if lag is None:
         return ["replay: no send was recorded"]
-    if lag["p99"] > load.max_lateness_ms:
+    if lag.p99 > load.max_lateness_ms:
         return [
-            f"replay fell behind its trace: p99 send lateness {lag['p99']:.1f} ms > "
+            f"replay fell behind its trace: p99 send lateness {lag.p99:.1f} ms > "
             f"{load.max_lateness_ms:g} ms"
         ]
     return []

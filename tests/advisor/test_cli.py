@@ -124,7 +124,7 @@ def test_flags_build_the_profile() -> None:
     data = json.loads(result.output)
     stage = data["stages"][0]
     assert stage["recommendation"]["framework"] == "vllm"
-    assert [s["answer"] for s in stage["decision"]["path"][:3]] == ["no", "no", "yes"]
+    assert [s["answer"] for s in stage["decision"]["path"][:4]] == ["no", "no", "no", "yes"]
     assert stage["estimate"]["gpu"] == "H200"
 
 
@@ -187,10 +187,11 @@ def test_text_output_shows_path_estimate_and_evidence() -> None:
         "Recommendation: vllm",
         "Decision path:",
         "Estimate:",
-        "[published]",
+        "[the article, A100-80GB-PCIE]",  # provenance in words, never "measured-here"
         "Physical floor",
     ):
         assert text in result.output
+    assert "measured-here" not in result.output
 
 
 def test_store_option(tmp_path: Path) -> None:

@@ -137,3 +137,41 @@ def test_no_training_time_remedies_anywhere() -> None:
 def test_tree_data_has_no_training_remedies() -> None:
     tree_text = (Path(__file__).resolve().parents[2] / "data" / "decision_tree.yaml").read_text()
     assert not TRAINING_REMEDIES.search(tree_text)
+
+
+# ---------------------------------------------------------------- CPU runs get CPU advice
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_a_cpu_run_gets_no_cuda_graph_finding_and_no_nsys(device: str) -> None:
+    """Issue 23: the quick plan sets enforce_eager for vLLM on the CPU; that is no finding."""
+    run = synthetic_run(
+        "vllm",
+        gpu=None,
+        engine_args={"enforce_eager": True},
+        e2e_p50_ms=1000,
+        e2e_p99_ms=4200,
+        command="python -m bench run --backend vllm --model tiny-llama --device cpu",
+    )
+    run = run.model_copy(update={"config": run.config.model_copy(update={"device": device})})
+    found = rules(run)
+    assert "cuda_graphs_off" not in found
+    tail = found["long_tail"]
+    assert "on the CPU" in tail.finding and "OMP_NUM_THREADS" in tail.advice
+    assert "flash" not in tail.advice.lower()
+    assert tail.command.startswith("py-spy record --subprocesses -o ")
+    assert "nsys" not in profiling_command(run) and "cuda" not in tail.command.split("--")[0]
+
+
+def test_the_same_run_on_a_gpu_keeps_the_gpu_advice() -> None:
+    run = synthetic_run("vllm", engine_args={"enforce_eager": True})
+    assert "cuda_graphs_off" in rules(run)
+    assert profiling_command(run).startswith("nsys profile -t cuda")
+
+
+def test_a_cpu_out_of_memory_is_about_host_memory() -> None:
+    run = synthetic_run("vllm", gpu=None, status=RunStatus.FAILED, failure="Out of memory")
+    run = run.model_copy(update={"config": run.config.model_copy(update={"device": "cpu"})})
+    finding = rules(run)["out_of_memory"]
+    assert "host memory" in finding.finding and "VLLM_CPU_KVCACHE_SPACE" in finding.advice
+    assert "gpu_memory_utilization" not in finding.advice

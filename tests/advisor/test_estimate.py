@@ -190,11 +190,88 @@ def test_forward_floor_for_cnn() -> None:
     assert estimate.kv_cache_gb is None
 
 
-def test_long_context_over_position_limit_is_noted() -> None:
+def test_long_context_over_position_limit_is_refused_not_fitted() -> None:
     estimate = estimate_stage(
         stage(model="llama-2-7b", prompt_tokens={"mean": 4000}, output_tokens={"mean": 512})
     )
-    assert any("4096 positions" in note for note in estimate.notes)
+    assert estimate.context is not None and estimate.context.fits is False
+    assert estimate.refused and "4,512 tokens" in estimate.refused and "4,096" in estimate.refused
+    assert estimate.fits is None and estimate.fit_verdict == "refused: context too long"
+    assert estimate.max_concurrency_that_fits is None
+
+
+def test_llama_2_70b_6000_prompt_is_not_fits_on_four_h200() -> None:
+    """Issue 23: memory alone fits (4 x 141 GB) but 6,200 tokens exceed 4,096 positions."""
+    estimate = estimate_stage(
+        stage(
+            model="llama-2-70b",
+            prompt_tokens={"mean": 6000},
+            output_tokens={"mean": 200},
+            gpu={"type": "H200", "count": 4},
+        )
+    )
+    assert estimate.required_gb is not None and estimate.required_gb < estimate.available_gb
+    assert estimate.fits is None and estimate.fit_verdict != "fits"
+    assert "6,200" in (estimate.refused or "")
+
+
+def test_200k_prompt_on_llama_2_7b_is_refused_with_the_field() -> None:
+    from advisor.estimate import feasibility_problems
+
+    refused = stage(model="llama-2-7b", prompt_tokens={"mean": 200_000})
+    (problem,) = feasibility_problems([refused])
+    assert problem.field == "prompt_tokens" and problem.severity == "error"
+    assert "200,256 tokens" in problem.message and "4,096" in problem.message
+    assert feasibility_problems([stage(model="llama-2-7b", prompt_tokens={"mean": 3000})]) == []
+
+
+def test_only_the_tail_past_the_window_warns() -> None:
+    """Normal 3,000 ± 300 + 256: near-worst 3,856 fits 4,096; mean + 5 std (4,756) does not."""
+    from advisor.estimate import feasibility_problems
+
+    tail = stage(model="llama-2-7b", prompt_tokens={"kind": "normal", "mean": 3000, "spread": 300})
+    estimate = estimate_stage(tail)
+    assert estimate.context.fits is True and estimate.refused is None
+    assert estimate.context.longest_tokens == 3000 + 5 * 300 + 256
+    (problem,) = feasibility_problems([tail])
+    assert problem.severity == "warning" and "clip" in problem.message
+
+
+def test_rope_scaling_extends_the_serving_window_not_transformers(tmp_path: Path) -> None:
+    """vLLM's rule: linear x4 on 4,096 positions is a 16,384 window; llama3-type already states
+    it in max_position_embeddings; the bench's transformers adapters keep the raw positions."""
+    from advisor.estimate import architecture_for, context_limits
+
+    config = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "intermediate_size": 176,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    architecture, _ = architecture_for(str(tmp_path))
+    window, limits, words = context_limits(architecture)
+    assert window == 16384 and limits["vllm"] == 16384 and limits["pytorch"] == 4096
+    assert words == "linear x4"
+    fits = estimate_stage(stage(model=str(tmp_path), prompt_tokens={"mean": 12000}))
+    assert fits.context.fits is True
+    config["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert context_limits(architecture_for(str(tmp_path))[0])[0] == 4096
+
+
+def test_no_gpu_decided_says_so_and_tiny_parameters_are_not_zero() -> None:
+    estimate = estimate_stage(stage(model="tiny-llama"))
+    assert estimate.available_gb is None and estimate.fits is None
+    assert estimate.fit_verdict == "no GPU to fit against"
+    assert estimate.max_concurrency_that_fits is None and estimate.memory_source is None
+    assert any("no GPU to fit against" in note for note in estimate.notes)
+    assert estimate.parameters_label == "4.19 M"
+    assert estimate.parameters_b == pytest.approx(0.004188, abs=1e-6)
 
 
 # ---------------------------------------------------------------- the catalogue
@@ -257,3 +334,16 @@ def test_preset_counts_match_bench_models() -> None:
 
     for name, preset in PRESETS.items():
         assert ARCHITECTURES[name].parameters == parameter_count(preset.build_config()), name
+
+
+def test_preset_context_windows_match_bench_models() -> None:
+    """The context check's windows are the presets' max_position_embeddings (configs only, no
+    weights), and no preset has rope scaling."""
+    from bench.models import PRESETS
+
+    for name, preset in PRESETS.items():
+        config = preset.build_config()
+        assert ARCHITECTURES[name].max_positions == getattr(
+            config, "max_position_embeddings", None
+        ), name
+        assert ARCHITECTURES[name].rope_scaling is None

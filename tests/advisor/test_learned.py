@@ -78,7 +78,8 @@ def test_too_little_evidence_says_so() -> None:
     opinion = learned_opinion(runs)
     assert not opinion.fitted
     assert opinion.cv_accuracy is None and opinion.tree_text is None
-    assert "Too little evidence" in opinion.message
+    assert opinion.message.startswith("not enough stored evidence for a learned opinion (5 ")
+    assert not opinion.shown
     assert f"{MIN_GROUPS - 1} workload group(s)" in opinion.message
 
 
@@ -121,3 +122,50 @@ def test_learned_opinion_never_overrides_measurements(tmp_path: Path) -> None:
     assert stage.recommendation.follows == "measurements"
     assert stage.learned.fitted
     assert stage.learned.groups == 17
+
+
+def test_shown_only_when_the_accuracy_interval_beats_the_baseline() -> None:
+    opinion = learned_opinion(synthetic_campaign())
+    assert opinion.shown and opinion.tree_text
+    assert opinion.cv_accuracy_low > opinion.baseline_accuracy  # the rule, on clean data
+    assert opinion.cv_accuracy_low <= opinion.cv_accuracy <= opinion.cv_accuracy_high
+
+
+def test_no_better_than_guessing_is_one_line_and_nothing_else() -> None:
+    """SYNTHETIC: the winner ignores every feature (alternates), so the tree cannot beat the
+    majority guess by more than its interval."""
+    runs = []
+    for index, concurrency in enumerate((1, 2, 4, 8, 16, 32, 64, 128)):
+        fast, slow = (200, 100) if index % 2 == 0 else (100, 200)
+        runs += [
+            synthetic_run("vllm", concurrency=concurrency, throughput_tok_s=fast),
+            synthetic_run("pytorch", concurrency=concurrency, throughput_tok_s=slow),
+        ]
+    stage = profile_from_dict({"model": "llama-2-7b", "gpu": {"type": "H200"}, "concurrency": 8})
+    opinion = learned_opinion(runs, stage.primary, 6.7, recommended="vllm")
+    assert opinion.fitted and not opinion.shown
+    assert opinion.message == (
+        f"not enough stored evidence for a learned opinion (accuracy {opinion.cv_accuracy:.2f} "
+        f"vs baseline {opinion.baseline_accuracy:.2f})"
+    )
+    assert opinion.prediction is None and opinion.agrees_with is None and opinion.tree_text is None
+
+
+def test_shipped_reference_data_gives_no_learned_opinion() -> None:
+    """The H200 reference runs: 0.89 accuracy against a 0.89 baseline is no opinion."""
+    from advisor.evidence import measured_reference_runs
+    from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+
+    shipped = measured_reference_runs(SHIPPED_REFERENCE_DIR)
+    runs = [run for file_runs in shipped.values() for run in file_runs]
+    opinion = learned_opinion(runs)
+    assert not opinion.shown
+    assert opinion.message.startswith("not enough stored evidence for a learned opinion (accuracy")
+
+
+def test_wilson_interval() -> None:
+    from advisor.learned import wilson_interval
+
+    low, high = wilson_interval(8, 9)
+    assert 0.5 < low < 8 / 9 < high <= 1.0
+    assert wilson_interval(0, 0) == (0.0, 1.0)

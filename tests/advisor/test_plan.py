@@ -25,8 +25,16 @@ def test_plan_for_stage_is_the_tree_walk_plus_bench_plan(path: Path, quick: bool
     for stage in load_profile(path).stages:
         if stage.model is None:
             continue
-        plan = plan_for_stage(stage, quick=quick, tree=tree)
         decision = evaluate(tree, stage, estimate_stage(stage))
+        if decision.refused:  # over_long_context: refused before planning, by both
+            from bench.errors import UserError
+
+            with pytest.raises(UserError, match="cannot be planned"):
+                plan_for_stage(stage, quick=quick, tree=tree)
+            with pytest.raises(UserError, match="cannot be planned"):
+                bench_plan(stage, decision, quick=quick)
+            continue
+        plan = plan_for_stage(stage, quick=quick, tree=tree)
         assert plan.decision == decision
         assert plan.configs == bench_plan(stage, decision, quick=quick)
         assert plan.not_benchmarked == [
@@ -134,8 +142,8 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     from bench.backends import registry
 
     for stage in load_profile(path).stages:
-        if stage.model is None:
-            continue
+        if stage.model is None or estimate_stage(stage).refused:
+            continue  # a refused stage is never planned (test above)
         shape = workload_shape(stage)
         assert shape.concurrency == (stage.concurrency or 8)
         assert shape.max_sequence_tokens % 256 == 0
@@ -162,3 +170,91 @@ def test_a_busy_host_stretches_cpu_estimates(empty_model_cache) -> None:
         plan_for_stage(stage, quick=True, busy=4.0).duration_s
         == plan_for_stage(stage, quick=True).duration_s
     )
+
+
+# ---------------------------------------------------------------- the context window (issue 23)
+
+
+def _stage(**data):
+    from advisor.profile import profile_from_dict
+
+    return profile_from_dict(data).primary
+
+
+def test_a_stage_longer_than_the_models_window_is_refused_before_planning() -> None:
+    from bench.errors import UserError
+
+    stage = _stage(
+        model="llama-2-70b",
+        prompt_tokens={"mean": 6000},
+        output_tokens={"mean": 200},
+        gpu={"type": "H200", "count": 4},
+    )
+    with pytest.raises(UserError, match="cannot be planned: prompt \\+ output of up to 6,200"):
+        plan_for_stage(stage, quick=False)
+
+
+def test_max_model_len_never_passes_the_window() -> None:
+    """4,000 tokens round up to 4,096, not 4,352 (which vLLM refuses on 4,096 positions)."""
+    stage = _stage(model="llama-2-7b", prompt_tokens={"mean": 3900}, output_tokens={"mean": 100})
+    plan = plan_for_stage(stage, quick=True, cpu_only=False)
+    vllm = next(c for c in plan.configs if c.backend == "vllm")
+    assert vllm.engine_args["max_model_len"] == 4096
+
+
+def test_cpu_quick_plan_scales_a_long_prompt_to_the_substitute_and_says_so() -> None:
+    """mistral-7b takes 6,000 + 200 tokens; its CPU stand-in tiny-llama takes 4,096."""
+    from advisor.plan import workload_lengths
+
+    stage = _stage(
+        model="mistral-7b",
+        long_sequence_generation=True,
+        prompt_tokens={"mean": 6000},
+        output_tokens={"mean": 200},
+    )
+    plan = plan_for_stage(stage, quick=True, cpu_only=True, busy=1.0)
+    assert plan.configs and all(c.model == "tiny-llama" for c in plan.configs)
+    for config in plan.configs:
+        prompt, output = config.workload.prompt_tokens.mean, config.workload.output_tokens.mean
+        assert prompt + output <= 4096
+        assert prompt / output == pytest.approx(6000 / 200, rel=0.02)  # one factor for both
+        limit = config.engine_args.get("max_model_len") or config.engine_args.get("max_cache_len")
+        assert limit is None or limit <= 4096
+    assert "scales the lengths by 0.66" in plan.note
+    assert "from prompt 6,000 / output 200 tokens" in plan.note
+    assert workload_lengths(plan.configs[0]) == "prompt 3,963 tok / output 132 tok"
+
+
+def test_only_the_tail_past_the_window_is_clipped_and_said() -> None:
+    stage = _stage(
+        model="llama-2-7b",
+        prompt_tokens={"kind": "normal", "mean": 3000, "spread": 300},
+        output_tokens={"mean": 256},
+    )
+    plan = plan_for_stage(stage, quick=True, cpu_only=False)
+    assert all(c.workload.prompt_tokens.max == 4096 - 256 for c in plan.configs)
+    assert "prompts clipped at 3,840 tokens" in plan.note
+
+
+def test_cpu_runs_use_one_dtype_rule_and_say_so() -> None:
+    """The CLI's CPU runs are bfloat16 (bench run's default); the quick plan on the CPU too."""
+    from advisor.plan import CPU_HALF_DTYPE
+    from bench.config import PrecisionConfig
+
+    assert PrecisionConfig().dtype == CPU_HALF_DTYPE == "bfloat16"
+    stage = _stage(model="llama-2-7b", precision={"dtype": "float16"})
+    plan = plan_for_stage(stage, quick=True, cpu_only=True, busy=1.0)
+    assert plan.configs and {c.precision.dtype for c in plan.configs} == {"bfloat16"}
+    assert "CPU runs use bfloat16, not the profile's float16" in plan.note
+    gpu_plan = plan_for_stage(stage, quick=True, cpu_only=False)
+    assert {c.precision.dtype for c in gpu_plan.configs} == {"float16"}  # GPUs: as asked
+    fp32 = plan_for_stage(
+        _stage(model="llama-2-7b", precision={"dtype": "float32"}), quick=True, cpu_only=True
+    )
+    assert {c.precision.dtype for c in fp32.configs} == {"float32"}
+    forward = plan_for_stage(
+        _stage(kind="forward", model="resnet-50", image_size=224, fixed_input_shapes=True),
+        quick=True,
+        cpu_only=True,
+    )
+    assert {c.precision.dtype for c in forward.configs} == {"float32"}

@@ -23,68 +23,69 @@ TREE = load_tree()
 BIG_MODEL_SMALL_GPU = {"model": "llama-2-13b", "gpu": {"type": "L4"}}
 FITS = {"model": "llama-2-7b", "gpu": {"type": "H200"}}
 
-# (profile, expected leaf, expected answers along the path)
+# (profile, expected leaf, expected answers along the path; the first question of every path is
+# the context window's)
 BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
-    ("dynamic", {"dynamic_control_flow": True}, "pytorch_eager", ["yes", "no"]),
+    ("dynamic", {"dynamic_control_flow": True}, "pytorch_eager", ["no", "yes", "no"]),
     (
         "dynamic+latency",
         {"dynamic_control_flow": True, "slo": {"ttft_ms": 200}, "build_time_tolerance": "minutes"},
         "torch_compile_first",
-        ["yes", "yes"],
+        ["no", "yes", "yes"],
     ),
     (
         "dynamic+latency but no compile time",
         {"dynamic_control_flow": True, "slo": {"tpot_ms": 30}, "build_time_tolerance": "none"},
         "pytorch_eager",
-        ["yes", "no"],
+        ["no", "yes", "no"],
     ),
     (
         "fixed forward deterministic",
         {"fixed_input_shapes": True, "kind": "forward", "determinism_required": True},
         "tensorrt_deterministic",
-        ["no", "yes", "yes", "yes"],
+        ["no", "no", "yes", "yes", "yes"],
     ),
     (
         "fixed forward no build",
         {"fixed_input_shapes": True, "kind": "forward", "build_time_tolerance": "none"},
         "onnxruntime_no_build",
-        ["no", "yes", "yes", "no", "yes"],
+        ["no", "no", "yes", "yes", "no", "yes"],
     ),
     (
         "fixed forward",
         {"fixed_input_shapes": True, "kind": "forward"},
         "tensorrt_fixed",
-        ["no", "yes", "yes", "no", "no"],
+        ["no", "no", "yes", "yes", "no", "no"],
     ),
     (
         "fixed generate does not fit",
         {"fixed_input_shapes": True, **BIG_MODEL_SMALL_GPU},
         "trtllm_needs_more_memory",
-        ["no", "yes", "no", "yes"],
+        ["no", "no", "yes", "no", "yes"],
     ),
     (
         "fixed generate, no hours-long builds",
         {"fixed_input_shapes": True, "build_time_tolerance": "minutes", **FITS},
         "vllm_no_long_build",
-        ["no", "yes", "no", "no", "yes"],
+        ["no", "no", "yes", "no", "no", "yes"],
     ),
     (
         "fixed generate deterministic",
         {"fixed_input_shapes": True, "determinism_required": True, "build_time_tolerance": "hours"},
         "trtllm_deterministic",
-        ["no", "yes", "no", "no", "no", "yes"],
+        ["no", "no", "yes", "no", "no", "no", "yes"],
     ),
     (
         "fixed generate",
         {"fixed_input_shapes": True, **FITS},
         "trtllm_fixed",
-        ["no", "yes", "no", "no", "no", "no"],
+        ["no", "no", "yes", "no", "no", "no", "no"],
     ),
     (
         "long does not fit",
         {"long_sequence_generation": True, **BIG_MODEL_SMALL_GPU},
         "vllm_needs_more_memory",
-        ["no", "no", "yes", "yes"],
+        ["no", "no", "no", "yes", "yes"],
     ),
     (
         "long, latency objective, hours ok",
@@ -94,7 +95,7 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
             "build_time_tolerance": "hours",
         },
         "trtllm_low_latency",
-        ["no", "no", "yes", "no", "yes"],
+        ["no", "no", "no", "yes", "no", "yes"],
     ),
     (
         "long, TTFT under 300 ms, hours ok",
@@ -104,7 +105,7 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
             "build_time_tolerance": "hours",
         },
         "trtllm_low_latency",
-        ["no", "no", "yes", "no", "yes"],
+        ["no", "no", "no", "yes", "no", "yes"],
     ),
     (
         "long, TTFT 300 ms is not under 300",
@@ -114,29 +115,45 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
             "build_time_tolerance": "hours",
         },
         "vllm_long",
-        ["no", "no", "yes", "no", "no"],
+        ["no", "no", "no", "yes", "no", "no"],
     ),
     (
         "long",
         {"long_sequence_generation": True, **FITS},
         "vllm_long",
-        ["no", "no", "yes", "no", "no"],
+        ["no", "no", "no", "yes", "no", "no"],
     ),
-    ("multi backend", {"multi_backend": True}, "onnxruntime_portable", ["no", "no", "no", "yes"]),
+    (
+        "multi backend",
+        {"multi_backend": True},
+        "onnxruntime_portable",
+        ["no", "no", "no", "no", "yes"],
+    ),
     (
         "edge constraint",
         {"constraints": ["edge"]},
         "onnxruntime_portable",
-        ["no", "no", "no", "yes"],
+        ["no", "no", "no", "no", "yes"],
     ),
     (
         "no trait, does not fit",
         BIG_MODEL_SMALL_GPU,
         "vllm_needs_more_memory",
-        ["no", "no", "no", "no", "yes", "yes"],
+        ["no", "no", "no", "no", "no", "yes", "yes"],
     ),
-    ("no trait, generate", FITS, "vllm_default", ["no", "no", "no", "no", "yes", "no"]),
-    ("no trait, forward", {"kind": "forward"}, "forward_default", ["no", "no", "no", "no", "no"]),
+    ("no trait, generate", FITS, "vllm_default", ["no", "no", "no", "no", "no", "yes", "no"]),
+    (
+        "no trait, forward",
+        {"kind": "forward"},
+        "forward_default",
+        ["no", "no", "no", "no", "no", "no"],
+    ),
+    (
+        "context longer than the model's window",
+        {"model": "llama-2-7b", "prompt_tokens": {"mean": 200_000}},
+        "context_too_long",
+        ["yes"],
+    ),
 ]
 
 
@@ -163,6 +180,15 @@ def test_every_branch(data: dict[str, Any], leaf: str, answers: list[str]) -> No
     assert [c.rank for c in decision.candidates] == list(range(1, len(expected) + 1))
 
 
+def test_refusing_leaf_names_no_candidate_and_carries_the_estimates_reason() -> None:
+    stage, estimate, decision = decide(
+        {"model": "llama-2-70b", "prompt_tokens": {"mean": 6000}, "output_tokens": {"mean": 200}}
+    )
+    assert decision.leaf == "context_too_long" and decision.candidates == []
+    assert decision.refused == estimate.refused and "6,200 tokens" in decision.refused
+    assert what_would_change(TREE, stage, estimate, decision) == {}
+
+
 def test_cases_cover_every_leaf_and_both_answers_of_every_question() -> None:
     leaves, taken = set(), set()
     for _, data, _, _ in BRANCH_CASES:
@@ -177,7 +203,8 @@ def test_why_names_the_tested_facts() -> None:
     _, _, decision = decide({"long_sequence_generation": True, **BIG_MODEL_SMALL_GPU})
     fit_step = next(step for step in decision.path if step.node == "long_fits")
     assert "estimate.fits = false" in fit_step.why
-    assert "long_sequence_generation = true" in decision.path[2].why
+    assert "long_sequence_generation = true" in decision.path[3].why
+    assert "estimate.context.fits = true" in decision.path[0].why
 
 
 # ---------------------------------------------------------------- the seed's four cases
@@ -363,7 +390,7 @@ def _bad_root(data):
         (_cycle, "is on a cycle"),
         (_unknown_field, "node 'long_latency': unknown field 'slo.ttfb_ms'"),
         (_unreachable, "node 'orphan' is unreachable"),
-        (_no_candidates, "leaves.vllm_long.candidates"),
+        (_no_candidates, "leaves.vllm_long: a leaf needs at least one candidate"),
         (_bad_root, "root 'nowhere'"),
     ],
 )

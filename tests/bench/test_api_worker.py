@@ -285,6 +285,7 @@ def test_served_engine_metrics_and_usage_reach_the_result(store, tmp_path, tiny_
 def test_a_dead_workers_last_events_go_through_the_live_handler(tmp_path, tiny_llama):
     """Events a worker queued just before dying (records, its outcome) are applied in full:
     the records reach the parent and a sent outcome counts (a crash in close() loses nothing)."""
+    from bench.load.reports import ConcurrencyReport
     from bench.schema import RequestRecord
     from bench.worker import Worker, WorkerOutcome, _EventState
 
@@ -295,7 +296,8 @@ def test_a_dead_workers_last_events_go_through_the_live_handler(tmp_path, tiny_l
     )  # fmt: skip
     worker._events.put(("records", [record.model_dump()]))
     worker._events.put(
-        ("outcome", {"pattern_report": {"pattern": "concurrency"}, "warmup_s": 0.25,
+        ("outcome", {"pattern_report": {"pattern": "concurrency", "concurrency": 4},
+                     "warmup_s": 0.25,
                      "stopped": False, "server_metrics": []})
     )  # fmt: skip
     got: list = []
@@ -303,4 +305,4 @@ def test_a_dead_workers_last_events_go_through_the_live_handler(tmp_path, tiny_l
     worker._drain(outcome, _EventState(last_progress=0.0), got.extend, lambda _p: None)
     assert [r.id for r in got] == ["r0"] and got[0].output_tokens == 2
     assert outcome.status == "COMPLETED" and outcome.warmup_s == 0.25
-    assert outcome.pattern_report == {"pattern": "concurrency"}
+    assert outcome.pattern_report == ConcurrencyReport(concurrency=4)

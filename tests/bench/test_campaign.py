@@ -254,6 +254,8 @@ def test_advisor_plan_step_gets_the_advisors_configs(tmp_path: Path) -> None:
     configs, skipped = advisor_plan_configs(step, context)
     assert configs and skipped == []
     assert {config.device for config in configs} == {"cpu"}
+    # The profile plans float16 for its H200; CPU runs follow the one CPU dtype rule.
+    assert {config.precision.dtype for config in configs} == {"bfloat16"}
     assert all(config.load.pattern == "concurrency" for config in configs)  # quick = one phase
     assert all("quick" in (config.label or "") for config in configs)
 

@@ -82,7 +82,8 @@ def test_summarize_hand_computed(tmp_path):
     # ITL pooled: A 10, 20; B 30
     assert s["itl_ms"]["mean"] == pytest.approx(20.0)
     assert s["e2e_ms"]["p50"] == pytest.approx(50.0)
-    assert set(s["e2e_ms"]) == {"mean", "p50", "p90", "p99"}
+    assert set(s["e2e_ms"]) == {"mean", "p50", "p90", "p99", "count"}
+    assert (s["e2e_ms"]["count"], s["itl_ms"]["count"]) == (2, 3)  # 2 successes; 3 pooled gaps
 
 
 def test_summarize_without_slo_has_no_goodput(tmp_path):

@@ -98,3 +98,23 @@ async def test_max_parallel_queues(time_travel):
     first_token_s = sorted((chunks[0].t_ns - start) / 1e9 for chunks in results)
     assert first_token_s == [1, 1, 2, 2, 3]
     assert backend.max_active == 2
+
+
+async def test_latency_drift_knob_grows_ttft_with_time_since_load(time_travel):
+    backend = await loaded(ttft_s=0.1, ttft_growth_s_per_s=0.01)
+    first = CLOCK.now_ns()
+    chunks = await collect(backend, GenerateRequest("a", [1], output_tokens=1))
+    assert chunks[0].t_ns - first == 100 * MS  # at load time: no growth yet
+    await CLOCK.sleep(9.9)  # 10 s after load: 0.1 s more
+    later = CLOCK.now_ns()
+    chunks = await collect(backend, GenerateRequest("b", [1], output_tokens=1))
+    assert chunks[0].t_ns - later == pytest.approx(200 * MS, abs=MS)
+
+
+async def test_leak_knob_keeps_memory_per_request_until_close():
+    backend = await loaded(leak_bytes_per_request=1024)
+    for index in range(3):
+        await collect(backend, GenerateRequest(f"r{index}", [1], output_tokens=1))
+    assert sum(len(block) for block in backend._leaked) == 3 * 1024
+    await backend.close()
+    assert backend._leaked == []

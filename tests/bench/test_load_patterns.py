@@ -58,7 +58,7 @@ def test_single_phase_patterns():
         plan(ConcurrencyLoad(concurrency=7, duration_s=5), SLO(), RULES), [summary(1)]
     )
     assert [(s.strategy, s.target, s.duration_s) for s in specs] == [("concurrency", 7, 5)]
-    assert report["pattern"] == "concurrency"
+    assert report.pattern == "concurrency"
     load = RateLoad(rate_rps=3, arrival="constant", seed=9, max_concurrency=4)
     specs, report = drive(plan(load, SLO(), RULES), [summary(1)])
     assert (specs[0].strategy, specs[0].target, specs[0].arrival) == ("rate", 3, "constant")
@@ -71,11 +71,11 @@ def test_step_knee_on_throughput_gain():
     specs, report = drive(plan(load, SLO(), RULES), [summary(r) for r in rps])
     assert [s.target for s in specs] == [10, 20, 30, 40]  # stop_at_knee
     assert [s.name for s in specs][:2] == ["step-c10", "step-c20"]
-    assert report["knee_stage"] == 3 and report["knee_concurrency"] == 40
-    assert report["capacity_concurrency"] == 30 and report["capacity_rps"] == 250
-    assert report["stages"][1]["gain"] == pytest.approx(1.0)
-    assert "throughput gain 2.0% < 5%" in report["knee_reasons"][0]
-    assert report["capacity_is_lower_bound"] is False
+    assert report.knee_stage == 3 and report.knee_concurrency == 40
+    assert report.capacity_concurrency == 30 and report.capacity_rps == 250
+    assert report.stages[1].gain == pytest.approx(1.0)
+    assert "throughput gain 2.0% < 5%" in report.knee_reasons[0]
+    assert report.capacity_is_lower_bound is False
 
 
 def test_step_knee_on_slo_and_errors():
@@ -84,25 +84,25 @@ def test_step_knee_on_slo_and_errors():
     stages = [summary(10), summary(20), summary(30, p99_e2e=650), summary(40)]
     specs, report = drive(plan(load, slo, RULES), stages)
     assert [s.target for s in specs] == [1, 2, 3]  # stopped at the knee
-    assert report["knee_concurrency"] == 3 and report["capacity_concurrency"] == 2
-    assert report["knee_reasons"] == ["p99 e2e 650.0 ms > SLO 500 ms"]
+    assert report.knee_concurrency == 3 and report.capacity_concurrency == 2
+    assert report.knee_reasons == ["p99 e2e 650.0 ms > SLO 500 ms"]
     stages = [summary(10), summary(20, errors=0.05)]
     _, report = drive(plan(load, SLO(), RULES), stages)
-    assert report["knee_concurrency"] == 2 and report["capacity_rps"] == 10
-    assert "error rate 5.00% > budget 1.00%" in report["knee_reasons"]
+    assert report.knee_concurrency == 2 and report.capacity_rps == 10
+    assert "error rate 5.00% > budget 1.00%" in report.knee_reasons
     # A knee at the very first stage leaves no capacity.
     _, report = drive(plan(load, slo, RULES), [summary(10, p99_e2e=900)])
-    assert report["knee_stage"] == 0 and report["capacity_rps"] is None
+    assert report.knee_stage == 0 and report.capacity_rps is None
 
 
 def test_step_without_knee_and_without_stop():
     load = StepLoad(start=10, step=10, max=30, stage_duration_s=5, stop_at_knee=False)
     assert phases_total(load) == 3
     specs, report = drive(plan(load, SLO(), RULES), [summary(1), summary(2), summary(3)])
-    assert len(specs) == 3 and report["knee_stage"] is None
-    assert report["capacity_concurrency"] == 30 and report["capacity_is_lower_bound"] is True
+    assert len(specs) == 3 and report.knee_stage is None
+    assert report.capacity_concurrency == 30 and report.capacity_is_lower_bound is True
     specs, report = drive(plan(load, SLO(), RULES), [summary(1), summary(1), summary(3)])
-    assert len(specs) == 3 and report["knee_concurrency"] == 20  # climbed on, knee kept
+    assert len(specs) == 3 and report.knee_concurrency == 20  # climbed on, knee kept
 
 
 def test_slo_breaches_rule():
@@ -117,7 +117,7 @@ def test_steady_with_given_capacity():
     assert [(s.name, s.strategy, s.target, s.duration_s) for s in specs] == [
         ("steady", "rate", 40, 120)
     ]
-    assert report["capacity_source"] == "config" and report["rate_rps"] == 40
+    assert report.capacity_source == "config" and report.rate_rps == 40
 
 
 def test_steady_measures_capacity_first():
@@ -129,8 +129,8 @@ def test_steady_measures_capacity_first():
     assert [s.target for s in specs[:5]] == list(CAPACITY_LADDER[:5])
     assert specs[0].name == "capacity-c1"
     assert specs[-1].name == "steady" and specs[-1].target == pytest.approx(40)
-    assert report["capacity_source"] == "capacity ladder" and report["capacity_rps"] == 80
-    assert report["capacity_ladder"]["capacity_concurrency"] == 8
+    assert report.capacity_source == "capacity ladder" and report.capacity_rps == 80
+    assert report.capacity_ladder.capacity_concurrency == 8
 
 
 def test_pulse_phases():
@@ -141,7 +141,7 @@ def test_pulse_phases():
         ("pulse-burst", 200, 2, False),
         ("pulse-recovery", 50, 8, True),
     ]
-    assert report["burst_rps"] == 200 and report["baseline_rps"] == 50
+    assert report.burst_rps == 200 and report.baseline_rps == 50
 
 
 async def test_step_finds_the_knee_of_a_saturating_fake(time_travel):
@@ -160,9 +160,9 @@ async def test_step_finds_the_knee_of_a_saturating_fake(time_travel):
             spec = generator.send(outcome.summary())
     except StopIteration as finished:
         report = finished.value
-    throughput = [stage["request_throughput_rps"] for stage in report["stages"]]
+    throughput = [stage.request_throughput_rps for stage in report.stages]
     # Saturated stages drain a queue past the stage end, hence approx.
     assert throughput == pytest.approx([100, 200, 250, 250], rel=0.01)
-    assert report["knee_concurrency"] == 40
-    assert report["capacity_concurrency"] == 30
-    assert report["capacity_rps"] == pytest.approx(250, rel=0.01)
+    assert report.knee_concurrency == 40
+    assert report.capacity_concurrency == 30
+    assert report.capacity_rps == pytest.approx(250, rel=0.01)

@@ -33,6 +33,8 @@ def test_every_step_of_a_gpu_plan_becomes_a_cpu_step_with_the_same_name(plan_fil
             )
             assert not config.precision.uses_fp8
             assert "gpu_memory_utilization" not in config.engine_args
+            # a server the openai backend starts is rehearsed the same way
+            assert "gpu_memory_utilization" not in config.engine_args.get("server_args", {})
             assert config.backend == original.config.backend
             assert config.load.pattern == original.config.load.pattern
             load = config.load
@@ -127,13 +129,16 @@ def test_the_kept_rehearsal_is_of_the_plan_as_shipped(name: str) -> None:
         {"pattern": "rate", "rate_rps": 50},
         {"pattern": "concurrency", "concurrency": 64, "duration_s": 600},
         {"pattern": "step", "start": 10, "step": 10, "max": 100},
+        {"pattern": "capacity", "over": "concurrency"},
     ],
 )
 def test_every_load_pattern_keeps_its_shape_and_gets_short(load: dict) -> None:
     from bench.config import RunConfig
     from bench.rehearsal import STAGE_S, rehearse_config
 
-    config = RunConfig.model_validate({"backend": "pytorch", "model": "llama-2-7b", "load": load})
+    config = RunConfig.model_validate(
+        {"backend": "pytorch", "model": "llama-2-7b", "load": load, "slo": {"ttft_ms": 300}}
+    )
     rehearsed = rehearse_config(config).load
     assert rehearsed.pattern == config.load.pattern
     for name in ("duration_s", "stage_duration_s", "baseline_s", "burst_s", "recovery_s"):
@@ -143,3 +148,6 @@ def test_every_load_pattern_keeps_its_shape_and_gets_short(load: dict) -> None:
         assert rehearsed.capacity_rps is not None  # no capacity ladder before the phases
     if rehearsed.pattern == "step":
         assert rehearsed.levels == [4]  # 10..100, each capped at MAX_CONCURRENCY
+    if rehearsed.pattern == "capacity":  # a coarse search, the same axis
+        assert rehearsed.over == "concurrency" and rehearsed.probe_requests == 10
+        assert rehearsed.max_probes == 6 and rehearsed.max_concurrency == 4

@@ -79,7 +79,7 @@ async def test_concurrency_run_with_warmup_and_progress(time_travel):
     assert summary.requests == 200 == len(got.records) - 3  # warm-up not measured
     assert summary.e2e_ms.p99 == pytest.approx(200)
     assert outcome.summary == summary
-    assert outcome.pattern_report["pattern"] == "concurrency"
+    assert outcome.pattern_report.pattern == "concurrency"
     # Progress: every key, at least once a second of (virtual) time, across the whole run.
     times = [t for t, _ in got.progress]
     assert all(set(p) >= PROGRESS_KEYS for _, p in got.progress)
@@ -106,8 +106,8 @@ async def test_step_run_reports_knee(time_travel):
     outcome, got = await run(load, {"ttft_s": 0.1, "max_parallel": 25}, output_tokens=1)
     report = outcome.pattern_report
     assert [p.name for p in got.phases] == ["step-c10", "step-c20", "step-c30", "step-c40"]
-    assert report["knee_concurrency"] == 40 and report["capacity_concurrency"] == 30
-    assert set(report["phase_windows"]) == {p.name for p in got.phases}
+    assert report.knee_concurrency == 40 and report.capacity_concurrency == 30
+    assert set(report.phase_windows) == {p.name for p in got.phases}
     assert outcome.summary.requests == sum(p.summary.requests for p in got.phases)
 
 
@@ -128,17 +128,17 @@ async def test_pulse_run_and_analysis(time_travel):
     report = outcome.pattern_report
     assert [p.name for p in got.phases] == ["pulse-baseline", "pulse-burst", "pulse-recovery"]
     burst = got.phases[1]
-    assert (report["burst_start_ns"], report["burst_end_ns"]) == (
+    assert (report.burst_start_ns, report.burst_end_ns) == (
         burst.start_ns,
         burst.start_ns + 3_000_000_000,
     )
     assert len(got.records) == sum(p.summary.requests for p in got.phases)
     finished = finish_pattern_report(report, got.records, [])
-    analysis = finished["analysis"]
-    assert analysis["baseline_p99_e2e_ms"] == pytest.approx(100, rel=0.1)  # Poisson: rare waits
-    assert analysis["peak_e2e_ms"] > 1000  # ~300 queued requests at 100 req/s
-    assert analysis["max_queue_depth"] > 100
-    assert analysis["recovery_s"] is not None and 0 < analysis["recovery_s"] < 20
+    analysis = finished.analysis
+    assert analysis.baseline_p99_e2e_ms == pytest.approx(100, rel=0.1)  # Poisson: rare waits
+    assert analysis.peak_e2e_ms > 1000  # ~300 queued requests at 100 req/s
+    assert analysis.max_queue_depth > 100
+    assert analysis.recovery_s is not None and 0 < analysis.recovery_s < 20
 
 
 async def test_steady_run_measures_capacity_then_soaks(time_travel, monkeypatch):
@@ -148,23 +148,23 @@ async def test_steady_run_measures_capacity_then_soaks(time_travel, monkeypatch)
     report = outcome.pattern_report
     names = [p.name for p in got.phases]
     assert names[:4] == ["capacity-c1", "capacity-c2", "capacity-c4", "capacity-c8"]
-    assert names[-1] == "steady" and report["capacity_ladder"]["capacity_concurrency"] == 8
-    assert report["capacity_rps"] == pytest.approx(80, rel=0.02)
-    assert report["rate_rps"] == pytest.approx(40, rel=0.02)
+    assert names[-1] == "steady" and report.capacity_ladder.capacity_concurrency == 8
+    assert report.capacity_rps == pytest.approx(80, rel=0.02)
+    assert report.rate_rps == pytest.approx(40, rel=0.02)
     assert got.phases[-1].summary.request_throughput_rps == pytest.approx(40, rel=0.15)
     samples = [
-        TelemetrySample(t_ns=report["steady_start_ns"] + i * 1_000_000_000, host_rss_bytes=2**30)
+        TelemetrySample(t_ns=report.steady_start_ns + i * 1_000_000_000, host_rss_bytes=2**30)
         for i in range(120)
     ]
-    analysis = finish_pattern_report(report, got.records, samples)["analysis"]
-    assert len(analysis["windows"]) >= 12 and analysis["leak_suspected"] is False
+    analysis = finish_pattern_report(report, got.records, samples).analysis
+    assert len(analysis.windows) >= 12 and analysis.leak_suspected is False
 
 
 async def test_max_duration_is_a_hard_bound(time_travel):
     load = ConcurrencyLoad(concurrency=2, duration_s=60, max_duration_s=5, warmup_requests=0)
     outcome, got = await run(load, {"ttft_s": 2.0})
     assert outcome.deadline_reached and not outcome.stopped
-    assert outcome.pattern_report["incomplete"] == "max_duration_s reached"
+    assert outcome.pattern_report.incomplete == "max_duration_s reached"
     assert sorted(r.error or "ok" for r in got.records) == ["ok"] * 4 + [DEADLINE_REACHED] * 2
     assert max(r.end_ns for r in got.records) - min(r.start_ns for r in got.records) == 5 * 10**9
 
@@ -174,6 +174,6 @@ async def test_stop_ends_the_run(time_travel):
     asyncio.get_running_loop().call_later(3.05, stop.set)
     load = StepLoad(start=1, step=1, max=5, stage_duration_s=2, warmup_requests=0)
     outcome, got = await run(load, {"ttft_s": 0.1}, output_tokens=1, stop=stop)
-    assert outcome.stopped and outcome.pattern_report["incomplete"] == "stopped"
+    assert outcome.stopped and outcome.pattern_report.incomplete == "stopped"
     assert [p.name for p in got.phases] == ["step-c1", "step-c2"]
     assert [r.error for r in got.records].count("stopped") == 2

@@ -31,6 +31,7 @@ from bench.errors import UserError
 from bench.load.driver import PhaseSpec, run_phase
 from bench.load.replay import Replay, TraceRequests, replay_validity_reasons
 from bench.metrics import summarize
+from bench.percentiles import Percentiles
 from bench.runner import RunEvents, execute
 from bench.schema import ModelInfo, RequestRecord
 from bench.traffic_files import read_csv_trace, read_mooncake, read_prompt_file
@@ -262,12 +263,15 @@ async def test_replay_sends_at_trace_times_with_trace_lengths(time_travel, tmp_p
     assert sorted(r.output_tokens for r in replayed) == [2, 2, 3, 4]
     assert all(r.start_ns - r.scheduled_ns == 0 for r in replayed)  # lateness, virtual time
     report = outcome.pattern_report
-    assert report["pattern"] == "replay" and report["trace_rows"] == 4
-    assert len(report["trace_sha256"]) == 64
-    assert report["scheduling_lag_ms"]["replay"]["p99"] == 0
+    assert report.pattern == "replay" and report.trace_rows == 4
+    assert len(report.trace_sha256) == 64
+    assert report.scheduling_lag_ms["replay"].p99 == 0
     assert replay_validity_reasons(load, report) == []
-    late = {"scheduling_lag_ms": {"replay": {"mean": 9, "p50": 5, "p90": 9, "p99": 40}}}
+    late = report.model_copy(
+        update={"scheduling_lag_ms": {"replay": Percentiles(mean=9, p50=5, p90=9, p99=40)}}
+    )
     assert "fell behind" in replay_validity_reasons(load, late)[0]
+    assert replay_validity_reasons(load, None) == ["replay: no send was recorded"]
 
 
 def test_replay_request_cap_and_azure_csv_layout():

@@ -57,7 +57,8 @@ def test_the_first_answer_rests_on_the_shipped_h200_measurements(app_test):
     assert not at.exception
     gpu = next(s for s in at.selectbox if s.label == "GPU type")
     assert gpu.value == "H200"
-    assert any("settled by measurements on your GPU type" in s.value for s in at.success)
+    # ... which are this project's published runs, not the user's (issue 23: provenance).
+    assert any("settled by this project's published runs" in s.value for s in at.success)
     assert not any("No measurement counts" in i.value for i in at.info)
 
 
@@ -72,7 +73,8 @@ def test_another_gpu_is_told_where_the_evidence_is_and_can_switch(app_test):
     assert not at.exception
     assert next(s for s in at.selectbox if s.label == "GPU type").value == "H200"
     assert not any("No measurement counts" in i.value for i in at.info)
-    assert any("settled by measurements on your GPU type" in s.value for s in at.success)
+    # ... which are this project's published runs, not the user's (issue 23: provenance).
+    assert any("settled by this project's published runs" in s.value for s in at.success)
 
 
 def test_configuration_search_shows_table_chart_and_accuracy(app_test):
@@ -99,3 +101,38 @@ def test_configuration_search_shows_table_chart_and_accuracy(app_test):
     assert any("on 2 GPU(s) of 2" in i.value for i in at.info)
     assert any("Leave-one-out over" in m.value for m in at.markdown)
     assert any("lm-evaluation-harness" in c.value for c in at.caption)
+
+
+def _seeded(app_test, **stage):
+    from advisor.profile import WorkloadProfile
+    from ui import state
+
+    at = app_test()
+    profile = WorkloadProfile.model_validate({"title": "seeded", **stage})
+    at.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    return at.run()
+
+
+def test_an_over_long_context_is_refused_at_the_field(app_test):
+    """Issue 23: 6,000 + 200 tokens on Llama-2-70B (4,096 positions) is not "fits"."""
+    at = _seeded(
+        app_test,
+        model="llama-2-70b",
+        prompt_tokens={"mean": 6000},
+        output_tokens={"mean": 200},
+        gpu={"type": "H200", "count": 4},
+    )
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("**prompt_tokens**") and "4,096" in e for e in errors), errors
+    assert any("### none" in s.value and "refused" in s.value for s in at.success)
+    assert not any(m.value == "fits" for m in at.metric)
+
+
+def test_no_gpu_decided_says_there_is_no_gpu_to_fit_against(app_test):
+    at = _seeded(app_test, model="tiny-llama")
+    assert not at.exception
+    memory = next(m for m in at.metric if m.label == "Memory")
+    assert memory.value == "no GPU to fit against"
+    captions = " ".join(c.value for c in at.caption)
+    assert "0.00 B" not in captions and "parameters: 4.19 M" in captions

@@ -21,6 +21,7 @@ from bench.config import (
     StepLoad,
     ValidityRules,
 )
+from bench.load.reports import PatternReportBase
 from bench.schema import (
     ModelInfo,
     PhaseResult,
@@ -60,6 +61,31 @@ def synthetic_records(
         )
         t += int(tpot_ms * NS_PER_MS * 4)
     return records
+
+
+def pattern_report_of(
+    config: RunConfig,
+    phases: list[PhaseResult],
+    records: list[RequestRecord],
+    samples: list[TelemetrySample],
+) -> PatternReportBase:
+    """The pattern report the real code makes of these phases: `plan()` fed each phase's
+    summary (the runner's part), the phase windows, then the after-the-run analysis (launch's)."""
+    from bench.load.analysis import finish_pattern_report
+    from bench.load.patterns import plan
+
+    generator = plan(config.load, config.slo, config.validity)
+    spec = next(generator)
+    report: PatternReportBase | None = None
+    for phase in phases:
+        assert spec.name == phase.name, "synthetic phases must follow the pattern's plan"
+        try:
+            spec = generator.send(phase.summary)
+        except StopIteration as finished:
+            report = finished.value
+    assert report is not None, "the synthetic phases must finish the pattern's plan"
+    windows = {phase.name: [phase.start_ns, phase.end_ns] for phase in phases}
+    return finish_pattern_report(report.with_phase_windows(windows), records, samples)
 
 
 def synthetic_run(
@@ -137,17 +163,7 @@ def synthetic_run(
         peak_host_rss_gb=1.31,
         samples=samples,
     )
-    pattern_report: dict[str, Any] = {}
-    if pattern == "step":
-        pattern_report = {
-            "pattern": "step",
-            "knee_stage": 1,
-            "knee_concurrency": 2,
-            "capacity_concurrency": 1,
-            "capacity_rps": 9.5,
-        }
-    elif pattern == "pulse":
-        pattern_report = {"pulse": {"recovery_s": 1.5, "peak_p99_ms": 210.0}}
+    pattern_report = pattern_report_of(config, phases, records, samples)
     environment = {
         "hostname": "synthetic-host",
         "cpu": {"model": "Synthetic CPU"},
@@ -178,7 +194,8 @@ def synthetic_run(
 
 def workload_profile(title: str = XSS_TITLE, gpu: str | None = "H100-SXM") -> WorkloadProfile:
     """The profile of the report tests: tiny-llama chat generation on the synthetic GPU's type,
-    with free text that must be escaped in every format."""
+    with free text that must be escaped in every format. Its workload is the synthetic runs'
+    (128 / 16 tokens, bfloat16, concurrency 2): only a measurement matching the stage settles."""
     return WorkloadProfile(
         title=title,
         owner="Platform team <ml-platform@example.com>",
@@ -189,6 +206,9 @@ def workload_profile(title: str = XSS_TITLE, gpu: str | None = "H100-SXM") -> Wo
                 kind="generate",
                 model="tiny-llama",
                 long_sequence_generation=True,
+                prompt_tokens=LengthDistribution(mean=128),
+                output_tokens=LengthDistribution(mean=16),
+                precision={"dtype": "bfloat16"},
                 concurrency=2,
                 gpu=GpuProfile(type=gpu),
             )

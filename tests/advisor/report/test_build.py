@@ -220,7 +220,10 @@ def test_charts_drawn_only_with_data_and_absence_explained(synthetic_report: Rep
     knee = charts["throughput-vs-concurrency"].markers
     assert [m.x for m in knee] == [2.0]
     assert charts["pulse-recovery"].available and len(charts["pulse-recovery"].markers) == 2
-    assert "recovery_s = 1.5" in charts["pulse-recovery"].description
+    # The synthetic recovery phase stays 20% slower than baseline: the real analysis says so.
+    description = charts["pulse-recovery"].description
+    assert "analysis.recovered = False" in description
+    assert "analysis.baseline_p99_e2e_ms = " in description and "_ns =" not in description
     assert charts["power-over-time"].available  # the GPU double has power samples
     assert charts["latency-distribution"].available
 
@@ -262,14 +265,26 @@ def test_reproduce_commands_are_the_runs_own(synthetic_report: Report) -> None:
     }
 
 
-def test_relevant_run_ids_are_the_runs_the_advisors_evidence_cites(answer_and_report) -> None:
+def test_relevant_run_ids_are_the_settling_runs_then_the_nearest(answer_and_report) -> None:
     answer, report = answer_and_report
     cited = relevant_run_ids(answer)
-    assert {run.run_id for run in report.runs} <= set(cited)
-    in_rows = [
-        run_id for stage in answer.stages for row in stage.evidence for run_id in row.run_ids
+    # The vLLM GPU run matches the stage and settles it; the CPU step run (given explicitly to
+    # the report) is on no GPU of the profile's type, so the default runs leave it out.
+    assert (
+        cited == answer.stages[0].recommendation.settled_by_runs == ["synthetic-vllm-concurrency-3"]
+    )
+    assert len(report.runs) == 2
+    settled_or_near = [
+        run_id
+        for stage in answer.stages
+        for run_id in [
+            *stage.recommendation.settled_by_runs,
+            *(i for row in stage.recommendation.nearest for i in row.run_ids),
+        ]
     ]
-    assert set(cited) == set(in_rows) and len(cited) == len(set(cited))
+    assert set(cited) == set(settled_or_near) and len(cited) == len(set(cited))
+    every_row = {i for stage in answer.stages for row in stage.evidence for i in row.run_ids}
+    assert set(cited) <= every_row
 
 
 def test_load_reference_reads_the_advisors_published_layout(tmp_path) -> None:

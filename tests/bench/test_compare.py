@@ -1,0 +1,143 @@
+"""`bench compare` on the shipped H200 campaigns of data/reference (single runs: within-run
+intervals only, and said so) and on a campaign of repeats run here with the `fake` backend (a
+labelled TEST DOUBLE: no inference)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.campaign import CampaignPlan, run_campaign
+from bench.cli import main
+from bench.compare import compare, load_side
+from bench.errors import UserError
+from bench.executors import LocalExecutor
+from bench.schema import RunResult
+from tests.bench.test_repeats import fake_config
+
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
+S6 = REFERENCE / "h200_2026-11-30_s4"
+FP8 = REFERENCE / "h200_2026-12-01_fp8"
+
+
+def test_same_plan_run_twice_on_one_h200(capsys):
+    """Campaign plan s6 ran twice (s6a, s6b): shipped campaign files with runs-*.tgz."""
+    code = main(["compare", str(S6 / "campaign-s6a.json"), str(S6 / "campaign-s6b.json"),
+                 "--bootstrap", "200", "--json"])  # fmt: skip
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)["campaigns"]
+    assert report["same_plan"] and report["a"]["single_run"] and report["b"]["single_run"]
+    assert sum("single run" in note for note in report["notes"]) == 2
+    drift = {(row["contender"], row["level"]): row["comparison"] for row in report["drift"]}
+    assert set(drift) == {("pytorch", "c64"), ("vllm", "c1024"), ("vllm (uvloop)", "c1024")}
+    for comparison in drift.values():
+        rows = {row["metric"]: row for row in comparison["metrics"]}
+        throughput = rows["output_throughput_tok_s"]
+        interval = throughput["interval"]
+        assert interval["low"] <= throughput["ratio"] <= interval["high"]
+        assert any("single run" in note for note in comparison["notes"])
+    # The asyncio and uvloop vLLM runs: one workload, two contenders, within 1%: a tie.
+    [decision] = report["decisions"]
+    assert decision["winner_a"].startswith("tie: vllm") and not decision["flipped"]
+    assert code == 0 and main(["compare", str(S6), str(S6)]) == 2  # two campaigns: name one
+    assert "several campaigns" in capsys.readouterr().err
+
+
+def test_ladder_campaign_levels_from_its_steps_archive(capsys):
+    """The fp8 campaign (new format; runs in steps-fp8.tgz): each ladder stage is a level."""
+    report = compare(str(FP8), str(FP8 / "campaign-fp8.json"), bootstrap=100).campaigns
+    ladders = [row for row in report.drift if row.level != "c1024"]  # c1024: the fidelity run
+    assert {row.level for row in ladders} == {"c1", "c16", "c64", "c256"}
+    assert len(ladders) == 12 and len(report.drift) == 13
+    # The same measurements on both sides (independent bootstrap streams): nothing changed.
+    assert report.changes == []
+    for row in report.drift:
+        headline = row.comparison.metric("output_throughput_tok_s")
+        assert headline.verdict == "indistinguishable"
+        assert headline.interval.low < 1.0 < headline.interval.high
+    assert report.decisions == []  # every workload (precision) has one contender here
+
+
+def test_rendered_table_says_single_run(capsys):
+    from rich.console import Console
+
+    from bench.compare import render
+
+    report = compare(str(S6 / "campaign-s6a.json"), str(S6 / "campaign-s6b.json"), bootstrap=100)
+    console = Console(width=250, record=True)
+    render(report, console)
+    text = console.export_text()
+    assert "single run" in text and "drift: s6b / s6a" in text
+    assert "no winner flipped" in text
+
+
+def test_bad_sides_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="no such file or folder"):
+        load_side("no-such-thing", store=None)
+    (tmp_path / "x.json").write_text("[1, 2]")
+    with pytest.raises(UserError, match="not a campaign file"):
+        load_side(str(tmp_path / "x.json"))
+    run_folder = tmp_path / "run"
+    run_folder.mkdir()
+    (run_folder / "result.json").write_text(RunResult(config=fake_config()).model_dump_json())
+    with pytest.raises(UserError, match="compare a campaign with a campaign"):
+        compare(str(FP8), str(run_folder), threshold=0.05)
+    with pytest.raises(UserError, match="--threshold"):
+        compare(str(FP8), str(FP8), threshold=1.5)
+
+
+def test_campaign_with_repeats_and_a_slower_contender(tmp_path, tiny_llama):
+    """A plan with `repeats: 2` steps: each step is a group; the contender with 1.5x the delays
+    loses (real clock on a shared machine: the exact ratio depends on its load, so only the
+    direction and significance are checked; the exact 20% case is in test_stats under virtual
+    time), and the same campaign compared with itself shows no flip."""
+    plan = CampaignPlan.model_validate(
+        {
+            "name": "repeats",
+            "steps": [
+                {"kind": "run", "name": "fast", "config": fake_config().model_dump(),
+                 "repeats": 2},
+                {"kind": "run", "name": "slow", "repeats": 2,
+                 "config": fake_config(ttft_s=0.006, itl_s=0.0015).model_dump()},
+            ],
+        }
+    )  # fmt: skip
+    out = tmp_path / "campaign"
+    result = run_campaign(plan, out, LocalExecutor())
+    for outcome in result.steps:
+        assert outcome.status == "completed" and len(outcome.runs) == 2
+        assert len({run.group.group_id for run in outcome.runs}) == 1
+    report = compare(str(out), str(out), bootstrap=300).campaigns
+    assert not report.a.single_run and report.same_plan
+    [decision] = report.decisions
+    assert decision.winner_a == decision.winner_b and not decision.flipped
+    assert decision.winner_a.startswith("fake {") and "0.004" in decision.winner_a
+    [pair] = decision.ratios
+    assert pair.ratio_a > 1.1 and pair.interval_a.low > 1.05  # the faster one, significantly
+
+
+def test_two_run_folders_per_ladder_stage(tmp_path):
+    """Two shipped fp8-campaign run folders (extracted to a temporary folder): FP8 weights vs
+    bf16 weights, each ladder stage compared; the c1 stage's 25 requests make its p90/p99
+    unreliable, and the comparison says so."""
+    import tarfile
+
+    with tarfile.open(FP8 / "steps-fp8.tgz") as archive:
+        members = [
+            m for m in archive.getmembers()
+            if m.name.endswith(("result.json", "records.jsonl"))
+            and m.name.startswith(("steps/vllm_7b_bf16/", "steps/vllm_7b_fp8_weights/"))
+        ]  # fmt: skip
+        archive.extractall(tmp_path, members=members, filter="data")
+    [fp8] = (tmp_path / "steps" / "vllm_7b_fp8_weights" / "runs").iterdir()
+    [bf16] = (tmp_path / "steps" / "vllm_7b_bf16" / "runs").iterdir()
+    report = compare(str(fp8), str(bf16), bootstrap=200).measurements
+    assert [level.level for level in report.levels] == ["c1", "c16", "c64", "c256"]
+    assert report.a.single_run and report.b.single_run
+    c1 = report.levels[0].comparison
+    throughput = c1.metric("output_throughput_tok_s")
+    assert throughput.verdict == "faster" and throughput.ratio > 1.2  # FP8 weights, batch 1
+    assert not c1.metric("ttft_ms_p99").reliable and c1.metric("ttft_ms_p50").reliable
+    assert sum("single run" in note for note in report.notes) == 2
