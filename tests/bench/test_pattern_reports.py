@@ -104,13 +104,15 @@ def test_concurrency_and_rate(store: ResultStore, tmp_path: Path) -> None:
 
 
 def test_step_with_and_without_a_knee(store: ResultStore, tmp_path: Path) -> None:
-    # Two requests at once at most: concurrency 4 gains nothing over 2, the knee.
-    saturating = StepLoad(levels=[1, 2, 4], stage_duration_s=1.0, warmup_requests=0)
+    # Two requests at once at most: concurrency 4 gains nothing over 2, the knee. A 30% knee
+    # threshold (not the default 5%): 2 doubles what 1 does and 4 adds ~0%, so a busy CI
+    # machine's few-percent noise in 1 s stages cannot move the knee.
+    saturating = StepLoad(levels=[1, 2, 4], stage_duration_s=1.0, warmup_requests=0, min_gain=0.3)
     result = launched(fake_run(saturating, ttft_s=0.05, max_parallel=2), store, tmp_path / "k")
     report = result.pattern_report
     assert report.knee_concurrency == 4 and report.knee_stage == 2
     assert report.capacity_concurrency == 2 and report.capacity_is_lower_bound is False
-    assert report.stages[2].gain < 0.05 and report.knee_reasons
+    assert report.stages[2].gain < 0.3 and report.knee_reasons
     assert [stage.concurrency for stage in report.stages] == [1, 2, 4]
     # No limit: concurrency 2 doubles what 1 does, no knee, capacity a lower bound.
     open_ladder = StepLoad(levels=[1, 2], stage_duration_s=1.0, warmup_requests=0)
@@ -273,6 +275,17 @@ def shipped_results() -> list[tuple[str, dict]]:
     return found
 
 
+def holds(dumped: Any, stored: Any) -> bool:
+    """`dumped` keeps every stored value; fields added since (None when absent) may be extra."""
+    if isinstance(stored, dict) and isinstance(dumped, dict):
+        return all(
+            key in dumped and holds(dumped[key], value) for key, value in stored.items()
+        ) and all(dumped[key] is None for key in dumped.keys() - stored.keys())
+    if isinstance(stored, list) and isinstance(dumped, list):
+        return len(stored) == len(dumped) and all(map(holds, dumped, stored))
+    return dumped == stored
+
+
 def test_every_shipped_result_loads_with_a_typed_report_that_keeps_every_field(
     tmp_path: Path,
 ) -> None:
@@ -287,12 +300,12 @@ def test_every_shipped_result_loads_with_a_typed_report_that_keeps_every_field(
             patterns.add(report.pattern)
             dumped = report.model_dump(mode="json")
             for key, value in data["pattern_report"].items():  # nothing stored is lost
-                assert dumped[key] == value, (where, key)
+                assert holds(dumped[key], value), (where, key)
             if isinstance(report, StepReport) and report.knee_stage is not None:
                 assert report.knee_concurrency == report.stages[report.knee_stage].concurrency
             store.put_run(result, [])
             assert store.get_run(result.run_id) == result, where
-    assert patterns == {"step", "concurrency"}
+    assert patterns == {"step", "concurrency", "steady", "pulse"}
 
 
 def test_older_report_shapes_load() -> None:
