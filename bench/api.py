@@ -34,7 +34,7 @@ from typing import Any
 from pydantic_core import PydanticSerializationError
 
 from bench.backends import get_backend
-from bench.config import FP8_RANDOM_WEIGHTS_NOTE, RunConfig
+from bench.config import FP8_RANDOM_WEIGHTS_NOTE, ReplayLoad, RunConfig
 from bench.errors import BackendUnavailable, RunAborted, RunInterrupted, UserError
 from bench.load.reports import HeldLoadReport, PatternReportBase
 from bench.outputs import os_reason, prepare_out_dir, write_atomic
@@ -73,6 +73,7 @@ def check_runnable(config: RunConfig) -> Placement:
             f"workload kind (it runs: {', '.join(sorted(backend_cls.kinds))})"
         )
     backend_cls.validate_engine_args(config.engine_args)
+    check_traffic_files(config)
     placement = place(config, backend_cls)
     if config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
         raise UserError("event_loop 'uvloop' asked for but uvloop is not installed")
@@ -83,6 +84,32 @@ def check_runnable(config: RunConfig) -> Placement:
             config.model, dtype=config.precision.dtype, trust_remote_code=config.trust_remote_code
         )
     return placement
+
+
+def with_explicit_prompt_form(config: RunConfig) -> RunConfig:
+    """The openai backend's prompt form written into the stored config (`prompt_format`), so a
+    run says what it sent even after the default changes: runs stored before it was written
+    sent token IDs (the old default); from now on the default is text."""
+    if config.backend != "openai" or "prompt_format" in config.engine_args:
+        return config
+    from bench.backends.openai import OpenAIOptions
+
+    default = OpenAIOptions.model_fields["prompt_format"].default
+    engine_args = {**config.engine_args, "prompt_format": default}
+    return config.model_copy(update={"engine_args": engine_args})
+
+
+def check_traffic_files(config: RunConfig) -> None:
+    """Read the run's trace and prompt file now, so a bad file (missing, binary, too large, a
+    missing column, timestamps going backwards) is one UserError line before anything starts."""
+    from bench.config import GenerateWorkload
+    from bench.traffic_files import read_prompt_file, read_trace
+
+    if isinstance(config.load, ReplayLoad):
+        read_trace(config.load)
+    workload = config.workload
+    if isinstance(workload, GenerateWorkload) and workload.prompt_file is not None:
+        read_prompt_file(workload.prompt_file)
 
 
 def run_caveats(config: RunConfig, random_weights: bool) -> list[str]:
@@ -132,7 +159,9 @@ def _flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
         for key, value in data.items():
             items += _flatten(value, f"{prefix}.{key}" if prefix else key)
         return items
-    return [(prefix, data)] if prefix and data != {} else []
+    # An empty mapping below the top level is a section switched on with all its defaults
+    # (e.g. workload.conversation: {}): it must stay in the command.
+    return [(prefix, data)] if prefix and (data != {} or "." in prefix) else []
 
 
 def first_line_of(error: BaseException) -> str:
@@ -366,6 +395,7 @@ def launch(
     from bench.models import resolve_model
 
     placement = check_runnable(config)
+    config = with_explicit_prompt_form(config)
     model = resolve_model(
         config.model, dtype=config.precision.dtype, trust_remote_code=config.trust_remote_code
     )
@@ -486,7 +516,7 @@ def _measure(
     measured; then the pattern analysis. Returns the pattern report as measured (before the
     analysis), which is written instead of an analysed one that cannot be serialised."""
     from bench.load.analysis import finish_pattern_report
-    from bench.metrics import judge_validity
+    from bench.metrics import judge_validity, prefix_cache_hit_rate
     from bench.telemetry import NvmlSampler, gpu_processes, nvml_status, summarize_telemetry
 
     samples: list[TelemetrySample] = []
@@ -587,6 +617,20 @@ def _measure(
         if measured.first_start_ns is not None and measured.last_end_ns is not None
         else None
     )
+    if result.summary is not None:  # the engine's prefix cache over the measured window
+        rate, queries = prefix_cache_hit_rate(result.server_metrics, window_ns)
+        if rate is None and "prefix_cache" in result.engine:  # in-process engine's own stats
+            rate = result.engine["prefix_cache"].get("hit_rate")
+            queries = result.engine["prefix_cache"].get("queries")
+        result.summary.prefix_cache_hit_rate = rate
+        result.summary.prefix_cache_queries = queries
+    if isinstance(config.load, ReplayLoad) and result.status == RunStatus.COMPLETED:
+        from bench.load.replay import replay_validity_reasons
+
+        reasons = replay_validity_reasons(config.load, result.pattern_report)
+        if reasons:
+            result.validity.status = ValidityStatus.INVALID
+            result.validity.reasons.extend(reasons)
     result.telemetry = summarize_telemetry(  # rates and energy over the measured window only
         samples,
         measured.output_tokens,

@@ -80,19 +80,121 @@ class LengthDistribution(StrictInput):
         return self
 
 
+class PrefixPool(StrictInput):
+    """Shared prefixes (system prompts, RAG documents, tool schemas): each prompt is one of
+    `count` distinct prefixes followed by a unique suffix of `prompt_tokens` length."""
+
+    count: int = Field(1, gt=0, description="Number of distinct prefixes in the pool.")
+    tokens: LengthDistribution = Field(
+        default_factory=lambda: LengthDistribution(mean=1024),
+        description="Prefix length distribution (tokens), drawn once per prefix.",
+    )
+    pick: Literal["uniform", "weighted"] = Field(
+        "uniform", description="How a request picks its prefix: uniform, or by `weights`."
+    )
+    weights: list[float] | None = Field(
+        None, description="pick=weighted: one non-negative weight per prefix (normalised)."
+    )
+
+    @model_validator(mode="after")
+    def _check_weights(self) -> PrefixPool:
+        if self.pick == "weighted":
+            if self.weights is None or len(self.weights) != self.count:
+                raise ValueError(f"pick=weighted needs {self.count} weights (one per prefix)")
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights must be >= 0 with a positive sum")
+        elif self.weights is not None:
+            raise ValueError("weights need pick=weighted")
+        return self
+
+
+class ConversationSpec(StrictInput):
+    """Multi-turn sessions: each turn's prompt is the whole history (earlier prompts and the
+    actual outputs) plus a new user message of `user_tokens`; the first turn's prompt is the
+    workload's ordinary prompt (prefix + suffix with a prefix pool). The closed loop is per
+    conversation: the load pattern's concurrency = conversations in progress at once."""
+
+    turns: LengthDistribution = Field(
+        default_factory=lambda: LengthDistribution(mean=4),
+        description="Turns per conversation (drawn once per conversation).",
+    )
+    user_tokens: LengthDistribution = Field(
+        default_factory=lambda: LengthDistribution(mean=64),
+        description="New user message length of each later turn (tokens).",
+    )
+    think_time_ms: LengthDistribution | None = Field(
+        None,
+        description="Pause between a turn's answer and the next turn (ms), outside the "
+        "measured request; none = no pause.",
+    )
+
+
+class PromptFile(StrictInput):
+    """The user's own prompts: JSONL (`text` or chat `messages` per line) or CSV (a text column);
+    tokenised with the model's tokenizer. Requests cycle through the file in order."""
+
+    path: str = Field(description="JSONL or CSV file of prompts.")
+    format: Literal["auto", "jsonl", "csv"] = Field(
+        "auto", description="File format; auto = by extension (.jsonl/.json or .csv)."
+    )
+    text_field: str = Field("text", description="Field/column with the prompt text.")
+    messages_field: str = Field(
+        "messages", description="JSONL field with chat messages [{role, content}, ...]."
+    )
+    output_tokens_field: str | None = Field(
+        "output_tokens",
+        description="Field/column with the output length; missing = the workload's "
+        "output_tokens distribution.",
+    )
+
+
 class GenerateWorkload(StrictInput):
-    """LLM decoding: token-ID prompts of a length distribution, outputs forced to a length."""
+    """LLM decoding: token-ID prompts of a length distribution, outputs forced to a length.
+
+    Optional traffic shapes: a shared-prefix pool, multi-turn conversations, or the user's own
+    prompt file (then prompt_tokens is unused)."""
 
     kind: Literal["generate"] = "generate"
     prompt_tokens: LengthDistribution = Field(
         default_factory=lambda: LengthDistribution(mean=128),
-        description="Prompt length distribution (tokens).",
+        description="Prompt length distribution (tokens); with a prefix pool: the unique "
+        "suffix after the prefix.",
     )
     output_tokens: LengthDistribution = Field(
         default_factory=lambda: LengthDistribution(mean=128),
         description="Output length distribution (tokens); engines are told to ignore EOS.",
     )
     seed: Seed = Field(0, description="Seed of the prompt/length generator (reproducible runs).")
+    prefix: PrefixPool | None = Field(
+        None, description="Shared-prefix pool (none = every prompt unrelated)."
+    )
+    conversation: ConversationSpec | None = Field(
+        None, description="Multi-turn conversations (none = single-turn requests)."
+    )
+    prompt_file: PromptFile | None = Field(
+        None, description="The user's own prompts instead of generated ones."
+    )
+
+    def mean_prompt_tokens(self) -> int:
+        """Mean prompt length with the traffic shape: prompt_tokens (the suffix) + the mean
+        prefix, and for conversations the history at the last turn (earlier prompts, outputs
+        and user messages), for sizing KV caches and context lengths. A prompt file's lengths
+        are only known after tokenising: prompt_tokens stands in for them."""
+        tokens = self.prompt_tokens.mean
+        if self.prefix is not None:
+            tokens += self.prefix.tokens.mean
+        if self.conversation is not None:
+            later_turns = max(0, self.conversation.turns.mean - 1)
+            tokens += later_turns * (self.output_tokens.mean + self.conversation.user_tokens.mean)
+        return tokens
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> GenerateWorkload:
+        if self.prompt_file is not None and self.prefix is not None:
+            raise ValueError("prompt_file and prefix cannot be combined (the file is the prompt)")
+        if self.prompt_file is not None and self.conversation is not None:
+            raise ValueError("conversations over a prompt file are not supported (yet)")
+        return self
 
 
 class ForwardWorkload(StrictInput):
@@ -249,6 +351,45 @@ class PulseLoad(LoadCommon):
     )
 
 
+class ReplayLoad(LoadCommon):
+    """Trace replay: each request is sent at its trace timestamp (scaled) with the trace's input
+    and output lengths. Mooncake JSONL (`timestamp` ms, `input_length`, `output_length`,
+    `hash_ids`: equal IDs = equal prompt blocks of `block_size` tokens, so prefix reuse is
+    reproduced) or CSV with named columns (default: the Azure LLM inference trace layout).
+    Open loop, no coordinated omission: each send's lateness is recorded, and the run is
+    INVALID when the p99 lateness exceeds `max_lateness_ms` (the generator fell behind)."""
+
+    pattern: Literal["replay"] = "replay"
+    trace: str = Field(description="Trace file (Mooncake .jsonl or .csv).")
+    format: Literal["auto", "mooncake", "csv"] = Field(
+        "auto", description="Trace format; auto = mooncake for .jsonl/.json, csv for .csv."
+    )
+    time_scale: float = Field(
+        1.0, gt=0, description="Multiply trace time by this (0.5 = twice as fast)."
+    )
+    max_requests: int | None = Field(None, gt=0, description="Replay at most this many rows.")
+    block_size: int = Field(512, gt=0, description="Mooncake hash_ids block size (tokens).")
+    timestamp_column: str = Field("TIMESTAMP", description="CSV: send-time column.")
+    timestamp_unit: Literal["auto", "s", "ms", "datetime"] = Field(
+        "auto",
+        description="CSV timestamp unit; auto = datetime text if not numeric, else seconds.",
+    )
+    input_column: str = Field("ContextTokens", description="CSV: input-token column.")
+    output_column: str = Field("GeneratedTokens", description="CSV: output-token column.")
+    max_lateness_ms: float = Field(
+        10.0,
+        gt=0,
+        description="p99 send lateness (actual - scheduled) above this makes the run INVALID.",
+    )
+    seed: int = Field(0, description="Seed of the prompt token IDs (blocks / unique prompts).")
+    max_input_tokens: int | None = Field(
+        None, gt=0, description="Clip each row's input length (a shorter context, rehearsals)."
+    )
+    max_output_tokens: int | None = Field(
+        None, gt=0, description="Clip each row's output length (rehearsals)."
+    )
+
+
 class CapacityLoad(LoadCommon):
     """SLO capacity search: the highest open-loop rate (or concurrency) at which the SLO holds.
 
@@ -312,10 +453,10 @@ class CapacityLoad(LoadCommon):
 
 
 LoadPattern = Annotated[
-    ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad | CapacityLoad,
+    ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad | CapacityLoad | ReplayLoad,
     Field(discriminator="pattern"),
 ]
-PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse", "capacity")
+PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse", "capacity", "replay")
 
 
 # --------------------------------------------------------------------------- SLOs and validity

@@ -12,6 +12,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from bench.schema import (
     Percentiles,
     PhaseResult,
     RequestRecord,
+    TurnMetrics,
     Validity,
     ValidityStatus,
 )
@@ -177,6 +179,10 @@ class MetricsAccumulator:
         self._tpot_ms = array("d")
         self._e2e_ms = array("d")
         self._itl_blocks: list[array] = [array("f")]  # only the last one is ever appended to
+        self.prefix_tokens = 0
+        self.with_prefix = 0  # successful requests that declared a shared prefix
+        # Multi-turn: turn index -> [TTFT ms values, E2E ms values, input tokens sum].
+        self._turns: dict[int, tuple[array, array, list[int]]] = {}
 
     def __len__(self) -> int:
         return self.requests
@@ -209,6 +215,16 @@ class MetricsAccumulator:
         self._ttft_ms.append(ttft_ms)
         self._tpot_ms.append(tpot_ms)
         self._e2e_ms.append(e2e_ms)
+        if record.prefix_id is not None or record.prefix_tokens:
+            self.with_prefix += 1
+            self.prefix_tokens += record.prefix_tokens
+        if record.turn is not None:
+            turn = self._turns.get(record.turn)
+            if turn is None:
+                turn = self._turns[record.turn] = (array("d"), array("d"), [0])
+            turn[0].append(ttft_ms)
+            turn[1].append(e2e_ms)
+            turn[2][0] += record.input_tokens
         chunk_ns = record.chunk_ns
         if len(chunk_ns) > 1:
             self._add_gaps(chunk_ns)
@@ -255,6 +271,13 @@ class MetricsAccumulator:
         ):
             self.last_end_ns = other.last_end_ns
         self.errors.update(other.errors)
+        self.prefix_tokens += other.prefix_tokens
+        self.with_prefix += other.with_prefix
+        for index, (ttft, e2e, inputs) in other._turns.items():
+            mine = self._turns.setdefault(index, (array("d"), array("d"), [0]))
+            mine[0].extend(ttft)
+            mine[1].extend(e2e)
+            mine[2][0] += inputs[0]
         self._ttft_ms.extend(other._ttft_ms)
         self._tpot_ms.extend(other._tpot_ms)
         self._e2e_ms.extend(other._e2e_ms)
@@ -364,7 +387,32 @@ class MetricsAccumulator:
             tok_s_per_user_mean=float(np.mean(1000.0 / positive)) if positive.size else None,
             gpus=gpus or None,
             output_throughput_tok_s_per_gpu=output_throughput / gpus if gpus else None,
+            prefix_tokens=self.prefix_tokens,
+            prefix_share_of_input_tokens=(
+                self.prefix_tokens / self.input_tokens
+                if self.with_prefix and self.input_tokens
+                else None
+            ),
+            by_turn=self._by_turn(),
         )
+
+    def _by_turn(self) -> list[TurnMetrics]:
+        """Per turn index: successful requests, mean prompt length, TTFT and E2E percentiles."""
+        rows = []
+        for index in sorted(self._turns):
+            ttft_values, e2e_values, inputs = self._turns[index]
+            ttft = np.frombuffer(ttft_values, dtype=np.float64)
+            count = len(e2e_values)
+            rows.append(
+                TurnMetrics(
+                    turn=index,
+                    requests=count,
+                    input_tokens_mean=inputs[0] / count if count else 0.0,
+                    ttft_ms=percentiles_ms(ttft[~np.isnan(ttft)]),
+                    e2e_ms=percentiles_ms(np.frombuffer(e2e_values, dtype=np.float64)),
+                )
+            )
+        return rows
 
 
 def summarize(
@@ -423,7 +471,17 @@ def judge_validity(
 # --------------------------------------------------------------------------- JSONL records
 
 _REQUIRED_KEYS = ("id", "start_ns", "chunk_ns", "end_ns", "input_tokens", "output_tokens", "error")
-_OPTIONAL_KEYS = ("chunk_tokens", "phase", "scheduled_ns", "warmup", "replica")
+_OPTIONAL_KEYS = (
+    "chunk_tokens",
+    "phase",
+    "scheduled_ns",
+    "warmup",
+    "replica",
+    "prefix_id",
+    "prefix_tokens",
+    "conversation",
+    "turn",
+)
 _KNOWN_KEYS = frozenset(_REQUIRED_KEYS + _OPTIONAL_KEYS)
 
 
@@ -488,6 +546,15 @@ def _parse_record(data: object) -> RequestRecord:
     replica = data.get("replica", 0)
     if not _is_int(replica) or replica < 0:
         raise ValueError("replica must be a non-negative integer")
+    traffic: dict[str, Any] = {}
+    for key in ("prefix_id", "conversation", "turn"):
+        value = data.get(key)
+        if value is not None and (not _is_int(value) or (key == "turn" and value < 0)):
+            raise ValueError(f"{key} must be null or an integer")
+        traffic[key] = value
+    prefix_tokens = data.get("prefix_tokens", 0)
+    if not _is_int(prefix_tokens) or prefix_tokens < 0:
+        raise ValueError("prefix_tokens must be a non-negative integer")
     return RequestRecord.model_construct(
         id=str(record_id),
         start_ns=start_ns,
@@ -501,6 +568,8 @@ def _parse_record(data: object) -> RequestRecord:
         scheduled_ns=scheduled_ns,
         warmup=warmup,
         replica=replica,
+        prefix_tokens=prefix_tokens,
+        **traffic,
     )
 
 
@@ -546,3 +615,32 @@ def iter_records_jsonl(path: str | Path) -> Iterator[RequestRecord]:
 def read_records_jsonl(path: str | Path) -> list[RequestRecord]:
     """All records of a JSONL file; see `iter_records_jsonl` for the format checks."""
     return list(iter_records_jsonl(path))
+
+
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+
+
+def prefix_cache_hit_rate(
+    server_metrics: list[dict[str, Any]], window_ns: tuple[int, int] | None = None
+) -> tuple[float | None, float | None]:
+    """(hit rate, query tokens) of the engine's prefix cache from scraped counters.
+
+    Hit rate = increase of `vllm:prefix_cache_hits` / increase of `vllm:prefix_cache_queries`
+    (token counts, vLLM v1) between the last scrape at or before the window start and the first
+    scrape at or after its end (the measured records' span; the whole scrape series without a
+    window). None when the counters are absent or did not move (no queries)."""
+    samples = [s for s in server_metrics if PREFIX_CACHE_QUERIES in s and PREFIX_CACHE_HITS in s]
+    if len(samples) < 2:
+        return None, None
+    first, last = samples[0], samples[-1]
+    if window_ns is not None:
+        before = [s for s in samples if s.get("t_ns", 0) <= window_ns[0]]
+        after = [s for s in samples if s.get("t_ns", 0) >= window_ns[1]]
+        first = before[-1] if before else samples[0]
+        last = after[0] if after else samples[-1]
+    queries = float(last[PREFIX_CACHE_QUERIES]) - float(first[PREFIX_CACHE_QUERIES])
+    hits = float(last[PREFIX_CACHE_HITS]) - float(first[PREFIX_CACHE_HITS])
+    if queries <= 0:
+        return None, None
+    return hits / queries, queries

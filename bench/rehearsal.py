@@ -21,6 +21,7 @@ from bench.config import (
     ParallelismConfig,
     PrecisionConfig,
     RateLoad,
+    ReplayLoad,
     RunConfig,
     StepLoad,
     ValidityRules,
@@ -29,6 +30,7 @@ from bench.fidelity import PytorchFidelityCheck, VllmFidelityCheck
 
 MAX_CONCURRENCY = 4  # requests in flight at most: a 2-core CPU serves a tiny model at ~4
 STAGE_S = 4.0  # each measured stage or phase (s)
+REPLAY_ROWS = 8  # a rehearsed replay sends the trace's first rows only
 MAX_REPLICAS = 2  # engines side by side at most (each is a full engine process on the CPU)
 MAX_PROMPT_TOKENS = 64
 MAX_OUTPUT_TOKENS = 16
@@ -77,6 +79,15 @@ def _load(config: RunConfig):
             duration_s=STAGE_S,
             max_concurrency=MAX_CONCURRENCY,
             **common,
+        )
+    if isinstance(load, ReplayLoad):  # the trace's first rows, on its own schedule
+        return load.model_copy(
+            update={
+                **common,
+                "max_requests": min(load.max_requests or REPLAY_ROWS, REPLAY_ROWS),
+                "max_input_tokens": MAX_PROMPT_TOKENS,
+                "max_output_tokens": MAX_OUTPUT_TOKENS,
+            }
         )
     if isinstance(load, CapacityLoad):
         # The same search, coarse: 10 requests a probe, 25% precision, 6 probes at most,
@@ -131,6 +142,19 @@ def rehearse_config(config: RunConfig) -> RunConfig:
                 "output_tokens": _capped(workload.output_tokens, MAX_OUTPUT_TOKENS),
             }
         )
+        if workload.prefix is not None:  # the traffic shape stays, at CPU-sized lengths
+            prefix = workload.prefix.model_copy(
+                update={"tokens": _capped(workload.prefix.tokens, MAX_PROMPT_TOKENS)}
+            )
+            workload = workload.model_copy(update={"prefix": prefix})
+        if workload.conversation is not None:
+            conversation = workload.conversation.model_copy(
+                update={
+                    "turns": _capped(workload.conversation.turns, 2),
+                    "user_tokens": _capped(workload.conversation.user_tokens, MAX_OUTPUT_TOKENS),
+                }
+            )
+            workload = workload.model_copy(update={"conversation": conversation})
     else:
         workload = workload.model_copy(update={"batch_size": min(workload.batch_size, MAX_BATCH)})
     parallel = config.parallelism

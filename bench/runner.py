@@ -8,13 +8,21 @@ callbacks. `config.load.max_duration_s` bounds warm-up and every phase together.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.backends.base import Backend
+from bench.backends.base import Backend, Chunk, Request
 from bench.clock import CLOCK
-from bench.config import ConcurrencyLoad, LoadPattern, RunConfig, StepLoad
+from bench.config import (
+    ConcurrencyLoad,
+    GenerateWorkload,
+    LoadPattern,
+    ReplayLoad,
+    RunConfig,
+    StepLoad,
+)
+from bench.errors import UserError
 from bench.load.driver import (
     DEADLINE_REACHED,
     STOPPED,
@@ -27,7 +35,7 @@ from bench.load.patterns import phases_total, plan, step_concurrencies
 from bench.load.reports import PatternReportBase, empty_report
 from bench.metrics import MetricsAccumulator
 from bench.schema import MetricsSummary, Percentiles, PhaseResult, RequestRecord
-from bench.workload import RequestFactory
+from bench.workload import PromptFileRequests, RequestFactory
 
 PROGRESS_INTERVAL_S = 0.5
 """on_progress period (the contract is at least once a second)."""
@@ -140,6 +148,57 @@ def warmup_concurrency(load: LoadPattern) -> int:
     return 1
 
 
+def traffic_source(
+    config: RunConfig, backend: Backend, model: Any
+) -> tuple[Iterator[Request], Callable[[Request], AsyncIterator[Chunk]]]:
+    """The run's request iterator and send function for its workload's traffic shape.
+
+    Generated prompts (optionally from a prefix pool), the user's prompt file (tokenised with
+    the model's tokenizer), or multi-turn conversations over either; each request passes through
+    `backend.prepare_request` inside the iterator, i.e. before the driver starts its clock.
+    Conversations also wrap the send, so each turn's output reaches the next turn's prompt.
+    """
+    workload = config.workload
+    send = backend.stream
+    source: Iterator[Request]
+    if isinstance(workload, GenerateWorkload) and workload.prompt_file is not None:
+        from transformers import AutoTokenizer
+
+        from bench.traffic_files import read_prompt_file
+
+        tokenizer = AutoTokenizer.from_pretrained(model.path)
+        source = PromptFileRequests(workload, read_prompt_file(workload.prompt_file), tokenizer)
+    else:
+        source = RequestFactory(workload, model.vocab_size, workload.seed)
+    if isinstance(workload, GenerateWorkload) and workload.conversation is not None:
+        from bench.conversations import ConversationRequests
+
+        factory = source if isinstance(source, RequestFactory) else None
+        if factory is None:
+            raise UserError("conversations over a prompt file are not supported yet")
+        conversations = ConversationRequests(
+            factory, workload.conversation, workload.seed, backend.text_codec()
+        )
+        source = conversations
+        send = conversations.observe(send)
+    return _Prepared(source, backend.prepare_request), send
+
+
+class _Prepared:
+    """An iterator mapped through the backend's `prepare_request` (kept as a class so trace
+    replay can wrap its own phase's requests the same way)."""
+
+    def __init__(self, source: Iterator[Request], prepare: Callable[[Request], Request]) -> None:
+        self.source = source
+        self.prepare = prepare
+
+    def __iter__(self) -> _Prepared:
+        return self
+
+    def __next__(self) -> Request:
+        return self.prepare(next(self.source))
+
+
 async def execute(
     config: RunConfig,
     backend: Backend,
@@ -167,7 +226,7 @@ async def execute(
       `bench.load.analysis.finish_pattern_report` can analyse the records afterwards.
     """
     load = config.load
-    requests = RequestFactory(config.workload, model.vocab_size, config.workload.seed)
+    requests, send = traffic_source(config, backend, model)
     run_start_ns = CLOCK.now_ns()
     deadline_ns = run_start_ns + int(load.max_duration_s * 1e9)
     timeout_s = load.request_timeout_s
@@ -198,8 +257,12 @@ async def execute(
         outcome = PhaseOutcome.for_spec(spec)
         progress.start_phase(spec.name, index, spec.duration_s, outcome)
         progress.emit()
+        # A phase's own requests (trace replay) get the backend's preparation too.
+        source = (
+            requests if spec.requests is None else _Prepared(spec.requests, backend.prepare_request)
+        )
         return await run_phase(
-            spec, backend.stream, requests, events.on_record, timeout_s, stop, deadline_ns, outcome
+            spec, send, source, events.on_record, timeout_s, stop, deadline_ns, outcome
         )
 
     def publish(spec: PhaseSpec, outcome: PhaseOutcome) -> PhaseResult:
@@ -226,7 +289,12 @@ async def execute(
             warmup_s = (outcome.end_ns - outcome.start_ns) / 1e9
             stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
 
-        generator = plan(load, config.slo, config.validity)
+        if isinstance(load, ReplayLoad):
+            from bench.load.replay import Replay, plan_replay
+
+            generator = plan_replay(Replay(load), model.vocab_size)
+        else:
+            generator = plan(load, config.slo, config.validity)
         index = 0
         summary: MetricsSummary | None = None
         while not (stopped or deadline_reached):

@@ -43,10 +43,28 @@ class RequestRecord(Record):
     replica: int = Field(
         0, ge=0, description="Which engine replica served it (0 with one replica)."
     )
+    prefix_id: int | None = Field(
+        None, description="Which prefix of the workload's pool (or trace block chain) it used."
+    )
+    prefix_tokens: int = Field(
+        0, ge=0, description="Tokens of its prompt that are shared with other requests."
+    )
+    conversation: int | None = Field(None, description="Multi-turn: conversation number.")
+    turn: int | None = Field(None, ge=0, description="Multi-turn: turn index (0 = first).")
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+class TurnMetrics(Record):
+    """Latency of the requests at one turn index of multi-turn conversations."""
+
+    turn: int = Field(ge=0, description="Turn index (0 = first turn).")
+    requests: int = Field(ge=0, description="Successful requests at this turn.")
+    input_tokens_mean: float = Field(description="Mean prompt length at this turn (tokens).")
+    ttft_ms: Percentiles | None = None
+    e2e_ms: Percentiles | None = None
 
 
 class MetricsSummary(Record):
@@ -79,6 +97,24 @@ class MetricsSummary(Record):
     )
     output_throughput_tok_s_per_gpu: float | None = Field(
         None, description="output_throughput_tok_s / gpus (the x axis of the Pareto chart)."
+    )
+    prefix_tokens: int = Field(
+        0, ge=0, description="Input tokens of successful requests that are a shared prefix."
+    )
+    prefix_share_of_input_tokens: float | None = Field(
+        None, description="prefix_tokens / input_tokens (none when no request had a prefix)."
+    )
+    by_turn: list[TurnMetrics] = Field(
+        default_factory=list, description="Multi-turn runs: TTFT and E2E per turn index."
+    )
+    prefix_cache_hit_rate: float | None = Field(
+        None,
+        description="Engine prefix-cache hits / queries (tokens) over the run, from the "
+        "server's counters (vllm:prefix_cache_hits / vllm:prefix_cache_queries) or the "
+        "in-process engine's stats; none when the engine does not report them.",
+    )
+    prefix_cache_queries: float | None = Field(
+        None, description="Prefix-cache query tokens over the run (the hit rate's denominator)."
     )
 
 

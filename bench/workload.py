@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from bench.backends.base import ForwardRequest, GenerateRequest
-from bench.config import ForwardWorkload, GenerateWorkload, LengthDistribution
+from bench.config import ForwardWorkload, GenerateWorkload, LengthDistribution, PrefixPool
 from bench.errors import UserError
 
 TOKEN_ID_OFFSET = 100
@@ -75,6 +76,40 @@ class _LengthStream:
         return value
 
 
+def make_prefix_pool(
+    pool: PrefixPool, token_low: int, token_high: int, seed: np.random.SeedSequence
+) -> list[list[int]]:
+    """`pool.count` distinct prefixes of token IDs in [token_low, token_high), lengths drawn
+    from `pool.tokens`; the same seed gives the same pool."""
+    rng = np.random.default_rng(seed)
+    lengths = sample_lengths(pool.tokens, pool.count, rng)
+    return [
+        rng.integers(token_low, token_high, size=int(n), dtype=np.int64).tolist() for n in lengths
+    ]
+
+
+class _PickStream:
+    """Which prefix each request uses: uniform, or by the pool's weights; vectorised blocks."""
+
+    def __init__(self, pool: PrefixPool, rng: np.random.Generator) -> None:
+        self._count = pool.count
+        self._p = None
+        if pool.pick == "weighted" and pool.weights is not None:
+            weights = np.asarray(pool.weights, dtype=np.float64)
+            self._p = weights / weights.sum()
+        self._rng = rng
+        self._block: list[int] = []
+        self._index = 0
+
+    def next(self) -> int:
+        if self._index >= len(self._block):
+            self._block = self._rng.choice(self._count, size=LENGTH_BLOCK, p=self._p).tolist()
+            self._index = 0
+        value = self._block[self._index]
+        self._index += 1
+        return value
+
+
 class RequestFactory:
     """Endless iterator of requests for a workload: `GenerateRequest` or `ForwardRequest`.
 
@@ -91,7 +126,11 @@ class RequestFactory:
     ) -> None:
         self.workload = workload
         self.seed = workload.seed if seed is None else seed
-        prompt_seq, output_seq, token_seq = np.random.SeedSequence(self.seed).spawn(3)
+        # spawn(n) children are fixed by their index, so adding the prefix streams (3, 4) keeps
+        # the prompt/output/token sequences of workloads without a prefix pool unchanged.
+        prompt_seq, output_seq, token_seq, prefix_seq, pick_seq = np.random.SeedSequence(
+            self.seed
+        ).spawn(5)
         self._count = 0
         if isinstance(workload, GenerateWorkload):
             if vocab_size is None:
@@ -111,6 +150,12 @@ class RequestFactory:
             self._token_rng = np.random.default_rng(token_seq)
             self._token_pool = np.empty(0, dtype=np.int64)
             self._token_index = 0
+            self.prefixes: list[list[int]] = []
+            if workload.prefix is not None:
+                self.prefixes = make_prefix_pool(
+                    workload.prefix, self.token_low, self.token_high, prefix_seq
+                )
+                self._picks = _PickStream(workload.prefix, np.random.default_rng(pick_seq))
         else:
             self._sequence_lengths = (
                 _LengthStream(workload.sequence_length, np.random.default_rng(prompt_seq))
@@ -144,6 +189,16 @@ class RequestFactory:
         workload = self.workload
         if isinstance(workload, GenerateWorkload):
             prompt = self._take_tokens(self._prompt_lengths.next())
+            if self.prefixes:
+                prefix_id = self._picks.next()
+                prefix = self.prefixes[prefix_id]
+                return GenerateRequest(
+                    id=request_id,
+                    prompt_token_ids=prefix + prompt,
+                    output_tokens=self._output_lengths.next(),
+                    prefix_id=prefix_id,
+                    prefix_tokens=len(prefix),
+                )
             return GenerateRequest(
                 id=request_id, prompt_token_ids=prompt, output_tokens=self._output_lengths.next()
             )
@@ -155,6 +210,60 @@ class RequestFactory:
             ),
             image_size=workload.image_size,
         )
+
+
+class PromptFileRequests:
+    """Endless iterator over the user's own prompts, in file order, cycling.
+
+    Each prompt is tokenised with the model's tokenizer (`tokenizer.encode`; chat messages
+    through its chat template when it has one, else their contents joined) to count its input
+    tokens; the request keeps the text / messages so text and chat clients send them as given.
+    Output lengths come from the file's column, else from the workload's distribution.
+    """
+
+    def __init__(self, workload: GenerateWorkload, rows: list[Any], tokenizer: Any) -> None:
+        _, output_seq, *_ = np.random.SeedSequence(workload.seed).spawn(5)
+        self._output_lengths = _LengthStream(
+            workload.output_tokens, np.random.default_rng(output_seq)
+        )
+        self._prompts: list[tuple[list[int], str, tuple[dict[str, str], ...], int | None]] = []
+        for row in rows:
+            if row.messages is not None:
+                text = "\n".join(message["content"] for message in row.messages)
+                ids = _chat_ids(tokenizer, row.messages) or tokenizer.encode(text)
+                messages = row.messages
+            else:
+                text = row.text
+                ids = tokenizer.encode(text)
+                messages = ({"role": "user", "content": text},)
+            self._prompts.append((list(ids), text, messages, row.output_tokens))
+        self._count = 0
+
+    def __iter__(self) -> PromptFileRequests:
+        return self
+
+    def __next__(self) -> GenerateRequest:
+        ids, text, messages, output = self._prompts[self._count % len(self._prompts)]
+        self._count += 1
+        return GenerateRequest(
+            id=f"r{self._count:06d}",
+            prompt_token_ids=ids,
+            output_tokens=output if output is not None else self._output_lengths.next(),
+            prompt_text=text,
+            messages=messages,
+        )
+
+
+def _chat_ids(tokenizer: Any, messages: tuple[dict[str, str], ...]) -> list[int] | None:
+    """Token IDs of chat messages through the tokenizer's chat template (None without one)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    try:
+        return list(
+            tokenizer.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=True)
+        )
+    except Exception:  # a template that cannot render these messages: count the contents
+        return None
 
 
 def request_input_tokens(request: GenerateRequest | ForwardRequest) -> int:

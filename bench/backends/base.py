@@ -35,11 +35,23 @@ class Availability:
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    """One generation: a token-ID prompt and the exact number of tokens to produce."""
+    """One generation: a token-ID prompt and the exact number of tokens to produce.
+
+    `prompt_text` / `messages`, when set, are the prompt as a client sends it (the user's own
+    prompts, a conversation's history, or token IDs decoded before the request is timed);
+    `prompt_token_ids` is then the same prompt tokenised (what input_tokens counts). The other
+    optional fields say which traffic shape produced it and go into the request's record."""
 
     id: str
     prompt_token_ids: list[int]
     output_tokens: int
+    prompt_text: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+    prefix_id: int | None = None
+    prefix_tokens: int = 0
+    conversation: int | None = None
+    turn: int | None = None
+    think_time_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,11 @@ class Chunk:
     chunk only; when present it is authoritative for the record's output_tokens."""
     usage_input_tokens: int | None = None
     """Server-reported prompt token count (text prompts may re-tokenize differently)."""
+    token_ids: tuple[int, ...] | None = None
+    """The output token IDs this chunk carries, where the engine returns them (multi-turn
+    conversations resend the actual outputs)."""
+    text: str | None = None
+    """The output text this chunk carries, where the engine returns text."""
 
 
 @dataclass
@@ -199,6 +216,16 @@ class Backend(ABC):
     def uses_local_gpus(cls, engine_args: dict[str, Any]) -> bool:
         """Whether the engine runs here, on GPUs this run places (False: a remote server)."""
         return True
+
+    def prepare_request(self, request: Request) -> Request:
+        """The request as this backend will send it, made before the request's clock starts
+        (e.g. token IDs decoded to text); default: unchanged."""
+        return request
+
+    def text_codec(self) -> Any:
+        """A tokenizer (encode/decode) when this backend sends text, so conversation histories
+        can be built from output text; None when it sends token IDs."""
+        return None
 
     @classmethod
     @abstractmethod

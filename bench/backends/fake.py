@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -82,6 +83,12 @@ class FakeOptions(Strict):
         description="Start this many helper processes, each in a session of its own with a "
         "child of its own (the shape of vLLM's engine core and TP workers), for kill tests.",
     )
+
+
+def fake_output_base(request_id: str) -> int:
+    """First fake output token ID of a request (then +1 per token), from its id: tests can
+    tell whose output a later prompt contains."""
+    return 50_000 + zlib.crc32(request_id.encode()) % 10_000 * 100
 
 
 class FakeInjectedError(RuntimeError):
@@ -177,10 +184,16 @@ class FakeBackend(Backend):
                 yield Chunk(now_ns(), request.batch_size)
                 return
             itl_s = options.itl_s
+            # Conversations resend outputs: hand on fake token IDs (deterministic per request)
+            # only for them, so the common path allocates nothing extra per chunk.
+            base = fake_output_base(request.id) if request.conversation is not None else None
             for index in range(request.output_tokens):
                 if index and itl_s:
                     await CLOCK.sleep(itl_s)
-                yield Chunk(now_ns(), 1)
+                if base is None:
+                    yield Chunk(now_ns(), 1)
+                else:
+                    yield Chunk(now_ns(), 1, token_ids=(base + index,))
         finally:
             self.active -= 1
 

@@ -1,4 +1,5 @@
-"""`openai` backend: an OpenAI-compatible server (`/v1/completions`, streamed) measured as deployed.
+"""`openai` backend: an OpenAI-compatible server (`/v1/completions` or `/v1/chat/completions`,
+streamed) measured as deployed, with prompts sent as production clients send them (text).
 
 vLLM, trtllm-serve, SGLang and TGI servers all speak it. The backend can also start a vLLM or
 trtllm-serve server itself (`launch`), and scrapes the server's Prometheus `/metrics` while it
@@ -13,6 +14,7 @@ import json
 import os
 import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -45,6 +47,10 @@ DEFAULT_METRIC_NAMES = (
     "vllm:prompt_tokens_total",
     "vllm:generation_tokens_total",
     "vllm:request_success_total",
+    # Prefix caching (vLLM v1 counters, in tokens; the Prometheus sample names carry _total).
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:gpu_prefix_cache_hit_rate",  # vLLM v0's gauge (older servers)
 )
 
 
@@ -60,8 +66,12 @@ class OpenAIOptions(Strict):
         1024, gt=0, description="Client-side slots: requests in flight at most; waiting counts."
     )
     timeout_s: float = Field(600.0, gt=0, description="Whole-request HTTP time-out (s).")
-    prompt_format: Literal["tokens", "text"] = Field(
-        "tokens", description="tokens = prompt as token IDs; text = IDs decoded by the tokenizer."
+    prompt_format: Literal["text", "tokens", "chat"] = Field(
+        "text",
+        description="text = prompt text on /v1/completions (as production clients send; token "
+        "IDs are decoded by the model's tokenizer before the request is timed); tokens = token "
+        "IDs on /v1/completions (skips the server's tokenisation); chat = `messages` on "
+        "/v1/chat/completions (the server applies the chat template).",
     )
     sampling_extras: bool = Field(
         True,
@@ -159,7 +169,17 @@ def event_token_count(event: dict[str, Any], previous_completion_tokens: int | N
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
         return len(logprobs["tokens"])
-    return 1 if choice.get("text") else 0
+    return 1 if choice_text(choice) else 0
+
+
+def choice_text(choice: dict[str, Any]) -> str | None:
+    """The text of one streamed choice: `text` (completions) or `delta.content` (chat)."""
+    text = choice.get("text")
+    if text is None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            text = delta.get("content")
+    return text if isinstance(text, str) else None
 
 
 def error_message(body: str) -> str:
@@ -198,7 +218,8 @@ def parse_prometheus(text: str, names: set[str] | None) -> dict[str, float]:
 
 @register_backend("openai")
 class OpenAIBackend(Backend):
-    """Streams `/v1/completions` from an OpenAI-compatible server; one chunk per token event.
+    """Streams `/v1/completions` (or chat completions) from an OpenAI-compatible server; one chunk
+    per token event.
 
     Every request is `stream: true`, greedy, `max_tokens = n` (plus `min_tokens = n` and
     `ignore_eos` with `sampling_extras`) and asks for usage in the stream
@@ -298,12 +319,25 @@ class OpenAIBackend(Backend):
 
         start_ns = CLOCK.now_ns()
         engine: dict[str, Any] = {"framework": "openai-compatible server"}
-        if self.options.launch is not None:
-            engine.update(self._launch_server(model, precision))
-        if self.options.prompt_format == "text":
+        # The tokenizer first: a chat form the server cannot serve is refused before any
+        # server starts.
+        if self.options.prompt_format != "tokens":
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(model.path)
+            if (
+                self.options.prompt_format == "chat"
+                and self.options.launch is not None
+                and "chat_template" not in self.options.server_args
+                and not getattr(self._tokenizer, "chat_template", None)
+            ):
+                raise UserError(
+                    f"prompt_format=chat: the tokenizer of {model.name} has no chat template, "
+                    "and the launched server needs one for /v1/chat/completions; give "
+                    "server_args.chat_template or use prompt_format=text"
+                )
+        if self.options.launch is not None:
+            engine.update(self._launch_server(model, precision))
         limit = self.options.max_connections
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=60)
         self._session = aiohttp.ClientSession(
@@ -392,38 +426,78 @@ class OpenAIBackend(Backend):
             raise OpenAIServerError("GET /v1/models lists no model; set the `model` option")
         return str(models[0]["id"])
 
+    @property
+    def endpoint(self) -> str:
+        return "/v1/chat/completions" if self.options.prompt_format == "chat" else "/v1/completions"
+
+    def text_codec(self) -> Any:
+        """The model's tokenizer when prompts go as text or chat (conversation histories)."""
+        return self._tokenizer if self.options.prompt_format != "tokens" else None
+
+    def prepare_request(self, request: Request) -> Request:
+        """Text and chat: decode token-ID prompts to text here, before the request is timed
+        (the runner calls this while fetching the next request, ahead of its start_ns)."""
+        if not isinstance(request, GenerateRequest) or self.options.prompt_format == "tokens":
+            return request
+        if request.prompt_text is None:
+            if self._tokenizer is None:
+                raise RuntimeError("openai backend used before load()")
+            request = replace(
+                request, prompt_text=self._tokenizer.decode(list(request.prompt_token_ids))
+            )
+        if self.options.prompt_format == "chat" and request.messages is None:
+            request = replace(
+                request, messages=({"role": "user", "content": request.prompt_text or ""},)
+            )
+        return request
+
     def _request_body(self, request: GenerateRequest) -> dict[str, Any]:
-        prompt: Any = list(request.prompt_token_ids)
-        if self.options.prompt_format == "text":
-            prompt = self._tokenizer.decode(prompt)
-        body: dict[str, Any] = {
-            "model": self.served_model,
-            "prompt": prompt,
-            "max_tokens": request.output_tokens,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        prompt_format = self.options.prompt_format
+        if prompt_format != "tokens" and (
+            request.prompt_text is None or (prompt_format == "chat" and request.messages is None)
+        ):
+            request = self.prepare_request(request)  # type: ignore[assignment]
+        body: dict[str, Any] = {"model": self.served_model}
+        if prompt_format == "chat":
+            body["messages"] = [dict(message) for message in request.messages or ()]
+        elif prompt_format == "text":
+            body["prompt"] = request.prompt_text
+        else:
+            body["prompt"] = list(request.prompt_token_ids)
+        body.update(
+            {
+                "max_tokens": request.output_tokens,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+        )
         if self.options.sampling_extras:
             body["min_tokens"] = request.output_tokens
             body["ignore_eos"] = True
             body["stream_options"]["continuous_usage_stats"] = True
+            if request.conversation is not None and self.options.prompt_format == "tokens":
+                # A token-ID conversation resends the actual output IDs (vLLM returns them).
+                body["return_token_ids"] = True
         body.update(self.options.extra_body)
         return body
 
     async def stream(self, request: Request) -> AsyncIterator[Chunk]:
-        """POST /v1/completions and yield one chunk per event that carries new tokens."""
+        """POST the completion (or chat completion) and yield one chunk per event that carries
+        new tokens. The body is built from a prepared request (`prepare_request`), so no
+        tokenizer work happens here, inside the request's time."""
         if not isinstance(request, GenerateRequest):
             raise TypeError("the openai backend takes GenerateRequest only")
         if self._session is None or self._slots is None:
             raise RuntimeError("openai backend used before load()")
         body = self._request_body(request)
         # Waiting for a slot happens inside the driver's start_ns..end_ns, so it counts.
-        async with self._slots, self._session.post("/v1/completions", json=body) as response:
+        endpoint = self.endpoint
+        async with self._slots, self._session.post(endpoint, json=body) as response:
             if response.status >= 400:
                 text = await response.text()
                 raise OpenAIServerError(
-                    f"HTTP {response.status} from /v1/completions: {error_message(text)}"
+                    f"HTTP {response.status} from {endpoint}: {error_message(text)}"
                 )
             async for chunk in _chunks_from_sse(response.content):
                 yield chunk
@@ -502,7 +576,16 @@ async def _chunks_from_sse(content: Any) -> AsyncIterator[Chunk]:
                 completion_tokens = int(usage["completion_tokens"])
             if usage.get("prompt_tokens") is not None:
                 usage_input = int(usage["prompt_tokens"])
-        return Chunk(t_ns=t_ns, tokens=tokens) if tokens > 0 else None
+        if tokens <= 0:
+            return None
+        choice = (event.get("choices") or [{}])[0]
+        token_ids = choice.get("token_ids")
+        return Chunk(
+            t_ns=t_ns,
+            tokens=tokens,
+            token_ids=tuple(token_ids) if isinstance(token_ids, list) else None,
+            text=choice_text(choice),
+        )
 
     async for line in content:
         if event_t_ns is None and line[:5] in (b"data:", "data:"):
@@ -531,4 +614,6 @@ async def _chunks_from_sse(content: Any) -> AsyncIterator[Chunk]:
             tokens=held.tokens,
             usage_output_tokens=completion_tokens,
             usage_input_tokens=usage_input,
+            token_ids=held.token_ids,
+            text=held.text,
         )

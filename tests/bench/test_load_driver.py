@@ -305,6 +305,10 @@ def test_build_record_matches_a_validated_record():
         "scheduled_ns": 0,
         "warmup": False,
         "replica": 1,
+        "prefix_id": 3,
+        "prefix_tokens": 4,
+        "conversation": None,
+        "turn": None,
     }
     fast = build_record(dict(values))
     validated = RequestRecord(**values)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from bench.backends.base import Chunk, GenerateRequest
 from bench.backends.openai import (
+    DEFAULT_METRIC_NAMES,
     OpenAIBackend,
     OpenAIServerError,
     SSEDecoder,
@@ -148,6 +149,7 @@ class FakeOpenAIServer:
         app = web.Application()
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/metrics", self.metrics)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -170,8 +172,12 @@ class FakeOpenAIServer:
             f'vllm:num_requests_running{{engine="0"}} {self.in_flight}\n'
         )
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.completions(request, chat=True)
+
+    async def completions(self, request: web.Request, chat: bool = False) -> web.StreamResponse:
         body = await request.json()
+        body["_path"] = request.path
         self.bodies.append(body)
         n = body["max_tokens"]
         if n == 400:
@@ -188,8 +194,13 @@ class FakeOpenAIServer:
             await response.prepare(request)
             for i in range(n):
                 await asyncio.sleep(0.002)
+                choice = (
+                    {"index": 0, "delta": {"content": f"t{i} "}}
+                    if chat
+                    else {"index": 0, "text": f"t{i} "}
+                )
                 event = {
-                    "choices": [{"index": 0, "text": f"t{i} "}],
+                    "choices": [choice],
                     "usage": {"prompt_tokens": 3, "completion_tokens": i + 1},
                 }
                 await response.write(f"data: {json.dumps(event)}\n\n".encode())
@@ -220,7 +231,12 @@ async def _collect(backend: OpenAIBackend, request: GenerateRequest) -> list[Chu
 
 async def test_stream_against_double_and_request_body(fake_server: FakeOpenAIServer) -> None:
     backend = OpenAIBackend(
-        {"base_url": fake_server.url, "metrics_interval_s": 0.05, "extra_body": {"top_k": 1}}
+        {
+            "base_url": fake_server.url,
+            "metrics_interval_s": 0.05,
+            "extra_body": {"top_k": 1},
+            "prompt_format": "tokens",
+        }
     )
     info = await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
     try:
@@ -241,7 +257,12 @@ async def test_stream_against_double_and_request_body(fake_server: FakeOpenAISer
 
 async def test_strict_server_mode_sends_no_extras(fake_server: FakeOpenAIServer) -> None:
     backend = OpenAIBackend(
-        {"base_url": fake_server.url, "sampling_extras": False, "scrape_metrics": False}
+        {
+            "base_url": fake_server.url,
+            "sampling_extras": False,
+            "scrape_metrics": False,
+            "prompt_format": "tokens",
+        }
     )
     await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
     try:
@@ -260,7 +281,9 @@ async def test_strict_server_mode_sends_no_extras(fake_server: FakeOpenAIServer)
 async def test_http_errors_raise_with_status_and_message(
     fake_server: FakeOpenAIServer, max_tokens: int, expected: str
 ) -> None:
-    backend = OpenAIBackend({"base_url": fake_server.url, "scrape_metrics": False})
+    backend = OpenAIBackend(
+        {"base_url": fake_server.url, "scrape_metrics": False, "prompt_format": "tokens"}
+    )
     await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
     try:
         with pytest.raises(OpenAIServerError, match=expected):
@@ -271,7 +294,12 @@ async def test_http_errors_raise_with_status_and_message(
 
 async def test_client_slots_cap_in_flight_requests(fake_server: FakeOpenAIServer) -> None:
     backend = OpenAIBackend(
-        {"base_url": fake_server.url, "max_connections": 2, "scrape_metrics": False}
+        {
+            "base_url": fake_server.url,
+            "max_connections": 2,
+            "scrape_metrics": False,
+            "prompt_format": "tokens",
+        }
     )
     await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
     try:
@@ -281,6 +309,75 @@ async def test_client_slots_cap_in_flight_requests(fake_server: FakeOpenAIServer
         assert fake_server.max_in_flight == 2
     finally:
         await backend.close()
+
+
+async def test_text_is_the_default_and_decoded_before_the_request_is_timed(
+    fake_server: FakeOpenAIServer, tiny_llama: ModelInfo
+) -> None:
+    """Default prompt form = text: prepare_request decodes the token IDs with the model's
+    tokenizer (the runner calls it before start_ns), and stream() sends that text as is."""
+    from transformers import AutoTokenizer
+
+    backend = OpenAIBackend({"base_url": fake_server.url, "scrape_metrics": False})
+    assert backend.options.prompt_format == "text"
+    info = await backend.load(tiny_llama, GenerateWorkload(), Precision(), "auto")
+    try:
+        assert info.engine["prompt_format"] == "text"
+        ids = list(range(200, 240))
+        prepared = backend.prepare_request(GenerateRequest("r1", ids, 3))
+        expected = AutoTokenizer.from_pretrained(tiny_llama.path).decode(ids)
+        assert prepared.prompt_text == expected
+        backend._tokenizer = None  # stream() must not need the tokenizer any more
+        await _collect(backend, prepared)
+        body = fake_server.bodies[-1]
+        assert body["_path"] == "/v1/completions" and body["prompt"] == expected
+    finally:
+        await backend.close()
+
+
+async def test_chat_form_sends_messages_to_chat_completions(
+    fake_server: FakeOpenAIServer, tiny_llama: ModelInfo
+) -> None:
+    backend = OpenAIBackend(
+        {"base_url": fake_server.url, "scrape_metrics": False, "prompt_format": "chat"}
+    )
+    await backend.load(tiny_llama, GenerateWorkload(), Precision(), "auto")
+    try:
+        messages = ({"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"})
+        request = GenerateRequest(
+            "c1", [300, 301], 4, prompt_text="be brief\nhi", messages=messages
+        )
+        chunks = await _collect(backend, backend.prepare_request(request))
+        body = fake_server.bodies[-1]
+        assert body["_path"] == "/v1/chat/completions"
+        assert body["messages"] == [dict(m) for m in messages] and "prompt" not in body
+        assert sum(c.tokens for c in chunks) == 4 == chunks[-1].usage_output_tokens
+        assert "".join(c.text or "" for c in chunks) == "t0 t1 t2 t3 "  # chat deltas' content
+        plain = backend.prepare_request(GenerateRequest("c2", [300, 301], 2))
+        assert plain.messages == ({"role": "user", "content": plain.prompt_text},)
+    finally:
+        await backend.close()
+
+
+def test_prefix_cache_hit_rate_from_scraped_counters() -> None:
+    from bench.backends.openai import parse_prometheus
+    from bench.metrics import prefix_cache_hit_rate
+
+    def scrape(t_ns: int, queries: float, hits: float) -> dict:
+        text = (
+            "# TYPE vllm:prefix_cache_queries counter\n"
+            f'vllm:prefix_cache_queries_total{{engine="0"}} {queries}\n'
+            "# TYPE vllm:prefix_cache_hits counter\n"
+            f'vllm:prefix_cache_hits_total{{engine="0"}} {hits}\n'
+        )
+        return {"t_ns": t_ns, **parse_prometheus(text, set(DEFAULT_METRIC_NAMES))}
+
+    samples = [scrape(0, 100, 0), scrape(10, 150, 20), scrape(20, 1150, 620), scrape(30, 1200, 640)]
+    # Whole series: (640 - 0) / (1200 - 100); measured window 10..20: (620 - 20) / (1150 - 150).
+    assert prefix_cache_hit_rate(samples) == (640 / 1100, 1100)
+    assert prefix_cache_hit_rate(samples, (10, 20)) == (0.6, 1000)
+    assert prefix_cache_hit_rate([scrape(0, 5, 0), scrape(1, 5, 0)]) == (None, None)
+    assert prefix_cache_hit_rate([{"t_ns": 0}]) == (None, None)
 
 
 # --------------------------------------------------------------------------- real vLLM server
@@ -328,6 +425,7 @@ async def test_real_vllm_server_launched_measured_and_stopped(
             "startup_timeout_s": 300,
             "metrics_interval_s": 0.2,
             "max_connections": 8,
+            "prompt_format": "tokens",
         }
     )
     info = await launched.load(model, GenerateWorkload(), precision, "auto")
@@ -357,3 +455,12 @@ async def test_real_vllm_server_launched_measured_and_stopped(
         await launched.close()
     _gone, alive = psutil.wait_procs(family, timeout=5)
     assert not alive, f"still running: {[p.pid for p in alive]}"
+
+
+async def test_chat_form_without_a_chat_template_is_refused_before_launching(
+    tiny_llama: ModelInfo,
+) -> None:
+    backend = OpenAIBackend({"launch": "vllm", "prompt_format": "chat", "scrape_metrics": False})
+    with pytest.raises(UserError, match="no chat template"):
+        await backend.load(tiny_llama, GenerateWorkload(), Precision(), "auto")
+    assert backend._launcher is None  # no server was started
