@@ -185,6 +185,16 @@ class ReplicaPool:
 
     # -- lifecycle
 
+    def prepare_request(self, request: Any) -> Any:
+        """Unchanged: each replica's own backend prepares the request in its worker (an openai
+        replica decodes a text prompt there, inside the request's time; no tokenizer here)."""
+        return request
+
+    def text_codec(self) -> Any:
+        """None: conversation histories are built from token IDs; each replica's backend turns
+        them into text if it sends text."""
+        return None
+
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._reading.set()
