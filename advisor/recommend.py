@@ -605,10 +605,18 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
         if not capacity.converged:
             text += " (the capacity search did not converge: the count is not settled)"
         return text
-    if peak is None:
-        return text + f"; {NO_PEAK_NOTE.replace('the profile', 'GPU count: the profile')}"
     if stage.gpu.type is None:
         return text + "; no GPU type in the profile: the GPU count is not known"
+    if peak is None:
+        if chosen.measured_capacities():
+            return text + (
+                "; GPU count not computed: the profile gives no peak traffic (set "
+                "peak_request_rate_rps)"
+            )
+        return text + (
+            f"; no capacity measured on {gpu} for this workload and no peak traffic in the "
+            "profile (peak_request_rate_rps): the GPU count is not known"
+        )
     text += f"; no capacity measured on {gpu} for this workload: the GPU count is not known"
     estimate = next(iter(chosen.estimated_capacities()), None)
     if estimate is not None:

@@ -24,7 +24,14 @@ from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
 from advisor.gpus import find_gpu
 from advisor.learned import LearnedOpinion
 from advisor.profile import WorkloadProfile
-from advisor.recommend import REFUSED, StageRecommendation, slo_text, verdict_text
+from advisor.recommend import (
+    NO_PEAK_NOTE,
+    REFUSED,
+    RecordsLookup,
+    StageRecommendation,
+    slo_text,
+    verdict_text,
+)
 from advisor.recommend import Report as AdvisorReport
 from advisor.report.aggregate import RequestColumns
 from advisor.report.capacity import capacity_view, probe_table
@@ -246,18 +253,19 @@ def capacity_sections(
                 section.price_sources.append(view.price_source)
             section.notes += [note for note in view.notes if note not in section.notes]
         if not chosen.measured_capacities():
-            if peak is None:
-                section.absent_reason = (
-                    "the profile gives no peak traffic (peak_request_rate_rps or "
-                    "request_rate_rps): no GPU count can be computed"
-                )
-            elif gpu is None:
+            if gpu is None:
                 section.absent_reason = "the profile names no GPU type: no capacity can be matched"
             else:
                 section.absent_reason = (
-                    f"no capacity measured on {gpu} for this workload (no `bench run --pattern "
-                    "capacity` run of a candidate matches it): the GPU count is not known"
+                    f"no capacity measured on {gpu} for this workload (no capacity search, "
+                    "bench run --pattern capacity, of a candidate matches it): the GPU count is not known"
                 )
+            if peak is None:
+                section.absent_reason += (
+                    "; the profile also gives no peak traffic (peak_request_rate_rps) to size "
+                    "a fleet for"
+                )
+                section.notes = [n for n in section.notes if n != NO_PEAK_NOTE]
         for candidate in chosen.measured_capacities():
             run = runs_by_id.get(candidate.capacity.run_id or "")
             table = probe_table(run) if run is not None else None
@@ -724,7 +732,8 @@ def _intervals(run: RunResult, kept: _Kept | None) -> dict[str | None, tuple[flo
         if phase.strategy == "concurrency" and phase.summary.successful > 0
     ]
     targets = {phase.name: f"{float(phase.target):g}" for phase in run.phases}
-    for phase in phases if len(phases) > 2 else phases[:1]:
+    # A ladder's whole-run figure mixes its levels: its intervals are per level only.
+    for phase in phases[1:] if len(phases) > 2 else phases[:1]:
         try:
             summary = summarize_group(
                 [run_sample(run, records, phase)],
@@ -955,9 +964,13 @@ def report_for(
     reference_runs = {run.run_id: run for runs in reference.runs.values() for run in runs}
     runs: list[RunResult] = []
     records: dict[str, Iterable[RequestRecord]] = {}
+    shipped = RecordsLookup(reference=reference)
     for run_id in list(dict.fromkeys(run_ids)) or relevant_run_ids(answer):
-        if run_id in reference_runs:  # a file in data/reference: no per-request records
+        if run_id in reference_runs:  # a file in data/reference: records from its archives
             runs.append(reference_runs[run_id])
+            found = shipped(run_id)
+            if found is not None:
+                records[run_id] = found
             continue
         runs.append(store.get_run(run_id))  # UserError names a run that is nowhere
         records[run_id] = store.iter_records(run_id)
