@@ -346,7 +346,8 @@ def _run_context(run: RunResult) -> str:
         "step": lambda: f"step ladder ({len(run.phases)} stages)",
         "steady": lambda: f"steady {getattr(load, 'fraction', '?')}x capacity",
         "pulse": lambda: f"pulse {getattr(load, 'burst_factor', '?')}x capacity",
-    }[load.pattern]()
+        "capacity": lambda: f"SLO capacity search over {getattr(load, 'over', 'rate')}",
+    }.get(load.pattern, lambda: f"{load.pattern} pattern")()
     return f"{run.config.model} on {device}, {run.config.precision.dtype}, {shape}"
 
 

@@ -266,3 +266,52 @@ def test_no_latency_slo_means_no_capacity_search_and_says_why():
     data = capacity_profile(slo={}, concurrency=8)
     plan = plan_for_stage(profile_from_dict(data).stages[0])
     assert plan.capacity_configs == [] and "no latency SLO" in (plan.capacity_note or "")
+
+
+# --------------------------------------------------------------------------- report
+
+
+async def test_report_carries_capacity_and_cost_in_every_format(capacity_runs, tmp_path):
+    import json
+    import os
+
+    from advisor.report import generate
+    from advisor.report.build import build_report
+    from advisor.report.model import Report as ReportModel
+
+    profile = profile_from_dict(capacity_profile())
+    answer = recommend(
+        profile,
+        runs=capacity_runs,
+        availability=AVAILABLE,
+        reference_dir="/nonexistent-reference",
+    )
+    report = build_report(profile, answer, capacity_runs, {})
+    section = report.capacity[0]
+    assert section.absent_reason is None and section.table is not None
+    assert [row[0].split(",")[0] for row in section.table.rows] == ["vllm", "torch_compile"]
+    assert [row[3] for row in section.table.rows] == [2, 4]
+    assert section.price_sources == ["profile"]
+    assert len(section.probes) == 2 and all(table.rows for table in section.probes)
+    chart = next(c for c in report.charts if c.id == section.chart_id)
+    assert chart.available and len(chart.series) == 2
+    assert "2 x H200 for 35 req/s" in report.headline
+    out = os.environ.get("WIRING_REPORT_DIR") or tmp_path  # set it to look at the PDF
+    written = generate(report, out, stem="capacity")
+    markdown = written["md"].read_text()
+    assert "## Capacity and cost" in markdown and "## Appendix: capacity search probes" in markdown
+    assert "GPUs needed at peak" in markdown and "$2,920" in markdown
+    html = written["html"].read_text()
+    assert 'id="capacity"' in html and 'data-chart="capacity-gpus"' in html
+    assert ReportModel.model_validate(json.loads(written["json"].read_text())) == report
+    assert written["pdf"].stat().st_size > 10_000
+
+
+def test_without_a_capacity_the_report_says_why():
+    from advisor.report.build import build_report
+
+    profile = profile_from_dict(capacity_profile())
+    answer = recommend(profile, availability=AVAILABLE, reference_dir="/nonexistent-reference")
+    section = build_report(profile, answer, [], {}).capacity[0]
+    assert section.table is None
+    assert "no capacity measured on H200 for this workload" in section.absent_reason
