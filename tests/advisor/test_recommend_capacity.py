@@ -319,9 +319,9 @@ def test_without_a_capacity_the_report_says_why():
 
 def test_the_quick_plan_keeps_its_budget_and_says_what_it_left_out():
     data = capacity_profile(concurrency=8, prompt_tokens={"mean": 512}, output_tokens={"mean": 128})
-    plan = plan_for_stage(profile_from_dict(data).stages[0], quick=True, cpu_only=True, busy=4.0)
+    plan = plan_for_stage(profile_from_dict(data).stages[0], quick=True, cpu_only=True)
     assert not plan.needs_confirmation, plan.duration_s
-    # On a busy CPU the coarse searches do not fit the quick plan's budget: left out, said so.
+    # On the CPU the coarse searches do not fit the quick plan's budget: left out, said so.
     assert len(plan.capacity_configs) < 2
     assert "Not in the quick plan" in (plan.capacity_note or "")
     assert "the full plan runs it" in plan.capacity_note
