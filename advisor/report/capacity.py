@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from advisor.capacity import Capacity, size_fleet
-from advisor.recommend import CandidateCapacity
+from advisor.profile import StageProfile
+from advisor.recommend import CandidateCapacity, stage_capacities
 from advisor.report.model import Chart, Marker, ReferenceTable, Series
 from bench.load.reports import CapacityReport
 from bench.schema import RunResult
@@ -237,6 +238,33 @@ def capacity_view(
     )
 
 
+def capacity_view_for_runs(
+    stage: StageProfile,
+    runs: Sequence[RunResult],
+    peak_request_rate_rps: float,
+    price_per_gpu_hour: float | None = None,
+    headroom_fraction: float | None = None,
+    published_ids: frozenset[str] = frozenset(),
+) -> CapacityView:
+    """`capacity_view` straight from stored capacity runs (their CapacityReports): the stage's
+    matching searches on its GPU type (`advisor.recommend.stage_capacities`) at this peak and
+    price; the searches left out and why are in the view's notes."""
+    headroom = stage.headroom_fraction if headroom_fraction is None else headroom_fraction
+    sized = stage.model_copy(
+        update={
+            "peak_request_rate_rps": peak_request_rate_rps,
+            "headroom_fraction": headroom,
+            "gpu": stage.gpu.model_copy(update={"price_per_hour": price_per_gpu_hour}),
+        }
+    )
+    capacities, notes = stage_capacities(sized, runs, set(published_ids))
+    view = capacity_view(
+        capacities, peak_request_rate_rps, price_per_gpu_hour, headroom, stage.gpu.type
+    )
+    view.notes = [*notes, *(note for note in view.notes if note not in notes)]
+    return view
+
+
 def probe_table(run: RunResult) -> ReferenceTable | None:
     """Every probe of one capacity search (the report's appendix), or None without a report."""
     report = run.pattern_report
@@ -302,6 +330,7 @@ __all__ = [
     "CapacityRow",
     "CapacityView",
     "capacity_view",
+    "capacity_view_for_runs",
     "gpus_chart",
     "probe_table",
 ]

@@ -235,6 +235,18 @@ async def test_capacity_view_resizes_without_re_running(capacity_runs):
         assert y == max(1, -(-x // rate))  # ceil(x / capacity) GPUs, no headroom, 1 GPU a unit
     reference = capacity_view(chosen.capacities, 35, headroom_fraction=0.0, gpu_type="H200")
     assert reference.price_source and reference.price_source.startswith("reference:")
+    # The app's entry from the stored runs: the same rows, the searches' mismatches noted.
+    from advisor.report.capacity import capacity_view_for_runs
+
+    stage = profile_from_dict(capacity_profile()).stages[0]
+    direct = capacity_view_for_runs(stage, capacity_runs, 75, 3.0, 0.0)
+    assert [(r.framework, r.gpus_needed) for r in direct.rows] == [
+        (r.framework, r.gpus_needed) for r in view.rows
+    ]
+    strict = stage.model_copy(update={"slo": stage.slo.model_copy(update={"ttft_ms": 50.0})})
+    none = capacity_view_for_runs(strict, capacity_runs, 75, 3.0, 0.0)
+    assert none.rows == [] and not none.chart.available
+    assert any("the stage asks ttft_ms <= 50" in note for note in none.notes)
 
 
 # --------------------------------------------------------------------------- plans
