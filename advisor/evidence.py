@@ -403,7 +403,11 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
             ratios.append(_ratio(workload.image_size, stage.image_size))
             differences.append(f"{workload.image_size} px vs the stage's {stage.image_size}")
     traffic = True
-    if stage.kind == "generate":
+    if config.load.pattern == "capacity":
+        # Its summary mixes every probed level: a capacity, not a figure at one load.
+        traffic = False
+        differences.append("a capacity search over many levels, not one steady load")
+    elif stage.kind == "generate":
         level = _load_level(config)
         if level is None and _phase_at_stage_concurrency(run, stage) is not None:
             level = ("concurrency", float(stage.concurrency or 0))
@@ -656,6 +660,62 @@ def _mean_metrics(all_metrics: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.mean(m[key] for m in all_metrics if key in m) for key in sorted(keys)}
 
 
+# --------------------------------------------------------------------------- capacity runs
+
+PERCENTILE_ORDER = {"p50": 0, "p90": 1, "p99": 2}
+
+
+def capacity_mismatch(run: RunResult, stage: StageProfile) -> list[str]:
+    """Why a capacity search is not about this stage ([] = it is): same model and kind, lengths
+    within MATCH_BAND, same precision (the match rule without its traffic part: the search
+    varies the traffic), and an SLO at least as strict as the stage's on every metric the stage
+    limits, judged at the stage's percentile or a higher one."""
+    config = run.config
+    if config.load.pattern != "capacity":
+        return ["not a capacity search"]
+    reasons: list[str] = []
+    model = run.model.name if run.model is not None else config.model
+    if stage.model is None or stage.model not in {model, config.model}:
+        reasons.append(f"another model ({model})")
+    match = workload_match(run, stage)
+    if config.workload.kind != stage.kind:
+        reasons.append(f"a {config.workload.kind} workload, the stage is {stage.kind}")
+    if not match.lengths or not match.precision:
+        reasons += [d for d in match.differences if not d.startswith(("closed", "open", "a "))]
+    slo = config.slo
+    for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        wanted = getattr(stage.slo, name)
+        limit = getattr(slo, name) if slo is not None else None
+        if wanted is not None and (limit is None or limit > wanted * (1 + 1e-9)):
+            reasons.append(
+                f"searched with {name} <= {limit:g}" if limit is not None else f"no {name} limit"
+            )
+            reasons[-1] += f", the stage asks {name} <= {wanted:g}"
+    searched = getattr(config.load, "percentile", "p99")
+    if PERCENTILE_ORDER[searched] < PERCENTILE_ORDER[stage.slo.percentile]:
+        reasons.append(f"judged at {searched}, the stage's SLO is at {stage.slo.percentile}")
+    return reasons
+
+
+def capacity_runs_for(
+    stage: StageProfile, runs: Iterable[RunResult]
+) -> tuple[list[RunResult], list[str]]:
+    """The capacity searches that are about this stage, and a note per search left out."""
+    kept: list[RunResult] = []
+    notes: list[str] = []
+    for run in runs:
+        if run.config.load.pattern != "capacity":
+            continue
+        if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            continue
+        reasons = capacity_mismatch(run, stage)
+        if reasons:
+            notes.append(f"capacity run {run.run_id} ({run.config.backend}): " + "; ".join(reasons))
+        else:
+            kept.append(run)
+    return kept, notes
+
+
 # --------------------------------------------------------------------------- reference files
 
 
@@ -834,6 +894,8 @@ __all__ = [
     "Provenance",
     "ReferenceFiles",
     "WorkloadMatch",
+    "capacity_mismatch",
+    "capacity_runs_for",
     "gather_evidence",
     "objective_metric",
     "rank_rows",

@@ -7,6 +7,11 @@ family (tiny-llama for Llama and Mistral): a check of the harness and the framew
 minutes, not GPU figures; its lengths are scaled to the stand-in's context window when they
 exceed it, and CPU runs use one dtype rule (`cpu_dtype`). A stage whose requests exceed its own
 model's window is refused before planning.
+
+Both plans also search the SLO capacity of the leading candidates (`capacity_configs`: the
+full plan a 5% search at the stage's percentile, the quick plan a coarse one that keeps its
+time budget) and state the repeats of the final comparison (3 in the full plan, 1 in the quick
+plan); the plan's duration includes both.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from bench.config import (
     CPU_FORWARD_DTYPE,
     CPU_HALF_DTYPE,
     SLO,
+    CapacityLoad,
     ConcurrencyLoad,
     ForwardWorkload,
     GenerateWorkload,
@@ -48,6 +54,21 @@ QUICK_DURATION_S = 15.0
 FULL_DURATION_S = 120.0
 CONFIRM_ABOVE_S = 600.0
 """A plan estimated to take longer than this asks for confirmation before it runs."""
+FULL_REPEATS = 3
+"""Repeats of each comparison run in the full plan: enough for a two-level interval."""
+QUICK_REPEATS = 1
+CAPACITY_CANDIDATES = 2
+"""Leading candidates (the tree's order) whose SLO capacity the plan searches."""
+QUICK_CAPACITY = {
+    "precision": 0.25,
+    "probe_requests": 20,
+    "max_probes": 6,
+    "recheck_boundary": False,
+    "warmup_requests": 2,
+    "max_duration_s": 300.0,
+}
+"""The quick plan's coarse capacity search: 25% precision, 20 requests a probe (below the
+percentile's minimum: its report says so), at most 6 probes, no re-check of the boundary."""
 
 CPU_SIZED_PRESETS = {
     "llama-2-7b": "tiny-llama",
@@ -100,6 +121,13 @@ class RunEstimate(Strict):
     checkpoint_cached: bool = False
     parts_s: dict[str, float] = Field(default_factory=dict)
     basis: str = ""
+    repeats: int = Field(1, ge=1, description="Times the run is made (a measurement group).")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total_s(self) -> float:
+        """All repeats of the run (each repeat starts its engine again)."""
+        return round(self.duration_s * self.repeats, 1)
 
 
 class StagePlan(Strict):
@@ -117,16 +145,47 @@ class StagePlan(Strict):
     cpu_only: bool = False
     profile_model: str | None = Field(None, description="The model the profile names.")
     note: str | None = Field(None, description="What the plan changed and why (CPU sizing).")
+    repeats: int = Field(
+        1, ge=1, description="Repeats of each comparison run (configs): a measurement group."
+    )
+    capacity_configs: list[RunConfig] = Field(
+        default_factory=list,
+        description="SLO capacity searches of the leading candidates (run after the configs).",
+    )
+    capacity_estimates: list[RunEstimate] = Field(default_factory=list)
+    capacity_note: str | None = Field(
+        None, description="How the capacity search is set (coarse in the quick plan), or why none."
+    )
+
+    def all_configs(self) -> list[RunConfig]:
+        """Every run of the plan in order: the comparison configs, then the capacity searches
+        (a runner makes each comparison config `repeats` times)."""
+        return [*self.configs, *self.capacity_configs]
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def duration_s(self) -> float:
-        return sum(e.duration_s for e in self.estimates)
+        return round(
+            sum(e.total_s for e in self.estimates)
+            + sum(e.total_s for e in self.capacity_estimates),
+            1,
+        )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def repeats_added_s(self) -> float:
+        """What the repeats add to the plan (beyond one run of each comparison config)."""
+        return round(sum(e.total_s - e.duration_s for e in self.estimates), 1)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def capacity_s(self) -> float:
+        return round(sum(e.total_s for e in self.capacity_estimates), 1)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def disk_bytes(self) -> int:
-        return sum(e.disk_bytes for e in self.estimates)
+        return sum(e.disk_bytes for e in self.estimates + self.capacity_estimates)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -205,14 +264,43 @@ def plan_for_stage(
         search = search_configurations(stage, configs[0].backend, calibration.efficiency)
         if search is not None:
             configs += plan_runs(configs[0], search)
+    repeats = QUICK_REPEATS if quick else FULL_REPEATS
+    capacity_configs, capacity_note = capacity_plan(stage, configs, quick)
+    estimates = estimate_runs(
+        configs + capacity_configs,
+        cpu_only=cpu_only,
+        gpu=stage.gpu.type,
+        busy=busy if cpu_only else 1.0,
+    )
+    for run_estimate in estimates[: len(configs)]:
+        run_estimate.repeats = repeats
+    if quick:
+        # The quick plan keeps its budget: searches that would push it past the confirmation
+        # threshold are left to the full plan, last candidate first.
+        comparison_s = sum(e.total_s for e in estimates[: len(configs)])
+        dropped: list[str] = []
+        while len(estimates) > len(configs) and (
+            comparison_s + sum(e.total_s for e in estimates[len(configs) :]) > CONFIRM_ABOVE_S
+        ):
+            estimates.pop()
+            dropped.insert(0, capacity_configs.pop().backend)
+        if dropped:
+            capacity_note = (
+                (capacity_note + ". " if capacity_configs else "")
+                + f"Not in the quick plan: the capacity search of {', '.join(dropped)} (about "
+                f"{_search_s(stage, configs, dropped, cpu_only, busy):.0f} s, past the quick "
+                f"plan's {CONFIRM_ABOVE_S:.0f} s budget); the full plan runs it"
+            )
     return StagePlan(
         stage=stage.name,
         quick=quick,
         decision=decision,
         configs=configs,
-        estimates=estimate_runs(
-            configs, cpu_only=cpu_only, gpu=stage.gpu.type, busy=busy if cpu_only else 1.0
-        ),
+        estimates=estimates[: len(configs)],
+        repeats=repeats,
+        capacity_configs=capacity_configs,
+        capacity_estimates=estimates[len(configs) :],
+        capacity_note=capacity_note,
         not_benchmarked=[c.framework for c in decision.candidates if not c.benchmarked],
         cpu_only=cpu_only,
         profile_model=stage.model,
@@ -549,6 +637,65 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
     return configs
 
 
+def capacity_plan(
+    stage: StageProfile, configs: list[RunConfig], quick: bool
+) -> tuple[list[RunConfig], str]:
+    """The SLO capacity search (`--pattern capacity`) of the first CAPACITY_CANDIDATES
+    frameworks of the plan, each at its comparison config's workload and settings; the quick
+    plan's search is coarse (QUICK_CAPACITY). None without a latency SLO (nothing to search
+    under), with the reason."""
+    slo = stage.slo
+    if slo.ttft_ms is None and slo.tpot_ms is None and slo.e2e_ms is None:
+        return [], (
+            "No capacity search: the profile sets no latency SLO (ttft_ms, tpot_ms or e2e_ms), "
+            "so there is no rate to search under; the GPU count cannot be measured"
+        )
+    leading: list[RunConfig] = []
+    for config in configs:
+        if config.backend not in {c.backend for c in leading}:
+            leading.append(config)
+        if len(leading) == CAPACITY_CANDIDATES:
+            break
+    options = dict(QUICK_CAPACITY) if quick else {"warmup_requests": 8}
+    load = CapacityLoad(percentile=slo.percentile, **options)
+    planned = [
+        config.model_copy(
+            update={
+                "load": load,
+                "label": f"advisor {'quick ' if quick else ''}plan: stage {stage.name}, "
+                f"{config.backend} SLO capacity search",
+            }
+        )
+        for config in leading
+    ]
+    names = ", ".join(c.backend for c in planned) or "no candidate"
+    if quick:
+        note = (
+            f"Capacity search of {names}: coarse (25% precision, 20 requests a probe, at most "
+            "6 probes, no boundary re-check) to keep the quick plan's time budget; the full plan "
+            "searches to 5% with probes long enough for the percentile"
+        )
+    else:
+        note = (
+            f"Capacity search of {names}: to 5% precision at {slo.percentile}, probes long "
+            "enough for the percentile, boundary re-checked (docs/capacity.md)"
+        )
+    return planned, note
+
+
+def _search_s(
+    stage: StageProfile, configs: list[RunConfig], backends: list[str], cpu_only: bool, busy: float
+) -> float:
+    """Estimated seconds of the quick capacity searches of `backends` (for the note)."""
+    searches, _ = capacity_plan(stage, [c for c in configs if c.backend in backends], True)
+    return sum(
+        e.duration_s
+        for e in estimate_runs(
+            searches, cpu_only=cpu_only, gpu=stage.gpu.type, busy=busy if cpu_only else 1.0
+        )
+    )
+
+
 def _workload(stage: StageProfile) -> GenerateWorkload | ForwardWorkload:
     if stage.kind == "generate":
         return GenerateWorkload(
@@ -582,14 +729,18 @@ def _load(stage: StageProfile, quick: bool) -> ConcurrencyLoad | RateLoad | Step
 
 
 __all__ = [
+    "CAPACITY_CANDIDATES",
     "CONFIRM_ABOVE_S",
     "CPU_FORWARD_DTYPE",
     "CPU_HALF_DTYPE",
     "FULL_DURATION_S",
+    "FULL_REPEATS",
     "QUICK_DURATION_S",
+    "QUICK_REPEATS",
     "RunEstimate",
     "StagePlan",
     "bench_plan",
+    "capacity_plan",
     "cpu_dtype",
     "cpu_sized_model",
     "estimate_run",

@@ -219,6 +219,13 @@ class StageProfile(StrictInput):
         le=10,
         description="Spare capacity on top of the peak when sizing the fleet (0.2 = 20%).",
     )
+    practical_threshold: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="Smallest difference that counts: one candidate is faster than another only "
+        "when the 95% interval of their ratio clears it (0.05 = 5%).",
+    )
     slo: ProfileSLO = Field(default_factory=ProfileSLO, description="Service-level objectives.")
     objective: Objective = Field(
         Objective.MAXIMIZE_THROUGHPUT, description="What best means among candidates meeting SLOs."

@@ -21,30 +21,37 @@ The rule (also in every report as `rule`):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from advisor.calibration import Calibration, calibration_from
+from advisor.capacity import Capacity, EstimatedCapacity, fleet_for_stage
 from advisor.configurations import ConfigurationSearch, search_configurations
 from advisor.diagnose import Diagnostic, diagnose
 from advisor.estimate import Estimate, estimate_stage
 from advisor.evidence import (
     EvidenceRow,
     ReferenceFiles,
+    _phase_at_stage_concurrency,
+    capacity_runs_for,
     rank_rows,
     read_reference_folder,
     stage_evidence,
     stored_runs,
 )
 from advisor.learned import LearnedOpinion, learned_opinion
-from advisor.plan import bench_plan
-from advisor.profile import StageProfile, WorkloadProfile
+from advisor.plan import ENGINE_START_S, bench_plan
+from advisor.profile import Objective, StageProfile, WorkloadProfile
 from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
-from bench.schema import RunResult
+from bench.errors import UserError
+from bench.schema import RequestRecord, RunResult
+from bench.stats import PRACTICAL_THRESHOLD, CandidateVerdict, MeasuredRun, candidate_verdict
 
 if TYPE_CHECKING:
     from bench.backends.base import Availability
@@ -59,13 +66,21 @@ MEASUREMENT_RULE = (
 )
 HIGH_CONFIDENCE_MAX_CV = 0.10
 """Repeats varying by more than 10% (coefficient of variation) cap confidence at medium."""
-MIN_MARGIN = 0.05
-"""A winner less than 5% ahead of the runner-up is a close call (medium confidence at most)."""
 
 
 class Confidence(BaseModel):
     level: Literal["high", "medium", "low"]
     why: str
+
+
+class CandidateCapacity(BaseModel):
+    """One candidate configuration's capacity under the SLO, sized for the stage's peak."""
+
+    framework: str
+    capacity: Capacity
+    provenance: Literal["yours", "published", "estimate"] = Field(
+        description="Who measured the capacity search (estimate: nobody, a model's figure)."
+    )
 
 
 class Alternative(BaseModel):
@@ -74,6 +89,14 @@ class Alternative(BaseModel):
     benchmarked: bool = True
     why_not_first: str
     what_would_change: list[str] = Field(default_factory=list)
+    verdict: CandidateVerdict | None = Field(
+        None,
+        description="The recommended framework against this one: ratio, 95% interval, verdict "
+        "beyond the practical threshold (None: not both measured matching the stage).",
+    )
+    capacity: Capacity | None = Field(
+        None, description="This framework's best measured capacity on the user's GPU type."
+    )
 
 
 class Recommendation(BaseModel):
@@ -107,10 +130,43 @@ class Recommendation(BaseModel):
         default_factory=list,
         description="Nearer-but-different measurements, shown as context with their distance.",
     )
+    threshold: float = Field(
+        PRACTICAL_THRESHOLD, description="Practical threshold of the verdicts (0.05 = 5%)."
+    )
+    verdicts: list[CandidateVerdict] = Field(
+        default_factory=list,
+        description="The recommended framework against each measured alternative.",
+    )
+    ranking_note: str | None = Field(
+        None,
+        description="How the candidates the evidence cannot separate were ordered (cost, then "
+        "simplicity, then build time), in words.",
+    )
+    capacity: Capacity | None = Field(
+        None,
+        description="The recommended framework's best measured capacity on the user's GPU "
+        "type, sized for the peak (None: not measured; see capacity_notes).",
+    )
+    capacities: list[CandidateCapacity] = Field(
+        default_factory=list,
+        description="Every candidate configuration's capacity: measured first (fewest GPUs "
+        "first), then estimates, labelled.",
+    )
+    capacity_notes: list[str] = Field(
+        default_factory=list,
+        description="What is missing for a GPU count or a cost, and capacity runs left out.",
+    )
+    headline: str = Field("", description="The stage's answer in one sentence, with GPUs and $.")
 
     @property
     def basis(self) -> str:
         return BASIS_WORDS[self.settled_by]
+
+    def measured_capacities(self) -> list[CandidateCapacity]:
+        return [c for c in self.capacities if c.capacity.source == "measured"]
+
+    def estimated_capacities(self) -> list[CandidateCapacity]:
+        return [c for c in self.capacities if c.capacity.source == "estimate"]
 
 
 BASIS_WORDS = {
@@ -173,6 +229,55 @@ def availability_map(backends: Iterable[Availability] | None = None) -> dict[str
         return {"_error": f"backend availability could not be read: {exc}"}
 
 
+@lru_cache(maxsize=16)
+def shipped_records(folder: str) -> dict[str, list[RequestRecord]]:
+    """Measured records by run id from the campaign archives of one reference folder
+    (`bench.compare.reference_records`: it reads every archive there, so once per process)."""
+    from bench.compare import reference_records
+
+    path = Path(folder)
+    return reference_records(path) if path.is_dir() else {}
+
+
+class RecordsLookup:
+    """Where a run's per-request records are: given directly (tests, unsaved runs), in the
+    store (`iter_records`), or in the archives beside a shipped reference file
+    (`data/reference/NAME_runs.json` -> `data/reference/NAME/*.tgz`). None when nowhere: the
+    verdict is then `unknown`, never a guess."""
+
+    def __init__(
+        self,
+        store: Any = None,
+        records: Mapping[str, Sequence[RequestRecord]] | None = None,
+        reference: ReferenceFiles | None = None,
+    ) -> None:
+        self.store = store
+        self.records = dict(records or {})
+        self.archive_of: dict[str, str] = {}
+        if reference is not None:
+            for file_name, file_runs in reference.runs.items():
+                folder = reference.folder / file_name.removesuffix(".json").removesuffix("_runs")
+                for run in file_runs:
+                    self.archive_of[run.run_id] = str(folder)
+        self._read: dict[str, Sequence[RequestRecord] | None] = {}
+
+    def __call__(self, run_id: str) -> Sequence[RequestRecord] | None:
+        if run_id in self.records:
+            return self.records[run_id]
+        if run_id in self._read:
+            return self._read[run_id]
+        found: Sequence[RequestRecord] | None = None
+        if run_id in self.archive_of:
+            found = shipped_records(self.archive_of[run_id]).get(run_id)
+        elif self.store is not None and hasattr(self.store, "iter_records"):
+            try:
+                found = list(self.store.iter_records(run_id)) or None
+            except (UserError, KeyError, OSError):
+                found = None
+        self._read[run_id] = found
+        return found
+
+
 def recommend(
     profile: WorkloadProfile,
     store: Any = None,
@@ -181,16 +286,23 @@ def recommend(
     availability: dict[str, str] | None = None,
     runs: list[RunResult] | None = None,
     reference: ReferenceFiles | None = None,
+    threshold: float | None = None,
+    records: Mapping[str, Sequence[RequestRecord]] | None = None,
 ) -> Report:
     """Recommend per stage. `store` = a ResultStore (anything with list_runs()) or None; `runs`
-    adds RunResults directly (tests, the web app's unsaved runs); `reference` = the reference
-    folder already read (else `reference_dir`, default data/reference, is read once here)."""
+    adds RunResults directly (tests, the web app's unsaved runs), `records` their request
+    records by run id; `reference` = the reference folder already read (else `reference_dir`,
+    default data/reference, is read once here); `threshold` overrides each stage's
+    `practical_threshold` for the verdicts."""
+    if threshold is not None and not (0 < threshold < 1):
+        raise UserError(f"the practical threshold must be in (0, 1), got {threshold}")
     tree = tree or load_tree()
     availability = availability if availability is not None else availability_map()
     all_runs = stored_runs(store) + list(runs or [])
     reference = reference or read_reference_folder(reference_dir)
     every_run = all_runs + [run for file_runs in reference.runs.values() for run in file_runs]
     calibration = calibration_from(all_runs, reference.runs)
+    lookup = RecordsLookup(store, records, reference)
     stage_results = [
         _recommend_stage(
             tree,
@@ -199,6 +311,8 @@ def recommend(
             every_run,
             availability,
             calibration,
+            lookup=lookup,
+            threshold=threshold if threshold is not None else stage.practical_threshold,
         )
         for stage in profile.stages
     ]
@@ -221,11 +335,28 @@ def _recommend_stage(
     runs: list[RunResult],
     availability: dict[str, str],
     calibration: Calibration,
+    *,
+    lookup: RecordsLookup | None = None,
+    threshold: float = PRACTICAL_THRESHOLD,
 ) -> StageRecommendation:
     estimate = estimate_stage(stage)
     decision = evaluate(tree, stage, estimate)
     changes = what_would_change(tree, stage, estimate, decision)
-    recommendation = settle(stage, decision, rows, availability, changes)
+    runs_by_id = {run.run_id: run for run in runs}
+    published_ids = set((lookup.archive_of if lookup is not None else {}).keys())
+    capacities, capacity_notes = (
+        ([], []) if decision.refused else stage_capacities(stage, runs, published_ids)
+    )
+    recommendation = settle(
+        stage,
+        decision,
+        rows,
+        availability,
+        changes,
+        compare=verdict_function(stage, runs_by_id, lookup or RecordsLookup(), threshold),
+        capacities=capacities,
+        threshold=threshold,
+    )
     configurations = None
     if recommendation.benchmarked and not decision.refused:
         configurations = search_configurations(
@@ -236,7 +367,33 @@ def _recommend_stage(
         )
     if configurations is not None and configurations.best() is not None:
         _add_deployment(recommendation, configurations, calibration)
-    runs_by_id = {run.run_id: run for run in runs}
+    if not decision.refused:
+        measured_here = {c.framework for c in capacities}
+        estimated = (
+            []
+            if recommendation.framework in measured_here
+            else _estimated_capacity(stage, recommendation.framework, configurations)
+        )
+        extra, extra_notes = stage_capacities(stage, [], set(), estimated)
+        capacities = capacities + extra
+        capacity_notes += [note for note in extra_notes if note not in capacity_notes]
+        recommendation.capacities = capacities
+        recommendation.capacity_notes = capacity_notes
+        recommendation.capacity = next(
+            (c.capacity for c in capacities if c.framework == recommendation.framework), None
+        )
+        if recommendation.capacity is not None and recommendation.capacity.source == "estimate":
+            recommendation.capacity = None  # an estimate is shown apart, never as the answer
+        for alternative in recommendation.alternatives:
+            alternative.capacity = next(
+                (
+                    c.capacity
+                    for c in recommendation.measured_capacities()
+                    if c.framework == alternative.framework
+                ),
+                None,
+            )
+    recommendation.headline = headline(stage, recommendation)
     diagnostics: list[Diagnostic] = []
     candidates = {c.framework for c in decision.candidates}
     for row in rows:
@@ -317,6 +474,316 @@ def _add_deployment(
         from advisor.configurations import FP8_ACCURACY_NOTE
 
         recommendation.caveats.append(FP8_ACCURACY_NOTE)
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+NO_PEAK_NOTE = (
+    "the profile gives no peak traffic (peak_request_rate_rps, or request_rate_rps): the GPU "
+    "count and the cost are not computed"
+)
+
+
+def _capacity_order(capacity: Capacity) -> tuple:
+    """Settled searches first, then fewest GPUs for the peak, then the highest capacity."""
+    return (not capacity.converged, capacity.gpus_needed, -capacity.max_rate_rps)
+
+
+def stage_capacities(
+    stage: StageProfile,
+    runs: Sequence[RunResult],
+    published_ids: set[str],
+    estimates: Sequence[tuple[str, EstimatedCapacity]] = (),
+) -> tuple[list[CandidateCapacity], list[str]]:
+    """Every candidate configuration's capacity for the stage's peak: the capacity searches
+    about this stage (`capacity_runs_for`) on the stage's GPU type, measured first, fewest
+    GPUs first; then the (framework, estimate) pairs given, labelled `estimate`. Notes say what
+    is missing (peak, price) and which searches were left out, and why."""
+    kept, notes = capacity_runs_for(stage, runs)
+    peak = stage.peak_request_rate_rps or stage.request_rate_rps
+    if peak is None:
+        return [], [NO_PEAK_NOTE, *notes] if (kept or estimates) else notes
+    try:
+        sizing = fleet_for_stage(stage, kept, [estimate for _, estimate in estimates])
+    except UserError as exc:
+        return [], [str(exc), *notes]
+    by_id = {run.run_id: run for run in kept}
+    measured = [
+        CandidateCapacity(
+            framework=by_id[c.run_id].config.backend if c.run_id in by_id else "?",
+            capacity=c,
+            provenance="published" if c.run_id in published_ids else "yours",
+        )
+        for c in sizing.measured
+    ]
+    measured.sort(key=lambda c: _capacity_order(c.capacity))
+    estimated = [
+        CandidateCapacity(framework=framework, capacity=c, provenance="estimate")
+        for (framework, _), c in zip(estimates, sizing.estimates, strict=True)
+    ]
+    notes += sizing.notes
+    for candidate in measured + estimated:
+        for note in candidate.capacity.notes:
+            if note.startswith("no GPU price") and note not in notes:
+                notes.append(note + " (set gpu.price_per_hour in the profile)")
+    return measured + estimated, notes
+
+
+def _estimated_capacity(
+    stage: StageProfile, framework: str, search: ConfigurationSearch | None
+) -> list[tuple[str, EstimatedCapacity]]:
+    """The configuration search's predicted request rate for the recommended configuration
+    (predicted output tok/s at the stage's concurrency / output tokens per request), when its
+    predicted TPOT is within the SLO: a model's figure, no SLO search behind it."""
+    best = search.best() if search is not None else None
+    prediction = best.prediction if best is not None else None
+    if prediction is None or stage.kind != "generate" or stage.output_tokens.mean <= 0:
+        return []
+    if stage.slo.tpot_ms is not None and prediction.tpot_ms > stage.slo.tpot_ms:
+        return []
+    rate = prediction.output_throughput_tok_s / stage.output_tokens.mean
+    if not (rate > 0 and math.isfinite(rate)):
+        return []
+    assert best is not None
+    return [
+        (
+            framework,
+            EstimatedCapacity(
+                label=f"{framework}, {best.label} (estimate: predicted throughput at "
+                f"concurrency {prediction.concurrency}, TTFT not modelled)",
+                max_rate_rps=rate,
+                gpus_per_replica=best.deployment.parallelism.tensor_parallel_size
+                * best.deployment.parallelism.replicas,
+            ),
+        )
+    ]
+
+
+def slo_text(stage: StageProfile) -> str:
+    """`p99 TTFT <= 300 ms, TPOT <= 50 ms` (or `no latency SLO`)."""
+    slo = stage.slo
+    limits = [
+        f"{name} <= {value:g} ms"
+        for name, value in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms))
+        if value is not None
+    ]
+    return f"{slo.percentile} {', '.join(limits)}" if limits else "no latency SLO"
+
+
+def _money(value: float | None) -> str:
+    return "cost not known (no price)" if value is None else f"about ${value:,.0f}/month"
+
+
+def headline(stage: StageProfile, chosen: Recommendation) -> str:
+    """The stage's answer in one sentence: the framework, and the GPU count and cost when a
+    measured capacity exists ("vllm (bfloat16, TP=1): 3 x H200 for 40 req/s at p99 TTFT <= 300
+    ms, about $7,000/month; pytorch would need 19"), else why the count is not known."""
+    if chosen.follows == "refused":
+        return f"{stage.name}: refused ({chosen.confidence.why})"
+    gpu = stage.gpu.type or "the GPU"
+    text = f"{stage.name}: {chosen.framework} (confidence {chosen.confidence.level})"
+    peak = stage.peak_request_rate_rps or stage.request_rate_rps
+    capacity = chosen.capacity
+    if capacity is not None:
+        label = (capacity.label or chosen.framework).split(", ", 1)
+        what = f"{label[0]} ({label[1]})" if len(label) > 1 else label[0]
+        text = (
+            f"{stage.name}: {what}: {capacity.gpus_needed} x {gpu} for "
+            f"{capacity.peak_request_rate_rps:g} req/s at {slo_text(stage)}, "
+            f"{_money(capacity.monthly_cost)} (confidence {chosen.confidence.level})"
+        )
+        others: dict[str, str] = {}
+        for other in chosen.measured_capacities():  # fewest GPUs first: each framework's best
+            if other.framework != chosen.framework and other.framework not in others:
+                others[other.framework] = (
+                    f"{other.framework} would need {other.capacity.gpus_needed}"
+                )
+        others_text = list(others.values())
+        if others_text:
+            text += "; " + "; ".join(others_text)
+        if not capacity.converged:
+            text += " (the capacity search did not converge: the count is not settled)"
+        return text
+    if stage.gpu.type is None:
+        return text + "; no GPU type in the profile: the GPU count is not known"
+    if peak is None:
+        if chosen.measured_capacities():
+            return text + (
+                "; GPU count not computed: the profile gives no peak traffic (set "
+                "peak_request_rate_rps)"
+            )
+        return text + (
+            f"; no capacity measured on {gpu} for this workload and no peak traffic in the "
+            "profile (peak_request_rate_rps): the GPU count is not known"
+        )
+    text += f"; no capacity measured on {gpu} for this workload: the GPU count is not known"
+    estimate = next(iter(chosen.estimated_capacities()), None)
+    if estimate is not None:
+        text += (
+            f" (estimate, not measured: about {estimate.capacity.gpus_needed} x {gpu} for "
+            f"{peak:g} req/s, {_money(estimate.capacity.monthly_cost)})"
+        )
+    return text
+
+
+# --------------------------------------------------------------------------- verdicts
+
+SIMPLICITY_RANK = {
+    "pytorch": 0,
+    "vllm": 1,
+    "openai": 1,
+    "torch_compile": 2,
+    "jax": 2,
+    "onnxruntime": 3,
+    "tensorrt_llm": 4,
+    "tensorrt": 4,
+}
+"""Moving parts to operate, fewest first (the tie-break after cost): eager PyTorch serves the
+checkpoint as it is; vLLM (or an OpenAI-compatible server) is one package around it;
+torch.compile adds a compile per shape; ONNX Runtime an export to keep in step with the model;
+TensorRT(-LLM) an engine build per GPU type and shape."""
+
+VerdictFunction = Callable[[EvidenceRow, EvidenceRow], CandidateVerdict | None]
+
+
+def verdict_metric(stage: StageProfile, row: EvidenceRow) -> str | None:
+    """The bench.stats metric behind the objective (cost per token on one configuration is
+    the inverse of throughput; a metric bench.stats does not resample gives None)."""
+    from bench.stats import METRICS_BY_NAME
+
+    metric = row.objective_metric
+    if metric == "gpu_s_per_million_tokens":
+        metric = "output_throughput_tok_s" if stage.kind == "generate" else "request_throughput_rps"
+    return metric if metric in METRICS_BY_NAME else None
+
+
+def verdict_function(
+    stage: StageProfile,
+    runs_by_id: Mapping[str, RunResult],
+    lookup: RecordsLookup,
+    threshold: float,
+) -> VerdictFunction:
+    """leader row, alternative row -> `bench.stats.candidate_verdict` on their runs (the
+    ladder phase at the stage's concurrency when the evidence is that phase), cached."""
+    cache: dict[tuple[str, str], CandidateVerdict | None] = {}
+
+    def measured(row: EvidenceRow) -> list[MeasuredRun]:
+        out = []
+        for run_id in row.run_ids:
+            run = runs_by_id.get(run_id)
+            if run is None:
+                continue
+            phase = _phase_at_stage_concurrency(run, stage)
+            out.append(MeasuredRun(run, lookup(run_id), phase.name if phase else None))
+        return out
+
+    def compare(leader: EvidenceRow, alternative: EvidenceRow) -> CandidateVerdict | None:
+        key = (",".join(leader.run_ids), ",".join(alternative.run_ids))
+        if key in cache:
+            return cache[key]
+        metric = verdict_metric(stage, leader)
+        a, b = measured(leader), measured(alternative)
+        verdict = None
+        if metric is not None and a and b:
+            try:
+                verdict = candidate_verdict(
+                    a, b, metric, threshold, leader.framework, alternative.framework
+                )
+            except ValueError:  # the metric is not in one side's summary
+                verdict = None
+        cache[key] = verdict
+        return verdict
+
+    return compare
+
+
+def verdict_text(verdict: CandidateVerdict) -> str:
+    """`vllm vs pytorch: output_throughput_tok_s ratio 1.42 (95% CI 1.38-1.47), faster beyond
+    5%; single run` in words."""
+    ratio = f"ratio {verdict.ratio:.3g}" if verdict.ratio is not None else "no ratio"
+    interval = (
+        f" (95% CI {verdict.interval.low:.3g}-{verdict.interval.high:.3g})"
+        if verdict.interval is not None
+        else " (no interval: no per-request records)"
+    )
+    words = {
+        "faster": "better beyond",
+        "slower": "worse beyond",
+        "indistinguishable": "indistinguishable at",
+        "unknown": "unknown at",
+    }[verdict.verdict]
+    repeats = (
+        "single run"
+        if verdict.single_run
+        else f"{verdict.leader_repeats} vs {verdict.alternative_repeats} repeats"
+    )
+    return (
+        f"{verdict.leader} vs {verdict.alternative} on {verdict.metric}: {ratio}{interval}, "
+        f"{words} the {verdict.threshold:.0%} threshold; {repeats}"
+    )
+
+
+def _tie_key(framework: str, capacity_gpus: Mapping[str, int]) -> tuple[float, int, float]:
+    return (
+        capacity_gpus.get(framework, math.inf),
+        SIMPLICITY_RANK.get(framework, 5),
+        ENGINE_START_S.get(framework, 30.0),
+    )
+
+
+def _order_by_verdicts(
+    ordered: list[EvidenceRow],
+    compare: VerdictFunction | None,
+    capacities: Sequence[CandidateCapacity],
+) -> tuple[list[EvidenceRow], list[CandidateVerdict], str | None]:
+    """The measured order, with the candidates the evidence cannot tell from the leader
+    (interval within the threshold) re-ranked on cost (fewest GPUs for the peak, measured),
+    then simplicity (SIMPLICITY_RANK), then build time (plan.ENGINE_START_S)."""
+    if compare is None or len(ordered) < 2:
+        return ordered, [], None
+    leader = ordered[0]
+    verdicts = [compare(leader, row) for row in ordered[1:]]
+    tied = [leader] + [
+        row for row, v in zip(ordered[1:], verdicts, strict=True) if v and v.indistinguishable
+    ]
+    if len(tied) < 2:
+        return ordered, [v for v in verdicts if v is not None], None
+    gpus: dict[str, int] = {}
+    for candidate in capacities:
+        if candidate.capacity.source == "measured":
+            gpus.setdefault(candidate.framework, candidate.capacity.gpus_needed)
+    ranked = sorted(tied, key=lambda row: _tie_key(row.framework, gpus))
+    first, second = _tie_key(ranked[0].framework, gpus), _tie_key(ranked[1].framework, gpus)
+    names = ", ".join(row.framework for row in ranked)
+    if first[0] != second[0]:
+        criterion = (
+            f"cost: {ranked[0].framework} needs {gpus[ranked[0].framework]} GPUs for the peak, "
+            f"{ranked[1].framework} "
+            + (f"{gpus[ranked[1].framework]}" if ranked[1].framework in gpus else "not measured")
+        )
+    elif first[1] != second[1]:
+        criterion = (
+            "simplicity (no measured cost separates them): "
+            f"{ranked[0].framework} has fewer moving parts to operate than {ranked[1].framework}"
+        )
+    elif first[2] != second[2]:
+        criterion = (
+            "build time (cost and simplicity are equal): "
+            f"{ranked[0].framework} starts in about {first[2]:.0f} s, "
+            f"{ranked[1].framework} in about {second[2]:.0f} s"
+        )
+    else:
+        criterion = "nothing: equal on cost, simplicity and build time; the measured order stands"
+    note = (
+        f"{names} are indistinguishable on this evidence (the 95% interval of their ratio lies "
+        f"within the practical threshold); ranked on {criterion}"
+    )
+    rest = [row for row in ordered if row not in ranked]
+    ordered = ranked + rest
+    if ranked[0] is not leader:
+        verdicts = [compare(ranked[0], row) for row in ordered[1:]]
+    return ordered, [v for v in verdicts if v is not None], note
 
 
 # --------------------------------------------------------------------------- the rule
@@ -423,9 +890,20 @@ def settle(
     rows: list[EvidenceRow],
     availability: dict[str, str],
     changes: dict[str, list[str]] | None = None,
+    *,
+    compare: VerdictFunction | None = None,
+    capacities: Sequence[CandidateCapacity] = (),
+    threshold: float = PRACTICAL_THRESHOLD,
 ) -> Recommendation:
-    """Apply the rule (module docstring) to the tree's candidates and the ranked evidence."""
+    """Apply the rule (module docstring) to the tree's candidates and the ranked evidence.
+
+    `compare` gives the leader's verdict against each alternative (ratio with its interval):
+    candidates it cannot separate from the leader are re-ranked on cost, simplicity, build
+    time (`_order_by_verdicts`). `capacities` (measured ones, fewest GPUs first) rank the
+    candidates for the objective minimize_cost_per_token, measured first."""
     changes = changes or {}
+    verdicts: list[CandidateVerdict] = []
+    ranking_note: str | None = None
     if decision.refused:
         return _refusal(decision)
     candidates = [c.framework for c in decision.candidates]
@@ -445,8 +923,29 @@ def settle(
         return availability.get(name, "no adapter for it in this installation")
 
     avail = {name: candidate_availability(name) for name in candidates}
+    cost_ranked = stage.objective == Objective.MINIMIZE_COST_PER_TOKEN and any(
+        c.capacity.source == "measured" and c.framework in candidates for c in capacities
+    )
+    measured_gpus: dict[str, int] = {}
+    for candidate_capacity in capacities:
+        if candidate_capacity.capacity.source == "measured":
+            measured_gpus.setdefault(
+                candidate_capacity.framework, candidate_capacity.capacity.gpus_needed
+            )
     if eligible:
         ordered = rank_rows(list(eligible.values()))
+        if cost_ranked:
+            # The objective is the cost of serving the peak: the measured fleet size ranks
+            # first (fewest GPUs), candidates without a measured capacity after them.
+            ordered.sort(key=lambda row: measured_gpus.get(row.framework, math.inf))
+            ranking_note = (
+                "ranked on the measured capacity (fewest GPUs for the peak within the SLO, "
+                "measured capacities first), the objective being the cost per token"
+            )
+        else:
+            ordered, verdicts, ranking_note = _order_by_verdicts(ordered, compare, capacities)
+        if cost_ranked and compare is not None:
+            verdicts = [v for v in (compare(ordered[0], row) for row in ordered[1:]) if v]
         winner_row = ordered[0]
         chosen = winner_row.framework
         follows: Literal["tree", "measurements"] = "measurements"
@@ -463,7 +962,12 @@ def settle(
                 f"{_describe(winner_row)} while {tree_first} {state}. Following the measurements "
                 "(rule: measurements matching this workload on the user's GPU type win)."
             )
-        confidence = _measured_confidence(winner_row, ordered[1:] if len(ordered) > 1 else [])
+        confidence = _measured_confidence(
+            winner_row,
+            ordered[1:] if len(ordered) > 1 else [],
+            verdicts[0] if verdicts and verdicts[0].alternative == ordered[1].framework else None,
+            tie=ranking_note is not None and not cost_ranked,
+        )
         # The winner's provenance names what settled it (a published run can only be a
         # fingerprinted measurement of data/reference: the article's figures never settle).
         settled_by: Literal["yours", "published", "tree", "refused"] = (
@@ -472,6 +976,32 @@ def settle(
             else "yours"
         )
         settled_runs = [run_id for row in ordered for run_id in row.run_ids]
+    elif cost_ranked:
+        # No eligible speed measurement, but a measured capacity on the user's GPU type: for
+        # this objective that is the settling measurement.
+        best_capacity = next(
+            c for c in capacities if c.capacity.source == "measured" and c.framework in candidates
+        )
+        chosen = best_capacity.framework
+        follows = "measurements"
+        settled_by = "published" if best_capacity.provenance == "published" else "yours"
+        settled_runs = [
+            c.capacity.run_id for c in capacities if c.capacity.run_id and c.framework in candidates
+        ]
+        ranking_note = (
+            "ranked on the measured capacity (fewest GPUs for the peak within the SLO), the "
+            "objective being the cost per token; no throughput measurement matches this stage"
+        )
+        confidence = Confidence(
+            level="medium",
+            why=f"settled by the measured capacity of {chosen} on {gpu} "
+            f"({best_capacity.capacity.gpus_needed} GPUs for the peak); "
+            + (
+                "other candidates have no measured capacity there"
+                if len({c.framework for c in capacities if c.capacity.source == "measured"}) < 2
+                else "the capacity searches carry no interval: a single search each"
+            ),
+        )
     else:
         chosen = tree_first
         follows = "tree"
@@ -535,6 +1065,9 @@ def settle(
                 f"a VALID measurement on {gpu} where {candidate.framework} beats {chosen} on "
                 f"{stage.objective.value} within the SLOs"
             )
+        verdict = next((v for v in verdicts if v.alternative == candidate.framework), None)
+        if verdict is not None:
+            why += f"; {verdict_text(verdict)}"
         alternatives.append(
             Alternative(
                 framework=candidate.framework,
@@ -542,10 +1075,13 @@ def settle(
                 benchmarked=candidate.benchmarked,
                 why_not_first=why,
                 what_would_change=would_change,
+                verdict=verdict,
             )
         )
     chosen_candidate = by_name[chosen]
     caveats = list(chosen_candidate.caveats) + list(decision.caveats)
+    if ranking_note:
+        contradictions.append(ranking_note[0].upper() + ranking_note[1:] + ".")
     if not chosen_candidate.benchmarked:
         caveats.insert(
             0, f"{chosen} is not benchmarked by this tool; the evidence covers the others."
@@ -566,6 +1102,9 @@ def settle(
         settled_by=settled_by,
         settled_by_runs=settled_runs,
         nearest=[] if eligible else nearest_evidence(rows, candidates),
+        threshold=threshold,
+        verdicts=verdicts,
+        ranking_note=ranking_note,
     )
 
 
@@ -591,27 +1130,60 @@ def _refusal(decision: Decision) -> Recommendation:
     )
 
 
-def _measured_confidence(winner: EvidenceRow, others: list[EvidenceRow]) -> Confidence:
+WIDE_INTERVAL = 0.25
+"""A ratio interval wider than this (high / low - 1) caps confidence at medium."""
+
+
+def _measured_confidence(
+    winner: EvidenceRow,
+    others: list[EvidenceRow],
+    verdict: CandidateVerdict | None = None,
+    tie: bool = False,
+) -> Confidence:
+    """From the verdict against the runner-up: high only when the interval clears the
+    threshold, both sides have repeats and the interval is narrow; a single run, a wide
+    interval, a tie or no interval (no records) is medium, and says which."""
     reasons: list[str] = []
     level: Literal["high", "medium", "low"] = "high"
     if winner.closeness.same_shape is not True:
         level = "medium"
         reasons.append("measured at a different workload shape than the profile's")
-    if winner.repeats < 2:
-        level = "medium"
-        reasons.append("a single run (no repeats)")
-    elif winner.objective_cv is not None and winner.objective_cv > HIGH_CONFIDENCE_MAX_CV:
-        level = "medium"
-        reasons.append(f"repeats vary by {winner.objective_cv:.0%} (CV)")
-    if others and winner.objective_value and others[0].objective_value:
-        a, b = winner.objective_value, others[0].objective_value
-        margin = abs(a - b) / max(abs(b), 1e-12)
-        if margin < MIN_MARGIN:
-            level = "medium"
-            reasons.append(f"only {margin:.1%} ahead of {others[0].framework}")
-    elif not others:
+    if not others:
         reasons.append("no other candidate measured eligibly on this GPU")
         level = "medium"
+    elif verdict is not None and verdict.verdict != "unknown":
+        reasons.append(verdict_text(verdict))
+        if verdict.single_run:
+            level = "medium"
+            reasons.append(
+                "single run: the interval is within-run only and leaves out run-to-run spread"
+            )
+        if verdict.indistinguishable or tie:
+            level = "medium"
+            reasons.append(
+                f"{verdict.leader} and {verdict.alternative} are indistinguishable on this "
+                "evidence (ranked on the next criterion)"
+            )
+        elif verdict.verdict != "faster":
+            level = "medium"
+        if verdict.interval is not None and verdict.interval.low > 0:
+            width = verdict.interval.high / verdict.interval.low - 1
+            if width > WIDE_INTERVAL:
+                level = "medium"
+                reasons.append(f"the interval is wide ({width:.0%})")
+        if winner.objective_cv is not None and winner.objective_cv > HIGH_CONFIDENCE_MAX_CV:
+            level = "medium"
+            reasons.append(f"repeats vary by {winner.objective_cv:.0%} (CV)")
+    else:
+        # No interval (records not at hand): the margin alone cannot make it high.
+        level = "medium"
+        reasons.append("no interval (no per-request records to resample)")
+        if winner.repeats < 2:
+            reasons.append("single run")
+        if winner.objective_value and others[0].objective_value:
+            a, b = winner.objective_value, others[0].objective_value
+            margin = abs(a - b) / max(abs(b), 1e-12)
+            reasons.append(f"{margin:.1%} ahead of {others[0].framework} on the point figures")
     basis = (
         f"settled by measurements matching this workload {_where(winner)}: "
         f"{winner.repeats} run(s), {winner.objective_metric} {winner.objective_value:.4g}"
@@ -687,13 +1259,18 @@ __all__ = [
     "MEASUREMENT_RULE",
     "REFUSED",
     "Alternative",
+    "CandidateCapacity",
     "Confidence",
     "Recommendation",
+    "RecordsLookup",
     "Report",
     "StageRecommendation",
     "availability_map",
+    "headline",
     "nearest_evidence",
     "recommend",
     "settle",
+    "stage_capacities",
+    "verdict_text",
     "why_not_settling",
 ]

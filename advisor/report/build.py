@@ -23,13 +23,22 @@ from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
 from advisor.gpus import find_gpu
 from advisor.learned import LearnedOpinion
 from advisor.profile import WorkloadProfile
-from advisor.recommend import REFUSED, StageRecommendation
+from advisor.recommend import (
+    NO_PEAK_NOTE,
+    REFUSED,
+    RecordsLookup,
+    StageRecommendation,
+    slo_text,
+    verdict_text,
+)
 from advisor.recommend import Report as AdvisorReport
 from advisor.report.aggregate import RequestColumns
+from advisor.report.capacity import capacity_view, probe_table
 from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
 from advisor.report.configurations import calibration_table, configurations_table
 from advisor.report.model import (
     Alternative,
+    CapacitySection,
     Caveat,
     Chart,
     DecisionStep,
@@ -161,7 +170,109 @@ def stage_report(stage: StageRecommendation) -> StageReport:
         caveats=_unique(chosen.caveats),
         configurations=configurations_table(stage.configurations),
         second_opinion=_second_opinion(stage.learned),
+        headline=chosen.headline,
+        verdicts=verdicts_table(stage),
+        ranking_note=chosen.ranking_note,
     )
+
+
+def verdicts_table(stage: StageRecommendation) -> ReferenceTable | None:
+    """The recommended framework against each measured alternative: ratio ± interval."""
+    chosen = stage.recommendation
+    if not chosen.verdicts:
+        return None
+    return ReferenceTable(
+        title=f"{chosen.framework} against the alternatives",
+        source="bench.stats.candidate_verdict on the runs' request records",
+        conditions=f"practical threshold {chosen.threshold:.0%}, 95% bootstrap intervals",
+        note="A is better only when the whole interval of the ratio clears the threshold; "
+        "'single run' intervals are within-run only and leave out run-to-run spread.",
+        keys=["alternative", "metric", "ratio", "interval", "verdict", "repeats"],
+        columns=["Alternative", "Metric", "Ratio", "95% interval", "Verdict", "Repeats"],
+        rows=[
+            [
+                v.alternative,
+                v.metric,
+                None if v.ratio is None else round(v.ratio, 3),
+                "no records: no interval"
+                if v.interval is None
+                else f"{v.interval.low:.3f} – {v.interval.high:.3f}",
+                v.verdict,
+                "single run" if v.single_run else f"{v.leader_repeats} vs {v.alternative_repeats}",
+            ]
+            for v in chosen.verdicts
+        ],
+        caveats=[verdict_text(v) for v in chosen.verdicts],
+    )
+
+
+def _chart_id(index: int) -> str:
+    return "capacity-gpus" if index == 0 else f"capacity-gpus-{index + 1}"
+
+
+def capacity_sections(
+    profile: WorkloadProfile, answer: AdvisorReport, runs_by_id: Mapping[str, RunResult]
+) -> tuple[list[CapacitySection], list[Chart]]:
+    """Per stage: the capacity table and chart from `Recommendation.capacities`, estimates
+    apart, the probes of each search shown (appendix), or why there is none."""
+    sections: list[CapacitySection] = []
+    charts: list[Chart] = []
+    profiles = {stage.name: stage for stage in profile.stages}
+    for index, stage in enumerate(answer.stages):
+        chosen = stage.recommendation
+        stage_profile = profiles.get(stage.stage)
+        if stage_profile is None or chosen.follows == "refused":
+            continue
+        gpu = stage_profile.gpu.type
+        peak = stage_profile.peak_request_rate_rps or stage_profile.request_rate_rps
+        section = CapacitySection(
+            stage=stage.stage,
+            gpu_type=gpu,
+            peak_request_rate_rps=peak,
+            headroom_fraction=stage_profile.headroom_fraction,
+            slo=slo_text(stage_profile),
+            notes=list(chosen.capacity_notes),
+        )
+        if chosen.capacities and peak is not None:
+            view = capacity_view(
+                chosen.capacities,
+                peak,
+                stage_profile.gpu.price_per_hour,
+                stage_profile.headroom_fraction,
+                gpu,
+                chart_id=_chart_id(index),
+            )
+            section.table, section.estimates = view.table, view.estimates
+            chart = view.chart
+            if len(answer.stages) > 1:
+                chart = chart.model_copy(update={"title": f"{chart.title} ({stage.stage})"})
+            charts.append(chart)
+            section.chart_id = chart.id
+            if view.price_source:
+                section.price_sources.append(view.price_source)
+            section.notes += [note for note in view.notes if note not in section.notes]
+        if not chosen.measured_capacities():
+            if gpu is None:
+                section.absent_reason = "the profile names no GPU type: no capacity can be matched"
+            else:
+                section.absent_reason = (
+                    f"no capacity measured on {gpu} for this workload (no capacity search, "
+                    "bench run --pattern capacity, of a candidate matches it): the GPU count is "
+                    "not known"
+                )
+            if peak is None:
+                section.absent_reason += (
+                    "; the profile also gives no peak traffic (peak_request_rate_rps) to size "
+                    "a fleet for"
+                )
+                section.notes = [n for n in section.notes if n != NO_PEAK_NOTE]
+        for candidate in chosen.measured_capacities():
+            run = runs_by_id.get(candidate.capacity.run_id or "")
+            table = probe_table(run) if run is not None else None
+            if table is not None:
+                section.probes.append(table)
+        sections.append(section)
+    return sections, charts
 
 
 ESTIMATE_NOTE_FIELDS = ("notes", "suggestions")
@@ -234,7 +345,8 @@ def _run_context(run: RunResult) -> str:
         "step": lambda: f"step ladder ({len(run.phases)} stages)",
         "steady": lambda: f"steady {getattr(load, 'fraction', '?')}x capacity",
         "pulse": lambda: f"pulse {getattr(load, 'burst_factor', '?')}x capacity",
-    }[load.pattern]()
+        "capacity": lambda: f"SLO capacity search over {getattr(load, 'over', 'rate')}",
+    }.get(load.pattern, lambda: f"{load.pattern} pattern")()
     return f"{run.config.model} on {device}, {run.config.precision.dtype}, {shape}"
 
 
@@ -581,6 +693,89 @@ def _data_caveats(runs: Sequence[RunResult], environment: Mapping[str, Any] | No
     return caveats
 
 
+# --------------------------------------------------------------------------- intervals
+
+INTERVAL_MAX_RECORDS = 100_000
+"""Runs with more records get no interval in the report (the records are not kept in memory)."""
+INTERVAL_BOOTSTRAP = 200
+"""Draws per interval in the report (the verdicts use bench.stats' 1000)."""
+
+
+class _Kept:
+    """An iterable over records that keeps them (up to INTERVAL_MAX_RECORDS) as it is read."""
+
+    def __init__(self, items: Iterable[RequestRecord]) -> None:
+        self.items = items
+        self.kept: list[RequestRecord] | None = []
+
+    def __iter__(self):
+        for record in self.items:
+            if self.kept is not None:
+                self.kept.append(record)
+                if len(self.kept) > INTERVAL_MAX_RECORDS:
+                    self.kept = None
+            yield record
+
+
+def _intervals(run: RunResult, kept: _Kept | None) -> dict[str | None, tuple[float, float]]:
+    """Output tok/s 95% intervals of the run (key None) and of each closed-loop phase (key:
+    its target level as text), within-run bootstrap; {} without records."""
+    from bench.stats import run_sample, summarize_group
+
+    records = kept.kept if kept is not None else None
+    if not records or run.summary is None:
+        return {}
+    out: dict[str | None, tuple[float, float]] = {}
+    phases: list[str | None] = [None] + [
+        phase.name
+        for phase in run.phases
+        if phase.strategy == "concurrency" and phase.summary.successful > 0
+    ]
+    targets = {phase.name: f"{float(phase.target):g}" for phase in run.phases}
+    # A ladder's whole-run figure mixes its levels: its intervals are per level only.
+    for phase in phases[1:] if len(phases) > 2 else phases[:1]:
+        try:
+            summary = summarize_group(
+                [run_sample(run, records, phase)],
+                bootstrap=INTERVAL_BOOTSTRAP,
+                metrics=["output_throughput_tok_s"],
+            )
+        except ValueError:
+            continue
+        metric = summary.metric("output_throughput_tok_s")
+        if metric is not None and metric.interval is not None:
+            key = None if phase is None else targets[phase]
+            out[key] = (metric.interval.low, metric.interval.high)
+    return out
+
+
+def _phase_intervals(
+    intervals: Mapping[str, dict[str | None, tuple[float, float]]],
+) -> dict[str, dict[str, tuple[float, float]]]:
+    return {
+        run_id: {key: value for key, value in found.items() if key is not None}
+        for run_id, found in intervals.items()
+    }
+
+
+def _with_interval(
+    row: EvidenceRow, run: RunResult, found: Mapping[str | None, tuple[float, float]]
+) -> EvidenceRow:
+    group = run.group
+    if group is not None and group.planned > 1:
+        note = f"repeat {group.index + 1} of {group.planned} (group {group.group_id})"
+    else:
+        note = "single run"
+    whole = found.get(None)
+    return row.model_copy(
+        update={
+            "output_throughput_low": None if whole is None else round(whole[0], 2),
+            "output_throughput_high": None if whole is None else round(whole[1], 2),
+            "interval_note": note,
+        }
+    )
+
+
 # --------------------------------------------------------------------------- the report
 
 
@@ -609,20 +804,28 @@ def build_report(
     reference_absent_reason: str | None = None,
     profile_file: str | None = None,
     now: datetime | None = None,
+    extra_runs: Mapping[str, RunResult] | None = None,
 ) -> Report:
     """The report's data from the advisor's answer for `profile` and the runs it shows.
 
     `records`: run_id -> that run's request records (an iterator from the store is read once,
-    into columns; nothing per request is kept).
+    into columns; nothing per request is kept beyond INTERVAL_MAX_RECORDS for the intervals).
+    `extra_runs`: runs the capacity appendix may cite that are not among `runs`.
     """
-    requests = {run_id: RequestColumns.from_records(items) for run_id, items in records.items()}
+    extra_runs = extra_runs or {}
+    kept = {run_id: _Kept(items) for run_id, items in records.items()}
+    requests = {run_id: RequestColumns.from_records(items) for run_id, items in kept.items()}
+    intervals = {run.run_id: _intervals(run, kept.get(run.run_id)) for run in runs}
     stages = [stage_report(stage) for stage in answer.stages]
     marks = advisor_sources(answer)
     estimate = _primary_estimate(answer)
     profile_models = {stage.model for stage in profile.stages if stage.model}
     profile_gpus = [stage.gpu.type for stage in profile.stages if stage.gpu.type]
     sources = {run.run_id: run_source(run, marks, environment, profile_gpus) for run in runs}
-    evidence_rows = [evidence_row(run, sources[run.run_id]) for run in runs]
+    evidence_rows = [
+        _with_interval(evidence_row(run, sources[run.run_id]), run, intervals[run.run_id])
+        for run in runs
+    ]
     evidence_rows += published_rows(answer)
     evidence_rows.sort(key=lambda row: (SOURCE_RANK[row.source], row.framework))
 
@@ -638,8 +841,16 @@ def build_report(
     caveats += _data_caveats(runs, environment)
 
     headline = "; ".join(
-        f"{stage.name}: {stage.framework} (confidence {stage.confidence})" for stage in stages
+        stage.headline or f"{stage.name}: {stage.framework} (confidence {stage.confidence})"
+        for stage in stages
     )
+    every_run = {run.run_id: run for run in runs}
+    for stage in answer.stages:
+        for candidate in stage.recommendation.measured_capacities():
+            run_id = candidate.capacity.run_id
+            if run_id and run_id not in every_run and run_id in extra_runs:
+                every_run[run_id] = extra_runs[run_id]
+    capacity, capacity_charts = capacity_sections(profile, answer, every_run)
     profile_data = profile.model_dump(mode="json")
     included = {run.run_id for run in runs}
     findings = [
@@ -663,7 +874,10 @@ def build_report(
         evidence=evidence_rows,
         reference=reference,
         reference_absent_reason=None if reference else reference_absent_reason,
-        charts=derive_charts(runs, requests) + _pareto_charts(answer),
+        charts=derive_charts(runs, requests, _phase_intervals(intervals))
+        + _pareto_charts(answer)
+        + capacity_charts,
+        capacity=capacity,
         estimate=estimate,
         calibration=calibration_table(answer.calibration),
         floor_distances=[floor_distance(run, estimate, profile_models) for run in runs],
@@ -712,7 +926,12 @@ def relevant_run_ids(answer: AdvisorReport) -> list[str]:
     ids: list[str] = []
     for stage in answer.stages:
         chosen = stage.recommendation
-        for run_id in [*chosen.settled_by_runs, *(i for r in chosen.nearest for i in r.run_ids)]:
+        capacity_ids = [c.capacity.run_id for c in chosen.measured_capacities()]
+        for run_id in [
+            *chosen.settled_by_runs,
+            *(i for r in chosen.nearest for i in r.run_ids),
+            *(i for i in capacity_ids if i),
+        ]:
             if run_id not in ids:
                 ids.append(run_id)
     return ids
@@ -745,9 +964,13 @@ def report_for(
     reference_runs = {run.run_id: run for runs in reference.runs.values() for run in runs}
     runs: list[RunResult] = []
     records: dict[str, Iterable[RequestRecord]] = {}
+    shipped = RecordsLookup(reference=reference)
     for run_id in list(dict.fromkeys(run_ids)) or relevant_run_ids(answer):
-        if run_id in reference_runs:  # a file in data/reference: no per-request records
+        if run_id in reference_runs:  # a file in data/reference: records from its archives
             runs.append(reference_runs[run_id])
+            found = shipped(run_id)
+            if found is not None:
+                records[run_id] = found
             continue
         if store is None:
             raise UserError(f"no run {run_id}: not in data/reference and no results store yet")

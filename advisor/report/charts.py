@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from advisor.configurations import ConfigurationSearch
@@ -120,6 +120,8 @@ class ChartInputs:
     runs: Sequence[RunResult]
     requests: Mapping[str, RequestColumns]
     names: Mapping[str, str]
+    intervals: Mapping[str, Mapping[str, tuple[float, float]]] = field(default_factory=dict)
+    """run_id -> phase target (as `f"{target:g}"`) -> 95% interval of output tok/s."""
 
     def columns(self, run: RunResult) -> RequestColumns:
         return self.requests.get(run.run_id) or RequestColumns.empty()
@@ -141,7 +143,16 @@ def fit_budget(
     for one in kept:
         xs, ys = downsample(one.x, one.y, budget, how)
         merged |= len(xs) < len(one.x)
-        out.append(Series(name=one.name, x=xs, y=ys))
+        bars = len(xs) == len(one.x)  # error bars only on points drawn as measured
+        out.append(
+            Series(
+                name=one.name,
+                x=xs,
+                y=ys,
+                y_low=one.y_low if bars else None,
+                y_high=one.y_high if bars else None,
+            )
+        )
     notes = []
     if len(series) > len(kept):
         notes.append(
@@ -163,11 +174,17 @@ def _step_points(run: RunResult) -> list[tuple[float, Any]]:
 
 
 def _concurrency_chart(
-    inputs: ChartInputs, chart_id: str, title: str, y_label: str, value: Callable[[Any], Any]
+    inputs: ChartInputs,
+    chart_id: str,
+    title: str,
+    y_label: str,
+    value: Callable[[Any], Any],
+    error_bars: bool = False,
 ) -> Chart:
     series: list[Series] = []
     markers: list[Marker] = []
     measured_levels = False
+    with_bars = 0
     for run in inputs.runs:
         points = _step_points(run)
         measured_levels |= len({x for x, _ in points}) >= 2
@@ -175,7 +192,13 @@ def _concurrency_chart(
         if not pairs:
             continue
         name = inputs.names[run.run_id]
-        series.append(Series(name=name, x=[x for x, _ in pairs], y=[y for _, y in pairs]))
+        one = Series(name=name, x=[x for x, _ in pairs], y=[y for _, y in pairs])
+        found = inputs.intervals.get(run.run_id, {}) if error_bars else {}
+        if found and all(f"{x:g}" in found for x, _ in pairs):
+            one.y_low = [found[f"{x:g}"][0] for x, _ in pairs]
+            one.y_high = [found[f"{x:g}"][1] for x, _ in pairs]
+            with_bars += 1
+        series.append(one)
         knee = knee_concurrency(run)
         if knee is not None:
             markers.append(Marker(label=f"knee of {name} at {knee:g}", x=knee, series=name))
@@ -193,6 +216,12 @@ def _concurrency_chart(
         y_label=y_label,
         description="Each point is one measured phase (step stage) at that concurrency."
         + (" Vertical rules mark the knee of step runs." if markers else "")
+        + (
+            " Error bars: 95% within-run bootstrap intervals (single runs: run-to-run spread "
+            "not included)."
+            if with_bars
+            else (" Single runs without request records: no error bars." if error_bars else "")
+        )
         + (f" {note}" if note else ""),
         series=drawn if available else [],
         markers=markers[:MAX_MARKERS] if available else [],
@@ -209,6 +238,7 @@ def throughput_vs_concurrency(inputs: ChartInputs) -> Chart:
         "Output throughput vs concurrency",
         "output tokens/s",
         lambda summary: summary.output_throughput_tok_s,
+        error_bars=True,
     )
 
 
@@ -394,9 +424,16 @@ the same inputs, returns one `Chart` (the model refuses more than MAX_CHART_POIN
 says why when it has nothing to draw."""
 
 
-def derive_charts(runs: Sequence[RunResult], requests: Mapping[str, RequestColumns]) -> list[Chart]:
-    """Every chart kind of the report, each drawn only where the runs have data for it."""
-    inputs = ChartInputs(runs=runs, requests=requests, names=series_names(runs))
+def derive_charts(
+    runs: Sequence[RunResult],
+    requests: Mapping[str, RequestColumns],
+    intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+) -> list[Chart]:
+    """Every chart kind of the report, each drawn only where the runs have data for it
+    (`intervals`: error bars of the throughput chart, run_id -> level -> 95% interval)."""
+    inputs = ChartInputs(
+        runs=runs, requests=requests, names=series_names(runs), intervals=intervals or {}
+    )
     charts = [builder(inputs) for builder in CHART_BUILDERS]
     if runs:
         return charts
@@ -447,6 +484,18 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
         dots = max((len(series.x) for series in chart.series), default=0) <= POINT_MARKS_MAX
         layer = base.mark_line(point=dots, strokeWidth=2).encode(x, y, color)
     layers: list[Any] = [layer]
+    bars = [
+        {"series": series.name, "x": x, "low": low, "high": high}
+        for series in chart.series
+        if series.y_low is not None and series.y_high is not None
+        for x, low, high in zip(series.x, series.y_low, series.y_high, strict=False)
+    ]
+    if bars:  # 95% intervals as vertical error bars, in the series' colour
+        layers.append(
+            alt.Chart(pd.DataFrame(bars))
+            .mark_rule(strokeWidth=1.5)
+            .encode(x=alt.X("x:Q"), y=alt.Y("low:Q"), y2="high:Q", color=color)
+        )
     if chart.markers:
         marker_frame = pd.DataFrame([{"x": m.x, "label": m.label} for m in chart.markers])
         rules = alt.Chart(marker_frame).mark_rule(strokeDash=[4, 3], color="#555")

@@ -27,6 +27,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("profile", "Workload profile"),
     ("decision-path", "Decision path"),
     ("recommendation", "Recommendation"),
+    ("capacity", "Capacity and cost"),
     ("evidence", "Evidence"),
     ("reference", "Published reference (article, A100)"),
     ("charts", "Charts"),
@@ -34,6 +35,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("diagnostics", "Diagnostics"),
     ("environment", "Environment"),
     ("reproduce", "Reproduce every run"),
+    ("probes", "Appendix: capacity search probes"),
     ("caveats", "Caveats"),
 )
 """(anchor id, heading) of every section, in order; every format prints each heading once."""
@@ -88,6 +90,13 @@ class StageReport(ReportPart):
     second_opinion: str | None = Field(
         None, description="The learned tree's view (never overrides measurements)."
     )
+    headline: str = Field("", description="The stage's answer in one sentence (GPUs and $).")
+    verdicts: ReferenceTable | None = Field(
+        None,
+        description="The recommended framework against each measured alternative: ratio, 95% "
+        "interval, verdict beyond the practical threshold, repeats or 'single run'.",
+    )
+    ranking_note: str | None = None
 
 
 class EvidenceRow(ReportPart):
@@ -111,6 +120,13 @@ class EvidenceRow(ReportPart):
     energy_per_output_token_j: float | None = None
     validity: str | None = None
     validity_reasons: list[str] = Field(default_factory=list)
+    output_throughput_low: float | None = Field(
+        None, description="95% bootstrap interval of output tok/s (within the run: single run)."
+    )
+    output_throughput_high: float | None = None
+    interval_note: str | None = Field(
+        None, description="'single run' (within-run interval only) or the repeat group."
+    )
 
 
 class ReferenceTable(ReportPart):
@@ -130,6 +146,32 @@ class Series(ReportPart):
     name: str
     x: list[float]
     y: list[float]
+    y_low: list[float] | None = Field(
+        None, description="Lower ends of 95% intervals (error bars), one per point."
+    )
+    y_high: list[float] | None = None
+
+
+class CapacitySection(ReportPart):
+    """One stage's "Capacity and cost": the measured table, estimates apart, the GPUs-vs-peak
+    chart (in `Report.charts`, id `chart_id`), the prices' sources, or why there is none."""
+
+    stage: str
+    gpu_type: str | None = None
+    peak_request_rate_rps: float | None = None
+    headroom_fraction: float = 0.2
+    slo: str = ""
+    table: ReferenceTable | None = None
+    estimates: ReferenceTable | None = None
+    chart_id: str | None = None
+    absent_reason: str | None = Field(
+        None, description="Why no measured capacity is shown (no search on this GPU type...)."
+    )
+    price_sources: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    probes: list[ReferenceTable] = Field(
+        default_factory=list, description="Every probe of each search (the appendix)."
+    )
 
 
 class Marker(ReportPart):
@@ -272,6 +314,9 @@ class Report(ReportPart):
         "predicted beside its measurement; `note` = MAPE and the 10%-per-partition verdict.",
     )
     floor_distances: list[FloorDistance] = Field(default_factory=list)
+    capacity: list[CapacitySection] = Field(
+        default_factory=list, description="Capacity and cost per stage (or why not)."
+    )
     diagnostics: list[Diagnostic] = Field(default_factory=list)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
     reproduce: list[ReproduceEntry] = Field(default_factory=list)

@@ -87,7 +87,8 @@ def test_every_shown_advisor_field_reaches_the_report(answer_and_report) -> None
     assert shown.caveats == list(dict.fromkeys(chosen.caveats))
     assert stage.learned is not None and shown.second_opinion
     assert stage.learned.message.rstrip(". ") in shown.second_opinion
-    assert report.headline == f"generation: vllm (confidence {chosen.confidence.level})"
+    assert report.headline == chosen.headline
+    assert chosen.headline.startswith(f"generation: vllm (confidence {chosen.confidence.level})")
 
 
 def test_estimate_is_the_advisors(answer_and_report) -> None:

@@ -88,3 +88,14 @@ def test_report_all_formats_for_the_shipped_profile(profile: Path, tmp_path: Pat
     for chart in report.absent_charts():
         assert chart.absent_reason and chart.absent_reason in html.replace("&#39;", "'")
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing fetched
+
+    # Capacity and cost: every stage not refused has its section, a measured table or why not.
+    sections = {section.stage: section for section in report.capacity}
+    for stage in report.stages:
+        if stage.framework == "none":
+            continue
+        section = sections[stage.name]
+        assert section.table is not None or section.absent_reason, stage.name
+        if section.table is None:
+            assert _squeezed(section.absent_reason)[:40] in pdf_text, section.absent_reason
+    assert _squeezed("Capacity and cost") in pdf_text

@@ -1,0 +1,336 @@
+"""The "Capacity and cost" view of a stage: table rows, the GPUs-vs-peak chart, the search probes.
+
+`capacity_view` is the one function the report and the app call: given a stage's capacities
+(`Recommendation.capacities`, from the capacity searches) and a peak rate, headroom and GPU
+price, it re-sizes every candidate with advisor.capacity's arithmetic and returns the table and
+the chart data. Moving the peak or the price only calls it again: no benchmark is re-run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from advisor.capacity import Capacity, size_fleet
+from advisor.profile import StageProfile
+from advisor.recommend import CandidateCapacity, stage_capacities
+from advisor.report.model import Chart, Marker, ReferenceTable, Series
+from bench.load.reports import CapacityReport
+from bench.schema import RunResult
+from bench.strict import Strict
+
+CAPACITY_COLUMNS = (
+    "Candidate",
+    "Max rate within the SLO (req/s)",
+    "Binding constraint",
+    "GPUs needed at peak",
+    "$/month",
+    "$ per 1M output tokens",
+    "Source",
+)
+CHART_POINTS = 60
+"""Peak rates the GPUs-vs-peak chart samples (0 to twice the peak, or to 4 units' capacity)."""
+
+
+class CapacityRow(Strict):
+    """One row of the table, as data (the app formats it itself)."""
+
+    framework: str
+    label: str
+    source: str = Field(description="measured (yours / published) or estimate.")
+    run_id: str | None = None
+    max_rate_rps: float
+    binding_constraint: str | None = None
+    gpus_per_replica: int
+    gpus_needed: int
+    monthly_cost: float | None = None
+    cost_per_million_output_tokens: float | None = None
+    converged: bool = True
+    notes: list[str] = Field(default_factory=list)
+
+
+class CapacityView(Strict):
+    """The table rows and chart of a stage at one peak rate and price."""
+
+    peak_request_rate_rps: float
+    headroom_fraction: float
+    price_per_gpu_hour: float | None
+    price_source: str | None
+    rows: list[CapacityRow] = Field(description="Measured first (fewest GPUs), then estimates.")
+    table: ReferenceTable | None = Field(None, description="The measured rows, formatted.")
+    estimates: ReferenceTable | None = Field(
+        None, description="The estimate rows, formatted and labelled: no capacity measured."
+    )
+    chart: Chart
+    notes: list[str] = Field(default_factory=list)
+
+
+def _resize(
+    capacity: Capacity, peak: float, headroom: float, price: float | None, gpu_type: str | None
+) -> Capacity:
+    return size_fleet(
+        capacity.max_rate_rps,
+        source=capacity.source,
+        peak_request_rate_rps=peak,
+        gpus_per_replica=capacity.gpus_per_replica,
+        headroom_fraction=headroom,
+        binding_constraint=capacity.binding_constraint,
+        converged=capacity.converged,
+        gpu_type=gpu_type if gpu_type is not None else capacity.gpu_type,
+        price_per_gpu_hour=price,
+        mean_output_tokens=capacity.mean_output_tokens,
+    ).model_copy(update={"label": capacity.label, "run_id": capacity.run_id})
+
+
+def _money(value: float | None, digits: int = 0) -> str:
+    return "—" if value is None else f"${value:,.{digits}f}"
+
+
+def _table(rows: Sequence[CapacityRow], title: str, conditions: str, note: str) -> ReferenceTable:
+    return ReferenceTable(
+        title=title,
+        source="capacity searches (bench run --pattern capacity) and advisor/capacity.py",
+        conditions=conditions,
+        note=note,
+        keys=[
+            "label",
+            "max_rate_rps",
+            "binding_constraint",
+            "gpus_needed",
+            "monthly_cost",
+            "cost_per_million_output_tokens",
+            "source",
+        ],
+        columns=list(CAPACITY_COLUMNS),
+        rows=[
+            [
+                row.label,
+                round(row.max_rate_rps, 3),
+                row.binding_constraint or "—",
+                row.gpus_needed if row.converged else f"{row.gpus_needed} (search not converged)",
+                _money(row.monthly_cost),
+                _money(row.cost_per_million_output_tokens, 2),
+                row.source,
+            ]
+            for row in rows
+        ],
+    )
+
+
+def gpus_chart(
+    rows: Sequence[CapacityRow], peak: float, headroom: float, chart_id: str = "capacity-gpus"
+) -> Chart:
+    """GPUs needed vs peak rate, a step line per candidate configuration, the peak marked."""
+    if not rows:
+        return Chart(
+            id=chart_id,
+            title="GPUs needed vs peak rate",
+            available=False,
+            absent_reason="no capacity measured or estimated for this stage",
+        )
+    top = max(2 * peak, *(4 * row.max_rate_rps / (1 + headroom) for row in rows[:1]))
+    xs = [top * i / (CHART_POINTS - 1) for i in range(CHART_POINTS)]
+    series = []
+    for row in rows[:8]:
+        ys = [
+            float(
+                max(1, math.ceil(x * (1 + headroom) / row.max_rate_rps - 1e-9))
+                * row.gpus_per_replica
+            )
+            for x in xs
+        ]
+        name = row.label + (" (estimate)" if row.source == "estimate" else "")
+        series.append(Series(name=name, x=[round(x, 4) for x in xs], y=ys))
+    return Chart(
+        id=chart_id,
+        title="GPUs needed vs peak rate",
+        kind="step",
+        x_label="peak request rate (requests/s)",
+        y_label="GPUs needed within the SLO",
+        description=f"GPUs = ceil(peak x (1 + {headroom:g} headroom) / measured capacity) x GPUs "
+        "per unit, per candidate configuration; the dashed rule is the profile's peak."
+        + (
+            " Lines marked (estimate) are not measured."
+            if any(r.source == "estimate" for r in rows)
+            else ""
+        ),
+        series=series,
+        markers=[Marker(label=f"peak {peak:g} req/s", x=peak)],
+    )
+
+
+def capacity_view(
+    capacities: Sequence[CandidateCapacity],
+    peak_request_rate_rps: float,
+    price_per_gpu_hour: float | None = None,
+    headroom_fraction: float = 0.2,
+    gpu_type: str | None = None,
+    chart_id: str = "capacity-gpus",
+) -> CapacityView:
+    """Table rows and chart data for the capacities at this peak, headroom and price (None =
+    the reference price for the GPU type); a bad number is a one-line UserError."""
+    resized = [
+        (
+            candidate,
+            _resize(
+                candidate.capacity,
+                peak_request_rate_rps,
+                headroom_fraction,
+                price_per_gpu_hour,
+                gpu_type,
+            ),
+        )
+        for candidate in capacities
+    ]
+    rows = [
+        CapacityRow(
+            framework=candidate.framework,
+            label=capacity.label or candidate.framework,
+            source="estimate"
+            if capacity.source == "estimate"
+            else f"measured ({candidate.provenance})",
+            run_id=capacity.run_id,
+            max_rate_rps=capacity.max_rate_rps,
+            binding_constraint=capacity.binding_constraint,
+            gpus_per_replica=capacity.gpus_per_replica,
+            gpus_needed=capacity.gpus_needed,
+            monthly_cost=capacity.monthly_cost,
+            cost_per_million_output_tokens=capacity.cost_per_million_output_tokens,
+            converged=capacity.converged,
+            notes=capacity.notes,
+        )
+        for candidate, capacity in resized
+    ]
+    measured = sorted(
+        (row for row in rows if row.source != "estimate"),
+        key=lambda row: (not row.converged, row.gpus_needed, -row.max_rate_rps),
+    )
+    estimated = [row for row in rows if row.source == "estimate"]
+    first = resized[0][1] if resized else None
+    conditions = f"peak {peak_request_rate_rps:g} req/s + {headroom_fraction:.0%} headroom" + (
+        f", {first.gpu_type}" if first is not None and first.gpu_type else ""
+    )
+    price_note = (
+        f"Price: {first.price_source}" if first is not None and first.price_source else "No price"
+    )
+    notes = sorted({note for row in rows for note in row.notes if note.startswith("no ")})
+    return CapacityView(
+        peak_request_rate_rps=peak_request_rate_rps,
+        headroom_fraction=headroom_fraction,
+        price_per_gpu_hour=first.price_per_gpu_hour if first is not None else price_per_gpu_hour,
+        price_source=first.price_source if first is not None else None,
+        rows=measured + estimated,
+        table=_table(measured, "Capacity and cost (measured)", conditions, price_note)
+        if measured
+        else None,
+        estimates=_table(
+            estimated,
+            "Estimates (not measured: no capacity search on this GPU type)",
+            conditions,
+            "From the configuration search's model, not a capacity search; shown apart.",
+        )
+        if estimated
+        else None,
+        chart=gpus_chart(measured + estimated, peak_request_rate_rps, headroom_fraction, chart_id),
+        notes=notes,
+    )
+
+
+def capacity_view_for_runs(
+    stage: StageProfile,
+    runs: Sequence[RunResult],
+    peak_request_rate_rps: float,
+    price_per_gpu_hour: float | None = None,
+    headroom_fraction: float | None = None,
+    published_ids: frozenset[str] = frozenset(),
+) -> CapacityView:
+    """`capacity_view` straight from stored capacity runs (their CapacityReports): the stage's
+    matching searches on its GPU type (`advisor.recommend.stage_capacities`) at this peak and
+    price; the searches left out and why are in the view's notes."""
+    headroom = stage.headroom_fraction if headroom_fraction is None else headroom_fraction
+    sized = stage.model_copy(
+        update={
+            "peak_request_rate_rps": peak_request_rate_rps,
+            "headroom_fraction": headroom,
+            "gpu": stage.gpu.model_copy(update={"price_per_hour": price_per_gpu_hour}),
+        }
+    )
+    capacities, notes = stage_capacities(sized, runs, set(published_ids))
+    view = capacity_view(
+        capacities, peak_request_rate_rps, price_per_gpu_hour, headroom, stage.gpu.type
+    )
+    view.notes = [*notes, *(note for note in view.notes if note not in notes)]
+    return view
+
+
+def probe_table(run: RunResult) -> ReferenceTable | None:
+    """Every probe of one capacity search (the report's appendix), or None without a report."""
+    report = run.pattern_report
+    if not isinstance(report, CapacityReport):
+        return None
+    percentile = report.percentile
+
+    def pick(values: object) -> float | None:
+        return None if values is None else round(float(getattr(values, percentile)), 2)
+
+    return ReferenceTable(
+        title=f"Capacity search {run.run_id} ({run.config.backend}, {report.over})",
+        source=run.command or f"run {run.run_id}",
+        conditions=f"result {report.result}, {percentile}, attainment target "
+        f"{report.attainment_target:g}, {report.probe_requests} requests a probe",
+        note=f"max rate {report.max_rate_rps if report.max_rate_rps is not None else '—'} req/s; "
+        f"binding {report.binding_constraint or '—'}",
+        keys=[
+            "index",
+            "kind",
+            "level",
+            "requests",
+            "achieved_rps",
+            "attainment",
+            "ttft",
+            "tpot",
+            "verdict",
+        ],
+        columns=[
+            "#",
+            "Kind",
+            "Level",
+            "Requests",
+            "Achieved req/s",
+            "Attainment",
+            f"TTFT {percentile} (ms)",
+            f"TPOT {percentile} (ms)",
+            "Verdict",
+        ],
+        rows=[
+            [
+                probe.index,
+                probe.kind,
+                round(probe.level, 3),
+                probe.requests,
+                round(probe.achieved_rps, 3),
+                None if probe.attainment is None else round(probe.attainment, 3),
+                pick(probe.ttft_ms),
+                pick(probe.tpot_ms),
+                "start"
+                if probe.feasible is None
+                else ("feasible" if probe.feasible else "infeasible: " + "; ".join(probe.reasons))[
+                    :80
+                ],
+            ]
+            for probe in report.probes
+        ],
+    )
+
+
+__all__ = [
+    "CAPACITY_COLUMNS",
+    "CapacityRow",
+    "CapacityView",
+    "capacity_view",
+    "capacity_view_for_runs",
+    "gpus_chart",
+    "probe_table",
+]
