@@ -584,6 +584,12 @@ def _phases_seconds(config: RunConfig, request_s: float) -> float:
         from bench.load.capacity import estimated_search_s
 
         return estimated_search_s(load, request_s)
+    if load.pattern == "replay":  # the trace's span (scaled), then the last request's drain
+        from bench.traffic_files import read_trace
+
+        rows = read_trace(load)
+        span_s = (rows[-1].t_ms - rows[0].t_ms) * load.time_scale / 1000 if rows else 0.0
+        return span_s + request_s
     capacity = 0.0
     if load.capacity_rps is None:
         from bench.load.patterns import CAPACITY_LADDER, CAPACITY_STAGE_S
