@@ -242,7 +242,9 @@ def run(
         ),
     ] = None,
     store: StoreOption = None,
-    no_store: Annotated[bool, typer.Option(help="Do not write to the results store.")] = False,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Do not write to the results store.")
+    ] = False,
     prometheus_port: Annotated[
         int | None,
         typer.Option(
@@ -642,7 +644,13 @@ def campaign(
 
 @app.command()
 def fidelity(
-    engine: Annotated[str, typer.Option(help="vllm | pytorch")],
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="vllm | pytorch | vllm-bench-serve (this harness's openai client against vLLM's "
+            "own `vllm bench serve` on one vllm serve; needs --out)"
+        ),
+    ],
     model: Annotated[str, typer.Option(help="Preset name or checkpoint path.")],
     option: Annotated[
         list[str] | None,
@@ -663,17 +671,21 @@ def fidelity(
         ),
     ] = None,
     store: StoreOption = None,
-    no_store: Annotated[bool, typer.Option(help="Do not write runs to the results store.")] = False,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Do not write runs to the results store.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the FidelityResult JSON.")] = False,
 ) -> None:
     """Run one fidelity check: a backend vs the engine's own API on the same prompts."""
+    from bench.client_fidelity import ClientFidelityCheck
     from bench.fidelity import CHECKS, run_check
     from bench.keyvalue import parse_pairs
     from bench.store import ResultStore
 
-    check_model = CHECKS.get(engine)
+    check_model = {**CHECKS, "vllm-bench-serve": ClientFidelityCheck}.get(engine)
     if check_model is None:
-        raise UserError(f"unknown engine {engine!r}; known: {', '.join(CHECKS)}")
+        known = ", ".join([*CHECKS, "vllm-bench-serve"])
+        raise UserError(f"unknown engine {engine!r}; known: {known}")
     data = {"engine": engine, "model": model, "dtype": dtype, "device": device}
     option_pairs = parse_pairs(option or [], "--option")
     names = {name: f"--{name}" for name in ("model", "dtype", "device") if data.get(name)}
@@ -684,6 +696,9 @@ def fidelity(
         out = check_user_path(out, "--out")
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a folder")
+    if isinstance(check, ClientFidelityCheck):
+        _client_fidelity(check, out, as_json)
+        return
     result = run_check(check, None if no_store else ResultStore(store), out)  # checks --out first
     if out is not None:
         from bench.outputs import os_reason, write_atomic
@@ -712,6 +727,35 @@ def fidelity(
             f"backend {pair.backend_output_throughput_tok_s:,.0f}, plain "
             f"{pair.plain_output_throughput_tok_s:,.0f} tok/s, ratio {pair.ratio:.3f}"
         )
+
+
+def _client_fidelity(check: Any, out: Path | None, as_json: bool) -> None:
+    """`bench fidelity --engine vllm-bench-serve`: both clients on one server (its files in
+    --out: every run, vLLM's result files, the server log, client-fidelity.json)."""
+    import shlex
+    import sys
+
+    from bench.client_fidelity import run_client_fidelity
+
+    if out is None:
+        raise UserError(
+            "--engine vllm-bench-serve needs --out (its runs and vLLM's files go there)"
+        )
+    command = "python -m bench " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
+    result = run_client_fidelity(check, out, command)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    for level in result.levels:
+        cells = [
+            f"{metric.metric} {metric.median_ratio:.3f} [{metric.min_ratio:.3f}-"
+            f"{metric.max_ratio:.3f}] {metric.verdict}"
+            for metric in level.metrics
+        ]
+        typer.echo(f"concurrency {level.level}: " + "; ".join(cells))
+    typer.echo(
+        f"ours / vllm bench serve, {check.repeats} repeats per level; {out}/client-fidelity.json"
+    )
 
 
 @app.command()

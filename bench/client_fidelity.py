@@ -12,6 +12,9 @@ and its spread their min..max. Verdict per metric: `agrees` when every repeat's 
 `tolerance` of 1, `differs` when every one lies outside on the same side, `inconclusive` otherwise
 (the spread straddles the tolerance: more repeats decide). Both clients' definitions are vLLM's
 (TTFT = first token - send; TPOT = (E2E - TTFT) / (output tokens - 1), median over requests).
+
+Run it with `python -m bench fidelity --engine vllm-bench-serve --model MODEL --out DIR`
+(options: `--option levels=[1,16,64,256] --option repeats=3 --option server_args={...}`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bench.errors import UserError
-from bench.strict import Strict
+from bench.strict import Strict, StrictInput
 
 Side = Literal["harness", "vllm_bench_serve"]
 Verdict = Literal["agrees", "differs", "inconclusive"]
@@ -46,7 +49,7 @@ VLLM_BENCH_SERVE = (
 )
 
 
-class ClientFidelityCheck(Strict):
+class ClientFidelityCheck(StrictInput):
     """What to compare: one model on one server, a ladder of closed-loop levels, repeats."""
 
     engine: Literal["vllm-bench-serve"] = "vllm-bench-serve"

@@ -39,9 +39,9 @@ from bench.schema import ModelInfo
 from bench.strict import Strict
 
 NOT_INSTALLED_REASON = (
-    "tensorrt is not installed: `pip install tensorrt` on a CUDA host pulls its libraries "
-    "(tensorrt-cu13-libs) from NVIDIA's index, which this project's machines cannot reach, so "
-    "this adapter has NOT been run against the real library"
+    "tensorrt is not installed here: `pip install tensorrt` on a CUDA host pulls its libraries "
+    "(tensorrt-cu13-libs) from NVIDIA's index; this adapter has NOT been run against the real "
+    "library"
 )
 ENGINE_FORMAT_VERSION = 1
 

@@ -1,7 +1,7 @@
 """TensorRT-LLM backend, in process through its LLM API (`LLM`, `SamplingParams`, streaming
 `generate_async`), options under TensorRT-LLM's own names.
 
-NOT RUN against the real library: tensorrt_llm cannot be installed on this project's machines.
+NOT RUN against the real library: tensorrt_llm comes only from NVIDIA's own index and containers.
 The adapter is written against the API of NVIDIA/TensorRT-LLM (tensorrt_llm/llmapi/llm.py,
 llm_args.py, sampling_params.py, executor/result.py) and tested with a labelled stand-in
 (tests/standins/tensorrt_llm). The `trtllm-serve` launcher lives in bench/launchers.py.
@@ -36,9 +36,9 @@ from bench.schema import ModelInfo
 from bench.strict import Strict
 
 NOT_INSTALLED_REASON = (
-    "tensorrt_llm is not installed: NVIDIA publishes it on pypi.nvidia.com and in NGC containers; "
-    "it is not installable on this project's machines, so this adapter has NOT been run against "
-    "the real library (only against a test stand-in)"
+    "tensorrt_llm is not installed here: install it from NVIDIA's index (pip install "
+    "--extra-index-url https://pypi.nvidia.com tensorrt-llm) or use an NGC container; this "
+    "adapter has NOT been run against the real library (only against a test stand-in)"
 )
 
 

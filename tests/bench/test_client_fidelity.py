@@ -97,3 +97,16 @@ def test_both_clients_drive_one_cpu_server_alternately(tmp_path, monkeypatch):
     assert saved == result
     vllm_side = json.loads((tmp_path / "vllm-bench-serve-c2-r0.json").read_text())
     assert vllm_side["completed"] == 8
+
+
+def test_the_cli_check_needs_an_out_folder_and_refuses_non_finite_options(capsys):
+    from bench.cli import main
+
+    assert main(["fidelity", "--engine", "vllm-bench-serve", "--model", "tiny-llama"]) == 2
+    assert "needs --out" in capsys.readouterr().err
+    code = main(
+        ["fidelity", "--engine", "vllm-bench-serve", "--model", "tiny-llama",
+         "--option", "tolerance=nan", "--out", "/tmp/unused-client-fidelity"]
+    )  # fmt: skip
+    assert code == 2
+    assert "tolerance" in capsys.readouterr().err
