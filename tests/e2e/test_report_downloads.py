@@ -142,7 +142,8 @@ def test_results_and_advisor_pages_with_the_shipped_data(app_url, page, tmp_path
     shots.mkdir(parents=True, exist_ok=True)
     page.goto(app_url)
     wait_text(page, "Which inference framework?", 120)
-    wait_text(page, "settled by measurements on your GPU type", 120)  # the shipped H200 runs
+    # the shipped H200 runs settle it, and the page says whose they are (issue 23: provenance)
+    wait_text(page, "settled by this project's published runs on your GPU type", 120)
     no_exceptions(page)
     full_page(page, shots / "advisor-default.png")
     page.get_by_role("link", name="Results").first.click()
