@@ -536,7 +536,9 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
             RunConfig(
                 backend=candidate.framework,
                 model=stage.model,
-                engine_args=_expert_engine_args(candidate.framework, stage),
+                engine_args=_expert_engine_args(
+                    candidate.framework, traffic.sized_for_engine(stage)
+                ),
                 workload=_workload(stage),
                 load=_load(stage, quick),
                 slo=SLO(

@@ -109,6 +109,46 @@ def workload(stage: StageProfile) -> GenerateWorkload:
     )
 
 
+def _observed(lengths: list[int]) -> LengthDistribution:
+    """A trace's lengths as a distribution: their mean, clipped at their longest."""
+    top = max(1, max(lengths))
+    mean = min(top, max(1, round(sum(lengths) / len(lengths))))
+    return LengthDistribution(kind="uniform", mean=mean, spread=0, max=top)
+
+
+def sized_for_engine(stage: StageProfile) -> StageProfile:
+    """The stage with prompt lengths that include a conversation's history at its last turn,
+    for sizing the engine (max_model_len, KV cache): later turns resend the whole history; a
+    trace's own lengths (its longest row) for a replay."""
+    if stage.trace_file is not None:
+        from bench.traffic_files import read_trace
+
+        rows = read_trace(ReplayLoad(trace=stage.trace_file))
+        if not rows:
+            return stage
+        inputs = [r.input_tokens for r in rows]
+        outputs = [r.output_tokens for r in rows]
+        return stage.model_copy(
+            update={
+                "prompt_tokens": _observed(inputs),
+                "output_tokens": _observed(outputs),
+            }
+        )
+    if stage.conversation is None:
+        return stage
+    history = max(0, stage.conversation.turns - 1) * (
+        stage.output_tokens.mean + stage.conversation.user_tokens
+    )
+    prompt = stage.prompt_tokens
+    longer = prompt.model_copy(
+        update={
+            "mean": prompt.mean + history,
+            "max": None if prompt.max is None else prompt.max + history,
+        }
+    )
+    return stage.model_copy(update={"prompt_tokens": longer})
+
+
 def replay_load(stage: StageProfile, quick: bool, *, cpu_only: bool = False) -> ReplayLoad:
     """The stage's trace replayed at its own timestamps; the quick plan caps the rows, and a
     CPU plan replays the first rows clipped (the rehearsal shape)."""
@@ -192,5 +232,6 @@ __all__ = [
     "on_the_cpu",
     "replay_load",
     "replay_seconds",
+    "sized_for_engine",
     "workload",
 ]
