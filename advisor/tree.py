@@ -409,6 +409,8 @@ def _show(value: Any) -> str:
         return f"{value:g}"
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]" if value else "none"
+    if isinstance(value, dict):  # a section (shared_prefix): its set values
+        return "{" + ", ".join(f"{k} {_show(v)}" for k, v in value.items() if v is not None) + "}"
     return re.sub(r"\s+", " ", str(value))
 
 

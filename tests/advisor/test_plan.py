@@ -139,9 +139,8 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     """The plan's engine options come from the backend (`recommended_args` of the stage's
     shape), not from a list of framework names in the advisor."""
     from advisor.evidence import workload_shape
-    from bench.backends import registry
-
     from advisor.traffic import caching_state, sized_for_engine
+    from bench.backends import registry
 
     for stage in load_profile(path).stages:
         if stage.model is None or estimate_stage(stage).refused:
