@@ -193,6 +193,8 @@ def bench_plan_command(
     model: Annotated[str | None, _flag("Model preset name or checkpoint path.")] = None,
     gpu: Annotated[str | None, _flag("GPU type.")] = None,
     concurrency: Annotated[int | None, _flag("Requests in flight at peak.")] = None,
+    prompt_tokens: Annotated[int | None, _flag("Mean prompt length (tokens).")] = None,
+    output_tokens: Annotated[int | None, _flag("Mean output length (tokens).")] = None,
     dynamic_control_flow: Annotated[YesNo, _flag("yes/no.")] = None,
     fixed_input_shapes: Annotated[YesNo, _flag("yes/no.")] = None,
     long_sequence_generation: Annotated[YesNo, _flag("yes/no.")] = None,
