@@ -315,3 +315,36 @@ def test_conversation_without_measured_share_uses_the_floor(tmp_path) -> None:
     flagged = diagnose(_with_hit_rate(run, 20, 1000))
     finding = next(d for d in flagged if d.rule == "low_prefix_cache_hit_rate")
     assert "multi-turn" in finding.finding and "history" in finding.finding
+
+
+# ---------------------------------------------------------------- report
+
+
+def test_rag_report_benchmark_configuration_sends_the_traffic(tmp_path: Path) -> None:
+    """`advisor report --format json` for the RAG example: the stage's benchmark configuration
+    (the command it gives to reproduce) is the profile's traffic, not 128/128."""
+    import json
+
+    from bench.store import ResultStore
+
+    ResultStore(tmp_path / "empty.sqlite").close()
+    result = CliRunner().invoke(
+        app,
+        [
+            "report",
+            "--profile",
+            str(RAG),
+            "--store",
+            str(tmp_path / "empty.sqlite"),
+            "--format",
+            "json",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "out" / f"{RAG.stem}.json").read_text())
+    workload = data["stages"][0]["configuration"]["workload"]
+    assert workload["prefix"]["count"] == 8 and workload["prefix"]["tokens"]["mean"] == 1024
+    assert workload["prompt_tokens"]["mean"] == 128
+    assert workload["conversation"]["turns"]["mean"] == 4
