@@ -155,6 +155,7 @@ def plan_for_stage(
     decision = evaluate(tree or load_tree(), stage, estimate_stage(stage))
     if decision.refused:
         raise UserError(f"stage {stage.name!r} cannot be planned: {decision.refused}")
+    traffic.check_history(stage)  # later turns resend the history: they must fit the window
     planned, clip_note = fit_to_window(stage)
     notes = [clip_note] if clip_note else []
     if cpu_only and quick and stage.model is not None:

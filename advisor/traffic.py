@@ -149,6 +149,28 @@ def sized_for_engine(stage: StageProfile) -> StageProfile:
     return stage.model_copy(update={"prompt_tokens": longer})
 
 
+def check_history(stage: StageProfile) -> None:
+    """A conversation whose last turn (first prompt + the history of earlier turns + output)
+    exceeds the model's context window cannot be benchmarked as declared: a UserError saying by
+    how much, before any run (the engine would refuse those turns)."""
+    if stage.conversation is None or stage.model is None:
+        return
+    from advisor.estimate import architecture_for, check_context
+
+    sized = sized_for_engine(stage)
+    architecture, _ = architecture_for(stage.model)
+    check = check_context(sized, architecture)
+    if check is None or check.window_tokens is None:
+        return
+    if check.near_worst_tokens > check.window_tokens:
+        raise UserError(
+            f"stage {stage.name!r}: the conversation's last turn is about "
+            f"{check.near_worst_tokens:,} tokens (prompt + {stage.conversation.turns - 1} "
+            f"earlier turns of history + output), over {stage.model}'s "
+            f"{check.window_tokens:,}-token window; declare fewer turns or shorter messages"
+        )
+
+
 def replay_load(stage: StageProfile, quick: bool, *, cpu_only: bool = False) -> ReplayLoad:
     """The stage's trace replayed at its own timestamps; the quick plan caps the rows, and a
     CPU plan replays the first rows clipped (the rehearsal shape)."""
@@ -228,6 +250,7 @@ __all__ = [
     "caching_pair",
     "caching_state",
     "check_files",
+    "check_history",
     "declares_traffic",
     "on_the_cpu",
     "replay_load",

@@ -136,6 +136,14 @@ def test_every_rag_run_sends_the_profiles_traffic_and_vllm_is_paired() -> None:
     assert len(plan.estimates) == len(plan.configs)
 
 
+def test_conversation_past_the_window_is_refused_before_planning() -> None:
+    long = profile_from_dict({**BASE, "conversation": {"turns": 20, "user_tokens": 128}}).primary
+    with pytest.raises(UserError, match=r"last turn is about .* over llama-2-7b.s 4,096-token"):
+        plan_for_stage(long)
+    fits = profile_from_dict({**BASE, "conversation": {"turns": 4, "user_tokens": 128}}).primary
+    assert plan_for_stage(fits, quick=True).configs
+
+
 def test_plain_profile_gets_no_pair_and_plain_workloads() -> None:
     plan = plan_for_stage(profile_from_dict(BASE).primary, quick=True)
     assert all(c.workload.prefix is None for c in plan.configs)

@@ -27,6 +27,12 @@ def page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield at.run()
     if main is not None:  # AppTest replaces __main__ (see tests/ui/conftest.py)
         sys.modules["__main__"] = main
+    # the page caches its advice and reference data process-wide; this folder's conftest points
+    # the reference at the seed file only, which must not leak into later pages' tests
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
 
 
 def _number(at, label: str):
