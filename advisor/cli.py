@@ -143,6 +143,18 @@ def recommend(
     dtype: Annotated[str | None, _flag("float16, bfloat16 or float32.")] = None,
     quantization: Annotated[str | None, _flag("Weight quantisation: awq, gptq, int4, fp8.")] = None,
     build_time_tolerance: Annotated[str | None, _flag("none, minutes or hours.")] = None,
+    shared_prefix_tokens: Annotated[
+        int | None, _flag("Shared system prompt / context length (tokens, inside the prompt).")
+    ] = None,
+    shared_prefix_count: Annotated[int | None, _flag("How many distinct shared contexts.")] = None,
+    conversation_turns: Annotated[int | None, _flag("Turns per conversation (multi-turn).")] = None,
+    user_message_tokens: Annotated[
+        int | None, _flag("Length of each later user message (tokens).")
+    ] = None,
+    trace_file: Annotated[
+        str | None, _flag("Request trace to replay (Mooncake .jsonl or Azure-layout .csv).")
+    ] = None,
+    prompt_file: Annotated[str | None, _flag("Your prompts (JSONL or CSV).")] = None,
 ) -> None:
     """Walk the decision tree, estimate the fit and floor, weigh the evidence, recommend."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
@@ -181,10 +193,24 @@ def bench_plan_command(
     model: Annotated[str | None, _flag("Model preset name or checkpoint path.")] = None,
     gpu: Annotated[str | None, _flag("GPU type.")] = None,
     concurrency: Annotated[int | None, _flag("Requests in flight at peak.")] = None,
+    prompt_tokens: Annotated[int | None, _flag("Mean prompt length (tokens).")] = None,
+    output_tokens: Annotated[int | None, _flag("Mean output length (tokens).")] = None,
     dynamic_control_flow: Annotated[YesNo, _flag("yes/no.")] = None,
     fixed_input_shapes: Annotated[YesNo, _flag("yes/no.")] = None,
     long_sequence_generation: Annotated[YesNo, _flag("yes/no.")] = None,
     multi_backend: Annotated[YesNo, _flag("yes/no.")] = None,
+    shared_prefix_tokens: Annotated[
+        int | None, _flag("Shared system prompt / context length (tokens, inside the prompt).")
+    ] = None,
+    shared_prefix_count: Annotated[int | None, _flag("How many distinct shared contexts.")] = None,
+    conversation_turns: Annotated[int | None, _flag("Turns per conversation (multi-turn).")] = None,
+    user_message_tokens: Annotated[
+        int | None, _flag("Length of each later user message (tokens).")
+    ] = None,
+    trace_file: Annotated[
+        str | None, _flag("Request trace to replay (Mooncake .jsonl or Azure-layout .csv).")
+    ] = None,
+    prompt_file: Annotated[str | None, _flag("Your prompts (JSONL or CSV).")] = None,
 ) -> None:
     """Print one run configuration per candidate (and its `python -m bench run` command)."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
@@ -248,6 +274,12 @@ _FLAG_NAMES = (
     "dtype",
     "quantization",
     "build_time_tolerance",
+    "shared_prefix_tokens",
+    "shared_prefix_count",
+    "conversation_turns",
+    "user_message_tokens",
+    "trace_file",
+    "prompt_file",
 )
 
 

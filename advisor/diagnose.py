@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from bench.config import GenerateWorkload
 from bench.schema import RunResult, RunStatus, ValidityStatus
 
 GPU_UTILIZATION_TARGET_PCT = 90.0
@@ -27,6 +28,15 @@ MEMORY_EFFICIENCY_REFERENCE_GB_PER_B = 1.2
 """Article section 3.2 reference: peak GPU memory / parameters in billions."""
 MEMORY_EFFICIENCY_FLAG_FACTOR = 2.0
 """Flag memory efficiency above 2x the reference (2.4 GB per billion parameters)."""
+LOW_HIT_RATE_FRACTION = 0.5
+"""Flag a prefix-cache hit rate below half the share of input tokens the workload shares (with
+a warm cache nearly every shared token is a hit; half leaves room for each prefix's first use
+and the text seam)."""
+LOW_HIT_RATE_FLOOR = 0.1
+"""Without a measured shared share (conversations): flag a hit rate below 10%."""
+VLLM_BLOCK_TOKENS = {"gpu": 16, "cpu": 128}
+"""vLLM's default KV-cache block size: 16 tokens on GPU, 128 on the vLLM CPU build; only whole
+blocks are cached and reused."""
 OOM_PATTERN = re.compile(
     r"out of memory|outofmemory|\boom\b|cuda_error_out_of_memory|failed to allocate", re.IGNORECASE
 )
@@ -122,6 +132,97 @@ def _cuda_graphs_off(run: RunResult) -> str | None:
     if run.engine.get("enforce_eager") is True:
         return "the engine reports enforce_eager = true"
     return None
+
+
+def _caching_switch(run: RunResult) -> bool | None:
+    """enable_prefix_caching as the run's config set it (None = the engine's default)."""
+    args = run.config.engine_args
+    if run.config.backend == "openai":
+        args = args.get("server_args") or {}
+    value = args.get("enable_prefix_caching")
+    return value if isinstance(value, bool) else None
+
+
+def _low_hit_rate(run: RunResult, on_cpu: bool) -> tuple[str, str, str] | None:
+    """(severity, finding, advice) when a workload that declares shared prefixes or
+    conversations measured a low prefix-cache hit rate; None otherwise or when not measured."""
+    workload = run.config.workload
+    summary = run.summary
+    if not isinstance(workload, GenerateWorkload) or summary is None:
+        return None
+    if workload.prefix is None and workload.conversation is None:
+        return None
+    rate = summary.prefix_cache_hit_rate
+    if rate is None:
+        return None
+    share = summary.prefix_share_of_input_tokens
+    threshold = share * LOW_HIT_RATE_FRACTION if share else LOW_HIT_RATE_FLOOR
+    if rate >= threshold:
+        return None
+    declared = (
+        f"{share:.0%} of input tokens are shared prefixes"
+        if share
+        else "the workload declares multi-turn conversations (each turn resends the history)"
+    )
+    finding = f"prefix-cache hit rate {rate:.1%} is low: {declared} (flagged below {threshold:.1%})"
+    switch = _caching_switch(run)
+    if switch is False:
+        return (
+            "info",
+            finding + "; prefix caching is off in this run's config",
+            "Expected: this run has enable_prefix_caching = false (the off half of a caching "
+            "on/off pair); compare it with the run that has caching on.",
+        )
+    engine_block = run.config.engine_args.get("block_size")
+    server = run.config.engine_args.get("server_args") or {}
+    default_block = VLLM_BLOCK_TOKENS["cpu" if on_cpu else "gpu"]
+    block = engine_block or server.get("block_size") or default_block
+    causes = [
+        "caching off: check that the engine runs with prefix caching (vLLM "
+        "enable_prefix_caching, on by default in vLLM V1; TensorRT-LLM enable_block_reuse)"
+    ]
+    if workload.prefix is not None:
+        tokens = workload.prefix.tokens.mean
+        if tokens < block:
+            causes.append(
+                f"prefixes shorter than a KV block: the shared prefix ({tokens:,} tokens) is "
+                f"below one block ({block} tokens), and only whole blocks are cached"
+            )
+        elif tokens % block:
+            causes.append(
+                f"prefixes not block-aligned: {tokens:,} tokens = {tokens // block} whole "
+                f"blocks of {block} + {tokens % block} tokens recomputed every request"
+            )
+        else:
+            causes.append(
+                f"block alignment is not the cause ({tokens:,} tokens = {tokens // block} "
+                f"blocks of {block})"
+            )
+        causes.append(
+            f"eviction under memory pressure: {workload.prefix.count} distinct prefixes of "
+            f"{tokens:,} tokens plus the requests in flight may not fit the KV cache, so "
+            "prefixes are evicted before reuse"
+        )
+    else:
+        causes.append(
+            "eviction under memory pressure: conversations in progress hold their histories in "
+            "the KV cache; with think time or many conversations, history is evicted before the "
+            "next turn"
+        )
+    if run.config.backend == "openai":
+        causes.append(
+            "text prompts are re-tokenised by the server, which can shift the prefix/suffix "
+            "seam by a token (prompt_format=tokens avoids it)"
+        )
+    return (
+        "warning",
+        finding + ". Likely causes: " + "; ".join(causes),
+        "Keep prefix caching on; make shared prefixes a multiple of the KV block size (or put "
+        "the varying text after a block boundary); give the KV cache room: raise "
+        "gpu_memory_utilization (or VLLM_CPU_KVCACHE_SPACE on the CPU), use an FP8 KV cache "
+        "(kv_cache_dtype=fp8), lower the concurrency or the number of distinct prefixes; route "
+        "requests with the same prefix to the same replica.",
+    )
 
 
 def diagnose(run: RunResult) -> list[Diagnostic]:
@@ -235,6 +336,10 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
                 "below the knee of a step pattern.",
                 profile_cmd,
             )
+
+    low_hits = _low_hit_rate(run, on_cpu)
+    if low_hits is not None:
+        add("low_prefix_cache_hit_rate", *low_hits)
 
     telemetry = run.telemetry
     utilization = telemetry.mean_gpu_utilization_pct

@@ -20,6 +20,7 @@ import math
 
 from pydantic import Field, computed_field
 
+from advisor import traffic
 from advisor.estimate import (
     ContextWindow,
     architecture_for,
@@ -213,6 +214,7 @@ def plan_for_stage(
     decision = evaluate(tree or load_tree(), stage, estimate_stage(stage))
     if decision.refused:
         raise UserError(f"stage {stage.name!r} cannot be planned: {decision.refused}")
+    traffic.check_history(stage)  # later turns resend the history: they must fit the window
     planned, clip_note = fit_to_window(stage)
     notes = [clip_note] if clip_note else []
     if cpu_only and quick and stage.model is not None:
@@ -466,6 +468,7 @@ def _on_the_cpu(config: RunConfig, quick: bool) -> RunConfig:
     precision = config.precision.model_copy(
         update={"dtype": cpu_dtype(config.workload.kind, config.precision.dtype)}
     )
+    config = traffic.on_the_cpu(config)  # a replay's first rows, clipped
     return config.model_copy(update={"device": "cpu", "engine_args": args, "precision": precision})
 
 
@@ -570,6 +573,8 @@ def _request_seconds(
 def _phases_seconds(config: RunConfig, request_s: float) -> float:
     """Measured phases plus the drain of requests in flight when each phase ends."""
     load = config.load
+    if load.pattern == "replay":
+        return traffic.replay_seconds(load) + request_s
     if load.pattern in ("concurrency", "rate"):
         if load.duration_s is not None:
             return load.duration_s + request_s
@@ -626,7 +631,9 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
             RunConfig(
                 backend=candidate.framework,
                 model=stage.model,
-                engine_args=_expert_engine_args(candidate.framework, stage),
+                engine_args=_expert_engine_args(
+                    candidate.framework, traffic.sized_for_engine(stage)
+                ),
                 workload=_workload(stage),
                 load=_load(stage, quick),
                 slo=SLO(
@@ -640,7 +647,7 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
                 f"{candidate.framework} (tree rank {candidate.rank})",
             )
         )
-    return configs
+    return traffic.caching_pair(configs, stage)  # caching on/off where prefixes are shared
 
 
 def capacity_plan(
@@ -703,6 +710,8 @@ def _search_s(
 
 
 def _workload(stage: StageProfile) -> GenerateWorkload | ForwardWorkload:
+    if traffic.declares_traffic(stage):
+        return traffic.workload(stage)
     if stage.kind == "generate":
         return GenerateWorkload(
             prompt_tokens=stage.prompt_tokens, output_tokens=stage.output_tokens
@@ -715,7 +724,11 @@ def _workload(stage: StageProfile) -> GenerateWorkload | ForwardWorkload:
     )
 
 
-def _load(stage: StageProfile, quick: bool) -> ConcurrencyLoad | RateLoad | StepLoad:
+def _load(
+    stage: StageProfile, quick: bool
+) -> ConcurrencyLoad | RateLoad | StepLoad | traffic.ReplayLoad:
+    if stage.trace_file is not None:
+        return traffic.replay_load(stage, quick)
     if quick:
         return ConcurrencyLoad(
             concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,

@@ -20,6 +20,7 @@ from bench.config import (
     MAX_CONCURRENCY,
     MAX_IMAGE_SIDE,
     MAX_RATE_RPS,
+    MAX_TOKENS,
     SLO,
     LengthDistribution,
     ModelName,
@@ -146,6 +147,44 @@ class ProfileSLO(SLO):
         )
 
 
+MAX_PREFIXES = 100_000
+"""Distinct shared contexts a profile may declare (each is generated and held by the bench)."""
+MAX_TURNS = 1_000
+
+
+class SharedPrefixProfile(StrictInput):
+    """Requests that start with the same long context: a system prompt, retrieved documents,
+    tool schemas. Engines with automatic prefix caching skip its prefill after the first use."""
+
+    tokens: int = Field(
+        gt=0,
+        le=MAX_TOKENS,
+        description="Length of the shared context in tokens (part of prompt_tokens).",
+    )
+    count: int = Field(
+        1,
+        gt=0,
+        le=MAX_PREFIXES,
+        description="How many distinct contexts requests pick from (uniformly): 1 = one system "
+        "prompt; 8 = eight documents.",
+    )
+
+
+class ConversationProfile(StrictInput):
+    """Multi-turn chat: each turn resends the whole history (a growing shared prefix)."""
+
+    turns: int = Field(gt=0, le=MAX_TURNS, description="Turns per conversation.")
+    user_tokens: int = Field(
+        64, gt=0, le=MAX_TOKENS, description="Length of each later user message (tokens)."
+    )
+    think_time_ms: float | None = Field(
+        None,
+        ge=0,
+        le=3_600_000,
+        description="Pause between an answer and the user's next message (ms); none = none.",
+    )
+
+
 class StageProfile(StrictInput):
     """One stage of a workload: one model served one way; it gets its own recommendation."""
 
@@ -249,6 +288,59 @@ class StageProfile(StrictInput):
         description="Deployment constraints: non_nvidia_hardware, edge, cpu_only, "
         "multiple_runtimes.",
     )
+    # The traffic (generate kind): what the benchmarks send instead of unrelated prompts.
+    shared_prefix: SharedPrefixProfile | None = Field(
+        None,
+        description="Shared system prompt / retrieved context: its length (counted in "
+        "prompt_tokens) and how many distinct ones; none = every prompt unrelated.",
+    )
+    conversation: ConversationProfile | None = Field(
+        None, description="Multi-turn conversations (turns, user message length)."
+    )
+    trace_file: str | None = Field(
+        None,
+        max_length=4096,
+        description="A request trace to replay (Mooncake .jsonl or Azure-layout .csv): its "
+        "arrival times and lengths replace the load and the length distributions.",
+    )
+    prompt_file: str | None = Field(
+        None,
+        max_length=4096,
+        description="Your own prompts (JSONL with text or chat messages, or CSV) instead of "
+        "generated ones.",
+    )
+
+    @model_validator(mode="after")
+    def _check_traffic(self) -> StageProfile:
+        declared = [
+            name
+            for name in ("shared_prefix", "conversation", "trace_file", "prompt_file")
+            if getattr(self, name) is not None
+        ]
+        if declared and self.kind != "generate":
+            raise ValueError(f"{declared[0]} is for the generate kind (LLM traffic)")
+        if self.trace_file is not None and len(declared) > 1:
+            raise ValueError(
+                "trace_file replays the trace's own lengths and arrivals; it cannot be combined "
+                f"with {', '.join(d for d in declared if d != 'trace_file')}"
+            )
+        if self.prompt_file is not None and len(declared) > 1:
+            raise ValueError(
+                "prompt_file is the prompt: it cannot be combined with "
+                f"{', '.join(d for d in declared if d != 'prompt_file')}"
+            )
+        if self.shared_prefix is not None and self.shared_prefix.tokens >= self.prompt_tokens.mean:
+            raise ValueError(
+                f"shared_prefix.tokens ({self.shared_prefix.tokens:,}) must be below "
+                f"prompt_tokens.mean ({self.prompt_tokens.mean:,}): the prompt is the shared "
+                "context plus the request's own part"
+            )
+        return self
+
+    def declares_shared_prefixes(self) -> bool:
+        """Requests share long prefixes: a shared context or conversation history (a trace
+        may too, through repeated hash IDs, but that is known only once it is replayed)."""
+        return self.shared_prefix is not None or self.conversation is not None
 
 
 class WorkloadProfile(StrictInput):
@@ -310,10 +402,27 @@ def load_profile(path: str | Path) -> WorkloadProfile:
 def profile_from_dict(data: dict[str, Any], source: str = "profile") -> WorkloadProfile:
     """Validate a profile mapping; errors name the field (`stages[1].gpu.type`) and the fix."""
     try:
-        return WorkloadProfile.model_validate(data)
+        profile = WorkloadProfile.model_validate(data)
     except ValidationError as exc:
         message = describe_validation_error(exc, single="stages" not in data)
         raise UserError(f"{source}: {message}") from None
+    check_traffic_files(profile, source)
+    return profile
+
+
+def check_traffic_files(profile: WorkloadProfile, source: str = "profile") -> None:
+    """Read every trace and prompt file the profile names, through the bench's own readers
+    (bounded, binary refused, columns and timestamp order checked), so that a bad file is one
+    line now, not a failed benchmark later. Relative paths are from the working directory."""
+    from advisor.traffic import check_files
+
+    single = len(profile.stages) == 1
+    for index, stage in enumerate(profile.stages):
+        where = "" if single else f"stages[{index}]."
+        try:
+            check_files(stage)
+        except UserError as exc:
+            raise UserError(f"{source}: {where}{exc}") from None
 
 
 def describe_validation_error(
@@ -369,6 +478,12 @@ FLAG_FIELDS: dict[str, tuple[str, ...]] = {
     "dtype": ("precision", "dtype"),
     "quantization": ("precision", "quantization"),
     "build_time_tolerance": ("build_time_tolerance",),
+    "shared_prefix_tokens": ("shared_prefix", "tokens"),
+    "shared_prefix_count": ("shared_prefix", "count"),
+    "conversation_turns": ("conversation", "turns"),
+    "user_message_tokens": ("conversation", "user_tokens"),
+    "trace_file": ("trace_file",),
+    "prompt_file": ("prompt_file",),
 }
 BOOL_FLAGS = (
     "dynamic_control_flow",
@@ -430,19 +545,24 @@ def profile_from_flags(
         if key == "gpu" and "memory_gb" not in given:
             target["gpu"]["memory_gb"] = None  # re-derive from the new GPU type
     try:
-        return WorkloadProfile.model_validate(data)
+        profile = WorkloadProfile.model_validate(data)
     except ValidationError as exc:
         message = describe_validation_error(exc, single=single, names=names)
         raise UserError(f"flags: {message}") from None
+    check_traffic_files(profile, "flags")
+    return profile
 
 
 __all__ = [
     "Constraint",
+    "ConversationProfile",
     "GpuProfile",
     "Objective",
     "ProfileSLO",
+    "SharedPrefixProfile",
     "StageProfile",
     "WorkloadProfile",
+    "check_traffic_files",
     "describe_validation_error",
     "load_profile",
     "parse_yes_no",

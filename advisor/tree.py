@@ -126,6 +126,11 @@ class Question(Strict):
     no: str
     why_yes: str = ""
     why_no: str = ""
+    promote_on_yes: list[str] = Field(
+        default_factory=list,
+        description="Frameworks moved ahead of the leaf's others (in the leaf's order) when "
+        "the answer is yes; a question may send yes and no to the same node.",
+    )
 
 
 class LeafCandidate(Strict):
@@ -276,6 +281,12 @@ def validate_tree(tree: DecisionTree) -> None:
         for field in question.test.fields():
             if field not in fields:
                 raise UserError(f"{prefix}: node {node_id!r}: unknown field {field!r} in its test")
+        for framework in question.promote_on_yes:
+            if framework not in KNOWN_FRAMEWORKS:
+                raise UserError(
+                    f"{prefix}: node {node_id!r}: unknown framework {framework!r} in "
+                    f"promote_on_yes; known: {', '.join(KNOWN_FRAMEWORKS)}"
+                )
     for leaf_id, leaf in tree.leaves.items():
         for candidate in leaf.candidates:
             if candidate.framework not in KNOWN_FRAMEWORKS:
@@ -325,6 +336,7 @@ def evaluate(
     find what would change the answer)."""
     context = context_for(stage, estimate)
     path: list[PathStep] = []
+    promoted: list[str] = []
     node_id = tree.root
     while node_id in tree.questions:
         question = tree.questions[node_id]
@@ -338,7 +350,12 @@ def evaluate(
             PathStep(node=node_id, question=question.ask, answer="yes" if answer else "no", why=why)
         )
         node_id = question.yes if answer else question.no
+        if answer:
+            promoted += [f for f in question.promote_on_yes if f not in promoted]
     leaf = tree.leaves[node_id]
+    ranked = [c for c in leaf.candidates if c.framework in promoted] + [
+        c for c in leaf.candidates if c.framework not in promoted
+    ]
     candidates = [
         Candidate(
             framework=c.framework,
@@ -347,7 +364,7 @@ def evaluate(
             caveats=list(c.caveats),
             benchmarked=c.framework in BENCHMARKABLE_FRAMEWORKS,
         )
-        for rank, c in enumerate(leaf.candidates, start=1)
+        for rank, c in enumerate(ranked, start=1)
     ]
     caveats = list(leaf.caveats)
     caveats += [c.text for c in leaf.caveats_when if c.when.evaluate(context)]
@@ -392,6 +409,8 @@ def _show(value: Any) -> str:
         return f"{value:g}"
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]" if value else "none"
+    if isinstance(value, dict):  # a section (shared_prefix): its set values
+        return "{" + ", ".join(f"{k} {_show(v)}" for k, v in value.items() if v is not None) + "}"
     return re.sub(r"\s+", " ", str(value))
 
 

@@ -163,6 +163,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             )
             out["prompt_tokens"] = {**prompt.model_dump(), "mean": int(prompt_mean)}
             out["output_tokens"] = {**output.model_dump(), "mean": int(output_mean)}
+            out.update(_traffic_fields(index, stage))
         else:
             shape = st.columns(2)
             out["batch_size"] = int(
@@ -366,6 +367,72 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         key=_key(index, "constraints"),
         help=field_help(StageProfile, "constraints"),
     )
+    return out
+
+
+def _traffic_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
+    """The traffic the benchmarks send (advisor/traffic.py): a shared context, conversations, or
+    a trace / prompt file on the machine that runs the app (a path)."""
+    out: dict[str, Any] = {}
+    prefix = stage.get("shared_prefix") or {}
+    conversation = stage.get("conversation") or {}
+    files = stage.get("trace_file") or stage.get("prompt_file")
+    with st.expander(
+        "Traffic: shared prompts, conversations, trace",
+        expanded=bool(prefix or conversation or files),
+    ):
+        cols = st.columns(2)
+        tokens = cols[0].number_input(
+            "Shared context (tokens, inside the prompt)",
+            min_value=1,
+            max_value=1_000_000,
+            value=prefix.get("tokens"),
+            placeholder="none: prompts unrelated",
+            key=_key(index, "shared_prefix_tokens"),
+            help=field_help(StageProfile, "shared_prefix"),
+        )
+        count = cols[1].number_input(
+            "Distinct shared contexts",
+            min_value=1,
+            max_value=100_000,
+            value=int(prefix.get("count") or 1),
+            key=_key(index, "shared_prefix_count"),
+        )
+        out["shared_prefix"] = {"tokens": int(tokens), "count": int(count)} if tokens else None
+        cols = st.columns(2)
+        turns = cols[0].number_input(
+            "Turns per conversation",
+            min_value=1,
+            max_value=1_000,
+            value=conversation.get("turns"),
+            placeholder="none: single-turn",
+            key=_key(index, "conversation_turns"),
+            help=field_help(StageProfile, "conversation"),
+        )
+        user = cols[1].number_input(
+            "User message (tokens, later turns)",
+            min_value=1,
+            max_value=1_000_000,
+            value=int(conversation.get("user_tokens") or 64),
+            key=_key(index, "user_message_tokens"),
+        )
+        out["conversation"] = {"turns": int(turns), "user_tokens": int(user)} if turns else None
+        trace = st.text_input(
+            "Trace file to replay (path)",
+            value=stage.get("trace_file") or "",
+            placeholder="examples/traces/mooncake_small.jsonl",
+            key=_key(index, "trace_file"),
+            help=field_help(StageProfile, "trace_file"),
+        ).strip()
+        prompts = st.text_input(
+            "Prompt file (path)",
+            value=stage.get("prompt_file") or "",
+            placeholder="examples/traces/prompts.jsonl",
+            key=_key(index, "prompt_file"),
+            help=field_help(StageProfile, "prompt_file"),
+        ).strip()
+        out["trace_file"] = trace or None
+        out["prompt_file"] = prompts or None
     return out
 
 

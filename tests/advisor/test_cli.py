@@ -124,7 +124,8 @@ def test_flags_build_the_profile() -> None:
     data = json.loads(result.output)
     stage = data["stages"][0]
     assert stage["recommendation"]["framework"] == "vllm"
-    assert [s["answer"] for s in stage["decision"]["path"][:4]] == ["no", "no", "no", "yes"]
+    answers = [s["answer"] for s in stage["decision"]["path"][:5]]
+    assert answers == ["no", "no", "no", "no", "yes"]  # window, prefixes, control flow, shapes
     assert stage["estimate"]["gpu"] == "H200"
 
 

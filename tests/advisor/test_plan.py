@@ -139,17 +139,23 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     """The plan's engine options come from the backend (`recommended_args` of the stage's
     shape), not from a list of framework names in the advisor."""
     from advisor.evidence import workload_shape
+    from advisor.traffic import caching_state, sized_for_engine
     from bench.backends import registry
 
     for stage in load_profile(path).stages:
         if stage.model is None or estimate_stage(stage).refused:
             continue  # a refused stage is never planned (test above)
-        shape = workload_shape(stage)
+        # sized for what the engine holds: a conversation's history at its last turn
+        shape = workload_shape(sized_for_engine(stage))
         assert shape.concurrency == (stage.concurrency or 8)
         assert shape.max_sequence_tokens % 256 == 0
         for config in plan_for_stage(stage).configs:
             backend = registry()[config.backend]
-            assert config.engine_args == backend.recommended_args(shape)
+            args = dict(config.engine_args)
+            if caching_state(config) is not None:  # the caching on/off pair adds its switch
+                assert args.pop("enable_prefix_caching") in (True, False)
+                assert args.pop("prefix_cache_stats") is True
+            assert args == backend.recommended_args(shape)
 
 
 def test_a_busy_host_stretches_cpu_estimates(empty_model_cache) -> None:

@@ -24,68 +24,73 @@ BIG_MODEL_SMALL_GPU = {"model": "llama-2-13b", "gpu": {"type": "L4"}}
 FITS = {"model": "llama-2-7b", "gpu": {"type": "H200"}}
 
 # (profile, expected leaf, expected answers along the path; the first question of every path is
-# the context window's)
+# the context window's, the second whether requests share long prefixes)
 BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
-    ("dynamic", {"dynamic_control_flow": True}, "pytorch_eager", ["no", "yes", "no"]),
+    (
+        "dynamic",
+        {"dynamic_control_flow": True},
+        "pytorch_eager",
+        ["no", "no", "yes", "no"],
+    ),
     (
         "dynamic+latency",
         {"dynamic_control_flow": True, "slo": {"ttft_ms": 200}, "build_time_tolerance": "minutes"},
         "torch_compile_first",
-        ["no", "yes", "yes"],
+        ["no", "no", "yes", "yes"],
     ),
     (
         "dynamic+latency but no compile time",
         {"dynamic_control_flow": True, "slo": {"tpot_ms": 30}, "build_time_tolerance": "none"},
         "pytorch_eager",
-        ["no", "yes", "no"],
+        ["no", "no", "yes", "no"],
     ),
     (
         "fixed forward deterministic",
         {"fixed_input_shapes": True, "kind": "forward", "determinism_required": True},
         "tensorrt_deterministic",
-        ["no", "no", "yes", "yes", "yes"],
+        ["no", "no", "no", "yes", "yes", "yes"],
     ),
     (
         "fixed forward no build",
         {"fixed_input_shapes": True, "kind": "forward", "build_time_tolerance": "none"},
         "onnxruntime_no_build",
-        ["no", "no", "yes", "yes", "no", "yes"],
+        ["no", "no", "no", "yes", "yes", "no", "yes"],
     ),
     (
         "fixed forward",
         {"fixed_input_shapes": True, "kind": "forward"},
         "tensorrt_fixed",
-        ["no", "no", "yes", "yes", "no", "no"],
+        ["no", "no", "no", "yes", "yes", "no", "no"],
     ),
     (
         "fixed generate does not fit",
         {"fixed_input_shapes": True, **BIG_MODEL_SMALL_GPU},
         "trtllm_needs_more_memory",
-        ["no", "no", "yes", "no", "yes"],
+        ["no", "no", "no", "yes", "no", "yes"],
     ),
     (
         "fixed generate, no hours-long builds",
         {"fixed_input_shapes": True, "build_time_tolerance": "minutes", **FITS},
         "vllm_no_long_build",
-        ["no", "no", "yes", "no", "no", "yes"],
+        ["no", "no", "no", "yes", "no", "no", "yes"],
     ),
     (
         "fixed generate deterministic",
         {"fixed_input_shapes": True, "determinism_required": True, "build_time_tolerance": "hours"},
         "trtllm_deterministic",
-        ["no", "no", "yes", "no", "no", "no", "yes"],
+        ["no", "no", "no", "yes", "no", "no", "no", "yes"],
     ),
     (
         "fixed generate",
         {"fixed_input_shapes": True, **FITS},
         "trtllm_fixed",
-        ["no", "no", "yes", "no", "no", "no", "no"],
+        ["no", "no", "no", "yes", "no", "no", "no", "no"],
     ),
     (
         "long does not fit",
         {"long_sequence_generation": True, **BIG_MODEL_SMALL_GPU},
         "vllm_needs_more_memory",
-        ["no", "no", "no", "yes", "yes"],
+        ["no", "no", "no", "no", "yes", "yes"],
     ),
     (
         "long, latency objective, hours ok",
@@ -95,7 +100,7 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
             "build_time_tolerance": "hours",
         },
         "trtllm_low_latency",
-        ["no", "no", "no", "yes", "no", "yes"],
+        ["no", "no", "no", "no", "yes", "no", "yes"],
     ),
     (
         "long, TTFT under 300 ms, hours ok",
@@ -105,7 +110,7 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
             "build_time_tolerance": "hours",
         },
         "trtllm_low_latency",
-        ["no", "no", "no", "yes", "no", "yes"],
+        ["no", "no", "no", "no", "yes", "no", "yes"],
     ),
     (
         "long, TTFT 300 ms is not under 300",
@@ -115,44 +120,50 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
             "build_time_tolerance": "hours",
         },
         "vllm_long",
-        ["no", "no", "no", "yes", "no", "no"],
+        ["no", "no", "no", "no", "yes", "no", "no"],
     ),
     (
         "long",
         {"long_sequence_generation": True, **FITS},
         "vllm_long",
-        ["no", "no", "no", "yes", "no", "no"],
+        ["no", "no", "no", "no", "yes", "no", "no"],
     ),
     (
         "multi backend",
         {"multi_backend": True},
         "onnxruntime_portable",
-        ["no", "no", "no", "no", "yes"],
+        ["no", "no", "no", "no", "no", "yes"],
     ),
     (
         "edge constraint",
         {"constraints": ["edge"]},
         "onnxruntime_portable",
-        ["no", "no", "no", "no", "yes"],
+        ["no", "no", "no", "no", "no", "yes"],
     ),
     (
         "no trait, does not fit",
         BIG_MODEL_SMALL_GPU,
         "vllm_needs_more_memory",
-        ["no", "no", "no", "no", "no", "yes", "yes"],
+        ["no", "no", "no", "no", "no", "no", "yes", "yes"],
     ),
-    ("no trait, generate", FITS, "vllm_default", ["no", "no", "no", "no", "no", "yes", "no"]),
+    ("no trait, generate", FITS, "vllm_default", ["no", "no", "no", "no", "no", "no", "yes", "no"]),
     (
         "no trait, forward",
         {"kind": "forward"},
         "forward_default",
-        ["no", "no", "no", "no", "no", "no"],
+        ["no", "no", "no", "no", "no", "no", "no"],
     ),
     (
         "context longer than the model's window",
         {"model": "llama-2-7b", "prompt_tokens": {"mean": 200_000}},
         "context_too_long",
         ["yes"],
+    ),
+    (
+        "shared prefixes, no trait, generate",
+        {**FITS, "prompt_tokens": {"mean": 1152}, "shared_prefix": {"tokens": 1024, "count": 8}},
+        "vllm_default",
+        ["no", "yes", "no", "no", "no", "no", "yes", "no"],
     ),
 ]
 
@@ -203,7 +214,7 @@ def test_why_names_the_tested_facts() -> None:
     _, _, decision = decide({"long_sequence_generation": True, **BIG_MODEL_SMALL_GPU})
     fit_step = next(step for step in decision.path if step.node == "long_fits")
     assert "estimate.fits = false" in fit_step.why
-    assert "long_sequence_generation = true" in decision.path[3].why
+    assert "long_sequence_generation = true" in decision.path[4].why
     assert "estimate.context.fits = true" in decision.path[0].why
 
 

@@ -32,7 +32,11 @@ def test_every_example_profile_is_found() -> None:
 def test_report_all_formats_for_the_shipped_profile(profile: Path, tmp_path: Path) -> None:
     from pypdf import PdfReader
 
+    from bench.store import ResultStore
+
     out = tmp_path / "out"
+    # an empty store made first: read commands never create one ('no store at PATH')
+    ResultStore(tmp_path / "empty.sqlite").close()
     result = subprocess.run(
         [
             sys.executable,
