@@ -37,6 +37,7 @@ from ui.components import (
     format_number,
     metric_label,
     metric_unit,
+    verdict_rows,
     yes_no,
 )
 
@@ -641,6 +642,9 @@ def show_recommendation(stage_result: Any, view_gpu: str | None = None) -> None:
         with st.expander("Configuration to deploy"):
             show_configuration(recommendation.configuration)
     show_evidence(stage_result, view_gpu)
+    if recommendation.verdicts:
+        with st.expander("Measured comparison: ratios with 95% intervals"):
+            st.dataframe(verdict_rows(recommendation.verdicts), hide_index=True)
     if recommendation.alternatives:
         with st.expander("Alternatives and what would change the answer"):
             for alternative in recommendation.alternatives:
