@@ -26,6 +26,7 @@ from advisor.profile import (
     WorkloadProfile,
     describe_validation_error,
 )
+from advisor.recommend import NO_PEAK_NOTE
 from advisor.report.capacity import CapacityView, capacity_view, capacity_view_for_runs
 from bench.config import LengthDistribution
 from bench.errors import UserError
@@ -989,7 +990,10 @@ def capacity_chart(view: CapacityView) -> alt.Chart | None:
         .encode(
             x=alt.X("peak (req/s):Q", title=chart.x_label),
             y=alt.Y("GPUs:Q", title=chart.y_label),
-            color=alt.Color("configuration:N", legend=alt.Legend(orient="bottom", title=None)),
+            color=alt.Color(
+                "configuration:N",
+                legend=alt.Legend(orient="bottom", title=None, labelLimit=0, columns=2),
+            ),
             tooltip=["configuration", alt.Tooltip("peak (req/s):Q", format=".3g"), "GPUs:Q"],
         )
     )
@@ -1086,7 +1090,9 @@ def show_capacity(stage: StageProfile, stage_result: Any, scope: str = "s0") -> 
         inputs[2].caption(f"No reference price for {gpu}: enter one to see the cost.")
     elif chosen_price == price:
         inputs[2].caption(
-            "From the profile" if source == "profile" else f"Reference price: {source}"
+            "From the profile"
+            if source == "profile"
+            else "Reference price: " + (source or "").removeprefix("reference: ")
         )
     else:
         inputs[2].caption("Your price (the profile is unchanged)")
@@ -1122,7 +1128,9 @@ def show_capacity(stage: StageProfile, stage_result: Any, scope: str = "s0") -> 
             st.altair_chart(chart)
         st.caption(view.chart.description)
     for note in dict.fromkeys([*recommendation.capacity_notes, *view.notes]):
-        st.caption(note)
+        # Sized here at the panel's peak: the advice's "no peak in the profile" is answered.
+        if note != NO_PEAK_NOTE:
+            st.caption(note)
 
 
 def _stage_capacity_runs(stage: StageProfile) -> tuple[list[Any], set[str]]:
