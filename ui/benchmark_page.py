@@ -171,10 +171,8 @@ def plan_table(
             }
             for index, config in enumerate([*configs, *searches])
         ],
-        columns=[
+        columns=[  # role and repeats last: the columns before them keep their places
             "run",
-            "role",
-            "repeats",
             "backend",
             "model",
             "prompt / output",
@@ -183,6 +181,8 @@ def plan_table(
             "duration (s)",
             "engine args",
             "device",
+            "role",
+            "repeats",
         ],
     )
 
