@@ -232,6 +232,10 @@ def bench_plan_command(
                 "configs": [c.model_dump(mode="json") for c in plan.configs],
                 "commands": [reproduce_command(c) for c in plan.configs],
                 "estimates": [e.model_dump(mode="json") for e in plan.estimates],
+                "repeats": plan.repeats,
+                "capacity_configs": [c.model_dump(mode="json") for c in plan.capacity_configs],
+                "capacity_commands": [reproduce_command(c) for c in plan.capacity_configs],
+                "capacity_note": plan.capacity_note,
             }
             for plan in plans
         ]

@@ -103,9 +103,10 @@ class AdvisorPlanStep(StepCommon):
     skip_unavailable: bool = Field(
         True, description="Leave out candidates whose backend is not installed here (listed)."
     )
-    repeats: RepeatPolicy = Field(
-        default_factory=RepeatPolicy,
-        description="Repeats of every config of the plan, each config one measurement group.",
+    repeats: RepeatPolicy | None = Field(
+        None,
+        description="Repeats of every comparison config of the plan, each config one "
+        "measurement group (none: the plan's own repeats; capacity searches run once).",
     )
 
 
@@ -276,12 +277,18 @@ def run_step(
 
             fields["fidelity"] = run_check(step.check, store, context.out_dir, on_progress)
         else:
-            configs, skipped = advisor_plan_configs(step, context)
-            fields["skipped_backends"] = skipped
+            planned = advisor_plan_runs(step, context)
+            fields["skipped_backends"] = planned.skipped
             fields["runs"] = []
-            for config in configs:
+            # The comparison runs with their repeats, then the SLO capacity searches (a search
+            # is many probes already: one each).
+            for config in planned.configs:
                 fields["runs"] += _launch_repeats(
-                    config, step.repeats, store, context.out_dir, on_progress
+                    config, planned.repeats, store, context.out_dir, on_progress
+                )
+            for config in planned.capacity_configs:
+                fields["runs"] += _launch_repeats(
+                    config, RepeatPolicy(), store, context.out_dir, on_progress
                 )
         status, error, trace = "completed", None, None
     except Exception as exc:  # one step's failure never ends the campaign
@@ -342,16 +349,36 @@ class _PlannedStage(BaseModel):
 
     stage: str
     configs: list[RunConfig]
+    repeats: int = Field(1, ge=1, description="Repeats of each comparison config (older: 1).")
+    capacity_configs: list[RunConfig] = Field(default_factory=list)
 
 
 class _AdvisorPlan(BaseModel):
     stages: list[_PlannedStage]
 
 
+class AdvisorPlanRuns(BaseModel):
+    """What an advisor-plan step runs: the comparison configs with their repeats, then the
+    plan's SLO capacity searches, and the backends left out (not installed here)."""
+
+    configs: list[RunConfig]
+    repeats: RepeatPolicy
+    capacity_configs: list[RunConfig]
+    skipped: list[str]
+
+
 def advisor_plan_configs(
     step: AdvisorPlanStep, context: StepContext
 ) -> tuple[list[RunConfig], list[str]]:
-    """The advisor's bench plan for the step's profile: (configs to run, backends left out)."""
+    """The advisor's bench plan for the step's profile: (every config to run, comparison runs
+    then capacity searches, once each; backends left out)."""
+    planned = advisor_plan_runs(step, context)
+    return [*planned.configs, *planned.capacity_configs], planned.skipped
+
+
+def advisor_plan_runs(step: AdvisorPlanStep, context: StepContext) -> AdvisorPlanRuns:
+    """The advisor's bench plan for the step's profile, its capacity searches and repeats (the
+    step's `repeats` when set, else the plan's)."""
     import yaml
 
     from bench.backends import get_backend
@@ -373,11 +400,17 @@ def advisor_plan_configs(
         raise UserError(f"step {step.name!r}: the advisor could not plan it: {last}")
     plan = _AdvisorPlan.model_validate_json(done.stdout)
     configs: list[RunConfig] = []
+    searches: list[RunConfig] = []
     skipped: list[str] = []
+    plan_repeats = 1
     for stage in plan.stages:
         if step.stage and stage.stage != step.stage:
             continue
-        for config in stage.configs:
+        plan_repeats = max(plan_repeats, stage.repeats)
+        for config, into in [
+            *((c, configs) for c in stage.configs),
+            *((c, searches) for c in stage.capacity_configs),
+        ]:
             if step.device is not None:
                 config = config.model_copy(update={"device": step.device})
             if step.device == "cpu":  # one CPU dtype rule (bench.config.cpu_dtype)
@@ -385,10 +418,14 @@ def advisor_plan_configs(
                 precision = config.precision.model_copy(update={"dtype": dtype})
                 config = config.model_copy(update={"precision": precision})
             if step.skip_unavailable and not get_backend(config.backend).availability().available:
-                skipped.append(config.backend)
+                if config.backend not in skipped:
+                    skipped.append(config.backend)
                 continue
-            configs.append(config)
-    return configs, skipped
+            into.append(config)
+    repeats = step.repeats if step.repeats is not None else RepeatPolicy(count=plan_repeats)
+    return AdvisorPlanRuns(
+        configs=configs, repeats=repeats, capacity_configs=searches, skipped=skipped
+    )
 
 
 # --------------------------------------------------------------------------- the campaign

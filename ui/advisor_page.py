@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
 
+from advisor.capacity import choose_price
 from advisor.gpus import GPUS
 from advisor.profile import (
     Constraint,
@@ -25,6 +26,8 @@ from advisor.profile import (
     WorkloadProfile,
     describe_validation_error,
 )
+from advisor.recommend import NO_PEAK_NOTE
+from advisor.report.capacity import CapacityView, capacity_view, capacity_view_for_runs
 from bench.config import LengthDistribution
 from bench.errors import UserError
 from ui import state
@@ -35,6 +38,7 @@ from ui.components import (
     format_number,
     metric_label,
     metric_unit,
+    verdict_rows,
     yes_no,
 )
 
@@ -689,6 +693,8 @@ def show_recommendation(stage_result: Any, view_gpu: str | None = None) -> None:
     if view_gpu:
         basis += f" — a view of the published runs on {view_gpu}, not of your GPU"
     st.success(f"### {recommendation.framework}\n{basis}", icon=":material/recommend:")
+    if recommendation.headline:  # the answer in one sentence: GPUs and cost when measured
+        st.markdown(f"**{recommendation.headline}**")
     st.badge(
         f"confidence: {recommendation.confidence.level}",
         color=CONFIDENCE_COLOURS.get(recommendation.confidence.level, "gray"),
@@ -704,6 +710,9 @@ def show_recommendation(stage_result: Any, view_gpu: str | None = None) -> None:
         with st.expander("Configuration to deploy"):
             show_configuration(recommendation.configuration)
     show_evidence(stage_result, view_gpu)
+    if recommendation.verdicts:
+        with st.expander("Measured comparison: ratios with 95% intervals"):
+            st.dataframe(verdict_rows(recommendation.verdicts), hide_index=True)
     if recommendation.alternatives:
         with st.expander("Alternatives and what would change the answer"):
             for alternative in recommendation.alternatives:
@@ -1027,11 +1036,195 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
             )
 
 
-def render_stage_advice(stage_result: Any, calibration: Any = None, scope: str = "s0") -> None:
-    """The path, candidates, estimate, recommendation and configuration for one stage."""
+# --------------------------------------------------------------------------- capacity and cost
+
+
+def capacity_chart(view: CapacityView) -> alt.Chart | None:
+    """GPUs needed vs peak rate (a step line per configuration), the peak as a red rule."""
+    chart = view.chart
+    if not chart.available or not chart.series:
+        return None
+    points = pd.DataFrame(
+        [
+            {"peak (req/s)": x, "GPUs": y, "configuration": series.name}
+            for series in chart.series
+            for x, y in zip(series.x, series.y, strict=True)
+        ]
+    )
+    lines = (
+        alt.Chart(points)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("peak (req/s):Q", title=chart.x_label),
+            y=alt.Y("GPUs:Q", title=chart.y_label),
+            color=alt.Color(
+                "configuration:N",
+                legend=alt.Legend(orient="bottom", title=None, labelLimit=0, columns=2),
+            ),
+            tooltip=["configuration", alt.Tooltip("peak (req/s):Q", format=".3g"), "GPUs:Q"],
+        )
+    )
+    peak = pd.DataFrame(
+        {"x": [view.peak_request_rate_rps], "label": [f"peak {view.peak_request_rate_rps:g}"]}
+    )
+    rule = alt.Chart(peak).mark_rule(color="#d33", strokeDash=[4, 3]).encode(x="x:Q")
+    return (lines + rule).properties(height=260)
+
+
+def capacity_rows(view: CapacityView) -> pd.DataFrame:
+    """The measured rows then the estimates, formatted with units ("—" where unknown)."""
+    return pd.DataFrame(
+        [
+            {
+                "Candidate": row.label
+                + (" (estimate, not measured)" if row.source == "estimate" else ""),
+                "Max rate within the SLO": format_number(row.max_rate_rps, "req/s", 3),
+                "Binding constraint": row.binding_constraint or "—",
+                "GPUs at peak": str(row.gpus_needed)
+                + ("" if row.converged else " (search not converged)"),
+                "$/month": "—" if row.monthly_cost is None else f"${row.monthly_cost:,.0f}",
+                "$ per 1M output tokens": "—"
+                if row.cost_per_million_output_tokens is None
+                else f"${row.cost_per_million_output_tokens:,.2f}",
+                "Source": row.source,
+            }
+            for row in view.rows
+        ]
+    )
+
+
+def show_capacity(stage: StageProfile, stage_result: Any, scope: str = "s0") -> None:
+    """The "Capacity and cost" panel: the stage's capacity searches sized for a peak, headroom
+    and price the user moves here. Moving them only re-sizes (advisor.report.capacity): no
+    benchmark runs and the saved profile is unchanged (these inputs are not the form's)."""
+    recommendation = stage_result.recommendation
+    st.markdown("#### Capacity and cost")
+    gpu = stage.gpu.type or "your GPU"
+    searched = _stage_capacity_runs(stage) if not recommendation.capacities else ([], set())
+    if not recommendation.capacities and not searched[0]:
+        why = (
+            f"No capacity measured on {gpu} for this workload"
+            if stage.gpu.type
+            else "No GPU type in the profile, so no capacity can be matched to it"
+        )
+        empty_state(
+            f"{why}: the GPU count and cost under the SLO are not known.",
+            "The Benchmark page's plan includes a capacity search (the highest request rate "
+            "that meets the SLO) for the leading candidates; run it, and this panel sizes the "
+            "fleet for your peak traffic.",
+        )
+        for note in recommendation.capacity_notes:
+            st.caption(note)
+        return
+    try:
+        price, source = choose_price(stage.gpu.type, stage.gpu.price_per_hour)
+    except UserError:
+        price, source = None, None
+    peak_default = float(stage.peak_request_rate_rps or stage.request_rate_rps or 1.0)
+    # The defaults are in the keys: a new profile value resets the inputs to it.
+    inputs = st.columns(3)
+    peak = inputs[0].number_input(
+        "Peak rate (req/s)",
+        min_value=0.001,
+        value=peak_default,
+        key=f"capacity_{scope}_peak_{peak_default:g}",
+        help="The traffic the fleet must carry within the SLO (the profile's "
+        "peak_request_rate_rps, else its request rate). Changing it here re-sizes only.",
+    )
+    if stage.peak_request_rate_rps is None and stage.request_rate_rps is None:
+        inputs[0].caption("The profile gives no peak traffic: enter yours.")
+    headroom = inputs[1].number_input(
+        "Headroom",
+        min_value=0.0,
+        max_value=10.0,
+        value=float(stage.headroom_fraction),
+        step=0.05,
+        format="%.2f",
+        key=f"capacity_{scope}_headroom_{stage.headroom_fraction:g}",
+        help="Spare capacity on top of the peak (0.2 = 20%).",
+    )
+    chosen_price = inputs[2].number_input(
+        "GPU price ($ per GPU-hour)",
+        min_value=0.01,
+        value=price,
+        step=0.1,
+        format="%.2f",
+        key=f"capacity_{scope}_price_{price}",
+        help="On-demand price per GPU-hour: the profile's gpu.price_per_hour, else the "
+        "reference price of data/gpu_prices.yaml.",
+    )
+    if price is None:
+        inputs[2].caption(f"No reference price for {gpu}: enter one to see the cost.")
+    elif chosen_price == price:
+        inputs[2].caption(
+            "From the profile"
+            if source == "profile"
+            else "Reference price: " + (source or "").removeprefix("reference: ")
+        )
+    else:
+        inputs[2].caption("Your price (the profile is unchanged)")
+    try:
+        if recommendation.capacities:
+            view = capacity_view(
+                recommendation.capacities, peak, chosen_price, headroom, stage.gpu.type
+            )
+        else:  # searches stored, but the profile has no peak: size them at the panel's peak
+            runs, published = searched
+            view = capacity_view_for_runs(
+                stage, runs, peak, chosen_price, headroom, frozenset(published)
+            )
+    except UserError as exc:
+        st.error(str(exc))
+        return
+    if not view.rows:
+        empty_state(f"No capacity measured on {gpu} for this workload.")
+        for note in view.notes:
+            st.caption(note)
+        return
+    with st.container(key=f"capacity_table_{scope}"):
+        st.dataframe(capacity_rows(view), hide_index=True)
+    estimates = [row for row in view.rows if row.source == "estimate"]
+    if estimates:
+        st.caption(
+            "Rows marked (estimate, not measured) come from the configuration search's model, "
+            f"not a capacity search on {gpu}; run the plan's capacity search to measure them."
+        )
+    chart = capacity_chart(view)
+    if chart is not None:
+        with st.container(key=f"capacity_chart_{scope}"):
+            st.altair_chart(chart)
+        st.caption(view.chart.description)
+    for note in dict.fromkeys([*recommendation.capacity_notes, *view.notes]):
+        # Sized here at the panel's peak: the advice's "no peak in the profile" is answered.
+        if note != NO_PEAK_NOTE:
+            st.caption(note)
+
+
+def _stage_capacity_runs(stage: StageProfile) -> tuple[list[Any], set[str]]:
+    """The stored and shipped capacity searches that match the stage (its workload, SLO and
+    GPU type), with the shipped ones' ids, for a profile without a peak rate."""
+    from advisor.evidence import capacity_runs_for
+
+    reference = state.reference_files()
+    published = [run for runs in reference.runs.values() for run in runs]
+    runs = [*state.stored_runs(state.store_location()), *published]
+    kept, _notes = capacity_runs_for(stage, runs)
+    return kept, {run.run_id for run in published}
+
+
+def render_stage_advice(
+    stage_result: Any,
+    calibration: Any = None,
+    scope: str = "s0",
+    stage: StageProfile | None = None,
+) -> None:
+    """The path, candidates, estimate, recommendation, capacity and configuration for one
+    stage (the capacity panel needs the stage's profile: its peak, headroom and price)."""
     show_path(stage_result.decision)
     show_candidates(stage_result, scope)
     show_recommendation(stage_result)
+    if stage is not None:
+        show_capacity(stage, stage_result, scope)
     show_configurations(stage_result, calibration, scope)
 
 
@@ -1107,7 +1300,7 @@ def render() -> None:
             if len(profile.stages) > 1:
                 st.subheader(f"Stage {index + 1}: {stage.name}")
             evidence_gpu_notice(index, profile, stage, stage_result)
-            render_stage_advice(stage_result, report.calibration, f"s{index}")
+            render_stage_advice(stage_result, report.calibration, f"s{index}", stage)
     st.page_link(
         "ui/benchmark_page.py",
         label="Settle it with measurements: open the Benchmark page",

@@ -141,12 +141,25 @@ def _duration(config: RunConfig) -> float | None:
     return getattr(load, "duration_s", None)  # a capacity search's length is its probes
 
 
-def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:
-    """The plan as editable rows; frameworks not installed here start unticked."""
+COMPARISON = "comparison"
+CAPACITY_SEARCH = "capacity search"
+
+
+def plan_table(
+    configs: list[RunConfig],
+    available: set[str],
+    repeats: int = 1,
+    capacity_configs: list[RunConfig] | None = None,
+) -> pd.DataFrame:
+    """The plan as editable rows: the comparison runs (each made `repeats` times), then the SLO
+    capacity searches (one each); frameworks not installed here start unticked."""
+    searches = list(capacity_configs or [])
     return pd.DataFrame(
         [
             {
                 "run": config.backend in available,
+                "role": CAPACITY_SEARCH if index >= len(configs) else COMPARISON,
+                "repeats": 1 if index >= len(configs) else repeats,
                 "backend": config.backend,
                 "model": config.model,
                 "prompt / output": workload_lengths(config),
@@ -156,9 +169,9 @@ def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:
                 "engine args": format_pairs(config.engine_args),
                 "device": config.device,
             }
-            for config in configs
+            for index, config in enumerate([*configs, *searches])
         ],
-        columns=[
+        columns=[  # role and repeats last: the columns before them keep their places
             "run",
             "backend",
             "model",
@@ -168,6 +181,8 @@ def plan_table(configs: list[RunConfig], available: set[str]) -> pd.DataFrame:
             "duration (s)",
             "engine args",
             "device",
+            "role",
+            "repeats",
         ],
     )
 
@@ -359,6 +374,14 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
             "cpu_only": stage_plan.cpu_only,
             "note": stage_plan.note,
             "configs": [config.model_dump(mode="json") for config in stage_plan.configs],
+            "capacity_configs": [
+                config.model_dump(mode="json") for config in stage_plan.capacity_configs
+            ],
+            "repeats": stage_plan.repeats,
+            "duration_s": stage_plan.duration_s,
+            "repeats_added_s": stage_plan.repeats_added_s,
+            "capacity_s": stage_plan.capacity_s,
+            "capacity_note": stage_plan.capacity_note,
             "version": (plan or {}).get("version", 0) + 1,
         }
         st.session_state[PLAN_KEY] = plan
@@ -379,16 +402,23 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
                 "disabled until then.",
                 icon=":material/history:",
             )
-    configs = [RunConfig.model_validate(data) for data in plan["configs"]]
+    comparison = [RunConfig.model_validate(data) for data in plan["configs"]]
+    searches = [RunConfig.model_validate(data) for data in plan.get("capacity_configs", [])]
+    repeats = int(plan.get("repeats", 1))
+    configs = [*comparison, *searches]
     if not configs:
         empty_state("The advisor found no benchmarkable candidate for this stage.")
         return
     st.caption(
-        f"{'Quick' if plan['quick'] else 'Full'} plan for stage **{plan['stage']}**: one run per "
-        "candidate, in the stage's workload shape. Edit the cells; untick a row to skip it."
+        f"{'Quick' if plan['quick'] else 'Full'} plan for stage **{plan['stage']}**: one "
+        f"comparison run per candidate{f', each made {repeats} times' if repeats > 1 else ''}, "
+        "in the stage's workload shape"
+        + (f", then {len(searches)} SLO capacity search(es)" if searches else "")
+        + ". Edit the cells; untick a row to skip it."
     )
     if plan.get("note"):
         st.info(plan["note"], icon=":material/memory:")
+    plan_summary(plan, repeats, len(searches))
     from bench.backends import backend_names
 
     missing = sorted({c.backend for c in configs if c.backend not in available})
@@ -398,12 +428,26 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
             "here*); the advisor's answer will say it could not be measured."
         )
     edited = st.data_editor(
-        plan_table(configs, available),
+        plan_table(comparison, available, repeats, searches),
         key=f"plan_editor_{plan['version']}",
         hide_index=True,
         num_rows="dynamic",
         column_config={
             "run": st.column_config.CheckboxColumn("run", width="small"),
+            "role": st.column_config.TextColumn(
+                "role",
+                disabled=True,
+                help="comparison: a run the candidates are compared on; capacity search: the "
+                "highest request rate that meets the SLO (sizes the fleet on the Advisor page).",
+            ),
+            "repeats": st.column_config.NumberColumn(
+                "repeats",
+                min_value=1,
+                max_value=20,
+                step=1,
+                help="Times the run is made (repeats give the comparison its 95% interval; "
+                "queued as separate runs of one job, one after another).",
+            ),
             "backend": st.column_config.SelectboxColumn(
                 "backend", options=backend_names(), required=True
             ),
@@ -448,7 +492,11 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
                 "(see *Frameworks installed here*); untick the row or pick another backend."
             )
             continue
-        chosen.append(config)
+        count = row.get("repeats")
+        count = 1 if count is None or pd.isna(count) else max(1, int(count))
+        # The job runner makes each config once: repeats are queued as consecutive runs of
+        # the same config (the advisor pools matching runs into one sample).
+        chosen.extend([config] * count)
     for problem in problems:
         st.error(problem, icon=":material/error:")
     confirmed = plan_cost(chosen, stage, bool(plan.get("cpu_only")))
@@ -466,6 +514,26 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     )
     if run and not stale:
         start_job(chosen, label=f"{stage.name}: {'quick' if plan['quick'] else 'full'} plan")
+
+
+def plan_summary(plan: dict[str, Any], repeats: int, searches: int) -> None:
+    """The plan's own time, as made (before edits): total, what the repeats add, what the
+    capacity searches take, and how the searches are set (or why there is none)."""
+    total = plan.get("duration_s")
+    if total is None:  # a plan made before the page knew repeats and searches
+        return
+    parts = [f"about **{format_duration(total)}** in all"]
+    if repeats > 1:
+        parts.append(
+            f"{repeats} repeats of each comparison run add "
+            f"{format_duration(plan.get('repeats_added_s') or 0)}"
+        )
+    if searches:
+        parts.append(f"the capacity searches take {format_duration(plan.get('capacity_s') or 0)}")
+    with st.container(key="plan_summary"):
+        st.caption("The plan as made: " + "; ".join(parts) + " (estimates, not measurements).")
+        if plan.get("capacity_note"):
+            st.caption(f"Capacity search: {plan['capacity_note']}")
 
 
 def plan_cost(chosen: list[RunConfig], stage: StageProfile, cpu_only: bool) -> bool:

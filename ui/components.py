@@ -162,6 +162,72 @@ RUN_COLUMN_CONFIG = {
 }
 
 
+RUN_FIGURE_UNITS = {
+    "requests": "",
+    "output tok/s": "tok/s",
+    "req/s": "req/s",
+    "TTFT p99 (ms)": "ms",
+    "TPOT p99 (ms)": "ms",
+    "E2E p99 (ms)": "ms",
+    "peak GPU mem (GB)": "GB",
+}
+"""The figure columns of `runs_frame` and the unit each cell is shown with."""
+
+
+def runs_display(frame: pd.DataFrame) -> pd.DataFrame:
+    """`runs_frame` as shown: every figure with its unit and "—" where it was not measured
+    (a missing cell reads "None" otherwise); the numeric frame stays for charts and filters."""
+    shown = frame.copy()
+    for column, unit in RUN_FIGURE_UNITS.items():
+        if column in shown:
+            shown[column] = [
+                format_figure(None if pd.isna(v) else float(v), unit) for v in frame[column]
+            ]
+    if "error rate" in shown:
+        shown["error rate"] = [
+            "—" if pd.isna(v) else f"{float(v):.1%}" for v in frame["error rate"]
+        ]
+    return shown
+
+
+def ratio_with_interval(verdict: Any) -> str:
+    """`1.18x (95% CI 1.10-1.27, ±7%)` for a verdict's ratio, "—" without one."""
+    if verdict.ratio is None:
+        return "—"
+    text = f"{verdict.ratio:.3g}x"
+    interval = verdict.interval
+    if interval is None:
+        return text + " (no interval: no per-request records)"
+    half = (interval.high - interval.low) / 2 / verdict.ratio if verdict.ratio else None
+    spread = f", ±{half:.0%}" if half is not None else ""
+    return f"{text} (95% CI {interval.low:.3g}–{interval.high:.3g}{spread})"
+
+
+def verdict_rows(verdicts: Iterable[Any]) -> pd.DataFrame:
+    """The recommendation's verdicts (advisor.recommend.Recommendation.verdicts) as a table:
+    who against whom, on what, the ratio with its interval, the verdict, and how many runs
+    ("single run" where either side is one: its interval is within-run only)."""
+    return pd.DataFrame(
+        [
+            {
+                "leader": v.leader,
+                "against": v.alternative,
+                "metric": f"{metric_label(v.metric)} ({v.better} is better)",
+                "leader / against": format_figure(v.leader_value, metric_unit(v.metric))
+                + " / "
+                + format_figure(v.alternative_value, metric_unit(v.metric)),
+                "ratio": ratio_with_interval(v),
+                "verdict": f"{v.verdict} (threshold {v.threshold:.0%})",
+                "runs": "single run"
+                if v.single_run
+                else f"{v.leader_repeats} vs {v.alternative_repeats} repeats",
+            }
+            for v in verdicts
+        ],
+        columns=["leader", "against", "metric", "leader / against", "ratio", "verdict", "runs"],
+    )
+
+
 def empty_state(message: str, next_step: str | None = None) -> None:
     """An empty section says what is missing and what to do about it."""
     st.info(message + (f"  \n{next_step}" if next_step else ""), icon=":material/info:")

@@ -12,16 +12,18 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from bench.errors import UserError
 from bench.schema import RunResult, RunStatus
 from ui import state
 from ui.components import (
-    RUN_COLUMN_CONFIG,
     device_of,
     empty_state,
     format_number,
     pareto_front,
     run_title,
+    runs_display,
     runs_frame,
+    verdict_rows,
 )
 
 if TYPE_CHECKING:
@@ -315,7 +317,7 @@ def shipped_measurements_section() -> None:
             "measured-here only when your profile names the same GPU.",
             icon=":material/science:",
         )
-        st.dataframe(runs_frame(runs), hide_index=True, column_config=RUN_COLUMN_CONFIG)
+        st.dataframe(runs_display(runs_frame(runs)), hide_index=True)
 
 
 def reference_section() -> None:
@@ -364,9 +366,9 @@ def render() -> None:
         f"{len(frame)} of {len(runs)} runs. Tick rows to compare them (up to {MAX_COMPARED})."
     )
     selection = st.dataframe(
-        frame,
+        runs_display(frame),  # the same rows, figures with units and "—" where missing
         hide_index=True,
-        column_config={"run_id": st.column_config.TextColumn("run id"), **RUN_COLUMN_CONFIG},
+        column_config={"run_id": st.column_config.TextColumn("run id")},
         on_select="rerun",
         selection_mode="multi-row",
         key="results_table",
@@ -387,9 +389,38 @@ def render() -> None:
         step_curves(chosen)
         latency_distributions(chosen)
         diagnostics(chosen)
+    verdicts_section()
     pareto(frame)
     shipped_measurements_section()
     reference_section()
+
+
+def verdicts_section() -> None:
+    """The advisor's verdicts for the current profile: the leader against each measured
+    alternative, the ratio with its 95% interval, and "single run" where either side is one."""
+    st.subheader("Verdicts for your profile")
+    try:
+        profile = state.current_profile()
+        report = state.advise(profile.model_dump_json(), state.store_location())
+    except UserError as exc:
+        st.error(str(exc))
+        return
+    shown = False
+    for stage, stage_result in zip(profile.stages, report.stages, strict=True):
+        recommendation = stage_result.recommendation
+        if not recommendation.verdicts:
+            continue
+        shown = True
+        st.markdown(f"**{stage.name}**: {recommendation.headline or recommendation.framework}")
+        with st.container(key=f"verdicts_{stage.name}"):
+            st.dataframe(verdict_rows(recommendation.verdicts), hide_index=True)
+        if recommendation.ranking_note:
+            st.caption(recommendation.ranking_note)
+    if not shown:
+        empty_state(
+            "No verdict yet: no two candidates are measured on the profile's workload and GPU.",
+            "Run the Benchmark page's plan (its repeats give each comparison an interval).",
+        )
 
 
 # Streamlit runs a page file as __main__; importing it (tests) only defines its functions.

@@ -262,8 +262,43 @@ def test_advisor_plan_step_gets_the_advisors_configs(tmp_path: Path) -> None:
     assert {config.device for config in configs} == {"cpu"}
     # The profile plans float16 for its H200; CPU runs follow the one CPU dtype rule.
     assert {config.precision.dtype for config in configs} == {"bfloat16"}
-    assert all(config.load.pattern == "concurrency" for config in configs)  # quick = one phase
-    assert all("quick" in (config.label or "") for config in configs)
+    from bench.campaign import advisor_plan_runs
+
+    planned = advisor_plan_runs(step, context)
+    assert configs == [*planned.configs, *planned.capacity_configs]
+    # quick = one phase a comparison run, made once; its capacity searches (coarse) after them
+    assert all(config.load.pattern == "concurrency" for config in planned.configs)
+    assert all(config.load.pattern == "capacity" for config in planned.capacity_configs)
+    assert all("quick" in (config.label or "") for config in planned.configs)
+    assert planned.repeats.count == 1
+
+
+def test_advisor_plan_step_takes_the_full_plans_searches_and_repeats(tmp_path: Path) -> None:
+    """The full plan's capacity searches run too, and its repeats apply unless the step sets
+    its own (`python -m advisor bench-plan --json` is the real planner here)."""
+    from advisor.plan import FULL_REPEATS
+    from bench.campaign import advisor_plan_runs
+
+    profile = {
+        "model": "llama-2-7b",
+        "gpu": {"type": "H200"},
+        "concurrency": 16,
+        "slo": {"ttft_ms": 300, "tpot_ms": 50},
+    }
+    base = {"kind": "advisor-plan", "profile": profile, "plan": "full", "skip_unavailable": False}
+    steps = load_plan(
+        write_plan(
+            tmp_path,
+            [{**base, "name": "plan's repeats"}, {**base, "name": "two", "repeats": 2}],
+        )
+    ).steps
+    context = StepContext(out_dir=tmp_path / "step", plan_dir=tmp_path)
+    context.out_dir.mkdir()
+    planned = advisor_plan_runs(steps[0], context)
+    assert planned.capacity_configs, "the profile has a latency SLO: a capacity search"
+    assert {c.load.pattern for c in planned.capacity_configs} == {"capacity"}
+    assert planned.repeats.count == FULL_REPEATS
+    assert advisor_plan_runs(steps[1], context).repeats.count == 2
 
 
 def test_advisor_plan_step_with_a_missing_profile_fails_in_one_line(tmp_path: Path) -> None:

@@ -246,3 +246,44 @@ def test_checkpoint_path_outside_the_model_roots_is_refused_naming_the_setting(
     monkeypatch.setenv("ADVISOR_MODEL_ROOTS", str(Path(checkpoint).parent))
     at.run()
     assert not any("ADVISOR_MODEL_ROOTS" in e.value for e in at.error)
+
+
+def test_full_plan_lists_its_capacity_searches_and_repeats_and_runs_them_all(
+    app_test, store_path, no_runner
+):
+    """The Full plan's table has each comparison run with the plan's repeats and the SLO
+    capacity searches after them; the plan's time parts show before Run; Run queues every
+    comparison run `repeats` times (consecutive runs of one job) and each search once."""
+    from advisor.plan import FULL_REPEATS
+    from bench.store import ResultStore
+
+    at = app_test(PAGE)
+    at.session_state[PROFILE_KEY] = _tiny_profile()
+    at.run()
+    next(b for b in at.button if b.label == "Full plan").click().run()
+    assert not at.exception
+    table = at.data_editor[0].value
+    roles = list(table["role"])
+    searches = [i for i, role in enumerate(roles) if role == "capacity search"]
+    comparisons = [i for i, role in enumerate(roles) if role == "comparison"]
+    assert searches and comparisons and max(comparisons) < min(searches), roles
+    assert {int(table["repeats"][i]) for i in comparisons} == {FULL_REPEATS}
+    assert {table["pattern"][i] for i in searches} == {"capacity"}
+    summary = " ".join(c.value for c in at.caption)
+    assert f"{FULL_REPEATS} repeats of each comparison run add" in summary
+    assert "the capacity searches take" in summary and "Capacity search:" in summary
+    box = next((c for c in at.checkbox if c.label.startswith("Run it anyway")), None)
+    if box is not None:
+        box.check().run()
+    run = next(b for b in at.button if b.label.startswith("Run "))
+    ticked = [i for i in range(len(roles)) if table["run"][i]]
+    expected = sum(FULL_REPEATS if i in comparisons else 1 for i in ticked)
+    assert run.label == f"Run {expected} benchmarks"
+    run.click().run()
+    assert not at.exception
+    job = ResultStore(store_path).list_jobs()[0]
+    assert [c.load.pattern for c in job.configs].count("capacity") == len(
+        [i for i in searches if i in ticked]
+    )
+    first = [c for c in job.configs if c.backend == job.configs[0].backend][:FULL_REPEATS]
+    assert len(first) == FULL_REPEATS and len({c.model_dump_json() for c in first}) == 1
