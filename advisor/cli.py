@@ -95,6 +95,19 @@ def open_store(store: str | None) -> Any:
 # --------------------------------------------------------------------------- commands
 
 
+# The traffic flags of `recommend` and `bench-plan` (advisor/traffic.py maps them onto the stage).
+SharedPrefixTokens = Annotated[
+    int | None, _flag("Shared system prompt / context length (tokens, inside the prompt).")
+]
+SharedPrefixCount = Annotated[int | None, _flag("How many distinct shared contexts.")]
+ConversationTurns = Annotated[int | None, _flag("Turns per conversation (multi-turn).")]
+UserMessageTokens = Annotated[int | None, _flag("Length of each later user message (tokens).")]
+TraceFile = Annotated[
+    str | None, _flag("Request trace to replay (Mooncake .jsonl or Azure-layout .csv).")
+]
+PromptFileFlag = Annotated[str | None, _flag("Your prompts (JSONL or CSV).")]
+
+
 @app.command()
 @user_errors
 def recommend(
@@ -143,18 +156,12 @@ def recommend(
     dtype: Annotated[str | None, _flag("float16, bfloat16 or float32.")] = None,
     quantization: Annotated[str | None, _flag("Weight quantisation: awq, gptq, int4, fp8.")] = None,
     build_time_tolerance: Annotated[str | None, _flag("none, minutes or hours.")] = None,
-    shared_prefix_tokens: Annotated[
-        int | None, _flag("Shared system prompt / context length (tokens, inside the prompt).")
-    ] = None,
-    shared_prefix_count: Annotated[int | None, _flag("How many distinct shared contexts.")] = None,
-    conversation_turns: Annotated[int | None, _flag("Turns per conversation (multi-turn).")] = None,
-    user_message_tokens: Annotated[
-        int | None, _flag("Length of each later user message (tokens).")
-    ] = None,
-    trace_file: Annotated[
-        str | None, _flag("Request trace to replay (Mooncake .jsonl or Azure-layout .csv).")
-    ] = None,
-    prompt_file: Annotated[str | None, _flag("Your prompts (JSONL or CSV).")] = None,
+    shared_prefix_tokens: SharedPrefixTokens = None,
+    shared_prefix_count: SharedPrefixCount = None,
+    conversation_turns: ConversationTurns = None,
+    user_message_tokens: UserMessageTokens = None,
+    trace_file: TraceFile = None,
+    prompt_file: PromptFileFlag = None,
 ) -> None:
     """Walk the decision tree, estimate the fit and floor, weigh the evidence, recommend."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
@@ -199,18 +206,12 @@ def bench_plan_command(
     fixed_input_shapes: Annotated[YesNo, _flag("yes/no.")] = None,
     long_sequence_generation: Annotated[YesNo, _flag("yes/no.")] = None,
     multi_backend: Annotated[YesNo, _flag("yes/no.")] = None,
-    shared_prefix_tokens: Annotated[
-        int | None, _flag("Shared system prompt / context length (tokens, inside the prompt).")
-    ] = None,
-    shared_prefix_count: Annotated[int | None, _flag("How many distinct shared contexts.")] = None,
-    conversation_turns: Annotated[int | None, _flag("Turns per conversation (multi-turn).")] = None,
-    user_message_tokens: Annotated[
-        int | None, _flag("Length of each later user message (tokens).")
-    ] = None,
-    trace_file: Annotated[
-        str | None, _flag("Request trace to replay (Mooncake .jsonl or Azure-layout .csv).")
-    ] = None,
-    prompt_file: Annotated[str | None, _flag("Your prompts (JSONL or CSV).")] = None,
+    shared_prefix_tokens: SharedPrefixTokens = None,
+    shared_prefix_count: SharedPrefixCount = None,
+    conversation_turns: ConversationTurns = None,
+    user_message_tokens: UserMessageTokens = None,
+    trace_file: TraceFile = None,
+    prompt_file: PromptFileFlag = None,
 ) -> None:
     """Print one run configuration per candidate (and its `python -m bench run` command)."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
