@@ -371,6 +371,14 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         key=_key(index, "constraints"),
         help=field_help(StageProfile, "constraints"),
     )
+    # Fields the form has no widget for (set in a YAML profile or the capacity panel's inputs)
+    # are kept as they were, never dropped by an edit of another field.
+    for name in FIELDS_KEPT_AS_GIVEN:
+        if stage.get(name) is not None:
+            out[name] = stage[name]
+    price = (stage.get("gpu") or {}).get("price_per_hour")
+    if price is not None:
+        out["gpu"]["price_per_hour"] = price
     return out
 
 
@@ -438,6 +446,9 @@ def _traffic_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         out["trace_file"] = trace or None
         out["prompt_file"] = prompts or None
     return out
+
+
+FIELDS_KEPT_AS_GIVEN = ("peak_request_rate_rps", "headroom_fraction", "practical_threshold")
 
 
 # --------------------------------------------------------------------------- profile actions
@@ -1101,7 +1112,8 @@ def show_capacity(stage: StageProfile, stage_result: Any, scope: str = "s0") -> 
     st.markdown("#### Capacity and cost")
     gpu = stage.gpu.type or "your GPU"
     searched = _stage_capacity_runs(stage) if not recommendation.capacities else ([], set())
-    if not recommendation.capacities and not searched[0]:
+    measured = any(entry.provenance != "estimate" for entry in recommendation.capacities)
+    if not measured and not searched[0]:
         why = (
             f"No capacity measured on {gpu} for this workload"
             if stage.gpu.type
@@ -1115,7 +1127,8 @@ def show_capacity(stage: StageProfile, stage_result: Any, scope: str = "s0") -> 
         )
         for note in recommendation.capacity_notes:
             st.caption(note)
-        return
+        if not recommendation.capacities:
+            return  # nothing to size; with estimates, the table below shows them, labelled
     try:
         price, source = choose_price(stage.gpu.type, stage.gpu.price_per_hour)
     except UserError:

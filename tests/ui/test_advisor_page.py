@@ -196,3 +196,25 @@ def test_figures_are_formatted_with_units_and_sensible_digits():
     assert format_figure(None, "ms") == "—" and format_figure(float("nan")) == "—"
     assert metric_unit("output_throughput_tok_s") == "tok/s" and metric_unit("ttft_ms") == "ms"
     assert metric_label("output_throughput_tok_s") == "output throughput"
+
+
+def test_an_edit_keeps_the_fields_the_form_does_not_show(app_test):
+    """Peak traffic, headroom, the verdict threshold and the GPU price come from a YAML profile
+    (no widget for them): editing another field must not drop them."""
+    from ui import state
+
+    at = _seeded(
+        app_test,
+        model="llama-2-7b",
+        gpu={"type": "H200", "count": 1, "price_per_hour": 4.5},
+        peak_request_rate_rps=40,
+        headroom_fraction=0.3,
+        practical_threshold=0.1,
+    )
+    assert not at.exception
+    next(n for n in at.number_input if n.label == "GPU count").set_value(2).run()
+    assert not at.exception
+    stage = at.session_state[state.PROFILE_KEY]["stages"][0]
+    assert stage["gpu"]["count"] == 2 and stage["gpu"]["price_per_hour"] == 4.5
+    assert stage["peak_request_rate_rps"] == 40 and stage["headroom_fraction"] == 0.3
+    assert stage["practical_threshold"] == 0.1
