@@ -98,8 +98,9 @@ def _engine_processes() -> list[psutil.Process]:
 @needs_vllm
 async def test_unknown_engine_arg_is_named_at_load(vllm_tiny_llama: ModelInfo) -> None:
     tiny_llama = vllm_tiny_llama
-    backend = VllmBackend({"max_num_seq": 8})
+    # refused when the options are read (before any load), naming the close valid ones
     with pytest.raises(UserError, match=r"max_num_seq'.*max_num_seqs"):
+        backend = VllmBackend({"max_num_seq": 8})
         await backend.load(tiny_llama, GenerateWorkload(), Precision(dtype="float32"), "auto")
     with pytest.raises(UserError, match="generate"):
         await VllmBackend().load(tiny_llama, ForwardWorkload(), Precision(), "auto")
