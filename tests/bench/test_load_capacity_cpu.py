@@ -58,10 +58,14 @@ def test_cpu_engine_capacity_holds_at_a_constant_rate(tiny_llama, tmp_path):
     assert result.validity.status == "VALID", result.validity.reasons
     assert report.max_rate_rps and report.first_infeasible_rps > report.max_rate_rps
     assert report.relative_gap <= search.precision
+    # The search states its capacity to within `precision` (10%) from probes of 20 requests on
+    # a shared CPU; a constant-rate run at the low end of that band must hold the SLO (at the
+    # boundary itself a rerun of 20 requests is a coin toss: 3 misses of 20 already fail 90%).
+    confirm_rps = report.max_rate_rps * (1 - search.precision)
     check = base.model_copy(
         update={
             "load": RateLoad(
-                rate_rps=report.max_rate_rps,
+                rate_rps=confirm_rps,
                 arrival="constant",
                 duration_s=None,
                 max_requests=report.probe_requests,
@@ -73,4 +77,4 @@ def test_cpu_engine_capacity_holds_at_a_constant_rate(tiny_llama, tmp_path):
     feasible, reasons, _ = judge_probe(
         confirmed.summary, slo, search.percentile, search.attainment_target
     )
-    assert feasible, (report.max_rate_rps, reasons)
+    assert feasible, (report.max_rate_rps, confirm_rps, reasons)
