@@ -94,9 +94,11 @@ def read_user_bytes(path: str | Path, what: str, max_bytes: int = MAX_FILE_BYTES
                 f"cannot read {what} {shown_path(path)}: {exc.strerror or exc}"
             ) from None
     if len(data) > max_bytes:
+        limit = (
+            f"{max_bytes // (1024 * 1024)} MB" if max_bytes >= 1024 * 1024 else f"{max_bytes} bytes"
+        )
         raise UserError(
-            f"{what} {shown_path(path)} is larger than {max_bytes // (1024 * 1024)} MB; "
-            "is this the right file?"
+            f"{what} {shown_path(path)} is larger than the {limit} limit; is this the right file?"
         )
     return data
 
