@@ -268,6 +268,14 @@ def plan_for_stage(
             configs += plan_runs(configs[0], search)
     repeats = QUICK_REPEATS if quick else FULL_REPEATS
     capacity_configs, capacity_note = capacity_plan(stage, configs, quick)
+    if cpu_only and quick and capacity_configs:
+        # The CPU quick plan runs a CPU-sized substitute: its capacity says nothing about the
+        # user's GPU fleet, and the searches would outlast a first answer in minutes.
+        capacity_configs = []
+        capacity_note = (
+            "No capacity search in the CPU quick plan: it runs a CPU-sized model, whose capacity "
+            "says nothing about the GPU fleet; the full plan on a GPU host searches it"
+        )
     estimates = estimate_runs(
         configs + capacity_configs,
         cpu_only=cpu_only,
