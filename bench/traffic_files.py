@@ -11,11 +11,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from bench.config import PromptFile, ReplayLoad
 from bench.errors import UserError
@@ -95,6 +96,17 @@ def _check_order(times: list[float], where_of: list[str]) -> None:
             )
 
 
+def _json_lines(text: str, source: str) -> Iterator[tuple[str, Any]]:
+    """(where, value) of each non-blank JSONL line, parsed by the shared bounded parser
+    (bench/files.parse_json: one line for bad JSON or nesting past its limit)."""
+    from bench.files import parse_json
+
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            where = f"{source} line {number}"
+            yield where, parse_json(line, where)
+
+
 def read_mooncake(path: str | Path, max_rows: int | None = None) -> list[TraceRow]:
     """Mooncake JSONL: one object per line with `timestamp` (ms), `input_length`,
     `output_length` and optional `hash_ids` (list of ints, one per prompt block)."""
@@ -102,14 +114,7 @@ def read_mooncake(path: str | Path, max_rows: int | None = None) -> list[TraceRo
     rows: list[TraceRow] = []
     times: list[float] = []
     wheres: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"trace {path} line {number}"
-        try:
-            item = json.loads(line)
-        except ValueError as exc:
-            raise UserError(f"{where}: not JSON ({exc.msg})") from None
+    for where, item in _json_lines(text, f"trace {path}"):
         if not isinstance(item, dict):
             raise UserError(f"{where}: expected a JSON object")
         for key in ("timestamp", "input_length", "output_length"):
@@ -279,14 +284,7 @@ def read_prompt_file(spec: PromptFile) -> list[PromptRow]:
     text = read_bounded_text(path, "prompt file")
     rows: list[PromptRow] = []
     if fmt == "jsonl":
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            where = f"prompt file {path} line {number}"
-            try:
-                item = json.loads(line)
-            except ValueError as exc:
-                raise UserError(f"{where}: not JSON ({exc.msg})") from None
+        for where, item in _json_lines(text, f"prompt file {path}"):
             if isinstance(item, str):
                 item = {text_field: item}
             if not isinstance(item, dict):
