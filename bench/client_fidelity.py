@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bench.errors import UserError
+from bench.outputs import write_atomic
 from bench.strict import Strict, StrictInput
 
 Side = Literal["harness", "vllm_bench_serve"]
@@ -371,12 +372,12 @@ def run_client_fidelity(
                             )
                         )
                 partial = _result(check, server, launcher, runs, context)
-                _write_atomic(out_dir / "client-fidelity.json", partial.model_dump_json(indent=1))
+                write_atomic(out_dir / "client-fidelity.json", partial.model_dump_json(indent=1))
     finally:
         if launcher is not None:
             launcher.stop()
     result = _result(check, server, launcher, runs, context)
-    _write_atomic(out_dir / "client-fidelity.json", result.model_dump_json(indent=1))
+    write_atomic(out_dir / "client-fidelity.json", result.model_dump_json(indent=1))
     return result
 
 
@@ -409,12 +410,6 @@ def _served_model(base_url: str) -> str:
             return str(json.load(response)["data"][0]["id"])
     except (OSError, KeyError, IndexError, ValueError) as error:
         raise UserError(f"no served model at {base_url}/v1/models: {error}") from error
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    staging = path.with_suffix(path.suffix + ".tmp")
-    staging.write_text(text)
-    staging.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:
