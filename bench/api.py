@@ -23,7 +23,6 @@ import importlib.util
 import json
 import logging
 import shlex
-import signal
 import tempfile
 import threading
 import time
@@ -36,6 +35,7 @@ from pydantic_core import PydanticSerializationError
 from bench.backends import get_backend
 from bench.config import FP8_RANDOM_WEIGHTS_NOTE, ReplayLoad, RunConfig
 from bench.errors import BackendUnavailable, RunAborted, RunInterrupted, UserError
+from bench.interrupts import RunInterrupts
 from bench.load.reports import HeldLoadReport, PatternReportBase
 from bench.outputs import os_reason, prepare_out_dir, write_atomic
 from bench.placement import Placement, place
@@ -309,42 +309,6 @@ class _AnyStop:
         self.own.set()
 
 
-class _Interrupts:
-    """SIGINT and SIGTERM during a run (main thread only): the first stops the run politely, a
-    second kills the worker now; the previous handlers come back afterwards."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, stop: _AnyStop) -> None:
-        self.stop = stop
-        self.kill_now = threading.Event()
-        self.signal_number: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    @property
-    def name(self) -> str | None:
-        return None if self.signal_number is None else signal.Signals(self.signal_number).name
-
-    def _handle(self, signal_number: int, _frame: Any) -> None:
-        if self.signal_number is None:
-            self.signal_number = signal_number
-            self.stop.set()
-        else:
-            self.kill_now.set()
-
-    def __enter__(self) -> _Interrupts:
-        if threading.current_thread() is threading.main_thread():
-            for number in self.SIGNALS:
-                self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        for number, previous in self._previous.items():
-            # None: the previous handler was not set from Python; the default is the best guess.
-            signal.signal(number, signal.SIG_DFL if previous is None else previous)
-        self._previous.clear()
-
-
 class _Heartbeat(threading.Thread):
     """Heartbeats the run's row every HEARTBEAT_S while the run lasts (loading included), so a
     store opened on another host can tell a live run from a lost one (see store.reap_stale)."""
@@ -448,7 +412,7 @@ def launch(
             live.stop()
         raise
     heartbeat = _Heartbeat(store, result.run_id) if store is not None else None
-    with _Interrupts(run_stop) as interrupts:
+    with RunInterrupts(run_stop) as interrupts:
         if heartbeat is not None:
             heartbeat.start()
         try:
@@ -510,7 +474,7 @@ def _measure(
     live: Any,
     progress: Callable[[dict], None],
     run_stop: _AnyStop,
-    interrupts: _Interrupts,
+    interrupts: RunInterrupts,
 ) -> PatternReportBase | None:
     """Run the worker(s), then fill `result`: metrics, validity, telemetry; store what was
     measured; then the pattern analysis. Returns the pattern report as measured (before the
