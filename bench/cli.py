@@ -758,6 +758,52 @@ def _client_fidelity(check: Any, out: Path | None, as_json: bool) -> None:
     )
 
 
+@app.command("capacity-check")
+def capacity_check(
+    results: Annotated[
+        list[Path], typer.Argument(help="result.json files or folders holding them.")
+    ],
+    plan_out: Annotated[
+        Path | None,
+        typer.Option(help="Write the constant-rate check runs of every search as a campaign plan."),
+    ] = None,
+    name: Annotated[str, typer.Option(help="The written plan's name.")] = "capacity-checks",
+) -> None:
+    """Check capacity searches by plain constant-rate runs: write the plan (--plan-out), or
+    judge the check runs found among RESULTS against their searches."""
+    import yaml
+
+    from bench.capacity_check import check_plan, checks_of, read_results, searches_among
+    from bench.outputs import write_atomic
+
+    loaded = read_results([check_user_path(p, "results") for p in results])
+    searches = searches_among(loaded)
+    if not searches:
+        raise UserError("no finished rate capacity search among the results")
+    if plan_out is not None:
+        plan = check_plan(searches, name)
+        text = yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False, width=100)
+        write_atomic(plan_out, text)
+        typer.echo(f"{len(plan.steps)} check runs of {len(searches)} searches -> {plan_out}")
+        return
+    for search in searches:
+        checks = checks_of(search, loaded)
+        report_line = (
+            f"{search.run_id} {search.config.backend}: capacity {checks[0].capacity_rps:.3g} req/s"
+            if checks
+            else f"{search.run_id} {search.config.backend}: no check runs found"
+        )
+        typer.echo(report_line)
+        for check in checks:
+            verdict = "holds" if check.holds else "fails"
+            mark = "as expected" if check.as_expected else f"NOT as expected ({check.expected})"
+            why = f" ({'; '.join(check.reasons)})" if check.reasons else ""
+            typer.echo(
+                f"  x{check.factor:g} {check.rate_rps:.3g} req/s, {check.requests} requests: "
+                f"{verdict}, {mark}{why}"
+            )
+
+
 @app.command()
 def runs(
     store: StoreOption = None,

@@ -1,0 +1,78 @@
+"""Checking a found capacity by plain constant-rate runs (bench/capacity_check.py), end to end
+through the command line: a real search, the written check plan, `bench campaign` running it,
+and the judgement.
+
+The engine is the `fake` backend (a test double with a known service time): 2 slots of 100 ms
+and one output token serve 20 requests/s at constant arrivals with no queue; above that the
+queue grows with every request, so a check 15% over the found capacity (which the 10%
+precision keeps within [18, 20) req/s) must miss the 160 ms TTFT SLO for most of its 60 requests.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from bench.campaign import load_plan
+from bench.capacity_check import checks_of, read_results, searches_among
+from bench.cli import main
+from bench.config import RateLoad
+
+
+def test_a_found_capacity_holds_and_fails_fifteen_percent_above(tmp_path, capsys):
+    search_dir = tmp_path / "search"
+    code = main([
+        "run", "--backend", "fake", "--model", "tiny-llama", "--pattern", "capacity",
+        "--no-store", "--out", str(search_dir), "--slo-ttft-ms", "160", "--output-tokens", "1",
+        "--engine-arg", "ttft_s=0.1", "--engine-arg", "max_parallel=2",
+        "--option", "load.arrival=constant", "--option", "load.probe_requests=60",
+        "--option", "load.percentile=p90", "--option", "load.attainment_target=0.9",
+        "--option", "load.precision=0.1", "--option", "load.start_rps=8",
+        "--option", "validity.min_duration_s=0", "--warmup-requests", "0",
+    ])  # fmt: skip
+    assert code == 0, capsys.readouterr()
+    [search] = searches_among(read_results([search_dir]))
+    capacity = search.pattern_report.max_rate_rps
+    assert 18 <= capacity < 20.5
+
+    plan_path = tmp_path / "checks.yaml"
+    assert main(["capacity-check", str(search_dir), "--plan-out", str(plan_path)]) == 0
+    plan = load_plan(plan_path)
+    rates = [step.config.load for step in plan.steps]
+    assert all(isinstance(load, RateLoad) and load.arrival == "constant" for load in rates)
+    assert [load.rate_rps for load in rates] == pytest.approx([capacity, 1.15 * capacity])
+    assert all(load.max_requests == 60 and load.duration_s is None for load in rates)
+    for step in plan.steps:  # everything but the load and the label is the search's
+        kept = step.config.model_dump(exclude={"load", "label"})
+        assert kept == search.config.model_dump(exclude={"load", "label"})
+    assert yaml.safe_load(plan_path.read_text())["name"] == "capacity-checks"
+
+    checks_dir = tmp_path / "checks"
+    assert main(["campaign", str(plan_path), "--out", str(checks_dir)]) == 0
+    checks = checks_of(search, read_results([checks_dir]))
+    assert [check.factor for check in checks] == [1.0, 1.15]
+    at, above = checks
+    assert at.holds and at.as_expected and at.requests == 60, at.reasons
+    assert not above.holds and above.as_expected
+    assert any("ttft" in reason for reason in above.reasons)
+
+    capsys.readouterr()
+    assert main(["capacity-check", str(search_dir), str(checks_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "x1 " in out and "holds, as expected" in out
+    assert "x1.15 " in out and "fails, as expected" in out
+
+
+def test_a_result_that_is_not_a_search_is_one_line(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main([
+        "run", "--backend", "fake", "--model", "tiny-llama", "--no-store", "--out", str(run_dir),
+        "--max-requests", "4", "--option", "validity.min_duration_s=0",
+    ]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["capacity-check", str(run_dir), "--plan-out", str(tmp_path / "p.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: no finished rate capacity search among the results"]
+    (tmp_path / "bad.json").write_bytes(b"\x00\xff binary")
+    assert main(["capacity-check", str(tmp_path / "bad.json")]) == 2
+    assert "not a run result this version can read" in capsys.readouterr().err
