@@ -1,9 +1,9 @@
 """Client fidelity: this harness's `openai` client against vLLM's own `vllm bench serve`.
 
 Both clients drive ONE server (a `vllm serve` this check starts, or one already running) with the
-same workload: random prompts of `prompt_tokens` sent as text (the server tokenises them, as
-production clients make it do), `output_tokens` forced with ignore_eos, closed loop at each
-concurrency level. The two clients alternate within every repeat (ours first on even repeats,
+same workload: random prompts of `prompt_tokens` (after one shared prefix of `prefix_tokens`,
+if set) sent as text (the server tokenises them, as production clients make it do),
+`output_tokens` forced with ignore_eos, closed loop at each concurrency level. The two clients alternate within every repeat (ours first on even repeats,
 vLLM's first on odd ones), so a slow drift of the server or host favours neither side.
 
 Per level and metric (output tok/s, TTFT p50, TPOT p50) each repeat gives one ratio
@@ -61,7 +61,16 @@ class ClientFidelityCheck(StrictInput):
         default_factory=lambda: [1, 16, 64, 256], min_length=1, description="Concurrencies."
     )
     repeats: int = Field(3, ge=1, le=20, description="Back-to-back pairs per level.")
-    prompt_tokens: int = Field(128, gt=0, le=1_000_000, description="Random prompt length.")
+    prompt_tokens: int = Field(
+        128, gt=0, le=1_000_000, description="Random prompt length (after the prefix, if any)."
+    )
+    prefix_tokens: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="One prefix of this many tokens shared by every prompt (0 = none): ours a "
+        "one-prefix pool, vLLM's `--random-prefix-len`.",
+    )
     output_tokens: int = Field(128, gt=1, le=1_000_000, description="Forced output length.")
     requests_per_level_factor: int = Field(
         4, gt=0, description="Requests per run = max(min_requests, factor x concurrency)."
@@ -186,6 +195,7 @@ def _harness_run(
         GenerateWorkload,
         LengthDistribution,
         Precision,
+        PrefixPool,
         RunConfig,
         ValidityRules,
     )
@@ -197,6 +207,9 @@ def _harness_run(
         engine_args={"base_url": base_url, "prompt_format": "text", "scrape_metrics": False},
         workload=GenerateWorkload(
             prompt_tokens=LengthDistribution(mean=check.prompt_tokens),
+            prefix=PrefixPool(count=1, tokens=LengthDistribution(mean=check.prefix_tokens))
+            if check.prefix_tokens
+            else None,
             output_tokens=LengthDistribution(mean=check.output_tokens),
             seed=repeat,
         ),
@@ -255,6 +268,7 @@ def vllm_bench_serve_command(
         "--tokenizer", tokenizer,
         "--dataset-name", "random",
         "--random-input-len", str(check.prompt_tokens),
+        "--random-prefix-len", str(check.prefix_tokens),
         "--random-output-len", str(check.output_tokens),
         "--random-range-ratio", "0",
         "--ignore-eos",
