@@ -450,11 +450,14 @@ class OpenAIBackend(Backend):
     def prepare_request(self, request: Request) -> Request:
         """Text and chat: decode token-ID prompts to text here, before the request is timed
         (the runner calls this while fetching the next request, ahead of its start_ns)."""
-        return self.prepare_requests([request])[0]
+        return self._prepare([request])[0]
 
     def prepare_requests(self, requests: list[Request]) -> list[Request]:
         """`prepare_request` for many at once, with the tokenizer's batch calls (the runner
         prepares a phase's requests this way before the phase starts its clock)."""
+        return self._prepare(requests)
+
+    def _prepare(self, requests: list[Request]) -> list[Request]:
         if self.options.prompt_format == "tokens":
             return list(requests)
         todo = [
