@@ -8,7 +8,7 @@ root, with vLLM 0.25 importable from /tmp/site:
 
 It writes OUT_DIR/fidelity-probe.json (rewritten after every run, so a probe cut short keeps what
 it measured), one vLLM result file and log per vLLM run, and prints one line per run. With the
-defaults it takes about 5.5 minutes and never starts a run past --budget-s (330 s from its
+defaults it takes about 5.5-6 minutes and never starts a run past --budget-s (340 s from its
 start; a skipped run is listed in the JSON's `skipped`).
 
 Both clients run IN THIS PROCESS, one run after the other (vLLM's `vllm bench serve` through its
@@ -16,7 +16,7 @@ own `main()`, ours through `bench.runner.execute` with the `openai` backend, no 
 so no run pays an interpreter start-up and their client CPU time is comparable
 (`client_cpu_s`, this process's CPU time during the run). Each level and repeat has its own
 seed per variant: no run resends another run's prompts (the server's prefix cache would serve
-them), except `ours_cached`, which does on purpose.
+them), except `ours_cached` and `vllm_cached`, which do on purpose.
 
 Variants (--variants, comma-separated; order rotated per repeat so none always runs first):
   vllm            `vllm bench serve`: random 128/128, --ignore-eos, --max-concurrency,
@@ -28,8 +28,10 @@ Variants (--variants, comma-separated; order rotated per repeat so none always r
                   phase (match_prompt_tokens off, no batch preparation).
   ours_plain_text ours with a plain decode only (prompt length alone, preparation batched).
   ours_no_usage   ours without continuous usage stats on every event (as vLLM's client asks).
-  ours_cached     (with --cached-levels) right after `ours`, the same prompts again: every one a
-                  prefix-cache hit, the situation of the first check's concurrency-16 runs.
+  ours_cached,    (with --cached-levels) right after `ours` / `vllm`, the same prompts again:
+  vllm_cached     every one a prefix-cache hit, as half of each client's measured requests at
+                  concurrency 16 were in the first check (both clients' prompt generators gave
+                  every level of a repeat the same prompts).
 Per run it records output tok/s, TTFT/TPOT/ITL/E2E p50, the first wave's TTFT p50 against the
 later requests' (the first `level` requests sent), the server-side prompt tokens per request
 (usage), the server's prefix-cache hits during the run (Prometheus counters) and client CPU.
@@ -291,9 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--variants", default="vllm,ours,ours_old")
     parser.add_argument(
-        "--cached-levels", default="16", help="Levels with an `ours_cached` run ('' = none)."
+        "--cached-levels", default="16", help="Levels with *_cached runs ('' = none)."
     )
-    parser.add_argument("--cached-repeats", type=int, default=3)
+    parser.add_argument("--cached-repeats", type=int, default=2)
     parser.add_argument("--requests-factor", type=int, default=4)
     parser.add_argument(
         "--requests-factor-256",
@@ -305,7 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--warmups", type=int, default=4)
-    parser.add_argument("--budget-s", type=float, default=330.0)
+    parser.add_argument("--budget-s", type=float, default=340.0)
+    parser.add_argument(
+        "--seed-offset",
+        type=int,
+        default=0,
+        help="Added to every seed: a second probe on the same server must not resend the "
+        "first one's prompts (its prefix cache still holds them).",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     args.base_url = args.base_url.rstrip("/")
@@ -358,9 +367,9 @@ def main(argv: list[str] | None = None) -> int:
             return
         before = prefix_cache_counters(args.base_url)
         cpu, clock, wall_started = time.process_time(), time.perf_counter(), time.time()
-        name = f"vllm-c{level}-r{repeat}"
+        name = f"{variant}-c{level}-r{repeat}".replace("_", "-")
         try:
-            if variant == "vllm":
+            if variant in ("vllm", "vllm_cached"):
                 measured = vllm_run(args, level, requests, seed, name)
             else:
                 measured = ours_run(args, variant, level, requests, seed)
@@ -405,10 +414,11 @@ def main(argv: list[str] | None = None) -> int:
             for variant in variants[shift:] + variants[:shift]:
                 # Each variant its own prompts: ours and ours_old from one seed would share
                 # most of their tokens (the matched text is the plain one, trimmed).
-                seed = level * 1000 + repeat * 10 + VARIANTS.index(variant)
+                seed = args.seed_offset + level * 1000 + repeat * 10 + VARIANTS.index(variant)
                 one(variant, level, repeat, seed, requests)
-                if variant == "ours" and level in cached_levels and repeat < args.cached_repeats:
-                    one("ours_cached", level, repeat, seed, requests)
+                cached = level in cached_levels and repeat < args.cached_repeats
+                if cached and variant in ("ours", "vllm"):
+                    one(f"{variant}_cached", level, repeat, seed, requests)
     result["elapsed_s"] = time.perf_counter() - started
     result["summary"] = summarise(result["runs"])
     write_atomic(args.out / "fidelity-probe.json", json.dumps(result, indent=1))
