@@ -9,6 +9,7 @@ which the server's prefix cache still held):
 
 - TTFT p50 of the measured requests whose prompt an earlier run had sent, and of the others;
 - TTFT p50 of the first wave (the first `level` requests sent) and of the later requests;
+- ITL p50 and p99 of ours and of vLLM's run of the same level and repeat;
 
 and, by regenerating the harness's prompts of one run (same seed, same generator) and
 tokenising their text as the server did (with the model's tokenizer, BOS added), the prompt
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         with tarfile.open(args.folder / "runs.tgz") as archive:
             archive.extractall(tmp, filter="data")
         print("level repeat  TTFT p50 ms: resent   new    | first wave  later  (requests)")
+        itl: list[str] = []
         for level in levels:
             earlier = [sent(lower) for lower in levels if lower < level]
             resent_up_to = max(earlier, default=0)  # request ids 1..this were sent before
@@ -82,6 +84,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"c{level:<4d} r{repeat}     {_median(resent)} {_median(new)}  | "
                     f"{_median(first)}  {_median(later)}  ({len(resent)} resent, {len(new)} new)"
                 )
+                ours = json.loads((path.parent / "result.json").read_text())["summary"]["itl_ms"]
+                vllm_path = Path(tmp) / f"vllm-bench-serve-c{level}-r{repeat}.json"
+                if vllm_path.exists():
+                    theirs = json.loads(vllm_path.read_text())
+                    itl.append(
+                        f"c{level:<4d} r{repeat}  ITL p50 ours {ours['p50']:6.2f} vLLM "
+                        f"{theirs['median_itl_ms']:6.2f}  p99 ours {ours['p99']:6.1f} vLLM "
+                        f"{theirs['p99_itl_ms']:6.1f} ms"
+                    )
+        print("\n".join(itl))
 
     from transformers import AutoTokenizer
 
