@@ -96,7 +96,7 @@ def prefix_cache_counters(base_url: str) -> tuple[float, float] | None:
             _get(f"{base_url}/metrics"),
             {"vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"},
         )
-    except OSError:
+    except (ImportError, OSError, ValueError):  # no prometheus_client, no /metrics: no counts
         return None
     if "vllm:prefix_cache_queries_total" not in values:
         return None
