@@ -167,7 +167,8 @@ def event_token_count(event: dict[str, Any], previous_completion_tokens: int | N
     In order of precision: the choice's `token_ids` (vLLM return_token_ids), the growth of
     continuous usage (`usage.completion_tokens` on every event), the number of logprob tokens,
     else 1 for a non-empty text delta (servers may merge tokens into one event under load:
-    the final usage then corrects the total).
+    the final usage then corrects the total), and 1 for an empty completions text that does not
+    end the stream.
     """
     choices = event.get("choices") or []
     if not choices:
@@ -182,7 +183,12 @@ def event_token_count(event: dict[str, Any], previous_completion_tokens: int | N
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
         return len(logprobs["tokens"])
-    return 1 if choice_text(choice) else 0
+    if choice_text(choice):
+        return 1
+    # A completions event with empty text before the end still carries a token whose text the
+    # server's detokenizer holds back (a byte-level piece of an unfinished character); vLLM's
+    # client times its first token from such an event too. An empty final event does not.
+    return 1 if choice.get("text") == "" and choice.get("finish_reason") is None else 0
 
 
 def choice_text(choice: dict[str, Any]) -> str | None:

@@ -51,7 +51,13 @@ def test_event_token_count_prefers_exact_sources() -> None:
     with_logprobs = {"choices": [{"text": "xy", "logprobs": {"tokens": ["x", "y"]}}]}
     assert event_token_count(with_logprobs, None) == 2
     assert event_token_count({"choices": [{"text": "x"}]}, None) == 1
-    assert event_token_count({"choices": [{"text": ""}]}, None) == 0
+    # Without usage: an empty text mid-stream is a token whose text is held back; an empty
+    # final event (finish_reason set) and an empty chat delta are not counted.
+    assert event_token_count({"choices": [{"text": "", "finish_reason": None}]}, None) == 1
+    assert event_token_count({"choices": [{"text": "", "finish_reason": "length"}]}, None) == 0
+    assert (
+        event_token_count({"choices": [{"delta": {"role": "assistant", "content": ""}}]}, None) == 0
+    )
     assert event_token_count({"choices": [], "usage": {"completion_tokens": 9}}, 9) == 0
 
 
