@@ -85,9 +85,21 @@ class ClientFidelityCheck(StrictInput):
         default_factory=dict, description="vllm serve options (EngineArgs names)."
     )
     startup_timeout_s: float = Field(900.0, gt=0, description="Server readiness limit (s).")
+    harness_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra `openai` backend options for this harness's side (e.g. "
+        "{continuous_usage: false}).",
+    )
 
     def requests_at(self, level: int) -> int:
         return max(self.min_requests, self.requests_per_level_factor * level)
+
+    def seed_at(self, level: int, repeat: int) -> int:
+        """Each level and repeat gets its own prompts (both clients): with one seed for every
+        level, a run resends the prompts of the lower levels' runs, which the server's prefix
+        cache still holds (in the first H200 check, half of ours at concurrency 16 were such
+        hits, with half the TTFT of the others)."""
+        return level * 1000 + repeat
 
 
 class ClientRun(Strict):
@@ -100,7 +112,11 @@ class ClientRun(Strict):
     output_throughput_tok_s: float
     ttft_p50_ms: float
     tpot_p50_ms: float
-    mean_input_tokens: float | None = Field(None, description="As the server counted them.")
+    mean_input_tokens: float | None = Field(
+        None,
+        description="Prompt tokens per request as the server counted them (its usage); runs "
+        "of this harness stored before it kept the server's count hold the requested length.",
+    )
     started_at: float = Field(description="Unix time the client started.")
     wall_s: float = Field(description="Client process wall time, start-up included.")
     source: str = Field(description="Result file of the run, relative to the check's folder.")
@@ -204,14 +220,19 @@ def _harness_run(
     config = RunConfig(
         backend="openai",
         model=check.model,
-        engine_args={"base_url": base_url, "prompt_format": "text", "scrape_metrics": False},
+        engine_args={
+            "base_url": base_url,
+            "prompt_format": "text",
+            "scrape_metrics": False,
+            **check.harness_options,
+        },
         workload=GenerateWorkload(
             prompt_tokens=LengthDistribution(mean=check.prompt_tokens),
             prefix=PrefixPool(count=1, tokens=LengthDistribution(mean=check.prefix_tokens))
             if check.prefix_tokens
             else None,
             output_tokens=LengthDistribution(mean=check.output_tokens),
-            seed=repeat,
+            seed=check.seed_at(level, repeat),
         ),
         load=ConcurrencyLoad(
             concurrency=level,
@@ -276,7 +297,7 @@ def vllm_bench_serve_command(
         "--max-concurrency", str(level),
         "--request-rate", "inf",
         "--num-warmups", str(check.warmup_requests),
-        "--seed", str(repeat),
+        "--seed", str(check.seed_at(level, repeat)),
         "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,90,99",

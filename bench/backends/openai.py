@@ -78,6 +78,19 @@ class OpenAIOptions(Strict):
         description="Send min_tokens, ignore_eos and continuous usage stats (vLLM, trtllm-serve "
         "and SGLang accept them); turn off for strict OpenAI servers.",
     )
+    continuous_usage: bool = Field(
+        True,
+        description="With sampling_extras: ask for usage on every streamed event "
+        "(stream_options.continuous_usage_stats; exact per-event token counts). vLLM's own "
+        "`vllm bench serve` does not ask for it; off, the final usage still gives the totals.",
+    )
+    match_prompt_tokens: bool = Field(
+        True,
+        description="text and chat: adjust the text decoded from the prompt's token IDs until "
+        "the model's tokenizer gives back the requested length (with the special tokens the "
+        "server adds, e.g. BOS), as vLLM's random dataset does. A plain decode of random IDs "
+        "re-tokenises longer (Llama-2: 140 server-side tokens for 128 requested).",
+    )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Extra JSON fields merged into every request."
     )
@@ -154,7 +167,8 @@ def event_token_count(event: dict[str, Any], previous_completion_tokens: int | N
     In order of precision: the choice's `token_ids` (vLLM return_token_ids), the growth of
     continuous usage (`usage.completion_tokens` on every event), the number of logprob tokens,
     else 1 for a non-empty text delta (servers may merge tokens into one event under load:
-    the final usage then corrects the total).
+    the final usage then corrects the total), and 1 for an empty completions text that does not
+    end the stream.
     """
     choices = event.get("choices") or []
     if not choices:
@@ -169,7 +183,12 @@ def event_token_count(event: dict[str, Any], previous_completion_tokens: int | N
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
         return len(logprobs["tokens"])
-    return 1 if choice_text(choice) else 0
+    if choice_text(choice):
+        return 1
+    # A completions event with empty text before the end still carries a token whose text the
+    # server's detokenizer holds back (a byte-level piece of an unfinished character); vLLM's
+    # client times its first token from such an event too. An empty final event does not.
+    return 1 if choice.get("text") == "" and choice.get("finish_reason") is None else 0
 
 
 def choice_text(choice: dict[str, Any]) -> str | None:
@@ -437,19 +456,47 @@ class OpenAIBackend(Backend):
     def prepare_request(self, request: Request) -> Request:
         """Text and chat: decode token-ID prompts to text here, before the request is timed
         (the runner calls this while fetching the next request, ahead of its start_ns)."""
-        if not isinstance(request, GenerateRequest) or self.options.prompt_format == "tokens":
-            return request
-        if request.prompt_text is None:
+        return self._prepare([request])[0]
+
+    def prepare_requests(self, requests: list[Request]) -> list[Request]:
+        """`prepare_request` for many at once, with the tokenizer's batch calls (the runner
+        prepares a phase's requests this way before the phase starts its clock)."""
+        return self._prepare(requests)
+
+    def _prepare(self, requests: list[Request]) -> list[Request]:
+        if self.options.prompt_format == "tokens":
+            return list(requests)
+        todo = [
+            index
+            for index, request in enumerate(requests)
+            if isinstance(request, GenerateRequest) and request.prompt_text is None
+        ]
+        prepared = list(requests)
+        if todo:
             if self._tokenizer is None:
                 raise RuntimeError("openai backend used before load()")
-            request = replace(
-                request, prompt_text=self._tokenizer.decode(list(request.prompt_token_ids))
-            )
-        if self.options.prompt_format == "chat" and request.messages is None:
-            request = replace(
-                request, messages=({"role": "user", "content": request.prompt_text or ""},)
-            )
-        return request
+            id_lists = [list(prepared[index].prompt_token_ids) for index in todo]  # type: ignore[union-attr]
+            if self.options.match_prompt_tokens:
+                # The server adds its special tokens (BOS) to a completion prompt; a chat
+                # prompt's template adds its own, so only the content is matched there.
+                specials = 0 if self.options.prompt_format == "chat" else self._special_tokens()
+                matched = match_prompt_texts(self._tokenizer, id_lists, specials)
+                texts = [text for text, _ in matched]
+            else:
+                texts = list(self._tokenizer.batch_decode(id_lists))
+            for index, text in zip(todo, texts, strict=True):
+                prepared[index] = replace(prepared[index], prompt_text=text)  # type: ignore[type-var]
+        if self.options.prompt_format == "chat":
+            for index, request in enumerate(prepared):
+                if isinstance(request, GenerateRequest) and request.messages is None:
+                    prepared[index] = replace(
+                        request, messages=({"role": "user", "content": request.prompt_text or ""},)
+                    )
+        return prepared
+
+    def _special_tokens(self) -> int:
+        count = getattr(self._tokenizer, "num_special_tokens_to_add", None)
+        return int(count()) if callable(count) else 0
 
     def _request_body(self, request: GenerateRequest) -> dict[str, Any]:
         prompt_format = self.options.prompt_format
@@ -475,7 +522,8 @@ class OpenAIBackend(Backend):
         if self.options.sampling_extras:
             body["min_tokens"] = request.output_tokens
             body["ignore_eos"] = True
-            body["stream_options"]["continuous_usage_stats"] = True
+            if self.options.continuous_usage:
+                body["stream_options"]["continuous_usage_stats"] = True
             if request.conversation is not None and self.options.prompt_format == "tokens":
                 # A token-ID conversation resends the actual output IDs (vLLM returns them).
                 body["return_token_ids"] = True
@@ -548,6 +596,50 @@ class OpenAIBackend(Backend):
         if self._launcher is not None:
             launcher, self._launcher = self._launcher, None
             await asyncio.to_thread(launcher.stop)
+
+
+MATCH_ROUNDS = 10
+"""Decode / re-encode rounds before a prompt's text is taken as it is (vLLM's max_retry)."""
+
+
+def match_prompt_texts(
+    tokenizer: Any, id_lists: list[list[int]], special_tokens: int = 0
+) -> list[tuple[str, int]]:
+    """Texts that the tokenizer turns back into as many tokens as each ID list has.
+
+    Token IDs decoded to text need not re-tokenise to the same count (random IDs merge and
+    split: Llama-2's 128 random IDs come back as ~139 tokens). Like vLLM's random dataset
+    (`gen_prompt_decode_to_target_len`), each round re-encodes the text without special tokens
+    and truncates it to the target, or extends it with the prompt's own IDs, until the count
+    is right or MATCH_ROUNDS have passed. The target is the list's length less the
+    `special_tokens` the server adds (BOS), so the server counts the list's length.
+    Returns (text, server-side token count) per list; batched calls throughout.
+    """
+    targets = [max(1, len(ids) - special_tokens) for ids in id_lists]
+    sequences = [list(ids) for ids in id_lists]
+    results: list[tuple[str, int] | None] = [None] * len(id_lists)
+    pending = list(range(len(id_lists)))
+    for round_index in range(MATCH_ROUNDS + 1):
+        if not pending:
+            break
+        texts = tokenizer.batch_decode([sequences[index] for index in pending])
+        encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        still = []
+        for index, text, ids in zip(pending, texts, encoded, strict=True):
+            target = targets[index]
+            if len(ids) == target or round_index == MATCH_ROUNDS:
+                results[index] = (text, len(ids) + special_tokens)
+            elif len(ids) > target:
+                sequences[index] = list(ids[:target])
+                still.append(index)
+            else:
+                source = id_lists[index] or [0]
+                sequences[index] = list(ids) + [
+                    source[k % len(source)] for k in range(len(ids), target)
+                ]
+                still.append(index)
+        pending = still
+    return [result for result in results if result is not None]
 
 
 async def _chunks_from_sse(content: Any) -> AsyncIterator[Chunk]:

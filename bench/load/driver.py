@@ -221,6 +221,7 @@ class _PhaseRun:
         error: str | None = None
         stream: AsyncIterator[Chunk] | None = None
         usage_output_tokens: int | None = None  # a server's usage count, when it reports one
+        usage_input_tokens: int | None = None  # the prompt as the server tokenised it
         replica = 0  # which engine replica served it (bench/replicas.py streams say)
         slots = self.slots
         holding_slot = False
@@ -245,6 +246,8 @@ class _PhaseRun:
                     chunk_tokens.append(chunk.tokens)
                     if chunk.usage_output_tokens is not None:
                         usage_output_tokens = chunk.usage_output_tokens
+                    if chunk.usage_input_tokens is not None:
+                        usage_input_tokens = chunk.usage_input_tokens
                 stream = None
         except TimeoutError as exc:
             error = self.timeout_text if deadline.expired() else f"TimeoutError: {exc}".strip()
@@ -275,6 +278,7 @@ class _PhaseRun:
             error,
             usage_output_tokens,
             replica,
+            usage_input_tokens,
         )
 
     def _finish(
@@ -287,9 +291,11 @@ class _PhaseRun:
         error: str | None,
         usage_output_tokens: int | None = None,
         replica: int = 0,
+        usage_input_tokens: int | None = None,
     ) -> None:
-        """Build, count and hand on the record. A server's usage count (OpenAI `usage`) is
-        authoritative for output_tokens: streamed events need not carry one token each."""
+        """Build, count and hand on the record. A server's usage counts (OpenAI `usage`) are
+        authoritative: for output_tokens, since streamed events need not carry one token each,
+        and for input_tokens, since a text prompt is tokenised by the server, not here."""
         streamed_tokens = sum(chunk_tokens)
         output_tokens = streamed_tokens if usage_output_tokens is None else usage_output_tokens
         record = build_record(
@@ -300,7 +306,11 @@ class _PhaseRun:
                 # The schema's "empty = one token per chunk" keeps the common case small.
                 "chunk_tokens": [] if streamed_tokens == len(chunk_tokens) else chunk_tokens,
                 "end_ns": CLOCK.now_ns(),
-                "input_tokens": request_input_tokens(request),
+                "input_tokens": (
+                    request_input_tokens(request)
+                    if usage_input_tokens is None
+                    else usage_input_tokens
+                ),
                 "output_tokens": output_tokens,
                 "error": error,
                 "phase": self.spec.name,

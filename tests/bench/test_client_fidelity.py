@@ -86,7 +86,10 @@ def test_both_clients_drive_one_cpu_server_alternately(tmp_path, monkeypatch):
     for run in result.runs:
         assert run.requests == 8
         assert run.output_throughput_tok_s > 0 and run.ttft_p50_ms > 0
-        assert run.mean_input_tokens is not None and 44 <= run.mean_input_tokens <= 52
+        # The server's own count (usage) on both sides: our text now re-tokenises to the
+        # requested length (32 shared + 16 unique), as vLLM's random dataset does (a plain
+        # decode comes back ~10% longer).
+        assert run.mean_input_tokens is not None and 47.5 <= run.mean_input_tokens <= 49
     assert [metric.metric for metric in result.levels[0].metrics] == [
         "output_throughput_tok_s",
         "ttft_p50_ms",

@@ -315,3 +315,24 @@ def test_build_record_matches_a_validated_record():
     assert fast == validated and fast.model_dump_json() == validated.model_dump_json()
     assert fast.model_fields_set == validated.model_fields_set
     assert set(values) == set(RequestRecord.model_fields)  # else the slower fallback path runs
+
+
+async def test_server_usage_counts_are_the_records_token_counts(time_travel):
+    """A server's usage (OpenAI `usage.prompt_tokens` / `completion_tokens` on the last chunk)
+    replaces the request's own lengths in the record: a text prompt is tokenised by the server,
+    which may count differently (a plain decode of Llama-2 IDs: 140 for 128)."""
+    from bench.backends.base import Chunk
+
+    async def send(request):
+        yield Chunk(t_ns=CLOCK.now_ns(), tokens=1)
+        await CLOCK.sleep(0.01)
+        yield Chunk(t_ns=CLOCK.now_ns(), tokens=1, usage_output_tokens=2, usage_input_tokens=19)
+
+    async def send_without_usage(request):
+        yield Chunk(t_ns=CLOCK.now_ns(), tokens=1)
+
+    for sender, expected in ((send, 19), (send_without_usage, 16)):
+        records: list[RequestRecord] = []
+        spec = PhaseSpec("c", "concurrency", 1, None, max_requests=2)
+        await run_phase(spec, sender, requests(), records.append, 60.0)
+        assert [record.input_tokens for record in records] == [expected, expected]

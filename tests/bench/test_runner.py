@@ -177,3 +177,60 @@ async def test_stop_ends_the_run(time_travel):
     assert outcome.stopped and outcome.pattern_report.incomplete == "stopped"
     assert [p.name for p in got.phases] == ["step-c1", "step-c2"]
     assert [r.error for r in got.records].count("stopped") == 2
+
+
+class BatchPreparingFake(FakeBackend):
+    """TEST DOUBLE: the fake backend with a batch `prepare_requests` (as the openai backend has)
+    that notes when and how many requests it prepared."""
+
+    def __init__(self, engine_args=None) -> None:
+        super().__init__(engine_args)
+        self.batches: list[tuple[int, int]] = []  # (clock ns, requests)
+        self.singles = 0
+
+    def prepare_requests(self, requests):
+        self.batches.append((CLOCK.now_ns(), len(requests)))
+        return list(requests)
+
+    def prepare_request(self, request):
+        self.singles += 1
+        return request
+
+
+async def test_phase_requests_are_prepared_before_the_phase_clock_starts(time_travel):
+    config = RunConfig(
+        backend="fake",
+        model="tiny",
+        engine_args={"ttft_s": 0.1, "itl_s": 0.01},
+        workload=GenerateWorkload(output_tokens=LengthDistribution(mean=5)),
+        load=ConcurrencyLoad(concurrency=8, max_requests=40, warmup_requests=3),
+    )
+    backend = BatchPreparingFake(config.engine_args)
+    await backend.load(MODEL, config.workload, config.precision, "cpu")
+    got = Collected()
+    outcome = await execute(config, backend, MODEL, got.events, asyncio.Event())
+    assert [count for _, count in backend.batches] == [3, 40]  # warm-up, then the phase
+    assert backend.singles == 0  # nothing prepared one at a time inside a phase
+    phase_start = outcome.phases[0].start_ns
+    assert backend.batches[1][0] <= phase_start
+    assert len([r for r in got.records if not r.warmup]) == 40
+
+
+async def test_conversations_are_not_prepared_ahead(time_travel):
+    from bench.config import ConversationSpec
+
+    config = RunConfig(
+        backend="fake",
+        model="tiny",
+        engine_args={"ttft_s": 0.01, "itl_s": 0.001},
+        workload=GenerateWorkload(
+            output_tokens=LengthDistribution(mean=3),
+            conversation=ConversationSpec(turns=LengthDistribution(mean=2)),
+        ),
+        load=ConcurrencyLoad(concurrency=2, max_requests=6, warmup_requests=0),
+    )
+    backend = BatchPreparingFake(config.engine_args)
+    await backend.load(MODEL, config.workload, config.precision, "cpu")
+    got = Collected()
+    await execute(config, backend, MODEL, got.events, asyncio.Event())
+    assert backend.batches == [] and backend.singles == 6

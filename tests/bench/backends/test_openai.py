@@ -23,9 +23,10 @@ from bench.backends.openai import (
     event_token_count,
     parse_prometheus,
 )
-from bench.config import GenerateWorkload, Precision
+from bench.config import GenerateWorkload, LengthDistribution, Precision
 from bench.errors import UserError
 from bench.schema import ModelInfo
+from bench.workload import RequestFactory
 from tests.bench.backends.test_vllm import cpu_attention_compatible
 
 # --------------------------------------------------------------------------- pure parsing
@@ -50,7 +51,13 @@ def test_event_token_count_prefers_exact_sources() -> None:
     with_logprobs = {"choices": [{"text": "xy", "logprobs": {"tokens": ["x", "y"]}}]}
     assert event_token_count(with_logprobs, None) == 2
     assert event_token_count({"choices": [{"text": "x"}]}, None) == 1
-    assert event_token_count({"choices": [{"text": ""}]}, None) == 0
+    # Without usage: an empty text mid-stream is a token whose text is held back; an empty
+    # final event (finish_reason set) and an empty chat delta are not counted.
+    assert event_token_count({"choices": [{"text": "", "finish_reason": None}]}, None) == 1
+    assert event_token_count({"choices": [{"text": "", "finish_reason": "length"}]}, None) == 0
+    assert (
+        event_token_count({"choices": [{"delta": {"role": "assistant", "content": ""}}]}, None) == 0
+    )
     assert event_token_count({"choices": [], "usage": {"completion_tokens": 9}}, 9) == 0
 
 
@@ -314,23 +321,64 @@ async def test_client_slots_cap_in_flight_requests(fake_server: FakeOpenAIServer
 async def test_text_is_the_default_and_decoded_before_the_request_is_timed(
     fake_server: FakeOpenAIServer, tiny_llama: ModelInfo
 ) -> None:
-    """Default prompt form = text: prepare_request decodes the token IDs with the model's
-    tokenizer (the runner calls it before start_ns), and stream() sends that text as is."""
+    """Default prompt form = text: prepare_request turns the token IDs into text with the
+    model's tokenizer (the runner calls it before start_ns), and stream() sends that text as is.
+    The text re-tokenises (with the BOS the server adds) to as many tokens as were asked for;
+    a plain decode of the same IDs does not (match_prompt_tokens=False keeps that)."""
     from transformers import AutoTokenizer
 
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama.path)
+    factory = RequestFactory(
+        GenerateWorkload(prompt_tokens=LengthDistribution(mean=128)), 32000, seed=3
+    )
+    requests = [next(factory) for _ in range(16)]
     backend = OpenAIBackend({"base_url": fake_server.url, "scrape_metrics": False})
-    assert backend.options.prompt_format == "text"
+    assert backend.options.prompt_format == "text" and backend.options.match_prompt_tokens
     info = await backend.load(tiny_llama, GenerateWorkload(), Precision(), "auto")
     try:
         assert info.engine["prompt_format"] == "text"
-        ids = list(range(200, 240))
-        prepared = backend.prepare_request(GenerateRequest("r1", ids, 3))
-        expected = AutoTokenizer.from_pretrained(tiny_llama.path).decode(ids)
-        assert prepared.prompt_text == expected
+        prepared = [backend.prepare_request(request) for request in requests]
+        server_side = [len(tokenizer(r.prompt_text)["input_ids"]) for r in prepared]
+        assert sum(server_side) / len(server_side) < 128.5 and min(server_side) >= 128
+        plain = [len(tokenizer(tokenizer.decode(list(r.prompt_token_ids)))["input_ids"])
+                 for r in requests]  # fmt: skip
+        assert sum(plain) / len(plain) > 132  # what unmatched text prompts cost the server
+        assert backend.prepare_requests(requests) == prepared  # the batch path: same texts
         backend._tokenizer = None  # stream() must not need the tokenizer any more
-        await _collect(backend, prepared)
+        await _collect(backend, prepared[0])
         body = fake_server.bodies[-1]
-        assert body["_path"] == "/v1/completions" and body["prompt"] == expected
+        assert body["_path"] == "/v1/completions" and body["prompt"] == prepared[0].prompt_text
+    finally:
+        await backend.close()
+    unmatched = OpenAIBackend(
+        {"base_url": fake_server.url, "scrape_metrics": False, "match_prompt_tokens": False}
+    )
+    await unmatched.load(tiny_llama, GenerateWorkload(), Precision(), "auto")
+    try:
+        text = unmatched.prepare_request(requests[0]).prompt_text
+        assert text == tokenizer.decode(list(requests[0].prompt_token_ids))
+    finally:
+        await unmatched.close()
+
+
+async def test_continuous_usage_can_be_left_off_as_vllms_client_does(
+    fake_server: FakeOpenAIServer,
+) -> None:
+    backend = OpenAIBackend(
+        {
+            "base_url": fake_server.url,
+            "scrape_metrics": False,
+            "prompt_format": "tokens",
+            "continuous_usage": False,
+        }
+    )
+    await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
+    try:
+        chunks = await _collect(backend, GenerateRequest("r1", [5, 6], 4))
+        body = fake_server.bodies[-1]
+        assert body["stream_options"] == {"include_usage": True}
+        assert body["ignore_eos"] is True and body["min_tokens"] == 4
+        assert chunks[-1].usage_output_tokens == 4 and chunks[-1].usage_input_tokens == 3
     finally:
         await backend.close()
 
