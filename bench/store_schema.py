@@ -21,7 +21,6 @@ Versions:
    runs.owner_started_at (the process's start time, so a reused pid is not taken for it), so a
    store opened on the owner's host fails a run whose process is gone at once, instead of after
    the heartbeat grace.
->>>>>>> store
 """
 
 from __future__ import annotations
