@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ui.state import PROFILE_KEY, default_profile
@@ -287,3 +288,36 @@ def test_full_plan_lists_its_capacity_searches_and_repeats_and_runs_them_all(
     )
     first = [c for c in job.configs if c.backend == job.configs[0].backend][:FULL_REPEATS]
     assert len(first) == FULL_REPEATS and len({c.model_dump_json() for c in first}) == 1
+
+
+def test_a_deleted_plan_row_leaves_every_other_row_on_its_own_config():
+    """Deleting a row moves the rows below it up; each must still run the config it was made
+    from (a capacity search stays a capacity search), and an added row starts from the plan's
+    first config. The deletion is applied by Streamlit's own data-editor function."""
+    from streamlit.elements.widgets.data_editor import _apply_row_deletions
+
+    from advisor.plan import plan_for_stage
+    from advisor.profile import WorkloadProfile
+    from ui.benchmark_page import PLAN_ROW, chosen_runs, plan_table
+
+    stage = WorkloadProfile.model_validate(_tiny_profile()).stages[0]
+    plan = plan_for_stage(stage, quick=False, cpu_only=True)
+    assert plan.configs and plan.capacity_configs, "the full plan has comparisons and searches"
+    configs = [*plan.configs, *plan.capacity_configs]
+    available = {config.backend for config in configs}
+    table = plan_table(plan.configs, available, 1, plan.capacity_configs)
+    table["run"] = True
+    edited = _apply_row_deletions(table, [0])  # the first comparison row's marker + Delete
+    assert list(edited[PLAN_ROW]) == list(range(1, len(configs)))
+    chosen, problems = chosen_runs(edited, configs, available)
+    assert not problems, problems
+    assert [c.model_dump_json() for c in chosen] == [c.model_dump_json() for c in configs[1:]]
+    assert [c.load.pattern for c in chosen][-len(plan.capacity_configs) :] == ["capacity"] * len(
+        plan.capacity_configs
+    )
+    added = pd.concat(
+        [edited, pd.DataFrame([{**table.iloc[0].to_dict(), PLAN_ROW: None, "repeats": None}])],
+        ignore_index=True,
+    )
+    chosen, problems = chosen_runs(added, configs, available)
+    assert not problems and chosen[-1].model_dump_json() == configs[0].model_dump_json()
