@@ -426,12 +426,9 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     plan_summary(plan, repeats, len(searches))
     from bench.backends import backend_names
 
-    missing = sorted({c.backend for c in configs if c.backend not in available})
-    if missing:
-        st.caption(
-            f"Unticked: {', '.join(missing)} — not installed here (see *Frameworks installed "
-            "here*); the advisor's answer will say it could not be measured."
-        )
+    engines_missing_notice(
+        [config.backend for config in configs], not machine_facts()[0].get("gpu_available")
+    )
     edited = st.data_editor(
         plan_table(comparison, available, repeats, searches),
         key=f"plan_editor_{plan['version']}",
@@ -533,6 +530,42 @@ def chosen_runs(
         # the same config (the advisor pools matching runs into one sample).
         chosen.extend([config] * count)
     return chosen, problems
+
+
+def engines_missing_notice(backends: list[str], cpu_only: bool) -> None:
+    """Which of the plan's frameworks cannot run in this install (the backends' own availability
+    check), and the one command that adds those this project's setup installs: scripts/app.sh
+    sets up without the engines, yet the advisor plans vLLM."""
+    from ui.engines import missing_engines
+
+    missing = missing_engines(
+        backends,
+        {item["backend"]: (item["available"], item["reason"]) for item in backend_availability()},
+        cpu_only=cpu_only,
+    )
+    if missing is None:
+        return
+    one = len(missing.backends) == 1
+    with st.container(key="engines_missing"):
+        st.warning(
+            f"**Cannot run in this install: {', '.join(missing.backends)}.** "
+            + ("Its row starts" if one else "Their rows start")
+            + " unticked (see *Frameworks installed here*); the advisor's answer will say "
+            + ("it" if one else "they")
+            + " could not be measured.",
+            icon=":material/extension_off:",
+        )
+        if missing.command:
+            st.markdown(
+                f"Add {', '.join(missing.installable)} with one command (it installs "
+                f"{', '.join(f'`{file}`' for file in missing.requirements_files)}), then "
+                "restart the app:"
+            )
+            st.code(missing.command, language="bash")
+            for note in missing.file_notes:
+                st.caption(note)
+        for backend, why in missing.elsewhere.items():
+            st.caption(f"**{backend}**: {why}")
 
 
 def plan_summary(plan: dict[str, Any], repeats: int, searches: int) -> None:
