@@ -19,7 +19,7 @@ OBJECTIVE_WORDS = {
 }
 BUILD_TIME_WORDS = {
     None: "Not stated",
-    "none": "None: serve seconds after load",
+    "none": "No build: serve seconds after load",
     "minutes": "Minutes: a JIT compile is fine",
     "hours": "Hours: long engine builds are fine",
 }
@@ -100,7 +100,7 @@ def stage_answers(stage: StageProfile) -> list[WorkloadAnswer]:
     rows.append(
         (
             f"Service-level objectives ({slo.percentile})",
-            "; ".join(limits) if limits else "None stated",
+            "; ".join(limits) if limits else "Not stated",
         )
     )
     rows.append(("Objective", OBJECTIVE_WORDS.get(stage.objective.value, stage.objective.value)))
@@ -131,7 +131,8 @@ def stage_answers(stage: StageProfile) -> list[WorkloadAnswer]:
     rows.append(
         (
             "Deployment constraints",
-            ", ".join(CONSTRAINT_WORDS.get(c.value, c.value) for c in stage.constraints) or "None",
+            ", ".join(CONSTRAINT_WORDS.get(c.value, c.value) for c in stage.constraints)
+            or "No constraints",
         )
     )
     if stage.shared_prefix is not None:
