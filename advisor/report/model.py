@@ -59,7 +59,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("decision-path", "Appendix C: decision path"),
     ("diagnostics", "Appendix D: diagnostics"),
     ("probes", "Appendix E: capacity search probes"),
-    ("calibration", "Appendix F: how accurate the estimates are"),
+    ("calibration", "Appendix F: estimate accuracy"),
 )
 """(anchor id, heading) of every section, in order; every format prints each heading once."""
 

@@ -140,3 +140,28 @@ def test_pdf_page_one_states_the_decision(reports, name: str, tmp_path: Path) ->
         for fact in decision.facts:
             assert fact.label in head
     assert not PYTHON_NONE.search(head) and not EXPONENT.search(markdown)
+
+
+def test_a_failed_run_reads_run_failed_not_zero_errors(reports) -> None:
+    """A FAILED run whose summary says error_rate 0 (it crashed between requests) is shown as
+    'run failed' in every format, never as 'Errors 0%'."""
+    from advisor.report.html import render_html
+    from advisor.report.markdown import render_markdown
+    from advisor.report.model import EvidenceRow
+
+    failed = EvidenceRow(
+        framework="vllm",
+        source="measured-here",
+        run_id="run-that-crashed",
+        validity="FAILED",
+        error_rate=0.0,
+        provenance="yours",
+        provenance_words="your run (this store)",
+    )
+    report = reports["chat_7b_h200"].model_copy(update={"evidence": [failed], "charts": []})
+    markdown = render_markdown(report, {})
+    row = next(line for line in markdown.splitlines() if "run-that-crashed" in line)
+    assert row.rstrip(" |").endswith("run failed") and "0%" not in row
+    html = render_html(report, {})
+    speed = html[html.index("<h3>Speed</h3>") : html.index("<h3>Resources and validity</h3>")]
+    assert "run failed" in speed and ">0%<" not in speed
