@@ -128,8 +128,17 @@ def readable(items: list[KeyValue]) -> list[KeyValue]:
     return [KeyValue(key=readable_key(item.key), value=item.value) for item in items]
 
 
+REPO_ROOT = evidence.DEFAULT_REFERENCE_DIR.resolve().parents[1]
+
+
+def repo_relative(text: str) -> str:
+    """Advisor text that names a file of this checkout by its absolute path, with the path
+    made relative (`data/reference/h200_...json`): the report is read on other machines."""
+    return text.replace(f"{REPO_ROOT}/", "")
+
+
 def _unique(items: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(item for item in items if item))
+    return list(dict.fromkeys(repo_relative(item) for item in items if item))
 
 
 # --------------------------------------------------------------------------- advisor answer
@@ -193,7 +202,9 @@ def stage_report(stage: StageRecommendation, gpu_type: str | None = None) -> Sta
         path=[DecisionStep(question=s.question, answer=s.answer, why=s.why) for s in decision.path],
         candidates=[candidate.framework for candidate in decision.candidates],
         alternatives=[
-            Alternative(framework=alternative.framework, reason=alternative.why_not_first)
+            Alternative(
+                framework=alternative.framework, reason=repo_relative(alternative.why_not_first)
+            )
             for alternative in chosen.alternatives
         ],
         what_would_change=_unique(would_change),

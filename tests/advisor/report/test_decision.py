@@ -140,6 +140,8 @@ def test_pdf_page_one_states_the_decision(reports, name: str, tmp_path: Path) ->
         for fact in decision.facts:
             assert fact.label in head
     assert not PYTHON_NONE.search(head) and not EXPONENT.search(markdown)
+    # Files of this checkout are named relative to it (the report is read elsewhere).
+    assert f"{REPO}/" not in markdown[: markdown.index("## Appendix B")]
 
 
 def test_a_failed_run_reads_run_failed_not_zero_errors(reports) -> None:
