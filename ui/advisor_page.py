@@ -873,11 +873,38 @@ def show_evidence(stage_result: Any, view_gpu: str | None = None) -> None:
     )
     st.markdown("**Evidence** (ranked: eligible first, then how close to your case)")
     st.dataframe(table, hide_index=True)
-    if any(row.source == "published" for row in rows):
-        st.caption(
-            "Published rows are the article's A100 figures for orientation; they never "
-            "change the answer."
+    caption = provenance_caption(rows)
+    if caption:
+        st.caption(caption)
+
+
+def provenance_caption(rows: list[Any]) -> str:
+    """What the sources in the evidence table are, in the advisor's provenance words (your
+    runs / this project's published runs / the article's figures), for the kinds present."""
+    from advisor.evidence import PROVENANCE_WORDS
+
+    kinds = {row.provenance.kind for row in rows if row.provenance is not None}
+    parts = []
+    if "yours" in kinds:
+        parts.append(f"'your run' rows are {PROVENANCE_WORDS['yours']}")
+    if "published" in kinds:
+        parts.append(
+            f"'published run' rows are {PROVENANCE_WORDS['published']}, each with its host "
+            "and date: measured by this project, not by you"
         )
+    if "article" in kinds:
+        parts.append(
+            f"'the article' rows are {PROVENANCE_WORDS['article']} (A100, workload not "
+            "stated), for orientation only"
+        )
+    if not parts:
+        return ""
+    text = "; ".join(parts)
+    return (
+        text[:1].upper()
+        + text[1:]
+        + ". Only measurements that match this workload on your GPU type change the answer."
+    )
 
 
 @st.cache_data(ttl=600, show_spinner=False)
@@ -1250,7 +1277,8 @@ def render() -> None:
     st.caption(
         "Describe the workload. The advisor walks the decision tree of the article *A panoramic "
         "analysis of AI inference framework performance testing*, checks what fits on the GPU, "
-        "and settles the choice on benchmarks measured here."
+        "and settles the choice on measurements that match your workload: your runs, or this "
+        "project's published runs (data/reference)."
     )
     profile = state.current_profile()
     head = st.columns([3, 2])

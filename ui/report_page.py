@@ -181,8 +181,10 @@ def render() -> None:
     state.init_session()
     st.title("Report")
     st.caption(
-        "A recommendation report for an architecture review: profile, decision path, evidence, "
-        "charts, diagnostics, environment and the command that reproduces every run."
+        "A recommendation report for an architecture review: page 1 is the decision per stage "
+        "(why, with who measured each fact, the runner-up, the risks, how to reproduce it); then "
+        "the workload, the evidence and charts, capacity, and appendices with every run's "
+        "command, the environment, the decision path and the diagnostics."
     )
     profile = state.current_profile()
     profile_json = profile.model_dump_json()

@@ -20,6 +20,7 @@ from advisor.diagnose import Diagnostic as AdvisorDiagnostic
 from advisor.estimate import Estimate as AdvisorEstimate
 from advisor.evidence import SOURCE_RANK
 from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
+from advisor.evidence import Provenance as AdvisorProvenance
 from advisor.gpus import find_gpu
 from advisor.learned import LearnedOpinion
 from advisor.profile import WorkloadProfile
@@ -36,6 +37,7 @@ from advisor.report.aggregate import RequestColumns
 from advisor.report.capacity import capacity_view, probe_table
 from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
 from advisor.report.configurations import calibration_table, configurations_table
+from advisor.report.decision import deploy_rows, reproduce_commands, stage_decision
 from advisor.report.model import (
     Alternative,
     CapacitySection,
@@ -57,6 +59,8 @@ from advisor.report.model import (
     RunRef,
     StageReport,
 )
+from advisor.report.numbers import scalar_text
+from advisor.report.workload import workload_tables
 from bench.errors import UserError
 from bench.schema import RequestRecord, RunResult
 
@@ -71,17 +75,7 @@ SEED_REFERENCE_FILE = "seed_a100_llama2_13b.json"
 
 def _text(value: Any) -> str:
     """One readable line from a scalar or list (for key/value display tables)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list | tuple):
-        return "; ".join(_text(inner) for inner in value)
-    return str(value)
+    return scalar_text(value)
 
 
 def flatten(data: Any, prefix: str = "", skip_none: bool = True) -> list[KeyValue]:
@@ -103,8 +97,48 @@ def flatten(data: Any, prefix: str = "", skip_none: bool = True) -> list[KeyValu
     return rows
 
 
+KEY_UNITS = (
+    ("_ms_per_token", " (ms per token)"),
+    ("_tok_s_per_sequence", " (tok/s per sequence)"),
+    ("_tb_s", " (TB/s)"),
+    ("_gb", " (GB)"),
+    ("_ms", " (ms)"),
+    ("_bytes", " (bytes)"),
+    ("_pct", " (%)"),
+    ("_b", " (billions)"),
+)
+
+
+def readable_key(key: str) -> str:
+    """`context.engine_limits.vllm` -> `Context · engine limits · vllm`; `weights_gb` ->
+    `Weights (GB)`: a label for a key/value table, unit in brackets."""
+    parts = []
+    for part in key.split("."):
+        unit = ""
+        for suffix, words in KEY_UNITS:
+            if part.endswith(suffix) and len(part) > len(suffix):
+                part, unit = part[: -len(suffix)], words
+                break
+        parts.append(part.replace("_", " ") + unit)
+    text = " · ".join(parts)
+    return text[:1].upper() + text[1:]
+
+
+def readable(items: list[KeyValue]) -> list[KeyValue]:
+    return [KeyValue(key=readable_key(item.key), value=item.value) for item in items]
+
+
+REPO_ROOT = evidence.DEFAULT_REFERENCE_DIR.resolve().parents[1]
+
+
+def repo_relative(text: str) -> str:
+    """Advisor text that names a file of this checkout by its absolute path, with the path
+    made relative (`data/reference/h200_...json`): the report is read on other machines."""
+    return text.replace(f"{REPO_ROOT}/", "")
+
+
 def _unique(items: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(item for item in items if item))
+    return list(dict.fromkeys(repo_relative(item) for item in items if item))
 
 
 # --------------------------------------------------------------------------- advisor answer
@@ -139,9 +173,14 @@ SETTLED_BY_TEXT = {
 }
 
 
-def stage_report(stage: StageRecommendation) -> StageReport:
+def stage_report(stage: StageRecommendation, gpu_type: str | None = None) -> StageReport:
     """One stage of the advisor's answer as the report shows it."""
     chosen = stage.recommendation
+    deploy, deploy_notes = (
+        ([], [])
+        if chosen.follows == "refused"
+        else deploy_rows(chosen.framework, chosen.configuration, gpu_type)
+    )
     decision = stage.decision
     rationale = [FOLLOWS_TEXT[chosen.follows], SETTLED_BY_TEXT[chosen.settled_by]]
     rationale = [text for text in rationale if text]
@@ -163,7 +202,9 @@ def stage_report(stage: StageRecommendation) -> StageReport:
         path=[DecisionStep(question=s.question, answer=s.answer, why=s.why) for s in decision.path],
         candidates=[candidate.framework for candidate in decision.candidates],
         alternatives=[
-            Alternative(framework=alternative.framework, reason=alternative.why_not_first)
+            Alternative(
+                framework=alternative.framework, reason=repo_relative(alternative.why_not_first)
+            )
             for alternative in chosen.alternatives
         ],
         what_would_change=_unique(would_change),
@@ -173,6 +214,8 @@ def stage_report(stage: StageRecommendation) -> StageReport:
         headline=chosen.headline,
         verdicts=verdicts_table(stage),
         ranking_note=chosen.ranking_note,
+        deploy=deploy,
+        deploy_notes=deploy_notes,
     )
 
 
@@ -286,7 +329,7 @@ def estimate_section(estimate: AdvisorEstimate) -> Estimate:
         fits=estimate.fits,
         decode_floor_ms=estimate.decode_floor_ms_per_token,
         prefill_floor_ms=estimate.prefill_floor_ms,
-        items=flatten(shown),
+        items=readable(flatten(shown)),
         notes=[*estimate.notes, *estimate.suggestions],
     )
 
@@ -322,6 +365,60 @@ def advisor_sources(answer: AdvisorReport) -> dict[str, str]:
         for run_id in row.run_ids:
             marks[run_id] = "published" if shipped else row.source
     return marks
+
+
+def advisor_provenances(answer: AdvisorReport) -> dict[str, AdvisorProvenance]:
+    """run_id -> who measured it, as the advisor's evidence rows say (yours / published)."""
+    found: dict[str, AdvisorProvenance] = {}
+    for row in advisor_rows(answer):
+        if row.provenance is None:
+            continue
+        for run_id in row.run_ids:
+            found.setdefault(run_id, row.provenance)
+    return found
+
+
+def run_provenance(
+    run: RunResult,
+    cited: Mapping[str, AdvisorProvenance],
+    published_files: Mapping[str, str],
+) -> AdvisorProvenance:
+    """The advisor's provenance of a run it cited; else a run shipped in data/reference is this
+    project's published run, and any other run is yours (it came from your store)."""
+    if run.run_id in cited:
+        return cited[run.run_id]
+    if run.run_id in published_files:
+        return AdvisorProvenance(
+            kind="published",
+            file=published_files[run.run_id],
+            host=run.environment.get("hostname") if run.environment else None,
+            date=run.created_at[:10] if run.created_at else None,
+            command=run.command or None,
+        )
+    return AdvisorProvenance(kind="yours")
+
+
+def _provenance_words(provenance: AdvisorProvenance) -> str:
+    words = provenance.words
+    return "your run (this store)" if provenance.kind == "yours" else words
+
+
+def run_roles(answer: AdvisorReport) -> dict[str, str]:
+    """run_id -> why the report shows it: it settled an answer, is the nearest context, or is
+    a capacity search the sizing reads."""
+    roles: dict[str, str] = {}
+    for stage in answer.stages:
+        chosen = stage.recommendation
+        prefix = f"{stage.stage}: " if len(answer.stages) > 1 else ""
+        for run_id in chosen.settled_by_runs:
+            roles.setdefault(run_id, prefix + "settled the answer")
+        for row in chosen.nearest:
+            for run_id in row.run_ids:
+                roles.setdefault(run_id, prefix + "nearest measurement (context only)")
+        for candidate in chosen.measured_capacities():
+            if candidate.capacity.run_id:
+                roles.setdefault(candidate.capacity.run_id, prefix + "capacity search")
+    return roles
 
 
 # --------------------------------------------------------------------------- evidence
@@ -376,10 +473,24 @@ def run_source(
     return "measured-here" if same and same_host else "measured-elsewhere"
 
 
-def evidence_row(run: RunResult, source: str) -> EvidenceRow:
+def _gpu_name(run: RunResult) -> str | None:
+    from advisor.evidence import run_gpu_name
+
+    return run_gpu_name(run)
+
+
+def evidence_row(
+    run: RunResult, source: str, provenance: AdvisorProvenance | None = None
+) -> EvidenceRow:
+    from advisor.evidence import run_gpu_name
+
     summary = run.summary
     telemetry = run.telemetry
+    provenance = provenance or AdvisorProvenance(kind="yours")
     return EvidenceRow(
+        provenance=provenance.kind,
+        provenance_words=_provenance_words(provenance),
+        gpu=run_gpu_name(run),
         framework=run.config.backend,
         source=source,  # type: ignore[arg-type]
         run_id=run.run_id,
@@ -425,11 +536,15 @@ def published_rows(answer: AdvisorReport) -> list[EvidenceRow]:
             if metric in row.metrics and math.isfinite(row.metrics[metric])
         }
         context = ", ".join(part for part in (row.model, row.gpu, row.shape, row.reference) if part)
+        provenance = row.provenance or AdvisorProvenance(kind="article", file=row.reference)
         report_row = EvidenceRow(
             framework=row.framework,
             source="published",
             context=context,
             validity="published",
+            provenance=provenance.kind,
+            provenance_words=provenance.words,
+            gpu=row.gpu,
             **values,
         )
         if report_row not in rows:
@@ -531,7 +646,7 @@ def _diagnostics(
 def _environment_items(fp: Mapping[str, Any]) -> list[KeyValue]:
     shown = {key: value for key, value in fp.items() if key not in ("libraries",)}
     libraries = {name: v for name, v in (fp.get("libraries") or {}).items() if v is not None}
-    return flatten(shown) + flatten({"libraries": libraries})
+    return readable(flatten(shown) + flatten({"libraries": libraries}))
 
 
 def _run_environment(run: RunResult) -> RunEnvironment:
@@ -805,25 +920,41 @@ def build_report(
     profile_file: str | None = None,
     now: datetime | None = None,
     extra_runs: Mapping[str, RunResult] | None = None,
+    published_files: Mapping[str, str] | None = None,
 ) -> Report:
     """The report's data from the advisor's answer for `profile` and the runs it shows.
 
     `records`: run_id -> that run's request records (an iterator from the store is read once,
     into columns; nothing per request is kept beyond INTERVAL_MAX_RECORDS for the intervals).
     `extra_runs`: runs the capacity appendix may cite that are not among `runs`.
+    `published_files`: run_id -> data/reference file of the runs this project ships (their
+    provenance is `published` even where the advisor did not cite them).
     """
     extra_runs = extra_runs or {}
+    profile_stages = {stage.name: stage for stage in profile.stages}
     kept = {run_id: _Kept(items) for run_id, items in records.items()}
     requests = {run_id: RequestColumns.from_records(items) for run_id, items in kept.items()}
     intervals = {run.run_id: _intervals(run, kept.get(run.run_id)) for run in runs}
-    stages = [stage_report(stage) for stage in answer.stages]
+    stages = [
+        stage_report(
+            stage, profile_stages[stage.stage].gpu.type if stage.stage in profile_stages else None
+        )
+        for stage in answer.stages
+    ]
     marks = advisor_sources(answer)
+    cited = advisor_provenances(answer)
+    provenances = {run.run_id: run_provenance(run, cited, published_files or {}) for run in runs}
+    roles = run_roles(answer)
     estimate = _primary_estimate(answer)
     profile_models = {stage.model for stage in profile.stages if stage.model}
     profile_gpus = [stage.gpu.type for stage in profile.stages if stage.gpu.type]
     sources = {run.run_id: run_source(run, marks, environment, profile_gpus) for run in runs}
     evidence_rows = [
-        _with_interval(evidence_row(run, sources[run.run_id]), run, intervals[run.run_id])
+        _with_interval(
+            evidence_row(run, sources[run.run_id], provenances[run.run_id]),
+            run,
+            intervals[run.run_id],
+        )
         for run in runs
     ]
     evidence_rows += published_rows(answer)
@@ -832,6 +963,16 @@ def build_report(
     availability: dict[str, str] = {}
     for stage in answer.stages:
         availability.update(stage.recommendation.availability)
+    measured_frameworks = {
+        row.framework
+        for stage in answer.stages
+        for row in stage.evidence
+        if row.provenance is not None and row.provenance.kind in ("yours", "published")
+    } | {run.config.backend for run in runs if run.summary and run.summary.successful}
+    decisions = [
+        stage_decision(stage, profile_stages.get(stage.stage), availability, measured_frameworks)
+        for stage in answer.stages
+    ]
     caveats = _not_measured(stages, runs, availability)
     for stage in stages:
         caveats += [
@@ -870,6 +1011,9 @@ def build_report(
         profile=flatten(profile_data),
         profile_data=profile_data,
         headline=headline or "The advisor returned no recommendation.",
+        decisions=decisions,
+        workload=workload_tables(profile),
+        reproduce_commands=reproduce_commands(profile_file),
         stages=stages,
         evidence=evidence_rows,
         reference=reference,
@@ -909,6 +1053,12 @@ def build_report(
                 validity=run.validity.status.value if run.validity else None,
                 source=sources[run.run_id],  # type: ignore[arg-type]
                 records=len(requests[run.run_id]) if run.run_id in requests else 0,
+                provenance=provenances[run.run_id].kind,
+                provenance_words=_provenance_words(provenances[run.run_id]),
+                gpu=_gpu_name(run),
+                role=roles.get(run.run_id, "chosen for this report"),
+                created_at=run.created_at,
+                command=run.command or "(no command stored with this run)",
             )
             for run in runs
         ],
@@ -978,11 +1128,15 @@ def report_for(
         records[run_id] = store.iter_records(run_id)
     environment = fingerprint()
     table, absent = load_seed_reference(reference.folder)
+    published_files = {
+        run.run_id: name for name, shipped_runs in reference.runs.items() for run in shipped_runs
+    }
     return build_report(
         profile,
         answer,
         runs,
         records,
+        published_files=published_files,
         environment=environment,
         preflight=preflight(environment),
         reference=table,

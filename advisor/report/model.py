@@ -21,22 +21,45 @@ report files stay small whatever the run size (altair refuses inline data above 
 
 EvidenceSource = Literal["measured-here", "measured-elsewhere", "published"]
 EVIDENCE_SOURCES: tuple[str, ...] = ("measured-here", "measured-elsewhere", "published")
+"""Whether a row's GPU is the profile's GPU type (`published`: a figure of a published table);
+who measured it is `Provenance`, a separate question."""
+
+Provenance = Literal["yours", "published", "article"]
+"""Who measured a figure (advisor.evidence's vocabulary): your runs (this store), this project's
+published runs (data/reference, with host and date), the article's figures."""
+PROVENANCE_LABELS: dict[str, str] = {
+    "yours": "your run",
+    "published": "published run",
+    "article": "the article",
+}
+FactSource = Literal["yours", "published", "article", "tree", "estimate", "profile"]
+"""Where a fact of the decision comes from: the three provenances of a measurement, the
+decision tree, the feasibility estimate (a model's figure, nothing measured), or the profile."""
+FACT_SOURCE_LABELS: dict[str, str] = {
+    "yours": "your runs",
+    "published": "this project's published runs",
+    "article": "the article's figures",
+    "tree": "the decision tree",
+    "estimate": "estimate, not measured",
+    "profile": "your profile",
+}
 
 SECTIONS: tuple[tuple[str, str], ...] = (
-    ("summary", "Summary"),
-    ("profile", "Workload profile"),
-    ("decision-path", "Decision path"),
-    ("recommendation", "Recommendation"),
-    ("capacity", "Capacity and cost"),
+    ("decision", "The decision"),
+    ("workload", "The workload"),
+    ("recommendation", "Recommendation in detail"),
     ("evidence", "Evidence"),
-    ("reference", "Published reference (article, A100)"),
     ("charts", "Charts"),
+    ("capacity", "Capacity and cost"),
     ("feasibility", "Feasibility and physical floor"),
-    ("diagnostics", "Diagnostics"),
-    ("environment", "Environment"),
-    ("reproduce", "Reproduce every run"),
-    ("probes", "Appendix: capacity search probes"),
+    ("reference", "The article's figures (A100, reference only)"),
     ("caveats", "Caveats"),
+    ("runs", "Appendix A: every run and its command"),
+    ("environment", "Appendix B: environment"),
+    ("decision-path", "Appendix C: decision path"),
+    ("diagnostics", "Appendix D: diagnostics"),
+    ("probes", "Appendix E: capacity search probes"),
+    ("calibration", "Appendix F: estimate accuracy"),
 )
 """(anchor id, heading) of every section, in order; every format prints each heading once."""
 
@@ -70,6 +93,54 @@ class Alternative(ReportPart):
     reason: str = ""
 
 
+class Fact(ReportPart):
+    """One fact that decided an answer, with where it comes from."""
+
+    text: str
+    source: FactSource
+    source_words: str = Field(
+        "", description="The provenance in plain words (file, host, date of a published run)."
+    )
+
+    @property
+    def label(self) -> str:
+        return FACT_SOURCE_LABELS[self.source]
+
+
+class StageDecision(ReportPart):
+    """Page 1 of the report for one stage: the answer in one sentence, why, the runner-up and
+    what would change the answer, the risks."""
+
+    stage: str
+    framework: str
+    framework_label: str = Field(description="The framework as people write it (vLLM).")
+    refused: bool = False
+    sentence: str = Field(description="The recommended stack and configuration, one sentence.")
+    basis: str = Field(description="What settled the answer (your runs, published runs, tree).")
+    settled_by: Literal["yours", "published", "tree", "refused"] = "tree"
+    confidence: str
+    confidence_why: str = ""
+    facts: list[Fact] = Field(default_factory=list, description="The two or three deciding facts.")
+    runner_up: str | None = Field(None, description="The runner-up and where it stands.")
+    would_change: list[str] = Field(
+        default_factory=list, description="What would change the answer (at most three)."
+    )
+    risks: list[str] = Field(default_factory=list)
+    sizing: str = Field("", description="GPUs and cost, or why they are not known.")
+
+
+class WorkloadAnswer(ReportPart):
+    """One question of the profile form and the answer given, in words."""
+
+    question: str
+    answer: str
+
+
+class StageWorkload(ReportPart):
+    stage: str
+    answers: list[WorkloadAnswer] = Field(default_factory=list)
+
+
 class StageReport(ReportPart):
     """One stage's recommendation (a workload may chain stages, e.g. encoder then LLM)."""
 
@@ -97,6 +168,14 @@ class StageReport(ReportPart):
         "interval, verdict beyond the practical threshold, repeats or 'single run'.",
     )
     ranking_note: str | None = None
+    deploy: list[KeyValue] = Field(
+        default_factory=list,
+        description="The configuration to deploy in words (engine arguments, parallelism, "
+        "precision, expected figures); `configuration` holds the same as data.",
+    )
+    deploy_notes: list[str] = Field(
+        default_factory=list, description="Trade-offs and the estimate's accuracy, as sentences."
+    )
 
 
 class EvidenceRow(ReportPart):
@@ -127,6 +206,19 @@ class EvidenceRow(ReportPart):
     interval_note: str | None = Field(
         None, description="'single run' (within-run interval only) or the repeat group."
     )
+    provenance: Provenance | None = Field(
+        None, description="Who measured it: your run, this project's published run, the article."
+    )
+    provenance_words: str = Field("", description="The provenance with file, host and date.")
+    gpu: str | None = Field(None, description="The GPU the figures come from (None: a CPU).")
+
+    @property
+    def failed(self) -> bool:
+        return (self.validity or "").upper() == "FAILED"
+
+    @property
+    def provenance_label(self) -> str:
+        return PROVENANCE_LABELS.get(self.provenance or "", "stored run")
 
 
 class ReferenceTable(ReportPart):
@@ -292,6 +384,18 @@ class RunRef(ReportPart):
     validity: str | None = None
     source: EvidenceSource
     records: int = Field(0, ge=0, description="Measured request records read for the charts.")
+    provenance: Provenance | None = None
+    provenance_words: str = ""
+    gpu: str | None = Field(None, description="The GPU the run used (None: a CPU).")
+    role: str = Field(
+        "", description="Why it is in the report: settled the answer, nearest context, capacity."
+    )
+    created_at: str = ""
+    command: str = ""
+
+    @property
+    def provenance_label(self) -> str:
+        return PROVENANCE_LABELS.get(self.provenance or "", "stored run")
 
 
 class Report(ReportPart):
@@ -302,6 +406,15 @@ class Report(ReportPart):
     profile: list[KeyValue] = Field(default_factory=list, description="Flattened for display.")
     profile_data: dict[str, Any] = Field(default_factory=dict, description="The profile as given.")
     headline: str = Field("", description="One-sentence answer, per stage.")
+    decisions: list[StageDecision] = Field(
+        default_factory=list, description="Page 1: the decision per stage."
+    )
+    workload: list[StageWorkload] = Field(
+        default_factory=list, description="The profile as the form's questions and answers."
+    )
+    reproduce_commands: list[KeyValue] = Field(
+        default_factory=list, description="What each command reproduces -> the command."
+    )
     stages: list[StageReport] = Field(default_factory=list)
     evidence: list[EvidenceRow] = Field(default_factory=list)
     reference: ReferenceTable | None = None
@@ -328,3 +441,27 @@ class Report(ReportPart):
 
     def absent_charts(self) -> list[Chart]:
         return [chart for chart in self.charts if not chart.available]
+
+    def diagnostic_groups(self) -> list[DiagnosticGroup]:
+        """Diagnostics with one rule and advice together (first-seen order): each finding
+        once, the advice and command once per group."""
+        groups: dict[tuple[str, str, str], DiagnosticGroup] = {}
+        for item in self.diagnostics:
+            key = (item.title, item.severity, item.advice)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = DiagnosticGroup(
+                    title=item.title, severity=item.severity, advice=item.advice
+                )
+            group.findings.append(item)
+        return list(groups.values())
+
+
+class DiagnosticGroup(ReportPart):
+    """Diagnostics of one rule with the same advice (built for display, not stored); each
+    finding keeps its own command (it names its run)."""
+
+    title: str
+    severity: str
+    advice: str = ""
+    findings: list[Diagnostic] = Field(default_factory=list)

@@ -6,43 +6,26 @@ the `md` filter instead, since Markdown has its own special characters.
 
 from __future__ import annotations
 
-import math
 import re
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from advisor.report import numbers
 from advisor.report.model import SECTIONS
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
-MISSING = "—"
+MISSING = numbers.MISSING
 
 
 def format_number(value: Any) -> str:
     """Readable figure with precision by size; "—" for a missing value (same in every format)."""
-    if value is None or isinstance(value, bool):
-        return MISSING
-    if not isinstance(value, int | float):
-        return str(value)
-    if not math.isfinite(value):
-        return MISSING
-    magnitude = abs(value)
-    if isinstance(value, int) or magnitude >= 100:
-        return f"{value:,.0f}"
-    if magnitude >= 10:
-        return f"{value:.1f}"
-    if magnitude >= 1:
-        return f"{value:.2f}"
-    if magnitude == 0:
-        return "0"
-    return f"{value:.3g}"
+    return numbers.number(value)
 
 
 def format_percent(fraction: Any) -> str:
-    """A 0-1 fraction as a percentage ("0.50%")."""
-    if fraction is None or not isinstance(fraction, int | float):
-        return MISSING
-    return f"{fraction * 100:.2f}%"
+    """A 0-1 fraction as a percentage ("0.5%", "12%")."""
+    return numbers.percent(fraction)
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#])")
@@ -87,6 +70,26 @@ def _flat_items(data: Any) -> list[tuple[str, str]]:
     return [(item.key, item.value) for item in flatten(data)]
 
 
+def as_sentence(text: Any) -> str:
+    """Text ending in exactly one full stop (facts are written without one)."""
+    value = "" if text is None else str(text).rstrip()
+    return value if value.endswith((".", "!", "?")) else value + "."
+
+
+def when(iso_time: Any) -> str:
+    """`2026-12-01T13:30:07+00:00` -> `2026-12-01 13:30 UTC` (the stored value stays ISO)."""
+    text = "" if iso_time is None else str(iso_time)
+    if len(text) >= 16 and text[10] == "T" and text.endswith(("+00:00", "Z")):
+        return f"{text[:10]} {text[11:16]} UTC"
+    return text
+
+
+def _framework_label(name: Any) -> str:
+    from advisor.report.decision import framework_label
+
+    return framework_label(None if name is None else str(name))
+
+
 @cache
 def environment(kind: str):  # -> jinja2.Environment (imported lazily: keeps CLI start fast)
     """A jinja2 environment; kind = "html" (autoescape on) or "markdown" (autoescape off)."""
@@ -106,5 +109,8 @@ def environment(kind: str):  # -> jinja2.Environment (imported lazily: keeps CLI
     env.filters["mdcode"] = markdown_code
     env.filters["css_string"] = css_string
     env.filters["flat"] = _flat_items
+    env.filters["framework"] = _framework_label
+    env.filters["sentence"] = as_sentence
+    env.filters["when"] = when
     env.globals["SECTIONS"] = dict(SECTIONS)
     return env

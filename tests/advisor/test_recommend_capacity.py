@@ -311,7 +311,8 @@ async def test_report_carries_capacity_and_cost_in_every_format(capacity_runs, t
     out = os.environ.get("WIRING_REPORT_DIR") or tmp_path  # set it to look at the PDF
     written = generate(report, out, stem="capacity")
     markdown = written["md"].read_text()
-    assert "## Capacity and cost" in markdown and "## Appendix: capacity search probes" in markdown
+    assert "## Capacity and cost" in markdown
+    assert "## Appendix E: capacity search probes" in markdown
     assert "GPUs needed at peak" in markdown and "$2,920" in markdown
     html = written["html"].read_text()
     assert 'id="capacity"' in html and 'data-chart="capacity-gpus"' in html

@@ -60,6 +60,11 @@ def test_the_first_answer_rests_on_the_shipped_h200_measurements(app_test):
     # ... which are this project's published runs, not the user's (issue 23: provenance).
     assert any("settled by this project's published runs" in s.value for s in at.success)
     assert not any("No measurement counts" in i.value for i in at.info)
+    # The evidence caption names the provenance: this project's H200 runs are not the
+    # article's A100 figures, and nobody says the user measured them.
+    captions = " ".join(c.value for c in at.caption)
+    assert "'published run' rows are this project's published runs (data/reference)" in captions
+    assert "article's A100 figures" not in captions and "'your run' rows" not in captions
 
 
 def test_another_gpu_is_told_where_the_evidence_is_and_can_view_it(app_test):

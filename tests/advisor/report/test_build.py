@@ -100,7 +100,7 @@ def test_estimate_is_the_advisors(answer_and_report) -> None:
     assert report.estimate.decode_floor_ms is not None
     assert report.estimate.notes == [*estimate.notes, *estimate.suggestions]
     keys = {item.key for item in report.estimate.items}
-    assert {"weights_gb", "required_gb", "decode_floor_ms_per_token"} <= keys
+    assert {"Weights (GB)", "Required (GB)", "Decode floor (ms per token)"} <= keys
 
 
 def test_diagnostics_are_the_advisors_findings_for_the_reported_runs(answer_and_report) -> None:
@@ -334,4 +334,8 @@ def test_same_advice_is_grouped_and_printed_once(tmp_path: Path) -> None:
     assert len(cuda) == 2 and cuda[1] == cuda[0] + 1  # adjacent
     text = render_markdown(report, {chart.id: "x.svg" for chart in report.available_charts()})
     advice = report.diagnostics[cuda[0]].advice
-    assert text.count(advice.split(":")[0]) == 1 and "advice as above" in text
+    # One group per rule and advice: its findings listed, the advice printed once.
+    group = next(g for g in report.diagnostic_groups() if g.title == "cuda graphs off")
+    assert [d.run_id for d in group.findings] == [report.diagnostics[i].run_id for i in cuda]
+    assert text.count("### cuda graphs off (warning, 2 finding(s))") == 1
+    assert text.count(advice.split(":")[0]) == 1

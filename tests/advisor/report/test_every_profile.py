@@ -66,11 +66,17 @@ def test_report_all_formats_for_the_shipped_profile(profile: Path, tmp_path: Pat
     report = read_report_json(files["json"].read_text(encoding="utf-8"))
     assert report.stages and all(stage.framework and stage.path for stage in report.stages)
 
-    # PDF: the recommendation of every stage and every step of its decision path, as text.
-    pdf_text = _squeezed(" ".join(page.extract_text() for page in PdfReader(files["pdf"]).pages))
-    for stage in report.stages:  # the summary line: stage -> framework, confidence
-        summary = f"{stage.name} → {stage.framework} confidence: {stage.confidence}"
-        assert _squeezed(summary) in pdf_text, summary
+    # PDF page 1: the decision of every stage (the one sentence and its deciding facts), with
+    # no raw model key, no Python None and no exponent; every step of the path later on.
+    pages = [page.extract_text() for page in PdfReader(files["pdf"]).pages]
+    pdf_text = _squeezed(" ".join(pages))
+    first = _squeezed(pages[0])
+    assert len(report.decisions) == len(report.stages)
+    for decision in report.decisions:
+        assert _squeezed(f"{decision.stage} → {decision.framework_label}") in first
+        assert _squeezed(decision.sentence) in first, decision.sentence
+    assert not re.search(r"stages\[\d+\]|\bNone\b|\d\.?\d*e[+-]\d|For —", pages[0])
+    for stage in report.stages:
         for step in stage.path:
             assert _squeezed(step.question) in pdf_text, step.question
             assert _squeezed(step.why) in pdf_text, step.why

@@ -40,7 +40,7 @@ def evidence_numbers(report: Report) -> list[str]:
         ):
             if value is not None:
                 shown.append(format_number(value))
-        shown.append(format_percent(row.error_rate))
+        shown.append("run failed" if row.failed else format_percent(row.error_rate))
     return shown
 
 
@@ -78,7 +78,7 @@ def test_html_is_self_contained_and_escapes_profile_text(written) -> None:
     assert len(images) == len(report.available_charts())
     assert all(src.startswith("data:image/svg+xml;base64,") for src in images)
     for _, title in SECTIONS:
-        assert f">{title}</h2>" in html.replace("&amp;", "&")
+        assert f">{title}</h2>" in html.replace("&amp;", "&").replace("&#39;", "'")
     for number in evidence_numbers(report):
         assert number in html
 
@@ -96,10 +96,28 @@ def test_pdf_text_has_every_section_and_the_evidence_numbers(written) -> None:
     for number in evidence_numbers(report):
         assert number in flat, number
     assert "<script>alert" in flat  # shown as text, as typed
-    # A page per section (the title block shares the first page with the summary).
-    starts = [i for i, page in enumerate(pages) for _, t in SECTIONS if page.lstrip().startswith(t)]
-    assert len(starts) >= len(SECTIONS) - 1
+    # Page 1 is the decision; the big parts and every appendix start their own page.
+    assert pages[0].lstrip().lower().startswith("architecture review")
+    assert "The decision" in pages[0] and "Reproduce" in " ".join(pages[0].split())
+    page_starters = [title for anchor, title in SECTIONS if anchor in PAGE_STARTERS]
+    starts = {t for page in pages for t in page_starters if page.lstrip().startswith(t)}
+    assert starts == set(page_starters), set(page_starters) - starts
     assert pdf.pages[0].mediabox.width == pytest.approx(595.3, abs=1)  # A4 portrait, points
+
+
+PAGE_STARTERS = (
+    "recommendation",
+    "evidence",
+    "charts",
+    "capacity",
+    "runs",
+    "environment",
+    "decision-path",
+    "diagnostics",
+    "probes",
+    "calibration",
+)
+"""Sections print.css starts on a new page."""
 
 
 def test_json_file_round_trips(written) -> None:
@@ -125,3 +143,10 @@ def test_number_formatting_is_stable() -> None:
         "7",
     ]
     assert format_percent(0.005) == "0.50%"
+    # No exponent at any size, trailing zeros dropped below one.
+    assert [format_number(v) for v in (10310.2, 0.0000123, 0.85, 4889.7054)] == [
+        "10,310",
+        "0.0000123",
+        "0.85",
+        "4,890",
+    ]

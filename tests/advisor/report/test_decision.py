@@ -1,0 +1,169 @@
+"""Page 1 of the report on the shipped data: the decision per stage with its provenance, the
+workload in words, numbers without exponents. Reports come from the real `assemble_report`
+over an empty store, the shipped examples/profiles and data/reference (no test double)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from advisor.report import generate
+from advisor.report.build import assemble_report
+from advisor.report.model import Report
+from bench.store import ResultStore
+
+REPO = Path(__file__).resolve().parents[3]
+PROFILES = REPO / "examples" / "profiles"
+RAW_KEY = re.compile(
+    r"stages\[\d+\]|\b(figures|engine_args|precision|slo|gpu|shared_prefix)\.[a-z_]+"
+    r"|\b[a-z]+_tokens\.(mean|spread|kind|min|max)\b"
+)
+"""Model keys as the old report printed them (`stages[0].prompt_tokens.spread`,
+`figures.basis`), not file names like decision_tree.yaml."""
+EXPONENT = re.compile(r"\d\.?\d*e[+-]\d")
+PYTHON_NONE = re.compile(r"\bNone\b")
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("store") / "empty.sqlite"
+    ResultStore(path).close()  # a report only reads: the store must exist
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def reports(empty_store: str) -> dict[str, Report]:
+    names = (
+        "chat_7b_h200",
+        "shape_mismatched_evidence",
+        "over_long_context",
+        "ecommerce_two_stage",
+    )
+    return {
+        name: assemble_report(PROFILES / f"{name}.yaml", store_location=empty_store)
+        for name in names
+    }
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def test_measured_answer_names_the_published_runs_that_settled_it(reports) -> None:
+    """Shipped-only evidence on a CPU machine: the H200 runs are this project's published runs,
+    never 'yours', and the facts say which file, host and date."""
+    report = reports["chat_7b_h200"]
+    (decision,) = report.decisions
+    assert decision.settled_by == "published" and decision.framework_label == "vLLM"
+    assert decision.sentence.startswith("Serve main with vLLM on 1 × H200")
+    assert "max_num_seqs=256" in decision.sentence  # the configuration, as the engine takes it
+    measured, verdict = decision.facts[0], decision.facts[1]
+    assert measured.source == "published" and "h200_2026-11-29_runs.json" in measured.source_words
+    assert "tok/s output throughput on H200" in measured.text
+    assert verdict.text.startswith("2.9") and "PyTorch (eager)" in verdict.text
+    assert all(fact.source != "yours" for fact in decision.facts)
+    assert all(run.provenance == "published" for run in report.runs)
+    assert all(row.provenance in ("published", "article") for row in report.evidence)
+    assert any("published runs, not on your machines" in risk for risk in decision.risks)
+    assert any(risk.startswith("FP8 accuracy is unchecked") for risk in decision.risks)
+    assert decision.runner_up and decision.runner_up.startswith("TensorRT-LLM")
+
+
+def test_tree_answer_says_nothing_matched_and_shows_the_nearest_as_context(reports) -> None:
+    (decision,) = reports["shape_mismatched_evidence"].decisions
+    assert decision.settled_by == "tree"
+    assert [fact.source for fact in decision.facts] == ["tree", "estimate", "published"]
+    assert "context only" in decision.facts[2].text and "8x away" in decision.facts[2].text
+    assert decision.risks[0].startswith("No measurement matches this workload")
+
+
+def test_refused_answer_recommends_nothing(reports) -> None:
+    (decision,) = reports["over_long_context"].decisions
+    assert decision.refused and decision.framework_label == "none"
+    assert "refused before any run" in decision.sentence
+    assert "context window of 4,096 tokens" in decision.facts[0].text
+    assert reports["over_long_context"].stages[0].deploy == []
+
+
+def test_two_stages_get_a_decision_each(reports) -> None:
+    report = reports["ecommerce_two_stage"]
+    assert [d.stage for d in report.decisions] == ["feature-extraction", "generation"]
+    assert [d.framework_label for d in report.decisions] == ["TensorRT", "vLLM"]
+    assert [w.stage for w in report.workload] == ["feature-extraction", "generation"]
+
+
+def test_workload_is_the_forms_questions_not_model_keys(reports) -> None:
+    answers = {a.question: a.answer for a in reports["chat_7b_h200"].workload[0].answers}
+    assert answers["Prompt length"] == "128 tokens (fixed)"
+    assert answers["Requests in flight at peak"] == "64"
+    assert answers["GPU"] == "1 × H200, 141 GB each"
+    assert answers["Does it generate long sequences?"] == "Yes"
+    assert answers["Peak traffic to size the fleet for"].startswith("Not given")
+    for report in reports.values():
+        for table in report.workload:
+            for answer in table.answers:
+                assert not RAW_KEY.search(answer.question), answer.question
+                assert not PYTHON_NONE.search(answer.answer), answer
+
+
+def test_deploy_rows_are_words(reports) -> None:
+    deploy = {row.key: row.value for row in reports["chat_7b_h200"].stages[0].deploy}
+    assert deploy["Framework"] == "vLLM"
+    assert "max_model_len=1024" in deploy["Engine arguments"]
+    assert deploy["Expected figures (measured)"].startswith("TPOT p50 8.81 ms")
+
+
+@pytest.mark.parametrize("name", ["chat_7b_h200", "ecommerce_two_stage"])
+def test_pdf_page_one_states_the_decision(reports, name: str, tmp_path: Path) -> None:
+    from pypdf import PdfReader
+
+    report = reports[name]
+    files = generate(report, tmp_path, ["pdf", "md"], stem=name)
+    pages = [page.extract_text() for page in PdfReader(files["pdf"]).pages]
+    first = _squeezed(pages[0])
+    assert _squeezed("The decision") in first
+    for decision in report.decisions:
+        assert _squeezed(decision.sentence) in first, decision.sentence
+        assert _squeezed(f"{decision.stage} → {decision.framework_label}") in first
+    assert "Reproduce" in first and _squeezed("python -m advisor bench-plan") in first
+    assert not RAW_KEY.search(pages[0]), RAW_KEY.search(pages[0])
+    assert not PYTHON_NONE.search(pages[0]) and "For —" not in pages[0]
+    for page in pages:
+        assert not EXPONENT.search(page), EXPONENT.search(page)
+    # The Markdown carries the same decision, first.
+    markdown = files["md"].read_text()
+    head = markdown[: markdown.index("## The workload")]
+    for decision in report.decisions:
+        assert decision.sentence.replace("_", "\\_") in head
+        for fact in decision.facts:
+            assert fact.label in head
+    assert not PYTHON_NONE.search(head) and not EXPONENT.search(markdown)
+    # Files of this checkout are named relative to it (the report is read elsewhere).
+    assert f"{REPO}/" not in markdown[: markdown.index("## Appendix B")]
+
+
+def test_a_failed_run_reads_run_failed_not_zero_errors(reports) -> None:
+    """A FAILED run whose summary says error_rate 0 (it crashed between requests) is shown as
+    'run failed' in every format, never as 'Errors 0%'."""
+    from advisor.report.html import render_html
+    from advisor.report.markdown import render_markdown
+    from advisor.report.model import EvidenceRow
+
+    failed = EvidenceRow(
+        framework="vllm",
+        source="measured-here",
+        run_id="run-that-crashed",
+        validity="FAILED",
+        error_rate=0.0,
+        provenance="yours",
+        provenance_words="your run (this store)",
+    )
+    report = reports["chat_7b_h200"].model_copy(update={"evidence": [failed], "charts": []})
+    markdown = render_markdown(report, {})
+    row = next(line for line in markdown.splitlines() if "run-that-crashed" in line)
+    assert row.rstrip(" |").endswith("run failed") and "0%" not in row
+    html = render_html(report, {})
+    speed = html[html.index("<h3>Speed</h3>") : html.index("<h3>Resources and validity</h3>")]
+    assert "run failed" in speed and ">0%<" not in speed
