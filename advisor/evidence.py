@@ -277,9 +277,7 @@ def objective_metric(stage: StageProfile, published: bool = False) -> str:
 def run_gpu_name(run: RunResult) -> str | None:
     """The canonical catalogue name of the GPU a run used, the raw name, or None: a run on the
     CPU (also on a machine that has a GPU) used none."""
-    from bench.environment import primary_gpu_name  # psutil and telemetry: not at import time
-
-    raw = primary_gpu_name(run.environment) if run.environment else None
+    raw = run.environment.primary_gpu_name if run.environment else None
     if raw is None or run.config.device == "cpu":
         return None
     spec = find_gpu(raw)
@@ -461,7 +459,7 @@ def _provenance(run: RunResult, reference: str | None) -> Provenance:
     return Provenance(
         kind="published",
         file=reference,
-        host=run.environment.get("hostname") if run.environment else None,
+        host=run.environment.hostname if run.environment else None,
         date=run.created_at[:10] if run.created_at else None,
         command=run.command or None,
     )

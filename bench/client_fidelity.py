@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bench.errors import UserError
+from bench.fingerprint import StoredFingerprint
 from bench.outputs import write_atomic
 from bench.strict import Strict, StrictInput
 
@@ -119,8 +120,8 @@ class ClientFidelityResult(Strict):
     server: str = Field(description="Started here (command) or the given base_url.")
     server_startup_s: float | None = None
     command: str = Field("", description="The command that ran this check.")
-    environment: dict[str, Any] = Field(
-        default_factory=dict, description="Environment fingerprint (bench.environment)."
+    environment: StoredFingerprint = Field(
+        None, description="Environment fingerprint (bench/fingerprint.py)."
     )
     runs: list[ClientRun]
     levels: list[LevelComparison]

@@ -25,7 +25,8 @@ from typing import Any
 
 from pydantic import Field
 
-from bench.environment import COMPARABILITY_LIBRARIES, library_versions
+from bench.environment import library_versions
+from bench.fingerprint import COMPARABILITY_LIBRARIES, ExecutorFacts
 from bench.strict import Strict
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -93,8 +94,7 @@ def _gpu_uuids(gpu_ids: list[str]) -> list[str]:
         return list(gpu_ids)
     from bench.environment import gpu_facts
 
-    gpus = gpu_facts().get("gpus") or []
-    by_index = {str(index): gpu.get("uuid") for index, gpu in enumerate(gpus)}
+    by_index = {str(index): gpu.uuid for index, gpu in enumerate(gpu_facts().gpus)}
     return [by_index.get(gpu_id) or f"index {gpu_id}" for gpu_id in gpu_ids]
 
 
@@ -116,12 +116,12 @@ def node_placement() -> NodePlacement | None:
     )
 
 
-def executor_facts() -> dict[str, Any]:
-    """For the environment fingerprint: `{"name": "local"}` or the Ray node the run ran on."""
+def executor_facts() -> ExecutorFacts:
+    """For the environment fingerprint: `local`, or the Ray node the run ran on."""
     placement = node_placement()
     if placement is None:
-        return {"name": "local"}
-    return {"name": "ray", **placement.model_dump(exclude={"executor"})}
+        return ExecutorFacts(name="local")
+    return ExecutorFacts(name="ray", **placement.model_dump(exclude={"executor"}))
 
 
 # --------------------------------------------------------------------------- the channel
