@@ -22,15 +22,25 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig
 from bench.engine_log import with_root_cause
-from bench.load.reports import PATTERN_REPORT, PatternReportBase
 from bench.proctree import TREE_MARKER, ProcessTree
 from bench.schema import Failure, ModelInfo, PhaseResult, RequestRecord
+from bench.worker_events import (
+    Closed,
+    Loaded,
+    Outcome,
+    PhaseDone,
+    Progress,
+    Records,
+    WorkerError,
+    WorkerEvent,
+    WorkerOutcome,
+)
 
 RECORD_FLUSH_S = 0.05
 RECORD_FLUSH_COUNT = 256
@@ -88,7 +98,8 @@ def _child_main(
             run_loop(_child_async(config, model_json, events, stop, gpus))
     except BaseException as exc:  # report every failure, then exit non-zero
         traceback.print_exc()
-        events.put(("error", _describe(exc), traceback.format_exc()[-LOG_TAIL_BYTES:]))
+        tail = traceback.format_exc()[-LOG_TAIL_BYTES:]
+        events.put(WorkerError(cause=_describe(exc), log_tail=tail))
         raise SystemExit(1) from None
 
 
@@ -117,7 +128,7 @@ def _describe(exc: BaseException) -> str:
 
 
 async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
-    """Build and load the run's backend in this worker; sends the "loaded" event."""
+    """Build and load the run's backend in this worker; sends the `Loaded` event."""
     from bench.backends import get_backend
 
     backend_cls = get_backend(config.backend)
@@ -130,21 +141,15 @@ async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
     ):
         engine_args.setdefault("trust_remote_code", True)  # the run-level opt-in reaches the engine
     backend = backend_cls(engine_args)
-    events.put(("progress", {"stage": "loading"}))
+    events.put(Progress(stage="loading"))
     info = await backend.load(model, config.workload, config.precision, config.device)
     loop_module = type(asyncio.get_running_loop()).__module__
     info.engine["event_loop"] = "uvloop" if loop_module.startswith("uvloop") else "asyncio"
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         info.engine["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
     events.put(
-        (
-            "loaded",
-            {
-                "load_s": info.load_s,
-                "compile_s": info.compile_s,
-                "build_s": info.build_s,
-                "engine": info.engine,
-            },
+        Loaded(
+            load_s=info.load_s, compile_s=info.compile_s, build_s=info.build_s, engine=info.engine
         )
     )
     return backend
@@ -168,28 +173,28 @@ async def _child_async(
 
     threading.Thread(target=watch_stop, name="stop-flag", daemon=True).start()
 
-    pending: list[dict] = []
+    pending: list[RequestRecord] = []
     last_flush = time.monotonic()
 
     def flush() -> None:
         nonlocal last_flush
         if pending:
-            events.put(("records", list(pending)))
+            events.put(Records.model_construct(records=list(pending)))
             pending.clear()
         last_flush = time.monotonic()
 
     def on_record(record: RequestRecord) -> None:
-        pending.append(record.model_dump())
+        pending.append(record)  # finished: the driver never changes a record it handed out
         if len(pending) >= RECORD_FLUSH_COUNT or time.monotonic() - last_flush > RECORD_FLUSH_S:
             flush()
 
     def on_phase(phase: PhaseResult) -> None:
         flush()
-        events.put(("phase", phase.model_dump()))
+        events.put(PhaseDone(phase=phase))
 
     def on_progress(progress: dict) -> None:
         flush()
-        events.put(("progress", {"stage": "running", **progress}))
+        events.put(Progress(stage="running", details=progress))
 
     async def flusher() -> None:  # records of a slow run still reach the parent promptly
         while True:
@@ -207,36 +212,18 @@ async def _child_async(
     # The outcome goes out before close(): a close that hangs or fails must not lose the run.
     server_metrics = getattr(backend, "server_metrics", None)  # a served engine's /metrics
     events.put(
-        (
-            "outcome",
-            {
-                "pattern_report": outcome.pattern_report.model_dump(),
-                "warmup_s": outcome.warmup_s,
-                "stopped": stop.is_set(),
-                "server_metrics": server_metrics() if server_metrics else [],
-            },
+        Outcome(
+            pattern_report=outcome.pattern_report,
+            warmup_s=outcome.warmup_s,
+            stopped=stop.is_set(),
+            server_metrics=server_metrics() if server_metrics else [],
         )
     )
     await backend.close()
-    events.put(("closed", {}))
+    events.put(Closed())
 
 
 # --------------------------------------------------------------------------- parent side
-
-
-@dataclass
-class WorkerOutcome:
-    """What the parent learned from one worker run."""
-
-    status: str  # COMPLETED | FAILED | STOPPED
-    failure: Failure | None = None
-    loaded: dict[str, Any] = field(default_factory=dict)
-    phases: list[PhaseResult] = field(default_factory=list)
-    pattern_report: PatternReportBase | None = None
-    warmup_s: float | None = None
-    exit_code: int | None = None
-    server_metrics: list[dict[str, Any]] = field(default_factory=list)
-    survivors: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -415,7 +402,7 @@ class Worker:
                 break
             self.snapshot_tree()
             try:
-                kind, *payload = self._events.get(timeout=0.2)
+                event = self._events.get(timeout=0.2)
             except queue.Empty:
                 now = time.monotonic()
                 if not self._process.is_alive():
@@ -442,22 +429,21 @@ class Worker:
                     )
                     break
                 continue
-            if self._handle(kind, payload, outcome, watch, on_records, on_progress):
+            if self._handle(event, outcome, watch, on_records, on_progress):
                 break
         return outcome
 
     def _handle(
         self,
-        kind: str,
-        payload: list[Any],
+        event: WorkerEvent,
         outcome: WorkerOutcome,
         watch: _EventState,
         on_records: Callable[[list[RequestRecord]], None],
         on_progress: Callable[[dict], None],
     ) -> bool:
         """Apply one event from the worker to `outcome`; True when the run is over."""
-        if kind == "records":
-            records = [RequestRecord.model_construct(**r) for r in payload[0]]
+        if isinstance(event, Records):
+            records = event.records
             on_records(records)
             for record in records:
                 if record.error is None:
@@ -473,34 +459,33 @@ class Worker:
                 return True
             if any(r.error is None for r in records):
                 watch.last_progress = time.monotonic()
-        elif kind == "progress":
-            progress = payload[0]
-            tokens = progress.get("output_tokens", -1)
-            if tokens != watch.output_tokens_seen or progress.get("stage") != "running":
+        elif isinstance(event, Progress):
+            tokens = event.details.get("output_tokens", -1)
+            if tokens != watch.output_tokens_seen or event.stage != "running":
                 watch.output_tokens_seen = tokens
                 watch.last_progress = time.monotonic()
-            on_progress(progress)
-        elif kind == "loaded":
+            on_progress(event.as_dict())
+        elif isinstance(event, Loaded):
             watch.loaded = True
-            outcome.loaded = payload[0]
+            outcome.loaded = event
             watch.last_progress = time.monotonic()
-            loaded = {k: v for k, v in payload[0].items() if k != "engine"}
-            on_progress({"stage": "loaded", **loaded})
-        elif kind == "phase":
-            outcome.phases.append(PhaseResult.model_validate(payload[0]))
-        elif kind == "outcome":
-            data = payload[0]
-            outcome.pattern_report = PATTERN_REPORT.validate_python(data["pattern_report"])
-            outcome.warmup_s = data["warmup_s"]
-            outcome.server_metrics = data.get("server_metrics", [])
-            outcome.status = "STOPPED" if data["stopped"] else "COMPLETED"
+            timings = event.model_dump(include={"load_s", "compile_s", "build_s"})
+            on_progress({"stage": "loaded", **timings})
+        elif isinstance(event, PhaseDone):
+            outcome.phases.append(event.phase)
+        elif isinstance(event, Outcome):
+            outcome.pattern_report = event.pattern_report
+            outcome.warmup_s = event.warmup_s
+            outcome.server_metrics = event.server_metrics
+            outcome.status = "STOPPED" if event.stopped else "COMPLETED"
             watch.last_progress = time.monotonic()
-        elif kind == "closed":
+        elif isinstance(event, Closed):
             return True
-        elif kind == "error":
-            cause, tb = payload
+        elif isinstance(event, WorkerError):
             outcome.status = "FAILED"
-            outcome.failure = Failure(cause=cause, advice=advice_for(cause), log_tail=tb)
+            outcome.failure = Failure(
+                cause=event.cause, advice=advice_for(event.cause), log_tail=event.log_tail
+            )
             return True
         return False
 
@@ -515,8 +500,8 @@ class Worker:
         before it died), through the same handler as a live one."""
         with contextlib.suppress(queue.Empty, EOFError, OSError):
             while True:
-                kind, *payload = self._events.get(timeout=0.1)
-                self._handle(kind, payload, outcome, watch, on_records, on_progress)
+                event = self._events.get(timeout=0.1)
+                self._handle(event, outcome, watch, on_records, on_progress)
 
     def log_tail(self, max_bytes: int = LOG_TAIL_BYTES) -> str:
         try:
