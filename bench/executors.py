@@ -26,6 +26,7 @@ from bench.strict import Strict
 
 if TYPE_CHECKING:
     from bench.campaign import CampaignStep, StepContext, StepOutcome
+    from bench.store import Job, Store
 
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
 """Ray names a node's detected GPU model `accelerator_type:<name>` (e.g. `accelerator_type:H200`);
@@ -186,7 +187,7 @@ class Executor(Protocol):
     ) -> StepOutcome:
         """Run one campaign step and return its outcome."""
 
-    def run_job(self, store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
+    def run_job(self, store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
         """Run every RunConfig of a claimed job and leave the job finished in the store."""
 
     def close(self) -> None:
@@ -209,7 +210,7 @@ class LocalExecutor:
 
         return run_step(step, context, executor_name=self.name, on_progress=on_progress)
 
-    def run_job(self, store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
+    def run_job(self, store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
         from bench.jobs import run_job
 
         return run_job(store, job, log_dir=log_dir)

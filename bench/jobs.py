@@ -28,10 +28,14 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.config import RunConfig
 from bench.schema import RunStatus
+
+if TYPE_CHECKING:  # bench.store pulls in SQLAlchemy; executors import this module's run_job
+    from bench.executors import Executor, ExecutorSettings
+    from bench.store import Job, Store
 
 log = logging.getLogger("bench.jobs")
 
@@ -165,7 +169,7 @@ class _StopWatcher(threading.Thread):
     names its current run, so a runner that stops beating fails both after the grace period.
     """
 
-    def __init__(self, store: Any, job_id: str, stop: threading.Event) -> None:
+    def __init__(self, store: Store, job_id: str, stop: threading.Event) -> None:
         super().__init__(name=f"stop-watcher-{job_id}", daemon=True)
         self.store = store
         self.job_id = job_id
@@ -186,7 +190,7 @@ class _StopWatcher(threading.Thread):
                 log.warning("stop watcher: store access failed: %s", error)
 
 
-def run_job(store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
+def run_job(store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
     """Run every RunConfig of a claimed job in order and mark the job finished.
 
     Job status: STOPPED when a stop was requested, FAILED when any run failed (its error names
@@ -296,7 +300,7 @@ def serve(
     idle_exit_s: float = IDLE_EXIT_S,
     log_dir: Path | None = None,
     stop: threading.Event | None = None,
-    executor_settings: Any = None,
+    executor_settings: ExecutorSettings | None = None,
     grace_s: float = JOB_GRACE_S,
 ) -> int:
     """The runner loop: reap stale jobs, claim the next one, run it; exit after idling.
@@ -377,7 +381,7 @@ def serve(
     return jobs_run
 
 
-def _run_claimed(executor: Any, store: Any, job: Any, log_dir: Path | None) -> None:
+def _run_claimed(executor: Executor, store: Store, job: Job, log_dir: Path | None) -> None:
     """Run one claimed job; never leave it RUNNING with a live, heartbeat-less runner."""
     try:
         status = executor.run_job(store, job, log_dir=log_dir)
@@ -396,7 +400,7 @@ def ensure_runner(
     store_location: str | None = None,
     log_path: Path | None = None,
     idle_exit_s: float = IDLE_EXIT_S,
-    executor_settings: Any = None,
+    executor_settings: ExecutorSettings | None = None,
 ) -> int:
     """Start a detached runner for this store unless one runs already; return its pid.
 
