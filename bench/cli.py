@@ -580,7 +580,8 @@ def campaign(
 ) -> None:
     """Run a campaign plan: benchmark runs, fidelity checks and advisor plans, resumable."""
     from bench.campaign import RichReporter, load_plan, run_campaign
-    from bench.executors import open_executor, parse_settings
+    from bench.executor_registry import open_executor
+    from bench.executors import parse_settings
     from bench.rehearsal import rehearsal_plan
     from bench.store_url import redact_urls
 

@@ -27,6 +27,7 @@ from bench.fingerprint import (
     FINGERPRINT_VERSION,
     ClockPair,
     CpuFacts,
+    ExecutorFacts,
     Fingerprint,
     GpuFacts,
     GpuInventory,
@@ -312,8 +313,6 @@ def fingerprint(nvml: Any = None) -> Fingerprint:
     mode), processes other than this one holding GPU memory, and the executor (`local`, or `ray`
     with the node id, IP, hostname and GPU UUIDs of the task).
     """
-    from bench.ray_node import executor_facts
-
     return Fingerprint(
         fingerprint_version=FINGERPRINT_VERSION,
         collected_at=datetime.now(UTC).isoformat(),
@@ -323,6 +322,67 @@ def fingerprint(nvml: Any = None) -> Fingerprint:
         **dict(gpu_facts(nvml)),
         executor=executor_facts(),
     )
+
+
+# --------------------------------------------------------------------------- where we run
+
+
+def node_text(placement: dict[str, Any]) -> str:
+    """`node gpu-7 (10.0.0.7, 5f2c9a1b3d4e) / GPUs GPU-21ff…, GPU-36bb…` for a Ray placement."""
+    node_id = str(placement.get("node_id") or "")
+    text = f"node {placement.get('hostname')} ({placement.get('node_ip')}, {node_id[:12]})"
+    gpus = placement.get("gpu_uuids") or placement.get("gpu_ids") or []
+    return text + (f" / GPUs {', '.join(map(str, gpus))}" if gpus else "")
+
+
+class NodePlacement(Strict):
+    """Where a job runs: the Ray node and the GPUs Ray gave its task."""
+
+    executor: str = "ray"
+    node_id: str
+    node_ip: str
+    hostname: str
+    gpu_ids: list[str] = Field(default_factory=list, description="Ray's accelerator ids.")
+    gpu_uuids: list[str] = Field(default_factory=list, description="NVML UUIDs of those GPUs.")
+
+    def describe(self) -> str:
+        return node_text(self.model_dump())
+
+
+def _gpu_uuids(gpu_ids: list[str]) -> list[str]:
+    """NVML UUIDs of Ray's accelerator ids (NVML indices, or UUIDs already)."""
+    if not gpu_ids:
+        return []
+    if all(gpu_id.startswith(("GPU-", "MIG-")) for gpu_id in gpu_ids):
+        return list(gpu_ids)
+    by_index = {str(index): gpu.uuid for index, gpu in enumerate(gpu_facts().gpus)}
+    return [by_index.get(gpu_id) or f"index {gpu_id}" for gpu_id in gpu_ids]
+
+
+def node_placement() -> NodePlacement | None:
+    """This process's Ray node and GPUs when it runs inside a Ray task or actor, else None."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    if context.worker.mode != ray.WORKER_MODE:  # the driver (submitter) is not "on a node"
+        return None
+    gpu_ids = [str(gpu_id) for gpu_id in context.get_accelerator_ids().get("GPU", [])]
+    return NodePlacement(
+        node_id=context.get_node_id(),
+        node_ip=ray.util.get_node_ip_address(),
+        hostname=socket.gethostname(),
+        gpu_ids=gpu_ids,
+        gpu_uuids=_gpu_uuids(gpu_ids),
+    )
+
+
+def executor_facts() -> ExecutorFacts:
+    """For the environment fingerprint: `local`, or the Ray node the run ran on."""
+    placement = node_placement()
+    if placement is None:
+        return ExecutorFacts(name="local")
+    return ExecutorFacts(name="ray", **placement.model_dump(exclude={"executor"}))
 
 
 # --------------------------------------------------------------------------- preflight

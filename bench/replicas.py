@@ -1,7 +1,8 @@
 """Several engine replicas behind one load generator: a run with `parallelism.replicas > 1`.
 
 Each replica is an isolated worker (bench/worker.py: spawned, own session, whole-tree kill) on
-its own GPUs (CUDA_VISIBLE_DEVICES from bench/placement.py) that serves requests sent to it; the
+its own GPUs (CUDA_VISIBLE_DEVICES from bench/placement.py) that serves requests sent to it
+(`serve_requests` in bench/worker_child.py); the
 parent runs the load pattern once (bench/runner.py) against `ReplicaPool`, which sends each
 request to the live replica with the fewest outstanding requests (ties in turn) and tags the
 record with it. Timing: the record's start and end are taken in the parent, chunk arrival
@@ -28,81 +29,19 @@ from bench.backends.base import Chunk, Request
 from bench.config import RunConfig
 from bench.placement import Placement
 from bench.schema import Failure, ModelInfo, PhaseResult, ReplicaResult, RequestRecord, RunStatus
-from bench.worker import Worker, advice_for, load_backend
+from bench.worker import Worker, advice_for
 from bench.worker_events import (
     Closed,
     Exited,
     Loaded,
     ReplicaEvent,
     RequestDone,
-    StreamedChunk,
     WorkerError,
     WorkerOutcome,
 )
 
 CLOSE_GRACE_S = 60.0
 """How long replicas get to close their engines cleanly before their trees are killed."""
-
-
-# --------------------------------------------------------------------------- replica side
-
-
-async def serve_requests(config: RunConfig, model_json: str, events: Any, requests: Any) -> None:
-    """In a replica worker: load the engine, then serve what the parent sends until "close".
-
-    Messages in: ("request", key, Request), ("cancel", key), ("close",). Out: `Loaded`, then a
-    `RequestDone` per request, and `Closed` after the engine is closed (bench/worker_events.py).
-    """
-    model = ModelInfo.model_validate_json(model_json)
-    backend = await load_backend(config, model, events)
-    loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue[tuple] = asyncio.Queue()
-
-    def read() -> None:  # the multiprocessing queue blocks: read it in a thread
-        while True:
-            try:
-                message = requests.get()
-            except (EOFError, OSError):
-                message = ("close",)
-            loop.call_soon_threadsafe(inbox.put_nowait, message)
-            if message[0] == "close":
-                return
-
-    threading.Thread(target=read, name="replica-inbox", daemon=True).start()
-    tasks: dict[int, asyncio.Task] = {}
-
-    async def serve(key: int, request: Request) -> None:
-        chunks: list[StreamedChunk] = []
-        error: str | None = None
-        try:
-            async for chunk in backend.stream(request):
-                chunks.append(
-                    (chunk.t_ns, chunk.tokens, chunk.usage_output_tokens, chunk.usage_input_tokens)
-                )
-        except asyncio.CancelledError:
-            error = "cancelled by the load generator"
-        except Exception as exc:  # an engine error fails the request, not the replica
-            error = f"{type(exc).__name__}: {exc}".strip()
-        finally:
-            tasks.pop(key, None)
-        events.put(RequestDone.model_construct(key=key, chunks=chunks, error=error))
-
-    while True:
-        message = await inbox.get()
-        if message[0] == "request":
-            _, key, request = message
-            tasks[key] = asyncio.create_task(serve(key, request))
-        elif message[0] == "cancel":
-            task = tasks.get(message[1])
-            if task is not None:
-                task.cancel()
-        elif message[0] == "close":
-            break
-    for task in list(tasks.values()):
-        task.cancel()
-    await asyncio.gather(*tasks.values(), return_exceptions=True)
-    await backend.close()
-    events.put(Closed())
 
 
 # --------------------------------------------------------------------------- parent side
