@@ -313,9 +313,8 @@ def run_label(run: RunResult) -> str:
 def run_gpu_type(run: RunResult) -> str | None:
     """The catalogue GPU type a run ran on: its config's gpu_type, else its fingerprint."""
     from advisor.gpus import find_gpu
-    from bench.environment import primary_gpu_name
 
-    name = run.config.gpu_type or primary_gpu_name(run.environment)
+    name = run.config.gpu_type or (run.environment.primary_gpu_name if run.environment else None)
     spec = find_gpu(name) if name else None
     return spec.name if spec is not None else None
 

@@ -105,7 +105,7 @@ def ran_on_cpu(run: RunResult) -> bool:
         return True
     if run.config.device == "cuda" or not run.environment:
         return False
-    return not run.environment.get("gpus") and not run.environment.get("gpu_available")
+    return not run.environment.gpus and not run.environment.gpu_available
 
 
 def profiling_command(run: RunResult) -> str:

@@ -34,14 +34,16 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from advisor.gpus import GPUS, GpuSpec
-from advisor.profile import StageProfile
 from bench.config import LengthDistribution
 from bench.strict import Strict
+
+if TYPE_CHECKING:  # annotations only: loading a profile checks its context window through here
+    from advisor.profile import StageProfile
 
 GB = 1e9
 RUNTIME_OVERHEAD_GB_PER_GPU = 1.0

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, computed_field
 
@@ -35,6 +35,9 @@ from bench.config import (
 )
 from bench.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
 from bench.strict import describe_validation_error
+
+if TYPE_CHECKING:  # the store module pulls in SQLAlchemy; the advisor only needs its type here
+    from bench.store import Store
 
 DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "reference"
 Source = Literal["measured-here", "measured-elsewhere", "published"]
@@ -277,9 +280,7 @@ def objective_metric(stage: StageProfile, published: bool = False) -> str:
 def run_gpu_name(run: RunResult) -> str | None:
     """The canonical catalogue name of the GPU a run used, the raw name, or None: a run on the
     CPU (also on a machine that has a GPU) used none."""
-    from bench.environment import primary_gpu_name  # psutil and telemetry: not at import time
-
-    raw = primary_gpu_name(run.environment) if run.environment else None
+    raw = run.environment.primary_gpu_name if run.environment else None
     if raw is None or run.config.device == "cpu":
         return None
     spec = find_gpu(raw)
@@ -461,7 +462,7 @@ def _provenance(run: RunResult, reference: str | None) -> Provenance:
     return Provenance(
         kind="published",
         file=reference,
-        host=run.environment.get("hostname") if run.environment else None,
+        host=run.environment.hostname if run.environment else None,
         date=run.created_at[:10] if run.created_at else None,
         command=run.command or None,
     )
@@ -842,8 +843,8 @@ def reference_runs_and_rows(
     return reference.runs, reference.published_rows(stage), reference.notes
 
 
-def stored_runs(store: Any) -> list[RunResult]:
-    """Every finished run in the store (any object with `list_runs()`), or [] for None."""
+def stored_runs(store: Store | None) -> list[RunResult]:
+    """Every finished run in the store, or [] for None."""
     if store is None:
         return []
     return [
@@ -862,7 +863,7 @@ def stage_evidence(
 
 
 def gather_evidence(
-    stage: StageProfile, store: Any = None, reference_dir: str | Path | None = None
+    stage: StageProfile, store: Store | None = None, reference_dir: str | Path | None = None
 ) -> list[EvidenceRow]:
     """Ranked evidence for a stage from the store and the reference folder."""
     return stage_evidence(stage, stored_runs(store), read_reference_folder(reference_dir))

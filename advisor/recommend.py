@@ -55,6 +55,7 @@ from bench.stats import PRACTICAL_THRESHOLD, CandidateVerdict, MeasuredRun, cand
 
 if TYPE_CHECKING:
     from bench.backends.base import Availability
+    from bench.store import Store
 
 MEASUREMENT_RULE = (
     "The tree picks the candidates and their order; only measurements that match the stage "
@@ -247,7 +248,7 @@ class RecordsLookup:
 
     def __init__(
         self,
-        store: Any = None,
+        store: Store | None = None,
         records: Mapping[str, Sequence[RequestRecord]] | None = None,
         reference: ReferenceFiles | None = None,
     ) -> None:
@@ -269,7 +270,7 @@ class RecordsLookup:
         found: Sequence[RequestRecord] | None = None
         if run_id in self.archive_of:
             found = shipped_records(self.archive_of[run_id]).get(run_id)
-        elif self.store is not None and hasattr(self.store, "iter_records"):
+        elif self.store is not None:
             try:
                 found = list(self.store.iter_records(run_id)) or None
             except (UserError, KeyError, OSError):
@@ -280,7 +281,7 @@ class RecordsLookup:
 
 def recommend(
     profile: WorkloadProfile,
-    store: Any = None,
+    store: Store | None = None,
     reference_dir: str | Path | None = None,
     tree: DecisionTree | None = None,
     availability: dict[str, str] | None = None,

@@ -49,6 +49,7 @@ from bench.schema import (
     Timings,
     ValidityStatus,
 )
+from bench.worker_events import WorkerOutcome
 
 log = logging.getLogger("bench.api")
 
@@ -524,9 +525,9 @@ def _measure(
         sink.close()
         if live is not None:
             live.stop()
-    result.engine = outcome.loaded.get("engine", {})
-    result.server_metrics = getattr(outcome, "server_metrics", [])
-    result.engine["worker_exit_code"] = getattr(outcome, "exit_code", None)
+    result.engine = dict(outcome.loaded.engine)
+    result.server_metrics = outcome.server_metrics
+    result.engine["worker_exit_code"] = outcome.exit_code
     result.engine["processes_left"] = outcome.survivors  # none unless a kill failed
     with contextlib.suppress(Exception):  # check no engine process is left on any GPU
         result.engine["gpu_processes_left"] = [
@@ -540,9 +541,9 @@ def _measure(
             if accumulator is not None and accumulator.requests:
                 replica.summary = accumulator.summary(config.slo, per_replica_gpus)
     result.timings = Timings(
-        load_s=outcome.loaded.get("load_s"),
-        compile_s=outcome.loaded.get("compile_s"),
-        build_s=outcome.loaded.get("build_s"),
+        load_s=outcome.loaded.load_s,
+        compile_s=outcome.loaded.compile_s,
+        build_s=outcome.loaded.build_s,
         warmup_s=outcome.warmup_s,
     )
     result.phases = outcome.phases
@@ -731,7 +732,7 @@ def _run_single(
     progress: Callable[[dict], None],
     stop: Any,
     kill_now: threading.Event | None = None,
-) -> Any:
+) -> WorkerOutcome:
     """One engine: the load pattern runs inside its worker (no IPC between request and clock)."""
     from bench.worker import Worker
 
@@ -762,7 +763,7 @@ def _run_replicated(
     pids: list[int],
     progress: Callable[[dict], None],
     stop: Any,
-) -> Any:
+) -> WorkerOutcome:
     """Several engines, one load generator here (bench/replicas.py); one log per replica."""
     from bench.replicas import ReplicaPool, run_replicas
 

@@ -39,6 +39,7 @@ from bench.environment import PreflightItem
 from bench.errors import UserError
 from bench.executors import Resources, job_resources
 from bench.fidelity import FidelityCheck, FidelityResult, VllmFidelityCheck
+from bench.fingerprint import StoredFingerprint
 from bench.outputs import prepare_out_dir, write_atomic
 from bench.schema import RunResult
 from bench.strict import Strict, StrictInput, describe_validation_error
@@ -213,7 +214,7 @@ class CampaignResult(Strict):
     budget_s: float | None = None
     started_at: str
     wall_s: float = 0.0
-    environment: dict[str, Any] = Field(default_factory=dict)
+    environment: StoredFingerprint = None
     preflight: list[PreflightItem] = Field(default_factory=list)
     steps: list[StepOutcome] = Field(default_factory=list)
     resumed: list[str] = Field(

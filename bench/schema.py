@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from bench import SCHEMA_VERSION
 from bench.config import RunConfig
+from bench.fingerprint import StoredFingerprint
 from bench.load.reports import PatternReport, older_report
 from bench.percentiles import Percentiles
 from bench.strict import Strict
@@ -286,7 +287,9 @@ class RunResult(Record):
     status: RunStatus = RunStatus.QUEUED
     config: RunConfig
     command: str = Field("", description="The exact command that reproduces this run.")
-    environment: dict[str, Any] = Field(default_factory=dict)
+    environment: StoredFingerprint = Field(
+        None, description="Where it measured (bench/fingerprint.py); None when none was taken."
+    )
     model: ModelInfo | None = None
     engine: dict[str, Any] = Field(
         default_factory=dict, description="Engine facts: version, CUDA graphs, attention kernel."

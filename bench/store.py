@@ -62,7 +62,6 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from bench import SCHEMA_VERSION
 from bench.config import RunConfig
-from bench.environment import primary_gpu_name
 from bench.errors import UserError
 from bench.schema import Failure, RequestRecord, RunResult, RunStatus, ValidityStatus
 from bench.store_schema import (
@@ -721,7 +720,7 @@ class ResultStore:
             "pattern": result.config.load.pattern,
             "created_at": result.created_at,
             "validity": str(result.validity.status) if result.validity else None,
-            "gpu_name": primary_gpu_name(result.environment),
+            "gpu_name": result.environment.primary_gpu_name if result.environment else None,
             "label": result.config.label,
             "group_id": result.group.group_id if result.group else None,
             "result_json": checked_result_json(result),

@@ -1,17 +1,18 @@
 """Process isolation: each engine runs in its own spawned process, in a session of its own.
 
-The child loads the backend and runs the load pattern (bench/runner.py) in-process, so no IPC
-sits between a request and its timestamps; it streams records, progress and the outcome to the
-parent over a multiprocessing queue. The parent never shares the engine's fate: a crash, an
-out-of-memory error or a hang (no token progress within the watchdog interval) ends the child,
-and the parent reports FAILED with the cause and keeps the records it already received.
+The child (bench/worker_child.py) loads the backend and runs the load pattern (bench/runner.py)
+in-process, so no IPC sits between a request and its timestamps; it streams records, progress
+and the outcome to the parent over a multiprocessing queue as the typed events of
+bench/worker_events.py. This module is the parent side. The parent never shares the engine's
+fate: a crash, an out-of-memory error or a hang (no token progress within the watchdog interval)
+ends the child, and the parent reports FAILED with the cause and keeps the records it already
+received.
 Stop = polite stop event, grace period, SIGTERM to the whole process group, then SIGKILL.
 Engine output (stdout/stderr, vLLM's engine-core children included) goes to a log file per run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import multiprocessing as mp
 import os
@@ -19,26 +20,31 @@ import queue
 import signal
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.config import RunConfig
 from bench.engine_log import with_root_cause
-from bench.load.reports import PATTERN_REPORT, PatternReportBase
 from bench.proctree import TREE_MARKER, ProcessTree
-from bench.schema import Failure, ModelInfo, PhaseResult, RequestRecord
+from bench.schema import Failure, ModelInfo, RequestRecord
+from bench.worker_child import LOG_TAIL_BYTES, _child_main
+from bench.worker_events import (
+    Closed,
+    Loaded,
+    Outcome,
+    PhaseDone,
+    Progress,
+    Records,
+    WorkerError,
+    WorkerEvent,
+    WorkerOutcome,
+)
 
-RECORD_FLUSH_S = 0.05
-RECORD_FLUSH_COUNT = 256
-LOG_TAIL_BYTES = 4000
 ROOT_CAUSE_SCAN_BYTES = 256 * 1024
 """How much of the engine log's end is searched for the engine's own error line."""
-STOP_POLL_S = 0.1
-"""How often the worker looks at the stop flag the parent sets."""
 STOP_GRACE_S = 10.0
 """After a stop request, how long the worker may take to end its pattern and close its engine
 before its process group is killed."""
@@ -47,196 +53,7 @@ CONSECUTIVE_FAILURES_FATAL = 200
 succeeding in between, the run is stopped as FAILED with the first error as its cause."""
 
 
-# --------------------------------------------------------------------------- child side
-
-
-def _child_main(
-    config_json: str,
-    model_json: str,
-    log_path: str,
-    events: Any,
-    stop: Any,
-    env: dict[str, str] | None = None,
-    requests: Any = None,
-    gpus: int | None = None,
-) -> None:
-    """Entry point of the worker process (spawned, so it imports nothing from the parent).
-
-    `env` (the replica's CUDA_VISIBLE_DEVICES) is applied before any framework is imported, so
-    the engine and every process it starts see only the replica's GPUs. With a `requests`
-    queue the worker serves requests sent by the parent's load generator (bench/replicas.py)
-    instead of running the load pattern itself.
-    """
-    os.setsid()  # own session and process group: the parent can kill the whole tree at once
-    _die_with_parent(os.getppid())
-    os.environ.update(env or {})
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    try:
-        config = RunConfig.model_validate_json(config_json)
-        run_loop = asyncio.run
-        if config.event_loop == "uvloop":
-            import uvloop
-
-            run_loop = uvloop.run
-        if requests is not None:
-            from bench.replicas import serve_requests
-
-            run_loop(serve_requests(config, model_json, events, requests))
-        else:
-            run_loop(_child_async(config, model_json, events, stop, gpus))
-    except BaseException as exc:  # report every failure, then exit non-zero
-        traceback.print_exc()
-        events.put(("error", _describe(exc), traceback.format_exc()[-LOG_TAIL_BYTES:]))
-        raise SystemExit(1) from None
-
-
-PARENT_CHECK_S = 1.0
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Kill this worker's process group once its parent is gone.
-
-    The worker runs in its own session so that a stop can kill its whole tree; the other side of
-    that is that it would outlive a supervisor killed outright (SIGKILL, a force-cancelled Ray
-    task). Re-parenting shows as a changed parent pid.
-    """
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(PARENT_CHECK_S)
-        os.killpg(0, signal.SIGKILL)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
-
-
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:500] if text else type(exc).__name__
-
-
-async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
-    """Build and load the run's backend in this worker; sends the "loaded" event."""
-    from bench.backends import get_backend
-
-    backend_cls = get_backend(config.backend)
-    engine_args = backend_cls.engine_args_for(
-        dict(config.engine_args), config.parallelism, config.precision
-    )
-    options = backend_cls.options_model
-    if config.trust_remote_code and (
-        options is None or "trust_remote_code" in options.model_fields
-    ):
-        engine_args.setdefault("trust_remote_code", True)  # the run-level opt-in reaches the engine
-    backend = backend_cls(engine_args)
-    events.put(("progress", {"stage": "loading"}))
-    info = await backend.load(model, config.workload, config.precision, config.device)
-    loop_module = type(asyncio.get_running_loop()).__module__
-    info.engine["event_loop"] = "uvloop" if loop_module.startswith("uvloop") else "asyncio"
-    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
-        info.engine["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
-    events.put(
-        (
-            "loaded",
-            {
-                "load_s": info.load_s,
-                "compile_s": info.compile_s,
-                "build_s": info.build_s,
-                "engine": info.engine,
-            },
-        )
-    )
-    return backend
-
-
-async def _child_async(
-    config: RunConfig, model_json: str, events: Any, stop_mp: Any, gpus: int | None
-) -> None:
-    from bench.runner import RunEvents, execute
-
-    model = ModelInfo.model_validate_json(model_json)
-    backend = await load_backend(config, model, events)
-
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-
-    def watch_stop() -> None:
-        while not stop_mp.value:
-            time.sleep(STOP_POLL_S)
-        loop.call_soon_threadsafe(stop.set)
-
-    threading.Thread(target=watch_stop, name="stop-flag", daemon=True).start()
-
-    pending: list[dict] = []
-    last_flush = time.monotonic()
-
-    def flush() -> None:
-        nonlocal last_flush
-        if pending:
-            events.put(("records", list(pending)))
-            pending.clear()
-        last_flush = time.monotonic()
-
-    def on_record(record: RequestRecord) -> None:
-        pending.append(record.model_dump())
-        if len(pending) >= RECORD_FLUSH_COUNT or time.monotonic() - last_flush > RECORD_FLUSH_S:
-            flush()
-
-    def on_phase(phase: PhaseResult) -> None:
-        flush()
-        events.put(("phase", phase.model_dump()))
-
-    def on_progress(progress: dict) -> None:
-        flush()
-        events.put(("progress", {"stage": "running", **progress}))
-
-    async def flusher() -> None:  # records of a slow run still reach the parent promptly
-        while True:
-            await asyncio.sleep(0.25)
-            flush()
-
-    flush_task = asyncio.create_task(flusher())
-    try:
-        outcome = await execute(
-            config, backend, model, RunEvents(on_record, on_phase, on_progress), stop, gpus
-        )
-    finally:
-        flush_task.cancel()
-        flush()
-    # The outcome goes out before close(): a close that hangs or fails must not lose the run.
-    server_metrics = getattr(backend, "server_metrics", None)  # a served engine's /metrics
-    events.put(
-        (
-            "outcome",
-            {
-                "pattern_report": outcome.pattern_report.model_dump(),
-                "warmup_s": outcome.warmup_s,
-                "stopped": stop.is_set(),
-                "server_metrics": server_metrics() if server_metrics else [],
-            },
-        )
-    )
-    await backend.close()
-    events.put(("closed", {}))
-
-
 # --------------------------------------------------------------------------- parent side
-
-
-@dataclass
-class WorkerOutcome:
-    """What the parent learned from one worker run."""
-
-    status: str  # COMPLETED | FAILED | STOPPED
-    failure: Failure | None = None
-    loaded: dict[str, Any] = field(default_factory=dict)
-    phases: list[PhaseResult] = field(default_factory=list)
-    pattern_report: PatternReportBase | None = None
-    warmup_s: float | None = None
-    exit_code: int | None = None
-    server_metrics: list[dict[str, Any]] = field(default_factory=list)
-    survivors: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -415,7 +232,7 @@ class Worker:
                 break
             self.snapshot_tree()
             try:
-                kind, *payload = self._events.get(timeout=0.2)
+                event = self._events.get(timeout=0.2)
             except queue.Empty:
                 now = time.monotonic()
                 if not self._process.is_alive():
@@ -442,22 +259,21 @@ class Worker:
                     )
                     break
                 continue
-            if self._handle(kind, payload, outcome, watch, on_records, on_progress):
+            if self._handle(event, outcome, watch, on_records, on_progress):
                 break
         return outcome
 
     def _handle(
         self,
-        kind: str,
-        payload: list[Any],
+        event: WorkerEvent,
         outcome: WorkerOutcome,
         watch: _EventState,
         on_records: Callable[[list[RequestRecord]], None],
         on_progress: Callable[[dict], None],
     ) -> bool:
         """Apply one event from the worker to `outcome`; True when the run is over."""
-        if kind == "records":
-            records = [RequestRecord.model_construct(**r) for r in payload[0]]
+        if isinstance(event, Records):
+            records = event.records
             on_records(records)
             for record in records:
                 if record.error is None:
@@ -473,34 +289,33 @@ class Worker:
                 return True
             if any(r.error is None for r in records):
                 watch.last_progress = time.monotonic()
-        elif kind == "progress":
-            progress = payload[0]
-            tokens = progress.get("output_tokens", -1)
-            if tokens != watch.output_tokens_seen or progress.get("stage") != "running":
+        elif isinstance(event, Progress):
+            tokens = event.details.get("output_tokens", -1)
+            if tokens != watch.output_tokens_seen or event.stage != "running":
                 watch.output_tokens_seen = tokens
                 watch.last_progress = time.monotonic()
-            on_progress(progress)
-        elif kind == "loaded":
+            on_progress(event.as_dict())
+        elif isinstance(event, Loaded):
             watch.loaded = True
-            outcome.loaded = payload[0]
+            outcome.loaded = event
             watch.last_progress = time.monotonic()
-            loaded = {k: v for k, v in payload[0].items() if k != "engine"}
-            on_progress({"stage": "loaded", **loaded})
-        elif kind == "phase":
-            outcome.phases.append(PhaseResult.model_validate(payload[0]))
-        elif kind == "outcome":
-            data = payload[0]
-            outcome.pattern_report = PATTERN_REPORT.validate_python(data["pattern_report"])
-            outcome.warmup_s = data["warmup_s"]
-            outcome.server_metrics = data.get("server_metrics", [])
-            outcome.status = "STOPPED" if data["stopped"] else "COMPLETED"
+            timings = event.model_dump(include={"load_s", "compile_s", "build_s"})
+            on_progress({"stage": "loaded", **timings})
+        elif isinstance(event, PhaseDone):
+            outcome.phases.append(event.phase)
+        elif isinstance(event, Outcome):
+            outcome.pattern_report = event.pattern_report
+            outcome.warmup_s = event.warmup_s
+            outcome.server_metrics = event.server_metrics
+            outcome.status = "STOPPED" if event.stopped else "COMPLETED"
             watch.last_progress = time.monotonic()
-        elif kind == "closed":
+        elif isinstance(event, Closed):
             return True
-        elif kind == "error":
-            cause, tb = payload
+        elif isinstance(event, WorkerError):
             outcome.status = "FAILED"
-            outcome.failure = Failure(cause=cause, advice=advice_for(cause), log_tail=tb)
+            outcome.failure = Failure(
+                cause=event.cause, advice=advice_for(event.cause), log_tail=event.log_tail
+            )
             return True
         return False
 
@@ -515,8 +330,8 @@ class Worker:
         before it died), through the same handler as a live one."""
         with contextlib.suppress(queue.Empty, EOFError, OSError):
             while True:
-                kind, *payload = self._events.get(timeout=0.1)
-                self._handle(kind, payload, outcome, watch, on_records, on_progress)
+                event = self._events.get(timeout=0.1)
+                self._handle(event, outcome, watch, on_records, on_progress)
 
     def log_tail(self, max_bytes: int = LOG_TAIL_BYTES) -> str:
         try:

@@ -42,10 +42,19 @@ def short_uuid(uuid: str) -> str:
     return uuid.removeprefix("GPU-")[:8]
 
 
+def fingerprint_of(stored: dict):  # -> bench.fingerprint.Fingerprint
+    """The typed fingerprint of a stored run or check (one that took none reads as empty)."""
+    if str(ROOT) not in sys.path:  # called once per run: add the checkout once
+        sys.path.insert(0, str(ROOT))
+    from bench.fingerprint import Fingerprint
+
+    return Fingerprint.model_validate(stored.get("environment") or {})
+
+
 def gpu_tag(run: dict) -> str:
     """Short id of the GPU a run used (its NVML UUID): runs of different GPU hosts differ."""
-    gpus = run["environment"].get("gpus") or []
-    return short_uuid(gpus[0]["uuid"]) if gpus else "-"
+    gpus = fingerprint_of(run).gpus
+    return short_uuid(gpus[0].uuid or "") if gpus else "-"
 
 
 HELD_LOAD_PATTERNS = ("steady", "pulse")
@@ -125,7 +134,7 @@ def client_fidelity_table(reference_dir: Path) -> str:
     ]
     for path in sorted(reference_dir.glob("h200_*/client-fidelity.json")):
         data = json.loads(path.read_text())
-        gpu = short_uuid(data["environment"]["gpus"][0]["uuid"])
+        gpu = short_uuid(fingerprint_of(data).gpus[0].uuid or "")
         for level in data["levels"]:
             cells = {
                 metric["metric"]: f"{fmt(metric['median_ratio'], 3)} "
@@ -582,11 +591,11 @@ def library_versions(runs: list[dict]) -> dict[str, str]:
     """Each library's version(s) across the runs' fingerprints, e.g. {'vllm': '0.25.0'}."""
     seen: dict[str, set[str]] = {}
     for run in runs:
-        env = run["environment"]
-        found = dict(env["libraries"])
-        found["torch"] = env["torch_build"]["version"]
-        found["driver"] = env["driver_version"]
-        found["cpu_cores"] = str(env["cpu"]["logical_cores"])
+        env = fingerprint_of(run)
+        found = dict(env.libraries)
+        found["torch"] = env.torch_build.version if env.torch_build else None
+        found["driver"] = env.driver_version
+        found["cpu_cores"] = str(env.cpu.logical_cores)
         for name, version in found.items():
             if version:
                 seen.setdefault(name, set()).add(version)

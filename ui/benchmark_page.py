@@ -19,6 +19,7 @@ from advisor.plan import CONFIRM_ABOVE_S, StagePlan, estimate_runs, workload_len
 from advisor.profile import StageProfile
 from bench.config import PATTERN_NAMES, RunConfig
 from bench.errors import UserError
+from bench.fingerprint import Fingerprint
 from bench.keyvalue import format_pairs, parse_pairs_text
 from bench.schema import RunStatus
 from bench.store import Job
@@ -45,7 +46,7 @@ DURATION_HELP = (
 
 
 @st.cache_data(ttl=30, max_entries=2, show_spinner="Reading the machine (GPU, clocks, memory)…")
-def machine_facts() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def machine_facts() -> tuple[Fingerprint, list[dict[str, Any]]]:
     """The environment fingerprint and its preflight findings (read-only, refreshed every 30 s)."""
     from bench.environment import fingerprint, preflight
 
@@ -82,7 +83,7 @@ def plan_for(stage: StageProfile, quick: bool) -> StagePlan:
     full plan adds the configuration search's most promising TP x replicas x precision runs."""
     from advisor.plan import host_busy_factor, plan_for_stage
 
-    cpu_only = not machine_facts()[0].get("gpu_available")
+    cpu_only = not machine_facts()[0].gpu_available
     return plan_for_stage(
         stage,
         quick=quick,
@@ -253,10 +254,10 @@ def config_from_row(base: RunConfig, row: dict[str, Any]) -> RunConfig:
 def machine_panel() -> bool:
     """GPU, clocks, free memory, other processes and preflight; returns whether a GPU is here."""
     facts, findings = machine_facts()
-    gpu_available = bool(facts.get("gpu_available"))
-    gpus = facts.get("gpus") or []
+    gpu_available = facts.gpu_available
+    gpus = facts.gpus
     title = (
-        f"This machine: {len(gpus)} × {gpus[0].get('name')}"
+        f"This machine: {len(gpus)} × {gpus[0].name}"
         if gpu_available and gpus
         else "This machine: CPU only"
     )
@@ -267,14 +268,14 @@ def machine_panel() -> bool:
         if gpu_available:
             rows = [
                 {
-                    "GPU": f"{gpu.get('index')}: {gpu.get('name')}",
-                    "free memory (GB)": _gb(gpu.get("memory_free_bytes")),
-                    "total memory (GB)": _gb(gpu.get("memory_total_bytes")),
-                    "SM clock now (MHz)": gpu.get("sm_clock_mhz"),
-                    "SM clock max (MHz)": gpu.get("max_sm_clock_mhz"),
-                    "persistence": _on_off(gpu.get("persistence_mode")),
-                    "power limit (W)": gpu.get("power_limit_w"),
-                    "MIG": _on_off(gpu.get("mig_enabled")),
+                    "GPU": f"{gpu.index}: {gpu.name}",
+                    "free memory (GB)": _gb(gpu.memory_free_bytes),
+                    "total memory (GB)": _gb(gpu.memory_total_bytes),
+                    "SM clock now (MHz)": gpu.sm_clock_mhz,
+                    "SM clock max (MHz)": gpu.max_sm_clock_mhz,
+                    "persistence": _on_off(gpu.persistence_mode),
+                    "power limit (W)": gpu.power_limit_w,
+                    "MIG": _on_off(gpu.mig_enabled),
                 }
                 for gpu in gpus
             ]
@@ -286,19 +287,17 @@ def machine_panel() -> bool:
                     "total memory (GB)": st.column_config.NumberColumn(format="%.1f"),
                 },
             )
-            others = facts.get("gpu_processes") or []
+            others = facts.gpu_processes
             st.caption(
-                f"Driver {facts.get('driver_version') or '—'} · CUDA "
-                f"{facts.get('cuda_driver_version') or '—'} · "
+                f"Driver {facts.driver_version or '—'} · CUDA "
+                f"{facts.cuda_driver_version or '—'} · "
                 f"{len(others)} other process(es) holding GPU memory"
             )
-        cpu = facts.get("cpu") or {}
-        memory = facts.get("host_memory") or {}
-        system = facts.get("os") or {}
+        cpu, memory, system = facts.cpu, facts.host_memory, facts.os
         st.caption(
-            f"Host {facts.get('hostname') or '—'} · {system.get('distribution') or ''} · "
-            f"{cpu.get('model') or 'CPU'} ({cpu.get('usable_cores') or '?'} usable cores) · "
-            f"{format_number(_gb(memory.get('total_bytes')), 'GB', 0)} RAM"
+            f"Host {facts.hostname or '—'} · {system.distribution or ''} · "
+            f"{cpu.model or 'CPU'} ({cpu.usable_cores or '?'} usable cores) · "
+            f"{format_number(_gb(memory.total_bytes), 'GB', 0)} RAM"
         )
         if findings:
             st.markdown(
@@ -1020,10 +1019,10 @@ def live_job_panel(job_id: str) -> None:
 
 def availability_panel_and_machine() -> list[dict[str, Any]]:
     facts, _ = machine_facts()
-    if not facts.get("gpu_available"):
+    if not facts.gpu_available:
         st.warning(
             "**CPU-only machine: engines run on the CPU, and the figures are not GPU figures.** "
-            f"{facts.get('gpu_reason') or 'No NVIDIA GPU found'}. Use CPU runs to check the "
+            f"{facts.gpu_reason or 'No NVIDIA GPU found'}. Use CPU runs to check the "
             "harness and to compare frameworks on a CPU, not to size a GPU deployment; the "
             "Quick plan uses the CPU-sized model of your model's family.",
             icon=":material/memory:",

@@ -145,10 +145,8 @@ def runs_frame(runs: Iterable[RunResult]) -> pd.DataFrame:
 
 def device_of(run: RunResult) -> str:
     """The name of the run's first GPU as its environment recorded it, else "CPU"."""
-    gpus = run.environment.get("gpus") or []
-    if gpus and isinstance(gpus[0], dict) and gpus[0].get("name"):
-        return str(gpus[0]["name"])
-    return "CPU"
+    name = run.environment.primary_gpu_name if run.environment else None
+    return name or "CPU"
 
 
 RUN_COLUMN_CONFIG = {

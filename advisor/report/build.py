@@ -62,6 +62,7 @@ from advisor.report.model import (
 from advisor.report.numbers import scalar_text
 from advisor.report.workload import workload_tables
 from bench.errors import UserError
+from bench.fingerprint import Fingerprint
 from bench.schema import RequestRecord, RunResult
 
 if TYPE_CHECKING:
@@ -430,11 +431,10 @@ def _percentile(summary: Any, metric: str, which: str) -> float | None:
 
 
 def _run_context(run: RunResult) -> str:
-    from bench.environment import primary_gpu_name
-
-    device = primary_gpu_name(run.environment) if run.environment else None
+    env = run.environment
+    device = env.primary_gpu_name if env else None
     if run.config.device == "cpu" or not device:
-        device = (run.environment.get("cpu") or {}).get("model") or "CPU"
+        device = (env.cpu.model if env else None) or "CPU"
     load = run.config.load
     shape = {
         "concurrency": lambda: f"concurrency {getattr(load, 'concurrency', '?')}",
@@ -450,7 +450,7 @@ def _run_context(run: RunResult) -> str:
 def run_source(
     run: RunResult,
     marks: Mapping[str, str],
-    here: Mapping[str, Any] | None,
+    here: Fingerprint | None,
     profile_gpus: Iterable[str] = (),
 ) -> str:
     """The advisor's mark when it cited the run; otherwise its rule: measured-here when the run's
@@ -459,7 +459,6 @@ def run_source(
     if run.run_id in marks:
         return marks[run.run_id]
     from advisor.evidence import run_gpu_name, same_gpu_type
-    from bench.environment import fingerprint_digest
 
     wanted = [gpu for gpu in profile_gpus if gpu]
     if wanted:
@@ -468,8 +467,8 @@ def run_source(
         return "measured-here" if same else "measured-elsewhere"
     if not here or not run.environment:
         return "measured-elsewhere"
-    same = fingerprint_digest(run.environment) == fingerprint_digest(dict(here))
-    same_host = run.environment.get("hostname") == here.get("hostname")
+    same = run.environment.digest() == here.digest()
+    same_host = run.environment.hostname == here.hostname
     return "measured-here" if same and same_host else "measured-elsewhere"
 
 
@@ -556,9 +555,7 @@ def published_rows(answer: AdvisorReport) -> list[EvidenceRow]:
 
 
 def _datasheet_bandwidth_tb_s(run: RunResult) -> tuple[float | None, str]:
-    from bench.environment import primary_gpu_name
-
-    gpu_name = primary_gpu_name(run.environment) if run.environment else None
+    gpu_name = run.environment.primary_gpu_name if run.environment else None
     if run.config.device == "cpu" or not gpu_name:
         return None, "ran on the CPU: no GPU memory-bandwidth floor applies"
     spec = find_gpu(gpu_name)
@@ -643,25 +640,22 @@ def _diagnostics(
 # --------------------------------------------------------------------------- environment
 
 
-def _environment_items(fp: Mapping[str, Any]) -> list[KeyValue]:
-    shown = {key: value for key, value in fp.items() if key not in ("libraries",)}
-    libraries = {name: v for name, v in (fp.get("libraries") or {}).items() if v is not None}
+def _environment_items(fp: Fingerprint) -> list[KeyValue]:
+    shown = fp.model_dump(mode="json", exclude={"libraries"})
+    libraries = {name: v for name, v in fp.libraries.items() if v is not None}
     return readable(flatten(shown) + flatten({"libraries": libraries}))
 
 
 def _run_environment(run: RunResult) -> RunEnvironment:
-    from bench.environment import fingerprint_digest, primary_gpu_name
-
-    env = run.environment or {}
-    libraries = env.get("libraries") or {}
+    env = run.environment or Fingerprint()
     items = {
-        "host": env.get("hostname"),
-        "gpu": primary_gpu_name(env) or "none",
-        "driver": env.get("driver_version"),
-        "cpu": (env.get("cpu") or {}).get("model"),
-        "torch": libraries.get("torch"),
+        "host": env.hostname,
+        "gpu": env.primary_gpu_name or "none",
+        "driver": env.driver_version,
+        "cpu": env.cpu.model,
+        "torch": env.libraries.get("torch"),
         run.config.backend: run.engine.get("version"),
-        "comparability digest": fingerprint_digest(env) if env else None,
+        "comparability digest": run.environment.digest() if run.environment else None,
     }
     return RunEnvironment(run_id=run.run_id, framework=run.config.backend, items=flatten(items))
 
@@ -766,7 +760,7 @@ def _not_measured(
     return caveats
 
 
-def _data_caveats(runs: Sequence[RunResult], environment: Mapping[str, Any] | None) -> list[Caveat]:
+def _data_caveats(runs: Sequence[RunResult], environment: Fingerprint | None) -> list[Caveat]:
     caveats = []
     for run in runs:
         if run.validity and run.validity.reasons:
@@ -797,12 +791,12 @@ def _data_caveats(runs: Sequence[RunResult], environment: Mapping[str, Any] | No
                 f"are not) in run(s): {', '.join(random_weight_runs)}",
             )
         )
-    if environment and not environment.get("gpu_available"):
+    if environment and not environment.gpu_available:
         caveats.append(
             Caveat(
                 kind="environment",
                 text="GPU memory, power and energy are absent: "
-                + _text(environment.get("gpu_reason") or "no GPU on the measuring machine"),
+                + _text(environment.gpu_reason or "no GPU on the measuring machine"),
             )
         )
     return caveats
@@ -913,7 +907,7 @@ def build_report(
     runs: Sequence[RunResult],
     records: Mapping[str, Iterable[RequestRecord]],
     *,
-    environment: Mapping[str, Any] | None = None,
+    environment: Fingerprint | None = None,
     preflight: Iterable[PreflightItem] = (),
     reference: ReferenceTable | None = None,
     reference_absent_reason: str | None = None,

@@ -18,6 +18,7 @@ from advisor.profile import profile_from_dict
 from advisor.recommend import recommend
 from advisor.report.capacity import capacity_view
 from bench.config import SLO, CapacityLoad, ConcurrencyLoad, GenerateWorkload, LengthDistribution
+from bench.fingerprint import Fingerprint, GpuFacts
 from bench.schema import ModelInfo, RunResult, RunStatus, Validity, ValidityStatus
 from tests.bench.test_load_capacity import ITL_S, OUTPUT_TOKENS, SLO_TTFT_MS, TTFT_S, run_search
 from tests.bench.test_stats import fake_run
@@ -40,7 +41,7 @@ def as_candidate(run: RunResult, backend: str, **config_update) -> RunResult:
     return run.model_copy(
         update={
             "config": config,
-            "environment": {"gpus": [{"name": "NVIDIA H200"}]},
+            "environment": Fingerprint(gpus=[GpuFacts(name="NVIDIA H200")]),
             "model": ModelInfo(name=MODEL, path="/tmp/fake", kind="generate"),
             "validity": Validity(status=ValidityStatus.VALID),
             "status": RunStatus.COMPLETED,

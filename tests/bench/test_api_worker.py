@@ -287,19 +287,16 @@ def test_a_dead_workers_last_events_go_through_the_live_handler(tmp_path, tiny_l
     the records reach the parent and a sent outcome counts (a crash in close() loses nothing)."""
     from bench.load.reports import ConcurrencyReport
     from bench.schema import RequestRecord
-    from bench.worker import Worker, WorkerOutcome, _EventState
+    from bench.worker import Worker, _EventState
+    from bench.worker_events import Outcome, Records, WorkerOutcome
 
     worker = Worker(fake_config(), tiny_llama, tmp_path / "engine.log")  # never started
     record = RequestRecord(
         id="r0", start_ns=1, chunk_ns=[2, 3], chunk_tokens=[1, 1], end_ns=3,
         input_tokens=16, output_tokens=2,
     )  # fmt: skip
-    worker._events.put(("records", [record.model_dump()]))
-    worker._events.put(
-        ("outcome", {"pattern_report": {"pattern": "concurrency", "concurrency": 4},
-                     "warmup_s": 0.25,
-                     "stopped": False, "server_metrics": []})
-    )  # fmt: skip
+    worker._events.put(Records(records=[record]))
+    worker._events.put(Outcome(pattern_report=ConcurrencyReport(concurrency=4), warmup_s=0.25))
     got: list = []
     outcome = WorkerOutcome(status="FAILED")
     worker._drain(outcome, _EventState(last_progress=0.0), got.extend, lambda _p: None)

@@ -24,7 +24,7 @@ from bench.campaign import (
 )
 from bench.cli import main
 from bench.errors import UserError
-from bench.executors import LocalExecutor, get_executor, register_executor
+from bench.executor_registry import LocalExecutor, get_executor, register_executor
 from bench.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,9 +215,11 @@ class RecordingExecutor:
 def test_executor_seam_gets_each_step_and_its_own_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import bench.executors
+    import bench.executor_registry
 
-    monkeypatch.setattr(bench.executors, "_EXECUTORS", dict(bench.executors._EXECUTORS))
+    monkeypatch.setattr(
+        bench.executor_registry, "_EXECUTORS", dict(bench.executor_registry._EXECUTORS)
+    )
     recorder = RecordingExecutor()
     register_executor("recording", lambda: recorder)
     plan_file = write_plan(tmp_path, [fake_step("one"), fake_step("two")])

@@ -13,7 +13,7 @@ from bench.campaign import CampaignPlan, run_campaign
 from bench.cli import main
 from bench.compare import compare, load_side
 from bench.errors import UserError
-from bench.executors import LocalExecutor
+from bench.executor_registry import LocalExecutor
 from bench.schema import RunResult
 from tests.bench.test_repeats import fake_config
 

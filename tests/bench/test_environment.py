@@ -7,17 +7,15 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench.environment import (
-    fingerprint,
-    fingerprint_digest,
-    library_versions,
-    preflight,
-    primary_gpu_name,
-    torch_build_info,
-)
+from bench.environment import fingerprint, library_versions, preflight, torch_build_info
+from bench.fingerprint import Fingerprint
 from tests.bench.fake_nvml import (
     SETTING_CALL,
     FakeGpu,
@@ -64,8 +62,10 @@ def test_fingerprint_gpu_fields_from_fake():
         driver_version="550.54.15",
         cuda_driver_version=12040,
     )
-    fp = fingerprint(nvml=fake)
-    json.dumps(fp)  # JSON-ready
+    typed = fingerprint(nvml=fake)
+    assert typed.primary_gpu_name == "NVIDIA A100 80GB PCIe"
+    # The stored form: the keys and values of the dict this model replaced, JSON-ready.
+    fp = json.loads(typed.model_dump_json())
     assert fp["gpu_available"] is True and fp["gpu_reason"] is None
     assert fp["driver_version"] == "550.54.15"
     assert fp["cuda_driver_version"] == "12.4"
@@ -86,25 +86,24 @@ def test_fingerprint_gpu_fields_from_fake():
     assert fp["gpu_processes"] == [
         {"pid": 424242, "name": "fake-process-424242", "used_bytes": 3 * GB, "device": 0}
     ]
-    assert primary_gpu_name(fp) == "NVIDIA A100 80GB PCIe"
+    assert fp["executor"]["name"] == "local"
+    assert Fingerprint.model_validate(fp) == typed  # round trip
 
 
 def test_fingerprint_host_fields():
     fp = fingerprint(nvml=FakeNvml())
-    assert fp["python"]["version"] == sys.version.split()[0]
-    assert fp["cpu"]["logical_cores"] == os.cpu_count()
-    assert fp["host_memory"]["total_bytes"] > 0
-    assert fp["os"]["kernel"] == os.uname().release
-    assert fp["hostname"]
-    assert fp["libraries"]["pydantic"] is not None
-    assert fp["libraries"]["tensorrt_llm"] is None or isinstance(
-        fp["libraries"]["tensorrt_llm"], str
-    )
+    assert fp.python.version == sys.version.split()[0]
+    assert fp.cpu.logical_cores == os.cpu_count()
+    assert fp.host_memory.total_bytes > 0
+    assert fp.os.kernel == os.uname().release
+    assert fp.hostname
+    assert fp.libraries["pydantic"] is not None
+    assert fp.libraries["tensorrt_llm"] is None or isinstance(fp.libraries["tensorrt_llm"], str)
 
 
 def test_own_process_is_not_an_other_process():
     fake = FakeNvml([tuned_gpu(processes=[FakeProcess(pid=os.getpid(), usedGpuMemory=GB)])])
-    assert fingerprint(nvml=fake)["gpu_processes"] == []
+    assert fingerprint(nvml=fake).gpu_processes == []
 
 
 def test_unsupported_readings_are_none_not_errors():
@@ -117,11 +116,11 @@ def test_unsupported_readings_are_none_not_errors():
         }
     )
     fp = fingerprint(nvml=FakeNvml([gpu]))
-    gpu_fp = fp["gpus"][0]
-    assert gpu_fp["applications_sm_clock_mhz"] is None
-    assert gpu_fp["ecc_enabled"] is None
-    assert gpu_fp["power_default_limit_w"] is None
-    assert gpu_fp["best_applications_clocks_mhz"] is None
+    gpu_fp = fp.gpus[0]
+    assert gpu_fp.applications_sm_clock_mhz is None
+    assert gpu_fp.ecc_enabled is None
+    assert gpu_fp.power_default_limit_w is None
+    assert gpu_fp.best_applications_clocks_mhz is None
     items = preflight(fp)
     clock_item = next(item for item in items if "clocks are not pinned" in item.what)
     assert clock_item.admin_command == "sudo nvidia-smi -i 0 -lgc 1410,1410"  # no -ac pair known
@@ -130,9 +129,9 @@ def test_unsupported_readings_are_none_not_errors():
 def test_no_gpu_fingerprint_and_preflight():
     fake = FakeNvml(init_error=NVMLError_DriverNotLoaded("Driver Not Loaded"))
     fp = fingerprint(nvml=fake)
-    assert fp["gpu_available"] is False
-    assert fp["gpu_reason"] == "NVIDIA driver is not loaded"
-    assert fp["gpus"] == [] and fp["gpu_processes"] == []
+    assert fp.gpu_available is False
+    assert fp.gpu_reason == "NVIDIA driver is not loaded"
+    assert fp.gpus == [] and fp.gpu_processes == []
     items = preflight(fp)
     assert rules(items) == [("info", "CPU-only machine: GPU figures not measured")]
     assert "NVIDIA driver is not loaded" in items[0].why
@@ -140,10 +139,10 @@ def test_no_gpu_fingerprint_and_preflight():
 
 def test_real_fingerprint_is_fast_and_consistent():
     fp = fingerprint()
-    if not fp["gpu_available"]:
-        assert fp["gpu_reason"]
+    if not fp.gpu_available:
+        assert fp.gpu_reason
         assert preflight(fp)[0].what == "CPU-only machine: GPU figures not measured"
-    json.dumps(fp)
+    assert Fingerprint.model_validate_json(fp.model_dump_json()) == fp
 
 
 def test_library_versions_never_import():
@@ -169,8 +168,8 @@ def test_torch_build_info_read_without_import():
     from importlib.metadata import version
 
     # a CUDA wheel's metadata says "2.11.0" where torch/version.py says "2.11.0+cu130"
-    assert info["version"].split("+")[0] == version("torch").split("+")[0]
-    assert "cuda" in info
+    assert info.version.split("+")[0] == version("torch").split("+")[0]
+    assert info.cuda is None or isinstance(info.cuda, str)
 
 
 # --------------------------------------------------------------------------- read-only
@@ -300,14 +299,14 @@ def test_prohibited_compute_mode_and_mixed_models():
 
 
 def test_digest_tracks_comparability_only():
-    fp = fingerprint(nvml=FakeNvml([tuned_gpu()]))
-    digest = fingerprint_digest(fp)
+    fp = fingerprint(nvml=FakeNvml([tuned_gpu()])).model_dump(mode="json")
+    digest = Fingerprint.model_validate(fp).digest()
     assert len(digest) == 12
     same = copy.deepcopy(fp)
     same["hostname"] = "another-host"
     same["collected_at"] = "later"
     same["gpus"][0]["memory_free_bytes"] = 1
-    assert fingerprint_digest(same) == digest
+    assert Fingerprint.model_validate(same).digest() == digest
     for change in (
         lambda f: f.update(driver_version="999.1"),
         lambda f: f["gpus"][0].update(name="NVIDIA H200"),
@@ -315,4 +314,75 @@ def test_digest_tracks_comparability_only():
     ):
         changed = copy.deepcopy(fp)
         change(changed)
-        assert fingerprint_digest(changed) != digest
+        assert Fingerprint.model_validate(changed).digest() != digest
+
+
+# --------------------------------------------------------------------------- stored fingerprints
+
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
+
+
+def _fingerprints_in(data: Any, where: str) -> Iterator[tuple[str, dict]]:
+    """Every stored fingerprint (an `environment` with a `gpus` list) anywhere in `data`. The
+    published seed table's `environment` (GPU and host as the article states them) is not one."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key == "environment" and isinstance(value, dict) and "gpus" in value:
+                yield where, value
+            else:
+                yield from _fingerprints_in(value, f"{where}.{key}")
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _fingerprints_in(value, f"{where}[{index}]")
+
+
+def shipped_fingerprints() -> list[tuple[str, dict]]:
+    """Every fingerprint in data/reference: runs, campaigns, checks, and the archives' files."""
+    found: list[tuple[str, dict]] = []
+    for path in sorted(REFERENCE.rglob("*.json")):
+        found += _fingerprints_in(json.loads(path.read_text()), str(path.relative_to(REFERENCE)))
+    for archive in sorted(REFERENCE.rglob("*.tgz")):
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".json"):
+                    data = json.load(tar.extractfile(member))  # type: ignore[arg-type]
+                    found += _fingerprints_in(data, f"{archive.name}:{member.name}")
+    return found
+
+
+def test_every_shipped_fingerprint_loads_and_keeps_every_value() -> None:
+    """Each stored fingerprint validates as a Fingerprint, dumps back with every stored key and
+    value (in the stored order), and only fields added since may be new (then None)."""
+    shipped = shipped_fingerprints()
+    assert len(shipped) >= 140  # 147 when this was written
+    without_executor = 0
+    for where, stored in shipped:
+        fp = Fingerprint.model_validate(stored)
+        dumped = fp.model_dump(mode="json")
+        assert list(dumped)[: len(stored)] == list(stored), where  # executor, if new, is last
+        for key, value in stored.items():
+            if key == "executor":  # `{"name": "local"}`: the Ray-only fields dump as None
+                assert {k: v for k, v in dumped[key].items() if v is not None} == value, where
+            else:
+                assert dumped[key] == value, (where, key)
+        assert all(dumped[key] is None for key in dumped.keys() - stored.keys()), where
+        without_executor += "executor" not in stored
+        assert fp.primary_gpu_name and fp.gpus[0].uuid, where
+    assert without_executor > 0  # the older shape (before the executor was recorded) is covered
+
+
+def test_a_stored_empty_fingerprint_reads_as_none_and_a_wrong_key_is_an_error() -> None:
+    from pydantic import ValidationError
+
+    from bench.schema import RunResult
+
+    _, stored = shipped_fingerprints()[0]
+    run_files = sorted(REFERENCE.glob("*_runs.json"))
+    run = json.loads(run_files[0].read_text())["runs"][0]
+    assert RunResult.model_validate({**run, "environment": {}}).environment is None
+    assert RunResult.model_validate({**run, "environment": stored}).environment.gpus
+    with pytest.raises(ValidationError, match="gpu_count"):
+        Fingerprint.model_validate({**stored, "gpu_count": 1})
+    gpu = {**stored["gpus"][0], "sm_clock": 1}
+    with pytest.raises(ValidationError, match="sm_clock"):
+        Fingerprint.model_validate({**stored, "gpus": [gpu]})

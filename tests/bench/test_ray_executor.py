@@ -171,8 +171,8 @@ def test_jobs_land_on_the_node_of_their_gpu_type(cluster, store, tmp_path):
         run = store.get_run(job.run_ids[0])
         assert run.summary is not None and run.summary.successful > 0
         assert store.count_records(run.run_id) >= run.summary.successful
-        assert run.environment["executor"]["name"] == "ray"
-        assert run.environment["executor"]["node_id"] == nodes[name].node_id
+        assert run.environment.executor.name == "ray"
+        assert run.environment.executor.node_id == nodes[name].node_id
     texts = benchmark_page_texts()  # the newest job: B's
     assert any(
         text.startswith("Ran on node ") and nodes[TYPE_B].node_id[:12] in text for text in texts
@@ -193,7 +193,7 @@ def test_team_store_is_written_by_the_node_itself(cluster, tmp_path, postgres):
     assert job.status == RunStatus.COMPLETED, job.error
     assert placement(store, job_id)["node_id"] == nodes[TYPE_A].node_id
     run = store.get_run(job.run_ids[0])
-    assert run.environment["executor"]["node_id"] == nodes[TYPE_A].node_id
+    assert run.environment.executor.node_id == nodes[TYPE_A].node_id
     assert run.summary is not None and store.count_records(run.run_id) >= run.summary.successful
     store.close()
 

@@ -115,7 +115,7 @@ def test_the_kept_rehearsal_is_of_the_plan_as_shipped(name: str) -> None:
     assert result.plan == rehearsal_plan(load_plan(ROOT / f"examples/campaigns/{name}.yaml"))
     assert load_plan(folder / "plan.yaml") == result.plan
     assert [o.status for o in result.steps] == ["completed"] * len(result.plan.steps)
-    assert not result.environment.get("gpu_available")
+    assert not result.environment.gpu_available
     for outcome in result.steps:
         for run in outcome.runs:
             assert run.config.device == "cpu" and run.config.label.startswith("CPU rehearsal")

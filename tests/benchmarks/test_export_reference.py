@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from bench.campaign import load_plan, run_campaign
-from bench.executors import LocalExecutor
+from bench.executor_registry import LocalExecutor
 from bench.schema import RunResult
 from tests.bench.test_campaign import fake_step
 

@@ -26,7 +26,7 @@ def no_exceptions(page) -> None:
 def test_default_profile_quick_plan_on_the_cpu_finishes_with_results(app_url, page, tmp_path):
     from bench.environment import gpu_facts
 
-    if gpu_facts().get("gpu_available"):
+    if gpu_facts().gpu_available:
         pytest.skip("this flow is the machine-without-a-GPU one")
     shots = Path(os.environ.get("ADVISOR_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ def test_machine_panel_and_empty_states(app_test):
     assert at.title[0].value == "Benchmark"
     from bench.environment import fingerprint
 
-    if not fingerprint().get("gpu_available"):
+    if not fingerprint().gpu_available:
         assert any("CPU-only machine" in w.value for w in at.warning)
     assert any("No plan yet" in i.value for i in at.info)
     assert any("No benchmark has run yet" in i.value for i in at.info)
@@ -199,7 +199,7 @@ def test_plan_shows_its_cost_and_a_long_plan_asks_for_confirmation(
     its Run button stays disabled until "Run it anyway" is ticked."""
     from bench.environment import fingerprint
 
-    if fingerprint().get("gpu_available"):
+    if fingerprint().gpu_available:
         pytest.skip("the CPU sizing applies to machines without a GPU")
     monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path / "models"))  # nothing written yet
     model = default_profile()["stages"][0]["model"]

@@ -11,6 +11,7 @@ import pytest
 
 from advisor.report.build import build_report, load_reference, relevant_run_ids
 from advisor.report.model import Report
+from bench.fingerprint import Fingerprint
 from tests.advisor.conftest import SEED_FILE, SHIPPED_REFERENCE_DIR
 from tests.advisor.report.conftest import (
     real_answer,
@@ -130,7 +131,7 @@ def test_a_run_the_advisor_did_not_weigh_is_compared_by_fingerprint(tmp_path: Pa
     with no GPU type in the profile: measured-here only on this machine's fingerprint."""
     here = synthetic_run("pytorch", "concurrency", seed=5)
     away = synthetic_run("onnxruntime", "concurrency", seed=6)
-    away[0].environment = {**away[0].environment, "hostname": "another-host"}
+    away[0].environment = away[0].environment.model_copy(update={"hostname": "another-host"})
     store = store_with(tmp_path / "s.sqlite", [])
     profile = workload_profile("t", gpu=None)
     report = build_report(
@@ -138,7 +139,7 @@ def test_a_run_the_advisor_did_not_weigh_is_compared_by_fingerprint(tmp_path: Pa
         real_answer(profile, store, SHIPPED_REFERENCE_DIR),
         [here[0], away[0]],
         {here[0].run_id: here[1], away[0].run_id: away[1]},
-        environment={"hostname": "synthetic-host", "libraries": {"torch": "2.13.0"}},
+        environment=Fingerprint(hostname="synthetic-host", libraries={"torch": "2.13.0"}),
     )
     sources = {row.run_id: row.source for row in report.evidence if row.run_id}
     assert sources == {here[0].run_id: "measured-here", away[0].run_id: "measured-elsewhere"}

@@ -1,0 +1,169 @@
+"""The import graph of bench/, advisor/ and ui/ has no cycles, function-level imports included.
+
+The graph is read from the source with `ast` (nothing is imported): every `import` and
+`from ... import` anywhere in a module, in functions too, is an edge, except those under
+`if TYPE_CHECKING:` (annotations only, never executed). `from a import b` is an edge to the
+module `a.b` when that is a module, else to `a`. The parent packages a dotted import also runs
+are not edges of their own: a package's `__init__` is checked through its own imports.
+
+A cycle hidden behind a function-level import still makes the modules one unit that cannot be
+read, tested or moved apart; ARCHITECTURE.md's rule is that such imports are for heavy optional
+dependencies, never a way around a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("bench", "advisor", "ui")
+
+KNOWN_CYCLES: list[set[str]] = []
+"""Cycles that existed when this test was written and are not broken yet (each a strongly
+connected component). Empty: a cycle now is a new one, and fails the test."""
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the checked packages."""
+    modules: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(node: ast.AST, module: str, is_package: bool) -> Iterator[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every import under `node`, in any scope,
+    skipping `if TYPE_CHECKING:` bodies (their `else:` still runs)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            for other in child.orelse:
+                yield from _imports(other, module, is_package)
+            continue
+        if isinstance(child, ast.Import):
+            for alias in child.names:
+                yield alias.name, []
+        elif isinstance(child, ast.ImportFrom):
+            base = child.module or ""
+            if child.level:  # relative: resolve against this module's package
+                package = module.split(".")
+                package = package if is_package else package[:-1]
+                package = package[: len(package) - (child.level - 1)]
+                base = ".".join([*package, base] if base else package)
+            yield base, [alias.name for alias in child.names]
+        yield from _imports(child, module, is_package)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the checked modules it imports."""
+    files = module_files()
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for target, names in _imports(tree, name, path.name == "__init__.py"):
+            found = {f"{target}.{item}" for item in names} & files.keys()
+            if len(found) < len(names) or not names:  # some names are attributes of `target`
+                found |= {target} & files.keys()
+            graph[name] |= found - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def path_through(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """One concrete cycle inside a component, for the failure message."""
+    start = min(component)
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        node = frontier.pop(0)
+        for child in sorted(graph[node] & component):
+            if child == start:
+                route = [node]
+                while route[-1] != start:
+                    route.append(previous[route[-1]])
+                return [*reversed(route), start]
+            if child not in previous:
+                previous[child] = node
+                frontier.append(child)
+    return sorted(component)
+
+
+def test_the_graph_sees_function_level_imports() -> None:
+    """The reader finds imports inside functions and skips TYPE_CHECKING-only ones: a module
+    known to import inside a function, and one whose only store import is for annotations."""
+    graph = import_graph()
+    # `from bench.ray_executor import RayExecutor` inside open_executor:
+    assert "bench.ray_executor" in graph["bench.executor_registry"]
+    assert "bench.store" not in graph["bench.executors"]  # under `if TYPE_CHECKING:` only
+    assert len(graph) > 100
+
+
+def test_a_cycle_is_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [{"a", "b", "c"}]
+    assert path_through(graph, {"a", "b", "c"}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph()
+    new = [component for component in cycles(graph) if component not in KNOWN_CYCLES]
+    described = ["  " + " -> ".join(path_through(graph, component)) for component in new]
+    assert not new, "import cycle(s):\n" + "\n".join(described)
+    gone = [component for component in KNOWN_CYCLES if component not in cycles(graph)]
+    assert not gone, f"known cycles broken: drop them from KNOWN_CYCLES: {gone}"
