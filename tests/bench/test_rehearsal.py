@@ -105,7 +105,15 @@ def test_a_70b_replica_step_and_its_fidelity_rehearse_through_real_engines(
     assert "(CPU rehearsal): 2 step(s) run" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["h200x4-llama70b", "h200x8-llama70b"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h200x4-llama70b",
+        "h200x8-llama70b",
+        "h200-llama2-7b-capacity-chat",
+        "h200-llama2-7b-prefix-caching",
+    ],
+)
 def test_the_kept_rehearsal_is_of_the_plan_as_shipped(name: str) -> None:
     """examples/campaigns/rehearsals/<plan>/: the rehearsal of today's plan, every step done."""
     from bench.campaign import CampaignResult
