@@ -151,15 +151,19 @@ class Provenance(BaseModel):
     command: str | None = Field(None, description="The command that reproduces the run.")
 
     @property
+    def where(self) -> str:
+        """File, host and date of a published run (empty otherwise): the detail beside a
+        label that already says which kind it is."""
+        if self.kind != "published":
+            return ""
+        parts = (Path(self.file).name if self.file else None, self.host, self.date)
+        return ", ".join(part for part in parts if part)
+
+    @property
     def words(self) -> str:
         text = PROVENANCE_WORDS[self.kind]
-        if self.kind == "published":
-            where = ", ".join(
-                part
-                for part in (Path(self.file).name if self.file else None, self.host, self.date)
-                if part
-            )
-            text = f"this project's published run ({where})" if where else text
+        if self.where:
+            text = f"this project's published run ({self.where})"
         return text
 
 

@@ -212,8 +212,10 @@ def _measured_fact(row: AdvisorEvidenceRow, prefix: str = "") -> Fact:
     where = f" on {row.gpu}" if row.gpu else " on a CPU"
     text = f"{prefix}{framework_label(row.framework)}: {value} {label}{where} ({_row_shape(row)})"
     kind = row.provenance.kind if row.provenance is not None else "yours"
-    words = row.provenance.words if row.provenance is not None else "your runs (this store)"
-    return Fact(text=text, source=kind, source_words=f"{words}; {_repeats(row)}")
+    # The fact's label already names the kind; the detail says where (file, host, date).
+    where = row.provenance.where if row.provenance is not None else ""
+    detail = f"{where}; {_repeats(row)}" if where else _repeats(row)
+    return Fact(text=text, source=kind, source_words=detail)
 
 
 def settling_row(chosen: Recommendation) -> AdvisorEvidenceRow | None:
@@ -317,8 +319,8 @@ def decision_facts(stage: StageRecommendation) -> list[Fact]:
         if row is not None:
             facts.append(_measured_fact(row))
             kind = row.provenance.kind if row.provenance is not None else "yours"
-            words = row.provenance.words if row.provenance is not None else "your runs"
-            facts.append(_verdict_fact(chosen, kind, words))
+            where = row.provenance.where if row.provenance is not None else ""
+            facts.append(_verdict_fact(chosen, kind, where))
         facts.append(_tree_fact(stage))
         facts.append(_estimate_fact(stage))
     else:
