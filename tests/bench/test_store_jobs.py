@@ -195,7 +195,10 @@ def test_app_runner_gets_the_store_url_in_its_environment_not_argv(postgres, tmp
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # this test's own runner lock, here and in
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the child (which reads TMPDIR)
     log = tmp_path / "runner.log"
-    pid = jobs.ensure_runner(url, log_path=log, idle_exit_s=2)
+    # Idle for 10 s before it exits: on a loaded machine this process can be off the CPU for
+    # seconds after the spawn, and a runner that had already idled out (a zombie) shows an
+    # empty environment (seen as KeyError 'ADVISOR_STORE' with a 2 s idle exit).
+    pid = jobs.ensure_runner(url, log_path=log, idle_exit_s=10)
     try:
         process = psutil.Process(pid)
         assert postgres.password not in " ".join(process.cmdline())
