@@ -1007,7 +1007,9 @@ def build_report(
         headline=headline or "The advisor returned no recommendation.",
         decisions=decisions,
         workload=workload_tables(profile),
-        reproduce_commands=reproduce_commands(profile_file),
+        reproduce_commands=reproduce_commands(
+            profile_file, all_refused=bool(decisions) and all(d.refused for d in decisions)
+        ),
         stages=stages,
         evidence=evidence_rows,
         reference=reference,

@@ -506,14 +506,21 @@ def stage_decision(
     )
 
 
-def reproduce_commands(profile_file: str | None) -> list[KeyValue]:
-    """The commands that re-create the evidence and this report."""
+def reproduce_commands(profile_file: str | None, all_refused: bool = False) -> list[KeyValue]:
+    """The commands that re-create the evidence and this report (no measuring command when
+    every stage was refused: there is no candidate to measure)."""
     profile = profile_file or "PROFILE.yaml"
-    commands = [
-        KeyValue(
-            key="Measure the candidates on your GPU (prints one bench command per candidate)",
-            value=f"python -m advisor bench-plan --profile {profile}",
-        ),
+    commands = (
+        []
+        if all_refused
+        else [
+            KeyValue(
+                key="Measure the candidates on your GPU (prints one bench command per candidate)",
+                value=f"python -m advisor bench-plan --profile {profile}",
+            ),
+        ]
+    )
+    commands += [
         KeyValue(
             key="Rebuild this report",
             value=f"python -m advisor report --profile {profile} --format all --out report/",

@@ -85,6 +85,10 @@ def test_refused_answer_recommends_nothing(reports) -> None:
     assert "refused before any run" in decision.sentence
     assert "context window of 4,096 tokens" in decision.facts[0].text
     assert reports["over_long_context"].stages[0].deploy == []
+    # nothing to measure: the reproduce box only rebuilds the report
+    commands = [c.value for c in reports["over_long_context"].reproduce_commands]
+    assert commands and not any("bench-plan" in c for c in commands)
+    assert any("bench-plan" in c.value for c in reports["chat_7b_h200"].reproduce_commands)
 
 
 def test_two_stages_get_a_decision_each(reports) -> None:
