@@ -400,8 +400,11 @@ def run_provenance(
 
 
 def _provenance_words(provenance: AdvisorProvenance) -> str:
-    words = provenance.words
-    return "your run (this store)" if provenance.kind == "yours" else words
+    """The detail shown under the provenance label: which store, or where a published run was
+    measured (file, host, date) - not the label's words again."""
+    if provenance.kind == "yours":
+        return "your run (this store)"
+    return provenance.where or provenance.words
 
 
 def run_roles(answer: AdvisorReport) -> dict[str, str]:
@@ -542,7 +545,7 @@ def published_rows(answer: AdvisorReport) -> list[EvidenceRow]:
             context=context,
             validity="published",
             provenance=provenance.kind,
-            provenance_words=provenance.words,
+            provenance_words=_provenance_words(provenance),
             gpu=row.gpu,
             **values,
         )
