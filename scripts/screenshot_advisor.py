@@ -107,24 +107,15 @@ def main() -> None:
     if not CHROMIUM.exists():
         raise SystemExit("error: Chromium is not at /usr/bin/chromium (apt-get install chromium)")
     with tempfile.TemporaryDirectory(prefix="advisor-shot-") as folder:
+        sys.path.insert(0, str(REPO))
+        from ui.app_command import streamlit_command
+
         log = Path(folder) / "streamlit.log"
         port = free_port()
         env = {**os.environ, "ADVISOR_STORE": str(Path(folder) / "store.sqlite")}
         with log.open("wb") as handle:
             process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "streamlit",
-                    "run",
-                    "app.py",
-                    "--server.port",
-                    str(port),
-                    "--server.headless",
-                    "true",
-                    "--server.address",
-                    "127.0.0.1",
-                ],
+                streamlit_command(port),
                 cwd=REPO,
                 env=env,
                 stdout=handle,

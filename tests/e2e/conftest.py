@@ -10,13 +10,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from ui.app_command import streamlit_command
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -74,19 +75,7 @@ def app_url(tmp_path: Path) -> Iterator[str]:
     env = {**os.environ, "ADVISOR_STORE": str(store)}
     log = (tmp_path / "streamlit.log").open("wb")
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-            "--server.address",
-            "127.0.0.1",
-        ],
+        streamlit_command(port),
         cwd=REPO,
         env=env,
         stdout=log,

@@ -9,13 +9,13 @@ import base64
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import REPO, _stop_group, free_port
+from ui.app_command import streamlit_command
 
 pytestmark = [pytest.mark.e2e]
 
@@ -70,18 +70,7 @@ def start_app(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     log = (tmp_path / "streamlit.log").open("wb")
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-            *extra,
-        ],
+        streamlit_command(port, *extra, address=None),
         cwd=REPO,
         env={**os.environ, "ADVISOR_STORE": str(tmp_path / "store.sqlite")},
         stdout=log,
