@@ -120,6 +120,8 @@ def judge_check(search: RunResult, check: RunResult) -> CapacityCheck:
     match = _LABEL.match(check.config.label or "")
     if match is None or match["run"] != search.run_id:
         raise UserError(f"run {check.run_id} is not a capacity check of run {search.run_id}")
+    if not isinstance(check.config.load, RateLoad):
+        raise UserError(f"run {check.run_id} is labelled a capacity check but is not a rate run")
     if check.summary is None:
         raise UserError(f"run {check.run_id} has no measured summary ({check.status.value})")
     holds, reasons, _ = judge_probe(
@@ -132,7 +134,7 @@ def judge_check(search: RunResult, check: RunResult) -> CapacityCheck:
         capacity_rps=report.max_rate_rps,
         factor=factor,
         run_id=check.run_id,
-        rate_rps=check.config.load.rate_rps,  # type: ignore[union-attr]
+        rate_rps=check.config.load.rate_rps,
         requests=check.summary.requests,
         holds=holds,
         reasons=reasons,
