@@ -426,7 +426,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     from bench.backends import backend_names
 
     engines_missing_notice(
-        [config.backend for config in configs], not machine_facts()[0].get("gpu_available")
+        [config.backend for config in configs], not machine_facts()[0].gpu_available
     )
     edited = st.data_editor(
         plan_table(comparison, available, repeats, searches),

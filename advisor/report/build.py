@@ -392,7 +392,7 @@ def run_provenance(
         return AdvisorProvenance(
             kind="published",
             file=published_files[run.run_id],
-            host=run.environment.get("hostname") if run.environment else None,
+            host=run.environment.hostname if run.environment else None,
             date=run.created_at[:10] if run.created_at else None,
             command=run.command or None,
         )

@@ -348,7 +348,7 @@ def test_the_plan_names_the_frameworks_this_install_cannot_run(app_test, store_p
     availability = _availability()
     unavailable = [name for name in backends if not availability[name][0]]
     expected = missing_engines(
-        backends, availability, cpu_only=not fingerprint().get("gpu_available")
+        backends, availability, cpu_only=not fingerprint().gpu_available
     )
     warnings = " ".join(w.value for w in at.warning)
     if not unavailable:
