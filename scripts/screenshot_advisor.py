@@ -12,12 +12,9 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,26 +26,6 @@ MEMORY_PANEL_PX = 330
 """From the memory figures' label down past the memory bar and its caption."""
 START_TIMEOUT_S = 90
 PAGE_TIMEOUT_MS = 180_000
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"error: streamlit did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.5)
 
 
 def shoot(url: str, out: Path) -> None:
@@ -108,7 +85,7 @@ def main() -> None:
         raise SystemExit("error: Chromium is not at /usr/bin/chromium (apt-get install chromium)")
     with tempfile.TemporaryDirectory(prefix="advisor-shot-") as folder:
         sys.path.insert(0, str(REPO))
-        from ui.app_command import streamlit_command
+        from ui.app_command import free_port, streamlit_command, wait_until_serving
 
         log = Path(folder) / "streamlit.log"
         port = free_port()
@@ -124,7 +101,8 @@ def main() -> None:
             )
             try:
                 url = f"http://127.0.0.1:{port}"
-                wait_healthy(url, process, log)
+                if not wait_until_serving(url, process, START_TIMEOUT_S):
+                    raise SystemExit(f"error: streamlit did not start:\n{log.read_text()[-3000:]}")
                 shoot(url, args.out)
             finally:
                 # Only the group this script started: the app and the job runner it spawned.

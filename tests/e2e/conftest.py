@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ui.app_command import streamlit_command
+from ui.app_command import free_port, streamlit_command, wait_until_serving
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -52,12 +49,6 @@ def pytest_runtest_makereport(item, call):
         )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _stop_group(process: subprocess.Popen) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
@@ -84,19 +75,10 @@ def app_url(tmp_path: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"streamlit did not start: {(tmp_path / 'streamlit.log').read_text()}"
-                )
-            time.sleep(0.5)
+        if not wait_until_serving(url, process, 60):
+            raise RuntimeError(
+                f"streamlit did not start: {(tmp_path / 'streamlit.log').read_text()}"
+            )
         yield url
     finally:
         _stop_group(process)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, _stop_group, free_port
-from ui.app_command import streamlit_command
+from tests.e2e.conftest import REPO, _stop_group
+from ui.app_command import free_port, streamlit_command
 
 pytestmark = [pytest.mark.e2e]
 

@@ -347,9 +347,7 @@ def test_the_plan_names_the_frameworks_this_install_cannot_run(app_test, store_p
     backends = list(at.data_editor[0].value["backend"])
     availability = _availability()
     unavailable = [name for name in backends if not availability[name][0]]
-    expected = missing_engines(
-        backends, availability, cpu_only=not fingerprint().gpu_available
-    )
+    expected = missing_engines(backends, availability, cpu_only=not fingerprint().gpu_available)
     warnings = " ".join(w.value for w in at.warning)
     if not unavailable:
         assert expected is None and "Cannot run in this install" not in warnings
