@@ -313,14 +313,19 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= SHAPE_TOLERANCE * max(abs(b), 1e-9)
 
 
-def _phase_at_stage_concurrency(run: RunResult, stage: StageProfile) -> PhaseResult | None:
-    """The run's closed-loop phase at exactly the stage's concurrency, if it has one."""
-    if stage.concurrency is None:
+def phase_at_concurrency(run: RunResult, concurrency: int | None) -> PhaseResult | None:
+    """The run's closed-loop phase at exactly `concurrency` requests in flight, if it has one."""
+    if concurrency is None:
         return None
     for phase in run.phases:
-        if phase.strategy == "concurrency" and int(phase.target) == stage.concurrency:
+        if phase.strategy == "concurrency" and int(phase.target) == concurrency:
             return phase
     return None
+
+
+def _phase_at_stage_concurrency(run: RunResult, stage: StageProfile) -> PhaseResult | None:
+    """The run's closed-loop phase at exactly the stage's concurrency, if it has one."""
+    return phase_at_concurrency(run, stage.concurrency)
 
 
 def _summary_for(run: RunResult, stage: StageProfile) -> tuple[MetricsSummary | None, str | None]:

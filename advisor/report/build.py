@@ -425,6 +425,21 @@ def run_roles(answer: AdvisorReport) -> dict[str, str]:
     return roles
 
 
+def run_stage_concurrency(answer: AdvisorReport, profile: WorkloadProfile) -> dict[str, int]:
+    """run_id -> the concurrency of the stage whose answer cites the run (settled or nearest):
+    the level of a ladder the report's figures come from."""
+    concurrency = {stage.name: stage.concurrency for stage in profile.stages}
+    found: dict[str, int] = {}
+    for stage in answer.stages:
+        level = concurrency.get(stage.stage)
+        if level is None:
+            continue
+        chosen = stage.recommendation
+        for run_id in [*chosen.settled_by_runs, *(i for r in chosen.nearest for i in r.run_ids)]:
+            found.setdefault(run_id, level)
+    return found
+
+
 # --------------------------------------------------------------------------- evidence
 
 
@@ -482,11 +497,23 @@ def _gpu_name(run: RunResult) -> str | None:
 
 
 def evidence_row(
-    run: RunResult, source: str, provenance: AdvisorProvenance | None = None
+    run: RunResult,
+    source: str,
+    provenance: AdvisorProvenance | None = None,
+    concurrency: int | None = None,
 ) -> EvidenceRow:
-    from advisor.evidence import run_gpu_name
+    """The run's figures; for a ladder with a level at `concurrency` (the stage's load), that
+    level's figures, as the decision cites them: a ladder's whole-run figures mix its levels."""
+    from advisor.evidence import phase_at_concurrency, run_gpu_name
 
-    summary = run.summary
+    phase = phase_at_concurrency(run, concurrency) if len(run.phases) > 1 else None
+    summary = phase.summary if phase is not None else run.summary
+    context = _run_context(run)
+    if phase is not None:
+        context += (
+            f"; speed figures from its level at concurrency {concurrency}, memory and energy "
+            "over the whole run"
+        )
     telemetry = run.telemetry
     provenance = provenance or AdvisorProvenance(kind="yours")
     return EvidenceRow(
@@ -496,7 +523,8 @@ def evidence_row(
         framework=run.config.backend,
         source=source,  # type: ignore[arg-type]
         run_id=run.run_id,
-        context=_run_context(run),
+        context=context,
+        level=None if phase is None else f"{float(phase.target):g}",
         request_throughput_rps=summary.request_throughput_rps if summary else None,
         output_throughput_tok_s=summary.output_throughput_tok_s if summary else None,
         ttft_p50_ms=_percentile(summary, "ttft_ms", "p50"),
@@ -878,7 +906,9 @@ def _with_interval(
         note = f"repeat {group.index + 1} of {group.planned} (group {group.group_id})"
     else:
         note = "single run"
-    whole = found.get(None)
+    if row.level is not None:
+        note += f", level c{row.level}"
+    whole = found.get(row.level)
     return row.model_copy(
         update={
             "output_throughput_low": None if whole is None else round(whole[0], 2),
@@ -942,13 +972,19 @@ def build_report(
     cited = advisor_provenances(answer)
     provenances = {run.run_id: run_provenance(run, cited, published_files or {}) for run in runs}
     roles = run_roles(answer)
+    stage_concurrency = run_stage_concurrency(answer, profile)
     estimate = _primary_estimate(answer)
     profile_models = {stage.model for stage in profile.stages if stage.model}
     profile_gpus = [stage.gpu.type for stage in profile.stages if stage.gpu.type]
     sources = {run.run_id: run_source(run, marks, environment, profile_gpus) for run in runs}
     evidence_rows = [
         _with_interval(
-            evidence_row(run, sources[run.run_id], provenances[run.run_id]),
+            evidence_row(
+                run,
+                sources[run.run_id],
+                provenances[run.run_id],
+                concurrency=stage_concurrency.get(run.run_id),
+            ),
             run,
             intervals[run.run_id],
         )

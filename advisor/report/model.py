@@ -187,6 +187,11 @@ class EvidenceRow(ReportPart):
     stage: str | None = None
     run_id: str | None = None
     context: str = Field("", description="Model, device and load the figures come from.")
+    level: str | None = Field(
+        None,
+        description="A ladder's level (concurrency, as text) the figures come from: the stage's "
+        "load; None: the whole run.",
+    )
     request_throughput_rps: float | None = None
     output_throughput_tok_s: float | None = None
     ttft_p50_ms: float | None = None

@@ -171,3 +171,19 @@ def test_a_failed_run_reads_run_failed_not_zero_errors(reports) -> None:
     html = render_html(report, {})
     speed = html[html.index("<h3>Speed</h3>") : html.index("<h3>Resources and validity</h3>")]
     assert "run failed" in speed and ">0%<" not in speed
+
+
+def test_a_ladder_run_shows_the_level_the_decision_cites(reports) -> None:
+    """The evidence table reads a step ladder at the stage's concurrency, as page 1 does: its
+    whole-run figures mix the levels (5,207 tok/s over c1-c256 against 7,179 at c64)."""
+    report = reports["chat_7b_h200"]
+    (decision,) = report.decisions
+    ladder = [row for row in report.evidence if row.run_id and row.level is not None]
+    assert ladder, "the shipped vLLM step run is among the evidence"
+    row = ladder[0]
+    assert row.level == "64" and "level at concurrency 64" in row.context
+    cited = f"{row.output_throughput_tok_s:,.0f}"
+    assert cited in decision.facts[0].text  # the same figure as the decision's first fact
+    assert row.interval_note is not None and row.interval_note.endswith("level c64")
+    assert row.output_throughput_low is not None
+    assert row.output_throughput_low < row.output_throughput_tok_s < row.output_throughput_high
