@@ -528,9 +528,7 @@ def measured_at(folder: Path) -> datetime:
 def campaign_dirs(reference_dir: Path = REFERENCE_DIR) -> list[Path]:
     """Every H200 campaign folder (campaign files, paired checks, vLLM's own figures), in the
     order they were measured."""
-    return sorted(
-        (path for path in reference_dir.glob("h200_*") if path.is_dir()), key=measured_at
-    )
+    return sorted((path for path in reference_dir.glob("h200_*") if path.is_dir()), key=measured_at)
 
 
 def host_campaign(folder: Path, host: dict) -> Path:
