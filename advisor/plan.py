@@ -618,8 +618,9 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
 
     quick = a first benchmark-backed answer in minutes: one closed-loop phase of 15 s at the
     user's concurrency (8 when none is given), 2 warm-ups (sent together), validity relaxed to
-    10 requests over 10 s; its end-to-end time on an H200 is in the campaign-s4 step of
-    data/reference/h200_2026-11-29_s3/campaign-s4.json.
+    10 requests over 10 s; its end-to-end time on an H200 is in the quick_plan step of
+    data/reference/h200_llama2-7b_fidelity_quick_plan_onnx_genai/
+    campaign-fidelity-rounds-quick-plan.json.
     Full = 120 s at the user's concurrency or rate, or a step ladder (article 3.3) when neither is
     given. `jax` (not run by the bench) and adapters that do not run the stage's kind are skipped.
     """

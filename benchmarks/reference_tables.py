@@ -18,6 +18,7 @@ import re
 import sys
 import tarfile
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jinja2
@@ -258,7 +259,7 @@ def campaign_steps(campaign_dirs: list[Path]):
     paired check that `python -m bench fidelity --engine pytorch` runs today) comes after its
     folder's campaigns, as a step of kind `fidelity_paired` named after its file."""
     for campaign_dir in campaign_dirs:
-        for path in sorted(campaign_dir.glob("campaign-*.json")):
+        for path in campaign_files(campaign_dir):
             campaign = json.loads(path.read_text())
             name = path.name.removeprefix("campaign-").removesuffix(".json")
             gpu = gpu_tag(campaign)
@@ -446,7 +447,7 @@ def vllm_reference_table(campaign_dirs: list[Path]) -> str:
         if not (folder / "host.json").exists():
             continue
         host = json.loads((folder / "host.json").read_text())
-        campaign = json.loads((campaign_dir / host["campaign"]).read_text())
+        campaign = json.loads(host_campaign(campaign_dir, host).read_text())
         ours = next(
             step["backend_output_throughput_tok_s"]
             for step in campaign["steps"]
@@ -482,14 +483,64 @@ def vllm_reference_table(campaign_dirs: list[Path]) -> str:
 # --------------------------------------------------------------------------- the shipped files
 
 
+def timestamp(stored: str | float) -> datetime:
+    """A stored time, timezone-aware: ISO text ('2026-11-29T20:11:37Z' or '...+00:00') or
+    seconds since the epoch (the client fidelity check's runs)."""
+    if isinstance(stored, int | float):
+        return datetime.fromtimestamp(stored, tz=UTC)
+    return datetime.fromisoformat(stored.replace("Z", "+00:00"))
+
+
 def run_files(reference_dir: Path = REFERENCE_DIR) -> list[Path]:
-    """Every measured RunResult file of the H200 campaigns (`h200_*_runs.json`), in date order."""
-    return sorted(reference_dir.glob("h200_*_runs.json"))
+    """Every measured RunResult file of the H200 campaigns (`h200_*_runs.json`), in the order
+    they were measured (their first run's `created_at`): the names say what was measured, the
+    order of the tables and of "the first such run" comes from when."""
+    return sorted(
+        reference_dir.glob("h200_*_runs.json"),
+        key=lambda path: min(
+            timestamp(run["created_at"]) for run in json.loads(path.read_text())["runs"]
+        ),
+    )
+
+
+def campaign_files(folder: Path) -> list[Path]:
+    """A folder's `campaign-*.json` files in the order they ran (their `started_at`)."""
+    return sorted(
+        folder.glob("campaign-*.json"),
+        key=lambda path: timestamp(json.loads(path.read_text())["started_at"]),
+    )
+
+
+def measured_at(folder: Path) -> datetime:
+    """When a campaign folder's measurements began: its first campaign file's `started_at`, or
+    for a client fidelity check (`client-fidelity.json`) its first run's."""
+    times = [
+        timestamp(json.loads(path.read_text())["started_at"])
+        for path in folder.glob("campaign-*.json")
+    ]
+    for path in folder.glob("client-fidelity.json"):
+        times += [timestamp(run["started_at"]) for run in json.loads(path.read_text())["runs"]]
+    if not times:
+        raise ValueError(f"{rel(folder)} holds no campaign or client fidelity file")
+    return min(times)
 
 
 def campaign_dirs(reference_dir: Path = REFERENCE_DIR) -> list[Path]:
-    """Every H200 campaign folder (campaign files, paired checks, vLLM's own figures)."""
-    return sorted(path for path in reference_dir.glob("h200_*") if path.is_dir())
+    """Every H200 campaign folder (campaign files, paired checks, vLLM's own figures), in the
+    order they were measured."""
+    return sorted((path for path in reference_dir.glob("h200_*") if path.is_dir()), key=measured_at)
+
+
+def host_campaign(folder: Path, host: dict) -> Path:
+    """The campaign file of `folder` whose vLLM fidelity run shared the host that a
+    `vllm-reference/host.json` names: the one fingerprinted on that GPU. (host.json also records
+    the campaign's file name as it was when measured; the files have since been renamed by what
+    they measured, and stored files are never edited, so the GPU UUID is what joins them.)"""
+    for path in campaign_files(folder):
+        gpus = fingerprint_of(json.loads(path.read_text())).gpus
+        if gpus and gpus[0].uuid == host["gpu_uuid"]:
+            return path
+    raise ValueError(f"no campaign file in {rel(folder)} ran on {host['gpu_uuid']}")
 
 
 def load_runs(paths: Iterable[Path]) -> list[dict]:
@@ -715,7 +766,7 @@ def fidelity_facts(campaign_dirs: list[Path]) -> dict:
         for n, _, s in fidelity_steps([folder])
         if s["kind"] == "fidelity" and s["engine"] == "pytorch"
     ]
-    newest = max(folder for folder, _ in launch)
+    newest = max((folder for folder, _ in launch), key=measured_at)
     earlier = [
         r
         for folder, s in launch
@@ -732,7 +783,7 @@ def fidelity_facts(campaign_dirs: list[Path]) -> dict:
         for path in sorted(folder.glob("vllm-reference/offline_*.json")):
             off = json.loads(path.read_text())
             host = json.loads((path.parent / "host.json").read_text())
-            campaign = json.loads((folder / host["campaign"]).read_text())
+            campaign = json.loads(host_campaign(folder, host).read_text())
             with_hits = next(
                 s["offline"]["output_throughput_tok_s"]
                 for s in campaign["steps"]

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "examples" / "profiles" / "chat_7b_h200.yaml"
 TREE = ROOT / "data" / "decision_tree.yaml"
-REFERENCE_RUNS = ROOT / "data" / "reference" / "h200_2026-11-29_runs.json"
-CAMPAIGN_PLAN = ROOT / "data" / "reference" / "h200_2026-11-30_s4b" / "plan.yaml"
+REFERENCE_RUNS = ROOT / "data" / "reference" / "h200_llama2-7b_engines_bert_resnet_runs.json"
+CAMPAIGN_PLAN = ROOT / "data" / "reference" / "h200_llama2_torch_compile_c256" / "plan.yaml"
 
 
 def random_bytes(size: int = 4096) -> bytes:

@@ -134,7 +134,8 @@ class Backend(ABC):
     fullgraph / dynamic, ONNX Runtime SessionOptions, TensorRT-LLM LlmArgs) the adapter maps
     under the framework's names. The frameworks' full sets are not used: an argument the adapter
     does not pass through would be accepted and then ignored, and TensorRT-LLM's LlmArgs is only
-    knowable by importing tensorrt_llm (GPU-only, not installable on this project's machines)."""
+    knowable by importing tensorrt_llm (GPU-only; not installed on the machines this adapter was
+    tested on)."""
 
     options: Any
     """The parsed `options_model` instance (None for a free-form backend); subclasses narrow the

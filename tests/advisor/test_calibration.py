@@ -36,7 +36,7 @@ def test_shipped_runs_read_as_tp1_one_replica_at_their_recorded_precision(refere
         assert point.deployment.precision.quantization == recorded.quantization
         assert point.deployment.precision.kv_cache_dtype == recorded.kv_cache_dtype
         assert point.gpu == "H200"
-    # h200_2026-12-01_fp8_runs.json: bf16, FP8 weights, FP8 weights + FP8 KV on one host.
+    # h200_llama2-7b_vllm_fp8_runs.json: bf16, FP8 weights, FP8 weights + FP8 KV on one host.
     kinds = {
         (p.deployment.precision.quantization, p.deployment.precision.kv_cache_dtype) for p in points
     }

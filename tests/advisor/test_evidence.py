@@ -400,7 +400,7 @@ def test_shipped_h200_reference_runs_are_measured_evidence() -> None:
     assert {r.framework for r in here} >= {"vllm", "pytorch", "openai"}
     assert rows[0].source == "measured-here" and rows[0].framework in ("vllm", "openai")
     runs, _, notes = reference_runs_and_rows(s, SHIPPED_REFERENCE_DIR)
-    measured = runs["h200_2026-11-29_runs.json"]
+    measured = runs["h200_llama2-7b_engines_bert_resnet_runs.json"]
     assert not notes
     assert all(r.environment.primary_gpu_name == "NVIDIA H200" for r in measured)
     assert all(r.command.startswith("python -m bench run") for r in measured)

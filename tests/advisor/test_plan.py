@@ -119,12 +119,14 @@ def test_gpu_plan_keeps_the_profile_model() -> None:
 
 def test_estimate_is_in_the_range_of_a_measured_quick_plan() -> None:
     """The H200 quick plan (vLLM + PyTorch, llama-2-7b, checkpoint on disk) took 171 s end to
-    end (data/reference/h200_2026-11-29_s3/campaign-s4.json); the estimate must be in range."""
+    end (the quick_plan step in data/reference/h200_llama2-7b_fidelity_quick_plan_onnx_genai/
+    campaign-fidelity-rounds-quick-plan.json); the estimate must be in range."""
     from advisor.plan import estimate_run
     from bench.config import RunConfig
 
+    folder = ROOT / "data/reference/h200_llama2-7b_fidelity_quick_plan_onnx_genai"
     data = json.loads(
-        (ROOT / "data/reference/h200_2026-11-29_s3/campaign-s4.json").read_text(encoding="utf-8")
+        (folder / "campaign-fidelity-rounds-quick-plan.json").read_text(encoding="utf-8")
     )
     (step,) = [s for s in data["steps"] if s.get("kind") == "quick_plan"]
     configs = [RunConfig.model_validate(run["config"]) for run in step["runs"]]

@@ -461,3 +461,31 @@ def test_broken_pipe_exits_quietly():
     reader.stdin.close()
     reader.wait(timeout=10)
     assert result.returncode == 1 and result.stderr == ""
+
+
+def test_no_store_is_one_flag_in_help_and_in_every_command():
+    """`--no-store` is one flag: typer turns an unnamed bool option into a `--x/--no-x` pair,
+    which made `--no-store/--no-no-store`. The help a user reads shows no `--no-no-` option,
+    and no bool option of either CLI (bench, advisor) has a generated negative twin."""
+    import typer.main
+
+    from advisor.cli import app as advisor_app
+    from bench.cli import app as bench_app
+
+    for command in ("run", "fidelity"):
+        shown = bench(command, "--help", env={"COLUMNS": "200"})
+        assert shown.returncode == 0, shown.stderr
+        assert "--no-store" in shown.stdout and "--no-no-" not in shown.stdout
+
+    def options(group, path=()):
+        for name, sub in getattr(group, "commands", {}).items():
+            yield from options(sub, (*path, name))
+        for param in getattr(group, "params", []):
+            yield path, param
+
+    seen = 0
+    for app in (bench_app, advisor_app):
+        for path, param in options(typer.main.get_command(app)):
+            assert not getattr(param, "secondary_opts", []), (path, param.opts)
+            seen += "--no-store" in getattr(param, "opts", [])
+    assert seen >= 2  # bench run and bench fidelity both have it

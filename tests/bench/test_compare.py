@@ -18,13 +18,15 @@ from bench.schema import RunResult
 from tests.bench.test_repeats import fake_config
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
-S6 = REFERENCE / "h200_2026-11-30_s4"
-FP8 = REFERENCE / "h200_2026-12-01_fp8"
+S6 = REFERENCE / "h200_llama2-7b_fidelity_event_loop_paired"
+FP8 = REFERENCE / "h200_llama2-7b_vllm_fp8"
 
 
 def test_same_plan_run_twice_on_one_h200(capsys):
-    """Campaign plan s6 ran twice (s6a, s6b): shipped campaign files with runs-*.tgz."""
-    code = main(["compare", str(S6 / "campaign-s6a.json"), str(S6 / "campaign-s6b.json"),
+    """One fidelity plan (asyncio vs uvloop) ran twice on one H200: shipped campaign files with
+    runs-*.tgz."""
+    code = main(["compare", str(S6 / "campaign-asyncio-uvloop-1.json"),
+                 str(S6 / "campaign-asyncio-uvloop-2.json"),
                  "--bootstrap", "200", "--json"])  # fmt: skip
     assert code == 0
     report = json.loads(capsys.readouterr().out)["campaigns"]
@@ -46,8 +48,8 @@ def test_same_plan_run_twice_on_one_h200(capsys):
 
 
 def test_ladder_campaign_levels_from_its_steps_archive(capsys):
-    """The fp8 campaign (new format; runs in steps-fp8.tgz): each ladder stage is a level."""
-    report = compare(str(FP8), str(FP8 / "campaign-fp8.json"), bootstrap=100).campaigns
+    """The fp8 campaign (new format; runs in steps-vllm-fp8.tgz): each ladder stage is a level."""
+    report = compare(str(FP8), str(FP8 / "campaign-vllm-fp8.json"), bootstrap=100).campaigns
     ladders = [row for row in report.drift if row.level != "c1024"]  # c1024: the fidelity run
     assert {row.level for row in ladders} == {"c1", "c16", "c64", "c256"}
     assert len(ladders) == 12 and len(report.drift) == 13
@@ -65,11 +67,15 @@ def test_rendered_table_says_single_run(capsys):
 
     from bench.compare import render
 
-    report = compare(str(S6 / "campaign-s6a.json"), str(S6 / "campaign-s6b.json"), bootstrap=100)
+    report = compare(
+        str(S6 / "campaign-asyncio-uvloop-1.json"),
+        str(S6 / "campaign-asyncio-uvloop-2.json"),
+        bootstrap=100,
+    )
     console = Console(width=250, record=True)
     render(report, console)
     text = console.export_text()
-    assert "single run" in text and "drift: s6b / s6a" in text
+    assert "single run" in text and "drift: asyncio-uvloop-2 / asyncio-uvloop-1" in text
     assert "no winner flipped" in text
 
 
@@ -126,7 +132,7 @@ def test_two_run_folders_per_ladder_stage(tmp_path):
     unreliable, and the comparison says so."""
     import tarfile
 
-    with tarfile.open(FP8 / "steps-fp8.tgz") as archive:
+    with tarfile.open(FP8 / "steps-vllm-fp8.tgz") as archive:
         members = [
             m for m in archive.getmembers()
             if m.name.endswith(("result.json", "records.jsonl"))

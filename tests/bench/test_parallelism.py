@@ -107,7 +107,7 @@ def test_stored_results_from_before_the_axes_still_load():
                 assert run.config.precision.model_dump() == recorded["precision"]
                 new += 1
     assert old > 10
-    assert new >= 4  # h200_2026-12-01_fp8_runs.json
+    assert new >= 4  # h200_llama2-7b_vllm_fp8_runs.json
 
 
 def test_round_trip_keeps_both_axes():

@@ -197,8 +197,9 @@ async def test_candidate_verdict_for_the_advisor(time_travel):
 
 
 def test_candidate_verdict_on_shipped_reference_runs():
-    """The s6 reference runs (data/reference, records from the campaign archives): vLLM on
-    asyncio vs uvloop at 1,024 requests, single runs, within 1%: indistinguishable."""
+    """The asyncio/uvloop fidelity reference runs (data/reference, records from the campaign
+    archives): vLLM on asyncio vs uvloop at 1,024 requests, single runs, within 1%:
+    indistinguishable."""
     import json
     from pathlib import Path
 
@@ -206,8 +207,9 @@ def test_candidate_verdict_on_shipped_reference_runs():
     from bench.stats import MeasuredRun, candidate_verdict
 
     reference = Path(__file__).resolve().parents[2] / "data" / "reference"
-    records = reference_records(reference / "h200_2026-11-30_s4")
-    data = json.loads((reference / "h200_2026-11-30_s4_runs.json").read_text())
+    name = "h200_llama2-7b_fidelity_event_loop_paired"
+    records = reference_records(reference / name)
+    data = json.loads((reference / f"{name}_runs.json").read_text())
     runs = [RunResult.model_validate(run) for run in data["runs"]]
     assert {run.run_id for run in runs} == set(records)
     first = [r for r in runs if r.config.backend == "vllm"][:2]

@@ -14,8 +14,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "data" / "reference"
-RUN_FILES = sorted(REFERENCE.glob("h200_*_runs.json"))
-CAMPAIGN_DIRS = sorted(p for p in REFERENCE.glob("h200_*") if p.is_dir())
 
 
 def load_tables_module():
@@ -25,6 +23,11 @@ def load_tables_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# In the order they were measured (the script's own listing): the names say what was measured.
+RUN_FILES = load_tables_module().run_files(REFERENCE)
+CAMPAIGN_DIRS = load_tables_module().campaign_dirs(REFERENCE)
 
 
 def shipped_runs() -> list[dict]:
@@ -200,3 +203,36 @@ def test_readme_is_short_and_its_headline_table_is_generated():
     assert tables.headline_table(shipped_runs()) in readme.decode()
     headline = rows(tables.headline_table(shipped_runs()))
     assert headline[0][0] == "vllm" and all(len(row) == len(headline[0]) for row in headline)
+
+
+def test_files_and_folders_are_listed_in_the_order_they_were_measured():
+    """The shipped names say what was measured, not when: the tables' order (and "the first
+    such run") comes from the stored times, so every file and folder is listed, oldest first."""
+    tables = load_tables_module()
+    assert set(RUN_FILES) == set(REFERENCE.glob("h200_*_runs.json"))
+    assert set(CAMPAIGN_DIRS) == {p for p in REFERENCE.glob("h200_*") if p.is_dir()}
+    firsts = [
+        min(tables.timestamp(run["created_at"]) for run in json.loads(path.read_text())["runs"])
+        for path in RUN_FILES
+    ]
+    assert firsts == sorted(firsts) and len(set(firsts)) == len(firsts)
+    started = [tables.measured_at(folder) for folder in CAMPAIGN_DIRS]
+    assert started == sorted(started)
+    # every runs file has its raw folder of the same name
+    assert {path.name.removesuffix("_runs.json") for path in RUN_FILES} <= {
+        folder.name for folder in CAMPAIGN_DIRS
+    }
+
+
+def test_vllm_reference_host_is_joined_to_its_campaign_by_gpu():
+    """vllm-reference/host.json records the campaign file's name from before the rename; the
+    campaign it ran beside is the one fingerprinted on the same GPU."""
+    tables = load_tables_module()
+    (host_path,) = REFERENCE.glob("h200_*/vllm-reference/host.json")
+    host = json.loads(host_path.read_text())
+    campaign = tables.host_campaign(host_path.parent.parent, host)
+    assert campaign.name == "campaign-vllm-fidelity-second-gpu.json"
+    fingerprint = tables.fingerprint_of(json.loads(campaign.read_text()))
+    assert fingerprint.gpus[0].uuid == host["gpu_uuid"]
+    with pytest.raises(ValueError, match="no campaign file"):
+        tables.host_campaign(host_path.parent.parent, {"gpu_uuid": "GPU-not-there"})

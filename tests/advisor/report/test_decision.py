@@ -60,7 +60,8 @@ def test_measured_answer_names_the_published_runs_that_settled_it(reports) -> No
     assert decision.sentence.startswith("Serve main with vLLM on 1 × H200")
     assert "max_num_seqs=256" in decision.sentence  # the configuration, as the engine takes it
     measured, verdict = decision.facts[0], decision.facts[1]
-    assert measured.source == "published" and "h200_2026-11-29_runs.json" in measured.source_words
+    assert measured.source == "published"
+    assert "h200_llama2-7b_engines_bert_resnet_runs.json" in measured.source_words
     assert "tok/s output throughput on H200" in measured.text
     assert verdict.text.startswith("2.9") and "PyTorch (eager)" in verdict.text
     assert all(fact.source != "yours" for fact in decision.facts)
