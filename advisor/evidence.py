@@ -26,11 +26,9 @@ from advisor.profile import Objective, StageProfile
 from bench.api import run_caveats
 from bench.backends.base import WorkloadShape
 from bench.config import (
-    ConcurrencyLoad,
     GenerateWorkload,
     ParallelismConfig,
     PrecisionConfig,
-    RateLoad,
     RunConfig,
 )
 from bench.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
@@ -301,12 +299,7 @@ def same_gpu_type(gpu_name: str | None, gpu_type: str | None) -> bool:
 
 
 def _load_level(config: RunConfig) -> tuple[str, float] | None:
-    load = config.load
-    if isinstance(load, ConcurrencyLoad):
-        return "concurrency", float(load.concurrency)
-    if isinstance(load, RateLoad):
-        return "rate", float(load.rate_rps)
-    return None
+    return config.load.fixed_level()
 
 
 def _close(a: float, b: float) -> bool:
@@ -408,7 +401,7 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
             ratios.append(_ratio(workload.image_size, stage.image_size))
             differences.append(f"{workload.image_size} px vs the stage's {stage.image_size}")
     traffic = True
-    if config.load.pattern == "capacity":
+    if config.load.capacity_search:
         # Its summary mixes every probed level: a capacity, not a figure at one load.
         traffic = False
         differences.append("a capacity search over many levels, not one steady load")
@@ -676,7 +669,7 @@ def capacity_mismatch(run: RunResult, stage: StageProfile) -> list[str]:
     varies the traffic), and an SLO at least as strict as the stage's on every metric the stage
     limits, judged at the stage's percentile or a higher one."""
     config = run.config
-    if config.load.pattern != "capacity":
+    if not config.load.capacity_search:
         return ["not a capacity search"]
     reasons: list[str] = []
     model = run.model.name if run.model is not None else config.model
@@ -709,7 +702,7 @@ def capacity_runs_for(
     kept: list[RunResult] = []
     notes: list[str] = []
     for run in runs:
-        if run.config.load.pattern != "capacity":
+        if not run.config.load.capacity_search:
             continue
         if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
             continue

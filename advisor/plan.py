@@ -580,37 +580,7 @@ def _request_seconds(
 
 def _phases_seconds(config: RunConfig, request_s: float) -> float:
     """Measured phases plus the drain of requests in flight when each phase ends."""
-    load = config.load
-    if load.pattern == "replay":
-        return traffic.replay_seconds(load) + request_s
-    if load.pattern in ("concurrency", "rate"):
-        if load.duration_s is not None:
-            return load.duration_s + request_s
-        level = getattr(load, "concurrency", None) or 1
-        return math.ceil((load.max_requests or 1) / level) * request_s
-    if load.pattern == "step":
-        from bench.load.patterns import step_concurrencies
-
-        stages = len(step_concurrencies(load))
-        return stages * (load.stage_duration_s + request_s)
-    if load.pattern == "capacity":
-        from bench.load.capacity import estimated_search_s
-
-        return estimated_search_s(load, request_s)
-    if load.pattern == "replay":  # the trace's span (scaled), then the last request's drain
-        from bench.traffic_files import read_trace
-
-        rows = read_trace(load)
-        span_s = (rows[-1].t_ms - rows[0].t_ms) * load.time_scale / 1000 if rows else 0.0
-        return span_s + request_s
-    capacity = 0.0
-    if load.capacity_rps is None:
-        from bench.load.patterns import CAPACITY_LADDER, CAPACITY_STAGE_S
-
-        capacity = len(CAPACITY_LADDER) * (CAPACITY_STAGE_S + request_s)
-    if load.pattern == "steady":
-        return capacity + load.duration_s + request_s
-    return capacity + load.baseline_s + load.burst_s + load.recovery_s + request_s
+    return config.load.planned_seconds(request_s, traffic.replay_seconds)
 
 
 def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> list[RunConfig]:

@@ -567,7 +567,7 @@ def _measure(
         )
     result.summary = sink.measured.summary(config.slo, placement.gpus)
     result.validity = judge_validity(result.summary, config.validity, result.phases)
-    if config.load.pattern == "capacity":  # its infeasible probes break the SLO by design
+    if config.load.capacity_search:  # its infeasible probes break the SLO by design
         from bench.load.capacity import capacity_validity
 
         result.validity = capacity_validity(

@@ -41,15 +41,6 @@ BYTES_PER_GB = 1e9
 # --------------------------------------------------------------------------- naming
 
 
-def _load_shape(run: RunResult) -> str:
-    load = run.config.load
-    if load.pattern == "concurrency":
-        return f"c{getattr(load, 'concurrency', '?')}"
-    if load.pattern == "rate":
-        return f"{getattr(load, 'rate_rps', '?')} req/s"
-    return load.pattern
-
-
 def series_names(runs: Sequence[RunResult]) -> dict[str, str]:
     """A short legend name per run: the backend; the model when the runs span several; the load
     shape (c64, step, 2 req/s) when a name still repeats; then a numbered suffix."""
@@ -62,7 +53,7 @@ def series_names(runs: Sequence[RunResult]) -> dict[str, str]:
     }
     for run in runs:
         if list(names.values()).count(names[run.run_id]) > 1:
-            names[run.run_id] = f"{names[run.run_id]} {_load_shape(run)}"
+            names[run.run_id] = f"{names[run.run_id]} {run.config.load.level_label()}"
     counts: dict[str, int] = {}
     for run_id, name in list(names.items()):
         if list(names.values()).count(name) > 1:
