@@ -281,6 +281,10 @@ class LoadCommon(StrictInput):
         """(closed or open loop, level) when the whole run is one fixed level, else None."""
         return None
 
+    def describe(self, measured_phases: int) -> str:
+        """The load in a few words for a report (`concurrency 64`, `step ladder (5 stages)`)."""
+        return f"{self.pattern_name} pattern"
+
     def table_level(self) -> float | None:
         """The plan table's editable "load" value (concurrency, rate, capacity); None = none
         (a capacity search has no level to edit)."""
@@ -349,6 +353,9 @@ class ConcurrencyLoad(LoadCommon):
     def level_label(self) -> str:
         return f"c{self.concurrency}"
 
+    def describe(self, measured_phases: int) -> str:
+        return f"concurrency {self.concurrency}"
+
     def fixed_level(self) -> tuple[Literal["concurrency", "rate"], float] | None:
         return "concurrency", float(self.concurrency)
 
@@ -407,6 +414,9 @@ class RateLoad(LoadCommon):
 
     def level_label(self) -> str:
         return f"{self.rate_rps:g} req/s"
+
+    def describe(self, measured_phases: int) -> str:
+        return f"{self.rate_rps} req/s"
 
     def fixed_level(self) -> tuple[Literal["concurrency", "rate"], float] | None:
         return "rate", float(self.rate_rps)
@@ -477,6 +487,9 @@ class StepLoad(LoadCommon):
 
     def table_level(self) -> float | None:
         return float(max(self.levels) if self.levels else self.max)
+
+    def describe(self, measured_phases: int) -> str:
+        return f"step ladder ({measured_phases} stages)"
 
     def table_duration(self) -> float | None:
         return self.stage_duration_s
@@ -575,6 +588,9 @@ class SteadyLoad(HeldLoad):
     ) -> dict[str, Any]:
         return {"capacity_rps": level, **({"duration_s": duration} if duration else {})}
 
+    def describe(self, measured_phases: int) -> str:
+        return f"steady {self.fraction}x capacity"
+
     def phase_count(self) -> int | None:
         return 1 if self.capacity_rps is not None else None
 
@@ -611,6 +627,9 @@ class PulseLoad(HeldLoad):
 
     def table_duration(self) -> float | None:
         return self.baseline_s
+
+    def describe(self, measured_phases: int) -> str:
+        return f"pulse {self.burst_factor}x capacity"
 
     @classmethod
     def table_update(
@@ -763,6 +782,9 @@ class CapacityLoad(LoadCommon):
     )
 
     capacity_search: ClassVar[bool] = True
+
+    def describe(self, measured_phases: int) -> str:
+        return f"SLO capacity search over {self.over}"
 
     def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
         """A planning estimate of a search's length: the serial probe, then the probes a 5%

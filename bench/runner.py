@@ -17,7 +17,6 @@ from bench.backends.base import Backend, Chunk, Request
 from bench.clock import CLOCK
 from bench.config import (
     GenerateWorkload,
-    ReplayLoad,
     RunConfig,
 )
 from bench.errors import UserError
@@ -342,12 +341,7 @@ async def execute(
             warmup_s = (outcome.end_ns - outcome.start_ns) / 1e9
             stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
 
-        if isinstance(load, ReplayLoad):
-            from bench.load.replay import Replay, plan_replay
-
-            generator = plan_replay(Replay(load), model.vocab_size)
-        else:
-            generator = plan(load, config.slo, config.validity)
+        generator = plan(load, config.slo, config.validity, model.vocab_size)
         index = 0
         summary: MetricsSummary | None = None
         while not (stopped or deadline_reached):

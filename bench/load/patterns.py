@@ -9,6 +9,7 @@ soak or pulse parameters). Time-series analysis of soak and pulse runs happens a
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bench.config import (
@@ -21,12 +22,14 @@ from bench.config import (
     LoadCommon,
     PulseLoad,
     RateLoad,
+    ReplayLoad,
     SteadyLoad,
     StepLoad,
     ValidityRules,
 )
 from bench.load.capacity import capacity_search
 from bench.load.driver import PhaseSpec
+from bench.load.replay import Replay, plan_replay, replay_validity_reasons
 from bench.load.reports import (
     ConcurrencyReport,
     Ladder,
@@ -42,29 +45,51 @@ from bench.schema import MetricsSummary
 PhasePlan = Generator[PhaseSpec, MetricsSummary, PatternReportBase]
 LadderPlan = Generator[PhaseSpec, MetricsSummary, Ladder]
 Load = TypeVar("Load", bound=LoadCommon)
-Planner = Callable[[Any, SLO, ValidityRules], PhasePlan]
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a phase plan reads besides its pattern's config."""
+
+    slo: SLO
+    rules: ValidityRules
+    vocab_size: int | None = None
+    """The model's vocabulary (replay builds its prompts from token IDs); None = not known."""
+
+
+Planner = Callable[[Any, PlanInputs], PhasePlan]
+ValidityRule = Callable[[Any, PatternReportBase | None], list[str]]
 
 __all__ = [
     "CAPACITY_LADDER",
     "CAPACITY_MIN_GAIN",
     "CAPACITY_STAGE_S",
     "PLANNERS",
+    "VALIDITY_RULES",
+    "PlanInputs",
     "ladder",
     "plan",
     "planner",
     "slo_breaches",
+    "validity_reasons",
 ]
 
 PLANNERS: dict[type[LoadCommon], Planner] = {}
 """Each pattern config class's phase plan, registered with `@planner(ConfigClass)`."""
 
 
+VALIDITY_RULES: dict[type[LoadCommon], ValidityRule] = {
+    ReplayLoad: replay_validity_reasons,
+}
+"""A pattern's own rule for an INVALID run, beyond the run-wide ones (bench.metrics)."""
+
+
 def planner(
     load_type: type[Load],
-) -> Callable[[Callable[[Load, SLO, ValidityRules], PhasePlan]], Planner]:
+) -> Callable[[Callable[[Load, PlanInputs], PhasePlan]], Planner]:
     """Register the phase plan of one load-pattern config class."""
 
-    def register(function: Callable[[Load, SLO, ValidityRules], PhasePlan]) -> Planner:
+    def register(function: Callable[[Load, PlanInputs], PhasePlan]) -> Planner:
         PLANNERS[load_type] = function
         return function
 
@@ -194,7 +219,9 @@ def _find_capacity(
     return capacity, info
 
 
-def plan(load: LoadCommon, slo: SLO, rules: ValidityRules) -> PhasePlan:
+def plan(
+    load: LoadCommon, slo: SLO, rules: ValidityRules, vocab_size: int | None = None
+) -> PhasePlan:
     """The phases of a load pattern; send each phase's summary back, get the report at the end.
 
     concurrency/rate: one phase. step: `ladder()` over start, start+step, ... <= max.
@@ -203,17 +230,24 @@ def plan(load: LoadCommon, slo: SLO, rules: ValidityRules) -> PhasePlan:
     capacity, "pulse-recovery" at the baseline rate; baseline and burst do not drain, so the
     burst's queue carries into recovery. Steady/pulse without capacity_rps first run the
     `CAPACITY_LADDER` (stages of CAPACITY_STAGE_S) to measure it. capacity: the SLO search of
-    bench/load/capacity.py. (replay has its own plan, bench/load/replay.py: it needs the model.)
+    bench/load/capacity.py. replay: one phase on the trace's schedule (bench/load/replay.py),
+    its prompts from the model's `vocab_size`.
     """
     found = PLANNERS.get(type(load))
     if found is None:
         known = ", ".join(sorted(load_type.__name__ for load_type in PLANNERS))
         raise ValueError(f"no phase plan for load pattern {type(load).__name__}; known: {known}")
-    return found(load, slo, rules)
+    return found(load, PlanInputs(slo, rules, vocab_size))
+
+
+def validity_reasons(load: LoadCommon, report: PatternReportBase | None) -> list[str]:
+    """Why a completed run of `load` is INVALID by its pattern's own rule (empty: valid)."""
+    rule = VALIDITY_RULES.get(type(load))
+    return rule(load, report) if rule is not None else []
 
 
 @planner(ConcurrencyLoad)
-def _concurrency(load: ConcurrencyLoad, slo: SLO, rules: ValidityRules) -> PhasePlan:
+def _concurrency(load: ConcurrencyLoad, inputs: PlanInputs) -> PhasePlan:
     yield PhaseSpec(
         name="concurrency",
         strategy="concurrency",
@@ -225,7 +259,7 @@ def _concurrency(load: ConcurrencyLoad, slo: SLO, rules: ValidityRules) -> Phase
 
 
 @planner(RateLoad)
-def _rate(load: RateLoad, slo: SLO, rules: ValidityRules) -> PhasePlan:
+def _rate(load: RateLoad, inputs: PlanInputs) -> PhasePlan:
     yield PhaseSpec(
         name="rate",
         strategy="rate",
@@ -240,21 +274,21 @@ def _rate(load: RateLoad, slo: SLO, rules: ValidityRules) -> PhasePlan:
 
 
 @planner(StepLoad)
-def _step(load: StepLoad, slo: SLO, rules: ValidityRules) -> PhasePlan:
+def _step(load: StepLoad, inputs: PlanInputs) -> PhasePlan:
     found = yield from ladder(
         load.concurrencies(),
         load.stage_duration_s,
         load.min_gain,
-        slo,
-        rules,
+        inputs.slo,
+        inputs.rules,
         stop_at_knee=load.stop_at_knee,
     )
     return StepReport(**dict(found))
 
 
 @planner(SteadyLoad)
-def _steady(load: SteadyLoad, slo: SLO, rules: ValidityRules) -> PhasePlan:
-    capacity, info = yield from _find_capacity(load.capacity_rps, slo, rules)
+def _steady(load: SteadyLoad, inputs: PlanInputs) -> PhasePlan:
+    capacity, info = yield from _find_capacity(load.capacity_rps, inputs.slo, inputs.rules)
     steady = SteadyReport(
         fraction=load.fraction, duration_s=load.duration_s, window_s=load.window_s, **info
     )
@@ -272,8 +306,8 @@ def _steady(load: SteadyLoad, slo: SLO, rules: ValidityRules) -> PhasePlan:
 
 
 @planner(PulseLoad)
-def _pulse(load: PulseLoad, slo: SLO, rules: ValidityRules) -> PhasePlan:
-    capacity, info = yield from _find_capacity(load.capacity_rps, slo, rules)
+def _pulse(load: PulseLoad, inputs: PlanInputs) -> PhasePlan:
+    capacity, info = yield from _find_capacity(load.capacity_rps, inputs.slo, inputs.rules)
     pulse = PulseReport(window_s=load.window_s, **info)
     if not capacity:
         pulse.error = "capacity could not be measured: no pulse was run"
@@ -288,5 +322,12 @@ def _pulse(load: PulseLoad, slo: SLO, rules: ValidityRules) -> PhasePlan:
 
 
 @planner(CapacityLoad)
-def _capacity(load: CapacityLoad, slo: SLO, rules: ValidityRules) -> PhasePlan:
-    return (yield from capacity_search(load, slo, rules))
+def _capacity(load: CapacityLoad, inputs: PlanInputs) -> PhasePlan:
+    return (yield from capacity_search(load, inputs.slo, inputs.rules))
+
+
+@planner(ReplayLoad)
+def _replay(load: ReplayLoad, inputs: PlanInputs) -> PhasePlan:
+    if inputs.vocab_size is None:
+        raise ValueError("a replay plan needs the model's vocab_size")
+    return (yield from plan_replay(Replay(load), inputs.vocab_size))
