@@ -298,10 +298,6 @@ def same_gpu_type(gpu_name: str | None, gpu_type: str | None) -> bool:
     return (spec is not None and spec == find_gpu(gpu_type)) or gpu_name == gpu_type
 
 
-def _load_level(config: RunConfig) -> tuple[str, float] | None:
-    return config.load.fixed_level()
-
-
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= SHAPE_TOLERANCE * max(abs(b), 1e-9)
 
@@ -328,7 +324,7 @@ def _shape(run: RunResult, stage: StageProfile) -> tuple[str, bool | None]:
     config = run.config
     workload = config.workload
     if isinstance(workload, GenerateWorkload):
-        level = _load_level(config)
+        level = config.load.fixed_level()
         text = f"prompt {workload.prompt_tokens.mean} / output {workload.output_tokens.mean} tok"
         same = _close(workload.prompt_tokens.mean, stage.prompt_tokens.mean) and _close(
             workload.output_tokens.mean, stage.output_tokens.mean
@@ -406,7 +402,7 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
         traffic = False
         differences.append("a capacity search over many levels, not one steady load")
     elif stage.kind == "generate":
-        level = _load_level(config)
+        level = config.load.fixed_level()
         if level is None and _phase_at_stage_concurrency(run, stage) is not None:
             level = ("concurrency", float(stage.concurrency or 0))
         wanted: list[tuple[str, float]] = []

@@ -529,7 +529,8 @@ def estimate_run(
     request_s = _request_seconds(config, weight_bytes, cpu_only, gpu) * busy
     if config.load.warmup_requests:
         parts["warm-up"] = request_s  # warm-up requests are sent together
-    parts["phases"] = _phases_seconds(config, request_s)
+    # measured phases plus the drain of requests in flight when each phase ends
+    parts["phases"] = config.load.planned_seconds(request_s, traffic.replay_seconds)
     run_part = parts.get("warm-up", 0.0) + parts["phases"]
     if run_part > config.load.max_duration_s:  # the run's hard bound ends it (INVALID)
         parts["phases"] = max(0.0, config.load.max_duration_s - parts.get("warm-up", 0.0))
@@ -576,11 +577,6 @@ def _request_seconds(
     workload = config.workload
     steps = workload.output_tokens.mean + 1 if workload.kind == "generate" else 1
     return steps * step_s
-
-
-def _phases_seconds(config: RunConfig, request_s: float) -> float:
-    """Measured phases plus the drain of requests in flight when each phase ends."""
-    return config.load.planned_seconds(request_s, traffic.replay_seconds)
 
 
 def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> list[RunConfig]:
