@@ -38,7 +38,7 @@ from advisor.estimate import architecture_for
 from advisor.evidence import SHAPE_TOLERANCE, run_gpu_name
 from advisor.gpus import GPUS
 from advisor.profile import StageProfile
-from bench.config import ConcurrencyLoad, GenerateWorkload, StepLoad
+from bench.config import GenerateWorkload
 from bench.schema import MetricsSummary, RunResult, RunStatus, ValidityStatus
 from bench.strict import Strict
 
@@ -209,7 +209,7 @@ def efficiency_for(
 
 def _levels(run: RunResult) -> Iterable[tuple[str, int, MetricsSummary]]:
     """(phase name, concurrency, summary) of every closed-loop level of a run."""
-    if isinstance(run.config.load, ConcurrencyLoad | StepLoad):
+    if run.config.load.closed_loop:
         for phase in run.phases:
             if phase.strategy == "concurrency" and phase.summary is not None:
                 yield phase.name, int(phase.target), phase.summary

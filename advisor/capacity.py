@@ -286,7 +286,7 @@ def capacity_from_run(
 ) -> Capacity:
     """`capacity_from_report` of a stored capacity run; its GPUs per unit are the run's
     tensor_parallel_size x replicas (what the search measured together)."""
-    if run.config.load.pattern != "capacity":
+    if not run.config.load.capacity_search:
         raise UserError(
             f"run {run.run_id} is a {run.config.load.pattern} run, not a capacity search"
         )
@@ -342,7 +342,7 @@ def fleet_for_stage(
         peak_request_rate_rps=peak, headroom_fraction=stage.headroom_fraction, gpu_type=gpu_type
     )
     for run in runs:
-        if run.config.load.pattern != "capacity":
+        if not run.config.load.capacity_search:
             continue
         ran_on = run_gpu_type(run)
         if gpu_type is not None and ran_on != gpu_type:

@@ -26,11 +26,9 @@ from advisor.profile import Objective, StageProfile
 from bench.api import run_caveats
 from bench.backends.base import WorkloadShape
 from bench.config import (
-    ConcurrencyLoad,
     GenerateWorkload,
     ParallelismConfig,
     PrecisionConfig,
-    RateLoad,
     RunConfig,
 )
 from bench.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
@@ -300,15 +298,6 @@ def same_gpu_type(gpu_name: str | None, gpu_type: str | None) -> bool:
     return (spec is not None and spec == find_gpu(gpu_type)) or gpu_name == gpu_type
 
 
-def _load_level(config: RunConfig) -> tuple[str, float] | None:
-    load = config.load
-    if isinstance(load, ConcurrencyLoad):
-        return "concurrency", float(load.concurrency)
-    if isinstance(load, RateLoad):
-        return "rate", float(load.rate_rps)
-    return None
-
-
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= SHAPE_TOLERANCE * max(abs(b), 1e-9)
 
@@ -340,7 +329,7 @@ def _shape(run: RunResult, stage: StageProfile) -> tuple[str, bool | None]:
     config = run.config
     workload = config.workload
     if isinstance(workload, GenerateWorkload):
-        level = _load_level(config)
+        level = config.load.fixed_level()
         text = f"prompt {workload.prompt_tokens.mean} / output {workload.output_tokens.mean} tok"
         same = _close(workload.prompt_tokens.mean, stage.prompt_tokens.mean) and _close(
             workload.output_tokens.mean, stage.output_tokens.mean
@@ -413,12 +402,12 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
             ratios.append(_ratio(workload.image_size, stage.image_size))
             differences.append(f"{workload.image_size} px vs the stage's {stage.image_size}")
     traffic = True
-    if config.load.pattern == "capacity":
+    if config.load.capacity_search:
         # Its summary mixes every probed level: a capacity, not a figure at one load.
         traffic = False
         differences.append("a capacity search over many levels, not one steady load")
     elif stage.kind == "generate":
-        level = _load_level(config)
+        level = config.load.fixed_level()
         if level is None and _phase_at_stage_concurrency(run, stage) is not None:
             level = ("concurrency", float(stage.concurrency or 0))
         wanted: list[tuple[str, float]] = []
@@ -681,7 +670,7 @@ def capacity_mismatch(run: RunResult, stage: StageProfile) -> list[str]:
     varies the traffic), and an SLO at least as strict as the stage's on every metric the stage
     limits, judged at the stage's percentile or a higher one."""
     config = run.config
-    if config.load.pattern != "capacity":
+    if not config.load.capacity_search:
         return ["not a capacity search"]
     reasons: list[str] = []
     model = run.model.name if run.model is not None else config.model
@@ -714,7 +703,7 @@ def capacity_runs_for(
     kept: list[RunResult] = []
     notes: list[str] = []
     for run in runs:
-        if run.config.load.pattern != "capacity":
+        if not run.config.load.capacity_search:
             continue
         if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
             continue

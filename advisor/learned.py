@@ -27,7 +27,7 @@ from advisor.estimate import ARCHITECTURES, DTYPE_BYTES
 from advisor.evidence import run_gpu_name
 from advisor.gpus import GPUS
 from advisor.profile import StageProfile
-from bench.config import ConcurrencyLoad, GenerateWorkload, RateLoad
+from bench.config import GenerateWorkload
 from bench.schema import RunResult, RunStatus, ValidityStatus
 
 FEATURES = (
@@ -108,7 +108,7 @@ def run_features(run: RunResult) -> dict[str, float]:
     config = run.config
     workload = config.workload
     gpu = run_gpu_name(run)
-    load = config.load
+    kind, level = config.load.fixed_level() or (None, 0.0)
     generate = isinstance(workload, GenerateWorkload)
     return {
         "generate_kind": 1.0 if generate else 0.0,
@@ -116,8 +116,8 @@ def run_features(run: RunResult) -> dict[str, float]:
         "prompt_tokens_mean": float(workload.prompt_tokens.mean) if generate else 0.0,
         "output_tokens_mean": float(workload.output_tokens.mean) if generate else 0.0,
         "batch_size": 0.0 if generate else float(workload.batch_size),
-        "concurrency": float(load.concurrency) if isinstance(load, ConcurrencyLoad) else 0.0,
-        "request_rate_rps": float(load.rate_rps) if isinstance(load, RateLoad) else 0.0,
+        "concurrency": level if kind == "concurrency" else 0.0,
+        "request_rate_rps": level if kind == "rate" else 0.0,
         "gpu_memory_gb": float(GPUS[gpu].memory_gb) if gpu in GPUS else 0.0,
         "dtype_bytes": DTYPE_BYTES[config.precision.dtype],
     }

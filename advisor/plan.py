@@ -529,7 +529,8 @@ def estimate_run(
     request_s = _request_seconds(config, weight_bytes, cpu_only, gpu) * busy
     if config.load.warmup_requests:
         parts["warm-up"] = request_s  # warm-up requests are sent together
-    parts["phases"] = _phases_seconds(config, request_s)
+    # measured phases plus the drain of requests in flight when each phase ends
+    parts["phases"] = config.load.planned_seconds(request_s, traffic.replay_seconds)
     run_part = parts.get("warm-up", 0.0) + parts["phases"]
     if run_part > config.load.max_duration_s:  # the run's hard bound ends it (INVALID)
         parts["phases"] = max(0.0, config.load.max_duration_s - parts.get("warm-up", 0.0))
@@ -576,41 +577,6 @@ def _request_seconds(
     workload = config.workload
     steps = workload.output_tokens.mean + 1 if workload.kind == "generate" else 1
     return steps * step_s
-
-
-def _phases_seconds(config: RunConfig, request_s: float) -> float:
-    """Measured phases plus the drain of requests in flight when each phase ends."""
-    load = config.load
-    if load.pattern == "replay":
-        return traffic.replay_seconds(load) + request_s
-    if load.pattern in ("concurrency", "rate"):
-        if load.duration_s is not None:
-            return load.duration_s + request_s
-        level = getattr(load, "concurrency", None) or 1
-        return math.ceil((load.max_requests or 1) / level) * request_s
-    if load.pattern == "step":
-        from bench.load.patterns import step_concurrencies
-
-        stages = len(step_concurrencies(load))
-        return stages * (load.stage_duration_s + request_s)
-    if load.pattern == "capacity":
-        from bench.load.capacity import estimated_search_s
-
-        return estimated_search_s(load, request_s)
-    if load.pattern == "replay":  # the trace's span (scaled), then the last request's drain
-        from bench.traffic_files import read_trace
-
-        rows = read_trace(load)
-        span_s = (rows[-1].t_ms - rows[0].t_ms) * load.time_scale / 1000 if rows else 0.0
-        return span_s + request_s
-    capacity = 0.0
-    if load.capacity_rps is None:
-        from bench.load.patterns import CAPACITY_LADDER, CAPACITY_STAGE_S
-
-        capacity = len(CAPACITY_LADDER) * (CAPACITY_STAGE_S + request_s)
-    if load.pattern == "steady":
-        return capacity + load.duration_s + request_s
-    return capacity + load.baseline_s + load.burst_s + load.recovery_s + request_s
 
 
 def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> list[RunConfig]:

@@ -36,6 +36,7 @@ from bench.backends import get_backend
 from bench.config import FP8_RANDOM_WEIGHTS_NOTE, ReplayLoad, RunConfig
 from bench.errors import BackendUnavailable, RunAborted, RunInterrupted, UserError
 from bench.interrupts import RunInterrupts
+from bench.load.patterns import validity_reasons as pattern_validity_reasons
 from bench.load.reports import HeldLoadReport, PatternReportBase
 from bench.outputs import os_reason, prepare_out_dir, write_atomic
 from bench.placement import Placement, place
@@ -567,7 +568,7 @@ def _measure(
         )
     result.summary = sink.measured.summary(config.slo, placement.gpus)
     result.validity = judge_validity(result.summary, config.validity, result.phases)
-    if config.load.pattern == "capacity":  # its infeasible probes break the SLO by design
+    if config.load.capacity_search:  # its infeasible probes break the SLO by design
         from bench.load.capacity import capacity_validity
 
         result.validity = capacity_validity(
@@ -589,10 +590,8 @@ def _measure(
             queries = result.engine["prefix_cache"].get("queries")
         result.summary.prefix_cache_hit_rate = rate
         result.summary.prefix_cache_queries = queries
-    if isinstance(config.load, ReplayLoad) and result.status == RunStatus.COMPLETED:
-        from bench.load.replay import replay_validity_reasons
-
-        reasons = replay_validity_reasons(config.load, result.pattern_report)
+    if result.status == RunStatus.COMPLETED:
+        reasons = pattern_validity_reasons(config.load, result.pattern_report)
         if reasons:
             result.validity.status = ValidityStatus.INVALID
             result.validity.reasons.extend(reasons)

@@ -484,7 +484,7 @@ def _print_result(result: Any) -> None:
     typer.echo(f"  {config.parallelism.label()}, {config.precision.label()}")
     for caveat in result.caveats:
         typer.echo(f"  caveat: {caveat}")
-    if config.load.pattern == "capacity":  # the search's answer first; run-wide figures mix probes
+    if config.load.capacity_search:  # the search's answer first; run-wide figures mix probes
         from bench.load.capacity import capacity_summary_line
 
         typer.echo(f"  {capacity_summary_line(result.pattern_report)}")

@@ -277,10 +277,8 @@ def levels_of(result: RunResult) -> list[tuple[str | None, str]]:
     if len(result.phases) > 1:
         return [(phase.name, _level_label(phase.strategy, phase.target)) for phase in result.phases]
     load = result.config.load
-    if load.pattern == "concurrency":
-        return [(None, f"c{load.concurrency}")]
-    if load.pattern == "rate":
-        return [(None, f"{load.rate_rps:g} req/s")]
+    if load.fixed_level() is not None:
+        return [(None, load.level_label())]
     if len(result.phases) == 1:
         phase = result.phases[0]
         return [(None, _level_label(phase.strategy, phase.target))]

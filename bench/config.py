@@ -6,7 +6,10 @@ typo in a profile or plan is an error, not a silently ignored option.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
@@ -220,8 +223,35 @@ Workload = Annotated[GenerateWorkload | ForwardWorkload, Field(discriminator="ki
 # --------------------------------------------------------------------------- load patterns
 
 
+@dataclass(frozen=True)
+class RehearsalBounds:
+    """How far a CPU rehearsal shrinks a GPU plan's load (bench/rehearsal.py sets the values)."""
+
+    warmup_requests: int
+    request_timeout_s: float
+    stage_s: float
+    max_concurrency: int
+    max_rate_rps: float
+    replay_rows: int
+    max_prompt_tokens: int
+    max_output_tokens: int
+    capacity_rps: float
+
+
+TraceSpan = Callable[["ReplayLoad"], float]
+"""Seconds a replayed trace spans (time-scaled); the caller reads the trace file."""
+
+
 class LoadCommon(StrictInput):
-    """Options every load pattern shares: warm-up, time-outs, hard bounds."""
+    """Options every load pattern shares: warm-up, time-outs, hard bounds; and what each pattern
+    answers about itself, so callers never switch on its name (GuideLLM's `Profile` subclasses)."""
+
+    closed_loop: ClassVar[bool] = False
+    """Every measured level keeps a number of requests in flight (concurrency, step)."""
+    held_at_capacity: ClassVar[bool] = False
+    """Its phases are fractions of a capacity that is given or first measured (steady, pulse)."""
+    capacity_search: ClassVar[bool] = False
+    """Searches the SLO capacity: needs an SLO and its infeasible probes break it by design."""
 
     warmup_requests: int = Field(
         2,
@@ -239,9 +269,75 @@ class LoadCommon(StrictInput):
         3600.0, gt=0, le=MAX_DURATION_S, description="Hard bound on the whole run, all phases."
     )
 
+    @property
+    def pattern_name(self) -> str:
+        return str(self.pattern)  # each subclass's `pattern` Literal field
+
+    def level_label(self) -> str:
+        """The level a one-level run is measured at (`c64`, `2 req/s`), else the pattern name."""
+        return self.pattern_name
+
+    def fixed_level(self) -> tuple[Literal["concurrency", "rate"], float] | None:
+        """(closed or open loop, level) when the whole run is one fixed level, else None."""
+        return None
+
+    def describe(self, measured_phases: int) -> str:
+        """The load in a few words for a report (`concurrency 64`, `step ladder (5 stages)`)."""
+        return f"{self.pattern_name} pattern"
+
+    def table_level(self) -> float | None:
+        """The plan table's editable "load" value (concurrency, rate, capacity); None = none
+        (a capacity search has no level to edit)."""
+        return None
+
+    def table_duration(self) -> float | None:
+        """The plan table's editable "duration (s)" value; None = none (a capacity search's
+        length is its probes)."""
+        return None
+
+    @classmethod
+    def table_update(
+        cls, level: float | None, duration: float | None, previous_level: float | None
+    ) -> dict[str, Any]:
+        """The fields a plan-table row's load and duration set on this pattern
+        (`previous_level` = the row's plan level, so an unchanged level keeps the plan's own)."""
+        return {}
+
+    def phase_count(self) -> int | None:
+        """Number of phases the run plans, when known in advance (for progress bars)."""
+        return None
+
+    def warmup_concurrency(self) -> int:
+        """How many warm-up requests are in flight together.
+
+        Closed loops (and a step ladder's first level) warm up at up to their own concurrency, so
+        a batching engine runs the batch shape it is about to be measured at (its allocator grows
+        and its kernels for that batch size are chosen before the clock starts, so the first,
+        slower `generate` of a shape is never timed). Open-loop patterns warm up one request at
+        a time: they have no concurrency of their own to copy.
+        """
+        return 1
+
+    def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
+        """Measured phases plus the drain of requests in flight when each phase ends, for a
+        plan's time estimate (`request_s` = one request served alone)."""
+        raise NotImplementedError(type(self).__name__)
+
+    def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
+        """The same pattern shortened for a CPU rehearsal of a GPU plan (bench/rehearsal.py)."""
+        raise NotImplementedError(type(self).__name__)
+
+    def _rehearsal_common(self, bounds: RehearsalBounds) -> dict[str, Any]:
+        return {
+            "warmup_requests": min(self.warmup_requests, bounds.warmup_requests),
+            "request_timeout_s": bounds.request_timeout_s,
+        }
+
 
 class ConcurrencyLoad(LoadCommon):
     """Closed loop: keep N requests in flight for a duration or a number of requests."""
+
+    closed_loop: ClassVar[bool] = True
 
     pattern: Literal["concurrency"] = "concurrency"
     concurrency: int = Field(
@@ -253,6 +349,45 @@ class ConcurrencyLoad(LoadCommon):
     max_requests: int | None = Field(
         None, gt=0, le=MAX_REQUESTS, description="Stop after this many requests."
     )
+
+    def level_label(self) -> str:
+        return f"c{self.concurrency}"
+
+    def describe(self, measured_phases: int) -> str:
+        return f"concurrency {self.concurrency}"
+
+    def fixed_level(self) -> tuple[Literal["concurrency", "rate"], float] | None:
+        return "concurrency", float(self.concurrency)
+
+    def table_level(self) -> float | None:
+        return float(self.concurrency)
+
+    def table_duration(self) -> float | None:
+        return self.duration_s
+
+    @classmethod
+    def table_update(
+        cls, level: float | None, duration: float | None, previous_level: float | None
+    ) -> dict[str, Any]:
+        return {"concurrency": int(level or 1), "duration_s": duration}
+
+    def phase_count(self) -> int | None:
+        return 1
+
+    def warmup_concurrency(self) -> int:
+        return min(max(1, self.warmup_requests), self.concurrency)
+
+    def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
+        if self.duration_s is not None:
+            return self.duration_s + request_s
+        return math.ceil((self.max_requests or 1) / self.concurrency) * request_s
+
+    def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
+        return ConcurrencyLoad(
+            concurrency=min(self.concurrency, bounds.max_concurrency),
+            duration_s=bounds.stage_s,
+            **self._rehearsal_common(bounds),
+        )
 
 
 class RateLoad(LoadCommon):
@@ -276,6 +411,45 @@ class RateLoad(LoadCommon):
         le=MAX_CONCURRENCY,
         description="Client-side cap on requests in flight (none = unbounded).",
     )
+
+    def level_label(self) -> str:
+        return f"{self.rate_rps:g} req/s"
+
+    def describe(self, measured_phases: int) -> str:
+        return f"{self.rate_rps} req/s"
+
+    def fixed_level(self) -> tuple[Literal["concurrency", "rate"], float] | None:
+        return "rate", float(self.rate_rps)
+
+    def table_level(self) -> float | None:
+        return self.rate_rps
+
+    def table_duration(self) -> float | None:
+        return self.duration_s
+
+    @classmethod
+    def table_update(
+        cls, level: float | None, duration: float | None, previous_level: float | None
+    ) -> dict[str, Any]:
+        return {"rate_rps": level or 1.0, "duration_s": duration}
+
+    def phase_count(self) -> int | None:
+        return 1
+
+    def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
+        if self.duration_s is not None:
+            return self.duration_s + request_s
+        return (self.max_requests or 1) * request_s  # one level of one request in flight
+
+    def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
+        return RateLoad(
+            rate_rps=min(self.rate_rps, bounds.max_rate_rps),
+            arrival=self.arrival,
+            seed=self.seed,
+            duration_s=bounds.stage_s,
+            max_concurrency=bounds.max_concurrency,
+            **self._rehearsal_common(bounds),
+        )
 
 
 class StepLoad(LoadCommon):
@@ -303,8 +477,91 @@ class StepLoad(LoadCommon):
     )
     stop_at_knee: bool = Field(True, description="Stop climbing once the knee is found.")
 
+    closed_loop: ClassVar[bool] = True
 
-class SteadyLoad(LoadCommon):
+    def concurrencies(self) -> list[int]:
+        """The ladder's concurrency per stage: `levels`, else start, start+step, ... <= max."""
+        if self.levels:  # an explicit ladder, e.g. [1, 16, 64, 256]
+            return list(self.levels)
+        return list(range(self.start, self.max + 1, self.step)) or [self.start]
+
+    def table_level(self) -> float | None:
+        return float(max(self.levels) if self.levels else self.max)
+
+    def describe(self, measured_phases: int) -> str:
+        return f"step ladder ({measured_phases} stages)"
+
+    def table_duration(self) -> float | None:
+        return self.stage_duration_s
+
+    @classmethod
+    def table_update(
+        cls, level: float | None, duration: float | None, previous_level: float | None
+    ) -> dict[str, Any]:
+        update: dict[str, Any] = {}
+        if level is not None and level != previous_level:
+            update.update(max=int(level), levels=None)
+        if duration:
+            update["stage_duration_s"] = duration
+        return update
+
+    def phase_count(self) -> int | None:
+        return None if self.stop_at_knee else len(self.concurrencies())
+
+    def warmup_concurrency(self) -> int:
+        return min(max(1, self.warmup_requests), self.concurrencies()[0])
+
+    def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
+        return len(self.concurrencies()) * (self.stage_duration_s + request_s)
+
+    def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
+        capped = sorted({min(level, bounds.max_concurrency) for level in self.concurrencies()})
+        return StepLoad(
+            levels=capped,
+            stage_duration_s=bounds.stage_s,
+            stop_at_knee=False,
+            **self._rehearsal_common(bounds),
+        )
+
+
+CAPACITY_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""Concurrencies of the short ladder that finds capacity for steady/pulse when none is given:
+doubling (not +10) so a few stages span one to hundreds of requests in flight."""
+CAPACITY_STAGE_S = 10.0
+"""Length of each stage of that ladder (s); same knee rule as `step` with min_gain 5%."""
+CAPACITY_MIN_GAIN = 0.05
+
+
+class HeldLoad(LoadCommon):
+    """A pattern whose rates are fractions of a capacity, given or measured first (steady,
+    pulse). Each subclass declares `capacity_rps` itself, so its fields keep their order."""
+
+    held_at_capacity: ClassVar[bool] = True
+    if TYPE_CHECKING:
+        capacity_rps: float | None
+
+    def table_level(self) -> float | None:
+        return self.capacity_rps
+
+    def _capacity_ladder_s(self, request_s: float) -> float:
+        if self.capacity_rps is not None:
+            return 0.0
+        return len(CAPACITY_LADDER) * (CAPACITY_STAGE_S + request_s)
+
+    def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
+        # The same phases, each one stage long, around a CPU-sized capacity (the capacity
+        # search a GPU plan may ask for is skipped: its ladder alone would take minutes).
+        phases = ("duration_s", "baseline_s", "burst_s", "recovery_s", "window_s")
+        return self.model_copy(  # type: ignore[return-value]  # a SteadyLoad or PulseLoad
+            update={
+                **self._rehearsal_common(bounds),
+                "capacity_rps": bounds.capacity_rps,
+                **{name: bounds.stage_s for name in phases if name in type(self).model_fields},
+            }
+        )
+
+
+class SteadyLoad(HeldLoad):
     """Section 3.3 soak: hold a fraction of capacity for a duration; detect leaks and drift."""
 
     pattern: Literal["steady"] = "steady"
@@ -322,8 +579,26 @@ class SteadyLoad(LoadCommon):
         60.0, gt=0, le=MAX_DURATION_S, description="Window for the per-window slope fits."
     )
 
+    def table_duration(self) -> float | None:
+        return self.duration_s
 
-class PulseLoad(LoadCommon):
+    @classmethod
+    def table_update(
+        cls, level: float | None, duration: float | None, previous_level: float | None
+    ) -> dict[str, Any]:
+        return {"capacity_rps": level, **({"duration_s": duration} if duration else {})}
+
+    def describe(self, measured_phases: int) -> str:
+        return f"steady {self.fraction}x capacity"
+
+    def phase_count(self) -> int | None:
+        return 1 if self.capacity_rps is not None else None
+
+    def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
+        return self._capacity_ladder_s(request_s) + self.duration_s + request_s
+
+
+class PulseLoad(HeldLoad):
     """Section 3.3 burst: baseline, then a multiple of capacity, then baseline; measure recovery."""
 
     pattern: Literal["pulse"] = "pulse"
@@ -349,6 +624,25 @@ class PulseLoad(LoadCommon):
     window_s: float = Field(
         2.0, gt=0, le=MAX_DURATION_S, description="Window for p99 tracking during recovery."
     )
+
+    def table_duration(self) -> float | None:
+        return self.baseline_s
+
+    def describe(self, measured_phases: int) -> str:
+        return f"pulse {self.burst_factor}x capacity"
+
+    @classmethod
+    def table_update(
+        cls, level: float | None, duration: float | None, previous_level: float | None
+    ) -> dict[str, Any]:
+        return {"capacity_rps": level, **({"baseline_s": duration} if duration else {})}
+
+    def phase_count(self) -> int | None:
+        return 3 if self.capacity_rps is not None else None
+
+    def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
+        held = self.baseline_s + self.burst_s + self.recovery_s
+        return self._capacity_ladder_s(request_s) + held + request_s
 
 
 class ReplayLoad(LoadCommon):
@@ -388,6 +682,42 @@ class ReplayLoad(LoadCommon):
     max_output_tokens: int | None = Field(
         None, gt=0, description="Clip each row's output length (rehearsals)."
     )
+
+    def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
+        return trace_span_s(self) + request_s  # the trace's span, then the last request's drain
+
+    def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
+        # The trace's first rows, on its own schedule, with short prompts and outputs.
+        return self.model_copy(
+            update={
+                **self._rehearsal_common(bounds),
+                "max_requests": min(self.max_requests or bounds.replay_rows, bounds.replay_rows),
+                "max_input_tokens": bounds.max_prompt_tokens,
+                "max_output_tokens": bounds.max_output_tokens,
+            }
+        )
+
+
+PERCENTILE_LEVELS = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+TAIL_SAMPLES = 5
+"""A probe holds enough requests that at least this many lie beyond its percentile, and that
+the attainment target allows at least this many misses (below that, one request decides)."""
+MIN_PROBE_REQUESTS_FLOOR = 20
+SERIAL_PROBE_REQUESTS = 8
+"""Requests of the quick closed-loop (concurrency 1) probe that sets the first rate."""
+
+
+def min_probe_requests(percentile: str, attainment_target: float) -> int:
+    """Requests per probe: ceil(TAIL_SAMPLES / (1 - q)) for percentile q, and as many for
+    the attainment target (ceil(TAIL_SAMPLES / (1 - target)) when target < 1), at least 20.
+
+    p99 with target 0.99 -> 500; p90 with target 0.9 -> 50; p50 with target 0.5 -> 20.
+    """
+    quantile = PERCENTILE_LEVELS[percentile]
+    needed = math.ceil(TAIL_SAMPLES / (1 - quantile) - 1e-9)
+    if attainment_target < 1:
+        needed = max(needed, math.ceil(TAIL_SAMPLES / (1 - attainment_target) - 1e-9))
+    return max(MIN_PROBE_REQUESTS_FLOOR, needed)
 
 
 class CapacityLoad(LoadCommon):
@@ -451,12 +781,55 @@ class CapacityLoad(LoadCommon):
         "the SLO than the attainment target allows).",
     )
 
+    capacity_search: ClassVar[bool] = True
+
+    def describe(self, measured_phases: int) -> str:
+        return f"SLO capacity search over {self.over}"
+
+    def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
+        """A planning estimate of a search's length: the serial probe, then the probes a 5%
+        search typically needs (4 to bracket, log2(1 / precision) to bisect, 1 re-check; at
+        most max_probes), each of its probe requests served one after another (`request_s`
+        each). An engine that batches is faster; early-ended probes are shorter."""
+        probes = min(self.max_probes, 4 + math.ceil(math.log2(1 / self.precision)) + 1)
+        requests = self.probe_requests or min_probe_requests(
+            self.percentile, self.attainment_target
+        )
+        serial = SERIAL_PROBE_REQUESTS if self.over == "rate" and self.start_rps is None else 0
+        return (serial + probes * requests) * request_s
+
+    def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
+        # The same search, coarse: 10 requests a probe, 25% precision, 6 probes at most,
+        # concurrency capped (a search of 500-request probes would take the CPU for hours).
+        return self.model_copy(
+            update={
+                **self._rehearsal_common(bounds),
+                "probe_requests": 10,
+                "precision": 0.25,
+                "max_probes": 6,
+                "max_concurrency": min(self.max_concurrency, bounds.max_concurrency),
+            }
+        )
+
 
 LoadPattern = Annotated[
     ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad | CapacityLoad | ReplayLoad,
     Field(discriminator="pattern"),
 ]
 PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse", "capacity", "replay")
+LOAD_CLASSES: dict[str, type[LoadCommon]] = {
+    str(cls.model_fields["pattern"].default): cls
+    for cls in (
+        ConcurrencyLoad,
+        RateLoad,
+        StepLoad,
+        SteadyLoad,
+        PulseLoad,
+        CapacityLoad,
+        ReplayLoad,
+    )
+}
+"""Each pattern's config class by its name (the `pattern` discriminator)."""
 
 
 # --------------------------------------------------------------------------- SLOs and validity
@@ -686,7 +1059,7 @@ class RunConfig(StrictInput):
 
     @model_validator(mode="after")
     def _capacity_needs_an_slo(self) -> RunConfig:
-        if self.load.pattern == "capacity" and not self.slo.is_set():
+        if self.load.capacity_search and not self.slo.is_set():
             raise ValueError(
                 "the capacity pattern needs an SLO to search under: give --slo-ttft-ms, "
                 "--slo-tpot-ms or --slo-e2e-ms (slo.ttft_ms / tpot_ms / e2e_ms)"

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 from bench.campaign import AdvisorPlanStep, CampaignPlan, CampaignStep, FidelityStep, RunStep
 from bench.config import (
-    CapacityLoad,
-    ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
     ParallelismConfig,
     PrecisionConfig,
-    RateLoad,
-    ReplayLoad,
+    RehearsalBounds,
     RunConfig,
-    StepLoad,
     ValidityRules,
 )
 from bench.fidelity import PytorchFidelityCheck, VllmFidelityCheck
@@ -59,61 +55,19 @@ def _capped(length: LengthDistribution, at_most: int) -> LengthDistribution:
     return LengthDistribution(kind="fixed", mean=mean, max=None, min=1)
 
 
-def _load(config: RunConfig):
-    """The same pattern, shorter and at most MAX_CONCURRENCY in flight."""
-    load = config.load
-    common = {"warmup_requests": min(load.warmup_requests, 2), "request_timeout_s": 120.0}
-    if isinstance(load, StepLoad):
-        levels = load.levels or list(range(load.start, load.max + 1, load.step))
-        capped = sorted({min(level, MAX_CONCURRENCY) for level in levels})
-        return StepLoad(levels=capped, stage_duration_s=STAGE_S, stop_at_knee=False, **common)
-    if isinstance(load, ConcurrencyLoad):
-        return ConcurrencyLoad(
-            concurrency=min(load.concurrency, MAX_CONCURRENCY), duration_s=STAGE_S, **common
-        )
-    if isinstance(load, RateLoad):
-        return RateLoad(
-            rate_rps=min(load.rate_rps, 4.0),
-            arrival=load.arrival,
-            seed=load.seed,
-            duration_s=STAGE_S,
-            max_concurrency=MAX_CONCURRENCY,
-            **common,
-        )
-    if isinstance(load, ReplayLoad):  # the trace's first rows, on its own schedule
-        return load.model_copy(
-            update={
-                **common,
-                "max_requests": min(load.max_requests or REPLAY_ROWS, REPLAY_ROWS),
-                "max_input_tokens": MAX_PROMPT_TOKENS,
-                "max_output_tokens": MAX_OUTPUT_TOKENS,
-            }
-        )
-    if isinstance(load, CapacityLoad):
-        # The same search, coarse: 10 requests a probe, 25% precision, 6 probes at most,
-        # concurrency capped (a search of 500-request probes would take the CPU for hours).
-        return load.model_copy(
-            update={
-                **common,
-                "probe_requests": 10,
-                "precision": 0.25,
-                "max_probes": 6,
-                "max_concurrency": min(load.max_concurrency, MAX_CONCURRENCY),
-            }
-        )
-    # steady and pulse: the same phases, each STAGE_S long, around a CPU-sized capacity (the
-    # capacity search a GPU plan may ask for is skipped: its ladder alone would take minutes).
-    return load.model_copy(
-        update={
-            **common,
-            "capacity_rps": REHEARSAL_CAPACITY_RPS,
-            **{
-                name: STAGE_S
-                for name in ("duration_s", "baseline_s", "burst_s", "recovery_s", "window_s")
-                if hasattr(load, name)
-            },
-        }
-    )
+REHEARSAL_BOUNDS = RehearsalBounds(
+    warmup_requests=2,
+    request_timeout_s=120.0,
+    stage_s=STAGE_S,
+    max_concurrency=MAX_CONCURRENCY,
+    max_rate_rps=4.0,
+    replay_rows=REPLAY_ROWS,
+    max_prompt_tokens=MAX_PROMPT_TOKENS,
+    max_output_tokens=MAX_OUTPUT_TOKENS,
+    capacity_rps=REHEARSAL_CAPACITY_RPS,
+)
+"""The same pattern, shorter and at most MAX_CONCURRENCY in flight (each pattern's
+`rehearsal`); steady and pulse are held around REHEARSAL_CAPACITY_RPS without a search."""
 
 
 def _cpu_engine_args(engine_args: dict, vllm: bool) -> dict:
@@ -164,7 +118,7 @@ def rehearse_config(config: RunConfig) -> RunConfig:
             "device": "cpu",
             "engine_args": args,
             "workload": workload,
-            "load": _load(config),
+            "load": config.load.rehearsal(REHEARSAL_BOUNDS),
             "validity": ValidityRules(min_duration_s=1.0, min_requests=2),
             "precision": PrecisionConfig(dtype="float32"),
             "parallelism": ParallelismConfig(replicas=min(parallel.replicas, MAX_REPLICAS)),
@@ -186,7 +140,7 @@ def rehearsal_changes(step: CampaignStep) -> list[str]:
             changes.append(f"{config.parallelism.replicas} replicas -> {MAX_REPLICAS}")
         if config.precision.uses_fp8:
             changes.append(f"{config.precision.label()} -> float32 (no FP8 on the CPU)")
-        if config.load.pattern in ("steady", "pulse"):
+        if config.load.held_at_capacity:
             changes.append(f"capacity {REHEARSAL_CAPACITY_RPS:g} req/s assumed (no search)")
     elif isinstance(step, FidelityStep):
         check = step.check

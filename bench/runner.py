@@ -16,12 +16,8 @@ from typing import Any
 from bench.backends.base import Backend, Chunk, Request
 from bench.clock import CLOCK
 from bench.config import (
-    ConcurrencyLoad,
     GenerateWorkload,
-    LoadPattern,
-    ReplayLoad,
     RunConfig,
-    StepLoad,
 )
 from bench.errors import UserError
 from bench.load.driver import (
@@ -32,7 +28,7 @@ from bench.load.driver import (
     PlanInterrupted,
     run_phase,
 )
-from bench.load.patterns import phases_total, plan, step_concurrencies
+from bench.load.patterns import plan
 from bench.load.reports import PatternReportBase, empty_report
 from bench.metrics import MetricsAccumulator
 from bench.schema import MetricsSummary, Percentiles, PhaseResult, RequestRecord
@@ -130,23 +126,6 @@ def _phase_result(
         end_ns=outcome.end_ns,
         summary=outcome.summary(config.slo, gpus),
     )
-
-
-def warmup_concurrency(load: LoadPattern) -> int:
-    """How many warm-up requests are in flight together.
-
-    Closed loops (and a step ladder's first level) warm up at up to their own concurrency, so a
-    batching engine runs the batch shape it is about to be measured at (its allocator grows and
-    its kernels for that batch size are chosen before the clock starts, so the first, slower
-    `generate` of a shape is never timed). Open-loop patterns warm up one request at a time: they
-    have no concurrency of their own to copy.
-    """
-    count = max(1, load.warmup_requests)
-    if isinstance(load, ConcurrencyLoad):
-        return min(count, load.concurrency)
-    if isinstance(load, StepLoad):
-        return min(count, step_concurrencies(load)[0])
-    return 1
 
 
 def traffic_source(
@@ -278,7 +257,7 @@ async def execute(
     `gpus` = the GPUs the run uses (None on CPU), for the per-GPU throughput of the summaries.
 
     - Warm-up: `config.load.warmup_requests` requests, phase "warmup", `warmup=True`
-      (recorded, never measured), at `warmup_concurrency(load)`; `warmup_s` is its wall time.
+      (recorded, never measured), at `load.warmup_concurrency()`; `warmup_s` is its wall time.
     - Phases: closed/open loop per `PhaseSpec`; each finished phase goes to `on_phase`.
     - Hard bound: everything stops at run start + `max_duration_s` (in-flight requests are
       recorded as errors); `stop` ends the run the same way with error "stopped".
@@ -296,7 +275,7 @@ async def execute(
     run_start_ns = CLOCK.now_ns()
     deadline_ns = run_start_ns + int(load.max_duration_s * 1e9)
     timeout_s = load.request_timeout_s
-    progress = _Progress(events, run_start_ns, phases_total(load))
+    progress = _Progress(events, run_start_ns, load.phase_count())
     reporter = asyncio.get_running_loop().create_task(progress.loop())
     phases: list[PhaseResult] = []
     run_accumulator = MetricsAccumulator()
@@ -353,7 +332,7 @@ async def execute(
             spec = PhaseSpec(
                 "warmup",
                 "concurrency",
-                warmup_concurrency(load),
+                load.warmup_concurrency(),
                 None,
                 max_requests=load.warmup_requests,
                 warmup=True,
@@ -362,12 +341,7 @@ async def execute(
             warmup_s = (outcome.end_ns - outcome.start_ns) / 1e9
             stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
 
-        if isinstance(load, ReplayLoad):
-            from bench.load.replay import Replay, plan_replay
-
-            generator = plan_replay(Replay(load), model.vocab_size)
-        else:
-            generator = plan(load, config.slo, config.validity)
+        generator = plan(load, config.slo, config.validity, model.vocab_size)
         index = 0
         summary: MetricsSummary | None = None
         while not (stopped or deadline_reached):

@@ -28,7 +28,12 @@ from advisor.profile import (
 )
 from advisor.recommend import NO_PEAK_NOTE
 from advisor.report.capacity import CapacityView, capacity_view, capacity_view_for_runs
-from bench.config import LengthDistribution
+from advisor.stage_input import (
+    StageFormValues,
+    draft_data,
+    load_kind_shown,
+    stage_data,
+)
 from bench.errors import UserError
 from ui import state
 from ui.components import (
@@ -74,10 +79,12 @@ def _key(stage_index: int, name: str) -> str:
 # --------------------------------------------------------------------------- the form
 
 
-def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
-    """Widgets for one stage; returns the stage as a dict for StageProfile to validate."""
+def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
+    """Widgets for one stage; returns the stage's data for StageProfile to validate
+    (advisor.stage_input.stage_data turns the widget values into it)."""
     presets = model_presets()
-    out: dict[str, Any] = {"name": stage.get("name") or f"stage {index + 1}"}
+    stage = previous.model_dump(mode="json")
+    out: dict[str, Any] = {"name": name or f"stage {index + 1}"}  # StageFormValues fields
 
     st.markdown("##### 1 · The four questions of the article's decision tree")
     traits = st.columns(2)
@@ -122,15 +129,13 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             key=_key(index, "model_choice"),
             help=field_help(StageProfile, "model"),
         )
+        out["custom_model"] = choice == CUSTOM_MODEL
         if choice == CUSTOM_MODEL:
-            out["model"] = (
-                st.text_input(
-                    "Checkpoint folder",
-                    value=current if current and current not in presets else "",
-                    placeholder="/models/my-llama (a local Hugging Face checkpoint)",
-                    key=_key(index, "model_path"),
-                ).strip()
-                or None
+            out["model"] = st.text_input(
+                "Checkpoint folder",
+                value=current if current and current not in presets else "",
+                placeholder="/models/my-llama (a local Hugging Face checkpoint)",
+                key=_key(index, "model_path"),
             )
             out["parameters_b"] = st.number_input(
                 "Parameters (billions)",
@@ -144,10 +149,9 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             out["model"] = choice
     with right:
         if out["kind"] == "generate":
-            prompt = LengthDistribution.model_validate(stage.get("prompt_tokens") or {"mean": 512})
-            output = LengthDistribution.model_validate(stage.get("output_tokens") or {"mean": 256})
+            prompt, output = previous.prompt_tokens, previous.output_tokens
             lengths = st.columns(2)
-            prompt_mean = lengths[0].number_input(
+            out["prompt_mean"] = lengths[0].number_input(
                 "Prompt length (tokens)",
                 min_value=1,
                 max_value=1_000_000,
@@ -156,7 +160,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
                 key=_key(index, "prompt_mean"),
                 help=field_help(StageProfile, "prompt_tokens"),
             )
-            output_mean = lengths[1].number_input(
+            out["output_mean"] = lengths[1].number_input(
                 "Output length (tokens)",
                 min_value=1,
                 max_value=1_000_000,
@@ -165,19 +169,15 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
                 key=_key(index, "output_mean"),
                 help=field_help(StageProfile, "output_tokens"),
             )
-            out["prompt_tokens"] = {**prompt.model_dump(), "mean": int(prompt_mean)}
-            out["output_tokens"] = {**output.model_dump(), "mean": int(output_mean)}
             out.update(_traffic_fields(index, stage))
         else:
             shape = st.columns(2)
-            out["batch_size"] = int(
-                shape[0].number_input(
-                    "Batch size",
-                    min_value=1,
-                    value=int(stage.get("batch_size") or 1),
-                    key=_key(index, "batch_size"),
-                    help=field_help(StageProfile, "batch_size"),
-                )
+            out["batch_size"] = shape[0].number_input(
+                "Batch size",
+                min_value=1,
+                value=int(stage.get("batch_size") or 1),
+                key=_key(index, "batch_size"),
+                help=field_help(StageProfile, "batch_size"),
             )
             out["image_size"] = shape[1].number_input(
                 "Image side (px, CV models)",
@@ -188,7 +188,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
                 help=field_help(StageProfile, "image_size"),
             )
             sequence = stage.get("sequence_length") or {}
-            seq_mean = st.number_input(
+            out["sequence_mean"] = st.number_input(
                 "Sequence length (tokens, text encoders)",
                 min_value=1,
                 value=sequence.get("mean"),
@@ -196,13 +196,14 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
                 key=_key(index, "sequence_mean"),
                 help=field_help(StageProfile, "sequence_length"),
             )
-            out["sequence_length"] = {"mean": int(seq_mean)} if seq_mean else None
-        show_field_problems(out)  # the context window, at the length fields
+        show_field_problems(  # the context window, at the length fields
+            draft_data(stage_data(previous, StageFormValues.model_validate(out)))
+        )
         load_kinds = ["concurrency", "rate"]
-        load_kind = st.radio(
+        out["load_kind"] = load_kind = st.radio(
             "Load is described by",
             load_kinds,
-            index=1 if stage.get("request_rate_rps") and not stage.get("concurrency") else 0,
+            index=load_kinds.index(load_kind_shown(previous)),
             format_func={
                 "concurrency": "requests in flight",
                 "rate": "arrival rate",
@@ -211,32 +212,27 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             key=_key(index, "load_kind"),
         )
         if load_kind == "concurrency":
-            out["concurrency"] = int(
-                st.number_input(
-                    "Requests in flight at peak",
-                    min_value=1,
-                    max_value=100_000,
-                    value=int(stage.get("concurrency") or 16),
-                    key=_key(index, "concurrency"),
-                    help=field_help(StageProfile, "concurrency"),
-                )
+            out["concurrency"] = st.number_input(
+                "Requests in flight at peak",
+                min_value=1,
+                max_value=100_000,
+                value=int(stage.get("concurrency") or 16),
+                key=_key(index, "concurrency"),
+                help=field_help(StageProfile, "concurrency"),
             )
         else:
-            out["request_rate_rps"] = float(
-                st.number_input(
-                    "Arrival rate (requests/s)",
-                    min_value=0.01,
-                    value=float(stage.get("request_rate_rps") or 10.0),
-                    key=_key(index, "rate"),
-                    help=field_help(StageProfile, "request_rate_rps"),
-                )
+            out["request_rate_rps"] = st.number_input(
+                "Arrival rate (requests/s)",
+                min_value=0.01,
+                value=float(stage.get("request_rate_rps") or 10.0),
+                key=_key(index, "rate"),
+                help=field_help(StageProfile, "request_rate_rps"),
             )
 
     st.markdown("##### 3 · Service-level objectives")
     slo = stage.get("slo") or {}
     slo_cols = st.columns(4)
     percentile = slo.get("percentile") or "p99"
-    out["slo"] = {"percentile": percentile}
     for column, (name, label) in zip(
         slo_cols,
         (
@@ -247,7 +243,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         ),
         strict=True,
     ):
-        out["slo"][name] = column.number_input(
+        out[name] = column.number_input(
             label,
             min_value=0.001,
             value=slo.get(name),
@@ -257,14 +253,14 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         )
     with st.expander("More SLO options"):
         more = st.columns(2)
-        out["slo"]["percentile"] = more[0].selectbox(
+        out["slo_percentile"] = more[0].selectbox(
             "Percentile judged",
             ["p99", "p90", "p50"],
             index=["p99", "p90", "p50"].index(percentile),
             key=_key(index, "slo_percentile"),
             help=field_help(ProfileSLO, "percentile"),
         )
-        out["slo"]["min_request_throughput_rps"] = more[1].number_input(
+        out["min_request_throughput_rps"] = more[1].number_input(
             "Request throughput at least (req/s)",
             min_value=0.001,
             value=slo.get("min_request_throughput_rps"),
@@ -302,9 +298,10 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         key=_key(index, "gpu_count"),
         help=field_help(GpuProfile, "count"),
     )
-    out["gpu"] = {"type": None if gpu_type == NO_GPU else gpu_type, "count": int(gpu_count)}
+    out["gpu_type"] = None if gpu_type == NO_GPU else gpu_type
+    out["gpu_count"] = gpu_count
     if gpu_type == NO_GPU:
-        out["gpu"]["memory_gb"] = deploy[3].number_input(
+        out["gpu_memory_gb"] = deploy[3].number_input(
             "GPU memory (GB each)",
             min_value=1.0,
             # A memory derived from the GPU type chosen before is not the user's: start empty.
@@ -315,14 +312,14 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         )
     dtypes = ["float16", "bfloat16", "float32"]
     more_deploy = st.columns(4)
-    dtype = more_deploy[0].selectbox(
+    out["dtype"] = more_deploy[0].selectbox(
         "Precision",
         dtypes,
         index=dtypes.index(precision.get("dtype") or "float16"),
         key=_key(index, "dtype"),
         help=field_help(ProfilePrecision, "dtype"),
     )
-    quantization = more_deploy[1].selectbox(
+    out["quantization"] = more_deploy[1].selectbox(
         "Weight quantisation",
         QUANTIZATIONS,
         index=QUANTIZATIONS.index(precision.get("quantization"))
@@ -333,7 +330,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         help=field_help(ProfilePrecision, "quantization"),
     )
     kv_options = ["auto", "fp8"]
-    kv_cache_dtype = st.selectbox(
+    out["kv_cache_dtype"] = st.selectbox(
         "KV cache",
         kv_options,
         index=kv_options.index(precision.get("kv_cache_dtype") or "auto"),
@@ -341,12 +338,6 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         key=_key(index, "kv_cache_dtype"),
         help=field_help(ProfilePrecision, "kv_cache_dtype"),
     )
-    out["precision"] = {
-        **precision,
-        "dtype": dtype,
-        "quantization": quantization,
-        "kv_cache_dtype": kv_cache_dtype,
-    }
     with more_deploy[2]:
         out["determinism_required"] = yes_no(
             "Identical outputs run to run?",
@@ -371,15 +362,7 @@ def stage_form(index: int, stage: dict[str, Any]) -> dict[str, Any]:
         key=_key(index, "constraints"),
         help=field_help(StageProfile, "constraints"),
     )
-    # Fields the form has no widget for (set in a YAML profile or the capacity panel's inputs)
-    # are kept as they were, never dropped by an edit of another field.
-    for name in FIELDS_KEPT_AS_GIVEN:
-        if stage.get(name) is not None:
-            out[name] = stage[name]
-    price = (stage.get("gpu") or {}).get("price_per_hour")
-    if price is not None:
-        out["gpu"]["price_per_hour"] = price
-    return out
+    return stage_data(previous, StageFormValues.model_validate(out))
 
 
 def _traffic_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
@@ -410,7 +393,7 @@ def _traffic_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             value=int(prefix.get("count") or 1),
             key=_key(index, "shared_prefix_count"),
         )
-        out["shared_prefix"] = {"tokens": int(tokens), "count": int(count)} if tokens else None
+        out["shared_prefix_tokens"], out["shared_prefix_count"] = tokens, count
         cols = st.columns(2)
         turns = cols[0].number_input(
             "Turns per conversation",
@@ -428,49 +411,34 @@ def _traffic_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             value=int(conversation.get("user_tokens") or 64),
             key=_key(index, "user_message_tokens"),
         )
-        out["conversation"] = {"turns": int(turns), "user_tokens": int(user)} if turns else None
-        trace = st.text_input(
+        out["conversation_turns"], out["user_message_tokens"] = turns, user
+        out["trace_file"] = st.text_input(
             "Trace file to replay (path)",
             value=stage.get("trace_file") or "",
             placeholder="examples/traces/mooncake_small.jsonl",
             key=_key(index, "trace_file"),
             help=field_help(StageProfile, "trace_file"),
-        ).strip()
-        prompts = st.text_input(
+        )
+        out["prompt_file"] = st.text_input(
             "Prompt file (path)",
             value=stage.get("prompt_file") or "",
             placeholder="examples/traces/prompts.jsonl",
             key=_key(index, "prompt_file"),
             help=field_help(StageProfile, "prompt_file"),
-        ).strip()
-        out["trace_file"] = trace or None
-        out["prompt_file"] = prompts or None
+        )
     return out
-
-
-FIELDS_KEPT_AS_GIVEN = ("peak_request_rate_rps", "headroom_fraction", "practical_threshold")
 
 
 # --------------------------------------------------------------------------- profile actions
 
 
-DRAFT_FIELDS = (
-    "kind",
-    "model",
-    "parameters_b",
-    "prompt_tokens",
-    "output_tokens",
-    "sequence_length",
-)
-
-
-def show_field_problems(out: dict[str, Any]) -> None:
+def show_field_problems(draft_fields: dict[str, Any]) -> None:
     """The advisor's per-field feasibility problems (advisor.estimate.feasibility_problems) for
     the lengths just entered, shown under those fields; nothing until the draft is valid."""
     from advisor.estimate import feasibility_problems
 
     try:
-        draft = StageProfile.model_validate({k: out[k] for k in DRAFT_FIELDS if k in out})
+        draft = StageProfile.model_validate(draft_fields)
     except ValidationError:
         return  # the form's own validation message says what is missing
     for problem in feasibility_problems([draft]):
@@ -1294,6 +1262,7 @@ def render() -> None:
     stage_outputs: list[dict[str, Any]] = []
     tabs = st.tabs([f"Stage {i + 1}: {name}" for i, name in enumerate(names)])
     for index, (tab, stage) in enumerate(zip(tabs, stages_data, strict=True)):
+        stage_name = stage["name"]
         with tab:
             if len(stages_data) > 1:
                 row = st.columns([3, 1])
@@ -1310,8 +1279,7 @@ def render() -> None:
                     args=(index,),
                     icon=":material/delete:",
                 )
-                stage = {**stage, "name": stage_name}
-            stage_outputs.append(stage_form(index, stage))
+            stage_outputs.append(stage_form(index, profile.stages[index], stage_name))
     st.button(
         "Add a stage",
         on_click=_add_stage,

@@ -15,12 +15,12 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from advisor.plan import CONFIRM_ABOVE_S, StagePlan, estimate_runs, workload_lengths
+from advisor.plan import CONFIRM_ABOVE_S, StagePlan, estimate_runs
+from advisor.plan_table import PLAN_ROW, chosen_runs, plan_table
 from advisor.profile import StageProfile
 from bench.config import PATTERN_NAMES, RunConfig
 from bench.errors import UserError
 from bench.fingerprint import Fingerprint
-from bench.keyvalue import format_pairs, parse_pairs_text
 from bench.schema import RunStatus
 from bench.store import Job
 from bench.web_policy import check_web_jobs
@@ -117,135 +117,6 @@ def records_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
     if not frame.empty:
         frame["time (s)"] = (frame["start_ns"] - frame["start_ns"].min()) / 1e9
     return frame
-
-
-# --------------------------------------------------------------------------- plan <-> table
-
-
-def _load_level(config: RunConfig) -> float | None:
-    load = config.load
-    if load.pattern == "concurrency":
-        return float(load.concurrency)
-    if load.pattern == "rate":
-        return load.rate_rps
-    if load.pattern == "step":
-        return float(max(load.levels) if load.levels else load.max)
-    return getattr(load, "capacity_rps", None)  # capacity searches have no level to edit
-
-
-def _duration(config: RunConfig) -> float | None:
-    load = config.load
-    if load.pattern == "step":
-        return load.stage_duration_s
-    if load.pattern == "pulse":
-        return load.baseline_s
-    return getattr(load, "duration_s", None)  # a capacity search's length is its probes
-
-
-COMPARISON = "comparison"
-CAPACITY_SEARCH = "capacity search"
-PLAN_ROW = "plan row"  # hidden: which plan config a table row edits (empty on an added row)
-
-
-def plan_table(
-    configs: list[RunConfig],
-    available: set[str],
-    repeats: int = 1,
-    capacity_configs: list[RunConfig] | None = None,
-) -> pd.DataFrame:
-    """The plan as editable rows: the comparison runs (each made `repeats` times), then the SLO
-    capacity searches (one each); frameworks not installed here start unticked. The hidden
-    PLAN_ROW column names the plan config a row was made from, so a row keeps its own config
-    (precision, parallelism, workload) when a row above it is deleted."""
-    searches = list(capacity_configs or [])
-    return pd.DataFrame(
-        [
-            {
-                PLAN_ROW: index,
-                "run": config.backend in available,
-                "role": CAPACITY_SEARCH if index >= len(configs) else COMPARISON,
-                "repeats": 1 if index >= len(configs) else repeats,
-                "backend": config.backend,
-                "model": config.model,
-                "prompt / output": workload_lengths(config),
-                "pattern": config.load.pattern,
-                "load": _load_level(config),
-                "duration (s)": _duration(config),
-                "engine args": format_pairs(config.engine_args),
-                "device": config.device,
-            }
-            for index, config in enumerate([*configs, *searches])
-        ],
-        columns=[  # role and repeats last: the columns before them keep their places
-            PLAN_ROW,
-            "run",
-            "backend",
-            "model",
-            "prompt / output",
-            "pattern",
-            "load",
-            "duration (s)",
-            "engine args",
-            "device",
-            "role",
-            "repeats",
-        ],
-    )
-
-
-def config_from_row(base: RunConfig, row: dict[str, Any]) -> RunConfig:
-    """The plan's RunConfig with the table's edits applied; UserError names what is wrong."""
-    from pydantic import ValidationError
-
-    from advisor.profile import describe_validation_error
-    from bench.backends import get_backend
-
-    backend = str(row.get("backend") or "").strip()
-    backend_cls = get_backend(backend)  # UserError lists the known names
-    engine_args = backend_cls.validate_engine_args(
-        parse_pairs_text(row.get("engine args"), "engine argument")
-    )
-    pattern = row.get("pattern") or base.load.pattern
-    level = row.get("load")
-    level = None if level is None or pd.isna(level) else float(level)
-    duration = row.get("duration (s)")
-    duration = None if duration is None or pd.isna(duration) else float(duration)
-    common = {
-        key: getattr(base.load, key)
-        for key in ("warmup_requests", "request_timeout_s", "max_duration_s")
-    }
-    load: dict[str, Any] = (
-        base.load.model_dump() if pattern == base.load.pattern else {"pattern": pattern, **common}
-    )
-    if pattern == "concurrency":
-        load.update(concurrency=int(level or 1), duration_s=duration)
-    elif pattern == "rate":
-        load.update(rate_rps=level or 1.0, duration_s=duration)
-    elif pattern == "step":
-        if level is not None and level != _load_level(base):
-            load.update(max=int(level), levels=None)
-        if duration:
-            load["stage_duration_s"] = duration
-    elif pattern == "steady":
-        load["capacity_rps"] = level
-        if duration:
-            load["duration_s"] = duration
-    elif pattern == "pulse":
-        load["capacity_rps"] = level
-        if duration:
-            load["baseline_s"] = duration
-    data = base.model_dump(mode="json")
-    data.update(
-        backend=backend,
-        model=str(row.get("model") or base.model).strip(),
-        engine_args=engine_args,
-        load=load,
-        device=row.get("device") or base.device,
-    )
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(describe_validation_error(exc)) from None
 
 
 # --------------------------------------------------------------------------- machine panel
@@ -482,7 +353,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     confirmed = plan_cost(chosen, stage, bool(plan.get("cpu_only")))
     # A marker of what the server has taken in from the table (how many runs, each one's
     # duration), so a browser test clicks Run only after its edits arrived.
-    durations = "_".join(str(int(_duration(config) or 0)) for config in chosen)
+    durations = "_".join(str(int(config.load.table_duration() or 0)) for config in chosen)
     st.container(key=f"plan_chosen_{len(chosen)}_{durations or 'none'}", height=1, border=False)
     run = st.button(
         f"Run {len(chosen)} benchmark{'s' if len(chosen) != 1 else ''}",
@@ -494,41 +365,6 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     )
     if run and not stale:
         start_job(chosen, label=f"{stage.name}: {'quick' if plan['quick'] else 'full'} plan")
-
-
-def chosen_runs(
-    edited: pd.DataFrame, configs: list[RunConfig], available: set[str]
-) -> tuple[list[RunConfig], list[str]]:
-    """The ticked rows of the edited plan table as runs (each repeated as its row says), and one
-    problem line per row that cannot run. Each row is applied to the plan config it was made
-    from (its PLAN_ROW), not to the config at its current position: deleting a row moves the
-    rows below it up. A row the user added starts from the plan's first config."""
-    chosen: list[RunConfig] = []
-    problems: list[str] = []
-    for position, row in enumerate(edited.to_dict("records")):
-        if not row.get("run"):
-            continue
-        source = row.get(PLAN_ROW)
-        known = source is not None and not pd.isna(source) and 0 <= int(source) < len(configs)
-        base = configs[int(source)] if known else configs[0]
-        try:
-            config = config_from_row(base, row)
-            check_web_jobs([config])  # the server's rules for code and paths from the form
-        except UserError as exc:
-            problems.append(f"Row {position + 1} ({row.get('backend')}): {exc}")
-            continue
-        if config.backend not in available:
-            problems.append(
-                f"Row {position + 1}: {config.backend} is not installed here "
-                "(see *Frameworks installed here*); untick the row or pick another backend."
-            )
-            continue
-        count = row.get("repeats")
-        count = 1 if count is None or pd.isna(count) else max(1, int(count))
-        # The job runner makes each config once: repeats are queued as consecutive runs of
-        # the same config (the advisor pools matching runs into one sample).
-        chosen.extend([config] * count)
-    return chosen, problems
 
 
 def engines_missing_notice(backends: list[str], cpu_only: bool) -> None:

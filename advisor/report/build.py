@@ -453,15 +453,7 @@ def _run_context(run: RunResult) -> str:
     device = env.primary_gpu_name if env else None
     if run.config.device == "cpu" or not device:
         device = (env.cpu.model if env else None) or "CPU"
-    load = run.config.load
-    shape = {
-        "concurrency": lambda: f"concurrency {getattr(load, 'concurrency', '?')}",
-        "rate": lambda: f"{getattr(load, 'rate_rps', '?')} req/s",
-        "step": lambda: f"step ladder ({len(run.phases)} stages)",
-        "steady": lambda: f"steady {getattr(load, 'fraction', '?')}x capacity",
-        "pulse": lambda: f"pulse {getattr(load, 'burst_factor', '?')}x capacity",
-        "capacity": lambda: f"SLO capacity search over {getattr(load, 'over', 'rate')}",
-    }.get(load.pattern, lambda: f"{load.pattern} pattern")()
+    shape = run.config.load.describe(measured_phases=len(run.phases))
     return f"{run.config.model} on {device}, {run.config.precision.dtype}, {shape}"
 
 

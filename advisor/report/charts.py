@@ -23,6 +23,7 @@ from advisor.report.aggregate import (
     windowed_percentile,
 )
 from advisor.report.model import MAX_CHART_POINTS, Chart, Marker, Series
+from bench.config import PulseLoad, SteadyLoad
 from bench.load.reports import StepReport
 from bench.schema import RunResult
 
@@ -41,15 +42,6 @@ BYTES_PER_GB = 1e9
 # --------------------------------------------------------------------------- naming
 
 
-def _load_shape(run: RunResult) -> str:
-    load = run.config.load
-    if load.pattern == "concurrency":
-        return f"c{getattr(load, 'concurrency', '?')}"
-    if load.pattern == "rate":
-        return f"{getattr(load, 'rate_rps', '?')} req/s"
-    return load.pattern
-
-
 def series_names(runs: Sequence[RunResult]) -> dict[str, str]:
     """A short legend name per run: the backend; the model when the runs span several; the load
     shape (c64, step, 2 req/s) when a name still repeats; then a numbered suffix."""
@@ -62,7 +54,7 @@ def series_names(runs: Sequence[RunResult]) -> dict[str, str]:
     }
     for run in runs:
         if list(names.values()).count(names[run.run_id]) > 1:
-            names[run.run_id] = f"{names[run.run_id]} {_load_shape(run)}"
+            names[run.run_id] = f"{names[run.run_id]} {run.config.load.level_label()}"
     counts: dict[str, int] = {}
     for run_id, name in list(names.items()):
         if list(names.values()).count(name) > 1:
@@ -348,11 +340,40 @@ def power_over_time(inputs: ChartInputs) -> Chart:
     )
 
 
-def _pattern_window_chart(inputs: ChartInputs, pattern: Literal["steady", "pulse"]) -> Chart:
-    chosen = [run for run in inputs.runs if run.config.load.pattern == pattern]
-    steady = pattern == "steady"
-    chart_id = "steady-state-slopes" if steady else "pulse-recovery"
-    title = "Steady-state drift (p99 per window)" if steady else "Pulse recovery (p99 per window)"
+@dataclass(frozen=True)
+class WindowChartForm:
+    """The per-window p99 chart of one held-load pattern: which runs, its id, title and text."""
+
+    load_type: type[SteadyLoad] | type[PulseLoad]
+    chart_id: str
+    title: str
+    lead: str
+    marks_burst: bool
+
+    @property
+    def pattern(self) -> str:
+        return str(self.load_type.model_fields["pattern"].default)
+
+
+STEADY_CHART = WindowChartForm(
+    SteadyLoad,
+    "steady-state-slopes",
+    "Steady-state drift (p99 per window)",
+    "Per-window p99; the fitted slopes (memory, host RSS, p99) from the run's analysis: ",
+    marks_burst=False,
+)
+PULSE_CHART = WindowChartForm(
+    PulseLoad,
+    "pulse-recovery",
+    "Pulse recovery (p99 per window)",
+    "Per-window p99 around the burst; recovery from the run's analysis: ",
+    marks_burst=True,
+)
+
+
+def _pattern_window_chart(inputs: ChartInputs, form: WindowChartForm) -> Chart:
+    chosen = [run for run in inputs.runs if isinstance(run.config.load, form.load_type)]
+    pattern, chart_id, title = form.pattern, form.chart_id, form.title
     if not chosen:
         reason = f"no {pattern}-pattern run among the runs in this report"
         return Chart(id=chart_id, title=title, available=False, absent_reason=reason)
@@ -365,12 +386,12 @@ def _pattern_window_chart(inputs: ChartInputs, pattern: Literal["steady", "pulse
         if not columns.successful:
             continue
         origin = int(columns.start_ns.min())
-        window_s = float(getattr(run.config.load, "window_s", 1.0))
+        window_s = float(run.config.load.window_s)  # chosen runs are steady or pulse runs
         xs, ys = windowed_percentile(columns, window_s, max_windows)
         name = inputs.names[run.run_id]
         series.append(Series(name=name, x=xs, y=ys))
         for phase in run.phases:
-            if not steady and "burst" in phase.name.lower():
+            if form.marks_burst and "burst" in phase.name.lower():
                 markers.append(
                     Marker(label=f"{name} burst start", x=(phase.start_ns - origin) / NS_PER_S)
                 )
@@ -382,11 +403,7 @@ def _pattern_window_chart(inputs: ChartInputs, pattern: Literal["steady", "pulse
         reason = f"the {pattern}-pattern runs have no stored request records"
         return Chart(id=chart_id, title=title, available=False, absent_reason=reason)
     drawn, note = fit_budget(series, how="max")
-    lead = (
-        "Per-window p99; the fitted slopes (memory, host RSS, p99) from the run's analysis: "
-        if steady
-        else "Per-window p99 around the burst; recovery from the run's analysis: "
-    )
+    lead = form.lead
     return Chart(
         id=chart_id,
         title=title,
@@ -402,12 +419,12 @@ def _pattern_window_chart(inputs: ChartInputs, pattern: Literal["steady", "pulse
 
 def steady_state_slopes(inputs: ChartInputs) -> Chart:
     """P99 per window of steady-pattern runs, with the run's fitted slopes as text."""
-    return _pattern_window_chart(inputs, "steady")
+    return _pattern_window_chart(inputs, STEADY_CHART)
 
 
 def pulse_recovery(inputs: ChartInputs) -> Chart:
     """P99 per window of pulse-pattern runs, the burst marked."""
-    return _pattern_window_chart(inputs, "pulse")
+    return _pattern_window_chart(inputs, PULSE_CHART)
 
 
 CHART_BUILDERS: tuple[ChartBuilder, ...] = (

@@ -26,7 +26,15 @@ import math
 from collections.abc import Generator
 from typing import Literal
 
-from bench.config import SLO, CapacityLoad, ValidityRules
+from bench.config import (
+    MIN_PROBE_REQUESTS_FLOOR,
+    SERIAL_PROBE_REQUESTS,
+    SLO,
+    TAIL_SAMPLES,
+    CapacityLoad,
+    ValidityRules,
+    min_probe_requests,
+)
 from bench.load.driver import PhaseOutcome, PhaseSpec, PlanInterrupted
 from bench.load.reports import (
     CapacityCurvePoint,
@@ -37,27 +45,7 @@ from bench.load.reports import (
 )
 from bench.schema import MetricsSummary, Percentiles, PhaseResult, Validity, ValidityStatus
 
-PERCENTILE_LEVELS = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
-TAIL_SAMPLES = 5
-"""A probe holds enough requests that at least this many lie beyond its percentile, and that
-the attainment target allows at least this many misses (below that, one request decides)."""
-MIN_PROBE_REQUESTS_FLOOR = 20
-SERIAL_PROBE_REQUESTS = 8
-"""Requests of the quick closed-loop (concurrency 1) probe that sets the first rate."""
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
-
-
-def min_probe_requests(percentile: str, attainment_target: float) -> int:
-    """Requests per probe: ceil(TAIL_SAMPLES / (1 - q)) for percentile q, and as many for
-    the attainment target (ceil(TAIL_SAMPLES / (1 - target)) when target < 1), at least 20.
-
-    p99 with target 0.99 -> 500; p90 with target 0.9 -> 50; p50 with target 0.5 -> 20.
-    """
-    quantile = PERCENTILE_LEVELS[percentile]
-    needed = math.ceil(TAIL_SAMPLES / (1 - quantile) - 1e-9)
-    if attainment_target < 1:
-        needed = max(needed, math.ceil(TAIL_SAMPLES / (1 - attainment_target) - 1e-9))
-    return max(MIN_PROBE_REQUESTS_FLOOR, needed)
 
 
 def allowed_misses(planned_requests: int, attainment_target: float) -> int:
@@ -572,17 +560,6 @@ def capacity_validity(
     return Validity(status=status, reasons=reasons)
 
 
-def estimated_search_s(load: CapacityLoad, request_s: float) -> float:
-    """A planning estimate of a search's length: the serial probe, then the probes a 5%
-    search typically needs (4 to bracket, log2(1 / precision) to bisect, 1 re-check; at most
-    max_probes), each of its probe requests served one after another (`request_s` each). An
-    engine that batches is faster; early-ended probes are shorter."""
-    probes = min(load.max_probes, 4 + math.ceil(math.log2(1 / load.precision)) + 1)
-    requests = load.probe_requests or min_probe_requests(load.percentile, load.attainment_target)
-    serial = SERIAL_PROBE_REQUESTS if load.over == "rate" and load.start_rps is None else 0
-    return (serial + probes * requests) * request_s
-
-
 def capacity_summary_line(pattern_report: PatternReportBase | None) -> str:
     """One line for the CLI: `capacity 20 req/s (first infeasible 20.62; binding ttft_ms) ...`."""
     report = pattern_report
@@ -616,7 +593,6 @@ __all__ = [
     "capacity_search",
     "capacity_summary_line",
     "capacity_validity",
-    "estimated_search_s",
     "judge_probe",
     "min_probe_requests",
     "smoothed_boundary",

@@ -8,21 +8,28 @@ soak or pulse parameters). Time-series analysis of soak and pulse runs happens a
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from bench.config import (
+    CAPACITY_LADDER,
+    CAPACITY_MIN_GAIN,
+    CAPACITY_STAGE_S,
     SLO,
     CapacityLoad,
     ConcurrencyLoad,
+    LoadCommon,
     PulseLoad,
     RateLoad,
+    ReplayLoad,
     SteadyLoad,
     StepLoad,
     ValidityRules,
 )
 from bench.load.capacity import capacity_search
 from bench.load.driver import PhaseSpec
+from bench.load.replay import Replay, plan_replay, replay_validity_reasons
 from bench.load.reports import (
     ConcurrencyReport,
     Ladder,
@@ -37,13 +44,56 @@ from bench.schema import MetricsSummary
 
 PhasePlan = Generator[PhaseSpec, MetricsSummary, PatternReportBase]
 LadderPlan = Generator[PhaseSpec, MetricsSummary, Ladder]
+Load = TypeVar("Load", bound=LoadCommon)
 
-CAPACITY_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-"""Concurrencies of the short ladder that finds capacity for steady/pulse when none is given:
-doubling (not +10) so a few stages span one to hundreds of requests in flight."""
-CAPACITY_STAGE_S = 10.0
-"""Length of each stage of that ladder (s); same knee rule as `step` with min_gain 5%."""
-CAPACITY_MIN_GAIN = 0.05
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a phase plan reads besides its pattern's config."""
+
+    slo: SLO
+    rules: ValidityRules
+    vocab_size: int | None = None
+    """The model's vocabulary (replay builds its prompts from token IDs); None = not known."""
+
+
+Planner = Callable[[Any, PlanInputs], PhasePlan]
+ValidityRule = Callable[[Any, PatternReportBase | None], list[str]]
+
+__all__ = [
+    "CAPACITY_LADDER",
+    "CAPACITY_MIN_GAIN",
+    "CAPACITY_STAGE_S",
+    "PLANNERS",
+    "VALIDITY_RULES",
+    "PlanInputs",
+    "ladder",
+    "plan",
+    "planner",
+    "slo_breaches",
+    "validity_reasons",
+]
+
+PLANNERS: dict[type[LoadCommon], Planner] = {}
+"""Each pattern config class's phase plan, registered with `@planner(ConfigClass)`."""
+
+
+VALIDITY_RULES: dict[type[LoadCommon], ValidityRule] = {
+    ReplayLoad: replay_validity_reasons,
+}
+"""A pattern's own rule for an INVALID run, beyond the run-wide ones (bench.metrics)."""
+
+
+def planner(
+    load_type: type[Load],
+) -> Callable[[Callable[[Load, PlanInputs], PhasePlan]], Planner]:
+    """Register the phase plan of one load-pattern config class."""
+
+    def register(function: Callable[[Load, PlanInputs], PhasePlan]) -> Planner:
+        PLANNERS[load_type] = function
+        return function
+
+    return register
 
 
 def slo_breaches(summary: MetricsSummary, slo: SLO, rules: ValidityRules) -> list[str]:
@@ -144,12 +194,6 @@ def ladder(
     )
 
 
-def step_concurrencies(load: StepLoad) -> list[int]:
-    if load.levels:  # an explicit ladder, e.g. [1, 16, 64, 256]
-        return list(load.levels)
-    return list(range(load.start, load.max + 1, load.step)) or [load.start]
-
-
 def _find_capacity(
     given_rps: float | None, slo: SLO, rules: ValidityRules
 ) -> Generator[PhaseSpec, MetricsSummary, tuple[float | None, dict[str, Any]]]:
@@ -175,7 +219,9 @@ def _find_capacity(
     return capacity, info
 
 
-def plan(load: Any, slo: SLO, rules: ValidityRules) -> PhasePlan:
+def plan(
+    load: LoadCommon, slo: SLO, rules: ValidityRules, vocab_size: int | None = None
+) -> PhasePlan:
     """The phases of a load pattern; send each phase's summary back, get the report at the end.
 
     concurrency/rate: one phase. step: `ladder()` over start, start+step, ... <= max.
@@ -183,83 +229,105 @@ def plan(load: Any, slo: SLO, rules: ValidityRules) -> PhasePlan:
     pulse: "pulse-baseline" at baseline_fraction x capacity, "pulse-burst" at burst_factor x
     capacity, "pulse-recovery" at the baseline rate; baseline and burst do not drain, so the
     burst's queue carries into recovery. Steady/pulse without capacity_rps first run the
-    `CAPACITY_LADDER` (stages of CAPACITY_STAGE_S) to measure it.
+    `CAPACITY_LADDER` (stages of CAPACITY_STAGE_S) to measure it. capacity: the SLO search of
+    bench/load/capacity.py. replay: one phase on the trace's schedule (bench/load/replay.py),
+    its prompts from the model's `vocab_size`.
     """
-    if isinstance(load, ConcurrencyLoad):
-        yield PhaseSpec(
-            name="concurrency",
-            strategy="concurrency",
-            target=load.concurrency,
-            duration_s=load.duration_s,
-            max_requests=load.max_requests,
-        )
-        return ConcurrencyReport(concurrency=load.concurrency)
-    if isinstance(load, RateLoad):
-        yield PhaseSpec(
-            name="rate",
-            strategy="rate",
-            target=load.rate_rps,
-            duration_s=load.duration_s,
-            max_requests=load.max_requests,
-            arrival=load.arrival,
-            seed=load.seed,
-            max_concurrency=load.max_concurrency,
-        )
-        return RateReport(rate_rps=load.rate_rps, arrival=load.arrival)
-    if isinstance(load, StepLoad):
-        found = yield from ladder(
-            step_concurrencies(load),
-            load.stage_duration_s,
-            load.min_gain,
-            slo,
-            rules,
-            stop_at_knee=load.stop_at_knee,
-        )
-        return StepReport(**dict(found))
-    if isinstance(load, SteadyLoad):
-        capacity, info = yield from _find_capacity(load.capacity_rps, slo, rules)
-        steady = SteadyReport(
-            fraction=load.fraction, duration_s=load.duration_s, window_s=load.window_s, **info
-        )
-        if not capacity:
-            steady.error = "capacity could not be measured: no steady phase was run"
-            return steady
-        steady.rate_rps = load.fraction * capacity
-        yield PhaseSpec(
-            name="steady",
-            strategy="rate",
-            target=steady.rate_rps,
-            duration_s=load.duration_s,
-        )
+    found = PLANNERS.get(type(load))
+    if found is None:
+        known = ", ".join(sorted(load_type.__name__ for load_type in PLANNERS))
+        raise ValueError(f"no phase plan for load pattern {type(load).__name__}; known: {known}")
+    return found(load, PlanInputs(slo, rules, vocab_size))
+
+
+def validity_reasons(load: LoadCommon, report: PatternReportBase | None) -> list[str]:
+    """Why a completed run of `load` is INVALID by its pattern's own rule (empty: valid)."""
+    rule = VALIDITY_RULES.get(type(load))
+    return rule(load, report) if rule is not None else []
+
+
+@planner(ConcurrencyLoad)
+def _concurrency(load: ConcurrencyLoad, inputs: PlanInputs) -> PhasePlan:
+    yield PhaseSpec(
+        name="concurrency",
+        strategy="concurrency",
+        target=load.concurrency,
+        duration_s=load.duration_s,
+        max_requests=load.max_requests,
+    )
+    return ConcurrencyReport(concurrency=load.concurrency)
+
+
+@planner(RateLoad)
+def _rate(load: RateLoad, inputs: PlanInputs) -> PhasePlan:
+    yield PhaseSpec(
+        name="rate",
+        strategy="rate",
+        target=load.rate_rps,
+        duration_s=load.duration_s,
+        max_requests=load.max_requests,
+        arrival=load.arrival,
+        seed=load.seed,
+        max_concurrency=load.max_concurrency,
+    )
+    return RateReport(rate_rps=load.rate_rps, arrival=load.arrival)
+
+
+@planner(StepLoad)
+def _step(load: StepLoad, inputs: PlanInputs) -> PhasePlan:
+    found = yield from ladder(
+        load.concurrencies(),
+        load.stage_duration_s,
+        load.min_gain,
+        inputs.slo,
+        inputs.rules,
+        stop_at_knee=load.stop_at_knee,
+    )
+    return StepReport(**dict(found))
+
+
+@planner(SteadyLoad)
+def _steady(load: SteadyLoad, inputs: PlanInputs) -> PhasePlan:
+    capacity, info = yield from _find_capacity(load.capacity_rps, inputs.slo, inputs.rules)
+    steady = SteadyReport(
+        fraction=load.fraction, duration_s=load.duration_s, window_s=load.window_s, **info
+    )
+    if not capacity:
+        steady.error = "capacity could not be measured: no steady phase was run"
         return steady
-    if isinstance(load, PulseLoad):
-        capacity, info = yield from _find_capacity(load.capacity_rps, slo, rules)
-        pulse = PulseReport(window_s=load.window_s, **info)
-        if not capacity:
-            pulse.error = "capacity could not be measured: no pulse was run"
-            return pulse
-        baseline_rps = load.baseline_fraction * capacity
-        burst_rps = load.burst_factor * capacity
-        pulse.baseline_rps, pulse.burst_rps = baseline_rps, burst_rps
-        yield PhaseSpec(
-            "pulse-baseline", "rate", baseline_rps, load.baseline_s, seed=1, drain=False
-        )
-        yield PhaseSpec("pulse-burst", "rate", burst_rps, load.burst_s, seed=2, drain=False)
-        yield PhaseSpec("pulse-recovery", "rate", baseline_rps, load.recovery_s, seed=3)
+    steady.rate_rps = load.fraction * capacity
+    yield PhaseSpec(
+        name="steady",
+        strategy="rate",
+        target=steady.rate_rps,
+        duration_s=load.duration_s,
+    )
+    return steady
+
+
+@planner(PulseLoad)
+def _pulse(load: PulseLoad, inputs: PlanInputs) -> PhasePlan:
+    capacity, info = yield from _find_capacity(load.capacity_rps, inputs.slo, inputs.rules)
+    pulse = PulseReport(window_s=load.window_s, **info)
+    if not capacity:
+        pulse.error = "capacity could not be measured: no pulse was run"
         return pulse
-    if isinstance(load, CapacityLoad):  # the SLO capacity search: bench/load/capacity.py
-        return (yield from capacity_search(load, slo, rules))
-    raise ValueError(f"unknown load pattern {type(load).__name__}")
+    baseline_rps = load.baseline_fraction * capacity
+    burst_rps = load.burst_factor * capacity
+    pulse.baseline_rps, pulse.burst_rps = baseline_rps, burst_rps
+    yield PhaseSpec("pulse-baseline", "rate", baseline_rps, load.baseline_s, seed=1, drain=False)
+    yield PhaseSpec("pulse-burst", "rate", burst_rps, load.burst_s, seed=2, drain=False)
+    yield PhaseSpec("pulse-recovery", "rate", baseline_rps, load.recovery_s, seed=3)
+    return pulse
 
 
-def phases_total(load: Any) -> int | None:
-    """Number of phases plan() will yield, when known in advance (for progress bars)."""
-    if isinstance(load, ConcurrencyLoad | RateLoad):
-        return 1
-    if isinstance(load, StepLoad):
-        return None if load.stop_at_knee else len(step_concurrencies(load))
-    if isinstance(load, SteadyLoad):
-        return 1 if load.capacity_rps is not None else None
-    if isinstance(load, PulseLoad):
-        return 3 if load.capacity_rps is not None else None
-    return None
+@planner(CapacityLoad)
+def _capacity(load: CapacityLoad, inputs: PlanInputs) -> PhasePlan:
+    return (yield from capacity_search(load, inputs.slo, inputs.rules))
+
+
+@planner(ReplayLoad)
+def _replay(load: ReplayLoad, inputs: PlanInputs) -> PhasePlan:
+    if inputs.vocab_size is None:
+        raise ValueError("a replay plan needs the model's vocab_size")
+    return (yield from plan_replay(Replay(load), inputs.vocab_size))

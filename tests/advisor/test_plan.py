@@ -270,13 +270,12 @@ def test_cpu_runs_use_one_dtype_rule_and_say_so() -> None:
 
 def test_a_replay_run_is_estimated_from_its_traces_span() -> None:
     """A replay run's phase lasts the trace's span (times time_scale): the shipped example."""
-    from advisor.plan import _phases_seconds
-    from bench.config import ReplayLoad, RunConfig
+    from advisor.traffic import replay_seconds
+    from bench.config import ReplayLoad
     from bench.traffic_files import read_trace
 
     trace = Path(__file__).resolve().parents[2] / "examples/traces/mooncake_small.jsonl"
     load = ReplayLoad(trace=str(trace), time_scale=0.5)
     rows = read_trace(load)
     span_s = (rows[-1].t_ms - rows[0].t_ms) / 1000
-    config = RunConfig(backend="fake", model="tiny-llama", load=load)
-    assert _phases_seconds(config, request_s=1.0) == pytest.approx(span_s * 0.5 + 1.0)
+    assert load.planned_seconds(1.0, replay_seconds) == pytest.approx(span_s * 0.5 + 1.0)

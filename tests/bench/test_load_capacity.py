@@ -248,7 +248,10 @@ def test_cli_capacity_run_prints_the_answer(tmp_path, capsys):
 
 
 def test_estimated_search_length_counts_probes_of_the_derived_size():
-    from bench.load.capacity import SERIAL_PROBE_REQUESTS, estimated_search_s
+    from bench.config import SERIAL_PROBE_REQUESTS
+
+    def estimated_search_s(load: CapacityLoad, request_s: float) -> float:
+        return load.planned_seconds(request_s, trace_span_s=lambda replay: 0.0)
 
     # 5%: 4 bracket + ceil(log2 20) = 5 bisect + 1 re-check = 10 probes of 500 requests.
     load = CapacityLoad()

@@ -18,7 +18,7 @@ from bench.config import (
     ValidityRules,
 )
 from bench.load.driver import run_phase
-from bench.load.patterns import CAPACITY_LADDER, phases_total, plan, slo_breaches
+from bench.load.patterns import CAPACITY_LADDER, plan, slo_breaches
 from bench.schema import MetricsSummary, ModelInfo, Percentiles
 from bench.workload import RequestFactory
 
@@ -97,7 +97,7 @@ def test_step_knee_on_slo_and_errors():
 
 def test_step_without_knee_and_without_stop():
     load = StepLoad(start=10, step=10, max=30, stage_duration_s=5, stop_at_knee=False)
-    assert phases_total(load) == 3
+    assert load.phase_count() == 3
     specs, report = drive(plan(load, SLO(), RULES), [summary(1), summary(2), summary(3)])
     assert len(specs) == 3 and report.knee_stage is None
     assert report.capacity_concurrency == 30 and report.capacity_is_lower_bound is True
@@ -112,7 +112,7 @@ def test_slo_breaches_rule():
 
 def test_steady_with_given_capacity():
     load = SteadyLoad(capacity_rps=50, fraction=0.8, duration_s=120, window_s=10)
-    assert phases_total(load) == 1
+    assert load.phase_count() == 1
     specs, report = drive(plan(load, SLO(), RULES), [summary(40)])
     assert [(s.name, s.strategy, s.target, s.duration_s) for s in specs] == [
         ("steady", "rate", 40, 120)
@@ -122,7 +122,7 @@ def test_steady_with_given_capacity():
 
 def test_steady_measures_capacity_first():
     load = SteadyLoad(fraction=0.5, duration_s=60)
-    assert phases_total(load) is None
+    assert load.phase_count() is None
     # Throughput doubles up to concurrency 8, then flat: knee at 16, capacity at 8 (80 req/s).
     ladder = [summary(10), summary(20), summary(40), summary(80), summary(81)]
     specs, report = drive(plan(load, SLO(), RULES), [*ladder, summary(40)])

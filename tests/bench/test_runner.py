@@ -21,7 +21,7 @@ from bench.config import (
 )
 from bench.load.analysis import finish_pattern_report
 from bench.load.driver import DEADLINE_REACHED
-from bench.runner import RunEvents, execute, warmup_concurrency
+from bench.runner import RunEvents, execute
 from bench.schema import ModelInfo, TelemetrySample
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=1000)
@@ -93,12 +93,12 @@ async def test_concurrency_run_with_warmup_and_progress(time_travel):
 
 
 def test_warmup_concurrency_follows_the_closed_loop_and_is_sequential_for_open_loops():
-    assert warmup_concurrency(ConcurrencyLoad(concurrency=64, warmup_requests=64)) == 64
-    assert warmup_concurrency(ConcurrencyLoad(concurrency=4, warmup_requests=8)) == 4
-    assert warmup_concurrency(ConcurrencyLoad(concurrency=64, warmup_requests=2)) == 2
-    assert warmup_concurrency(StepLoad(start=10, warmup_requests=4)) == 4
-    assert warmup_concurrency(StepLoad(levels=[1, 16], warmup_requests=4)) == 1
-    assert warmup_concurrency(RateLoad(rate_rps=50, warmup_requests=8)) == 1
+    assert ConcurrencyLoad(concurrency=64, warmup_requests=64).warmup_concurrency() == 64
+    assert ConcurrencyLoad(concurrency=4, warmup_requests=8).warmup_concurrency() == 4
+    assert ConcurrencyLoad(concurrency=64, warmup_requests=2).warmup_concurrency() == 2
+    assert StepLoad(start=10, warmup_requests=4).warmup_concurrency() == 4
+    assert StepLoad(levels=[1, 16], warmup_requests=4).warmup_concurrency() == 1
+    assert RateLoad(rate_rps=50, warmup_requests=8).warmup_concurrency() == 1
 
 
 async def test_step_run_reports_knee(time_travel):

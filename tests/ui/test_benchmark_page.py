@@ -96,33 +96,6 @@ def test_a_plan_made_for_another_profile_cannot_run(app_test, store_path, no_run
     assert not next(b for b in at.button if b.label.startswith("Run ")).disabled
 
 
-def test_engine_arguments_are_validated_against_the_backend():
-    from bench.config import RunConfig
-    from bench.errors import UserError
-    from ui.benchmark_page import config_from_row
-
-    base = RunConfig(backend="fake", model="tiny-llama")
-    row = {
-        "backend": "fake",
-        "model": "tiny-llama",
-        "pattern": "concurrency",
-        "load": 3,
-        "duration (s)": 8,
-        "engine args": "itl_s=0.01",
-        "device": "cpu",
-    }
-    config = config_from_row(base, row)
-    assert config.load.concurrency == 3 and config.load.duration_s == 8
-    assert config.engine_args == {"itl_s": 0.01}
-    with pytest.raises(UserError, match="bad engine argument"):
-        config_from_row(base, {**row, "engine args": "no_such_option=1"})
-    with pytest.raises(UserError, match="must look like key=value"):
-        config_from_row(base, {**row, "engine args": "justtext"})
-    step = config_from_row(base, {**row, "pattern": "step", "load": 40, "duration (s)": 5})
-    assert step.load.pattern == "step" and step.load.max == 40
-    assert step.load.stage_duration_s == 5
-
-
 def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_path, no_runner):
     from bench.config import RunConfig
     from bench.jobs import JobProgress
@@ -164,31 +137,6 @@ def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_p
     stop = next(b for b in at.button if b.label == "Stop")
     stop.click().run()
     assert store.get_job(job_id).stop_requested
-
-
-def test_plan_table_and_cli_read_engine_arguments_the_same_way():
-    """One parser: the table cell and repeated --engine-arg give identical values and types."""
-    from bench.cli import build_run_config
-    from bench.config import RunConfig
-    from bench.keyvalue import format_pairs
-    from ui.benchmark_page import config_from_row
-
-    pairs = ["max_num_seqs=256", "enforce_eager=yes", "gpu_memory_utilization=0.5", "seed=null"]
-    cli = build_run_config(None, "vllm", "tiny-llama", None, {}, pairs, [])
-    base = RunConfig(backend="vllm", model="tiny-llama")
-    row = {"backend": "vllm", "model": "tiny-llama", "engine args": ", ".join(pairs)}
-    table = config_from_row(base, row)
-    assert table.engine_args == cli.engine_args
-    assert cli.engine_args == {
-        "max_num_seqs": 256,
-        "enforce_eager": True,
-        "gpu_memory_utilization": 0.5,
-        "seed": None,
-    }
-    assert [type(v) for v in table.engine_args.values()] == [int, bool, float, type(None)]
-    # What the table shows for a plan reads back to the same values.
-    shown = format_pairs(cli.engine_args)
-    assert config_from_row(base, {**row, "engine args": shown}).engine_args == cli.engine_args
 
 
 def test_plan_shows_its_cost_and_a_long_plan_asks_for_confirmation(
@@ -297,8 +245,8 @@ def test_a_deleted_plan_row_leaves_every_other_row_on_its_own_config():
     from streamlit.elements.widgets.data_editor import _apply_row_deletions
 
     from advisor.plan import plan_for_stage
+    from advisor.plan_table import PLAN_ROW, chosen_runs, plan_table
     from advisor.profile import WorkloadProfile
-    from ui.benchmark_page import PLAN_ROW, chosen_runs, plan_table
 
     stage = WorkloadProfile.model_validate(_tiny_profile()).stages[0]
     plan = plan_for_stage(stage, quick=False, cpu_only=True)

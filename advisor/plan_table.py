@@ -1,0 +1,141 @@
+"""The benchmark plan as an editable table and back: one row per run of the plan, and the run
+configs a user's edited rows stand for (the Benchmark page shows the table; this module has no UI).
+
+A row is a plain mapping of column name to cell value, the shape `st.data_editor` hands back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from advisor.plan import workload_lengths
+from advisor.profile import describe_validation_error
+from bench.backends import get_backend
+from bench.config import LOAD_CLASSES, RunConfig
+from bench.errors import UserError
+from bench.keyvalue import format_pairs, parse_pairs_text
+from bench.web_policy import check_web_jobs
+
+COMPARISON = "comparison"
+CAPACITY_SEARCH = "capacity search"
+PLAN_ROW = "plan row"  # hidden: which plan config a table row edits (empty on an added row)
+
+
+def plan_table(
+    configs: list[RunConfig],
+    available: set[str],
+    repeats: int = 1,
+    capacity_configs: list[RunConfig] | None = None,
+) -> pd.DataFrame:
+    """The plan as editable rows: the comparison runs (each made `repeats` times), then the SLO
+    capacity searches (one each); frameworks not installed here start unticked. The hidden
+    PLAN_ROW column names the plan config a row was made from, so a row keeps its own config
+    (precision, parallelism, workload) when a row above it is deleted."""
+    searches = list(capacity_configs or [])
+    return pd.DataFrame(
+        [
+            {
+                PLAN_ROW: index,
+                "run": config.backend in available,
+                "role": CAPACITY_SEARCH if index >= len(configs) else COMPARISON,
+                "repeats": 1 if index >= len(configs) else repeats,
+                "backend": config.backend,
+                "model": config.model,
+                "prompt / output": workload_lengths(config),
+                "pattern": config.load.pattern,
+                "load": config.load.table_level(),
+                "duration (s)": config.load.table_duration(),
+                "engine args": format_pairs(config.engine_args),
+                "device": config.device,
+            }
+            for index, config in enumerate([*configs, *searches])
+        ],
+        columns=[  # role and repeats last: the columns before them keep their places
+            PLAN_ROW,
+            "run",
+            "backend",
+            "model",
+            "prompt / output",
+            "pattern",
+            "load",
+            "duration (s)",
+            "engine args",
+            "device",
+            "role",
+            "repeats",
+        ],
+    )
+
+
+def config_from_row(base: RunConfig, row: dict[str, Any]) -> RunConfig:
+    """The plan's RunConfig with the table's edits applied; UserError names what is wrong."""
+    backend = str(row.get("backend") or "").strip()
+    backend_cls = get_backend(backend)  # UserError lists the known names
+    engine_args = backend_cls.validate_engine_args(
+        parse_pairs_text(row.get("engine args"), "engine argument")
+    )
+    pattern = row.get("pattern") or base.load.pattern
+    if pattern not in LOAD_CLASSES:
+        raise UserError(f"unknown load pattern {pattern!r}; known: {', '.join(LOAD_CLASSES)}")
+    level = row.get("load")
+    level = None if level is None or pd.isna(level) else float(level)
+    duration = row.get("duration (s)")
+    duration = None if duration is None or pd.isna(duration) else float(duration)
+    common = {
+        key: getattr(base.load, key)
+        for key in ("warmup_requests", "request_timeout_s", "max_duration_s")
+    }
+    load: dict[str, Any] = (
+        base.load.model_dump() if pattern == base.load.pattern else {"pattern": pattern, **common}
+    )
+    load.update(LOAD_CLASSES[pattern].table_update(level, duration, base.load.table_level()))
+    data = base.model_dump(mode="json")
+    data.update(
+        backend=backend,
+        model=str(row.get("model") or base.model).strip(),
+        engine_args=engine_args,
+        load=load,
+        device=row.get("device") or base.device,
+    )
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(describe_validation_error(exc)) from None
+
+
+def chosen_runs(
+    edited: pd.DataFrame, configs: list[RunConfig], available: set[str]
+) -> tuple[list[RunConfig], list[str]]:
+    """The ticked rows of the edited plan table as runs (each repeated as its row says), and one
+    problem line per row that cannot run. Each row is applied to the plan config it was made
+    from (its PLAN_ROW), not to the config at its current position: deleting a row moves the
+    rows below it up. A row the user added starts from the plan's first config."""
+    chosen: list[RunConfig] = []
+    problems: list[str] = []
+    for position, row in enumerate(edited.to_dict("records")):
+        if not row.get("run"):
+            continue
+        source = row.get(PLAN_ROW)
+        known = source is not None and not pd.isna(source) and 0 <= int(source) < len(configs)
+        base = configs[int(source)] if known else configs[0]
+        try:
+            config = config_from_row(base, row)
+            check_web_jobs([config])  # the server's rules for code and paths from the form
+        except UserError as exc:
+            problems.append(f"Row {position + 1} ({row.get('backend')}): {exc}")
+            continue
+        if config.backend not in available:
+            problems.append(
+                f"Row {position + 1}: {config.backend} is not installed here "
+                "(see *Frameworks installed here*); untick the row or pick another backend."
+            )
+            continue
+        count = row.get("repeats")
+        count = 1 if count is None or pd.isna(count) else max(1, int(count))
+        # The job runner makes each config once: repeats are queued as consecutive runs of
+        # the same config (the advisor pools matching runs into one sample).
+        chosen.extend([config] * count)
+    return chosen, problems

@@ -1,0 +1,96 @@
+"""What each load-pattern config class answers about itself (bench/config.py), checked against
+the phases its registered plan really yields (bench/load/patterns.py) and the plan table."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.config import (
+    LOAD_CLASSES,
+    PATTERN_NAMES,
+    SLO,
+    CapacityLoad,
+    ConcurrencyLoad,
+    PulseLoad,
+    RateLoad,
+    ReplayLoad,
+    SteadyLoad,
+    StepLoad,
+    ValidityRules,
+)
+from bench.load.patterns import PLANNERS, plan
+from tests.bench.test_load_patterns import drive, summary
+
+RULES = ValidityRules(max_error_rate=0.01)
+KNOWN_LENGTH = [  # loads whose phases are fixed in advance (no knee, no capacity ladder)
+    ConcurrencyLoad(concurrency=7, duration_s=5),
+    RateLoad(rate_rps=3, duration_s=6),
+    StepLoad(levels=[1, 4, 16], stage_duration_s=3, stop_at_knee=False),
+    StepLoad(start=2, step=3, max=11, stage_duration_s=2, stop_at_knee=False),
+    SteadyLoad(capacity_rps=10, duration_s=9),
+    PulseLoad(capacity_rps=10, baseline_s=4, burst_s=2, recovery_s=5),
+]
+
+
+def test_every_pattern_has_a_config_class_and_a_phase_plan():
+    assert set(LOAD_CLASSES) == set(PATTERN_NAMES)
+    assert set(PLANNERS) == set(LOAD_CLASSES.values())
+
+
+@pytest.mark.parametrize("load", KNOWN_LENGTH, ids=lambda load: load.pattern)
+def test_phase_count_and_planned_seconds_match_the_phases_planned(load):
+    specs, _ = drive(plan(load, SLO(), RULES), [summary(10 * (i + 1)) for i in range(20)])
+    assert load.phase_count() == len(specs)
+    request_s = 0.25  # each phase's drain: one request's time
+
+    def no_trace(replay: ReplayLoad) -> float:
+        raise AssertionError("only a replay reads its trace")
+
+    planned = sum(spec.duration_s for spec in specs) + len(specs) * request_s
+    if isinstance(load, PulseLoad):  # baseline and burst do not drain: the burst's queue carries
+        planned = sum(spec.duration_s for spec in specs) + request_s
+    assert load.planned_seconds(request_s, no_trace) == pytest.approx(planned)
+
+
+def test_unknown_lengths_say_so_and_count_the_capacity_ladder():
+    assert StepLoad(stop_at_knee=True).phase_count() is None  # the knee decides
+    steady = SteadyLoad(duration_s=9)
+    assert steady.phase_count() is None  # capacity is measured first
+    specs, _ = drive(plan(steady, SLO(), RULES), [summary(10 * (i + 1)) for i in range(20)])
+    ladder_s = sum(spec.duration_s for spec in specs if spec.name.startswith("capacity"))
+    ladder_stages = sum(1 for spec in specs if spec.name.startswith("capacity"))
+    assert ladder_stages >= 2
+    # The estimate assumes the whole ladder: an upper bound on the ladder plan() runs.
+    assert steady.planned_seconds(0.0, lambda replay: 0.0) >= ladder_s + 9
+    replay = ReplayLoad(trace="t.jsonl")
+    assert replay.planned_seconds(0.5, lambda load: 12.0) == 12.5
+    assert CapacityLoad().phase_count() is None
+
+
+def test_level_labels_and_fixed_levels():
+    assert ConcurrencyLoad(concurrency=64).level_label() == "c64"
+    assert RateLoad(rate_rps=2.0).level_label() == "2 req/s"
+    assert StepLoad().level_label() == "step"
+    assert ConcurrencyLoad(concurrency=64).fixed_level() == ("concurrency", 64.0)
+    assert RateLoad(rate_rps=2.5).fixed_level() == ("rate", 2.5)
+    for load in (StepLoad(), SteadyLoad(), PulseLoad(), CapacityLoad()):
+        assert load.fixed_level() is None
+    assert [cls.closed_loop for cls in (ConcurrencyLoad, StepLoad, RateLoad)] == [1, 1, 0]
+    assert SteadyLoad.held_at_capacity and PulseLoad.held_at_capacity
+    assert not StepLoad.held_at_capacity
+    assert CapacityLoad.capacity_search and not RateLoad.capacity_search
+
+
+@pytest.mark.parametrize(
+    "load",
+    [*KNOWN_LENGTH, CapacityLoad(), SteadyLoad(), ReplayLoad(trace="t.jsonl")],
+    ids=lambda load: load.pattern,
+)
+def test_a_table_row_unedited_changes_nothing(load):
+    update = type(load).table_update(load.table_level(), load.table_duration(), load.table_level())
+    assert type(load).model_validate({**load.model_dump(), **update}) == load
+
+
+def test_warmup_is_at_the_first_closed_loop_level():
+    assert StepLoad(levels=[3, 9], warmup_requests=8).warmup_concurrency() == 3
+    assert SteadyLoad(warmup_requests=8).warmup_concurrency() == 1
