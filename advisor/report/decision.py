@@ -466,7 +466,7 @@ def stage_decision(
         return StageDecision(
             stage=stage.stage,
             framework=chosen.framework,
-            framework_label="none",
+            framework_label="no stack (refused)",
             refused=True,
             sentence=f"No stack is recommended for {stage.stage}: the workload was refused "
             "before any run.",

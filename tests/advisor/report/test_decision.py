@@ -82,7 +82,7 @@ def test_tree_answer_says_nothing_matched_and_shows_the_nearest_as_context(repor
 
 def test_refused_answer_recommends_nothing(reports) -> None:
     (decision,) = reports["over_long_context"].decisions
-    assert decision.refused and decision.framework_label == "none"
+    assert decision.refused and decision.framework_label == "no stack (refused)"
     assert "refused before any run" in decision.sentence
     assert "context window of 4,096 tokens" in decision.facts[0].text
     assert reports["over_long_context"].stages[0].deploy == []
