@@ -234,7 +234,7 @@ SPECS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "output_throughput_tok_s_per_gpu",
-        "output throughput per GPU",
+        "output tok/s per GPU",
         "tok/s",
         "higher",
         "Output throughput / GPUs used (tensor_parallel_size x replicas).",
