@@ -289,6 +289,11 @@ METRICS: tuple[Metric, ...] = tuple(
 METRICS_BY_NAME: dict[str, Metric] = {metric.name: metric for metric in METRICS}
 LATENCY_SPECS: tuple[MetricSpec, ...] = tuple(s for s in SPECS if s.is_distribution)
 """The per-request distributions (TTFT, TPOT, ITL, E2E)."""
+LADDER_LATENCIES: tuple[Metric, ...] = tuple(
+    Metric(SPECS_BY_KEY[key], "p99") for key in ("ttft_ms", "tpot_ms", "e2e_ms")
+)
+"""The p99 latencies a step ladder's stage keeps (bench.load.reports.LadderStage fields
+`p99_ttft_ms`, ... = their `ladder_field`)."""
 
 
 def metric(name: str) -> Metric:

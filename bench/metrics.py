@@ -18,6 +18,7 @@ import numpy as np
 
 from bench.config import SLO, ValidityRules
 from bench.errors import UserError
+from bench.metric_catalog import LATENCY_SPECS
 from bench.schema import (
     MetricsSummary,
     Percentiles,
@@ -58,8 +59,8 @@ def percentile_notes(summary: MetricsSummary | None) -> list[str]:
     if summary is None:
         return []
     notes = []
-    for family in ("ttft", "tpot", "itl", "e2e"):
-        percentiles = getattr(summary, f"{family}_ms")
+    for spec in LATENCY_SPECS:
+        percentiles = getattr(summary, spec.key)
         count = percentiles.count if percentiles is not None else None
         if count is None:
             continue
@@ -68,7 +69,7 @@ def percentile_notes(summary: MetricsSummary | None) -> list[str]:
             labels = "/".join(f"p{round(q * 100)}" for q in short)
             needs = ", ".join(f"p{round(q * 100)} {min_samples(q)}" for q in short)
             notes.append(
-                f"{family.upper()} {labels} from {count} values: too few for that percentile "
+                f"{spec.label} {labels} from {count} values: too few for that percentile "
                 f"(needs {needs}: 10 / (1 - q)); read it as a bound near the maximum, not as "
                 "that percentile"
             )

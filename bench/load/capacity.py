@@ -35,6 +35,7 @@ from bench.load.reports import (
     Constraint,
     PatternReportBase,
 )
+from bench.metric_catalog import REQUEST_SLO_BOUNDS
 from bench.schema import MetricsSummary, Percentiles, PhaseResult, Validity, ValidityStatus
 
 PERCENTILE_LEVELS = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -44,7 +45,8 @@ the attainment target allows at least this many misses (below that, one request 
 MIN_PROBE_REQUESTS_FLOOR = 20
 SERIAL_PROBE_REQUESTS = 8
 """Requests of the quick closed-loop (concurrency 1) probe that sets the first rate."""
-SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+SLO_METRICS = tuple(bound.field for bound in REQUEST_SLO_BOUNDS)
+"""The per-request SLO limits a probe is judged on (bench.metric_catalog: all maximums)."""
 
 
 def min_probe_requests(percentile: str, attainment_target: float) -> int:
