@@ -10,6 +10,7 @@ from advisor.profile import StageProfile, WorkloadProfile
 from advisor.report.model import StageWorkload, WorkloadAnswer
 from advisor.report.numbers import number, percent
 from bench.config import LengthDistribution
+from bench.metric_catalog import SLO_BOUNDS
 
 OBJECTIVE_WORDS = {
     "maximize_throughput": "Maximise throughput",
@@ -29,6 +30,16 @@ CONSTRAINT_WORDS = {
     "cpu_only": "CPU only",
     "multiple_runtimes": "several runtimes",
 }
+
+
+SLO_WORDS = {
+    "ttft_ms": "TTFT",
+    "tpot_ms": "TPOT",
+    "e2e_ms": "End-to-end",
+    "min_request_throughput_rps": "Request throughput",
+    "min_output_throughput_tok_s": "Output throughput",
+}
+"""The workload table's name of each SLO limit (direction and unit: bench.metric_catalog)."""
 
 
 def _yes(value: bool) -> str:
@@ -87,15 +98,10 @@ def stage_answers(stage: StageProfile) -> list[WorkloadAnswer]:
     )
     slo = stage.slo
     limits = [
-        f"{name} {operator} {number(value)} {unit}"
-        for name, operator, value, unit in (
-            ("TTFT", "≤", slo.ttft_ms, "ms"),
-            ("TPOT", "≤", slo.tpot_ms, "ms"),
-            ("End-to-end", "≤", slo.e2e_ms, "ms"),
-            ("Request throughput", "≥", slo.min_request_throughput_rps, "req/s"),
-            ("Output throughput", "≥", slo.min_output_throughput_tok_s, "tok/s"),
-        )
-        if value is not None
+        f"{SLO_WORDS[bound.field]} {'≥' if bound.is_minimum else '≤'} {number(value)} "
+        f"{bound.spec.unit}"
+        for bound in SLO_BOUNDS
+        if (value := getattr(slo, bound.field)) is not None
     ]
     rows.append(
         (
