@@ -18,7 +18,7 @@ import numpy as np
 
 from bench.config import SLO, ValidityRules
 from bench.errors import UserError
-from bench.metric_catalog import LATENCY_SPECS
+from bench.metric_catalog import LATENCY_SPECS, REQUEST_SLO_BOUNDS
 from bench.schema import (
     MetricsSummary,
     Percentiles,
@@ -321,13 +321,15 @@ class MetricsAccumulator:
         ttft = np.frombuffer(self._ttft_ms, dtype=np.float64) if self._ttft_ms else np.empty(0)
         tpot = np.frombuffer(self._tpot_ms, dtype=np.float64) if self._tpot_ms else np.empty(0)
         e2e = self.e2e_ms()
+        per_request = {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e}
         meets = np.ones(e2e.size, dtype=bool)
-        if slo.ttft_ms is not None:
-            meets &= ttft <= slo.ttft_ms  # NaN compares False: no first token = miss
-        if slo.tpot_ms is not None:
-            meets &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
-        if slo.e2e_ms is not None:
-            meets &= e2e <= slo.e2e_ms
+        for bound in REQUEST_SLO_BOUNDS:
+            limit = getattr(slo, bound.field)
+            if limit is None:
+                continue
+            values = per_request[bound.spec.key]
+            within = values <= limit  # NaN (the figure is undefined) compares False
+            meets &= (within | np.isnan(values)) if bound.missing_meets else within
         return int(meets.sum())
 
     def e2e_ms(self) -> np.ndarray:

@@ -213,3 +213,24 @@ def test_ladder_and_capacity_judge_follow_the_bound(reference_runs, bound) -> No
     feasible, _, binding = judge_probe(summary, below, "p99", 0.0)
     assert (feasible, binding) == (False, bound.field)
     assert judge_probe(summary, above, "p99", 0.0)[0] is (summary.failed == 0)
+
+
+def test_a_missing_figure_meets_or_fails_as_its_bound_declares() -> None:
+    """Goodput of shipped records, one of them turned into a one-token answer and one into a
+    request whose chunks never came: vLLM's rule, declared on the bounds."""
+    side = load_side(str(CAMPAIGN))
+    records = next(item.records for item in side.runs if item.records)[:20]
+    assert all(record.error is None and len(record.chunk_ns) > 1 for record in records)
+    one_token = records[0].model_copy(
+        update={"chunk_ns": records[0].chunk_ns[:1], "chunk_tokens": [], "output_tokens": 1}
+    )
+    no_chunk = records[1].model_copy(update={"chunk_ns": [], "chunk_tokens": []})
+    changed = [one_token, no_chunk, *records[2:]]
+    bounds = {bound.field: bound for bound in REQUEST_SLO_BOUNDS}
+    assert not bounds["ttft_ms"].missing_meets and bounds["tpot_ms"].missing_meets
+    generous = 1e6  # every defined figure is within it
+    for field, expected_misses in (("ttft_ms", 1), ("tpot_ms", 0), ("e2e_ms", 0)):
+        summary = summarize(changed, SLO(**{field: generous}))
+        assert summary.goodput_rps == pytest.approx(
+            (len(changed) - expected_misses) / summary.duration_s
+        ), field
