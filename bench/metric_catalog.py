@@ -333,6 +333,8 @@ class SloBound:
 
     field: str
     spec: MetricSpec
+    words: str
+    """The limit's name in forms and the report's workload table (`End-to-end`)."""
     missing_meets: bool = True
     """Whether a request (or a probe) without this figure meets the limit: as in vLLM's
     goodput, no TPOT (<= 1 output token) meets a TPOT SLO, no TTFT (no chunk) fails one."""
@@ -348,16 +350,27 @@ class SloBound:
     def broken(self, value: float, limit: float) -> bool:
         return value < limit if self.is_minimum else value > limit
 
+    def form_label(self, percentile: Statistic) -> str:
+        """`TTFT p99 at most (ms)`, `Output throughput at least (tok/s)`: a form field's label."""
+        if self.is_minimum:
+            return f"{self.words} at least ({self.spec.unit})"
+        return f"{self.words} {percentile} at most ({self.spec.unit})"
+
 
 REQUEST_SLO_BOUNDS: tuple[SloBound, ...] = (
-    SloBound("ttft_ms", SPECS_BY_KEY["ttft_ms"], missing_meets=False),
-    SloBound("tpot_ms", SPECS_BY_KEY["tpot_ms"]),
-    SloBound("e2e_ms", SPECS_BY_KEY["e2e_ms"]),
+    SloBound("ttft_ms", SPECS_BY_KEY["ttft_ms"], "TTFT", missing_meets=False),
+    SloBound("tpot_ms", SPECS_BY_KEY["tpot_ms"], "TPOT"),
+    SloBound("e2e_ms", SPECS_BY_KEY["e2e_ms"], "End-to-end"),
 )
 """Per-request limits (bench.config.SLO): a request meets the SLO when every one set holds."""
 THROUGHPUT_SLO_BOUNDS: tuple[SloBound, ...] = (
-    SloBound("min_request_throughput_rps", SPECS_BY_KEY["request_throughput_rps"]),
-    SloBound("min_output_throughput_tok_s", SPECS_BY_KEY["output_throughput_tok_s"]),
+    SloBound(
+        "min_request_throughput_rps", SPECS_BY_KEY["request_throughput_rps"], "Request throughput"
+    ),
+    SloBound(
+        "min_output_throughput_tok_s", SPECS_BY_KEY["output_throughput_tok_s"], "Output throughput"
+    ),
 )
 """Run-wide minimums (advisor.profile.ProfileSLO)."""
 SLO_BOUNDS: tuple[SloBound, ...] = REQUEST_SLO_BOUNDS + THROUGHPUT_SLO_BOUNDS
+SLO_BOUNDS_BY_FIELD: dict[str, SloBound] = {bound.field: bound for bound in SLO_BOUNDS}

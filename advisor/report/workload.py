@@ -32,16 +32,6 @@ CONSTRAINT_WORDS = {
 }
 
 
-SLO_WORDS = {
-    "ttft_ms": "TTFT",
-    "tpot_ms": "TPOT",
-    "e2e_ms": "End-to-end",
-    "min_request_throughput_rps": "Request throughput",
-    "min_output_throughput_tok_s": "Output throughput",
-}
-"""The workload table's name of each SLO limit (direction and unit: bench.metric_catalog)."""
-
-
 def _yes(value: bool) -> str:
     return "Yes" if value else "No"
 
@@ -98,8 +88,7 @@ def stage_answers(stage: StageProfile) -> list[WorkloadAnswer]:
     )
     slo = stage.slo
     limits = [
-        f"{SLO_WORDS[bound.field]} {'≥' if bound.is_minimum else '≤'} {number(value)} "
-        f"{bound.spec.unit}"
+        f"{bound.words} {'≥' if bound.is_minimum else '≤'} {number(value)} {bound.spec.unit}"
         for bound in SLO_BOUNDS
         if (value := getattr(slo, bound.field)) is not None
     ]

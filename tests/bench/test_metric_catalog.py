@@ -234,3 +234,13 @@ def test_a_missing_figure_meets_or_fails_as_its_bound_declares() -> None:
         assert summary.goodput_rps == pytest.approx(
             (len(changed) - expected_misses) / summary.duration_s
         ), field
+
+
+def test_slo_form_labels_name_the_direction_and_unit() -> None:
+    assert [bound.form_label("p90") for bound in SLO_BOUNDS] == [
+        "TTFT p90 at most (ms)",
+        "TPOT p90 at most (ms)",
+        "End-to-end p90 at most (ms)",
+        "Request throughput at least (req/s)",
+        "Output throughput at least (tok/s)",
+    ]
