@@ -9,7 +9,9 @@ stored files use (a report's `ttft_p99_ms`, a step ladder's `p99_ttft_ms`) are d
 renamed, so old files load unchanged. SLO limits are declared here as bounds on a spec: a latency
 SLO is a maximum because its metric is lower-is-better, a throughput SLO a minimum.
 
-Adding a metric is one `MetricSpec` in `SPECS` (and, for a new stored field, that field).
+Adding a metric is one `MetricSpec` in `SPECS` (and, for a new stored field, that field): evidence
+rows (`read_all`), metric words, column headings and SLO directions pick it up; a table or the
+bootstrap (`bench.stats.GROUP_METRICS`) that should show it names it in its own selection.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class MetricSpec:
     `words` the name prose uses when it differs (`request throughput` where intervals say
     `request rate`), `heading` a report column's heading when it is not the label with the
     unit (`Requests/s`); `family` groups what the interval code resamples together; `derived`
-    specs read themselves with `reader`. The docstring of each is its `definition`.
+    specs read themselves with `reader`; `definition` states the formula (vLLM's definitions,
+    bench/metrics.py).
     """
 
     key: str
