@@ -31,6 +31,7 @@ from bench.config import (
     PrecisionConfig,
     RunConfig,
 )
+from bench.metric_catalog import REQUEST_SLO_BOUNDS, SLO_BOUNDS, higher_is_better, read_all
 from bench.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
 from bench.strict import describe_validation_error
 
@@ -245,7 +246,7 @@ class EvidenceRow(BaseModel):
 
     @property
     def higher_is_better(self) -> bool:
-        return self.objective_metric in HIGHER_IS_BETTER
+        return higher_is_better(self.objective_metric)
 
     @property
     def label(self) -> str:
@@ -260,9 +261,6 @@ class EvidenceRow(BaseModel):
         if self.match is not None:
             text += ", matches" if self.match.matches else f", {self.match.distance:,.3g}x off"
         return text
-
-
-HIGHER_IS_BETTER = {"output_throughput_tok_s", "request_throughput_rps", "goodput_rps"}
 
 
 def objective_metric(stage: StageProfile, published: bool = False) -> str:
@@ -467,36 +465,8 @@ def _provenance(run: RunResult, reference: str | None) -> Provenance:
 
 
 def _metrics(summary: MetricsSummary | None, run: RunResult) -> dict[str, float]:
-    out: dict[str, float] = {}
-    if summary is not None:
-        out["request_throughput_rps"] = summary.request_throughput_rps
-        out["output_throughput_tok_s"] = summary.output_throughput_tok_s
-        out["error_rate"] = summary.error_rate
-        if summary.goodput_rps is not None:
-            out["goodput_rps"] = summary.goodput_rps
-        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-            percentiles = getattr(summary, name)
-            if percentiles is not None:
-                for stat in ("mean", "p50", "p90", "p99"):
-                    out[f"{name}_{stat}"] = getattr(percentiles, stat)
-        for name in ("tok_s_per_user", "tok_s_per_user_mean", "output_throughput_tok_s_per_gpu"):
-            value = getattr(summary, name)
-            if value is not None:
-                out[name] = value
-        gpus = run.config.parallelism.gpus_needed
-        throughput = (
-            summary.output_throughput_tok_s
-            if run.config.workload.kind == "generate"
-            else summary.request_throughput_rps
-        )
-        if throughput > 0:
-            out["gpu_s_per_million_tokens"] = gpus * 1e6 / throughput
-    telemetry = run.telemetry
-    for name in ("peak_gpu_memory_gb", "energy_per_output_token_j", "mean_gpu_utilization_pct"):
-        value = getattr(telemetry, name)
-        if value is not None:
-            out[name] = value
-    return out
+    """Every catalogued metric of the summary (a run's or a phase's) and its run, by name."""
+    return read_all(summary, run)
 
 
 def _slo_check(
@@ -505,34 +475,18 @@ def _slo_check(
     """Whether the row meets every SLO the profile sets; None when none could be checked."""
     slo = stage.slo
     percentile = "p99" if published else slo.percentile
-    checks: list[tuple[str, float | None, str, bool]] = [
-        ("ttft_ms", slo.ttft_ms, f"ttft_ms_{percentile}", False),
-        ("tpot_ms", slo.tpot_ms, f"tpot_ms_{percentile}", False),
-        ("e2e_ms", slo.e2e_ms, f"e2e_ms_{percentile}", False),
-        (
-            "min_request_throughput_rps",
-            slo.min_request_throughput_rps,
-            "request_throughput_rps",
-            True,
-        ),
-        (
-            "min_output_throughput_tok_s",
-            slo.min_output_throughput_tok_s,
-            "output_throughput_tok_s",
-            True,
-        ),
-    ]
     failures: list[str] = []
     checked = False
-    for name, limit, metric, is_minimum in checks:
+    for bound in SLO_BOUNDS:
+        limit = getattr(slo, bound.field)
+        metric = bound.metric_at(percentile).name
         if limit is None or metric not in metrics:
             continue
         checked = True
         value = metrics[metric]
-        broken = value < limit if is_minimum else value > limit
-        if broken:
-            relation = "<" if is_minimum else ">"
-            failures.append(f"{metric} {value:.4g} {relation} {name} {limit:g}")
+        if bound.broken(value, limit):
+            relation = "<" if bound.is_minimum else ">"
+            failures.append(f"{metric} {value:.4g} {relation} {bound.field} {limit:g}")
     if not checked:
         return None, []
     return not failures, failures
@@ -682,7 +636,8 @@ def capacity_mismatch(run: RunResult, stage: StageProfile) -> list[str]:
     if not match.lengths or not match.precision:
         reasons += [d for d in match.differences if not d.startswith(("closed", "open", "a "))]
     slo = config.slo
-    for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+    for bound in REQUEST_SLO_BOUNDS:
+        name = bound.field
         wanted = getattr(stage.slo, name)
         limit = getattr(slo, name) if slo is not None else None
         if wanted is not None and (limit is None or limit > wanted * (1 + 1e-9)):

@@ -50,6 +50,7 @@ from advisor.plan import ENGINE_START_S, bench_plan
 from advisor.profile import Objective, StageProfile, WorkloadProfile
 from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
 from bench.errors import UserError
+from bench.metric_catalog import REQUEST_SLO_BOUNDS
 from bench.schema import RequestRecord, RunResult
 from bench.stats import PRACTICAL_THRESHOLD, CandidateVerdict, MeasuredRun, candidate_verdict
 
@@ -565,9 +566,9 @@ def slo_text(stage: StageProfile) -> str:
     """`p99 TTFT <= 300 ms, TPOT <= 50 ms` (or `no latency SLO`)."""
     slo = stage.slo
     limits = [
-        f"{name} <= {value:g} ms"
-        for name, value in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms))
-        if value is not None
+        f"{bound.spec.label} <= {value:g} {bound.spec.unit}"
+        for bound in REQUEST_SLO_BOUNDS
+        if (value := getattr(slo, bound.field)) is not None
     ]
     return f"{slo.percentile} {', '.join(limits)}" if limits else "no latency SLO"
 

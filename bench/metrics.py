@@ -18,6 +18,7 @@ import numpy as np
 
 from bench.config import SLO, ValidityRules
 from bench.errors import UserError
+from bench.metric_catalog import LATENCY_SPECS, REQUEST_SLO_BOUNDS
 from bench.schema import (
     MetricsSummary,
     Percentiles,
@@ -58,8 +59,8 @@ def percentile_notes(summary: MetricsSummary | None) -> list[str]:
     if summary is None:
         return []
     notes = []
-    for family in ("ttft", "tpot", "itl", "e2e"):
-        percentiles = getattr(summary, f"{family}_ms")
+    for spec in LATENCY_SPECS:
+        percentiles = getattr(summary, spec.key)
         count = percentiles.count if percentiles is not None else None
         if count is None:
             continue
@@ -68,7 +69,7 @@ def percentile_notes(summary: MetricsSummary | None) -> list[str]:
             labels = "/".join(f"p{round(q * 100)}" for q in short)
             needs = ", ".join(f"p{round(q * 100)} {min_samples(q)}" for q in short)
             notes.append(
-                f"{family.upper()} {labels} from {count} values: too few for that percentile "
+                f"{spec.label} {labels} from {count} values: too few for that percentile "
                 f"(needs {needs}: 10 / (1 - q)); read it as a bound near the maximum, not as "
                 "that percentile"
             )
@@ -320,13 +321,15 @@ class MetricsAccumulator:
         ttft = np.frombuffer(self._ttft_ms, dtype=np.float64) if self._ttft_ms else np.empty(0)
         tpot = np.frombuffer(self._tpot_ms, dtype=np.float64) if self._tpot_ms else np.empty(0)
         e2e = self.e2e_ms()
+        per_request = {"ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e}
         meets = np.ones(e2e.size, dtype=bool)
-        if slo.ttft_ms is not None:
-            meets &= ttft <= slo.ttft_ms  # NaN compares False: no first token = miss
-        if slo.tpot_ms is not None:
-            meets &= np.isnan(tpot) | (tpot <= slo.tpot_ms)
-        if slo.e2e_ms is not None:
-            meets &= e2e <= slo.e2e_ms
+        for bound in REQUEST_SLO_BOUNDS:
+            limit = getattr(slo, bound.field)
+            if limit is None:
+                continue
+            values = per_request[bound.spec.key]
+            within = values <= limit  # NaN (the figure is undefined) compares False
+            meets &= (within | np.isnan(values)) if bound.missing_meets else within
         return int(meets.sum())
 
     def e2e_ms(self) -> np.ndarray:

@@ -60,6 +60,8 @@ import numpy as np
 from pydantic import Field
 
 from bench.config import SLO
+from bench.metric_catalog import LATENCY_SPECS, Better, Metric
+from bench.metric_catalog import metric as catalogue_metric
 from bench.metrics import NS_PER_MS, NS_PER_S, min_samples, percentile_notes, request_latencies_ms
 from bench.schema import MetricsSummary, RequestRecord, RunResult
 from bench.strict import Strict
@@ -74,39 +76,21 @@ RATE_BLOCKS = 10
 MIN_BLOCK_REQUESTS = 5
 """A block should hold about this many completions on average; shorter runs get fewer blocks."""
 
-Better = Literal["higher", "lower"]
+
 Verdict = Literal["faster", "slower", "indistinguishable", "unknown"]
 
 
-@dataclass(frozen=True)
-class GroupMetric:
-    """One metric a group summary and a comparison report: declared once here."""
-
-    name: str
-    label: str
-    unit: str
-    better: Better
-    family: Literal["rate", "ttft", "tpot", "itl", "e2e"]
-    quantile: float | None = None
-
+GroupMetric = Metric
+"""A metric a group summary and a comparison report: a catalogue entry (bench.metric_catalog)."""
 
 GROUP_METRICS: tuple[GroupMetric, ...] = (
-    GroupMetric("output_throughput_tok_s", "output throughput", "tok/s", "higher", "rate"),
-    GroupMetric("request_throughput_rps", "request rate", "req/s", "higher", "rate"),
-    GroupMetric("goodput_rps", "goodput", "req/s", "higher", "rate"),
     *(
-        GroupMetric(
-            f"{family}_ms_p{round(q * 100)}",
-            f"{family.upper()} p{round(q * 100)}",
-            "ms",
-            "lower",
-            family,
-            q,
-        )
-        for family in ("ttft", "tpot", "itl", "e2e")
-        for q in (0.5, 0.9, 0.99)
+        catalogue_metric(name)
+        for name in ("output_throughput_tok_s", "request_throughput_rps", "goodput_rps")
     ),
+    *(Metric(spec, statistic) for spec in LATENCY_SPECS for statistic in ("p50", "p90", "p99")),
 )
+"""What the bootstrap resamples: the rate metrics and the latency percentiles (not the means)."""
 METRICS_BY_NAME = {metric.name: metric for metric in GROUP_METRICS}
 
 
@@ -144,18 +128,11 @@ class RunSample:
 
 
 def _points_from_summary(summary: MetricsSummary) -> dict[str, float]:
-    point: dict[str, float] = {
-        "output_throughput_tok_s": summary.output_throughput_tok_s,
-        "request_throughput_rps": summary.request_throughput_rps,
-    }
-    if summary.goodput_rps is not None:
-        point["goodput_rps"] = summary.goodput_rps
-    for family in ("ttft", "tpot", "itl", "e2e"):
-        percentiles = getattr(summary, f"{family}_ms")
-        if percentiles is None:
-            continue
-        for q, value in ((50, percentiles.p50), (90, percentiles.p90), (99, percentiles.p99)):
-            point[f"{family}_ms_p{q}"] = value
+    point: dict[str, float] = {}
+    for metric in GROUP_METRICS:
+        value = metric.read(summary)
+        if value is not None:
+            point[metric.name] = value
     return point
 
 

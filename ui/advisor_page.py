@@ -35,6 +35,7 @@ from advisor.stage_input import (
     stage_data,
 )
 from bench.errors import UserError
+from bench.metric_catalog import SLO_BOUNDS_BY_FIELD
 from ui import state
 from ui.components import (
     empty_state,
@@ -233,18 +234,11 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
     slo = stage.get("slo") or {}
     slo_cols = st.columns(4)
     percentile = slo.get("percentile") or "p99"
-    for column, (name, label) in zip(
-        slo_cols,
-        (
-            ("ttft_ms", f"TTFT {percentile} at most (ms)"),
-            ("tpot_ms", f"TPOT {percentile} at most (ms)"),
-            ("e2e_ms", f"End-to-end {percentile} at most (ms)"),
-            ("min_output_throughput_tok_s", "Output throughput at least (tok/s)"),
-        ),
-        strict=True,
+    for column, name in zip(
+        slo_cols, ("ttft_ms", "tpot_ms", "e2e_ms", "min_output_throughput_tok_s"), strict=True
     ):
         out[name] = column.number_input(
-            label,
+            SLO_BOUNDS_BY_FIELD[name].form_label(percentile),
             min_value=0.001,
             value=slo.get(name),
             placeholder="no limit",
@@ -261,7 +255,7 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
             help=field_help(ProfileSLO, "percentile"),
         )
         out["min_request_throughput_rps"] = more[1].number_input(
-            "Request throughput at least (req/s)",
+            SLO_BOUNDS_BY_FIELD["min_request_throughput_rps"].form_label(percentile),
             min_value=0.001,
             value=slo.get("min_request_throughput_rps"),
             placeholder="no limit",

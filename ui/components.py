@@ -12,6 +12,8 @@ import pandas as pd
 import streamlit as st
 from pydantic import BaseModel
 
+from bench.metric_catalog import Metric
+from bench.metric_catalog import metric as catalogue_metric
 from bench.schema import RunResult, RunStatus
 
 STATUS_ICONS = {
@@ -118,7 +120,6 @@ def runs_frame(runs: Iterable[RunResult]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for run in runs:
         summary = run.summary
-        telemetry = run.telemetry
         rows.append(
             {
                 "run_id": run.run_id,
@@ -130,13 +131,7 @@ def runs_frame(runs: Iterable[RunResult]) -> pd.DataFrame:
                 "validity": run.validity.status.value if run.validity else "—",
                 "device": device_of(run),
                 "requests": summary.successful if summary else None,
-                "output tok/s": summary.output_throughput_tok_s if summary else None,
-                "req/s": summary.request_throughput_rps if summary else None,
-                "TTFT p99 (ms)": summary.ttft_ms.p99 if summary and summary.ttft_ms else None,
-                "TPOT p99 (ms)": summary.tpot_ms.p99 if summary and summary.tpot_ms else None,
-                "E2E p99 (ms)": summary.e2e_ms.p99 if summary and summary.e2e_ms else None,
-                "error rate": summary.error_rate if summary else None,
-                "peak GPU mem (GB)": telemetry.peak_gpu_memory_gb,
+                **{heading: metric.read(summary, run) for heading, metric, _ in RUN_METRIC_COLUMNS},
                 "label": run.config.label or "",
             }
         )
@@ -149,25 +144,35 @@ def device_of(run: RunResult) -> str:
     return name or "CPU"
 
 
+RUN_METRIC_COLUMNS: tuple[tuple[str, Metric, str], ...] = (
+    ("output tok/s", catalogue_metric("output_throughput_tok_s"), "%.1f"),
+    ("req/s", catalogue_metric("request_throughput_rps"), "%.2f"),
+    *(
+        (metric.column, metric, number_format)
+        for metric, number_format in (
+            (catalogue_metric("ttft_ms_p99"), "%.1f"),
+            (catalogue_metric("tpot_ms_p99"), "%.2f"),
+            (catalogue_metric("e2e_ms_p99"), "%.1f"),
+        )
+    ),
+    ("error rate", catalogue_metric("error_rate"), "percent"),
+    ("peak GPU mem (GB)", catalogue_metric("peak_gpu_memory_gb"), "%.2f"),
+)
+"""The catalogued metrics of `runs_frame`: column heading, metric, number format."""
+
 RUN_COLUMN_CONFIG = {
-    "output tok/s": st.column_config.NumberColumn(format="%.1f"),
-    "req/s": st.column_config.NumberColumn(format="%.2f"),
-    "TTFT p99 (ms)": st.column_config.NumberColumn(format="%.1f"),
-    "TPOT p99 (ms)": st.column_config.NumberColumn(format="%.2f"),
-    "E2E p99 (ms)": st.column_config.NumberColumn(format="%.1f"),
-    "error rate": st.column_config.NumberColumn(format="percent"),
-    "peak GPU mem (GB)": st.column_config.NumberColumn(format="%.2f"),
+    heading: st.column_config.NumberColumn(format=number_format)
+    for heading, _, number_format in RUN_METRIC_COLUMNS
 }
 
 
 RUN_FIGURE_UNITS = {
     "requests": "",
-    "output tok/s": "tok/s",
-    "req/s": "req/s",
-    "TTFT p99 (ms)": "ms",
-    "TPOT p99 (ms)": "ms",
-    "E2E p99 (ms)": "ms",
-    "peak GPU mem (GB)": "GB",
+    **{
+        heading: metric.unit
+        for heading, metric, number_format in RUN_METRIC_COLUMNS
+        if number_format != "percent"  # shares are shown as percentages by runs_display
+    },
 }
 """The figure columns of `runs_frame` and the unit each cell is shown with."""
 

@@ -13,6 +13,8 @@ import pandas as pd
 import streamlit as st
 
 from bench.errors import UserError
+from bench.metric_catalog import SPECS_BY_KEY, Metric
+from bench.metric_catalog import metric as catalogue_metric
 from bench.schema import RunResult, RunStatus
 from ui import state
 from ui.components import (
@@ -99,25 +101,21 @@ def compare(runs: list[RunResult]) -> None:
             "GPUs": run.config.parallelism.label(),
             "engine args": ", ".join(f"{k}={v}" for k, v in run.config.engine_args.items()) or "—",
             "successful requests": str(summary.successful) if summary else "—",
-            "output throughput": format_number(
-                summary.output_throughput_tok_s if summary else None, "tok/s"
-            ),
-            "request throughput": format_number(
-                summary.request_throughput_rps if summary else None, "req/s", 2
-            ),
-            "output tok/s per GPU": format_number(
-                summary.output_throughput_tok_s_per_gpu if summary else None, "tok/s"
-            ),
-            "tok/s per user": format_number(summary.tok_s_per_user if summary else None, "tok/s"),
-            "goodput": format_number(summary.goodput_rps if summary else None, "req/s", 2),
-            "TTFT p50 / p99": _pair(summary.ttft_ms if summary else None, "ms"),
-            "TPOT p50 / p99": _pair(summary.tpot_ms if summary else None, "ms", 2),
-            "E2E p50 / p99": _pair(summary.e2e_ms if summary else None, "ms"),
+            **{
+                catalogue_metric(name).words: _figure(run, name, digits)
+                for name, digits in SIDE_BY_SIDE_FIGURES
+            },
+            **{
+                f"{SPECS_BY_KEY[key].label} p50 / p99": _pair(run, key, digits)
+                for key, digits in SIDE_BY_SIDE_LATENCIES
+            },
             "error rate": f"{summary.error_rate:.1%}" if summary else "—",
             "peak GPU memory": format_number(telemetry.peak_gpu_memory_gb, "GB", 2)
             if telemetry.peak_gpu_memory_gb is not None
             else f"not measured ({telemetry.reason or 'no GPU'})",
-            "energy per output token": format_number(telemetry.energy_per_output_token_j, "J", 3),
+            catalogue_metric("energy_per_output_token_j").words: _figure(
+                run, "energy_per_output_token_j", 3
+            ),
             "load / compile / build": " / ".join(
                 format_number(value, "s")
                 for value in (timings.load_s, timings.compile_s, timings.build_s)
@@ -128,10 +126,29 @@ def compare(runs: list[RunResult]) -> None:
     st.dataframe(table, width="stretch", height=35 * (len(table) + 1) + 3)
 
 
-def _pair(percentiles: Any, unit: str, digits: int = 1) -> str:
-    if percentiles is None:
+SIDE_BY_SIDE_FIGURES = (
+    ("output_throughput_tok_s", 1),
+    ("request_throughput_rps", 2),
+    ("output_throughput_tok_s_per_gpu", 1),
+    ("tok_s_per_user", 1),
+    ("goodput_rps", 2),
+)
+"""Catalogued single figures of the side-by-side table, with the digits each is shown with."""
+SIDE_BY_SIDE_LATENCIES = (("ttft_ms", 1), ("tpot_ms", 2), ("e2e_ms", 1))
+"""Catalogued distributions shown as `p50 / p99` in the side-by-side table."""
+
+
+def _figure(run: RunResult, name: str, digits: int) -> str:
+    metric = catalogue_metric(name)
+    return format_number(metric.read(run.summary, run), metric.unit, digits)
+
+
+def _pair(run: RunResult, key: str, digits: int) -> str:
+    spec = SPECS_BY_KEY[key]
+    p50, p99 = (Metric(spec, statistic).read(run.summary) for statistic in ("p50", "p99"))
+    if p50 is None or p99 is None:
         return "—"
-    return f"{percentiles.p50:,.{digits}f} / {percentiles.p99:,.{digits}f} {unit}"
+    return f"{p50:,.{digits}f} / {p99:,.{digits}f} {spec.unit}"
 
 
 def step_curves(runs: list[RunResult]) -> None:

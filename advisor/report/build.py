@@ -39,6 +39,7 @@ from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
 from advisor.report.configurations import calibration_table, configurations_table
 from advisor.report.decision import deploy_rows, reproduce_commands, stage_decision
 from advisor.report.model import (
+    REPORT_METRICS,
     Alternative,
     CapacitySection,
     Caveat,
@@ -63,6 +64,8 @@ from advisor.report.numbers import scalar_text
 from advisor.report.workload import workload_tables
 from bench.errors import UserError
 from bench.fingerprint import Fingerprint
+from bench.metric_catalog import METRICS_BY_NAME
+from bench.metric_catalog import metric as catalogue_metric
 from bench.schema import RequestRecord, RunResult
 
 if TYPE_CHECKING:
@@ -443,11 +446,6 @@ def run_stage_concurrency(answer: AdvisorReport, profile: WorkloadProfile) -> di
 # --------------------------------------------------------------------------- evidence
 
 
-def _percentile(summary: Any, metric: str, which: str) -> float | None:
-    values = getattr(summary, metric, None)
-    return getattr(values, which, None) if values is not None else None
-
-
 def _run_context(run: RunResult) -> str:
     env = run.environment
     device = env.primary_gpu_name if env else None
@@ -517,32 +515,14 @@ def evidence_row(
         run_id=run.run_id,
         context=context,
         level=None if phase is None else f"{float(phase.target):g}",
-        request_throughput_rps=summary.request_throughput_rps if summary else None,
-        output_throughput_tok_s=summary.output_throughput_tok_s if summary else None,
-        ttft_p50_ms=_percentile(summary, "ttft_ms", "p50"),
-        ttft_p99_ms=_percentile(summary, "ttft_ms", "p99"),
-        tpot_p50_ms=_percentile(summary, "tpot_ms", "p50"),
-        e2e_p99_ms=_percentile(summary, "e2e_ms", "p99"),
-        error_rate=summary.error_rate if summary else None,
-        peak_gpu_memory_gb=telemetry.peak_gpu_memory_gb,
+        **{metric.report_field: metric.read(summary, run) for metric in REPORT_METRICS},
         gb_per_billion_params=telemetry.memory_efficiency_gb_per_b_params,
-        energy_per_output_token_j=telemetry.energy_per_output_token_j,
         validity=run.validity.status.value if run.validity else run.status.value,
         validity_reasons=list(run.validity.reasons) if run.validity else [],
     )
 
 
-REPORT_FIELD_OF_METRIC = {
-    "request_throughput_rps": "request_throughput_rps",
-    "output_throughput_tok_s": "output_throughput_tok_s",
-    "ttft_ms_p50": "ttft_p50_ms",
-    "ttft_ms_p99": "ttft_p99_ms",
-    "tpot_ms_p50": "tpot_p50_ms",
-    "e2e_ms_p99": "e2e_p99_ms",
-    "error_rate": "error_rate",
-    "peak_gpu_memory_gb": "peak_gpu_memory_gb",
-    "energy_per_output_token_j": "energy_per_output_token_j",
-}
+REPORT_FIELD_OF_METRIC = {metric.name: metric.report_field for metric in REPORT_METRICS}
 """The advisor's metric names (bench metric + statistic) -> the report's evidence columns."""
 
 
@@ -591,7 +571,7 @@ def floor_distance(
     run: RunResult, estimate: Estimate, profile_models: set[str] | frozenset[str] = frozenset()
 ) -> FloorDistance:
     """Measured TPOT p50 vs the batch-1 decode floor (weight bytes / memory bandwidth)."""
-    measured = _percentile(run.summary, "tpot_ms", "p50")
+    measured = catalogue_metric("tpot_ms_p50").read(run.summary)
     floor_ms: float | None = None
     note = ""
     bandwidth, why = _datasheet_bandwidth_tb_s(run)
@@ -698,15 +678,16 @@ def _preflight(items: Iterable[PreflightItem]) -> list[PreflightWarning]:
 COLUMN_LABELS = {
     "framework": "Framework",
     "precision": "Precision",
-    "request_throughput_rps": "Requests/s",
-    "output_throughput_tok_s": "Output tok/s",
-    "e2e_ms_p99": "E2E p99 (ms)",
-    "peak_gpu_memory_gb": "GPU memory (GB)",
     "ttft_ms_statistic_not_stated": "TTFT (ms, statistic not stated)",
 }
+"""Headings of a reference table's columns that are not catalogued metrics."""
 
 
 def column_label(key: str) -> str:
+    """A reference-table column heading: the catalogue's for a metric name, else spelled out."""
+    known = METRICS_BY_NAME.get(key)
+    if known is not None:
+        return known.column
     return COLUMN_LABELS.get(key) or key.replace("_", " ")
 
 

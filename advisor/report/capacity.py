@@ -18,6 +18,7 @@ from advisor.profile import StageProfile
 from advisor.recommend import CandidateCapacity, stage_capacities
 from advisor.report.model import Chart, Marker, ReferenceTable, Series
 from bench.load.reports import CapacityReport
+from bench.metric_catalog import SPECS_BY_KEY, Metric
 from bench.schema import RunResult
 from bench.strict import Strict
 
@@ -300,8 +301,7 @@ def probe_table(run: RunResult) -> ReferenceTable | None:
             "Requests",
             "Achieved req/s",
             "Attainment",
-            f"TTFT {percentile} (ms)",
-            f"TPOT {percentile} (ms)",
+            *(Metric(SPECS_BY_KEY[key], percentile).column for key in ("ttft_ms", "tpot_ms")),
             "Verdict",
         ],
         rows=[

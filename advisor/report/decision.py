@@ -17,6 +17,7 @@ from advisor.profile import StageProfile
 from advisor.recommend import BASIS_WORDS, REFUSED, Recommendation, StageRecommendation, slo_text
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
+from bench.metric_catalog import METRICS_BY_NAME
 
 FRAMEWORK_LABELS = {
     "vllm": "vLLM",
@@ -31,13 +32,6 @@ FRAMEWORK_LABELS = {
 }
 TREE_WORDS = "the decision tree (data/decision_tree.yaml, the article's rules)"
 ESTIMATE_WORDS = "the feasibility estimate (datasheet figures, nothing measured)"
-METRIC_WORDS: dict[str, tuple[str, str]] = {
-    "output_throughput_tok_s": ("output throughput", "tok/s"),
-    "request_throughput_rps": ("request throughput", "req/s"),
-    "goodput_rps": ("goodput", "req/s"),
-    "gpu_s_per_million_tokens": ("GPU time per million tokens", "GPU-s"),
-    "peak_gpu_memory_gb": ("peak GPU memory", "GB"),
-}
 MAX_FACTS = 3
 MAX_CHANGES = 3
 
@@ -49,16 +43,13 @@ def framework_label(name: str | None) -> str:
 
 
 def metric_words(metric: str | None) -> tuple[str, str]:
-    """(label, unit) of an advisor metric name (`e2e_ms_p99` -> ('E2E p99', 'ms'))."""
-    from bench.stats import METRICS_BY_NAME
-
+    """(words, unit) of an advisor metric name (`e2e_ms_p99` -> ('E2E p99', 'ms')), from the
+    metric catalogue; a name it does not declare is spelled out."""
     if not metric:
         return "objective", ""
-    if metric in METRIC_WORDS:
-        return METRIC_WORDS[metric]
     known = METRICS_BY_NAME.get(metric)
     if known is not None:
-        return known.label, known.unit
+        return known.words, known.unit
     return metric.replace("_", " "), ""
 
 

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from bench.metric_catalog import Metric
+from bench.metric_catalog import metric as catalogue_metric
 from bench.strict import Strict
 
 REPORT_SCHEMA_VERSION = 1
@@ -176,6 +178,26 @@ class StageReport(ReportPart):
     deploy_notes: list[str] = Field(
         default_factory=list, description="Trade-offs and the estimate's accuracy, as sentences."
     )
+
+
+REPORT_METRICS: tuple[Metric, ...] = tuple(
+    catalogue_metric(name)
+    for name in (
+        "request_throughput_rps",
+        "output_throughput_tok_s",
+        "ttft_ms_p50",
+        "ttft_ms_p99",
+        "tpot_ms_p50",
+        "e2e_ms_p99",
+        "error_rate",
+        "peak_gpu_memory_gb",
+        "energy_per_output_token_j",
+    )
+)
+"""The catalogue's metrics an evidence row carries, in the Speed table's column order; each
+fills the EvidenceRow field named by its `report_field` (`ttft_p99_ms`)."""
+SPEED_COLUMNS: tuple[str, ...] = tuple(metric.column for metric in REPORT_METRICS[:7])
+"""Headings of the Speed table's metric columns (Requests/s ... Errors)."""
 
 
 class EvidenceRow(ReportPart):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.report import numbers
-from advisor.report.model import SECTIONS
+from advisor.report.model import SECTIONS, SPEED_COLUMNS
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 MISSING = numbers.MISSING
@@ -113,4 +113,5 @@ def environment(kind: str):  # -> jinja2.Environment (imported lazily: keeps CLI
     env.filters["sentence"] = as_sentence
     env.filters["when"] = when
     env.globals["SECTIONS"] = dict(SECTIONS)
+    env.globals["SPEED_COLUMNS"] = SPEED_COLUMNS
     return env

@@ -10,6 +10,7 @@ from advisor.profile import StageProfile, WorkloadProfile
 from advisor.report.model import StageWorkload, WorkloadAnswer
 from advisor.report.numbers import number, percent
 from bench.config import LengthDistribution
+from bench.metric_catalog import SLO_BOUNDS
 
 OBJECTIVE_WORDS = {
     "maximize_throughput": "Maximise throughput",
@@ -87,15 +88,9 @@ def stage_answers(stage: StageProfile) -> list[WorkloadAnswer]:
     )
     slo = stage.slo
     limits = [
-        f"{name} {operator} {number(value)} {unit}"
-        for name, operator, value, unit in (
-            ("TTFT", "≤", slo.ttft_ms, "ms"),
-            ("TPOT", "≤", slo.tpot_ms, "ms"),
-            ("End-to-end", "≤", slo.e2e_ms, "ms"),
-            ("Request throughput", "≥", slo.min_request_throughput_rps, "req/s"),
-            ("Output throughput", "≥", slo.min_output_throughput_tok_s, "tok/s"),
-        )
-        if value is not None
+        f"{bound.words} {'≥' if bound.is_minimum else '≤'} {number(value)} {bound.spec.unit}"
+        for bound in SLO_BOUNDS
+        if (value := getattr(slo, bound.field)) is not None
     ]
     rows.append(
         (

@@ -43,9 +43,11 @@ from bench.load.reports import (
     Constraint,
     PatternReportBase,
 )
+from bench.metric_catalog import REQUEST_SLO_BOUNDS
 from bench.schema import MetricsSummary, Percentiles, PhaseResult, Validity, ValidityStatus
 
-SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+SLO_METRICS = tuple(bound.field for bound in REQUEST_SLO_BOUNDS)
+"""The per-request SLO limits a probe is judged on (bench.metric_catalog: all maximums)."""
 
 
 def allowed_misses(planned_requests: int, attainment_target: float) -> int:

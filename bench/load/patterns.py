@@ -40,6 +40,7 @@ from bench.load.reports import (
     SteadyReport,
     StepReport,
 )
+from bench.metric_catalog import LADDER_LATENCIES, REQUEST_SLO_BOUNDS
 from bench.schema import MetricsSummary
 
 PhasePlan = Generator[PhaseSpec, MetricsSummary, PatternReportBase]
@@ -106,14 +107,11 @@ def slo_breaches(summary: MetricsSummary, slo: SLO, rules: ValidityRules) -> lis
     reasons: list[str] = []
     if summary.successful == 0:
         return ["no successful requests"]
-    checks = (
-        ("ttft", summary.ttft_ms, slo.ttft_ms),
-        ("tpot", summary.tpot_ms, slo.tpot_ms),
-        ("e2e", summary.e2e_ms, slo.e2e_ms),
-    )
-    for name, measured, limit in checks:
-        if limit is not None and measured is not None and measured.p99 > limit:
-            reasons.append(f"p99 {name} {measured.p99:.1f} ms > SLO {limit:g} ms")
+    for bound in REQUEST_SLO_BOUNDS:
+        limit = getattr(slo, bound.field)
+        measured = bound.metric_at("p99").read(summary)
+        if limit is not None and measured is not None and bound.broken(measured, limit):
+            reasons.append(f"p99 {bound.spec.family} {measured:.1f} ms > SLO {limit:g} ms")
     if summary.error_rate > rules.max_error_rate:
         reasons.append(f"error rate {summary.error_rate:.2%} > budget {rules.max_error_rate:.2%}")
     return reasons
@@ -128,9 +126,7 @@ def _stage_row(
         request_throughput_rps=summary.request_throughput_rps,
         output_throughput_tok_s=summary.output_throughput_tok_s,
         error_rate=summary.error_rate,
-        p99_ttft_ms=summary.ttft_ms.p99 if summary.ttft_ms else None,
-        p99_tpot_ms=summary.tpot_ms.p99 if summary.tpot_ms else None,
-        p99_e2e_ms=summary.e2e_ms.p99 if summary.e2e_ms else None,
+        **{metric.ladder_field: metric.read(summary) for metric in LADDER_LATENCIES},
         gain=gain,
         knee_reasons=reasons,
     )

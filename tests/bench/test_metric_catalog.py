@@ -1,0 +1,246 @@
+"""The metric catalogue (bench/metric_catalog.py): every declared metric reads back from real
+shipped results, every spelling it derives is a stored field, and its better directions are the
+directions the SLO checks (evidence, step ladder, capacity judge) apply."""
+
+from __future__ import annotations
+
+import math
+import typing
+from pathlib import Path
+
+import pytest
+
+from advisor.evidence import _slo_check, measured_reference_runs, objective_metric
+from advisor.profile import Objective, ProfileSLO, StageProfile
+from advisor.report.model import REPORT_METRICS, SPEED_COLUMNS, EvidenceRow
+from bench.compare import HEADLINE_METRICS, load_side
+from bench.config import SLO, ValidityRules
+from bench.load.capacity import SLO_METRICS, judge_probe
+from bench.load.patterns import slo_breaches
+from bench.load.reports import LadderStage
+from bench.metric_catalog import (
+    LADDER_LATENCIES,
+    METRICS,
+    METRICS_BY_NAME,
+    REQUEST_SLO_BOUNDS,
+    SLO_BOUNDS,
+    SPECS,
+    Metric,
+    higher_is_better,
+    metric,
+    read_all,
+)
+from bench.metrics import summarize
+from bench.schema import MetricsSummary, Percentiles, RunResult, TelemetrySummary
+from bench.stats import GROUP_METRICS
+
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
+CAMPAIGN = REFERENCE / "h200_llama2-7b_engines_bert_resnet" / "campaign-llama2-7b-ladders.json"
+
+
+@pytest.fixture(scope="module")
+def reference_runs() -> list[RunResult]:
+    runs = [run for found in measured_reference_runs(REFERENCE).values() for run in found]
+    assert len(runs) > 20
+    return runs
+
+
+def _stored(run: RunResult, item: Metric) -> float | None:
+    """The metric's figure read from the run's JSON form (what the file stores), not the
+    catalogue's reader: a field path per source, the derived formula written out."""
+    data = run.model_dump(mode="json")
+    spec = item.spec
+    if spec.source == "derived":
+        summary = data["summary"]
+        generate = data["config"]["workload"]["kind"] == "generate"
+        rate = summary["output_throughput_tok_s" if generate else "request_throughput_rps"]
+        return run.config.parallelism.gpus_needed * 1e6 / rate if rate > 0 else None
+    holder = data["telemetry"] if spec.source == "telemetry" else data["summary"]
+    value = holder.get(spec.key) if holder else None
+    if item.statistic is not None and value is not None:
+        value = value[item.statistic]
+    return value
+
+
+def test_every_declared_metric_reads_back_from_shipped_runs(reference_runs) -> None:
+    seen: dict[str, int] = {}
+    for run in reference_runs:
+        for item in METRICS:
+            value = item.read(run.summary, run)
+            assert value == _stored(run, item), (item.name, run.run_id)
+            if value is not None:
+                assert isinstance(value, float) and math.isfinite(value)
+                seen[item.name] = seen.get(item.name, 0) + 1
+    # No shipped run was measured with an SLO, so none stores a goodput (checked below).
+    assert set(METRICS_BY_NAME) - set(seen) == {"goodput_rps"}
+
+
+def test_goodput_reads_back_from_a_summary_of_shipped_records() -> None:
+    side = load_side(str(CAMPAIGN))
+    loaded = next(item for item in side.runs if item.records)
+    stored = loaded.result.summary
+    assert stored is not None and stored.e2e_ms is not None
+    limit = stored.e2e_ms.p50
+    summary = summarize(loaded.records, SLO(e2e_ms=limit), gpus=stored.gpus)
+    goodput = metric("goodput_rps").read(summary, loaded.result)
+    assert goodput is not None
+    # Half of the requests (those at or under the median E2E) meet an SLO at the median.
+    assert 0.4 * summary.request_throughput_rps < goodput < 0.6 * summary.request_throughput_rps
+    assert metric("e2e_ms_p50").read(summary) == pytest.approx(limit, rel=1e-9)
+
+
+def test_read_all_names_every_present_metric_in_declaration_order(reference_runs) -> None:
+    run = reference_runs[0]
+    values = read_all(run.summary, run)
+    order = [item.name for item in METRICS if item.name in values]
+    assert list(values) == order
+    assert values["ttft_ms_p99"] == run.summary.ttft_ms.p99
+    assert read_all(None, None) == {}
+
+
+def test_names_are_unique_and_the_stored_spellings_are_fields() -> None:
+    assert len(METRICS_BY_NAME) == len(METRICS)
+    assert len({spec.key for spec in SPECS}) == len(SPECS)
+    statistics = set(Percentiles.model_fields) - {"count"}
+    for spec in SPECS:
+        fields = (
+            TelemetrySummary.model_fields
+            if spec.source == "telemetry"
+            else MetricsSummary.model_fields
+        )
+        if spec.source != "derived":
+            assert spec.key in fields, spec.key
+        if spec.is_distribution:
+            assert set(spec.statistics) == statistics
+            assert typing.get_args(MetricsSummary.model_fields[spec.key].annotation)[0] is (
+                Percentiles
+            )
+        assert spec.definition
+    for item in REPORT_METRICS:
+        assert item.report_field in EvidenceRow.model_fields, item.report_field
+    for item in LADDER_LATENCIES:
+        assert item.ladder_field in LadderStage.model_fields, item.ladder_field
+    assert metric("ttft_ms_p99").report_field == "ttft_p99_ms"
+    assert metric("ttft_ms_p99").ladder_field == "p99_ttft_ms"
+
+
+def test_tables_and_intervals_use_the_catalogue() -> None:
+    assert SPEED_COLUMNS == (
+        "Requests/s",
+        "Output tok/s",
+        "TTFT p50 (ms)",
+        "TTFT p99 (ms)",
+        "TPOT p50 (ms)",
+        "E2E p99 (ms)",
+        "Errors",
+    )
+    for item in GROUP_METRICS:
+        assert METRICS_BY_NAME[item.name] == item
+    assert {item.family for item in GROUP_METRICS} == {"rate", "ttft", "tpot", "itl", "e2e"}
+    assert all(name in METRICS_BY_NAME for name in HEADLINE_METRICS)
+    with pytest.raises(KeyError, match="unknown metric 'ttft_p99_ms'; known: request_"):
+        metric("ttft_p99_ms")
+
+
+def test_objectives_rank_in_the_declared_direction() -> None:
+    expected = {
+        Objective.MINIMIZE_LATENCY: False,
+        Objective.MINIMIZE_COST_PER_TOKEN: False,
+        Objective.MAXIMIZE_GOODPUT: True,
+    }
+    for objective in Objective:
+        for published in (False, True):
+            stage = StageProfile(name="s", objective=objective)
+            name = objective_metric(stage, published)
+            assert name in METRICS_BY_NAME
+            assert higher_is_better(name) is expected.get(objective, True), (objective, name)
+    assert not higher_is_better("not_a_metric")
+
+
+# --------------------------------------------------------------------------- SLO directions
+
+
+def test_every_slo_limit_is_a_declared_bound_in_the_metrics_direction() -> None:
+    limits = {name for name in ProfileSLO.model_fields if name not in ("percentile",)}
+    assert {bound.field for bound in SLO_BOUNDS} == limits
+    assert {bound.field for bound in REQUEST_SLO_BOUNDS} == set(SLO.model_fields)
+    assert tuple(bound.field for bound in REQUEST_SLO_BOUNDS) == SLO_METRICS
+    for bound in SLO_BOUNDS:
+        # A minimum is named so in the profile; a maximum limits a lower-is-better metric.
+        assert bound.is_minimum is bound.field.startswith("min_")
+        assert bound.spec.higher_is_better is bound.is_minimum
+        assert bound.broken(2.0, 1.0) is not bound.is_minimum
+        assert bound.broken(1.0, 2.0) is bound.is_minimum
+
+
+def _latency_run(reference_runs: list[RunResult]) -> RunResult:
+    return next(
+        run
+        for run in reference_runs
+        if run.summary is not None
+        and run.summary.successful
+        and all(getattr(run.summary, b.spec.key) is not None for b in REQUEST_SLO_BOUNDS)
+    )
+
+
+@pytest.mark.parametrize("bound", SLO_BOUNDS, ids=lambda bound: bound.field)
+def test_evidence_slo_check_follows_the_bound(reference_runs, bound) -> None:
+    run = _latency_run(reference_runs)
+    metrics = read_all(run.summary, run)
+    value = metrics[bound.metric_at("p90").name]
+    stricter = value * (1.25 if bound.is_minimum else 0.8)
+    looser = value * (0.8 if bound.is_minimum else 1.25)
+    stage = StageProfile(name="s", slo=ProfileSLO(percentile="p90", **{bound.field: stricter}))
+    meets, failures = _slo_check(stage, metrics, published=False)
+    assert meets is False and failures[0].startswith(bound.metric_at("p90").name)
+    stage = StageProfile(name="s", slo=ProfileSLO(percentile="p90", **{bound.field: looser}))
+    assert _slo_check(stage, metrics, published=False) == (True, [])
+
+
+@pytest.mark.parametrize("bound", REQUEST_SLO_BOUNDS, ids=lambda bound: bound.field)
+def test_ladder_and_capacity_judge_follow_the_bound(reference_runs, bound) -> None:
+    run = _latency_run(reference_runs)
+    summary = run.summary
+    rules = ValidityRules(max_error_rate=1.0)
+    p99 = bound.metric_at("p99").read(summary)
+    assert not bound.is_minimum and p99 is not None
+    below = SLO(**{bound.field: p99 * 0.8})
+    above = SLO(**{bound.field: p99 * 1.25})
+    assert slo_breaches(summary, below, rules) == [
+        f"p99 {bound.spec.family} {p99:.1f} ms > SLO {p99 * 0.8:g} ms"
+    ]
+    assert slo_breaches(summary, above, rules) == []
+    feasible, _, binding = judge_probe(summary, below, "p99", 0.0)
+    assert (feasible, binding) == (False, bound.field)
+    assert judge_probe(summary, above, "p99", 0.0)[0] is (summary.failed == 0)
+
+
+def test_a_missing_figure_meets_or_fails_as_its_bound_declares() -> None:
+    """Goodput of shipped records, one of them turned into a one-token answer and one into a
+    request whose chunks never came: vLLM's rule, declared on the bounds."""
+    side = load_side(str(CAMPAIGN))
+    records = next(item.records for item in side.runs if item.records)[:20]
+    assert all(record.error is None and len(record.chunk_ns) > 1 for record in records)
+    one_token = records[0].model_copy(
+        update={"chunk_ns": records[0].chunk_ns[:1], "chunk_tokens": [], "output_tokens": 1}
+    )
+    no_chunk = records[1].model_copy(update={"chunk_ns": [], "chunk_tokens": []})
+    changed = [one_token, no_chunk, *records[2:]]
+    bounds = {bound.field: bound for bound in REQUEST_SLO_BOUNDS}
+    assert not bounds["ttft_ms"].missing_meets and bounds["tpot_ms"].missing_meets
+    generous = 1e6  # every defined figure is within it
+    for field, expected_misses in (("ttft_ms", 1), ("tpot_ms", 0), ("e2e_ms", 0)):
+        summary = summarize(changed, SLO(**{field: generous}))
+        assert summary.goodput_rps == pytest.approx(
+            (len(changed) - expected_misses) / summary.duration_s
+        ), field
+
+
+def test_slo_form_labels_name_the_direction_and_unit() -> None:
+    assert [bound.form_label("p90") for bound in SLO_BOUNDS] == [
+        "TTFT p90 at most (ms)",
+        "TPOT p90 at most (ms)",
+        "End-to-end p90 at most (ms)",
+        "Request throughput at least (req/s)",
+        "Output throughput at least (tok/s)",
+    ]
