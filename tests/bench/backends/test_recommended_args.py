@@ -52,13 +52,12 @@ def test_recommended_args_follow_the_shape() -> None:
     small = backends["vllm"].recommended_args(chat.model_copy(update={"concurrency": 16}))
     assert "max_num_seqs" not in small  # vLLM's default 256 already covers 16
     tp = chat.model_copy(update={"tensor_parallel_size": 2, "quantization": "awq"})
-    assert (
-        backends["vllm"].recommended_args(tp).items()
-        >= {
-            "tensor_parallel_size": 2,
-            "quantization": "awq",
-        }.items()
-    )
+    args = backends["vllm"].recommended_args(tp)
+    # A checkpoint's format is an engine arg; the TP degree and fp8 are run axes, never args.
+    assert args["quantization"] == "awq" and "tensor_parallel_size" not in args
+    fp8 = backends["vllm"].recommended_args(tp.model_copy(update={"quantization": "fp8"}))
+    assert "quantization" not in fp8
+    assert "tensor_parallel_size" not in backends["tensorrt_llm"].recommended_args(tp)
     fixed = WorkloadShape(
         kind="forward", max_sequence_tokens=256, concurrency=8, fixed_input_shapes=True
     )
