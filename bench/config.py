@@ -713,6 +713,20 @@ def legacy_axes_moved(data: Any, backend: str | None = None) -> Any:
         if given is not None:
             target[name] = given
         data[section] = target
+    server_args = engine_args.get("server_args")
+    if (
+        backend == "openai"
+        and isinstance(server_args, dict)
+        and "tensor_parallel_size" in server_args
+    ):
+        # Older versions took a launched server's degree there when it equalled parallelism's.
+        parallelism = data.get("parallelism") or {}
+        if isinstance(parallelism, BaseModel):
+            parallelism = parallelism.model_dump()
+        if server_args["tensor_parallel_size"] == parallelism.get("tensor_parallel_size", 1):
+            engine_args["server_args"] = {
+                k: v for k, v in server_args.items() if k != "tensor_parallel_size"
+            }
     data["engine_args"] = engine_args
     return data
 

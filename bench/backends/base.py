@@ -117,7 +117,6 @@ class WorkloadShape(Strict):
     build_time_tolerance: Literal["none", "minutes", "hours"] | None = Field(
         None, description="How long an engine build may take (None: not stated)."
     )
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine spans.")
     quantization: str | None = Field(None, description="Weight quantisation (e.g. awq, fp8).")
 
 

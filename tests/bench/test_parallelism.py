@@ -280,3 +280,21 @@ def test_a_client_of_a_remote_server_pins_nothing_and_samples_every_gpu(monkeypa
     launched = RunConfig(backend="openai", model="tiny-llama", engine_args={"launch": "vllm"})
     placement = place(launched, get_backend("openai"), nvml=two_gpus())
     assert placement.pinned and placement.env(0)["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_an_older_openai_config_with_the_degree_in_server_args_still_loads():
+    """Older versions accepted a launched server's `tensor_parallel_size` in server_args when
+    it equalled the run's; stored so, it reads back with the degree in parallelism only."""
+    from bench.config import legacy_axes_moved
+
+    older = {
+        "backend": "openai",
+        "model": "tiny-llama",
+        "engine_args": {"launch": "vllm", "server_args": {"tensor_parallel_size": 2, "x": 1}},
+        "parallelism": {"tensor_parallel_size": 2},
+    }
+    config = RunConfig.model_validate(legacy_axes_moved(older))
+    assert config.engine_args == {"launch": "vllm", "server_args": {"x": 1}}
+    assert config.parallelism.tensor_parallel_size == 2
+    with pytest.raises(ValidationError, match=r"server_args\.tensor_parallel_size restates"):
+        RunConfig.model_validate(older)
