@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -39,9 +39,10 @@ from advisor.estimate import (
     Architecture,
     architecture_for,
 )
+from advisor.evidence import stage_tensor_parallel
 from advisor.gpus import GPUS, GpuSpec
 from advisor.profile import Objective, StageProfile
-from bench.config import ParallelismConfig, PrecisionConfig, RunConfig
+from bench.config import LoadPattern, ParallelismConfig, PrecisionConfig, RunConfig, Workload
 from bench.strict import Strict
 
 FP8_BYTES = 1.0
@@ -84,6 +85,75 @@ class Deployment(Strict):
 
     def label(self) -> str:
         return f"{self.framework} {self.parallelism.label()} {self.precision.label()}"
+
+
+TENSOR_PARALLEL_AS_ENGINE_ARG = frozenset({"vllm", "openai", "tensorrt_llm"})
+"""Frameworks whose users set the tensor-parallel degree as an engine argument (vLLM
+EngineArgs / `vllm serve`, TensorRT-LLM LlmArgs): the deploy instructions name it there."""
+
+
+class DeploymentFigures(Strict):
+    """What the recommended configuration is expected to do, and on what basis."""
+
+    basis: str = Field(description="measured or estimate: what chose the configuration.")
+    predicted_tpot_ms: float | None = None
+    predicted_output_throughput_tok_s: float | None = None
+    predicted_tok_s_per_gpu: float | None = None
+    predicted_tok_s_per_user: float | None = None
+    at_concurrency: int | None = None
+
+
+class RecommendedDeployment(Strict):
+    """What a recommendation says to deploy: the framework's configuration (parallelism,
+    precision, engine arguments, GPUs) and where its settings come from.
+
+    One model for every case: a measured run's settings, the benchmark plan's defaults (with the
+    planned workload and load), the configuration search's choice (label, figures, trade-offs,
+    estimate accuracy), or no configuration at all (`source` says why). `parallelism` is set
+    only where the configuration search named one; None = not chosen."""
+
+    source: str = Field(description="Where the settings come from (measured run ids, plan...).")
+    framework: str | None = Field(None, description="The backend registry name.")
+    label: str | None = Field(None, description="The configuration search's label for it.")
+    parallelism: ParallelismConfig | None = None
+    precision: PrecisionConfig | None = None
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The framework's own options (never parallelism or precision).",
+    )
+    shape: str | None = Field(None, description="The measured workload, in words.")
+    workload: Workload | None = Field(None, description="The planned benchmark workload.")
+    load: LoadPattern | None = Field(None, description="The planned benchmark load.")
+    figures: DeploymentFigures | None = None
+    trade_offs: list[str] = Field(default_factory=list)
+    estimate_accuracy: str | None = None
+
+    @property
+    def gpus(self) -> int | None:
+        return None if self.parallelism is None else self.parallelism.gpus_needed
+
+    def typed_engine_args(self) -> dict[str, Any]:
+        """The engine arguments as an engineer types them into the framework: its options plus,
+        for a chosen configuration, the parallelism and precision under the framework's names
+        (`tensor_parallel_size` for the frameworks that take it as an argument)."""
+        args = dict(self.engine_args)
+        if self.parallelism is None or self.precision is None:
+            return args
+        if self.framework in TENSOR_PARALLEL_AS_ENGINE_ARG:
+            args["tensor_parallel_size"] = self.parallelism.tensor_parallel_size
+        if self.precision.quantization:
+            args["quantization"] = self.precision.quantization
+        if self.precision.kv_cache_dtype != "auto":
+            args["kv_cache_dtype"] = self.precision.kv_cache_dtype
+        return args
+
+    def deployment(self) -> Deployment | None:
+        """The typed (framework, parallelism, precision) triple, when all three are known."""
+        if self.framework is None or self.parallelism is None or self.precision is None:
+            return None
+        return Deployment(
+            framework=self.framework, parallelism=self.parallelism, precision=self.precision
+        )
 
 
 class Prediction(Strict):
@@ -274,6 +344,17 @@ def supports(deployment: Deployment) -> str | None:
     except UserError as exc:
         return str(exc)
     return None
+
+
+def expert_parallelism(framework: str, stage: StageProfile) -> ParallelismConfig:
+    """The parallelism of a framework's planned run: one engine over the fewest GPUs that hold
+    the model (`stage_tensor_parallel`) when the framework splits an engine over GPUs, else one
+    GPU (replicas and other layouts are the configuration search's to weigh)."""
+    tp = stage_tensor_parallel(stage)
+    parallelism = ParallelismConfig(tensor_parallel_size=tp)
+    if tp == 1 or supports(Deployment(framework=framework, parallelism=parallelism)) is not None:
+        return ParallelismConfig()
+    return parallelism
 
 
 def candidate_deployments(
@@ -623,10 +704,7 @@ def plan_runs(base: RunConfig, search: ConfigurationSearch) -> list[RunConfig]:
         if deployment.parallelism == base.parallelism and deployment.precision == base.precision:
             continue
         data = base.model_dump(mode="json")
-        engine_args = dict(data["engine_args"])
-        engine_args.pop("tensor_parallel_size", None)  # said once, in parallelism
         data.update(
-            engine_args=engine_args,
             parallelism=deployment.parallelism.model_dump(mode="json"),
             precision=deployment.precision.model_dump(mode="json"),
             label=f"{base.label or 'plan'}; configuration {estimate.label}"[:200],

@@ -71,7 +71,6 @@ def workload_shape(stage: StageProfile, framework: str | None = None) -> Workloa
         concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,
         fixed_input_shapes=stage.fixed_input_shapes,
         build_time_tolerance=stage.build_time_tolerance,
-        tensor_parallel_size=stage_tensor_parallel(stage),
         quantization=stage.precision.quantization,
     )
 

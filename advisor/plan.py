@@ -21,6 +21,7 @@ import math
 from pydantic import Field, computed_field
 
 from advisor import traffic
+from advisor.configurations import expert_parallelism
 from advisor.estimate import (
     ContextWindow,
     architecture_for,
@@ -607,6 +608,9 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
                 backend=candidate.framework,
                 model=stage.model,
                 engine_args=_expert_engine_args(
+                    candidate.framework, traffic.sized_for_engine(stage)
+                ),
+                parallelism=expert_parallelism(
                     candidate.framework, traffic.sized_for_engine(stage)
                 ),
                 workload=_workload(stage),

@@ -26,13 +26,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from advisor.calibration import Calibration, calibration_from
 from advisor.capacity import Capacity, EstimatedCapacity, fleet_for_stage
-from advisor.configurations import ConfigurationSearch, search_configurations
+from advisor.configurations import (
+    ConfigurationSearch,
+    DeploymentFigures,
+    RecommendedDeployment,
+    search_configurations,
+)
 from advisor.diagnose import Diagnostic, diagnose
 from advisor.estimate import Estimate, estimate_stage
 from advisor.evidence import (
@@ -105,7 +110,10 @@ class Recommendation(BaseModel):
     framework: str
     benchmarked: bool = Field(description="False for frameworks the bench cannot run (jax).")
     follows: Literal["tree", "measurements", "refused"]
-    configuration: dict[str, Any] = Field(default_factory=dict)
+    configuration: RecommendedDeployment = Field(
+        description="What to deploy: parallelism, precision, engine arguments, GPUs, and where "
+        "the settings come from."
+    )
     evidence: list[EvidenceRow] = Field(
         default_factory=list, description="Rows for the recommended framework."
     )
@@ -431,36 +439,31 @@ def _add_deployment(
     best = search.best()
     assert best is not None
     deployment = best.deployment
-    engine_args = dict(recommendation.configuration.get("engine_args") or {})
-    engine_args.pop("tensor_parallel_size", None)  # said once, in parallelism
-    if deployment.framework in ("vllm", "openai", "tensorrt_llm"):
-        engine_args["tensor_parallel_size"] = deployment.parallelism.tensor_parallel_size
-    if deployment.precision.quantization:
-        engine_args["quantization"] = deployment.precision.quantization
-    if deployment.precision.kv_cache_dtype != "auto":
-        engine_args["kv_cache_dtype"] = deployment.precision.kv_cache_dtype
     prediction = best.prediction
-    figures: dict[str, Any] = {"basis": search.recommended_basis}
+    figures = DeploymentFigures(basis=search.recommended_basis)
     if prediction is not None:
-        figures.update(
-            predicted_tpot_ms=round(prediction.tpot_ms, 3),
-            predicted_output_throughput_tok_s=round(prediction.output_throughput_tok_s, 1),
-            predicted_tok_s_per_gpu=round(prediction.output_throughput_tok_s_per_gpu, 1),
-            predicted_tok_s_per_user=round(prediction.tok_s_per_user, 2),
-            at_concurrency=prediction.concurrency,
+        figures = figures.model_copy(
+            update={
+                "predicted_tpot_ms": round(prediction.tpot_ms, 3),
+                "predicted_output_throughput_tok_s": round(prediction.output_throughput_tok_s, 1),
+                "predicted_tok_s_per_gpu": round(prediction.output_throughput_tok_s_per_gpu, 1),
+                "predicted_tok_s_per_user": round(prediction.tok_s_per_user, 2),
+                "at_concurrency": prediction.concurrency,
+            }
         )
-    recommendation.configuration = {
-        **recommendation.configuration,
-        "deployment": best.label,
-        "tensor_parallel_size": deployment.parallelism.tensor_parallel_size,
-        "replicas": deployment.parallelism.replicas,
-        "gpus": deployment.gpus,
-        "precision": deployment.precision.model_dump(mode="json"),
-        "engine_args": engine_args,
-        "figures": figures,
-        "trade_offs": search.trade_offs,
-        "estimate_accuracy": calibration.verdict,
-    }
+    # The engine arguments stay the framework's own options: the search's parallelism and
+    # precision are their own fields, said once.
+    recommendation.configuration = recommendation.configuration.model_copy(
+        update={
+            "framework": deployment.framework,
+            "label": best.label,
+            "parallelism": deployment.parallelism,
+            "precision": deployment.precision,
+            "figures": figures,
+            "trade_offs": list(search.trade_offs),
+            "estimate_accuracy": calibration.verdict,
+        }
+    )
     if search.recommended_basis == "estimate":
         recommendation.caveats.append(
             f"{best.label} is not measured: its figures are estimates (efficiency "
@@ -1122,7 +1125,7 @@ def _refusal(decision: Decision) -> Recommendation:
         framework=REFUSED,
         benchmarked=False,
         follows="refused",
-        configuration={"source": f"refused: {reason}"},
+        configuration=RecommendedDeployment(source=f"refused: {reason}"),
         confidence=Confidence(
             level="high",
             why=f"refused before any run: {reason} (a limit of the model, not a measurement)",
@@ -1233,28 +1236,32 @@ def _tree_confidence(
 
 def _configuration(
     stage: StageProfile, decision: Decision, framework: str, measured: EvidenceRow | None
-) -> dict[str, Any]:
+) -> RecommendedDeployment:
     """What to deploy: the measured configuration when there is one, else the plan's settings."""
     if measured is not None:
-        return {
-            "source": f"measured run(s) {', '.join(measured.run_ids)}",
-            "engine_args": measured.engine_args,
-            "precision": measured.precision,
-            "shape": measured.shape,
-        }
+        return RecommendedDeployment(
+            source=f"measured run(s) {', '.join(measured.run_ids)}",
+            framework=framework,
+            engine_args=measured.engine_args,
+            precision=measured.run_precision,
+            shape=measured.shape,
+        )
     if stage.model is None:
-        return {"source": "no model in the profile: no configuration planned"}
+        return RecommendedDeployment(source="no model in the profile: no configuration planned")
     plan = [c for c in bench_plan(stage, decision) if c.backend == framework]
     if not plan:
-        return {"source": f"{framework} is not run by the bench: no configuration planned"}
+        return RecommendedDeployment(
+            source=f"{framework} is not run by the bench: no configuration planned"
+        )
     config = plan[0]
-    return {
-        "source": "benchmark plan defaults (not yet measured)",
-        "engine_args": config.engine_args,
-        "precision": config.precision.model_dump(mode="json"),
-        "workload": config.workload.model_dump(mode="json"),
-        "load": config.load.model_dump(mode="json"),
-    }
+    return RecommendedDeployment(
+        source="benchmark plan defaults (not yet measured)",
+        framework=framework,
+        engine_args=config.engine_args,
+        precision=config.precision,
+        workload=config.workload,
+        load=config.load,
+    )
 
 
 __all__ = [

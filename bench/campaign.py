@@ -170,7 +170,7 @@ def step_resources(step: CampaignStep) -> Resources:
         if check.device == "cpu":
             return Resources(gpus=0)
         if isinstance(check, VllmFidelityCheck):
-            return Resources(gpus=int(check.engine_args.get("tensor_parallel_size", 1)))
+            return Resources(gpus=check.parallelism.gpus_needed)
         return Resources(gpus=1)
     return Resources(gpus=0 if step.device == "cpu" else 1)
 

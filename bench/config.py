@@ -1014,6 +1014,96 @@ class RepeatPolicy(StrictInput):
         return data
 
 
+# --------------------------------------------------------------------------- axes said once
+# Parallelism and precision are run axes (RunConfig.parallelism / .precision): the backends get
+# them typed and map them to their framework's own arguments. An engine argument that says one
+# of them again is refused here, at config time, so a run never carries two values for one axis.
+
+RESTATED_AXES: dict[str, str] = {
+    "tensor_parallel_size": "parallelism.tensor_parallel_size",
+    "tp_size": "parallelism.tensor_parallel_size",
+    "pipeline_parallel_size": "parallelism (pipeline parallelism is not a run axis here: "
+    "tensor_parallel_size x replicas GPUs)",
+    "pp_size": "parallelism (pipeline parallelism is not a run axis here: "
+    "tensor_parallel_size x replicas GPUs)",
+    "dtype": "precision.dtype",
+    "torch_dtype": "precision.dtype",
+}
+"""Engine-argument names (any backend, any framework's spelling) -> the run axis that says it."""
+
+RESTATED_PRECISION_VALUES: dict[str, tuple[str, ...]] = {
+    "quantization": ("fp8",),
+    "kv_cache_dtype": ("fp8", "auto"),
+}
+"""Engine arguments that restate precision only at these values (vLLM's `quantization: awq`
+names a checkpoint's format, not a run axis, and stays an engine argument)."""
+
+NESTED_ENGINE_ARGS = ("server_args",)
+"""Engine arguments that hold a launched server's own arguments (the openai backend)."""
+
+
+def restated_axis(engine_args: dict[str, Any], prefix: str = "engine_args") -> str | None:
+    """One line naming the first engine argument (as the user wrote it) that restates the
+    run's parallelism or precision, and where to say it instead; None when none does."""
+    for name, value in engine_args.items():
+        where = f"{prefix}.{name}"
+        if name in RESTATED_AXES:
+            return f"{where} restates the run's {RESTATED_AXES[name]}: give it once, there"
+        if name in RESTATED_PRECISION_VALUES and value in RESTATED_PRECISION_VALUES[name]:
+            return f"{where}={value!r} restates the run's precision.{name}: give it once, there"
+        if name in NESTED_ENGINE_ARGS and isinstance(value, dict):
+            nested = restated_axis(value, where)
+            if nested is not None:
+                return nested
+    return None
+
+
+def legacy_axes_moved(data: Any, backend: str | None = None) -> Any:
+    """A stored config (a dict) from before parallelism and precision were said once: its
+    engine args' `tensor_parallel_size` moves to `parallelism`, and, for vLLM, `quantization:
+    fp8` / `kv_cache_dtype: fp8` move to `precision`. For reading stored results, jobs and
+    campaigns only; a config given now is refused instead (`restated_axis`). A value that
+    disagrees with the one in the axis is left in place (the config is then refused)."""
+    if not isinstance(data, dict) or not isinstance(data.get("engine_args"), dict):
+        return data
+    backend = backend if backend is not None else data.get("backend")
+    engine_args = dict(data["engine_args"])
+    moves = [("tensor_parallel_size", "parallelism", None)]
+    if backend == "vllm":
+        moves += [("quantization", "precision", "fp8"), ("kv_cache_dtype", "precision", "fp8")]
+    data = dict(data)
+    for name, section, only in moves:
+        if name not in engine_args or (only is not None and engine_args[name] != only):
+            continue
+        target = data.get(section) or {}
+        if isinstance(target, BaseModel):
+            target = target.model_dump(exclude_unset=True)
+        target = dict(target)
+        stated, given = target.get(name), engine_args[name]
+        if stated not in (None, "auto") and stated != given:
+            continue
+        engine_args.pop(name)
+        if given is not None:
+            target[name] = given
+        data[section] = target
+    server_args = engine_args.get("server_args")
+    if (
+        backend == "openai"
+        and isinstance(server_args, dict)
+        and "tensor_parallel_size" in server_args
+    ):
+        # Older versions took a launched server's degree there when it equalled parallelism's.
+        parallelism = data.get("parallelism") or {}
+        if isinstance(parallelism, BaseModel):
+            parallelism = parallelism.model_dump()
+        if server_args["tensor_parallel_size"] == parallelism.get("tensor_parallel_size", 1):
+            engine_args["server_args"] = {
+                k: v for k, v in server_args.items() if k != "tensor_parallel_size"
+            }
+    data["engine_args"] = engine_args
+    return data
+
+
 class RunConfig(StrictInput):
     """One benchmark run: one backend on one model with one workload and load pattern."""
 
@@ -1066,36 +1156,9 @@ class RunConfig(StrictInput):
             )
         return self
 
-    @model_validator(mode="before")
-    @classmethod
-    def _axes_from_engine_args(cls, data: Any) -> Any:
-        """Engine arguments that name a run axis move to it, so one place says it: any
-        backend's `tensor_parallel_size` -> `parallelism`; vLLM's `quantization: fp8` and
-        `kv_cache_dtype: fp8` -> `precision` (how configs and plans said them before these
-        were axes). The same value given twice, differently, is an error."""
-        if not isinstance(data, dict) or not isinstance(data.get("engine_args"), dict):
-            return data
-        engine_args = dict(data["engine_args"])
-        moves = [("tensor_parallel_size", "parallelism", None)]
-        if data.get("backend") == "vllm":
-            moves += [("quantization", "precision", "fp8"), ("kv_cache_dtype", "precision", "fp8")]
-        data = dict(data)
-        for name, section, only in moves:
-            if name not in engine_args or (only is not None and engine_args[name] != only):
-                continue
-            given = engine_args.pop(name)
-            target = data.get(section) or {}
-            if isinstance(target, BaseModel):
-                target = target.model_dump(exclude_unset=True)
-            target = dict(target)
-            stated = target.get(name)
-            if stated not in (None, "auto") and given is not None and stated != given:
-                raise ValueError(
-                    f"engine_args.{name} {given} contradicts {section}.{name} {stated}; "
-                    f"give it once, in {section}"
-                )
-            if given is not None:
-                target[name] = given
-            data[section] = target
-        data["engine_args"] = engine_args
-        return data
+    @model_validator(mode="after")
+    def _engine_args_do_not_restate_axes(self) -> RunConfig:
+        problem = restated_axis(self.engine_args)
+        if problem is not None:
+            raise ValueError(problem)
+        return self

@@ -30,15 +30,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bench.config import (
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
+    ParallelismConfig,
     Precision,
     RunConfig,
     ValidityRules,
+    legacy_axes_moved,
+    restated_axis,
 )
 from bench.errors import UserError
 from bench.schema import ModelInfo, RequestRecord, RunResult
@@ -87,9 +90,64 @@ class VllmFidelityCheck(CheckCommon):
         "is dominated by its ramp-up and tail).",
     )
     engine_args: dict[str, Any] = Field(
-        default_factory=dict, description="vLLM EngineArgs for both sides (not max_num_seqs)."
+        default_factory=dict,
+        description="vLLM EngineArgs for both sides (not max_num_seqs, parallelism or precision).",
+    )
+    parallelism: ParallelismConfig = Field(
+        default_factory=ParallelismConfig,
+        description="GPUs the one engine spans on both sides (tensor_parallel_size; one replica).",
+    )
+    quantization: Literal["fp8"] | None = Field(
+        None, description="Weight quantisation on both sides (precision.quantization)."
+    )
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        "auto", description="KV-cache dtype on both sides (precision.kv_cache_dtype)."
     )
     required_ratio: float = Field(0.95, gt=0, description="Pass when the ratio is at least this.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_axes_in_engine_args(cls, data: Any) -> Any:
+        """Checks written before parallelism and precision were said once (the shipped plans
+        and campaign records) gave `tensor_parallel_size`, `quantization: fp8` and
+        `kv_cache_dtype: fp8` as engine args: read them into the fields. Any other restated
+        axis (dtype, ...) is refused by the check below."""
+        if not isinstance(data, dict):
+            return data
+        moved = legacy_axes_moved(
+            {
+                "engine_args": data.get("engine_args") or {},
+                "parallelism": data.get("parallelism") or {},
+                "precision": {k: data[k] for k in ("quantization", "kv_cache_dtype") if k in data},
+            },
+            backend="vllm",
+        )
+        if moved["engine_args"] == (data.get("engine_args") or {}):
+            return data
+        return {
+            **data,
+            **moved["precision"],
+            "engine_args": moved["engine_args"],
+            "parallelism": moved["parallelism"],
+        }
+
+    @model_validator(mode="after")
+    def _axes_said_once(self) -> VllmFidelityCheck:
+        restated = restated_axis(self.engine_args)
+        if restated is not None:
+            raise ValueError(restated)
+        if self.parallelism.replicas != 1 or self.parallelism.gpu_ids is not None:
+            raise ValueError(
+                "a fidelity check times one engine: parallelism takes tensor_parallel_size only"
+            )
+        return self
+
+    @property
+    def precision(self) -> Precision:
+        """The run precision both sides use."""
+        return Precision(
+            dtype=self.dtype, quantization=self.quantization, kv_cache_dtype=self.kv_cache_dtype
+        )
 
 
 class PytorchFidelityCheck(CheckCommon):
@@ -263,7 +321,7 @@ def _vllm_check(
     wave = check.max_num_seqs if check.single_wave and check.requests > check.max_num_seqs else None
     reference = run_in_subprocess(
         llm_generate_throughput, info.path, prompts, check.output_tokens, dict(engine_args),
-        check.dtype, check.warmup_requests, True, wave,
+        check.precision, check.warmup_requests, True, wave, check.parallelism,
     )  # fmt: skip
     loop_tag = "" if check.event_loop == "asyncio" else f" {check.event_loop}"
     config = RunConfig(
@@ -277,7 +335,8 @@ def _vllm_check(
             max_requests=check.requests,
             warmup_requests=check.warmup_requests,
         ),
-        precision=Precision(dtype=check.dtype),
+        precision=check.precision,
+        parallelism=check.parallelism,
         device=check.device,
         validity=ValidityRules(min_duration_s=0, min_requests=check.requests),
         event_loop=check.event_loop,
@@ -590,10 +649,11 @@ def llm_generate_throughput(
     prompts_token_ids: list[list[int]],
     output_len: int,
     engine_args: dict[str, Any] | None = None,
-    dtype: str = "bfloat16",
+    precision: Precision | None = None,
     warmup_requests: int = 4,
     detokenize: bool = True,
     single_wave: int | None = None,
+    parallelism: ParallelismConfig | None = None,
 ) -> VllmReference:
     """vLLM's own offline `LLM.generate` on these prompts: the `vllm` backend's reference.
 
@@ -604,18 +664,23 @@ def llm_generate_throughput(
     `max_num_seqs` the engine keeps that many in flight and admits a waiting one as each
     finishes: the offline twin of a closed loop at concurrency `max_num_seqs`.
     `single_wave=n` also times one `generate` over the first n prompts alone. Run it in its own
-    process (`run_in_subprocess`) so the engine is freed for sure.
+    process (`run_in_subprocess`) so the engine is freed for sure. `precision` (default
+    bfloat16) and `parallelism` (default one GPU) map to vLLM's arguments as the backend maps
+    them (`vllm_parallel_args`).
     """
     from bench.backends.vllm import (
         _import_engine_api,
         check_arg_names,
         engine_arg_fields,
         forced_length_sampling_params,
+        vllm_parallel_args,
         vllm_version,
     )
 
+    precision = precision or Precision(dtype="bfloat16")
     engine_args = dict(engine_args or {})
     check_arg_names(engine_args, engine_arg_fields(), "vLLM engine")
+    engine_args = vllm_parallel_args(engine_args, parallelism or ParallelismConfig(), precision)
     from vllm import LLM
 
     from bench.backends.vllm import size_cpu_kv_cache
@@ -628,9 +693,9 @@ def llm_generate_throughput(
         prompt_tokens=LengthDistribution(mean=max(1, mean_prompt)),
         output_tokens=LengthDistribution(mean=output_len),
     )
-    size_cpu_kv_cache(engine_args, model_dir, shape, Precision(dtype=dtype))
+    size_cpu_kv_cache(engine_args, model_dir, shape, precision)
     api = _import_engine_api()
-    llm = LLM(model=model_dir, dtype=dtype, **engine_args)
+    llm = LLM(model=model_dir, dtype=precision.dtype, **engine_args)
     params = forced_length_sampling_params(api, output_len, detokenize, delta=False)
     prompts = [api["TokensPrompt"](prompt_token_ids=list(ids)) for ids in prompts_token_ids]
     if warmup_requests:
@@ -666,7 +731,7 @@ def llm_generate_throughput(
         vllm_version=vllm_version(),
         input_tokens=sum(len(p) for p in prompts_token_ids),
         engine_args=engine_args,
-        dtype=dtype,
+        dtype=precision.dtype,
         detokenize=detokenize,
         single_wave=wave,
     )

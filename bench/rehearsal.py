@@ -35,8 +35,7 @@ FIDELITY_REQUESTS = 32
 REHEARSAL_CAPACITY_RPS = 2.0  # steady/pulse phases are set around this rate instead of a search
 CPU_DROPPED_ENGINE_ARGS = (
     "gpu_memory_utilization",
-    "tensor_parallel_size",
-    "quantization",
+    "quantization",  # a checkpoint format (awq, ...): the tiny CPU model has none
     "kv_cache_dtype",
 )
 
@@ -145,11 +144,11 @@ def rehearsal_changes(step: CampaignStep) -> list[str]:
     elif isinstance(step, FidelityStep):
         check = step.check
         changes.append(f"{check.model} -> tiny-llama on the CPU")
-        args = getattr(check, "engine_args", {})
-        if int(args.get("tensor_parallel_size", 1)) > 1:
-            changes.append(f"TP={args['tensor_parallel_size']} -> TP=1")
-        if args.get("quantization") or args.get("kv_cache_dtype", "auto") != "auto":
-            changes.append("FP8 dropped (no FP8 on the CPU)")
+        if isinstance(check, VllmFidelityCheck):
+            if check.parallelism.tensor_parallel_size > 1:
+                changes.append(f"TP={check.parallelism.tensor_parallel_size} -> TP=1")
+            if check.precision.uses_fp8:
+                changes.append("FP8 dropped (no FP8 on the CPU)")
     else:
         changes.append("the advisor's plan on the CPU (its CPU-sized model)")
     return changes
@@ -175,6 +174,9 @@ def _rehearse_step(step: CampaignStep) -> CampaignStep:
                     "max_num_seqs": MAX_CONCURRENCY * 2,
                     "client_concurrency": FIDELITY_REQUESTS if check.client_concurrency else None,
                     "engine_args": _cpu_engine_args(check.engine_args, vllm=True),
+                    "parallelism": ParallelismConfig(),
+                    "quantization": None,
+                    "kv_cache_dtype": "auto",
                     "warmup_requests": 2,
                 }
             )

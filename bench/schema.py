@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from bench import SCHEMA_VERSION
-from bench.config import RunConfig
+from bench.config import RunConfig, legacy_axes_moved
 from bench.fingerprint import StoredFingerprint
 from bench.load.reports import PatternReport, older_report
 from bench.percentiles import Percentiles
@@ -322,6 +322,15 @@ class RunResult(Record):
     group: GroupMembership | None = Field(
         None, description="The measurement group (repeats) this run belongs to; none = alone."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_axes_in_engine_args(cls, data: Any) -> Any:
+        """Results stored before parallelism and precision were said once kept
+        `tensor_parallel_size` (and vLLM's fp8 options) in the config's engine args."""
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            data = {**data, "config": legacy_axes_moved(data["config"])}
+        return data
 
     @model_validator(mode="before")
     @classmethod

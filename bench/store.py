@@ -61,7 +61,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from bench import SCHEMA_VERSION
-from bench.config import RunConfig
+from bench.config import RunConfig, legacy_axes_moved
 from bench.errors import UserError
 from bench.schema import Failure, RequestRecord, RunResult, RunStatus, ValidityStatus
 from bench.store_schema import (
@@ -1115,7 +1115,9 @@ class ResultStore:
             created_at=row.created_at,
             label=row.label,
             status=RunStatus(row.status),
-            configs=[RunConfig.model_validate(item) for item in json.loads(row.config)],
+            configs=[
+                RunConfig.model_validate(legacy_axes_moved(item)) for item in json.loads(row.config)
+            ],
             run_ids=json.loads(row.run_ids),
             progress=json.loads(row.progress),
             pid=row.pid,

@@ -111,6 +111,7 @@ async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
     from bench.backends import get_backend
 
     backend_cls = get_backend(config.backend)
+    # Refuses what this framework cannot run; parallelism and precision reach load() typed.
     engine_args = backend_cls.engine_args_for(
         dict(config.engine_args), config.parallelism, config.precision
     )
@@ -121,7 +122,9 @@ async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
         engine_args.setdefault("trust_remote_code", True)  # the run-level opt-in reaches the engine
     backend = backend_cls(engine_args)
     events.put(Progress(stage="loading"))
-    info = await backend.load(model, config.workload, config.precision, config.device)
+    info = await backend.load(
+        model, config.workload, config.precision, config.device, parallelism=config.parallelism
+    )
     loop_module = type(asyncio.get_running_loop()).__module__
     info.engine["event_loop"] = "uvloop" if loop_module.startswith("uvloop") else "asyncio"
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:

@@ -15,6 +15,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from advisor.capacity import choose_price
+from advisor.configurations import RecommendedDeployment
 from advisor.gpus import GPUS
 from advisor.profile import (
     Constraint,
@@ -34,6 +35,7 @@ from advisor.stage_input import (
     load_kind_shown,
     stage_data,
 )
+from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RateLoad
 from bench.errors import UserError
 from bench.metric_catalog import SLO_BOUNDS_BY_FIELD
 from ui import state
@@ -715,18 +717,17 @@ FIGURE_LABELS = {
 }
 
 
-def _length(distribution: Any) -> str:
-    if not isinstance(distribution, dict) or distribution.get("mean") is None:
+def _length(distribution: LengthDistribution | None) -> str:
+    if distribution is None:
         return "—"
-    kind = distribution.get("kind") or "fixed"
-    text = f"{format_figure(distribution['mean'], 'tokens')}"
-    return text if kind == "fixed" else f"{text} ({kind}, mean)"
+    text = f"{format_figure(distribution.mean, 'tokens')}"
+    return text if distribution.kind == "fixed" else f"{text} ({distribution.kind}, mean)"
 
 
-def configuration_rows(configuration: dict[str, Any]) -> list[dict[str, str]]:
+def configuration_rows(configuration: RecommendedDeployment) -> list[dict[str, str]]:
     """The recommendation's configuration as setting/value rows a person reads: deployment,
     GPUs, precision, engine arguments one per row, workload and load, figures with units.
-    Unset values are left out (a row never says None); keys not known here still show."""
+    Unset values are left out (a row never says None)."""
     rows: list[dict[str, str]] = []
 
     def add(setting: str, value: Any) -> None:
@@ -738,71 +739,67 @@ def configuration_rows(configuration: dict[str, Any]) -> list[dict[str, str]]:
             value = format_figure(value)
         rows.append({"setting": setting, "value": str(value)})
 
-    config = dict(configuration)
-    add("Deployment", config.pop("deployment", None))
-    gpus = config.pop("gpus", None)
-    tp = config.pop("tensor_parallel_size", None)
-    replicas = config.pop("replicas", None)
-    if gpus is not None:
-        detail = f" (tensor parallel {tp} × {replicas} replica{'s' if replicas != 1 else ''})"
-        add("GPUs", f"{gpus}{detail if tp is not None and replicas is not None else ''}")
-    precision = config.pop("precision", None) or {}
-    if isinstance(precision, dict) and precision:
-        add("Precision", precision.get("dtype"))
-        add("Weight quantisation", precision.get("quantization") or "none")
-        kv = precision.get("kv_cache_dtype")
-        add("KV cache", "as the model dtype" if kv in (None, "auto") else kv)
-        if precision.get("allow_tf32") is not None:
-            add("TF32 matmuls allowed", precision["allow_tf32"])
-    for name, value in sorted((config.pop("engine_args", None) or {}).items()):
+    add("Deployment", configuration.label)
+    parallelism = configuration.parallelism
+    if parallelism is not None:
+        replicas = parallelism.replicas
+        add(
+            "GPUs",
+            f"{parallelism.gpus_needed} (tensor parallel {parallelism.tensor_parallel_size} × "
+            f"{replicas} replica{'s' if replicas != 1 else ''})",
+        )
+    precision = configuration.precision
+    if precision is not None:
+        add("Precision", precision.dtype)
+        add("Weight quantisation", precision.quantization or "none")
+        kv = precision.kv_cache_dtype
+        add("KV cache", "as the model dtype" if kv == "auto" else kv)
+        add("TF32 matmuls allowed", precision.allow_tf32)
+    for name, value in sorted(configuration.typed_engine_args().items()):
         add(f"Engine argument: {name}", value)
-    workload = config.pop("workload", None) or {}
-    if isinstance(workload, dict) and workload:
-        add("Kind", workload.get("kind"))
-        if workload.get("prompt_tokens"):
-            add("Prompt length", _length(workload["prompt_tokens"]))
-        if workload.get("output_tokens"):
-            add("Output length", _length(workload["output_tokens"]))
-    load = config.pop("load", None) or {}
-    if isinstance(load, dict) and load:
-        pattern = load.get("pattern")
-        level = {
-            "concurrency": f"{load.get('concurrency')} requests in flight",
-            "rate": f"{format_figure(load.get('rate_rps'), 'req/s')}",
-        }.get(pattern, pattern)
-        duration = load.get("duration_s")
+    workload = configuration.workload
+    if workload is not None:
+        add("Kind", workload.kind)
+        if isinstance(workload, GenerateWorkload):
+            add("Prompt length", _length(workload.prompt_tokens))
+            add("Output length", _length(workload.output_tokens))
+    load = configuration.load
+    if load is not None:
+        if isinstance(load, ConcurrencyLoad):
+            level = f"{load.concurrency} requests in flight"
+        elif isinstance(load, RateLoad):
+            level = f"{format_figure(load.rate_rps, 'req/s')}"
+        else:
+            level = load.pattern
+        duration = getattr(load, "duration_s", None)
         add(
             "Benchmark load",
             f"{level}"
             + (f" for {format_figure(duration, 's')}" if duration else "")
-            + (
-                f", {load['warmup_requests']} warm-up requests"
-                if load.get("warmup_requests")
-                else ""
-            ),
+            + (f", {load.warmup_requests} warm-up requests" if load.warmup_requests else ""),
         )
-    figures = config.pop("figures", None) or {}
-    if isinstance(figures, dict) and figures:
-        basis = figures.get("basis")
+    figures = configuration.figures
+    if figures is not None:
+        basis = figures.basis
         add("Chosen on", {"measured": "measurements", "estimate": "the estimate"}.get(basis, basis))
-        at = figures.get("at_concurrency")
+        at = figures.at_concurrency
         for key, (label, unit) in FIGURE_LABELS.items():
-            if figures.get(key) is not None:
+            value = getattr(figures, key)
+            if value is not None:
                 suffix = f" at concurrency {at}" if at else ""
-                add(label, format_figure(figures[key], unit) + suffix)
-    add("Source", config.pop("source", None))
-    for text in config.pop("trade_offs", None) or []:
+                add(label, format_figure(value, unit) + suffix)
+    add("Source", configuration.source)
+    for text in configuration.trade_offs:
         add("Trade-off", text)
-    add("Estimate accuracy", config.pop("estimate_accuracy", None))
-    for key, value in config.items():  # anything this page does not know yet, still readable
-        add(key.replace("_", " "), value if not isinstance(value, dict | list) else str(value))
+    add("Estimate accuracy", configuration.estimate_accuracy)
+    add("shape", configuration.shape)
     return rows
 
 
-def show_configuration(configuration: dict[str, Any]) -> None:
+def show_configuration(configuration: RecommendedDeployment) -> None:
     rows = configuration_rows(configuration)
     st.table(pd.DataFrame(rows, columns=["setting", "value"]), hide_index=True, border="horizontal")
-    engine_args = configuration.get("engine_args") or {}
+    engine_args = configuration.typed_engine_args()
     if engine_args:
         st.caption("Engine arguments as `key=value` (the Benchmark page's and the CLI's form):")
         st.code(", ".join(f"{k}={v}" for k, v in sorted(engine_args.items())), language="text")

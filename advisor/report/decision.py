@@ -12,11 +12,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from advisor.configurations import RecommendedDeployment
 from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
 from advisor.profile import StageProfile
 from advisor.recommend import BASIS_WORDS, REFUSED, Recommendation, StageRecommendation, slo_text
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
+from bench.config import (
+    ConcurrencyLoad,
+    ForwardWorkload,
+    GenerateWorkload,
+    LoadPattern,
+    PrecisionConfig,
+    RateLoad,
+    Workload,
+)
 from bench.metric_catalog import METRICS_BY_NAME
 
 FRAMEWORK_LABELS = {
@@ -56,15 +66,15 @@ def metric_words(metric: str | None) -> tuple[str, str]:
 # --------------------------------------------------------------------------- configuration
 
 
-def _precision_words(precision: Mapping[str, Any] | None) -> str:
-    if not precision:
+def _precision_words(precision: PrecisionConfig | None) -> str:
+    if precision is None:
         return ""
-    parts = [f"{precision.get('dtype') or 'float16'} weights"]
-    if precision.get("quantization"):
-        parts[0] = f"{precision['quantization']} weights ({precision.get('dtype')} compute)"
-    kv = precision.get("kv_cache_dtype")
+    parts = [f"{precision.dtype} weights"]
+    if precision.quantization:
+        parts[0] = f"{precision.quantization} weights ({precision.dtype} compute)"
+    kv = precision.kv_cache_dtype
     parts.append("FP8 KV cache" if kv == "fp8" else "KV cache in the model dtype")
-    if precision.get("allow_tf32"):
+    if precision.allow_tf32:
         parts.append("TF32 matmuls allowed")
     return ", ".join(parts)
 
@@ -82,105 +92,97 @@ def _engine_args_words(engine_args: Mapping[str, Any] | None, skip: tuple[str, .
     )
 
 
-def _workload_words(workload: Mapping[str, Any] | None, load: Mapping[str, Any] | None) -> str:
+def _workload_words(workload: Workload | None, load: LoadPattern | None) -> str:
     """The benchmark workload of a plan configuration in words (`batch 64, 128 tokens; 16
     requests in flight for 120 s`)."""
     parts: list[str] = []
-    workload = workload or {}
-    if workload.get("kind") == "forward":
-        parts.append(f"batch {workload.get('batch_size')}")
-        length = workload.get("sequence_length") or {}
-        if length.get("mean"):
-            parts.append(f"{number(length['mean'])} tokens per sample")
-        if workload.get("image_size"):
-            parts.append(f"{workload['image_size']} px images")
-    elif workload:
-        prompt = (workload.get("prompt_tokens") or {}).get("mean")
-        output = (workload.get("output_tokens") or {}).get("mean")
+    if isinstance(workload, ForwardWorkload):
+        parts.append(f"batch {workload.batch_size}")
+        if workload.sequence_length is not None and workload.sequence_length.mean:
+            parts.append(f"{number(workload.sequence_length.mean)} tokens per sample")
+        if workload.image_size:
+            parts.append(f"{workload.image_size} px images")
+    elif isinstance(workload, GenerateWorkload):
+        prompt, output = workload.prompt_tokens.mean, workload.output_tokens.mean
         if prompt and output:
             parts.append(f"prompt {number(prompt)} / output {number(output)} tokens")
-    load = load or {}
-    pattern = load.get("pattern")
-    if pattern == "concurrency":
-        parts.append(f"{load.get('concurrency')} requests in flight")
-    elif pattern == "rate":
-        parts.append(f"{number(load.get('rate_rps'))} req/s")
-    elif pattern:
-        parts.append(f"{pattern} pattern")
-    if load.get("duration_s"):
-        parts.append(f"for {number(load['duration_s'])} s")
+    if isinstance(load, ConcurrencyLoad):
+        parts.append(f"{load.concurrency} requests in flight")
+    elif isinstance(load, RateLoad):
+        parts.append(f"{number(load.rate_rps)} req/s")
+    elif load is not None:
+        parts.append(f"{load.pattern} pattern")
+    duration = getattr(load, "duration_s", None)
+    if duration:
+        parts.append(f"for {number(duration)} s")
     return ", ".join(parts)
 
 
 def deploy_rows(
-    framework: str, configuration: Mapping[str, Any], gpu_type: str | None
+    framework: str, configuration: RecommendedDeployment, gpu_type: str | None
 ) -> tuple[list[KeyValue], list[str]]:
     """The configuration to deploy as labelled rows, and its trade-offs and estimate accuracy
     as notes: what an engineer types into the engine, not the advisor's raw keys."""
     rows: list[KeyValue] = [KeyValue(key="Framework", value=framework_label(framework))]
-    gpus = configuration.get("gpus")
-    tp = configuration.get("tensor_parallel_size")
-    replicas = configuration.get("replicas")
-    if gpus:
-        layout = f"{gpus} × {gpu_type or 'GPU'}"
-        if tp or replicas:
-            layout += f" (tensor parallel {tp or 1}, {replicas or 1} replica(s))"
+    parallelism = configuration.parallelism
+    if parallelism is not None:
+        layout = f"{parallelism.gpus_needed} × {gpu_type or 'GPU'}"
+        layout += (
+            f" (tensor parallel {parallelism.tensor_parallel_size}, "
+            f"{parallelism.replicas} replica(s))"
+        )
         rows.append(KeyValue(key="GPUs", value=layout))
-    precision = _precision_words(configuration.get("precision"))
+    precision = _precision_words(configuration.precision)
     if precision:
         rows.append(KeyValue(key="Precision", value=precision))
-    args = _engine_args_words(configuration.get("engine_args"))
+    args = _engine_args_words(configuration.typed_engine_args())
     rows.append(KeyValue(key="Engine arguments", value=args or "the engine's defaults (none set)"))
-    shape = configuration.get("shape") or _workload_words(
-        configuration.get("workload"), configuration.get("load")
-    )
+    shape = configuration.shape or _workload_words(configuration.workload, configuration.load)
     if shape:
         rows.append(KeyValue(key="Measured or planned at", value=str(shape)))
-    figures = configuration.get("figures") or {}
-    if figures:
-        basis = figures.get("basis")
+    figures = configuration.figures
+    if figures is not None:
         parts = []
-        if figures.get("predicted_tpot_ms") is not None:
-            parts.append(f"TPOT p50 {figure(figures['predicted_tpot_ms'], 'ms')}")
-        if figures.get("predicted_output_throughput_tok_s") is not None:
-            parts.append(f"{figure(figures['predicted_output_throughput_tok_s'], 'tok/s')}")
-        if figures.get("predicted_tok_s_per_user") is not None:
-            parts.append(f"{figure(figures['predicted_tok_s_per_user'], 'tok/s')} per user")
-        if figures.get("at_concurrency") is not None:
-            parts.append(f"at {figures['at_concurrency']} requests in flight")
-        what = "measured" if basis == "measured" else "estimated, not measured"
+        if figures.predicted_tpot_ms is not None:
+            parts.append(f"TPOT p50 {figure(figures.predicted_tpot_ms, 'ms')}")
+        if figures.predicted_output_throughput_tok_s is not None:
+            parts.append(f"{figure(figures.predicted_output_throughput_tok_s, 'tok/s')}")
+        if figures.predicted_tok_s_per_user is not None:
+            parts.append(f"{figure(figures.predicted_tok_s_per_user, 'tok/s')} per user")
+        if figures.at_concurrency is not None:
+            parts.append(f"at {figures.at_concurrency} requests in flight")
+        what = "measured" if figures.basis == "measured" else "estimated, not measured"
         rows.append(KeyValue(key=f"Expected figures ({what})", value=", ".join(parts)))
-    if configuration.get("source"):
-        rows.append(KeyValue(key="Settings come from", value=str(configuration["source"])))
-    notes = [str(line) for line in configuration.get("trade_offs") or []]
-    if configuration.get("estimate_accuracy"):
-        notes.append(str(configuration["estimate_accuracy"]))
+    if configuration.source:
+        rows.append(KeyValue(key="Settings come from", value=configuration.source))
+    notes = list(configuration.trade_offs)
+    if configuration.estimate_accuracy:
+        notes.append(configuration.estimate_accuracy)
     return rows, notes
 
 
 def configuration_phrase(
-    framework: str, configuration: Mapping[str, Any], gpu_type: str | None
+    framework: str, configuration: RecommendedDeployment, gpu_type: str | None
 ) -> str:
     """`vLLM on 1 × H200, tensor parallel 1, float16 weights, KV cache in the model dtype,
     with gpu_memory_utilization=0.85, max_num_seqs=256`."""
     parts = [framework_label(framework)]
-    gpus = configuration.get("gpus")
+    gpus = configuration.gpus
     if gpu_type:
         parts[0] += f" on {gpus or 1} × {gpu_type}"
     else:
         parts[0] += f" on {gpus or 1} GPU(s) of a type not chosen yet"
-    tp = configuration.get("tensor_parallel_size")
-    if tp:
-        parts.append(f"tensor parallel {tp}")
-    precision = _precision_words(configuration.get("precision"))
+    if configuration.parallelism is not None:
+        parts.append(f"tensor parallel {configuration.parallelism.tensor_parallel_size}")
+    precision = _precision_words(configuration.precision)
     if precision:
         parts.append(precision)
     text = ", ".join(parts)
     # tensor_parallel_size is said above in words; the rest as the engine takes them.
-    args = _engine_args_words(configuration.get("engine_args"), skip=("tensor_parallel_size",))
+    args = _engine_args_words(configuration.typed_engine_args(), skip=("tensor_parallel_size",))
     if args:
         text += f", with {args}"
-    elif configuration.get("source", "").startswith("benchmark plan defaults"):
+    elif configuration.source.startswith("benchmark plan defaults"):
         text += ", engine settings still to be measured (benchmark plan defaults)"
     return text
 
@@ -385,13 +387,13 @@ def decision_risks(
     candidate engines never run, FP8 accuracy unchecked, single runs, published-only evidence."""
     chosen = stage.recommendation
     risks: list[str] = []
-    figures = chosen.configuration.get("figures") or {}
+    figures = chosen.configuration.figures
     if chosen.settled_by == "tree":
         risks.append(
             "No measurement matches this workload: the answer rests on the decision tree, and "
             "every figure for it is an estimate until the benchmark plan has run"
         )
-    elif figures and figures.get("basis") != "measured":
+    elif figures is not None and figures.basis != "measured":
         risks.append("The recommended configuration's figures are estimates, not measurements")
     if chosen.settled_by == "published":
         risks.append(

@@ -11,11 +11,14 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from advisor.configurations import RecommendedDeployment
 from bench.metric_catalog import Metric
 from bench.metric_catalog import metric as catalogue_metric
 from bench.strict import Strict
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2
+"""2: a stage's `configuration` is the typed `RecommendedDeployment` (parallelism and precision
+as their own fields, never inside engine_args) instead of a free-form dict."""
 MAX_CHART_POINTS = 4000
 """Points one chart may hold over all its series. Per-request and per-sample data are aggregated
 before a Chart exists (advisor/report/aggregate.py), so a chart's Vega-Lite spec, the SVG and the
@@ -149,7 +152,9 @@ class StageReport(ReportPart):
     name: str
     kind: str | None = None
     framework: str | None = Field(None, description="Recommended backend registry name.")
-    configuration: dict[str, Any] = Field(default_factory=dict)
+    configuration: RecommendedDeployment | None = Field(
+        None, description="What to deploy, as data (the `deploy` rows say it in words)."
+    )
     confidence: str | None = None
     rationale: list[str] = Field(default_factory=list)
     path: list[DecisionStep] = Field(default_factory=list)

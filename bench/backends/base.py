@@ -16,7 +16,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
+from bench.config import (
+    ForwardWorkload,
+    GenerateWorkload,
+    ParallelismConfig,
+    Precision,
+    restated_axis,
+)
 from bench.errors import UserError
 from bench.schema import ModelInfo
 from bench.strict import Strict
@@ -95,6 +101,10 @@ class LoadInfo:
     engine: dict[str, Any] = field(default_factory=dict)
 
 
+ONE_ENGINE_ONE_DEVICE = ParallelismConfig()
+"""A backend loaded directly (tests, fidelity references): one engine on one GPU."""
+
+
 class WorkloadShape(Strict):
     """What an engine's experts tune it for: the shape of the workload it will serve."""
 
@@ -107,8 +117,15 @@ class WorkloadShape(Strict):
     build_time_tolerance: Literal["none", "minutes", "hours"] | None = Field(
         None, description="How long an engine build may take (None: not stated)."
     )
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine spans.")
     quantization: str | None = Field(None, description="Weight quantisation (e.g. awq, fp8).")
+
+
+def refuse_restated_axes(engine_args: dict[str, Any]) -> None:
+    """UserError (one line, `bench.config.restated_axis`) when an engine argument restates the
+    run's parallelism or precision: for callers that build a backend without a RunConfig."""
+    restated = restated_axis(engine_args)
+    if restated is not None:
+        raise UserError(restated)
 
 
 def package_version(distribution: str) -> str | None:
@@ -143,6 +160,7 @@ class Backend(ABC):
 
     def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
         engine_args = engine_args or {}
+        refuse_restated_axes(engine_args)
         # Parse once: typed backends read `self.options`; free-form ones keep the checked dict.
         self.options = self.parse_options(engine_args)
         self.engine_args = (
@@ -154,6 +172,7 @@ class Backend(ABC):
     @classmethod
     def validate_engine_args(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
         """Check options against the backend's known ones; UserError names the bad key."""
+        refuse_restated_axes(engine_args)
         parsed = cls.parse_options(engine_args)
         return dict(engine_args) if parsed is None else parsed.model_dump(exclude_unset=True)
 
@@ -181,10 +200,15 @@ class Backend(ABC):
         """The engine arguments one replica of this run is built with; UserError (one line)
         when the framework cannot run this parallelism or precision.
 
+        Parallelism and precision are never put into the engine arguments: `load` receives
+        them typed and maps them to the framework's own arguments. An engine argument that
+        restates them is refused (`bench.config.restated_axis`, the one check; RunConfig makes
+        it at config time, this repeats it for callers that build a backend directly).
         The default, for engines that hold a model on one device per process: replicas yes
         (one worker process each), tensor parallelism and FP8 refused. Frameworks that split a
-        model over GPUs or run FP8 map them to their own arguments in an override.
+        model over GPUs or run FP8 say so in an override.
         """
+        refuse_restated_axes(engine_args)
         if parallelism.tensor_parallel_size > 1:
             raise UserError(
                 f"backend {cls.name!r} runs one engine on one device: tensor_parallel_size "
@@ -240,8 +264,12 @@ class Backend(ABC):
         workload: GenerateWorkload | ForwardWorkload,
         precision: Precision,
         device: str,
+        parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
     ) -> LoadInfo:
-        """Load (and compile/build) the model; time spent here is reported apart."""
+        """Load (and compile/build) the model; time spent here is reported apart.
+
+        `precision` and `parallelism` are the run's (one replica's engine): a backend that maps
+        them to its framework's arguments does it here, from these typed values."""
 
     @abstractmethod
     def stream(self, request: Request) -> AsyncIterator[Chunk]:

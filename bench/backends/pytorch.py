@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from bench.backends.base import (
+    ONE_ENGINE_ONE_DEVICE,
     Availability,
     Backend,
     Chunk,
@@ -33,7 +34,7 @@ from bench.backends.base import (
 )
 from bench.backends.batcher import DynamicBatcher, StepCallback
 from bench.clock import CLOCK
-from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
 from bench.errors import UserError
 from bench.schema import ModelInfo
 from bench.strict import Strict
@@ -256,6 +257,7 @@ class PyTorchBackend(Backend):
         workload: GenerateWorkload | ForwardWorkload,
         precision: Precision,
         device: str,
+        parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
     ) -> LoadInfo:
         if precision.quantization:
             raise UserError(f"{self.name} does not support quantization {precision.quantization!r}")

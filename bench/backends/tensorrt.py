@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import Field
 
 from bench.backends.base import (
+    ONE_ENGINE_ONE_DEVICE,
     Availability,
     Backend,
     Chunk,
@@ -33,7 +34,7 @@ from bench.backends.base import (
     register_backend,
 )
 from bench.clock import CLOCK
-from bench.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
 from bench.errors import BackendUnavailable, UserError
 from bench.schema import ModelInfo
 from bench.strict import Strict
@@ -128,6 +129,7 @@ class TensorRTBackend(Backend):
         workload: GenerateWorkload | ForwardWorkload,
         precision: Precision,
         device: str,
+        parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
     ) -> LoadInfo:
         if importlib.util.find_spec("tensorrt") is None:
             raise BackendUnavailable(NOT_INSTALLED_REASON)

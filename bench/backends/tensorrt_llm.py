@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from bench.backends.base import (
+    ONE_ENGINE_ONE_DEVICE,
     Availability,
     Backend,
     Chunk,
@@ -53,8 +54,6 @@ class TensorRTLLMOptions(Strict):
     backend: Literal["pytorch", "tensorrt"] = Field(
         "pytorch", description="TensorRT-LLM runtime: PyTorch flow or a built TensorRT engine."
     )
-    tensor_parallel_size: int = Field(1, gt=0, description="LlmArgs.tensor_parallel_size.")
-    pipeline_parallel_size: int = Field(1, gt=0, description="LlmArgs.pipeline_parallel_size.")
     max_batch_size: int | None = Field(
         None, gt=0, description="Most requests scheduled together (LlmArgs / BuildConfig)."
     )
@@ -101,8 +100,6 @@ class TensorRTLLMBackend(Backend):
         }
         if shape.fixed_input_shapes and shape.build_time_tolerance in (None, "hours"):
             args["backend"] = "tensorrt"
-        if shape.tensor_parallel_size > 1:
-            args["tensor_parallel_size"] = shape.tensor_parallel_size
         return args
 
     options: TensorRTLLMOptions
@@ -116,22 +113,12 @@ class TensorRTLLMBackend(Backend):
     def engine_args_for(
         cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
     ) -> dict[str, Any]:
-        """The run's tensor_parallel_size becomes LlmArgs.tensor_parallel_size (`LLM(...,
-        tensor_parallel_size=N)`: TensorRT-LLM starts one MPI rank per GPU itself). FP8 is
-        not mapped (refused by the base class's rule)."""
-        args = super().engine_args_for(
+        """TensorRT-LLM splits one engine over GPUs itself (`LLM(..., tensor_parallel_size=N)`
+        starts one MPI rank per GPU; `llm_kwargs` maps it at load). FP8 is not mapped (refused
+        by the base class's rule)."""
+        return super().engine_args_for(
             engine_args, ParallelismConfig(replicas=parallelism.replicas), precision
         )
-        degree = parallelism.tensor_parallel_size
-        given = args.get("tensor_parallel_size")
-        if given is not None and given != degree:
-            raise UserError(
-                f"engine argument tensor_parallel_size={given!r} contradicts the run's "
-                f"parallelism.tensor_parallel_size ({degree}); set it in parallelism"
-            )
-        if degree > 1:
-            args["tensor_parallel_size"] = degree
-        return args
 
     @classmethod
     def availability(cls) -> Availability:
@@ -141,15 +128,22 @@ class TensorRTLLMBackend(Backend):
 
     # ------------------------------------------------------------------ argument mapping
 
-    def llm_kwargs(self, model: ModelInfo, precision: Precision, trust_remote_code: bool) -> dict:
-        """The keyword arguments for `LLM(...)` (build/KV objects made from the imported module)."""
+    def llm_kwargs(
+        self,
+        model: ModelInfo,
+        precision: Precision,
+        trust_remote_code: bool,
+        parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
+    ) -> dict:
+        """The keyword arguments for `LLM(...)` (build/KV objects made from the imported module);
+        the dtype and the tensor-parallel degree come from the run's typed precision and
+        parallelism."""
         options = self.options
         kwargs: dict[str, Any] = {
             "model": model.path,
             "tokenizer": model.path,
             "dtype": precision.dtype,
-            "tensor_parallel_size": options.tensor_parallel_size,
-            "pipeline_parallel_size": options.pipeline_parallel_size,
+            "tensor_parallel_size": parallelism.tensor_parallel_size,
             "trust_remote_code": trust_remote_code,
         }
         llmapi = importlib.import_module("tensorrt_llm.llmapi")
@@ -199,6 +193,7 @@ class TensorRTLLMBackend(Backend):
         workload: GenerateWorkload | ForwardWorkload,
         precision: Precision,
         device: str,
+        parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
     ) -> LoadInfo:
         if importlib.util.find_spec("tensorrt_llm") is None:
             raise BackendUnavailable(NOT_INSTALLED_REASON)
@@ -213,7 +208,7 @@ class TensorRTLLMBackend(Backend):
         tensorrt_llm = importlib.import_module("tensorrt_llm")
         self._sampling_params_cls = tensorrt_llm.SamplingParams
         llm_class = self._llm_class()
-        kwargs = self.llm_kwargs(model, precision, trust_remote_code=False)
+        kwargs = self.llm_kwargs(model, precision, trust_remote_code=False, parallelism=parallelism)
         if self.options.backend == "pytorch":
             kwargs["backend"] = "pytorch"
         # The constructor converts and (backend=tensorrt) builds the engine: minutes, blocking.

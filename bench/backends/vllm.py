@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bench.backends.base import (
+    ONE_ENGINE_ONE_DEVICE,
     Availability,
     Backend,
     Chunk,
@@ -28,10 +29,16 @@ from bench.backends.base import (
     Request,
     WorkloadShape,
     package_version,
+    refuse_restated_axes,
     register_backend,
 )
 from bench.clock import CLOCK
-from bench.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
+from bench.config import (
+    ForwardWorkload,
+    GenerateWorkload,
+    ParallelismConfig,
+    Precision,
+)
 from bench.errors import UserError
 from bench.schema import ModelInfo
 
@@ -47,15 +54,12 @@ BACKEND_OPTIONS: dict[str, type] = {"detokenize": bool, "prefix_cache_stats": bo
 # precision semantics and one checkpoint.
 RESERVED_ENGINE_ARGS = {
     "model": "the model comes from --model",
-    "dtype": "the dtype comes from the run's precision (--dtype)",
 }
 
 # Types of the options people pass most, checked without importing vLLM (the CLI validates
 # before a worker starts). The full check of every name against the installed vLLM's
 # EngineArgs dataclass happens in load(), inside the worker, where importing vLLM is paid anyway.
 KNOWN_ARG_TYPES: dict[str, tuple[type, ...]] = {
-    "tensor_parallel_size": (int,),
-    "pipeline_parallel_size": (int,),
     "data_parallel_size": (int,),
     "block_size": (int,),
     "gpu_memory_utilization": (int, float),
@@ -151,26 +155,20 @@ def vllm_parallel_args(
     engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
 ) -> dict[str, Any]:
     """vLLM EngineArgs for one replica of this parallelism and precision (in-process engine
-    and `vllm serve` alike).
+    and `vllm serve` alike), built from the typed axes at load time; `engine_args` never holds
+    them (`bench.config.restated_axis` refuses that at config time).
 
-    - tensor_parallel_size > 1 also sets `distributed_executor_backend="mp"` (unless given):
-      vLLM's multiprocessing executor, one worker process per GPU on this node. Left to itself
-      vLLM picks Ray when it runs inside a Ray task (the `ray` executor's jobs), which would
-      ask Ray for GPUs the job already holds.
+    - tensor_parallel_size > 1 -> `tensor_parallel_size=N` and `distributed_executor_backend=
+      "mp"` (unless given): vLLM's multiprocessing executor, one worker process per GPU on this
+      node. Left to itself vLLM picks Ray when it runs inside a Ray task (the `ray` executor's
+      jobs), which would ask Ray for GPUs the job already holds.
     - precision.quantization fp8 -> `quantization="fp8"` (dynamic FP8 weights, no calibration);
-      precision.kv_cache_dtype fp8 -> `kv_cache_dtype="fp8"`. An engine argument that says
-      otherwise is a contradiction, refused.
+      precision.kv_cache_dtype fp8 -> `kv_cache_dtype="fp8"`. A checkpoint's own format given as
+      an engine argument (`quantization: awq`) beside FP8 precision is a contradiction, refused.
     """
     args = dict(engine_args)
-    tensor_parallel_size = parallelism.tensor_parallel_size
-    given_degree = args.get("tensor_parallel_size")
-    if given_degree is not None and given_degree != tensor_parallel_size:
-        raise UserError(
-            f"engine argument tensor_parallel_size={given_degree!r} contradicts the run's "
-            f"parallelism.tensor_parallel_size ({tensor_parallel_size}); set it in parallelism"
-        )
-    if tensor_parallel_size > 1:
-        args["tensor_parallel_size"] = tensor_parallel_size
+    if parallelism.tensor_parallel_size > 1:
+        args["tensor_parallel_size"] = parallelism.tensor_parallel_size
         args.setdefault("distributed_executor_backend", "mp")
     wanted = {
         "quantization": precision.quantization,
@@ -183,7 +181,7 @@ def vllm_parallel_args(
         if given != value:
             raise UserError(
                 f"engine argument {name}={given!r} contradicts the run's precision.{name} "
-                f"({value!r}); set it once, in precision"
+                f"({value!r}); say the precision once, in precision"
             )
     return args
 
@@ -300,9 +298,7 @@ class VllmBackend(Backend):
         }
         if shape.concurrency > 256:  # vLLM's default max_num_seqs
             args["max_num_seqs"] = shape.concurrency
-        if shape.tensor_parallel_size > 1:
-            args["tensor_parallel_size"] = shape.tensor_parallel_size
-        if shape.quantization:
+        if shape.quantization and shape.quantization != "fp8":  # fp8 is precision's, not an arg
             args["quantization"] = shape.quantization
         return args
 
@@ -326,6 +322,7 @@ class VllmBackend(Backend):
         not installed in this process's environment (the advisor building a plan for another
         machine), the names are left to the worker.
         """
+        refuse_restated_axes(engine_args)
         if engine_args and importlib.util.find_spec("vllm") is not None:
             check_arg_names(
                 engine_args,
@@ -362,8 +359,11 @@ class VllmBackend(Backend):
     def engine_args_for(
         cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
     ) -> dict[str, Any]:
-        """Tensor parallelism, FP8 weights and FP8 KV cache as vLLM EngineArgs."""
-        return vllm_parallel_args(engine_args, parallelism, precision)
+        """vLLM runs tensor parallelism, FP8 weights and FP8 KV cache: nothing refused here
+        beyond a restated axis; `load` maps them (`vllm_parallel_args`)."""
+        refuse_restated_axes(engine_args)
+        vllm_parallel_args(engine_args, parallelism, precision)  # a contradiction fails here
+        return dict(engine_args)
 
     @classmethod
     def availability(cls) -> Availability:
@@ -381,6 +381,7 @@ class VllmBackend(Backend):
         workload: GenerateWorkload | ForwardWorkload,
         precision: Precision,
         device: str,
+        parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
     ) -> LoadInfo:
         """Build the engine (weights, KV cache, compile/CUDA-graph capture are all in load_s).
 
@@ -404,12 +405,7 @@ class VllmBackend(Backend):
         # unless asked for. AsyncEngineArgs defaults it on, which costs front-end CPU per engine
         # step that nothing here reads (an in-process engine exposes no /metrics).
         kwargs.setdefault("disable_log_stats", True)
-        # The worker already applied engine_args_for; a direct caller of load() gets the same
-        # precision mapping (the tensor-parallel degree is in the engine args either way).
-        tensor_parallel = ParallelismConfig(
-            tensor_parallel_size=int(kwargs.get("tensor_parallel_size") or 1)
-        )
-        kwargs = vllm_parallel_args(kwargs, tensor_parallel, precision)
+        kwargs = vllm_parallel_args(kwargs, parallelism, precision)
         kv_sized_by = size_cpu_kv_cache(kwargs, model.path, workload, precision)
         start_ns = CLOCK.now_ns()
         engine_args = api["AsyncEngineArgs"](model=model.path, dtype=precision.dtype, **kwargs)

@@ -279,3 +279,17 @@ def test_a_replay_run_is_estimated_from_its_traces_span() -> None:
     rows = read_trace(load)
     span_s = (rows[-1].t_ms - rows[0].t_ms) / 1000
     assert load.planned_seconds(1.0, replay_seconds) == pytest.approx(span_s * 0.5 + 1.0)
+
+
+def test_a_model_that_needs_several_gpus_is_planned_with_that_parallelism() -> None:
+    """llama-2-70b in bfloat16 does not fit one H200: the vLLM run is planned at the estimate's
+    TP degree in `parallelism` (never as an engine argument); a single-device framework keeps
+    one GPU (it cannot split an engine)."""
+    stage = default_stage().model_copy(update={"model": "llama-2-70b"})
+    stage = stage.model_copy(update={"gpu": stage.gpu.model_copy(update={"count": 4})})
+    needed = estimate_stage(stage).tensor_parallel_needed
+    assert needed is not None and needed > 1
+    for config in plan_for_stage(stage).configs:
+        assert "tensor_parallel_size" not in config.engine_args
+        expected = needed if config.backend in ("vllm", "tensorrt_llm") else 1
+        assert config.parallelism.tensor_parallel_size == expected, config.backend

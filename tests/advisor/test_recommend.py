@@ -93,7 +93,7 @@ def test_measurements_on_the_users_gpu_overrule_the_tree(tmp_path: Path) -> None
     text = " ".join(rec.contradictions)
     assert "The tree ranks tensorrt_llm first" in text and "Following the measurements" in text
     assert rec.confidence.level == "high"
-    assert rec.configuration["source"].startswith("measured run(s)")
+    assert rec.configuration.source.startswith("measured run(s)")
     alternative = next(a for a in rec.alternatives if a.framework == "tensorrt_llm")
     assert "measured on H200" in alternative.why_not_first
 

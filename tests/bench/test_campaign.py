@@ -107,7 +107,7 @@ def test_unknown_executor_lists_the_known_ones() -> None:
 # --------------------------------------------------------------------------- resources
 
 
-def test_step_resources_follow_device_and_engine_args() -> None:
+def test_step_resources_follow_device_and_parallelism() -> None:
     plan = CampaignPlan.model_validate(
         {
             "name": "r",
@@ -120,7 +120,7 @@ def test_step_resources_follow_device_and_engine_args() -> None:
                     "check": {
                         "engine": "vllm",
                         "model": "llama-2-7b",
-                        "engine_args": {"tensor_parallel_size": 2},
+                        "parallelism": {"tensor_parallel_size": 2},
                     },
                 },
                 {"kind": "advisor-plan", "name": "quick", "profile": "p.yaml", "device": "cpu"},

@@ -135,3 +135,38 @@ def test_plain_generate_throughput_reference(tiny_llama: ModelInfo) -> None:
     assert len(result.runs_output_throughput_tok_s) == 3
     assert min(result.runs_output_throughput_tok_s) <= result.output_throughput_tok_s
     assert result.output_throughput_tok_s > 0
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
+
+
+def test_vllm_checks_carry_their_parallelism_and_precision_and_older_checks_still_load():
+    """A vLLM check says its TP degree in `parallelism` and FP8 in its precision fields; the
+    shipped plan and campaign record wrote them as engine args and still read the same."""
+    import json
+
+    from bench.campaign import CampaignResult, FidelityStep, load_plan, step_resources
+    from bench.fidelity import VllmFidelityCheck
+
+    plan = load_plan(REFERENCE / "h200_llama2-7b_vllm_fp8" / "plan.yaml")
+    checks = [s.check for s in plan.steps if isinstance(s, FidelityStep)]
+    fp8 = [c for c in checks if isinstance(c, VllmFidelityCheck) and c.precision.uses_fp8]
+    assert fp8 and all("quantization" not in c.engine_args for c in fp8)
+    assert fp8[0].precision.quantization == "fp8" and fp8[0].precision.kv_cache_dtype == "fp8"
+    campaign = json.loads((REFERENCE / "h200_llama2-7b_vllm_fp8" / "campaign-vllm-fp8.json").read_text())
+    stored = [
+        outcome.step.check
+        for outcome in CampaignResult.model_validate(campaign).steps
+        if isinstance(outcome.step, FidelityStep)
+    ]
+    assert stored and stored[0].precision.uses_fp8
+    assert stored[0].engine_args == {"gpu_memory_utilization": 0.85, "max_model_len": 1024}
+    older = {"model": "llama-2-13b", "engine_args": {"tensor_parallel_size": 2, "block_size": 16}}
+    check = VllmFidelityCheck.model_validate(older)
+    assert check.parallelism.tensor_parallel_size == 2 and check.engine_args == {"block_size": 16}
+    step = FidelityStep(name="tp2", check=check)
+    assert step_resources(step).gpus == 2
+    with pytest.raises(ValueError, match=r"engine_args\.dtype restates the run's precision"):
+        VllmFidelityCheck.model_validate({"model": "m", "engine_args": {"dtype": "float16"}})
+    with pytest.raises(ValueError, match="one engine"):
+        VllmFidelityCheck.model_validate({"model": "m", "parallelism": {"replicas": 2}})

@@ -63,29 +63,73 @@ def test_only_fp8_weights_and_kv_are_run_precisions():
         PrecisionConfig(kv_cache_dtype="int8")
 
 
-def test_engine_arg_tensor_parallel_size_moves_to_parallelism():
-    moved = config(engine_args={"tensor_parallel_size": 2, "block_size": 16})
-    assert moved.parallelism.tensor_parallel_size == 2
-    assert moved.engine_args == {"block_size": 16}
-    same = config(engine_args={"tensor_parallel_size": 2}, parallelism={"tensor_parallel_size": 2})
-    assert same.parallelism.tensor_parallel_size == 2 and same.engine_args == {}
-    with pytest.raises(ValidationError, match="contradicts"):
-        config(engine_args={"tensor_parallel_size": 2}, parallelism={"tensor_parallel_size": 4})
+@pytest.mark.parametrize(
+    ("engine_args", "named"),
+    [
+        ({"tensor_parallel_size": 2, "block_size": 16}, "engine_args.tensor_parallel_size"),
+        ({"pipeline_parallel_size": 2}, "engine_args.pipeline_parallel_size"),
+        ({"dtype": "float16"}, "engine_args.dtype"),
+        ({"quantization": "fp8"}, "engine_args.quantization='fp8'"),
+        ({"kv_cache_dtype": "fp8"}, "engine_args.kv_cache_dtype='fp8'"),
+        (
+            {"launch": "vllm", "server_args": {"tensor_parallel_size": 2}},
+            "engine_args.server_args.tensor_parallel_size",
+        ),
+    ],
+)
+def test_an_engine_arg_that_restates_an_axis_is_refused_naming_it(engine_args, named):
+    """Parallelism and precision are said once, in their axes: an engine argument saying one
+    of them again is one line naming the argument as written and where it belongs."""
+    backend = "openai" if "launch" in engine_args else "vllm"
+    with pytest.raises(ValidationError) as caught:
+        RunConfig.model_validate(
+            {"backend": backend, "model": "tiny-llama", **{"engine_args": engine_args}}
+        )
+    message = caught.value.errors()[0]["msg"]
+    assert named in message and "give it once" in message and "\n" not in message
 
 
-def test_vllm_fp8_engine_args_move_to_precision():
-    moved = config(engine_args={"quantization": "fp8", "kv_cache_dtype": "fp8", "block_size": 16})
-    assert moved.precision.quantization == "fp8" and moved.precision.kv_cache_dtype == "fp8"
-    assert moved.engine_args == {"block_size": 16}
+def test_a_checkpoint_format_or_other_kv_dtype_stays_an_engine_arg():
     kept = config(engine_args={"quantization": "awq", "kv_cache_dtype": "fp8_e5m2"})
     assert kept.engine_args == {"quantization": "awq", "kv_cache_dtype": "fp8_e5m2"}
     assert kept.precision.quantization is None
-    other = RunConfig(backend="pytorch", model="tiny-llama", engine_args={"quantization": "fp8"})
-    assert other.engine_args == {"quantization": "fp8"}  # only vLLM's names are vLLM's
-    instance = config(
-        engine_args={"quantization": "fp8"}, precision=PrecisionConfig(dtype="float16")
+
+
+def test_the_cli_refuses_a_restated_axis_in_one_line():
+    done = bench(
+        "run", "--backend", "vllm", "--model", "tiny-llama", "--no-store",
+        "--engine-arg", "tensor_parallel_size=2",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
+    assert "engine_args.tensor_parallel_size" in done.stderr
+
+
+def test_results_stored_with_the_axes_in_engine_args_still_load():
+    """Results written before parallelism and precision were said once kept the TP degree (and
+    vLLM's fp8 options) in the config's engine args. The shipped runs have none such, so the
+    older form is made from a shipped run the way those versions wrote it, and must read back
+    as the run with the axes in place."""
+    path = REPO / "data" / "reference" / "h200_llama2-7b_vllm_fp8_runs.json"
+    shipped = next(
+        data
+        for data in json.loads(path.read_text())["runs"]
+        if data["config"]["precision"].get("quantization") == "fp8"
     )
-    assert instance.precision == PrecisionConfig(dtype="float16", quantization="fp8")
+    expected = RunResult.model_validate(shipped)
+    older = json.loads(json.dumps(shipped))
+    config_data = older["config"]
+    config_data["engine_args"] = {
+        **config_data["engine_args"],
+        "tensor_parallel_size": 1,
+        "quantization": config_data["precision"].pop("quantization"),
+    }
+    if config_data["precision"].get("kv_cache_dtype") == "fp8":
+        config_data["engine_args"]["kv_cache_dtype"] = config_data["precision"].pop(
+            "kv_cache_dtype"
+        )
+    config_data.pop("parallelism", None)
+    assert RunResult.model_validate(older).config == expected.config
 
 
 def test_stored_results_from_before_the_axes_still_load():
@@ -236,3 +280,21 @@ def test_a_client_of_a_remote_server_pins_nothing_and_samples_every_gpu(monkeypa
     launched = RunConfig(backend="openai", model="tiny-llama", engine_args={"launch": "vllm"})
     placement = place(launched, get_backend("openai"), nvml=two_gpus())
     assert placement.pinned and placement.env(0)["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_an_older_openai_config_with_the_degree_in_server_args_still_loads():
+    """Older versions accepted a launched server's `tensor_parallel_size` in server_args when
+    it equalled the run's; stored so, it reads back with the degree in parallelism only."""
+    from bench.config import legacy_axes_moved
+
+    older = {
+        "backend": "openai",
+        "model": "tiny-llama",
+        "engine_args": {"launch": "vllm", "server_args": {"tensor_parallel_size": 2, "x": 1}},
+        "parallelism": {"tensor_parallel_size": 2},
+    }
+    config = RunConfig.model_validate(legacy_axes_moved(older))
+    assert config.engine_args == {"launch": "vllm", "server_args": {"x": 1}}
+    assert config.parallelism.tensor_parallel_size == 2
+    with pytest.raises(ValidationError, match=r"server_args\.tensor_parallel_size restates"):
+        RunConfig.model_validate(older)

@@ -223,3 +223,31 @@ def test_an_edit_keeps_the_fields_the_form_does_not_show(app_test):
     assert stage["gpu"]["count"] == 2 and stage["gpu"]["price_per_hour"] == 4.5
     assert stage["peak_request_rate_rps"] == 40 and stage["headroom_fraction"] == 0.3
     assert stage["practical_threshold"] == 0.1
+
+
+def test_configuration_rows_read_the_typed_configuration():
+    """The page's setting/value rows come from the typed configuration's fields: the layout
+    from parallelism, the precision from precision, the TP degree and FP8 shown as the vLLM
+    engine arguments an engineer types (they are not in engine_args themselves)."""
+    from advisor.configurations import DeploymentFigures, RecommendedDeployment
+    from bench.config import ParallelismConfig, PrecisionConfig
+    from ui.advisor_page import configuration_rows
+
+    configuration = RecommendedDeployment(
+        source="benchmark plan defaults (not yet measured)",
+        framework="vllm",
+        label="vllm TP=2 bfloat16 + fp8 weights",
+        parallelism=ParallelismConfig(tensor_parallel_size=2, replicas=2),
+        precision=PrecisionConfig(quantization="fp8"),
+        engine_args={"max_model_len": 1024},
+        figures=DeploymentFigures(basis="estimate", predicted_tpot_ms=12.5, at_concurrency=64),
+    )
+    rows = {row["setting"]: row["value"] for row in configuration_rows(configuration)}
+    assert rows["GPUs"] == "4 (tensor parallel 2 × 2 replicas)"
+    assert rows["Weight quantisation"] == "fp8" and rows["Precision"] == "bfloat16"
+    assert rows["Engine argument: tensor_parallel_size"] == "2"
+    assert rows["Engine argument: quantization"] == "fp8"
+    assert rows["Engine argument: max_model_len"] == "1024"
+    assert rows["Chosen on"] == "the estimate"
+    assert rows["TPOT (predicted)"].endswith("at concurrency 64")
+    assert "tensor_parallel_size" not in configuration.engine_args

@@ -4,6 +4,7 @@ over an empty store, the shipped examples/profiles and data/reference (no test d
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -118,6 +119,30 @@ def test_deploy_rows_are_words(reports) -> None:
     assert deploy["Framework"] == "vLLM"
     assert "max_model_len=1024" in deploy["Engine arguments"]
     assert deploy["Expected figures (measured)"].startswith("TPOT p50 8.81 ms")
+    # The TP degree is said once, in the typed configuration, and shown where vLLM takes it.
+    assert deploy["GPUs"] == "1 × H200 (tensor parallel 1, 1 replica(s))"
+    assert "tensor_parallel_size=1" in deploy["Engine arguments"]
+
+
+def test_the_configuration_is_typed_and_round_trips_through_the_json_export(reports) -> None:
+    """A stage's configuration is one typed model (framework, parallelism, precision, engine
+    arguments, GPUs): parallelism and precision are never inside engine_args, in the model or
+    the JSON export, and the export reads back equal."""
+    from advisor.report.json import read_report_json, render_json
+
+    report = reports["chat_7b_h200"]
+    configuration = report.stages[0].configuration
+    assert configuration is not None and configuration.framework == "vllm"
+    assert configuration.parallelism is not None and configuration.gpus == 1
+    assert configuration.precision is not None and configuration.precision.dtype == "float16"
+    assert "tensor_parallel_size" not in configuration.engine_args
+    deployment = configuration.deployment()
+    assert deployment is not None and deployment.label() == configuration.label
+    text = render_json(report)
+    exported = json.loads(text)["stages"][0]["configuration"]
+    assert exported["parallelism"]["tensor_parallel_size"] == 1
+    assert "tensor_parallel_size" not in exported["engine_args"]
+    assert read_report_json(text) == report
 
 
 @pytest.mark.parametrize("name", ["chat_7b_h200", "ecommerce_two_stage"])

@@ -20,16 +20,14 @@ SHAPES = [
         concurrency=concurrency,
         fixed_input_shapes=fixed,
         build_time_tolerance=tolerance,
-        tensor_parallel_size=tp,
         quantization=quantization,
     )
-    for kind, tokens, concurrency, fixed, tolerance, tp, quantization in itertools.product(
+    for kind, tokens, concurrency, fixed, tolerance, quantization in itertools.product(
         ("generate", "forward"),
         (256, 4096),
         (1, 512),
         (False, True),
         (None, "minutes"),
-        (1, 2),
         (None, "awq"),
     )
 ]
@@ -51,14 +49,11 @@ def test_recommended_args_follow_the_shape() -> None:
     assert vllm["enforce_eager"] is False  # CUDA graphs on
     small = backends["vllm"].recommended_args(chat.model_copy(update={"concurrency": 16}))
     assert "max_num_seqs" not in small  # vLLM's default 256 already covers 16
-    tp = chat.model_copy(update={"tensor_parallel_size": 2, "quantization": "awq"})
-    assert (
-        backends["vllm"].recommended_args(tp).items()
-        >= {
-            "tensor_parallel_size": 2,
-            "quantization": "awq",
-        }.items()
-    )
+    awq = chat.model_copy(update={"quantization": "awq"})
+    # A checkpoint's format is an engine arg; fp8 is a run axis (precision), never an arg.
+    assert backends["vllm"].recommended_args(awq)["quantization"] == "awq"
+    fp8 = backends["vllm"].recommended_args(awq.model_copy(update={"quantization": "fp8"}))
+    assert "quantization" not in fp8
     fixed = WorkloadShape(
         kind="forward", max_sequence_tokens=256, concurrency=8, fixed_input_shapes=True
     )

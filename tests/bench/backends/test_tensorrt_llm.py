@@ -13,7 +13,7 @@ import pytest
 from bench.backends import get_backend
 from bench.backends.base import ForwardRequest, GenerateRequest
 from bench.backends.tensorrt_llm import NOT_INSTALLED_REASON
-from bench.config import GenerateWorkload, Precision
+from bench.config import GenerateWorkload, ParallelismConfig, Precision
 from bench.errors import BackendUnavailable, UserError
 from bench.schema import ModelInfo
 
@@ -81,12 +81,14 @@ def test_seed_build_options_map_to_a_build_config(standin) -> None:
             "backend": "tensorrt",
             "max_batch_size": 32,
             "gemm_plugin": "float16",
-            "tensor_parallel_size": 2,
             "max_seq_len": 4096,
             "kv_cache_free_gpu_memory_fraction": 0.85,
         }
     )
-    info = asyncio.run(backend.load(MODEL, GenerateWorkload(), Precision(dtype="float16"), "cuda"))
+    tp2 = ParallelismConfig(tensor_parallel_size=2)
+    info = asyncio.run(
+        backend.load(MODEL, GenerateWorkload(), Precision(dtype="float16"), "cuda", tp2)
+    )
     cls_name, kwargs = _init_event(standin)
     assert cls_name == "LLM"
     assert info.engine["llm_class"] == "tensorrt_llm._tensorrt_engine.LLM"

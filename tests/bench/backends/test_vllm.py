@@ -176,8 +176,8 @@ def test_llm_generate_reference(
     prompts = [[100 + i] * (140 + i) for i in range(6)]
     engine_args = {"enforce_eager": True, "max_model_len": 512, "max_num_seqs": 4}
     reference = run_in_subprocess(
-        llm_generate_throughput, vllm_tiny_llama.path, prompts, 9, engine_args, "float32", 4,
-        True, 4,
+        llm_generate_throughput, vllm_tiny_llama.path, prompts, 9, engine_args,
+        Precision(dtype="float32"), 4, True, 4,
     )  # fmt: skip
     result = reference.model_dump()
     assert result["requests"] == 6 and result["output_tokens"] == 6 * 9
