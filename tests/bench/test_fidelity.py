@@ -153,7 +153,9 @@ def test_vllm_checks_carry_their_parallelism_and_precision_and_older_checks_stil
     fp8 = [c for c in checks if isinstance(c, VllmFidelityCheck) and c.precision.uses_fp8]
     assert fp8 and all("quantization" not in c.engine_args for c in fp8)
     assert fp8[0].precision.quantization == "fp8" and fp8[0].precision.kv_cache_dtype == "fp8"
-    campaign = json.loads((REFERENCE / "h200_llama2-7b_vllm_fp8" / "campaign-vllm-fp8.json").read_text())
+    campaign = json.loads(
+        (REFERENCE / "h200_llama2-7b_vllm_fp8" / "campaign-vllm-fp8.json").read_text()
+    )
     stored = [
         outcome.step.check
         for outcome in CampaignResult.model_validate(campaign).steps
