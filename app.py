@@ -13,7 +13,7 @@ import streamlit as st
 
 
 def route() -> None:
-    from bench.errors import UserError
+    from bench.core.errors import UserError
     from ui.auth import require_sign_in
 
     st.set_page_config(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from advisor.cli import main
-from bench.interrupts import hold_repeated_signals
+from bench.run.interrupts import hold_repeated_signals
 
 if __name__ == "__main__":
     hold_repeated_signals()  # a second Ctrl-C after a run stopped cannot cut its report short

@@ -38,9 +38,9 @@ from advisor.estimate import architecture_for
 from advisor.evidence import SHAPE_TOLERANCE, run_gpu_name
 from advisor.gpus import GPUS
 from advisor.profile import StageProfile
-from bench.config import GenerateWorkload
-from bench.schema import MetricsSummary, RunResult, RunStatus, ValidityStatus
-from bench.strict import Strict
+from bench.core.config import GenerateWorkload
+from bench.core.schema import MetricsSummary, RunResult, RunStatus, ValidityStatus
+from bench.core.strict import Strict
 
 GATE_MAPE = 0.10
 ASSUMED_EFFICIENCY = 0.5

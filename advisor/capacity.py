@@ -1,6 +1,6 @@
 """Fleet size and cost under the SLO: a measured capacity -> GPUs for the peak, $/month, $/Mtok.
 
-Reads the bench's typed `CapacityReport` (bench/load/capacity.py) and the profile's peak
+Reads the bench's typed `CapacityReport` (bench/run/load/capacity.py) and the profile's peak
 traffic, headroom and GPU price (else the reference price of data/gpu_prices.yaml). For one
 candidate configuration:
 
@@ -26,10 +26,10 @@ from typing import Literal
 from pydantic import Field, ValidationError
 
 from advisor.profile import StageProfile
-from bench.errors import UserError
-from bench.load.reports import CapacityReport
-from bench.schema import RunResult
-from bench.strict import Strict, describe_validation_error
+from bench.core.errors import UserError
+from bench.core.pattern_reports import CapacityReport
+from bench.core.schema import RunResult
+from bench.core.strict import Strict, describe_validation_error
 
 HOURS_PER_MONTH = 730
 """Hours in the average month (8760 / 12), the unit cloud providers bill a month in."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bench.cli_errors import OneLineErrorsGroup
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 if TYPE_CHECKING:
     from advisor.profile import WorkloadProfile
@@ -82,7 +82,7 @@ def build_profile(
 def open_store(store: str | None) -> Any:
     """The results store given, or the default one if it exists (a SQLite file is never created
     by the advisor; a database server is opened as named)."""
-    from bench.store import ResultStore, parse_store_url
+    from bench.storage.store import ResultStore, parse_store_url
 
     location = parse_store_url(store)
     if location.path is not None and not location.path.exists():
@@ -166,7 +166,7 @@ def recommend(
     """Walk the decision tree, estimate the fit and floor, weigh the evidence, recommend."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
     if reference_dir is not None:
-        from bench.files import check_user_path
+        from bench.core.files import check_user_path
 
         # Given but absent used to mean "no reference evidence" in silence: a typo lost evidence.
         if not check_user_path(reference_dir, "--reference-dir").is_dir():
@@ -218,7 +218,7 @@ def bench_plan_command(
     workload = build_profile(profile, stage, flags)
     from advisor.plan import plan_for_stage
     from advisor.tree import load_tree
-    from bench.api import reproduce_command
+    from bench.run.api import reproduce_command
 
     tree = load_tree()
     # A quick plan stays one run per candidate (minutes); a full plan adds the configurations.

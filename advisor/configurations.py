@@ -42,8 +42,8 @@ from advisor.estimate import (
 from advisor.evidence import stage_tensor_parallel
 from advisor.gpus import GPUS, GpuSpec
 from advisor.profile import Objective, StageProfile
-from bench.config import LoadPattern, ParallelismConfig, PrecisionConfig, RunConfig, Workload
-from bench.strict import Strict
+from bench.core.config import LoadPattern, ParallelismConfig, PrecisionConfig, RunConfig, Workload
+from bench.core.strict import Strict
 
 FP8_BYTES = 1.0
 TP_EFFICIENCY_ASSUMED: dict[int, float] = {1: 1.0, 2: 0.9, 4: 0.8, 8: 0.7}
@@ -327,10 +327,10 @@ def stage_inputs(stage: StageProfile) -> ShapeInputs | None:
 
 def supports(deployment: Deployment) -> str | None:
     """None when the framework's adapter can run the configuration, else its one-line reason."""
-    from bench.errors import UserError
+    from bench.core.errors import UserError
 
     try:
-        from bench.backends import registry
+        from bench.engines.backends import registry
 
         backend = registry().get(deployment.framework)
     except Exception:  # an adapter failing to import must not break the search

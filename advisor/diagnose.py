@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from bench.config import GenerateWorkload
-from bench.schema import RunResult, RunStatus, ValidityStatus
+from bench.core.config import GenerateWorkload
+from bench.core.schema import RunResult, RunStatus, ValidityStatus
 
 GPU_UTILIZATION_TARGET_PCT = 90.0
 """Article section 5.1: throughput below expectation -> check GPU-Util reaches 90%."""
@@ -114,7 +114,7 @@ def profiling_command(run: RunResult) -> str:
     runs in a worker subprocess, hence --subprocesses)."""
     command = run.command
     if not command:
-        from bench.api import reproduce_command
+        from bench.run.api import reproduce_command
 
         command = reproduce_command(run.config)
     if ran_on_cpu(run):

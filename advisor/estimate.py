@@ -22,10 +22,11 @@ Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s (datasheet units). Formulas:
   stream the weights once (KV reads excluded, so the true floor is a little higher);
 - prefill floor = 2 x parameters x prompt tokens / peak dense tensor FLOP/s.
 Multiple GPUs are assumed to be used with tensor parallelism (weights and KV split evenly).
-Parameter counts of the bench presets are kept here (exact, equal to `bench.models.parameter_count`
-of the preset configs; a test checks it) so estimating never imports torch or writes weights;
-llama-2-70b is a preset too (written only on hosts with the disk for its ~138 GB); its count
-here is `_architecture_from_config` on its published config (a test checks it).
+Parameter counts of the bench presets are kept here (exact, equal to
+`bench.engines.models.parameter_count` of the preset configs; a test checks it) so estimating never
+imports torch or writes weights; llama-2-70b is a preset too (written only on hosts with the disk
+for its ~138 GB); its count here is `_architecture_from_config` on its published config (a test
+checks it).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from advisor.gpus import GPUS, GpuSpec
-from bench.config import LengthDistribution
-from bench.strict import Strict
+from bench.core.config import LengthDistribution
+from bench.core.strict import Strict
 
 if TYPE_CHECKING:  # annotations only: loading a profile checks its context window through here
     from advisor.profile import StageProfile

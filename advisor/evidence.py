@@ -23,20 +23,20 @@ from pydantic import BaseModel, Field, ValidationError, computed_field
 from advisor.estimate import architecture_for, context_limits, estimate_stage, upper_tokens
 from advisor.gpus import find_gpu
 from advisor.profile import Objective, StageProfile
-from bench.api import run_caveats
-from bench.backends.base import WorkloadShape
-from bench.config import (
+from bench.core.config import (
     GenerateWorkload,
     ParallelismConfig,
     PrecisionConfig,
     RunConfig,
 )
-from bench.metric_catalog import REQUEST_SLO_BOUNDS, SLO_BOUNDS, higher_is_better, read_all
-from bench.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
-from bench.strict import describe_validation_error
+from bench.core.metric_catalog import REQUEST_SLO_BOUNDS, SLO_BOUNDS, higher_is_better, read_all
+from bench.core.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
+from bench.core.strict import describe_validation_error
+from bench.engines.backends.base import WorkloadShape
+from bench.run.api import run_caveats
 
 if TYPE_CHECKING:  # the store module pulls in SQLAlchemy; the advisor only needs its type here
-    from bench.store import Store
+    from bench.storage.store import Store
 
 DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "reference"
 Source = Literal["measured-here", "measured-elsewhere", "published"]
@@ -96,7 +96,7 @@ def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
 def _registered_backend(framework: str) -> Any:
     """The installed adapter class for `framework`, or None (absent, or failing to import)."""
     try:
-        from bench.backends import registry
+        from bench.engines.backends import registry
 
         return registry().get(framework)
     except Exception:  # an adapter failing to import must not break planning
@@ -720,8 +720,8 @@ def published_rows(stage: StageProfile, data: dict[str, Any], reference: str) ->
 
 def _reference_files(folder: Path) -> Iterator[tuple[str, Any, str | None]]:
     """(file name, parsed JSON or None, note) for every *.json file in the reference folder."""
-    from bench.errors import UserError
-    from bench.files import load_user_json
+    from bench.core.errors import UserError
+    from bench.core.files import load_user_json
 
     for file in sorted(folder.glob("*.json")):
         try:  # bounded: a FIFO, a device, a huge or deeply nested file is a note, not a hang

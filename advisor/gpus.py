@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 
 @dataclass(frozen=True)

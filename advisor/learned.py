@@ -27,8 +27,8 @@ from advisor.estimate import ARCHITECTURES, DTYPE_BYTES
 from advisor.evidence import run_gpu_name
 from advisor.gpus import GPUS
 from advisor.profile import StageProfile
-from bench.config import GenerateWorkload
-from bench.schema import RunResult, RunStatus, ValidityStatus
+from bench.core.config import GenerateWorkload
+from bench.core.schema import RunResult, RunStatus, ValidityStatus
 
 FEATURES = (
     "generate_kind",

@@ -34,7 +34,7 @@ from advisor.evidence import QUICK_CONCURRENCY_DEFAULT, _backend_runs_kind, _exp
 from advisor.gpus import find_gpu
 from advisor.profile import StageProfile
 from advisor.tree import BENCHMARKABLE_FRAMEWORKS, Decision, DecisionTree, evaluate, load_tree
-from bench.config import (
+from bench.core.config import (
     CPU_FORWARD_DTYPE,
     CPU_HALF_DTYPE,
     SLO,
@@ -49,8 +49,8 @@ from bench.config import (
     ValidityRules,
     cpu_dtype,
 )
-from bench.errors import UserError
-from bench.strict import Strict
+from bench.core.errors import UserError
+from bench.core.strict import Strict
 
 QUICK_DURATION_S = 15.0
 FULL_DURATION_S = 120.0
@@ -81,7 +81,7 @@ CPU_SIZED_PRESETS = {
     "vit-base": "tiny-vit",
     "resnet-50": "tiny-resnet",
 }
-"""Each preset's CPU-sized stand-in of the same architecture family (bench/models.py)."""
+"""Each preset's CPU-sized stand-in of the same architecture family (bench/engines/models.py)."""
 TINY_PRESETS = frozenset(CPU_SIZED_PRESETS.values())
 
 # Planning estimates, not measurements: round figures that put a run's cost in the right range
@@ -93,7 +93,7 @@ GPU_BANDWIDTH_EFFICIENCY = 0.6
 STEP_OVERHEAD_S = {"cpu": 0.02, "gpu": 0.004}
 """Per decode step framework and launch overhead (dominates for tiny models)."""
 CHECKPOINT_WRITE_B_S = 150e6
-"""Random-weight checkpoint written by bench/models.py (fill + safetensors write)."""
+"""Random-weight checkpoint written by bench/engines/models.py (fill + safetensors write)."""
 WEIGHT_LOAD_B_S = 1e9
 ENGINE_START_S = {
     "vllm": 60.0,
@@ -557,7 +557,7 @@ def _checkpoint(config: RunConfig, weight_bytes: int | None) -> tuple[int | None
     """(bytes of the checkpoint the run reads, whether it is on disk already)."""
     from pathlib import Path
 
-    from bench.models import PRESETS, preset_dir
+    from bench.engines.models import PRESETS, preset_dir
 
     if config.model not in PRESETS:
         return weight_bytes, Path(config.model).expanduser().exists()

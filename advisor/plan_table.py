@@ -13,11 +13,11 @@ from pydantic import ValidationError
 
 from advisor.plan import workload_lengths
 from advisor.profile import describe_validation_error
-from bench.backends import get_backend
-from bench.config import LOAD_CLASSES, RunConfig
-from bench.errors import UserError
-from bench.keyvalue import format_pairs, parse_pairs_text
-from bench.web_policy import check_web_jobs
+from bench.core.config import LOAD_CLASSES, RunConfig
+from bench.core.errors import UserError
+from bench.core.keyvalue import format_pairs, parse_pairs_text
+from bench.engines.backends import get_backend
+from bench.orchestrate.web_policy import check_web_jobs
 
 COMPARISON = "comparison"
 CAPACITY_SEARCH = "capacity search"

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from advisor.gpus import GPUS, find_gpu
-from bench.config import (
+from bench.core.config import (
     MAX_BATCH,
     MAX_CONCURRENCY,
     MAX_IMAGE_SIDE,
@@ -26,9 +26,9 @@ from bench.config import (
     ModelName,
     PrecisionConfig,
 )
-from bench.errors import UserError
-from bench.strict import StrictInput
-from bench.strict import describe_validation_error as describe_error
+from bench.core.errors import UserError
+from bench.core.strict import StrictInput
+from bench.core.strict import describe_validation_error as describe_error
 
 PROFILE_LEVEL_FIELDS = ("title", "owner", "notes", "stages")
 MAX_PARAMETERS_B = 100_000.0
@@ -394,7 +394,7 @@ def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
 
 def load_profile(path: str | Path) -> WorkloadProfile:
     """Read a YAML or JSON profile; any problem is a one-line UserError naming the field."""
-    from bench.files import load_user_mapping
+    from bench.core.files import load_user_mapping
 
     return profile_from_dict(load_user_mapping(path, "profile"), source=str(path))
 

@@ -16,7 +16,7 @@ The rule (also in every report as `rule`):
    distance, measurements elsewhere and the article's figures are shown and, when they
    disagree, the disagreement is stated, but none of them changes the answer.
 4. A candidate that is not installed here is not treated as slower: the report says it could not
-   be measured and why (`bench.backends.all_availability()`).
+   be measured and why (`bench.engines.backends.all_availability()`).
 """
 
 from __future__ import annotations
@@ -54,14 +54,14 @@ from advisor.learned import LearnedOpinion, learned_opinion
 from advisor.plan import ENGINE_START_S, bench_plan
 from advisor.profile import Objective, StageProfile, WorkloadProfile
 from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
-from bench.errors import UserError
-from bench.metric_catalog import REQUEST_SLO_BOUNDS
-from bench.schema import RequestRecord, RunResult
-from bench.stats import PRACTICAL_THRESHOLD, CandidateVerdict, MeasuredRun, candidate_verdict
+from bench.core.errors import UserError
+from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
+from bench.core.schema import RequestRecord, RunResult
+from bench.core.stats import PRACTICAL_THRESHOLD, CandidateVerdict, MeasuredRun, candidate_verdict
 
 if TYPE_CHECKING:
-    from bench.backends.base import Availability
-    from bench.store import Store
+    from bench.engines.backends.base import Availability
+    from bench.storage.store import Store
 
 MEASUREMENT_RULE = (
     "The tree picks the candidates and their order; only measurements that match the stage "
@@ -229,7 +229,7 @@ def availability_map(backends: Iterable[Availability] | None = None) -> dict[str
     """Backend name -> 'available' or the one-line reason it cannot run here (`backends`: an
     `all_availability()` answer already read, else it is read here)."""
     try:
-        from bench.backends import all_availability
+        from bench.engines.backends import all_availability
 
         return {
             a.name: "available" if a.available else (a.reason or "not available")
@@ -242,8 +242,9 @@ def availability_map(backends: Iterable[Availability] | None = None) -> dict[str
 @lru_cache(maxsize=16)
 def shipped_records(folder: str) -> dict[str, list[RequestRecord]]:
     """Measured records by run id from the campaign archives of one reference folder
-    (`bench.compare.reference_records`: it reads every archive there, so once per process)."""
-    from bench.compare import reference_records
+    (`bench.orchestrate.compare.reference_records`: it reads every archive there, so once per
+    process)."""
+    from bench.orchestrate.compare import reference_records
 
     path = Path(folder)
     return reference_records(path) if path.is_dir() else {}
@@ -653,9 +654,9 @@ VerdictFunction = Callable[[EvidenceRow, EvidenceRow], CandidateVerdict | None]
 
 
 def verdict_metric(stage: StageProfile, row: EvidenceRow) -> str | None:
-    """The bench.stats metric behind the objective (cost per token on one configuration is
-    the inverse of throughput; a metric bench.stats does not resample gives None)."""
-    from bench.stats import METRICS_BY_NAME
+    """The bench.core.stats metric behind the objective (cost per token on one configuration is
+    the inverse of throughput; a metric bench.core.stats does not resample gives None)."""
+    from bench.core.stats import METRICS_BY_NAME
 
     metric = row.objective_metric
     if metric == "gpu_s_per_million_tokens":
@@ -669,7 +670,7 @@ def verdict_function(
     lookup: RecordsLookup,
     threshold: float,
 ) -> VerdictFunction:
-    """leader row, alternative row -> `bench.stats.candidate_verdict` on their runs (the
+    """leader row, alternative row -> `bench.core.stats.candidate_verdict` on their runs (the
     ladder phase at the stage's concurrency when the evidence is that phase), cached."""
     cache: dict[tuple[str, str], CandidateVerdict | None] = {}
 

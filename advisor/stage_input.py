@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from advisor.profile import StageProfile
-from bench.strict import StrictInput
+from bench.core.strict import StrictInput
 
 FIELDS_KEPT_AS_GIVEN = ("peak_request_rate_rps", "headroom_fraction", "practical_threshold")
 """Stage fields the form has no widget for (set in a YAML profile or the capacity panel's

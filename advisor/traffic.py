@@ -1,5 +1,5 @@
 """The profile's traffic as the bench runs it: a stage's shared context, conversations, prompt
-file or trace become the benchmark's workload and load (bench/config.py), and the plan's
+file or trace become the benchmark's workload and load (bench/core/config.py), and the plan's
 leading engine with automatic prefix caching is run twice, caching on and off, so the report
 can say what the cache is worth on this traffic.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bench.config import (
+from bench.core.config import (
     ConversationSpec,
     GenerateWorkload,
     LengthDistribution,
@@ -21,7 +21,7 @@ from bench.config import (
     ReplayLoad,
     RunConfig,
 )
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 if TYPE_CHECKING:
     from advisor.profile import StageProfile
@@ -53,7 +53,7 @@ def check_files(stage: object) -> None:
     columns, timestamp order): a UserError naming the field when one is bad."""
     trace = getattr(stage, "trace_file", None)
     if trace is not None:
-        from bench.traffic_files import read_trace
+        from bench.run.traffic_files import read_trace
 
         try:
             read_trace(ReplayLoad(trace=trace))
@@ -61,7 +61,7 @@ def check_files(stage: object) -> None:
             raise UserError(f"trace_file: {exc}") from None
     prompts = getattr(stage, "prompt_file", None)
     if prompts is not None:
-        from bench.traffic_files import read_prompt_file
+        from bench.run.traffic_files import read_prompt_file
 
         try:
             read_prompt_file(PromptFile(path=prompts))
@@ -121,7 +121,7 @@ def sized_for_engine(stage: StageProfile) -> StageProfile:
     for sizing the engine (max_model_len, KV cache): later turns resend the whole history; a
     trace's own lengths (its longest row) for a replay."""
     if stage.trace_file is not None:
-        from bench.traffic_files import read_trace
+        from bench.run.traffic_files import read_trace
 
         rows = read_trace(ReplayLoad(trace=stage.trace_file))
         if not rows:
@@ -191,7 +191,7 @@ def on_the_cpu(config: RunConfig) -> RunConfig:
 
 def replay_seconds(load: ReplayLoad) -> float:
     """The replayed span of the trace in seconds (time-scaled), for the plan's estimate."""
-    from bench.traffic_files import read_trace
+    from bench.run.traffic_files import read_trace
 
     rows = read_trace(load)
     if not rows:

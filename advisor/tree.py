@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from advisor.estimate import Estimate
 from advisor.profile import StageProfile
-from bench.errors import UserError
-from bench.strict import Strict, describe_validation_error
+from bench.core.errors import UserError
+from bench.core.strict import Strict, describe_validation_error
 
 DEFAULT_TREE_PATH = Path(__file__).resolve().parent.parent / "data" / "decision_tree.yaml"
 BENCHMARKABLE_FRAMEWORKS = (
@@ -233,7 +233,7 @@ def known_fields() -> set[str]:
 def load_tree(path: str | Path | None = None) -> DecisionTree:
     """Load and validate the tree; any defect is a UserError naming the node."""
     file = Path(path) if path is not None else DEFAULT_TREE_PATH
-    from bench.files import load_user_mapping
+    from bench.core.files import load_user_mapping
 
     data = _yes_no_keys(load_user_mapping(file, "decision tree"))
     try:

@@ -17,8 +17,8 @@ from typing import Annotated, Any
 import typer
 
 from bench.cli_errors import OneLineErrorsGroup
-from bench.errors import RunAborted, UserError
-from bench.files import check_user_path
+from bench.core.errors import RunAborted, UserError
+from bench.core.files import check_user_path
 
 app = typer.Typer(
     cls=OneLineErrorsGroup,
@@ -51,9 +51,9 @@ def summarize(
     slo_e2e_ms: Annotated[float | None, typer.Option(help="E2E SLO (ms) for goodput.")] = None,
 ) -> None:
     """Summarise request records (TTFT, TPOT, ITL, E2E, throughput, goodput) as JSON."""
-    from bench.config import SLO
-    from bench.metrics import read_records_jsonl
-    from bench.metrics import summarize as summarize_records
+    from bench.core.config import SLO
+    from bench.core.metrics import read_records_jsonl
+    from bench.core.metrics import summarize as summarize_records
 
     slo = _build(
         SLO,
@@ -72,7 +72,7 @@ def env(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Environment fingerprint and read-only preflight (what would make a run unrepeatable)."""
-    from bench.environment import fingerprint, preflight
+    from bench.run.environment import fingerprint, preflight
 
     fp = fingerprint()
     items = preflight(fp)
@@ -98,7 +98,7 @@ def backends(
     """List every backend: installed or not, version, and why not."""
     from dataclasses import asdict
 
-    from bench.backends import all_availability
+    from bench.engines.backends import all_availability
 
     rows = all_availability()
     if as_json:
@@ -120,7 +120,7 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
 
 
 def _build(model_cls: Any, data: dict, names: dict[str, str] | None = None) -> Any:
-    from bench.strict import validate
+    from bench.core.strict import validate
 
     return validate(model_cls, {k: v for k, v in data.items() if v is not None}, names=names)
 
@@ -154,12 +154,12 @@ def build_run_config(
     options: list[str],
 ) -> Any:
     """RunConfig from an optional YAML/JSON file, then flags, then `--option a.b=v` overrides."""
-    from bench.config import PATTERN_NAMES, RunConfig
-    from bench.keyvalue import parse_pairs
+    from bench.core.config import PATTERN_NAMES, RunConfig
+    from bench.core.keyvalue import parse_pairs
 
     data: dict[str, Any] = {}
     if config_file is not None:
-        from bench.files import load_user_mapping
+        from bench.core.files import load_user_mapping
 
         data = load_user_mapping(config_file, "run config")
     if backend:
@@ -192,7 +192,7 @@ def build_run_config(
         if (value is not None or (config_file is None and path in ("backend", "model")))
         and path not in option_pairs
     }
-    from bench.strict import validate
+    from bench.core.strict import validate
 
     source = f"run config {config_file}" if config_file is not None else None
     return validate(RunConfig, data, source=source, names=names)
@@ -278,8 +278,8 @@ def run(
 
     With --repeats N the config runs N times (a cooldown between) as one measurement group:
     the group's summary gives the median and a 95% interval of each metric."""
-    from bench.api import check_runnable, launch
-    from bench.store import ResultStore
+    from bench.run.api import check_runnable, launch
+    from bench.storage.store import ResultStore
 
     flags = {
         "load.concurrency": concurrency,
@@ -300,8 +300,8 @@ def run(
     )
     policy = None
     if repeats != 1 or convergence_metric is not None:
-        from bench.config import RepeatPolicy
-        from bench.repeats import check_policy
+        from bench.core.config import RepeatPolicy
+        from bench.orchestrate.repeats import check_policy
 
         policy = _build(
             RepeatPolicy,
@@ -315,7 +315,7 @@ def run(
         )
         check_policy(policy)
     check_runnable(run_config)
-    if out is not None:  # a name the OS can take; bench.api.launch checks it can be written
+    if out is not None:  # a name the OS can take; bench.run.api.launch checks it can be written
         out = check_user_path(out, "--out")
     result_store = None if no_store else ResultStore(store)
     if policy is not None:
@@ -344,7 +344,7 @@ def _run_group(
     config: Any, policy: Any, store: Any, out: Path | None, as_json: bool, port: int | None
 ) -> None:
     """`bench run --repeats N`: the runs one after another, then the group's summary."""
-    from bench.repeats import launch_group
+    from bench.orchestrate.repeats import launch_group
 
     progress = _ProgressPrinter(enabled=not as_json)
     try:
@@ -405,12 +405,12 @@ def compare(
     """Compare two runs, two measurement groups or two campaigns: per metric the ratio A/B with
     its 95% interval and whether it is significant; for campaigns, every flipped winner and
     moved ratio."""
-    from bench.compare import compare as compare_sides
-    from bench.compare import render
+    from bench.orchestrate.compare import compare as compare_sides
+    from bench.orchestrate.compare import render
 
     opened = None
     if not (Path(a).exists() and Path(b).exists()):
-        from bench.store import ResultStore
+        from bench.storage.store import ResultStore
 
         opened = ResultStore(store)
     try:
@@ -485,7 +485,7 @@ def _print_result(result: Any) -> None:
     for caveat in result.caveats:
         typer.echo(f"  caveat: {caveat}")
     if config.load.capacity_search:  # the search's answer first; run-wide figures mix probes
-        from bench.load.capacity import capacity_summary_line
+        from bench.run.load.capacity import capacity_summary_line
 
         typer.echo(f"  {capacity_summary_line(result.pattern_report)}")
     if s:
@@ -511,7 +511,7 @@ def _print_result(result: Any) -> None:
                 f" on GPU {replica.cuda_visible_devices}" if replica.cuda_visible_devices else ""
             )
             typer.echo(f"  replica {replica.replica}{where}: {replica.status.value}, {figures}")
-        from bench.metrics import min_samples
+        from bench.core.metrics import min_samples
 
         for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             p = getattr(s, name)
@@ -579,11 +579,11 @@ def campaign(
     ] = False,
 ) -> None:
     """Run a campaign plan: benchmark runs, fidelity checks and advisor plans, resumable."""
-    from bench.campaign import RichReporter, load_plan, run_campaign
-    from bench.executor_registry import open_executor
-    from bench.executors import parse_settings
-    from bench.rehearsal import rehearsal_plan
-    from bench.store_url import redact_urls
+    from bench.orchestrate.campaign import RichReporter, load_plan, run_campaign
+    from bench.orchestrate.executor_registry import open_executor
+    from bench.orchestrate.executors import parse_settings
+    from bench.orchestrate.rehearsal import rehearsal_plan
+    from bench.storage.store_url import redact_urls
 
     campaign_plan = load_plan(plan)
     plan_text = None
@@ -679,10 +679,10 @@ def fidelity(
     as_json: Annotated[bool, typer.Option("--json", help="Print the FidelityResult JSON.")] = False,
 ) -> None:
     """Run one fidelity check: a backend vs the engine's own API on the same prompts."""
-    from bench.client_fidelity import ClientFidelityCheck
-    from bench.fidelity import CHECKS, run_check
-    from bench.keyvalue import parse_pairs
-    from bench.store import ResultStore
+    from bench.core.keyvalue import parse_pairs
+    from bench.orchestrate.client_fidelity import ClientFidelityCheck
+    from bench.orchestrate.fidelity import CHECKS, run_check
+    from bench.storage.store import ResultStore
 
     check_model = {**CHECKS, "vllm-bench-serve": ClientFidelityCheck}.get(engine)
     if check_model is None:
@@ -703,7 +703,7 @@ def fidelity(
         return
     result = run_check(check, None if no_store else ResultStore(store), out)  # checks --out first
     if out is not None:
-        from bench.outputs import os_reason, write_atomic
+        from bench.core.outputs import os_reason, write_atomic
 
         try:
             write_atomic(out / "fidelity.json", result.model_dump_json(indent=1))
@@ -737,7 +737,7 @@ def _client_fidelity(check: Any, out: Path | None, as_json: bool) -> None:
     import shlex
     import sys
 
-    from bench.client_fidelity import run_client_fidelity
+    from bench.orchestrate.client_fidelity import run_client_fidelity
 
     if out is None:
         raise UserError(
@@ -775,8 +775,8 @@ def capacity_check(
     judge the check runs found among RESULTS against their searches."""
     import yaml
 
-    from bench.capacity_check import check_plan, checks_of, read_results, searches_among
-    from bench.outputs import write_atomic
+    from bench.core.outputs import write_atomic
+    from bench.orchestrate.capacity_check import check_plan, checks_of, read_results, searches_among
 
     loaded = read_results([check_user_path(p, "results") for p in results])
     searches = searches_among(loaded)
@@ -814,7 +814,7 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List stored runs."""
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     rows = ResultStore(store, create=False).list_runs(backend=backend, limit=limit)
     if as_json:
@@ -835,7 +835,7 @@ def show(
     store: StoreOption = None,
 ) -> None:
     """Print one stored run as JSON."""
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     typer.echo(ResultStore(store, create=False).get_run(run_id).model_dump_json(indent=2))
 
@@ -852,7 +852,7 @@ def store_info(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Which store this is (password masked), its schema version (upgraded on open), counts."""
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     with ResultStore(store, create=False) as opened:
         info = opened.info()
@@ -873,8 +873,8 @@ def store_copy(
     ],
 ) -> None:
     """Copy finished runs with their records and telemetry; copying again duplicates nothing."""
-    from bench.store import ResultStore
-    from bench.store_copy import copy_runs
+    from bench.storage.store import ResultStore
+    from bench.storage.store_copy import copy_runs
 
     with ResultStore(source, create=False) as reader, ResultStore(destination) as writer:
         report = copy_runs(reader, writer)

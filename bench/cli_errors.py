@@ -20,7 +20,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from bench.errors import RunAborted, RunInterrupted, UserError
+from bench.core.errors import RunAborted, RunInterrupted, UserError
 
 # OS errors a user causes by naming a path: exit 2 like every other user error. Others (a full
 # disk, an I/O error) are still one line, with exit code 1: nothing the user typed was wrong.
@@ -71,7 +71,7 @@ def report_exception(exc: BaseException) -> int:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
     if isinstance(exc, ValidationError):
-        from bench.strict import describe_validation_error
+        from bench.core.strict import describe_validation_error
 
         typer.echo(f"error: {describe_validation_error(exc)}", err=True)
         return 2
@@ -82,7 +82,7 @@ def report_exception(exc: BaseException) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     if isinstance(exc, OSError) and (exc.filename is not None or exc.errno in USER_ERRNOS):
-        from bench.files import shown_path
+        from bench.core.files import shown_path
 
         where = f" {shown_path(exc.filename)}" if exc.filename is not None else ""
         typer.echo(f"error: cannot use{where}: {exc.strerror or exc}", err=True)

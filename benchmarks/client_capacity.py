@@ -307,7 +307,7 @@ def main() -> int:
         return 0
     rates = [float(r) for r in args.rates.split(",")]
     sys.path.insert(0, str(ROOT))
-    from bench.models import ensure_preset
+    from bench.engines.models import ensure_preset
 
     tokenizer = ensure_preset("tiny-llama")  # GuideLLM's synthetic prompts need a tokenizer
     rows = []

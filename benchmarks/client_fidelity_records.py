@@ -97,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from bench.backends.openai import match_prompt_texts
-    from bench.config import GenerateWorkload, LengthDistribution
-    from bench.workload import RequestFactory
+    from bench.core.config import GenerateWorkload, LengthDistribution
+    from bench.engines.backends.openai import match_prompt_texts
+    from bench.run.workload import RequestFactory
 
     if args.tokenizer is None:
-        from bench.models import resolve_model
+        from bench.engines.models import resolve_model
 
         args.tokenizer = resolve_model("tiny-llama", dtype="bfloat16").path
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)

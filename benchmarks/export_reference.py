@@ -7,7 +7,7 @@ For every run folder (`result.json` + `records.jsonl`) under each campaign dir i
 RunResult (environment fingerprint and reproduce command included) to `{"runs": [...]}`, with
 the telemetry series cut to REFERENCE_SAMPLES points (the full series stays in the raw archive).
 Telemetry figures are re-summarised over the measured window with
-`bench.telemetry.summarize_telemetry(window_ns=)` from the run's own samples and records:
+`bench.run.telemetry.summarize_telemetry(window_ns=)` from the run's own samples and records:
 campaigns run before that option existed averaged utilisation, power and energy over model
 loading too. The campaign's files (`campaign.json` with fidelity checks, skipped steps and the
 command; the plan; a `campaign.log` when one was kept) and the raw step folders (`steps/`, every
@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.metrics import iter_records_jsonl
-from bench.schema import RunResult
-from bench.telemetry import downsample, summarize_telemetry
+from bench.core.metrics import iter_records_jsonl
+from bench.core.schema import RunResult
+from bench.run.telemetry import downsample, summarize_telemetry
 
 REFERENCE_SAMPLES = 300  # telemetry points kept per run (memory/power charts); full series in raw
 

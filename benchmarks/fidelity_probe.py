@@ -12,7 +12,7 @@ defaults it takes about 5.5-6 minutes and never starts a run past --budget-s (34
 start; a skipped run is listed in the JSON's `skipped`).
 
 Both clients run IN THIS PROCESS, one run after the other (vLLM's `vllm bench serve` through its
-own `main()`, ours through `bench.runner.execute` with the `openai` backend, no worker process),
+own `main()`, ours through `bench.run.runner.execute` with the `openai` backend, no worker process),
 so no run pays an interpreter start-up and their client CPU time is comparable
 (`client_cpu_s`, this process's CPU time during the run). Each level and repeat has its own
 seed per variant: no run resends another run's prompts (the server's prefix cache would serve
@@ -61,7 +61,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.outputs import write_atomic
+from bench.core.outputs import write_atomic
 
 VARIANTS = ("vllm", "ours", "ours_old", "ours_plain_text", "ours_no_usage")
 OURS_OPTIONS: dict[str, dict[str, Any]] = {
@@ -89,7 +89,7 @@ def served_model(base_url: str) -> tuple[str, str | None]:
 
 def prefix_cache_counters(base_url: str) -> tuple[float, float] | None:
     """(hit tokens, queried tokens) from the server's Prometheus counters, None without them."""
-    from bench.backends.openai import parse_prometheus
+    from bench.engines.backends.openai import parse_prometheus
 
     try:
         values = parse_prometheus(
@@ -165,8 +165,7 @@ def vllm_run(args: argparse.Namespace, level: int, requests: int, seed: int, nam
 async def _ours_async(
     args: argparse.Namespace, variant: str, level: int, requests: int, seed: int
 ) -> dict:
-    from bench.backends.openai import OpenAIBackend
-    from bench.config import (
+    from bench.core.config import (
         ConcurrencyLoad,
         GenerateWorkload,
         LengthDistribution,
@@ -174,8 +173,9 @@ async def _ours_async(
         RunConfig,
         ValidityRules,
     )
-    from bench.runner import RunEvents, execute
-    from bench.schema import ModelInfo
+    from bench.core.schema import ModelInfo
+    from bench.engines.backends.openai import OpenAIBackend
+    from bench.run.runner import RunEvents, execute
 
     model = ModelInfo(name=args.served_model, path=args.model_path, vocab_size=args.vocab_size)
     engine_args = {

@@ -1,5 +1,5 @@
 """Forward-kind comparison (not a unit test): one CV/encoder model at several batch sizes through
-pytorch, torch_compile, onnxruntime (and tensorrt where installed), via `bench.api.launch`.
+pytorch, torch_compile, onnxruntime (and tensorrt where installed), via `bench.run.api.launch`.
 
 Each (backend, batch) is one isolated bench run: closed loop at concurrency 1, warm-up excluded,
 compile/build time reported apart. Prints samples/s, p50/p99 latency and the ratio to eager
@@ -20,9 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.api import launch
-from bench.backends import get_backend
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     ForwardWorkload,
     LengthDistribution,
@@ -30,7 +28,9 @@ from bench.config import (
     RunConfig,
     ValidityRules,
 )
-from bench.errors import UserError
+from bench.core.errors import UserError
+from bench.engines.backends import get_backend
+from bench.run.api import launch
 
 DEFAULT_BACKENDS = ("pytorch", "torch_compile", "onnxruntime", "tensorrt")
 BASELINE = "pytorch"
@@ -138,7 +138,7 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write all rows (with commands) here")
     args = parser.parse_args()
 
-    from bench.models import load_config, resolve_model
+    from bench.engines.models import load_config, resolve_model
 
     info = resolve_model(args.model, dtype=args.dtype)
     if info.kind != "forward":

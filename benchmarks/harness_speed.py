@@ -27,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil
 
-from bench.backends.fake import FakeBackend
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
@@ -37,8 +36,9 @@ from bench.config import (
     RunConfig,
     SteadyLoad,
 )
-from bench.runner import RunEvents, execute
-from bench.schema import ModelInfo
+from bench.core.schema import ModelInfo
+from bench.engines.backends.fake import FakeBackend
+from bench.run.runner import RunEvents, execute
 
 MODEL = ModelInfo(name="fake", path="fake", vocab_size=32000)
 MB = 1024 * 1024

@@ -43,11 +43,11 @@ def short_uuid(uuid: str) -> str:
     return uuid.removeprefix("GPU-")[:8]
 
 
-def fingerprint_of(stored: dict):  # -> bench.fingerprint.Fingerprint
+def fingerprint_of(stored: dict):  # -> bench.core.fingerprint.Fingerprint
     """The typed fingerprint of a stored run or check (one that took none reads as empty)."""
     if str(ROOT) not in sys.path:  # called once per run: add the checkout once
         sys.path.insert(0, str(ROOT))
-    from bench.fingerprint import Fingerprint
+    from bench.core.fingerprint import Fingerprint
 
     return Fingerprint.model_validate(stored.get("environment") or {})
 
@@ -126,8 +126,8 @@ def held_load_table(runs: list[dict]) -> str:
 
 def client_fidelity_table(reference_dir: Path) -> str:
     """This harness's openai client against `vllm bench serve` on one server
-    (bench/client_fidelity.py): per level and metric, the median of the per-repeat ratios,
-    their range and the verdict."""
+    (bench/orchestrate/client_fidelity.py): per level and metric, the median of the per-repeat
+    ratios, their range and the verdict."""
     lines = [
         "| folder | GPU | concurrency | requests per run | repeats | output tok/s | TTFT p50 "
         "| TPOT p50 |",
@@ -155,7 +155,7 @@ def precision_label(run: dict) -> str:
     """The run's precision as `PrecisionConfig.label()` writes it: `float16`,
     `bfloat16 + fp8 weights + fp8 KV` (runs from before the KV-cache axis read as `auto`)."""
     sys.path.insert(0, str(ROOT))
-    from bench.config import PrecisionConfig
+    from bench.core.config import PrecisionConfig
 
     return PrecisionConfig.model_validate(run["config"]["precision"]).label()
 
@@ -370,8 +370,8 @@ def pytorch_launch_check(step: dict) -> FidelityCells:
 
 
 def pytorch_paired_check(step: dict) -> FidelityCells:
-    """Plain `generate` and our batcher alternated on one model (bench/fidelity.py, paired mode):
-    the ratio is the median pair's, the two throughputs each side's median."""
+    """Plain `generate` and our batcher alternated on one model (bench/orchestrate/fidelity.py,
+    paired mode): the ratio is the median pair's, the two throughputs each side's median."""
     low, high = step["ratio_quartiles"]
     what = (
         f"pytorch: plain `generate` batch {step['batch']} and one batcher batch through the "
@@ -436,7 +436,7 @@ def vllm_reference_table(campaign_dirs: list[Path]) -> str:
     `vllm-reference/host.json` in a campaign folder names the GPU and the campaign whose vLLM
     fidelity run shared the host; `bench_throughput_*.json` come from
     benchmarks/vllm_async_overhead.sh, `offline_*.json` from the `LLM.generate` reference now
-    in bench/fidelity.py."""
+    in bench/orchestrate/fidelity.py."""
     lines = [
         "| GPU | reference | requests | output tok/s | our backend tok/s "
         "| our backend ÷ reference |",

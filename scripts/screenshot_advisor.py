@@ -69,7 +69,7 @@ def stop_job_runner(store: str) -> None:
     """The job runner the app may have started for this temporary store (its own session;
     it would exit by itself when idle)."""
     sys.path.insert(0, str(REPO))
-    from bench.jobs import runner_pid
+    from bench.orchestrate.jobs import runner_pid
 
     pid = runner_pid(store)
     if pid and pid > 0:

@@ -1,6 +1,6 @@
 """Shared test fixtures: `time_travel` (virtual clock for load tests) and `tiny_records`.
 
-`time_travel` makes the running asyncio loop and `bench.clock.CLOCK` read a virtual clock that
+`time_travel` makes the running asyncio loop and `bench.core.clock.CLOCK` read a virtual clock that
 jumps straight to the next timer whenever every task is waiting, so a 60 s load phase runs in
 milliseconds and every timestamp is exact (no CPU time passes on the virtual clock).
 """
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.clock import CLOCK
-from bench.schema import RequestRecord
+from bench.core.clock import CLOCK
+from bench.core.schema import RequestRecord
 
 VIRTUAL_EPOCH_NS = 1_000_000_000_000
 """Virtual time starts at 1000 s, like a perf_counter reading on a machine that has been up."""
@@ -50,7 +50,7 @@ def virtual_time(loop: asyncio.AbstractEventLoop) -> Iterator[VirtualClock]:
     time, so do not await thread results with time-outs under it. The driver's timer slack
     (a real-clock workaround) is switched off: virtual timers fire exactly.
     """
-    from bench.load import driver
+    from bench.run.load import driver
 
     clock = VirtualClock()
     selector = loop._selector  # type: ignore[attr-defined]

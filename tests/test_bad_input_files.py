@@ -61,14 +61,14 @@ def real_campaign_plan(tmp: Path) -> bytes:
 
 
 def real_run_config(tmp: Path) -> bytes:
-    from bench.config import RunConfig
+    from bench.core.config import RunConfig
 
     config = RunConfig(backend="fake", model="tiny-llama", engine_args={"ttft_s": 0.01})
     return json.dumps(config.model_dump(mode="json"), indent=1).encode()
 
 
 def real_records(tmp: Path) -> bytes:
-    from bench.schema import RequestRecord
+    from bench.core.schema import RequestRecord
 
     records = [
         RequestRecord(
@@ -86,8 +86,8 @@ def real_records(tmp: Path) -> bytes:
 
 
 def real_store(tmp: Path) -> bytes:
-    from bench.schema import RunResult
-    from bench.store import ResultStore
+    from bench.core.schema import RunResult
+    from bench.storage.store import ResultStore
 
     path = tmp / "real-store.sqlite"
     store = ResultStore(path)
@@ -258,7 +258,7 @@ def test_checkpoint_with_a_broken_config_json(tmp_path: Path, monkeypatch, break
     """`--model DIR` reads DIR/config.json: the bench refuses it in one line; the advisor
     answers from the tree without the model's size and says why."""
     monkeypatch.setenv("ADVISOR_STORE", str(tmp_path / "absent.sqlite"))
-    from bench.models import PRESETS
+    from bench.engines.models import PRESETS
 
     real = PRESETS["tiny-llama"].build_config().to_json_string().encode()
     checkpoint = tmp_path / "checkpoint"
@@ -276,7 +276,7 @@ def test_checkpoint_with_a_broken_config_json(tmp_path: Path, monkeypatch, break
     assert architecture is None and "config.json" in note
 
 
-# ------------------------------------------------------------------ bounded reading (bench.files)
+# --------------------------------------------------------------- bounded reading (bench.core.files)
 # Inputs that are well-formed bytes but unbounded work: 100,000 `[` (every parser recursed per
 # level: RecursionError), a YAML alias bomb (a few hundred bytes loading to gigabytes), a FIFO
 # with no writer (the read waited forever) and /dev/zero (read until memory ran out).
@@ -387,7 +387,7 @@ def test_unbounded_reference_file_is_a_note(
 @pytest.mark.parametrize("hazard", ["deep-nesting", "alias-bomb"])
 def test_unbounded_app_upload_is_one_line(tmp_path: Path, hazard: str) -> None:
     """The app's profile upload parses through the same bounded reader."""
-    from bench.errors import UserError
+    from bench.core.errors import UserError
     from ui.state import read_uploaded_profile
 
     make, needle = HAZARDS[hazard]
@@ -407,8 +407,8 @@ def test_deeply_nested_option_value_is_one_line() -> None:
 def test_size_cap_and_the_shipped_files_within_the_bounds(tmp_path: Path) -> None:
     """A file over the cap is refused; every shipped YAML/JSON input (anchors and merge keys
     included) still loads through the bounded reader."""
-    from bench.errors import UserError
-    from bench.files import load_user_json, load_user_mapping, read_user_bytes
+    from bench.core.errors import UserError
+    from bench.core.files import load_user_json, load_user_mapping, read_user_bytes
 
     big = tmp_path / "big.yaml"
     big.write_bytes(b"a: 1\n" * 1000)

@@ -148,9 +148,11 @@ def test_the_graph_sees_function_level_imports() -> None:
     """The reader finds imports inside functions and skips TYPE_CHECKING-only ones: a module
     known to import inside a function, and one whose only store import is for annotations."""
     graph = import_graph()
-    # `from bench.ray_executor import RayExecutor` inside open_executor:
-    assert "bench.ray_executor" in graph["bench.executor_registry"]
-    assert "bench.store" not in graph["bench.executors"]  # under `if TYPE_CHECKING:` only
+    # `from bench.orchestrate.ray_executor import RayExecutor` inside open_executor:
+    assert "bench.orchestrate.ray_executor" in graph["bench.orchestrate.executor_registry"]
+    assert (
+        "bench.storage.store" not in graph["bench.orchestrate.executors"]
+    )  # under `if TYPE_CHECKING:` only
     assert len(graph) > 100
 
 

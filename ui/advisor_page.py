@@ -35,9 +35,9 @@ from advisor.stage_input import (
     load_kind_shown,
     stage_data,
 )
-from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RateLoad
-from bench.errors import UserError
-from bench.metric_catalog import SLO_BOUNDS_BY_FIELD
+from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RateLoad
+from bench.core.errors import UserError
+from bench.core.metric_catalog import SLO_BOUNDS_BY_FIELD
 from ui import state
 from ui.components import (
     empty_state,
@@ -69,8 +69,8 @@ QUANTIZATIONS = [None, "awq", "gptq", "int8", "int4", "fp8"]
 
 @st.cache_data(ttl=3600, show_spinner=False)
 def model_presets() -> dict[str, tuple[str, str]]:
-    """Preset name -> (kind, description), from bench.models (imports nothing heavy)."""
-    from bench.models import PRESETS
+    """Preset name -> (kind, description), from bench.engines.models (imports nothing heavy)."""
+    from bench.engines.models import PRESETS
 
     return {name: (preset.kind, preset.description) for name, preset in PRESETS.items()}
 

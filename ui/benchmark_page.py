@@ -1,8 +1,8 @@
 """Benchmark page: the plan for the current profile, this machine, and live jobs with a Stop.
 
 Runs never happen in the script thread: Run writes a job into the store and makes sure the
-detached runner (`bench.jobs`) is up; a fragment polls the job row once a second. Reloading the
-page, switching pages or closing the tab loses nothing: the job lives in the store.
+detached runner (`bench.orchestrate.jobs`) is up; a fragment polls the job row once a second.
+Reloading the page, switching pages or closing the tab loses nothing: the job lives in the store.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import streamlit as st
 from advisor.plan import CONFIRM_ABOVE_S, StagePlan, estimate_runs
 from advisor.plan_table import PLAN_ROW, chosen_runs, plan_table
 from advisor.profile import StageProfile
-from bench.config import PATTERN_NAMES, RunConfig
-from bench.errors import UserError
-from bench.fingerprint import Fingerprint
-from bench.schema import RunStatus
-from bench.store import Job
-from bench.web_policy import check_web_jobs
+from bench.core.config import PATTERN_NAMES, RunConfig
+from bench.core.errors import UserError
+from bench.core.fingerprint import Fingerprint
+from bench.core.schema import RunStatus
+from bench.orchestrate.web_policy import check_web_jobs
+from bench.storage.store import Job
 from ui import state
 from ui.components import empty_state, format_number, status_badge
 
@@ -48,7 +48,7 @@ DURATION_HELP = (
 @st.cache_data(ttl=30, max_entries=2, show_spinner="Reading the machine (GPU, clocks, memory)…")
 def machine_facts() -> tuple[Fingerprint, list[dict[str, Any]]]:
     """The environment fingerprint and its preflight findings (read-only, refreshed every 30 s)."""
-    from bench.environment import fingerprint, preflight
+    from bench.run.environment import fingerprint, preflight
 
     facts = fingerprint()
     return facts, [item.model_dump() for item in preflight(facts)]
@@ -56,7 +56,7 @@ def machine_facts() -> tuple[Fingerprint, list[dict[str, Any]]]:
 
 @st.cache_data(ttl=60, max_entries=2, show_spinner="Checking which frameworks are installed…")
 def backend_availability() -> list[dict[str, Any]]:
-    from bench.backends import all_availability
+    from bench.engines.backends import all_availability
 
     return [
         {
@@ -98,7 +98,7 @@ def plan_for(stage: StageProfile, quick: bool) -> StagePlan:
 def records_frame(run_id: str, store_location: str | None) -> pd.DataFrame:
     """The newest 5000 measured records of a run as rows (time since the first of them, TTFT,
     E2E); only those are read, so a long run's chart costs the same every poll."""
-    from bench.metrics import request_latencies_ms
+    from bench.core.metrics import request_latencies_ms
 
     rows = []
     for record in state.get_store().latest_records(run_id, LIVE_RECORDS_SHOWN):
@@ -294,7 +294,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     if plan.get("note"):
         st.info(plan["note"], icon=":material/memory:")
     plan_summary(plan, repeats, len(searches))
-    from bench.backends import backend_names
+    from bench.engines.backends import backend_names
 
     engines_missing_notice(
         [config.backend for config in configs], not machine_facts()[0].gpu_available
@@ -492,7 +492,7 @@ def format_bytes(count: int) -> str:
 
 def start_job(configs: list[RunConfig], label: str) -> None:
     """Queue the runs as one job and make sure a runner serves the store; nothing runs here."""
-    from bench.jobs import ensure_runner
+    from bench.orchestrate.jobs import ensure_runner
 
     check_web_jobs(configs)
     store = state.get_store()
@@ -564,14 +564,14 @@ def job_panel(job: Job) -> None:
                 state.get_store().request_stop(job_id)
                 st.toast("Stop requested: the engine is being ended.", icon=":material/stop:")
         _runner_hint(job)
-    from bench.executors import describe_placement
+    from bench.orchestrate.executors import describe_placement
 
     where = describe_placement((job.progress or {}).get("placement"))
     if where:
         (st.info if where.startswith("Queued") else st.caption)(where)
     if job.error:
         (st.warning if job.status == RunStatus.STOPPED else st.error)(job.error)
-    from bench.jobs import queued_runs
+    from bench.orchestrate.jobs import queued_runs
 
     # Until the runner claims the job it has written no progress: show every run as queued.
     runs = (job.progress or {}).get("runs") or queued_runs(job.configs)
@@ -586,15 +586,15 @@ def job_panel(job: Job) -> None:
 
 
 def _runner_hint(job: Any) -> None:
-    from bench.jobs import runner_pid
+    from bench.orchestrate.jobs import runner_pid
 
     if job.status == RunStatus.QUEUED and runner_pid(state.store_location()) is None:
         st.info("Waiting for the job runner to start…")
-        from bench.jobs import ensure_runner
+        from bench.orchestrate.jobs import ensure_runner
 
         ensure_runner(state.store_location(), log_path=_runner_log_path(state.get_store()))
     elif job.status == RunStatus.QUEUED:
-        from bench.executors import ExecutorSettings
+        from bench.orchestrate.executors import ExecutorSettings
 
         if ExecutorSettings.from_env().name == "local":
             st.caption("Queued: one GPU job runs at a time; this one starts when the current ends.")

@@ -12,9 +12,9 @@ import pandas as pd
 import streamlit as st
 from pydantic import BaseModel
 
-from bench.metric_catalog import Metric
-from bench.metric_catalog import metric as catalogue_metric
-from bench.schema import RunResult, RunStatus
+from bench.core.metric_catalog import Metric
+from bench.core.metric_catalog import metric as catalogue_metric
+from bench.core.schema import RunResult, RunStatus
 
 STATUS_ICONS = {
     RunStatus.QUEUED.value: ":material/schedule:",

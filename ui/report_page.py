@@ -18,7 +18,7 @@ import streamlit as st
 
 from advisor.profile import WorkloadProfile
 from advisor.report.model import Report
-from bench.errors import UserError
+from bench.core.errors import UserError
 from ui import state
 from ui.components import empty_state, run_title
 

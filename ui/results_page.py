@@ -12,10 +12,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from bench.errors import UserError
-from bench.metric_catalog import SPECS_BY_KEY, Metric
-from bench.metric_catalog import metric as catalogue_metric
-from bench.schema import RunResult, RunStatus
+from bench.core.errors import UserError
+from bench.core.metric_catalog import SPECS_BY_KEY, Metric
+from bench.core.metric_catalog import metric as catalogue_metric
+from bench.core.schema import RunResult, RunStatus
 from ui import state
 from ui.components import (
     device_of,
@@ -210,7 +210,7 @@ def latency_distributions(runs: list[RunResult]) -> None:
     """Share of requests per latency bin (bins computed here, shared by the runs) and p50/p90/p99
     per run: the chart holds LATENCY_BINS points per run whatever the run's size."""
     from advisor.report.aggregate import histogram
-    from bench.metrics import percentiles_ms
+    from bench.core.metrics import percentiles_ms
 
     st.subheader("Latency distributions")
     metric = (

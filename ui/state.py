@@ -14,9 +14,9 @@ import streamlit as st
 import yaml
 
 from advisor.profile import StageProfile, WorkloadProfile, profile_from_dict
-from bench.errors import UserError
-from bench.schema import RunResult
-from bench.store import ResultStore
+from bench.core.errors import UserError
+from bench.core.schema import RunResult
+from bench.storage.store import ResultStore
 
 if TYPE_CHECKING:  # the advisor's modules load scikit-learn: imported when first asked
     from advisor.evidence import ReferenceFiles
@@ -137,7 +137,7 @@ def read_uploaded_profile(data: bytes, name: str) -> WorkloadProfile:
     """Parse an uploaded YAML/JSON profile; UserError with a one-line message otherwise."""
     if len(data) > MAX_PROFILE_BYTES:
         raise UserError(f"{name}: {len(data) // 1024} KB is too large for a profile (max 256 KB)")
-    from bench.files import decode_text, parse_user_mapping
+    from bench.core.files import decode_text, parse_user_mapping
 
     # The CLI's bounded parser: nesting depth and YAML alias expansion are capped the same way.
     loaded = parse_user_mapping(decode_text(data, name), name)

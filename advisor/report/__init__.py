@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from advisor.report.model import REPORT_SCHEMA_VERSION, SECTIONS, Report
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 FORMATS = ("md", "html", "pdf", "json")
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from bench.schema import RequestRecord
+from bench.core.schema import RequestRecord
 
 NS_PER_MS = 1e6
 NS_PER_S = 1e9

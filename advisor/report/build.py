@@ -62,14 +62,14 @@ from advisor.report.model import (
 )
 from advisor.report.numbers import scalar_text
 from advisor.report.workload import workload_tables
-from bench.errors import UserError
-from bench.fingerprint import Fingerprint
-from bench.metric_catalog import METRICS_BY_NAME
-from bench.metric_catalog import metric as catalogue_metric
-from bench.schema import RequestRecord, RunResult
+from bench.core.errors import UserError
+from bench.core.fingerprint import Fingerprint
+from bench.core.metric_catalog import METRICS_BY_NAME
+from bench.core.metric_catalog import metric as catalogue_metric
+from bench.core.schema import RequestRecord, RunResult
 
 if TYPE_CHECKING:
-    from bench.environment import PreflightItem
+    from bench.run.environment import PreflightItem
 
 SEED_REFERENCE_FILE = "seed_a100_llama2_13b.json"
 
@@ -230,7 +230,7 @@ def verdicts_table(stage: StageRecommendation) -> ReferenceTable | None:
         return None
     return ReferenceTable(
         title=f"{chosen.framework} against the alternatives",
-        source="bench.stats.candidate_verdict on the runs' request records",
+        source="bench.core.stats.candidate_verdict on the runs' request records",
         conditions=f"practical threshold {chosen.threshold:.0%}, 95% bootstrap intervals",
         note="A is better only when the whole interval of the ratio clears the threshold; "
         "'single run' intervals are within-run only and leave out run-to-run spread.",
@@ -694,7 +694,7 @@ def column_label(key: str) -> str:
 def load_reference(path: Path) -> ReferenceTable:
     """The article's published table from data/reference (the advisor's `kind: published` layout:
     source.title, model, environment, caveats, configurations, rows)."""
-    from bench.files import load_user_json
+    from bench.core.files import load_user_json
 
     data = load_user_json(path, "reference table")
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
@@ -811,7 +811,7 @@ def _data_caveats(runs: Sequence[RunResult], environment: Fingerprint | None) ->
 INTERVAL_MAX_RECORDS = 100_000
 """Runs with more records get no interval in the report (the records are not kept in memory)."""
 INTERVAL_BOOTSTRAP = 200
-"""Draws per interval in the report (the verdicts use bench.stats' 1000)."""
+"""Draws per interval in the report (the verdicts use bench.core.stats' 1000)."""
 
 
 class _Kept:
@@ -833,7 +833,7 @@ class _Kept:
 def _intervals(run: RunResult, kept: _Kept | None) -> dict[str | None, tuple[float, float]]:
     """Output tok/s 95% intervals of the run (key None) and of each closed-loop phase (key:
     its target level as text), within-run bootstrap; {} without records."""
-    from bench.stats import run_sample, summarize_group
+    from bench.core.stats import run_sample, summarize_group
 
     records = kept.kept if kept is not None else None
     if not records or run.summary is None:
@@ -1116,7 +1116,7 @@ def report_for(
     Runs: those named (each must exist in the store or the reference folder), else every run
     the advisor's evidence cites. Records are streamed from the store into columns.
     """
-    from bench.environment import fingerprint, preflight
+    from bench.run.environment import fingerprint, preflight
 
     # Measured RunResults stored as files in data/reference (cited by the advisor too).
     reference_runs = {run.run_id: run for runs in reference.runs.values() for run in runs}
@@ -1162,7 +1162,7 @@ def assemble_report(
     """Load the profile, ask the advisor once, read runs and records, and build the Report."""
     from advisor.profile import load_profile
     from advisor.recommend import availability_map, recommend
-    from bench.store import open_store, parse_store_url
+    from bench.storage.store import open_store, parse_store_url
 
     profile_path = Path(profile_path)
     profile = load_profile(profile_path)

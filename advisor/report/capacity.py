@@ -17,10 +17,10 @@ from advisor.capacity import Capacity, size_fleet
 from advisor.profile import StageProfile
 from advisor.recommend import CandidateCapacity, stage_capacities
 from advisor.report.model import Chart, Marker, ReferenceTable, Series
-from bench.load.reports import CapacityReport
-from bench.metric_catalog import SPECS_BY_KEY, Metric
-from bench.schema import RunResult
-from bench.strict import Strict
+from bench.core.metric_catalog import SPECS_BY_KEY, Metric
+from bench.core.pattern_reports import CapacityReport
+from bench.core.schema import RunResult
+from bench.core.strict import Strict
 
 CAPACITY_COLUMNS = (
     "Candidate",

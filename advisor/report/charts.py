@@ -23,9 +23,9 @@ from advisor.report.aggregate import (
     windowed_percentile,
 )
 from advisor.report.model import MAX_CHART_POINTS, Chart, Marker, Series
-from bench.config import PulseLoad, SteadyLoad
-from bench.load.reports import StepReport
-from bench.schema import RunResult
+from bench.core.config import PulseLoad, SteadyLoad
+from bench.core.pattern_reports import StepReport
+from bench.core.schema import RunResult
 
 CHART_WIDTH_PX = 560
 CHART_HEIGHT_PX = 250

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 FORMAT_CHOICES = ("md", "html", "pdf", "json", "all")
 

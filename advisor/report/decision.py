@@ -18,7 +18,7 @@ from advisor.profile import StageProfile
 from advisor.recommend import BASIS_WORDS, REFUSED, Recommendation, StageRecommendation, slo_text
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     ForwardWorkload,
     GenerateWorkload,
@@ -27,7 +27,7 @@ from bench.config import (
     RateLoad,
     Workload,
 )
-from bench.metric_catalog import METRICS_BY_NAME
+from bench.core.metric_catalog import METRICS_BY_NAME
 
 FRAMEWORK_LABELS = {
     "vllm": "vLLM",

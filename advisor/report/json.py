@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from advisor.report.model import REPORT_SCHEMA_VERSION, Report
 from advisor.report.writer import ReportWriter, check_name
-from bench.errors import UserError
-from bench.strict import describe_validation_error
+from bench.core.errors import UserError
+from bench.core.strict import describe_validation_error
 
 
 def render_json(report: Report) -> str:

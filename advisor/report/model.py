@@ -12,9 +12,9 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from advisor.configurations import RecommendedDeployment
-from bench.metric_catalog import Metric
-from bench.metric_catalog import metric as catalogue_metric
-from bench.strict import Strict
+from bench.core.metric_catalog import Metric
+from bench.core.metric_catalog import metric as catalogue_metric
+from bench.core.strict import Strict
 
 REPORT_SCHEMA_VERSION = 2
 """2: a stage's `configuration` is the typed `RecommendedDeployment` (parallelism and precision

@@ -12,7 +12,7 @@ from pathlib import Path
 from advisor.report.html import render_html
 from advisor.report.model import Report
 from advisor.report.writer import ReportWriter, check_name
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 
 def render_pdf(report: Report, chart_svgs: Mapping[str, str]) -> bytes:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from advisor.profile import StageProfile, WorkloadProfile
 from advisor.report.model import StageWorkload, WorkloadAnswer
 from advisor.report.numbers import number, percent
-from bench.config import LengthDistribution
-from bench.metric_catalog import SLO_BOUNDS
+from bench.core.config import LengthDistribution
+from bench.core.metric_catalog import SLO_BOUNDS
 
 OBJECTIVE_WORDS = {
     "maximize_throughput": "Maximise throughput",

@@ -14,7 +14,7 @@ import tempfile
 import unicodedata
 from pathlib import Path
 
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 MAX_NAME_CHARS = 100
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")

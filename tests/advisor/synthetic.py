@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.config import (
+from bench.core.config import (
     SLO,
     ConcurrencyLoad,
     ForwardWorkload,
@@ -17,7 +17,7 @@ from bench.config import (
     Precision,
     RunConfig,
 )
-from bench.schema import (
+from bench.core.schema import (
     Failure,
     MetricsSummary,
     ModelInfo,

@@ -10,7 +10,7 @@ from advisor.calibration import GATE_MAPE, calibration_from, efficiency_for, poi
 from advisor.configurations import Deployment
 from advisor.evidence import read_reference_folder
 from advisor.profile import profile_from_flags
-from bench.config import ParallelismConfig
+from bench.core.config import ParallelismConfig
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 

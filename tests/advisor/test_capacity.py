@@ -1,6 +1,6 @@
 """Fleet size and cost from capacity reports that the real search produced on the fake backend.
 
-Each report comes from `bench.load.capacity`'s search driven through bench.runner.execute in
+Each report comes from `bench.run.load.capacity`'s search driven through bench.run.runner.execute in
 virtual time against the fake backend (a test double with a known capacity: 4 slots x 0.2 s
 per request = 20 req/s; see tests/bench/test_load_capacity.py); the arithmetic under test is
 advisor/capacity.py's.
@@ -24,9 +24,9 @@ from advisor.capacity import (
 )
 from advisor.gpus import GPUS
 from advisor.profile import StageProfile
-from bench.config import SLO, CapacityLoad
-from bench.errors import UserError
-from bench.schema import RunResult, RunStatus
+from bench.core.config import SLO, CapacityLoad
+from bench.core.errors import UserError
+from bench.core.schema import RunResult, RunStatus
 from tests.bench.test_load_capacity import OUTPUT_TOKENS, SLO_TTFT_MS, run_search
 
 

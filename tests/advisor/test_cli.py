@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from advisor.cli import app
-from bench.store import ResultStore
+from bench.storage.store import ResultStore
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 from tests.advisor.synthetic import synthetic_run
 

@@ -16,7 +16,7 @@ from advisor.configurations import (
 from advisor.estimate import ARCHITECTURES, _architecture_from_config
 from advisor.evidence import read_reference_folder
 from advisor.profile import profile_from_flags
-from bench.config import ParallelismConfig, PrecisionConfig
+from bench.core.config import ParallelismConfig, PrecisionConfig
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 

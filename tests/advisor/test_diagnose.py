@@ -11,7 +11,7 @@ import pytest
 
 import advisor.diagnose as diagnose_module
 from advisor.diagnose import diagnose, profiling_command
-from bench.schema import RunStatus
+from bench.core.schema import RunStatus
 from tests.advisor.synthetic import synthetic_run
 
 TRAINING_REMEDIES = re.compile(r"gradient|checkpointing|prun(e|ing)|backward|optimizer", re.I)

@@ -10,7 +10,7 @@ import pytest
 from advisor.estimate import ARCHITECTURES, GB, estimate_stage
 from advisor.gpus import GPUS, find_gpu, get_gpu
 from advisor.profile import profile_from_dict
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 LLAMA_2_13B_PARAMETERS = 13_015_864_320
 """Hand count: embed 32000x5120 + 40 x (4x5120^2 + 3x5120x13824 + 2x5120) + 5120 + lm_head."""
@@ -329,8 +329,9 @@ def test_unknown_gpu() -> None:
 
 @pytest.mark.slow
 def test_preset_counts_match_bench_models() -> None:
-    """The estimate's table equals bench.models' exact counts (meta-device models, torch)."""
-    from bench.models import PRESETS, parameter_count
+    """The estimate's table equals bench.engines.models' exact counts (meta-device models,
+    torch)."""
+    from bench.engines.models import PRESETS, parameter_count
 
     for name, preset in PRESETS.items():
         assert ARCHITECTURES[name].parameters == parameter_count(preset.build_config()), name
@@ -339,7 +340,7 @@ def test_preset_counts_match_bench_models() -> None:
 def test_preset_context_windows_match_bench_models() -> None:
     """The context check's windows are the presets' max_position_embeddings (configs only, no
     weights), and no preset has rope scaling."""
-    from bench.models import PRESETS
+    from bench.engines.models import PRESETS
 
     for name, preset in PRESETS.items():
         config = preset.build_config()

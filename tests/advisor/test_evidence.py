@@ -19,7 +19,7 @@ from advisor.evidence import (
 from advisor.plan import bench_plan
 from advisor.profile import profile_from_dict
 from advisor.tree import evaluate, load_tree
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     ForwardWorkload,
     GenerateWorkload,
@@ -27,9 +27,9 @@ from bench.config import (
     RateLoad,
     StepLoad,
 )
-from bench.errors import UserError
-from bench.schema import RunStatus
-from bench.store import ResultStore
+from bench.core.errors import UserError
+from bench.core.schema import RunStatus
+from bench.storage.store import ResultStore
 from tests.advisor.synthetic import synthetic_run
 
 TREE = load_tree()
@@ -170,7 +170,7 @@ def test_closeness_shape_and_model() -> None:
 
 def ladder_run(levels: list[int], throughputs: list[float]):
     """A synthetic step-ladder run (labelled synthetic): one closed-loop phase per level."""
-    from bench.schema import PhaseResult
+    from bench.core.schema import PhaseResult
 
     run = synthetic_run("torch_compile", throughput_tok_s=max(throughputs))
     run.config.load = StepLoad(levels=levels, stage_duration_s=15, stop_at_knee=False)
@@ -370,7 +370,7 @@ def test_plan_engine_limits_cover_the_longest_request() -> None:
 
 def test_plan_engine_args_are_accepted_by_the_adapters() -> None:
     """Every planned option is one the registered adapter declares (names and types)."""
-    from bench.backends import get_backend
+    from bench.engines.backends import get_backend
 
     for data in (
         CHAT,

@@ -7,7 +7,7 @@ from pathlib import Path
 from advisor.learned import MIN_GROUPS, labelled_groups, learned_opinion
 from advisor.profile import profile_from_dict
 from advisor.recommend import recommend
-from bench.store import ResultStore
+from bench.storage.store import ResultStore
 from tests.advisor.synthetic import SYNTHETIC_LABEL, synthetic_run
 
 

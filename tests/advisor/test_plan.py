@@ -27,7 +27,7 @@ def test_plan_for_stage_is_the_tree_walk_plus_bench_plan(path: Path, quick: bool
             continue
         decision = evaluate(tree, stage, estimate_stage(stage))
         if decision.refused:  # over_long_context: refused before planning, by both
-            from bench.errors import UserError
+            from bench.core.errors import UserError
 
             with pytest.raises(UserError, match="cannot be planned"):
                 plan_for_stage(stage, quick=quick, tree=tree)
@@ -122,7 +122,7 @@ def test_estimate_is_in_the_range_of_a_measured_quick_plan() -> None:
     end (the quick_plan step in data/reference/h200_llama2-7b_fidelity_quick_plan_onnx_genai/
     campaign-fidelity-rounds-quick-plan.json); the estimate must be in range."""
     from advisor.plan import estimate_run
-    from bench.config import RunConfig
+    from bench.core.config import RunConfig
 
     folder = ROOT / "data/reference/h200_llama2-7b_fidelity_quick_plan_onnx_genai"
     data = json.loads(
@@ -142,7 +142,7 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     shape), not from a list of framework names in the advisor."""
     from advisor.evidence import workload_shape
     from advisor.traffic import caching_state, sized_for_engine
-    from bench.backends import registry
+    from bench.engines.backends import registry
 
     for stage in load_profile(path).stages:
         if stage.model is None or estimate_stage(stage).refused:
@@ -190,7 +190,7 @@ def _stage(**data):
 
 
 def test_a_stage_longer_than_the_models_window_is_refused_before_planning() -> None:
-    from bench.errors import UserError
+    from bench.core.errors import UserError
 
     stage = _stage(
         model="llama-2-70b",
@@ -247,7 +247,7 @@ def test_only_the_tail_past_the_window_is_clipped_and_said() -> None:
 def test_cpu_runs_use_one_dtype_rule_and_say_so() -> None:
     """The CLI's CPU runs are bfloat16 (bench run's default); the quick plan on the CPU too."""
     from advisor.plan import CPU_HALF_DTYPE
-    from bench.config import PrecisionConfig
+    from bench.core.config import PrecisionConfig
 
     assert PrecisionConfig().dtype == CPU_HALF_DTYPE == "bfloat16"
     stage = _stage(model="llama-2-7b", precision={"dtype": "float16"})
@@ -271,8 +271,8 @@ def test_cpu_runs_use_one_dtype_rule_and_say_so() -> None:
 def test_a_replay_run_is_estimated_from_its_traces_span() -> None:
     """A replay run's phase lasts the trace's span (times time_scale): the shipped example."""
     from advisor.traffic import replay_seconds
-    from bench.config import ReplayLoad
-    from bench.traffic_files import read_trace
+    from bench.core.config import ReplayLoad
+    from bench.run.traffic_files import read_trace
 
     trace = Path(__file__).resolve().parents[2] / "examples/traces/mooncake_small.jsonl"
     load = ReplayLoad(trace=str(trace), time_scale=0.5)

@@ -9,8 +9,8 @@ import pytest
 from advisor.plan import plan_for_stage
 from advisor.plan_table import CAPACITY_SEARCH, PLAN_ROW, chosen_runs, config_from_row, plan_table
 from advisor.profile import load_profile
-from bench.config import RunConfig
-from bench.errors import UserError
+from bench.core.config import RunConfig
+from bench.core.errors import UserError
 
 PROFILES = sorted((Path(__file__).parents[2] / "examples" / "profiles").glob("*.yaml"))
 
@@ -97,7 +97,7 @@ def test_engine_arguments_are_validated_against_the_backend():
 def test_plan_table_and_cli_read_engine_arguments_the_same_way():
     """One parser: the table cell and repeated --engine-arg give identical values and types."""
     from bench.cli import build_run_config
-    from bench.keyvalue import format_pairs
+    from bench.core.keyvalue import format_pairs
 
     pairs = ["max_num_seqs=256", "enforce_eager=yes", "gpu_memory_utilization=0.5", "seed=null"]
     cli = build_run_config(None, "vllm", "tiny-llama", None, {}, pairs, [])

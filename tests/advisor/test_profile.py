@@ -14,7 +14,7 @@ from advisor.profile import (
     profile_from_dict,
     profile_from_flags,
 )
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "profiles"
 

@@ -9,7 +9,7 @@ import pytest
 
 from advisor.profile import load_profile, profile_from_dict
 from advisor.recommend import MEASUREMENT_RULE, Report, recommend
-from bench.schema import RunStatus
+from bench.core.schema import RunStatus
 from tests.advisor.synthetic import synthetic_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "profiles"

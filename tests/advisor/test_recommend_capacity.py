@@ -17,9 +17,15 @@ from advisor.plan import FULL_REPEATS, plan_for_stage
 from advisor.profile import profile_from_dict
 from advisor.recommend import recommend
 from advisor.report.capacity import capacity_view
-from bench.config import SLO, CapacityLoad, ConcurrencyLoad, GenerateWorkload, LengthDistribution
-from bench.fingerprint import Fingerprint, GpuFacts
-from bench.schema import ModelInfo, RunResult, RunStatus, Validity, ValidityStatus
+from bench.core.config import (
+    SLO,
+    CapacityLoad,
+    ConcurrencyLoad,
+    GenerateWorkload,
+    LengthDistribution,
+)
+from bench.core.fingerprint import Fingerprint, GpuFacts
+from bench.core.schema import ModelInfo, RunResult, RunStatus, Validity, ValidityStatus
 from tests.bench.test_load_capacity import ITL_S, OUTPUT_TOKENS, SLO_TTFT_MS, TTFT_S, run_search
 from tests.bench.test_stats import fake_run
 

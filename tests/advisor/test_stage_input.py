@@ -14,7 +14,7 @@ from advisor.stage_input import (
     load_kind_shown,
     stage_data,
 )
-from bench.models import PRESETS
+from bench.engines.models import PRESETS
 
 PROFILES = sorted((Path(__file__).parents[2] / "examples" / "profiles").glob("*.yaml"))
 STAGES = [

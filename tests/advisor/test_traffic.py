@@ -16,7 +16,7 @@ from advisor.estimate import estimate_stage
 from advisor.plan import plan_for_stage
 from advisor.profile import load_profile, profile_from_dict, profile_from_flags
 from advisor.tree import DEFAULT_TREE_PATH, evaluate, load_tree
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     ConversationSpec,
     GenerateWorkload,
@@ -25,8 +25,8 @@ from bench.config import (
     ReplayLoad,
     RunConfig,
 )
-from bench.errors import UserError
-from bench.models import resolve_model
+from bench.core.errors import UserError
+from bench.engines.models import resolve_model
 
 RAG = Path("examples/profiles/rag_chat_7b_h200.yaml")
 TRACE = "examples/traces/mooncake_small.jsonl"
@@ -231,7 +231,7 @@ def test_promote_on_yes_names_known_frameworks(tmp_path: Path) -> None:
 def _fake_run(tmp_path: Path, prefix_tokens: int, **engine_args):
     """A real launch of the fake backend on a shared-prefix workload (its summary, with the
     prefix share, comes from the real metrics code)."""
-    from bench.api import launch
+    from bench.run.api import launch
 
     resolve_model("tiny-llama", dtype="float32")
     config = RunConfig(
@@ -252,9 +252,9 @@ def _fake_run(tmp_path: Path, prefix_tokens: int, **engine_args):
 
 def _with_hit_rate(run, hits: float, queries: float):
     """The fake backend reports no prefix cache: the hit rate goes through the real counter
-    arithmetic (bench.metrics.prefix_cache_hit_rate) from two scrape-like samples whose
+    arithmetic (bench.core.metrics.prefix_cache_hit_rate) from two scrape-like samples whose
     counts are chosen by this test (a test double, not a measurement)."""
-    from bench.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, prefix_cache_hit_rate
+    from bench.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, prefix_cache_hit_rate
 
     samples = [
         {"t_ns": 0, PREFIX_CACHE_QUERIES: 0.0, PREFIX_CACHE_HITS: 0.0},
@@ -333,7 +333,7 @@ def test_rag_report_benchmark_configuration_sends_the_traffic(tmp_path: Path) ->
     (the command it gives to reproduce) is the profile's traffic, not 128/128."""
     import json
 
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     ResultStore(tmp_path / "empty.sqlite").close()
     result = CliRunner().invoke(

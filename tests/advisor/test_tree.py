@@ -17,7 +17,7 @@ from advisor.tree import (
     load_tree,
     what_would_change,
 )
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 TREE = load_tree()
 BIG_MODEL_SMALL_GPU = {"model": "llama-2-13b", "gpu": {"type": "L4"}}

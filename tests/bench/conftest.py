@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.models import resolve_model
-from bench.schema import ModelInfo
+from bench.core.schema import ModelInfo
+from bench.engines.models import resolve_model
 
 
 @pytest.fixture(scope="session")

@@ -74,7 +74,7 @@ class FakeGpu:
 
 
 class FakeNvml:
-    """TEST DOUBLE of the pynvml module: pass it as `nvml=` to bench.telemetry/environment.
+    """TEST DOUBLE of the pynvml module: pass it as `nvml=` to bench.run.telemetry/environment.
 
     `calls` lists every NVML function called, in order; any NVML function this fake does not
     define (e.g. a nvmlDeviceSet* call) is still recorded, then raises NotSupported.

@@ -15,11 +15,11 @@ import time
 
 import pytest
 
-from bench.api import launch, reproduce_command
 from bench.cli import build_run_config
-from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
-from bench.schema import RunStatus
-from bench.store import ResultStore
+from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.schema import RunStatus
+from bench.run.api import launch, reproduce_command
+from bench.storage.store import ResultStore
 
 
 def fake_config(**engine_args) -> RunConfig:
@@ -86,8 +86,8 @@ def test_worker_event_loop_is_the_configs_and_recorded(store, tiny_llama):
 def test_uvloop_asked_for_but_missing_is_a_user_error(monkeypatch, tiny_llama):
     import importlib.util
 
-    from bench.api import check_runnable
-    from bench.errors import UserError
+    from bench.core.errors import UserError
+    from bench.run.api import check_runnable
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
@@ -213,8 +213,8 @@ def test_live_prometheus_endpoint_serves_run_metrics(store, tiny_llama):
     """--prometheus-port: while the run lasts, /metrics counts its requests."""
     import urllib.request
 
-    from bench.launchers import free_port
-    from bench.prometheus import parse_prometheus_text
+    from bench.engines.launchers import free_port
+    from bench.run.prometheus import parse_prometheus_text
 
     port = free_port()
     scraped: list[list[dict]] = []
@@ -234,7 +234,7 @@ def test_live_prometheus_endpoint_serves_run_metrics(store, tiny_llama):
 def test_telemetry_is_summarised_over_the_measured_window(store, tiny_llama, monkeypatch):
     """Energy per token, utilisation and power must exclude load and warm-up: launch hands
     summarize_telemetry the first measured start and last measured end."""
-    import bench.telemetry as telemetry
+    import bench.run.telemetry as telemetry
 
     seen: dict = {}
     real = telemetry.summarize_telemetry
@@ -285,10 +285,10 @@ def test_served_engine_metrics_and_usage_reach_the_result(store, tmp_path, tiny_
 def test_a_dead_workers_last_events_go_through_the_live_handler(tmp_path, tiny_llama):
     """Events a worker queued just before dying (records, its outcome) are applied in full:
     the records reach the parent and a sent outcome counts (a crash in close() loses nothing)."""
-    from bench.load.reports import ConcurrencyReport
-    from bench.schema import RequestRecord
-    from bench.worker import Worker, _EventState
-    from bench.worker_events import Outcome, Records, WorkerOutcome
+    from bench.core.pattern_reports import ConcurrencyReport
+    from bench.core.schema import RequestRecord
+    from bench.run.worker import Worker, _EventState
+    from bench.run.worker_events import Outcome, Records, WorkerOutcome
 
     worker = Worker(fake_config(), tiny_llama, tmp_path / "engine.log")  # never started
     record = RequestRecord(

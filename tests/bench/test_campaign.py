@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.campaign import (
+from bench.cli import main
+from bench.core.errors import UserError
+from bench.orchestrate.campaign import (
     CampaignPlan,
     CampaignResult,
     RunStep,
@@ -22,10 +24,8 @@ from bench.campaign import (
     run_campaign,
     step_resources,
 )
-from bench.cli import main
-from bench.errors import UserError
-from bench.executor_registry import LocalExecutor, get_executor, register_executor
-from bench.store import ResultStore
+from bench.orchestrate.executor_registry import LocalExecutor, get_executor, register_executor
+from bench.storage.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -215,10 +215,12 @@ class RecordingExecutor:
 def test_executor_seam_gets_each_step_and_its_own_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import bench.executor_registry
+    import bench.orchestrate.executor_registry
 
     monkeypatch.setattr(
-        bench.executor_registry, "_EXECUTORS", dict(bench.executor_registry._EXECUTORS)
+        bench.orchestrate.executor_registry,
+        "_EXECUTORS",
+        dict(bench.orchestrate.executor_registry._EXECUTORS),
     )
     recorder = RecordingExecutor()
     register_executor("recording", lambda: recorder)
@@ -264,7 +266,7 @@ def test_advisor_plan_step_gets_the_advisors_configs(tmp_path: Path) -> None:
     assert {config.device for config in configs} == {"cpu"}
     # The profile plans float16 for its H200; CPU runs follow the one CPU dtype rule.
     assert {config.precision.dtype for config in configs} == {"bfloat16"}
-    from bench.campaign import advisor_plan_runs
+    from bench.orchestrate.campaign import advisor_plan_runs
 
     planned = advisor_plan_runs(step, context)
     assert configs == [*planned.configs, *planned.capacity_configs]
@@ -279,7 +281,7 @@ def test_advisor_plan_step_takes_the_full_plans_searches_and_repeats(tmp_path: P
     """The full plan's capacity searches run too, and its repeats apply unless the step sets
     its own (`python -m advisor bench-plan --json` is the real planner here)."""
     from advisor.plan import FULL_REPEATS
-    from bench.campaign import advisor_plan_runs
+    from bench.orchestrate.campaign import advisor_plan_runs
 
     profile = {
         "model": "llama-2-7b",
@@ -340,7 +342,7 @@ def test_reference_plan_is_the_one_that_produced_its_data(plan_file: Path) -> No
     recorded run's configuration is its run step's (a served engine's address aside)."""
     import json
 
-    from bench.config import RunConfig
+    from bench.core.config import RunConfig
 
     plan = load_plan(plan_file)
     for campaign_file in campaigns_of(plan_file):

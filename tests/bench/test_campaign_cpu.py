@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.campaign import CampaignResult, load_plan
 from bench.cli import main
-from bench.store import ResultStore
+from bench.orchestrate.campaign import CampaignResult, load_plan
+from bench.storage.store import ResultStore
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "campaigns" / "tiny-cpu.yaml"
 

@@ -51,7 +51,7 @@ def test_tiny_cpu_campaign_on_a_local_ray_instance(tmp_path: Path) -> None:
         assert executor["name"] == "ray" and len(executor["node_id"]) == 56
         assert Path(run["log_path"]).is_file(), "the step folder's files came back"
         assert run["log_path"].startswith(str(tmp_path / "out" / "steps"))
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     with ResultStore(tmp_path / "out" / "results.sqlite") as store:
         stored = {run.run_id for run in store.list_runs()}

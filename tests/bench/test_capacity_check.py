@@ -1,5 +1,5 @@
-"""Checking a found capacity by plain constant-rate runs (bench/capacity_check.py), end to end
-through the command line: a real search, the written check plan, `bench campaign` running it,
+"""Checking a found capacity by plain constant-rate runs (bench/orchestrate/capacity_check.py), end
+to end through the command line: a real search, the written check plan, `bench campaign` running it,
 and the judgement.
 
 The engine is the `fake` backend (a test double with a known service time): 2 slots of 500 ms
@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from bench.campaign import load_plan
-from bench.capacity_check import checks_of, read_results, searches_among
 from bench.cli import main
-from bench.config import RateLoad
+from bench.core.config import RateLoad
+from bench.orchestrate.campaign import load_plan
+from bench.orchestrate.capacity_check import checks_of, read_results, searches_among
 
 
 def test_a_found_capacity_holds_and_fails_fifteen_percent_above(tmp_path, capsys):

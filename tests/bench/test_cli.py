@@ -438,7 +438,7 @@ def test_vllm_engine_argument_names_read_from_source_equal_the_dataclass_fields(
 
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from bench.backends.vllm import _engine_arg_fields_from_source
+    from bench.engines.backends.vllm import _engine_arg_fields_from_source
 
     fields = {f.name for f in dataclasses.fields(AsyncEngineArgs) if not f.name.startswith("_")}
     assert _engine_arg_fields_from_source() == fields

@@ -1,5 +1,6 @@
-"""Client fidelity (bench/client_fidelity.py): the verdict rule, the pairing of repeats, and one
-real check on the CPU (vLLM CPU server, this harness's openai client and vLLM's own client)."""
+"""Client fidelity (bench/orchestrate/client_fidelity.py): the verdict rule, the pairing of repeats,
+and one real check on the CPU (vLLM CPU server, this harness's openai client and vLLM's own
+client)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 import pytest
 
-from bench.client_fidelity import (
+from bench.orchestrate.client_fidelity import (
     ClientFidelityCheck,
     ClientFidelityResult,
     ClientRun,

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.campaign import CampaignPlan, run_campaign
 from bench.cli import main
-from bench.compare import compare, load_side
-from bench.errors import UserError
-from bench.executor_registry import LocalExecutor
-from bench.schema import RunResult
+from bench.core.errors import UserError
+from bench.core.schema import RunResult
+from bench.orchestrate.campaign import CampaignPlan, run_campaign
+from bench.orchestrate.compare import compare, load_side
+from bench.orchestrate.executor_registry import LocalExecutor
 from tests.bench.test_repeats import fake_config
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
@@ -65,7 +65,7 @@ def test_ladder_campaign_levels_from_its_steps_archive(capsys):
 def test_rendered_table_says_single_run(capsys):
     from rich.console import Console
 
-    from bench.compare import render
+    from bench.orchestrate.compare import render
 
     report = compare(
         str(S6 / "campaign-asyncio-uvloop-1.json"),

@@ -1,4 +1,4 @@
-"""The engine's own error line reaches the run's failure (bench/engine_log.py).
+"""The engine's own error line reaches the run's failure (bench/engines/engine_log.py).
 
 The log is a real one: vLLM CPU 0.32 failing to start on this project's 24 GB test host with its
 default CPU memory utilisation (before the backend sized the KV cache itself), as written by the
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.engine_log import root_cause, with_root_cause
-from bench.worker import advice_for
+from bench.engines.engine_log import root_cause, with_root_cause
+from bench.run.worker import advice_for
 
 VLLM_LOG = (Path(__file__).parent / "data" / "vllm_cpu_start_failure.log").read_text()
 FRONT_END = (

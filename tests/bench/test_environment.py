@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from bench.environment import fingerprint, library_versions, preflight, torch_build_info
-from bench.fingerprint import Fingerprint
+from bench.core.fingerprint import Fingerprint
+from bench.run.environment import fingerprint, library_versions, preflight, torch_build_info
 from tests.bench.fake_nvml import (
     SETTING_CALL,
     FakeGpu,
@@ -147,7 +147,7 @@ def test_real_fingerprint_is_fast_and_consistent():
 
 def test_library_versions_never_import():
     code = (
-        "import sys; from bench.environment import fingerprint; fingerprint(); "
+        "import sys; from bench.run.environment import fingerprint; fingerprint(); "
         "heavy = [m for m in ('torch', 'vllm', 'transformers', 'onnxruntime', 'tensorrt_llm') "
         "if m in sys.modules]; print(heavy)"
     )
@@ -374,7 +374,7 @@ def test_every_shipped_fingerprint_loads_and_keeps_every_value() -> None:
 def test_a_stored_empty_fingerprint_reads_as_none_and_a_wrong_key_is_an_error() -> None:
     from pydantic import ValidationError
 
-    from bench.schema import RunResult
+    from bench.core.schema import RunResult
 
     _, stored = shipped_fingerprints()[0]
     run_files = sorted(REFERENCE.glob("*_runs.json"))

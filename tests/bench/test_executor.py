@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bench.config import RunConfig
-from bench.errors import UserError
-from bench.executors import ExecutorSettings, job_resources, parse_settings
-from bench.ray_executor import is_shared_store
-from bench.ray_node import comparability_versions, version_differences
+from bench.core.config import RunConfig
+from bench.core.errors import UserError
+from bench.orchestrate.executors import ExecutorSettings, job_resources, parse_settings
+from bench.orchestrate.ray_executor import is_shared_store
+from bench.orchestrate.ray_node import comparability_versions, version_differences
 
 
 def config(**fields) -> RunConfig:
@@ -88,7 +88,7 @@ def test_two_gpu_example_plan_asks_one_one_and_two_gpus():
     one that needs both."""
     from pathlib import Path
 
-    from bench.campaign import load_plan, step_resources
+    from bench.orchestrate.campaign import load_plan, step_resources
 
     plan = load_plan(Path(__file__).resolve().parents[2] / "examples/campaigns/ray-2gpu.yaml")
     assert [step_resources(step).gpus for step in plan.steps] == [1, 1, 2]
@@ -102,7 +102,7 @@ def test_unreachable_cluster_is_one_line_and_exit_2(tmp_path):
     import sys
     from pathlib import Path
 
-    command = [sys.executable, "-m", "bench.jobs", "--executor", "ray", "--ray-address"]
+    command = [sys.executable, "-m", "bench.orchestrate.jobs", "--executor", "ray", "--ray-address"]
     completed = subprocess.run(
         [*command, "127.0.0.1:1", "--store", str(tmp_path / "s.sqlite"), "--idle-exit-s", "1"],
         cwd=Path(__file__).resolve().parents[2],

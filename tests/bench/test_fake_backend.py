@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from bench.backends import get_backend
-from bench.backends.base import ForwardRequest, GenerateRequest
-from bench.backends.fake import FakeBackend, FakeInjectedError
-from bench.clock import CLOCK
-from bench.config import GenerateWorkload, Precision
-from bench.errors import UserError
-from bench.schema import ModelInfo
+from bench.core.clock import CLOCK
+from bench.core.config import GenerateWorkload, Precision
+from bench.core.errors import UserError
+from bench.core.schema import ModelInfo
+from bench.engines.backends import get_backend
+from bench.engines.backends.base import ForwardRequest, GenerateRequest
+from bench.engines.backends.fake import FakeBackend, FakeInjectedError
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=100)
 MS = 1_000_000
@@ -35,7 +35,7 @@ def test_registered_and_labelled_as_test_double():
     assert availability.available
     assert "test double" in availability.reason
     assert availability.details["test_double"] is True
-    import bench.backends.fake as module
+    import bench.engines.backends.fake as module
 
     assert "TEST DOUBLE" in module.__doc__
     assert FakeBackend.kinds == {"generate", "forward"}

@@ -1,4 +1,5 @@
-"""bench/fidelity.py: the PyTorch checks on real tiny-llama (CPU), the CLI's user errors, helpers.
+"""bench/orchestrate/fidelity.py: the PyTorch checks on real tiny-llama (CPU), the CLI's user
+errors, helpers.
 
 The vLLM check and its `LLM.generate` reference are tested in tests/bench/backends/test_vllm.py,
 beside the fixture that makes tiny-llama loadable by vLLM's CPU attention.
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.fidelity import (
+from bench.core.schema import ModelInfo, RequestRecord
+from bench.orchestrate.fidelity import (
     PytorchFidelityCheck,
     paired_fidelity,
     percentile,
@@ -19,8 +21,7 @@ from bench.fidelity import (
     run_check,
     step_gaps_ms,
 )
-from bench.schema import ModelInfo, RequestRecord
-from bench.store import ResultStore
+from bench.storage.store import ResultStore
 
 
 def record(chunks_ms: list[float], warmup: bool = False, error: str | None = None):
@@ -106,7 +107,7 @@ async def test_paired_mode_alternates_plain_and_harness_on_one_model(
 
 @pytest.mark.slow
 def test_launch_mode_runs_the_backend_through_launch(tmp_path: Path) -> None:
-    """Plain generate in its own process vs the backend through bench.api.launch, 2 rounds."""
+    """Plain generate in its own process vs the backend through bench.run.api.launch, 2 rounds."""
     check = PytorchFidelityCheck(**TINY, mode="launch", rounds=2, repeats=2, batches=2)
     with ResultStore(tmp_path / "results.sqlite") as store:
         result = run_check(check, store, tmp_path)
@@ -145,8 +146,8 @@ def test_vllm_checks_carry_their_parallelism_and_precision_and_older_checks_stil
     shipped plan and campaign record wrote them as engine args and still read the same."""
     import json
 
-    from bench.campaign import CampaignResult, FidelityStep, load_plan, step_resources
-    from bench.fidelity import VllmFidelityCheck
+    from bench.orchestrate.campaign import CampaignResult, FidelityStep, load_plan, step_resources
+    from bench.orchestrate.fidelity import VllmFidelityCheck
 
     plan = load_plan(REFERENCE / "h200_llama2-7b_vllm_fp8" / "plan.yaml")
     checks = [s.check for s in plan.steps if isinstance(s, FidelityStep)]

@@ -1,4 +1,4 @@
-"""A repeated stop signal that lands after the run has stopped (bench/interrupts.py).
+"""A repeated stop signal that lands after the run has stopped (bench/run/interrupts.py).
 
 Each case is a real Python process with the program entry's handlers installed, signalling
 itself: the race the run-lifecycle test hits by chance (Ctrl-C twice, 0.2 s apart, on a loaded
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PROLOGUE = """
 import os, signal, sys, threading
-from bench.interrupts import RunInterrupts, hold_repeated_signals, stopped_by_signal
+from bench.run.interrupts import RunInterrupts, hold_repeated_signals, stopped_by_signal
 hold_repeated_signals()
 """
 

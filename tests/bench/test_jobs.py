@@ -1,6 +1,6 @@
 """The job runner: throttled progress, queueing one job at a time, stop, and the detached runner.
 
-Runs go through the real `bench.api.launch` (worker processes) with the `fake` backend, a
+Runs go through the real `bench.run.api.launch` (worker processes) with the `fake` backend, a
 labelled test double, except the one slow test that runs the real PyTorch engine on the CPU.
 """
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench import jobs
-from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
-from bench.schema import RunStatus
-from bench.store import ResultStore
+from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.schema import RunStatus
+from bench.orchestrate import jobs
+from bench.storage.store import ResultStore
 
 
 def fake_config(duration_s: float = 2.0, itl_s: float = 0.002, **load) -> RunConfig:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.errors import UserError
-from bench.keyvalue import format_pairs, parse_pairs, parse_pairs_text, parse_value
+from bench.core.errors import UserError
+from bench.core.keyvalue import format_pairs, parse_pairs, parse_pairs_text, parse_value
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Tests of bench/launchers.py: command construction (vLLM, trtllm-serve) and the launcher's
+"""Tests of bench/engines/launchers.py: command construction (vLLM, trtllm-serve) and the launcher's
 readiness and process-group stop, the latter against a labelled test-double server script."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.errors import UserError
-from bench.launchers import (
+from bench.core.errors import UserError
+from bench.engines.launchers import (
     ServerLauncher,
     ServerStartError,
     engine_args_to_vllm_flags,
@@ -22,7 +22,7 @@ from bench.launchers import (
 
 
 def _vllm_installed() -> bool:
-    from bench.backends.vllm import vllm_version
+    from bench.engines.backends.vllm import vllm_version
 
     return vllm_version() is not None
 

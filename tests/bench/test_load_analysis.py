@@ -5,13 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.load.analysis import (
-    finish_pattern_report,
-    max_in_flight,
-    pulse_report,
-    steady_report,
-)
-from bench.load.reports import (
+from bench.core.pattern_reports import (
     PulseAnalysis,
     PulseReport,
     SlopeFit,
@@ -19,7 +13,13 @@ from bench.load.reports import (
     SteadyReport,
     StepReport,
 )
-from bench.schema import TelemetrySample
+from bench.core.schema import TelemetrySample
+from bench.run.load.analysis import (
+    finish_pattern_report,
+    max_in_flight,
+    pulse_report,
+    steady_report,
+)
 from tests.conftest import make_record
 
 S_NS = 1_000_000_000

@@ -15,8 +15,7 @@ import math
 
 import pytest
 
-from bench.backends.fake import FakeBackend
-from bench.config import (
+from bench.core.config import (
     SLO,
     CapacityLoad,
     GenerateWorkload,
@@ -24,14 +23,15 @@ from bench.config import (
     RunConfig,
     ValidityRules,
 )
-from bench.load.capacity import (
+from bench.core.schema import ModelInfo
+from bench.engines.backends.fake import FakeBackend
+from bench.run.load.capacity import (
     CapacityReport,
     allowed_misses,
     capacity_validity,
     min_probe_requests,
 )
-from bench.runner import RunEvents, execute
-from bench.schema import ModelInfo
+from bench.run.runner import RunEvents, execute
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=1000)
 TTFT_S, ITL_S, OUTPUT_TOKENS, PARALLEL = 0.05, 0.01, 16, 4
@@ -248,7 +248,7 @@ def test_cli_capacity_run_prints_the_answer(tmp_path, capsys):
 
 
 def test_estimated_search_length_counts_probes_of_the_derived_size():
-    from bench.config import SERIAL_PROBE_REQUESTS
+    from bench.core.config import SERIAL_PROBE_REQUESTS
 
     def estimated_search_s(load: CapacityLoad, request_s: float) -> float:
         return load.planned_seconds(request_s, trace_span_s=lambda replay: 0.0)
@@ -261,8 +261,8 @@ def test_estimated_search_length_counts_probes_of_the_derived_size():
 
 
 async def test_driver_end_early_ends_only_the_phase_and_records_why(time_travel):
-    from bench.load.driver import PhaseSpec, run_phase
-    from bench.workload import RequestFactory
+    from bench.run.load.driver import PhaseSpec, run_phase
+    from bench.run.workload import RequestFactory
 
     backend = FakeBackend({"ttft_s": 0.1})
     workload = GenerateWorkload(output_tokens=LengthDistribution(mean=1))

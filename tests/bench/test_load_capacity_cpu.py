@@ -1,15 +1,13 @@
 """The capacity search on a real engine (vLLM's CPU build, tiny-llama), then checked by a plain
-constant-rate run written by bench/capacity_check.py and judged by its rule (same percentile,
-attainment target and request count as a probe). Slow: a real engine is loaded twice.
+constant-rate run written by bench/orchestrate/capacity_check.py and judged by its rule (same
+percentile, attainment target and request count as a probe). Slow: a real engine is loaded twice.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from bench.api import launch
-from bench.capacity_check import check_configs, judge_check
-from bench.config import (
+from bench.core.config import (
     SLO,
     CapacityLoad,
     ConcurrencyLoad,
@@ -17,14 +15,16 @@ from bench.config import (
     LengthDistribution,
     RunConfig,
 )
-from bench.load.capacity import CapacityReport
+from bench.orchestrate.capacity_check import check_configs, judge_check
+from bench.run.api import launch
+from bench.run.load.capacity import CapacityReport
 from tests.bench.backends.test_vllm import cpu_attention_compatible
 
 pytestmark = pytest.mark.slow
 
 
 def _vllm_installed() -> bool:
-    from bench.backends.vllm import vllm_version
+    from bench.engines.backends.vllm import vllm_version
 
     return vllm_version() is not None
 

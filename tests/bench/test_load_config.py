@@ -1,11 +1,11 @@
-"""What each load-pattern config class answers about itself (bench/config.py), checked against
-the phases its registered plan really yields (bench/load/patterns.py) and the plan table."""
+"""What each load-pattern config class answers about itself (bench/core/config.py), checked against
+the phases its registered plan really yields (bench/run/load/patterns.py) and the plan table."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.config import (
+from bench.core.config import (
     LOAD_CLASSES,
     PATTERN_NAMES,
     SLO,
@@ -18,7 +18,7 @@ from bench.config import (
     StepLoad,
     ValidityRules,
 )
-from bench.load.patterns import PLANNERS, plan
+from bench.run.load.patterns import PLANNERS, plan
 from tests.bench.test_load_patterns import drive, summary
 
 RULES = ValidityRules(max_error_rate=0.01)

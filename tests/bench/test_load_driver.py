@@ -7,15 +7,15 @@ import asyncio
 import numpy as np
 import pytest
 
-from bench.backends.base import GenerateRequest
-from bench.backends.fake import FakeBackend
-from bench.clock import CLOCK
-from bench.config import GenerateWorkload, LengthDistribution, Precision
-from bench.load.analysis import max_in_flight
-from bench.load.driver import DEADLINE_REACHED, PhaseOutcome, PhaseSpec, build_record, run_phase
-from bench.load.strategies import ConstantIntervals, PoissonIntervals, make_intervals
-from bench.schema import ModelInfo, RequestRecord
-from bench.workload import RequestFactory
+from bench.core.clock import CLOCK
+from bench.core.config import GenerateWorkload, LengthDistribution, Precision
+from bench.core.schema import ModelInfo, RequestRecord
+from bench.engines.backends.base import GenerateRequest
+from bench.engines.backends.fake import FakeBackend
+from bench.run.load.analysis import max_in_flight
+from bench.run.load.driver import DEADLINE_REACHED, PhaseOutcome, PhaseSpec, build_record, run_phase
+from bench.run.load.strategies import ConstantIntervals, PoissonIntervals, make_intervals
+from bench.run.workload import RequestFactory
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=1000)
 MS = 1_000_000
@@ -321,7 +321,7 @@ async def test_server_usage_counts_are_the_records_token_counts(time_travel):
     """A server's usage (OpenAI `usage.prompt_tokens` / `completion_tokens` on the last chunk)
     replaces the request's own lengths in the record: a text prompt is tokenised by the server,
     which may count differently (a plain decode of Llama-2 IDs: 140 for 128)."""
-    from bench.backends.base import Chunk
+    from bench.engines.backends.base import Chunk
 
     async def send(request):
         yield Chunk(t_ns=CLOCK.now_ns(), tokens=1)

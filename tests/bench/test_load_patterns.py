@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.backends.fake import FakeBackend
-from bench.config import (
+from bench.core.config import (
     SLO,
     ConcurrencyLoad,
     GenerateWorkload,
@@ -17,10 +16,11 @@ from bench.config import (
     StepLoad,
     ValidityRules,
 )
-from bench.load.driver import run_phase
-from bench.load.patterns import CAPACITY_LADDER, plan, slo_breaches
-from bench.schema import MetricsSummary, ModelInfo, Percentiles
-from bench.workload import RequestFactory
+from bench.core.schema import MetricsSummary, ModelInfo, Percentiles
+from bench.engines.backends.fake import FakeBackend
+from bench.run.load.driver import run_phase
+from bench.run.load.patterns import CAPACITY_LADDER, plan, slo_breaches
+from bench.run.workload import RequestFactory
 
 RULES = ValidityRules(max_error_rate=0.01)
 

@@ -1,4 +1,4 @@
-"""The metric catalogue (bench/metric_catalog.py): every declared metric reads back from real
+"""The metric catalogue (bench/core/metric_catalog.py): every declared metric reads back from real
 shipped results, every spelling it derives is a stored field, and its better directions are the
 directions the SLO checks (evidence, step ladder, capacity judge) apply."""
 
@@ -13,12 +13,8 @@ import pytest
 from advisor.evidence import _slo_check, measured_reference_runs, objective_metric
 from advisor.profile import Objective, ProfileSLO, StageProfile
 from advisor.report.model import REPORT_METRICS, SPEED_COLUMNS, EvidenceRow
-from bench.compare import HEADLINE_METRICS, load_side
-from bench.config import SLO, ValidityRules
-from bench.load.capacity import SLO_METRICS, judge_probe
-from bench.load.patterns import slo_breaches
-from bench.load.reports import LadderStage
-from bench.metric_catalog import (
+from bench.core.config import SLO, ValidityRules
+from bench.core.metric_catalog import (
     LADDER_LATENCIES,
     METRICS,
     METRICS_BY_NAME,
@@ -30,9 +26,13 @@ from bench.metric_catalog import (
     metric,
     read_all,
 )
-from bench.metrics import summarize
-from bench.schema import MetricsSummary, Percentiles, RunResult, TelemetrySummary
-from bench.stats import GROUP_METRICS
+from bench.core.metrics import summarize
+from bench.core.pattern_reports import LadderStage
+from bench.core.schema import MetricsSummary, Percentiles, RunResult, TelemetrySummary
+from bench.core.stats import GROUP_METRICS
+from bench.orchestrate.compare import HEADLINE_METRICS, load_side
+from bench.run.load.capacity import SLO_METRICS, judge_probe
+from bench.run.load.patterns import slo_breaches
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
 CAMPAIGN = REFERENCE / "h200_llama2-7b_engines_bert_resnet" / "campaign-llama2-7b-ladders.json"

@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from bench.config import SLO, ValidityRules
-from bench.errors import UserError
-from bench.metrics import (
+from bench.core.config import SLO, ValidityRules
+from bench.core.errors import UserError
+from bench.core.metrics import (
     MetricsAccumulator,
     judge_validity,
     read_records_jsonl,
     summarize,
 )
-from bench.schema import ValidityStatus
+from bench.core.schema import ValidityStatus
 from tests.conftest import make_record
 
 
@@ -223,7 +223,7 @@ def test_read_records_unreadable_file(tmp_path):
 def test_itl_percentiles_match_numpy_across_blocks(monkeypatch):
     # Small blocks force many of them; the radix selection must equal np.percentile exactly
     # (up to float32 storage), ties and a negative gap (an out-of-order input) included.
-    monkeypatch.setattr("bench.metrics.ITL_BLOCK_VALUES", 1000)
+    monkeypatch.setattr("bench.core.metrics.ITL_BLOCK_VALUES", 1000)
     rng = np.random.default_rng(0)
     accumulator = MetricsAccumulator()
     gaps_ms = []
@@ -250,8 +250,8 @@ def test_request_latencies_ms_hand_computed():
     """One request: start 0, chunks at 10/20/40 ms, end 40 ms, 3 tokens -> TTFT 10, TPOT 15."""
     import math
 
-    from bench.metrics import request_latencies_ms
-    from bench.schema import RequestRecord
+    from bench.core.metrics import request_latencies_ms
+    from bench.core.schema import RequestRecord
 
     ms = 1_000_000
     record = RequestRecord(

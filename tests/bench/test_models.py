@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import models
-from bench.errors import UserError
-from bench.models import (
+from bench.core.errors import UserError
+from bench.core.schema import ModelInfo
+from bench.engines import models
+from bench.engines.models import (
     PRESETS,
     ensure_preset,
     first_shard_sha256,
@@ -19,7 +20,6 @@ from bench.models import (
     safetensors_parameter_count,
     weight_bytes,
 )
-from bench.schema import ModelInfo
 
 PYTHON_SNIPPET = "def mean(values):\n    return sum(values) / len(values)  # average\n"
 
@@ -124,7 +124,7 @@ def test_failed_write_leaves_no_checkpoint(tmp_path, monkeypatch) -> None:
 def test_forward_presets_load_and_run(tiny_bert, tiny_resnet, tiny_vit) -> None:
     import torch
 
-    from bench.models import load_config, model_class_for
+    from bench.engines.models import load_config, model_class_for
 
     for info in (tiny_bert, tiny_resnet, tiny_vit):
         assert info.kind == "forward"
@@ -195,7 +195,7 @@ def test_bad_model_names_and_paths(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_llama_3_tokenizer_size_matches_exactly() -> None:
-    from bench.models import train_bpe_tokenizer
+    from bench.engines.models import train_bpe_tokenizer
 
     tokenizer = train_bpe_tokenizer(128256)
     assert tokenizer.get_vocab_size() == 128256

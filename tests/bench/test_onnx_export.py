@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench import onnx_export
-from bench.models import load_config
-from bench.onnx_export import ExportCheckFailed, ForwardShape
+from bench.engines import onnx_export
+from bench.engines.models import load_config
+from bench.engines.onnx_export import ExportCheckFailed, ForwardShape
 
 
 def test_relative_error_definition() -> None:

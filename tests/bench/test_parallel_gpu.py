@@ -16,12 +16,12 @@ import time
 import psutil
 import pytest
 
-from bench.api import launch
-from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
-from bench.placement import visible_devices
-from bench.proctree import ProcessTree
-from bench.schema import RunStatus
-from bench.telemetry import gpu_processes
+from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.schema import RunStatus
+from bench.run.api import launch
+from bench.run.placement import visible_devices
+from bench.run.proctree import ProcessTree
+from bench.run.telemetry import gpu_processes
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +30,7 @@ def _two_gpus_and_cuda_vllm() -> str | None:
     entries, _ = visible_devices()
     if len(entries) < 2:
         return f"needs 2 visible NVIDIA GPUs, {len(entries)} visible"
-    from bench.backends.base import package_version
+    from bench.engines.backends.base import package_version
 
     if package_version("vllm") is None:
         return "needs the CUDA build of vLLM (package vllm)"

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bench.backends import get_backend
-from bench.config import ParallelismConfig, PrecisionConfig, RunConfig
-from bench.errors import UserError
-from bench.placement import place, visible_devices
-from bench.schema import RunResult
+from bench.core.config import ParallelismConfig, PrecisionConfig, RunConfig
+from bench.core.errors import UserError
+from bench.core.schema import RunResult
+from bench.engines.backends import get_backend
+from bench.run.placement import place, visible_devices
 from tests.bench.fake_nvml import FakeGpu, FakeNvml
 from tests.bench.test_cli import bench
 
@@ -285,7 +285,7 @@ def test_a_client_of_a_remote_server_pins_nothing_and_samples_every_gpu(monkeypa
 def test_an_older_openai_config_with_the_degree_in_server_args_still_loads():
     """Older versions accepted a launched server's `tensor_parallel_size` in server_args when
     it equalled the run's; stored so, it reads back with the degree in parallelism only."""
-    from bench.config import legacy_axes_moved
+    from bench.core.config import legacy_axes_moved
 
     older = {
         "backend": "openai",

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench.api import launch
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
@@ -28,16 +27,17 @@ from bench.config import (
     SteadyLoad,
     StepLoad,
 )
-from bench.load.reports import (
+from bench.core.metrics import iter_records_jsonl
+from bench.core.pattern_reports import (
     ConcurrencyReport,
     PulseReport,
     RateReport,
     SteadyReport,
     StepReport,
 )
-from bench.metrics import iter_records_jsonl
-from bench.schema import RunResult, RunStatus
-from bench.store import ResultStore
+from bench.core.schema import RunResult, RunStatus
+from bench.run.api import launch
+from bench.storage.store import ResultStore
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
 REPORT_CLASS = {
@@ -192,7 +192,7 @@ def test_a_failing_analysis_keeps_the_run_and_says_why_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The CLI as a user runs it (in process, so the analysis can be made to fail)."""
-    import bench.load.analysis
+    import bench.run.load.analysis
     from bench.cli import main
 
     out, db = tmp_path / "out", tmp_path / "results.sqlite"
@@ -203,7 +203,7 @@ def test_a_failing_analysis_keeps_the_run_and_says_why_in_one_line(
         before_analysis.append(RunResult.model_validate_json((out / "result.json").read_text()))
         raise RuntimeError("analysis broke\nsecond line of detail")
 
-    monkeypatch.setattr(bench.load.analysis, "finish_pattern_report", broken)
+    monkeypatch.setattr(bench.run.load.analysis, "finish_pattern_report", broken)
     code = main(
         ["run", "--backend", "fake", "--model", "tiny-llama", "--pattern", "steady",
          "--option", "load.capacity_rps=20", "--option", "load.duration_s=2",
@@ -235,12 +235,12 @@ def test_an_unserialisable_report_fails_the_run_and_keeps_the_measured_one(
     """The issue-21 failure itself, forced: an analysis hands back a numpy value unvalidated."""
     import numpy as np
 
-    import bench.load.analysis
+    import bench.run.load.analysis
 
     def unvalidated(report: Any, *_args: Any) -> Any:
         return report.model_copy(update={"capacity_note": np.bool_(True)})  # no validation
 
-    monkeypatch.setattr(bench.load.analysis, "finish_pattern_report", unvalidated)
+    monkeypatch.setattr(bench.run.load.analysis, "finish_pattern_report", unvalidated)
     config = soak().model_copy(
         update={"load": SteadyLoad(capacity_rps=20, duration_s=1, window_s=1, warmup_requests=0)}
     )

@@ -2,8 +2,8 @@
 
 The nodes advertise different GPU-type markers (`accelerator_type:TypeA` / `TypeB`, custom
 resources standing in for GPU models) and one CPU each. Jobs go through the real job runner
-(`bench.jobs.serve`) and the real PyTorch engine on tiny-llama. The cluster starts once for the
-module and is shut down at the end; every wait is bounded.
+(`bench.orchestrate.jobs.serve`) and the real PyTorch engine on tiny-llama. The cluster starts once
+for the module and is shut down at the end; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from bench import jobs
-from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
-from bench.executors import ExecutorSettings
-from bench.schema import RunStatus
-from bench.store import ResultStore
+from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.schema import RunStatus
+from bench.orchestrate import jobs
+from bench.orchestrate.executors import ExecutorSettings
+from bench.storage.store import ResultStore
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,8 @@ def wait_for(predicate, timeout_s: float, what: str):
 
 
 class Runner:
-    """`bench.jobs.serve` with the ray executor in a thread, stopped and joined on exit."""
+    """`bench.orchestrate.jobs.serve` with the ray executor in a thread, stopped and joined on
+    exit."""
 
     def __init__(
         self, store: ResultStore, cluster: Cluster, tmp_path: Path, location: str | None = None
@@ -181,7 +182,7 @@ def test_jobs_land_on_the_node_of_their_gpu_type(cluster, store, tmp_path):
 
 def test_team_store_is_written_by_the_node_itself(cluster, tmp_path, postgres):
     """A PostgreSQL store: the node opens it by URL and writes its run there (no channel)."""
-    from bench.store import open_store
+    from bench.storage.store import open_store
 
     ray_cluster, nodes = cluster
     url = postgres.create_database()
@@ -221,11 +222,11 @@ def test_unplaceable_job_waits_with_reason_and_stop_cancels_it(cluster, store, t
 
 def test_node_with_other_versions_refuses_the_job(cluster, store, tmp_path, monkeypatch):
     """The submitter's vLLM differs from the nodes': the job fails naming the difference."""
-    import bench.ray_node
+    import bench.orchestrate.ray_node
 
-    real = bench.ray_node.comparability_versions()
+    real = bench.orchestrate.ray_node.comparability_versions()
     submitter = {**real, "vllm": "0.0.0-submitter"}
-    monkeypatch.setattr(bench.ray_node, "comparability_versions", lambda: submitter)
+    monkeypatch.setattr(bench.orchestrate.ray_node, "comparability_versions", lambda: submitter)
     ray_cluster, _ = cluster
     job_id = store.create_job([tiny_config(TYPE_A)], label="other versions")
     with Runner(store, ray_cluster, tmp_path):

@@ -1,4 +1,5 @@
-"""CPU rehearsal of GPU campaign plans (bench/rehearsal.py) on the plans this project ships."""
+"""CPU rehearsal of GPU campaign plans (bench/orchestrate/rehearsal.py) on the plans this project
+ships."""
 
 from __future__ import annotations
 
@@ -6,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.campaign import FidelityStep, RunStep, load_plan, step_resources
-from bench.rehearsal import MAX_CONCURRENCY, MAX_REPLICAS, rehearsal_changes, rehearsal_plan
+from bench.orchestrate.campaign import FidelityStep, RunStep, load_plan, step_resources
+from bench.orchestrate.rehearsal import (
+    MAX_CONCURRENCY,
+    MAX_REPLICAS,
+    rehearsal_changes,
+    rehearsal_plan,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_PLANS = sorted(
@@ -75,8 +81,8 @@ def test_a_70b_replica_step_and_its_fidelity_rehearse_through_real_engines(
     `bench campaign --rehearse-on-cpu`: vLLM on the CPU, two replicas, a fidelity check."""
     import yaml
 
-    from bench.campaign import CampaignResult
     from bench.cli import main
+    from bench.orchestrate.campaign import CampaignResult
 
     source = yaml.safe_load((ROOT / "examples/campaigns/h200x8-llama70b.yaml").read_text())
     keep = {"vllm 70b fp8 TP=2 x 4 replicas 128/128", "vllm fidelity 70b fp8 TP=2"}
@@ -116,7 +122,7 @@ def test_a_70b_replica_step_and_its_fidelity_rehearse_through_real_engines(
 )
 def test_the_kept_rehearsal_is_of_the_plan_as_shipped(name: str) -> None:
     """examples/campaigns/rehearsals/<plan>/: the rehearsal of today's plan, every step done."""
-    from bench.campaign import CampaignResult
+    from bench.orchestrate.campaign import CampaignResult
 
     folder = ROOT / "examples/campaigns/rehearsals" / name
     result = CampaignResult.model_validate_json((folder / "campaign.json").read_text())
@@ -141,8 +147,8 @@ def test_the_kept_rehearsal_is_of_the_plan_as_shipped(name: str) -> None:
     ],
 )
 def test_every_load_pattern_keeps_its_shape_and_gets_short(load: dict) -> None:
-    from bench.config import RunConfig
-    from bench.rehearsal import STAGE_S, rehearse_config
+    from bench.core.config import RunConfig
+    from bench.orchestrate.rehearsal import STAGE_S, rehearse_config
 
     config = RunConfig.model_validate(
         {"backend": "pytorch", "model": "llama-2-7b", "load": load, "slo": {"ttft_ms": 300}}

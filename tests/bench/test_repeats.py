@@ -8,19 +8,19 @@ import json
 
 import pytest
 
-from bench.campaign import CampaignPlan, RunStep
 from bench.cli import main
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
     RepeatPolicy,
     RunConfig,
 )
-from bench.errors import UserError
-from bench.repeats import launch_group
-from bench.schema import RunResult, RunStatus
-from bench.store import ResultStore
+from bench.core.errors import UserError
+from bench.core.schema import RunResult, RunStatus
+from bench.orchestrate.campaign import CampaignPlan, RunStep
+from bench.orchestrate.repeats import launch_group
+from bench.storage.store import ResultStore
 
 
 def fake_config(**engine_args) -> RunConfig:
@@ -117,7 +117,7 @@ def test_old_results_load_without_group(tiny_records):
 
 
 def test_group_runs_on_both_store_backends(store_url):
-    from bench.schema import GroupMembership
+    from bench.core.schema import GroupMembership
 
     with ResultStore(store_url) as store:
         members = []

@@ -16,11 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.api import launch
-from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
-from bench.metrics import summarize
-from bench.proctree import ProcessTree
-from bench.schema import RunResult, RunStatus
+from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.metrics import summarize
+from bench.core.schema import RunResult, RunStatus
+from bench.run.api import launch
+from bench.run.proctree import ProcessTree
 
 
 def run_config(backend: str, engine_args: dict, replicas: int = 2, **load) -> RunConfig:
@@ -49,7 +49,7 @@ def gone(pid: int) -> bool:
 
 def check_service_split(result, out_dir) -> None:
     """Records split across replicas; the run's summary is all of them, each replica's its own."""
-    from bench.metrics import read_records_jsonl
+    from bench.core.metrics import read_records_jsonl
 
     records = [r for r in read_records_jsonl(out_dir / "records.jsonl") if not r.warmup]
     served = {record.replica for record in records}
@@ -110,7 +110,7 @@ def test_one_request_at_a_time_alternates_replicas(tmp_path):
     out = tmp_path / "out"
     config = run_config("fake", {"ttft_s": 0.001}, concurrency=1, duration_s=None, max_requests=10)
     result = launch(config, out_dir=out)
-    from bench.metrics import read_records_jsonl
+    from bench.core.metrics import read_records_jsonl
 
     order = [r.replica for r in read_records_jsonl(out / "records.jsonl")]
     assert order[:12] == [0, 1] * 6  # 2 warm-ups then 10 measured, ties taken in turn

@@ -1,5 +1,5 @@
 """A run is never left half-written: signals, a full store, a killed CLI, a busy Prometheus port,
-unwritable or reused output folders (bench/api.py's lifecycle, bench/outputs.py).
+unwritable or reused output folders (bench/run/api.py's lifecycle, bench/core/outputs.py).
 
 The engine is the `fake` backend (a test double: timed fake tokens, no inference); the CLI, the
 worker process, its signals and the SQLite store are real.
@@ -21,14 +21,14 @@ import psutil
 import pytest
 from sqlalchemy import event
 
-from bench.api import launch
 from bench.cli import main
-from bench.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
-from bench.errors import RunAborted, UserError
-from bench.models import resolve_model
-from bench.schema import RunStatus
-from bench.store import open_store
-from bench.worker import Worker
+from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.errors import RunAborted, UserError
+from bench.core.schema import RunStatus
+from bench.engines.models import resolve_model
+from bench.run.api import launch
+from bench.run.worker import Worker
+from bench.storage.store import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,8 @@ import itertools
 
 import pytest
 
-from bench.backends.fake import FakeBackend
-from bench.clock import CLOCK
-from bench.config import (
+from bench.core.clock import CLOCK
+from bench.core.config import (
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
@@ -19,10 +18,11 @@ from bench.config import (
     SteadyLoad,
     StepLoad,
 )
-from bench.load.analysis import finish_pattern_report
-from bench.load.driver import DEADLINE_REACHED
-from bench.runner import RunEvents, execute
-from bench.schema import ModelInfo, TelemetrySample
+from bench.core.schema import ModelInfo, TelemetrySample
+from bench.engines.backends.fake import FakeBackend
+from bench.run.load.analysis import finish_pattern_report
+from bench.run.load.driver import DEADLINE_REACHED
+from bench.run.runner import RunEvents, execute
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=1000)
 PROGRESS_KEYS = {
@@ -142,7 +142,7 @@ async def test_pulse_run_and_analysis(time_travel):
 
 
 async def test_steady_run_measures_capacity_then_soaks(time_travel, monkeypatch):
-    monkeypatch.setattr("bench.load.patterns.CAPACITY_STAGE_S", 5.0)
+    monkeypatch.setattr("bench.run.load.patterns.CAPACITY_STAGE_S", 5.0)
     load = SteadyLoad(fraction=0.5, duration_s=120, window_s=10, warmup_requests=0)
     outcome, got = await run(load, {"ttft_s": 0.1, "max_parallel": 8}, output_tokens=1)
     report = outcome.pattern_report
@@ -217,7 +217,7 @@ async def test_phase_requests_are_prepared_before_the_phase_clock_starts(time_tr
 
 
 async def test_conversations_are_not_prepared_ahead(time_travel):
-    from bench.config import ConversationSpec
+    from bench.core.config import ConversationSpec
 
     config = RunConfig(
         backend="fake",

@@ -1,4 +1,4 @@
-"""Intervals and verdicts (bench/stats.py) on runs of the fake backend (a labelled TEST DOUBLE)
+"""Intervals and verdicts (bench/core/stats.py) on runs of the fake backend (a labelled TEST DOUBLE)
 driven by the real load driver under virtual time, so every timestamp is exact and the fake's
 seeded jitter gives a known true distribution."""
 
@@ -9,12 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from bench.backends.fake import FakeBackend
-from bench.config import GenerateWorkload, LengthDistribution, Precision, RunConfig, ValidityRules
-from bench.load.driver import PhaseSpec, run_phase
-from bench.metrics import judge_validity, min_samples, percentile_notes, summarize
-from bench.schema import ModelInfo, RunResult, RunStatus
-from bench.stats import (
+from bench.core.config import (
+    GenerateWorkload,
+    LengthDistribution,
+    Precision,
+    RunConfig,
+    ValidityRules,
+)
+from bench.core.metrics import judge_validity, min_samples, percentile_notes, summarize
+from bench.core.schema import ModelInfo, RunResult, RunStatus
+from bench.core.stats import (
     Interval,
     compare_samples,
     judge,
@@ -22,7 +26,9 @@ from bench.stats import (
     run_sample,
     summarize_group,
 )
-from bench.workload import RequestFactory
+from bench.engines.backends.fake import FakeBackend
+from bench.run.load.driver import PhaseSpec, run_phase
+from bench.run.workload import RequestFactory
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=1000)
 TTFT_S = 0.05
@@ -174,7 +180,7 @@ async def test_relative_width_for_convergence(time_travel):
 
 
 async def test_candidate_verdict_for_the_advisor(time_travel):
-    from bench.stats import MeasuredRun, candidate_verdict
+    from bench.core.stats import MeasuredRun, candidate_verdict
 
     async def group(seeds, slowdown=1.0):
         runs = []
@@ -203,8 +209,8 @@ def test_candidate_verdict_on_shipped_reference_runs():
     import json
     from pathlib import Path
 
-    from bench.compare import reference_records
-    from bench.stats import MeasuredRun, candidate_verdict
+    from bench.core.stats import MeasuredRun, candidate_verdict
+    from bench.orchestrate.compare import reference_records
 
     reference = Path(__file__).resolve().parents[2] / "data" / "reference"
     name = "h200_llama2-7b_fidelity_event_loop_paired"
@@ -225,7 +231,7 @@ def test_candidate_verdict_on_shipped_reference_runs():
 
 
 async def test_ladder_phases_get_their_own_percentile_notes(time_travel):
-    from bench.schema import PhaseResult
+    from bench.core.schema import PhaseResult
 
     short, _ = await fake_run(30, seed=1)
     long, _ = await fake_run(1200, seed=2)

@@ -19,11 +19,10 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy import event as sqlalchemy_event
 
-from bench import store as store_module
-from bench.config import RunConfig, StepLoad
-from bench.errors import UserError
-from bench.metrics import summarize
-from bench.schema import (
+from bench.core.config import RunConfig, StepLoad
+from bench.core.errors import UserError
+from bench.core.metrics import summarize
+from bench.core.schema import (
     Failure,
     MetricsSummary,
     Percentiles,
@@ -35,7 +34,8 @@ from bench.schema import (
     Validity,
     ValidityStatus,
 )
-from bench.store import (
+from bench.storage import store as store_module
+from bench.storage.store import (
     STORE_SCHEMA_VERSION,
     ResultStore,
     UnreadableRun,
@@ -43,12 +43,13 @@ from bench.store import (
     open_store,
     parse_store_url,
 )
-from bench.store_copy import copy_runs
-from bench.store_url import redact_urls
+from bench.storage.store_copy import copy_runs
+from bench.storage.store_url import redact_urls
 
 V1_FIXTURE = Path(__file__).parent / "data" / "store_v1.sqlite"
-"""Written by bench/store.py of commit 852060c (store schema 1, the previous release): two runs
-(one COMPLETED with 5 records and 3 telemetry samples, one RUNNING with 2) and one QUEUED job."""
+"""Written by bench/storage/store.py of commit 852060c (store schema 1, the previous release): two
+runs (one COMPLETED with 5 records and 3 telemetry samples, one RUNNING with 2) and one QUEUED
+job."""
 
 OWNER_COLUMNS = ("owner_host", "owner_pid", "owner_node", "owner_started_at")
 """What store schema 3 added to the runs table."""
@@ -732,9 +733,9 @@ def test_one_unreadable_row_never_locks_the_store(store, caplog, tmp_path):
     store.update_run(good)
     expected = _unreadable_rows(store, good)
 
-    with caplog.at_level(logging.WARNING, logger="bench.store"):
+    with caplog.at_level(logging.WARNING, logger="bench.storage.store"):
         assert [run.run_id for run in store.list_runs()] == [good.run_id]
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "bench.store"]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "bench.storage.store"]
     assert "\n" not in warning and "skipped 3 run(s)" in warning
     for run_id, reason in expected.items():
         assert f"{run_id} ({reason}" in warning
@@ -747,9 +748,9 @@ def test_one_unreadable_row_never_locks_the_store(store, caplog, tmp_path):
     assert {row.run_id: row.status for row in scan.unreadable}["failing"] == "FAILED"
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="bench.store"):
+    with caplog.at_level(logging.WARNING, logger="bench.storage.store"):
         store.list_runs()  # the app lists every few seconds: named once per handle
-    assert not [r for r in caplog.records if r.name == "bench.store"]
+    assert not [r for r in caplog.records if r.name == "bench.storage.store"]
 
     with pytest.raises(UnreadableRun, match="run newer cannot be read by this version") as caught:
         store.get_run("newer")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from bench.store import STORE_SCHEMA_VERSION, open_store, parse_store_url
+from bench.storage.store import STORE_SCHEMA_VERSION, open_store, parse_store_url
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "examples" / "profiles" / "chat_7b_h200.yaml"
@@ -73,7 +73,7 @@ def test_bad_postgres_urls_are_one_line_exit_2(postgres):
         if index in (1, 2):  # the job runner and `store info` open the store the same way
             commands += [
                 ("bench", ("store", "info", "--store", url)),
-                ("bench.jobs", ("--store", url, "--idle-exit-s", "1")),
+                ("bench.orchestrate.jobs", ("--store", url, "--idle-exit-s", "1")),
             ]
         for module, args in commands:
             started = time.monotonic()

@@ -1,6 +1,6 @@
-"""Job runners on a shared store, as separate processes (`python -m bench.jobs`), on SQLite and a
-real PostgreSQL: two runners drain one queue with every job run exactly once; a runner killed
-with SIGKILL has its job and run FAILED after the grace period, records kept; a PostgreSQL
+"""Job runners on a shared store, as separate processes (`python -m bench.orchestrate.jobs`), on
+SQLite and a real PostgreSQL: two runners drain one queue with every job run exactly once; a runner
+killed with SIGKILL has its job and run FAILED after the grace period, records kept; a PostgreSQL
 restart in the middle of a run costs nothing. Runs use the `fake` backend (a labelled test
 double: timed fake tokens, no inference) through the real launch and worker processes."""
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.schema import RunStatus
-from bench.store import open_store
+from bench.core.schema import RunStatus
+from bench.storage.store import open_store
 from tests.bench.test_jobs import fake_config, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +32,14 @@ def start_runner(store_url: str, host_dir: Path, *args: str) -> tuple[subprocess
     env = {**os.environ, "TMPDIR": str(host_dir), "ADVISOR_STORE": store_url}
     with open(log, "ab") as handle:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench.jobs", "--log-dir", str(host_dir / "logs"), *args],
+            [
+                sys.executable,
+                "-m",
+                "bench.orchestrate.jobs",
+                "--log-dir",
+                str(host_dir / "logs"),
+                *args,
+            ],
             cwd=REPO,
             env=env,
             stdout=handle,
@@ -180,7 +187,7 @@ def _no_stray_runners():
     stray = []
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):  # it may exit while we look
-            if "bench.jobs" in " ".join(child.cmdline()):
+            if "bench.orchestrate.jobs" in " ".join(child.cmdline()):
                 stray.append(child)
     assert not stray, f"runner processes left behind: {stray}"
 
@@ -189,7 +196,7 @@ def test_app_runner_gets_the_store_url_in_its_environment_not_argv(postgres, tmp
     """`ps` shows every user a process's argv: a password must never be there."""
     import tempfile
 
-    from bench import jobs
+    from bench.orchestrate import jobs
 
     url = postgres.create_database()
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # this test's own runner lock, here and in

@@ -13,9 +13,9 @@ import urllib.request
 import psutil
 import pytest
 
-from bench.prometheus import LiveMetrics, parse_prometheus_text
-from bench.schema import RequestRecord, TelemetrySample
-from bench.telemetry import (
+from bench.core.schema import RequestRecord, TelemetrySample
+from bench.run.prometheus import LiveMetrics, parse_prometheus_text
+from bench.run.telemetry import (
     MAX_STORED_SAMPLES,
     NvmlSampler,
     downsample,

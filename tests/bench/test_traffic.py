@@ -14,9 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.backends.base import Chunk, GenerateRequest
-from bench.backends.fake import FakeBackend, fake_output_base
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     ConversationSpec,
     GenerateWorkload,
@@ -26,16 +24,18 @@ from bench.config import (
     ReplayLoad,
     RunConfig,
 )
-from bench.conversations import ConversationRequests
-from bench.errors import UserError
-from bench.load.driver import PhaseSpec, run_phase
-from bench.load.replay import Replay, TraceRequests, replay_validity_reasons
-from bench.metrics import summarize
-from bench.percentiles import Percentiles
-from bench.runner import RunEvents, execute
-from bench.schema import ModelInfo, RequestRecord
-from bench.traffic_files import read_csv_trace, read_mooncake, read_prompt_file
-from bench.workload import RequestFactory
+from bench.core.errors import UserError
+from bench.core.metrics import summarize
+from bench.core.percentiles import Percentiles
+from bench.core.schema import ModelInfo, RequestRecord
+from bench.engines.backends.base import Chunk, GenerateRequest
+from bench.engines.backends.fake import FakeBackend, fake_output_base
+from bench.run.conversations import ConversationRequests
+from bench.run.load.driver import PhaseSpec, run_phase
+from bench.run.load.replay import Replay, TraceRequests, replay_validity_reasons
+from bench.run.runner import RunEvents, execute
+from bench.run.traffic_files import read_csv_trace, read_mooncake, read_prompt_file
+from bench.run.workload import RequestFactory
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "traces"
@@ -314,7 +314,7 @@ def test_bad_trace_files_are_one_user_error(tmp_path, name, content, needle):
 
 
 def test_huge_files_are_refused(tmp_path, monkeypatch):
-    import bench.traffic_files as traffic_files
+    import bench.run.traffic_files as traffic_files
 
     monkeypatch.setattr(traffic_files, "MAX_TRAFFIC_FILE_BYTES", 100)
     path = write_mooncake(tmp_path / "big.jsonl", MOONCAKE_ROWS * 3)
@@ -343,7 +343,7 @@ def test_bad_trace_through_the_cli_is_one_line_and_exit_2(tmp_path):
 def test_prompt_files_tokenised_with_the_models_tokenizer(tiny_llama):
     from transformers import AutoTokenizer
 
-    from bench.workload import PromptFileRequests
+    from bench.run.workload import PromptFileRequests
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama.path)
     spec = PromptFile(path=str(EXAMPLES / "prompts.jsonl"))
@@ -387,8 +387,8 @@ def test_old_configs_and_records_still_load():
 
 
 def test_in_process_vllm_prefix_counter_gives_scrape_like_samples():
-    from bench.backends.vllm import PrefixCacheCounter
-    from bench.metrics import prefix_cache_hit_rate
+    from bench.core.metrics import prefix_cache_hit_rate
+    from bench.engines.backends.vllm import PrefixCacheCounter
 
     counter = PrefixCacheCounter(interval_ns=0)
     counter.add(100, 0)  # warm-up step before the measured window
@@ -403,7 +403,7 @@ def test_in_process_vllm_prefix_counter_gives_scrape_like_samples():
 
 
 def test_the_stored_config_states_the_prompt_form():
-    from bench.api import with_explicit_prompt_form
+    from bench.run.api import with_explicit_prompt_form
 
     config = RunConfig(backend="openai", model="tiny-llama", engine_args={"base_url": "http://x"})
     stored = with_explicit_prompt_form(config)
@@ -423,7 +423,7 @@ def test_shapes_that_do_not_combine_are_refused_in_the_config():
 
 
 def test_reproduce_command_keeps_sections_switched_on_with_defaults():
-    from bench.api import reproduce_command
+    from bench.run.api import reproduce_command
 
     config = RunConfig(
         backend="fake", model="tiny-llama", workload=GenerateWorkload(conversation={})
@@ -434,7 +434,7 @@ def test_reproduce_command_keeps_sections_switched_on_with_defaults():
 
 
 def test_a_rehearsal_keeps_the_traffic_shape_at_cpu_sizes():
-    from bench.rehearsal import REPLAY_ROWS, rehearse_config
+    from bench.orchestrate.rehearsal import REPLAY_ROWS, rehearse_config
 
     config = RunConfig(
         backend="vllm",

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.api import launch
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
@@ -17,12 +16,13 @@ from bench.config import (
     RunConfig,
     ValidityRules,
 )
-from bench.schema import ModelInfo, RunStatus
+from bench.core.schema import ModelInfo, RunStatus
+from bench.run.api import launch
 from tests.bench.backends.test_vllm import cpu_attention_compatible
 
 
 def _vllm_installed() -> bool:
-    from bench.backends.vllm import vllm_version
+    from bench.engines.backends.vllm import vllm_version
 
     return vllm_version() is not None
 
@@ -105,7 +105,7 @@ def test_conversations_against_a_real_server_resend_the_output_text(
 ):
     """Text prompts: each later turn's prompt is the previous prompt + the server's own output
     text + a new user message, so the server-counted prompt grows turn by turn."""
-    from bench.config import ConversationSpec
+    from bench.core.config import ConversationSpec
 
     model = cpu_attention_compatible(tiny_llama, tmp_path / "tiny-llama-hd32")
     config = _config(model.path, True, tmp_path / "server.log")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import RunConfig
-from bench.errors import UserError
-from bench.web_policy import WebPolicy, check_web_jobs
+from bench.core.config import RunConfig
+from bench.core.errors import UserError
+from bench.orchestrate.web_policy import WebPolicy, check_web_jobs
 
 
 def test_code_executing_arguments_need_the_server_setting():

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.backends.base import ForwardRequest, GenerateRequest
-from bench.config import ForwardWorkload, GenerateWorkload, LengthDistribution
-from bench.errors import UserError
-from bench.workload import (
+from bench.core.config import ForwardWorkload, GenerateWorkload, LengthDistribution
+from bench.core.errors import UserError
+from bench.engines.backends.base import ForwardRequest, GenerateRequest
+from bench.run.workload import (
     LONG_SEQUENCE_PRESETS,
     TOKEN_ID_OFFSET,
     RequestFactory,

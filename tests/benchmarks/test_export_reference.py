@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from bench.campaign import load_plan, run_campaign
-from bench.executor_registry import LocalExecutor
-from bench.schema import RunResult
+from bench.core.schema import RunResult
+from bench.orchestrate.campaign import load_plan, run_campaign
+from bench.orchestrate.executor_registry import LocalExecutor
 from tests.bench.test_campaign import fake_step
 
 ROOT = Path(__file__).resolve().parents[2]

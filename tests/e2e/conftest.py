@@ -83,7 +83,7 @@ def app_url(tmp_path: Path) -> Iterator[str]:
     finally:
         _stop_group(process)
         log.close()
-        from bench.jobs import runner_pid
+        from bench.orchestrate.jobs import runner_pid
 
         pid = runner_pid(str(store))
         if pid and pid > 0:

@@ -277,7 +277,7 @@ def test_questionnaire_benchmark_and_report(app_url, page, tmp_path):
     assert f"load.duration_s={RUN_DURATION_S}" in text  # the edited duration reached the run
     # The job the page queued is the edited plan: the deleted row is not in it, the kept row
     # ran once with the edited duration (read from the store, not from the page's text).
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     store = ResultStore(tmp_path / "store.sqlite")
     (job,) = store.list_jobs()

@@ -24,7 +24,7 @@ def no_exceptions(page) -> None:
 
 
 def test_default_profile_quick_plan_on_the_cpu_finishes_with_results(app_url, page, tmp_path):
-    from bench.environment import gpu_facts
+    from bench.run.environment import gpu_facts
 
     if gpu_facts().gpu_available:
         pytest.skip("this flow is the machine-without-a-GPU one")
@@ -65,7 +65,7 @@ def test_default_profile_quick_plan_on_the_cpu_finishes_with_results(app_url, pa
     started = time.monotonic()
     run.click()
 
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     store = ResultStore(tmp_path / "store.sqlite")
     job = None

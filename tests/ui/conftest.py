@@ -47,8 +47,8 @@ def app_test(store_path: Path):
 def stored_run(store_path: Path, backend: str = "pytorch", model: str = "tiny-llama"):
     """A finished run with a few records, written straight into the store (no engine ran: the
     figures are made up for the page to draw and are labelled `ui-test` in the run's label)."""
-    from bench.config import RunConfig
-    from bench.schema import (
+    from bench.core.config import RunConfig
+    from bench.core.schema import (
         MetricsSummary,
         Percentiles,
         RequestRecord,
@@ -57,7 +57,7 @@ def stored_run(store_path: Path, backend: str = "pytorch", model: str = "tiny-ll
         Validity,
         ValidityStatus,
     )
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     store = ResultStore(store_path)
     result = RunResult(

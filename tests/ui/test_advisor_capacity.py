@@ -14,8 +14,8 @@ import math
 
 import pytest
 
-from bench.config import SLO, CapacityLoad
-from bench.schema import RunResult, RunStatus
+from bench.core.config import SLO, CapacityLoad
+from bench.core.schema import RunResult, RunStatus
 from tests.advisor.test_recommend_capacity import as_candidate, capacity_profile
 from tests.bench.test_load_capacity import ITL_S, SLO_TTFT_MS, TTFT_S, run_search
 from tests.conftest import virtual_time
@@ -47,7 +47,7 @@ def capacity_runs() -> list[RunResult]:
 
 @pytest.fixture
 def stored_capacity_runs(store_path):
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     runs = capacity_runs()
     store = ResultStore(store_path)
@@ -75,7 +75,7 @@ def gpus_by_candidate(at) -> dict[str, str]:
 def test_capacity_panel_resizes_when_the_peak_doubles_without_a_new_run(
     app_test, stored_capacity_runs, store_path
 ):
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     at = capacity_page(app_test, capacity_profile())
     assert not at.exception

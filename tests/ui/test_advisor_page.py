@@ -39,7 +39,7 @@ def test_add_stage_gives_a_second_tab_and_advice(app_test):
 def test_uploaded_profile_is_size_limited_and_validated():
     import pytest
 
-    from bench.errors import UserError
+    from bench.core.errors import UserError
     from ui.state import read_uploaded_profile as read_profile
 
     with pytest.raises(UserError, match="too large"):
@@ -230,7 +230,7 @@ def test_configuration_rows_read_the_typed_configuration():
     from parallelism, the precision from precision, the TP degree and FP8 shown as the vLLM
     engine arguments an engineer types (they are not in engine_args themselves)."""
     from advisor.configurations import DeploymentFigures, RecommendedDeployment
-    from bench.config import ParallelismConfig, PrecisionConfig
+    from bench.core.config import ParallelismConfig, PrecisionConfig
     from ui.advisor_page import configuration_rows
 
     configuration = RecommendedDeployment(

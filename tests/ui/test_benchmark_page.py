@@ -32,9 +32,11 @@ def idle_machine(monkeypatch):
 def no_runner(monkeypatch):
     """Records ensure_runner calls instead of starting the detached runner (a test stand-in)."""
     calls = []
-    import bench.jobs
+    import bench.orchestrate.jobs
 
-    monkeypatch.setattr(bench.jobs, "ensure_runner", lambda *a, **k: calls.append(a) or 0)
+    monkeypatch.setattr(
+        bench.orchestrate.jobs, "ensure_runner", lambda *a, **k: calls.append(a) or 0
+    )
     return calls
 
 
@@ -42,7 +44,7 @@ def test_machine_panel_and_empty_states(app_test):
     at = app_test(PAGE).run()
     assert not at.exception
     assert at.title[0].value == "Benchmark"
-    from bench.environment import fingerprint
+    from bench.run.environment import fingerprint
 
     if not fingerprint().gpu_available:
         assert any("CPU-only machine" in w.value for w in at.warning)
@@ -62,7 +64,7 @@ def test_quick_plan_then_run_creates_a_job(app_test, store_path, no_runner):
     run_button = next(b for b in at.button if b.label.startswith("Run "))
     run_button.click().run()
     assert not at.exception
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     jobs = ResultStore(store_path).list_jobs()
     assert len(jobs) == 1
@@ -88,7 +90,7 @@ def test_a_plan_made_for_another_profile_cannot_run(app_test, store_path, no_run
     assert any("This plan was made for another profile" in w.value for w in at.warning)
     run_button = next(b for b in at.button if b.label.startswith("Run "))
     assert run_button.disabled
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     assert ResultStore(store_path).list_jobs() == []
     next(b for b in at.button if b.label == "Quick plan").click().run()
@@ -97,9 +99,9 @@ def test_a_plan_made_for_another_profile_cannot_run(app_test, store_path, no_run
 
 
 def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_path, no_runner):
-    from bench.config import RunConfig
-    from bench.jobs import JobProgress
-    from bench.store import ResultStore
+    from bench.core.config import RunConfig
+    from bench.orchestrate.jobs import JobProgress
+    from bench.storage.store import ResultStore
 
     store = ResultStore(store_path)
     config = RunConfig(backend="fake", model="tiny-llama")
@@ -145,7 +147,7 @@ def test_plan_shows_its_cost_and_a_long_plan_asks_for_confirmation(
     """Default profile (a 7B model): on a machine without a GPU the Quick plan is tiny-llama and
     needs no confirmation; the Full plan keeps the 7B model, is estimated over 10 minutes and
     its Run button stays disabled until "Run it anyway" is ticked."""
-    from bench.environment import fingerprint
+    from bench.run.environment import fingerprint
 
     if fingerprint().gpu_available:
         pytest.skip("the CPU sizing applies to machines without a GPU")
@@ -176,7 +178,7 @@ def test_checkpoint_path_outside_the_model_roots_is_refused_naming_the_setting(
 ):
     """A profile naming a real checkpoint folder: the form refuses it until the server's
     ADVISOR_MODEL_ROOTS covers it."""
-    from bench.models import resolve_model
+    from bench.engines.models import resolve_model
 
     checkpoint = resolve_model("tiny-llama", dtype="float32").path
     profile = _tiny_profile()
@@ -204,7 +206,7 @@ def test_full_plan_lists_its_capacity_searches_and_repeats_and_runs_them_all(
     capacity searches after them; the plan's time parts show before Run; Run queues every
     comparison run `repeats` times (consecutive runs of one job) and each search once."""
     from advisor.plan import FULL_REPEATS
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     at = app_test(PAGE)
     at.session_state[PROFILE_KEY] = _tiny_profile()
@@ -272,7 +274,7 @@ def test_a_deleted_plan_row_leaves_every_other_row_on_its_own_config():
 
 
 def _availability() -> dict[str, tuple[bool, str]]:
-    from bench.backends import all_availability
+    from bench.engines.backends import all_availability
 
     return {item.name: (item.available, item.reason) for item in all_availability()}
 
@@ -283,7 +285,7 @@ def test_the_plan_names_the_frameworks_this_install_cannot_run(app_test, store_p
     the backend's reason when this project's setup cannot; the rows that can run are not."""
     import streamlit as st
 
-    from bench.environment import fingerprint
+    from bench.run.environment import fingerprint
     from ui.engines import missing_engines
 
     st.cache_data.clear()  # the page caches availability; an earlier test may have changed it
@@ -319,10 +321,10 @@ def test_an_install_without_the_engines_says_which_command_adds_vllm(
     (scripts/setup.sh from the project's .venv, pip of this interpreter otherwise)."""
     import streamlit as st
 
-    import bench.backends.vllm
+    import bench.engines.backends.vllm
     from ui.engines import CPU_ENGINES_REQUIREMENTS, REPO, missing_engines
 
-    monkeypatch.setattr(bench.backends.vllm, "vllm_version", lambda: None)
+    monkeypatch.setattr(bench.engines.backends.vllm, "vllm_version", lambda: None)
     st.cache_data.clear()
     try:
         at = app_test(PAGE)

@@ -90,8 +90,8 @@ def test_latency_distribution_is_aggregated_whatever_the_run_size(store_path):
     """A run of 20,000 requests: the chart ships bins (41 points per run), never the requests."""
     from streamlit.testing.v1 import AppTest
 
-    from bench.schema import RequestRecord
-    from bench.store import ResultStore
+    from bench.core.schema import RequestRecord
+    from bench.storage.store import ResultStore
     from ui.results_page import LATENCY_BINS
 
     run = stored_run(store_path)

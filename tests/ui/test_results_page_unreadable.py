@@ -1,5 +1,6 @@
 """AppTest: one row the store cannot read (corrupt JSON, a newer release's) never takes the
-Results page down; the readable runs are still listed (bench/store.py skips and names it)."""
+Results page down; the readable runs are still listed (bench/storage/store.py skips and names
+it)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ PAGE = "ui/results_page.py"
 
 
 def test_an_unreadable_row_does_not_break_the_results_page(app_test, store_path):
-    from bench.store import open_store
+    from bench.storage.store import open_store
 
     run = stored_run(store_path)
     with open_store(store_path) as store:

@@ -18,7 +18,7 @@ PAGE = "ui/results_page.py"
 
 
 def store_pairs(store_path, pairs) -> None:
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     store = ResultStore(store_path)
     for run, records in pairs:

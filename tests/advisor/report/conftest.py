@@ -1,7 +1,7 @@
 """Fixtures for the report tests. The advisor's answer always comes from the real `recommend()`
 over a real results store and the shipped data/reference; the runs in the store are labelled
 test doubles (synthetic runs, including a GPU run CI cannot make) for the fast tests, and real
-runs made with `bench.api.launch` for the slow ones."""
+runs made with `bench.run.api.launch` for the slow ones."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from advisor.profile import GpuProfile, StageProfile, WorkloadProfile
-from bench.config import (
+from bench.core.config import (
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
@@ -21,8 +21,8 @@ from bench.config import (
     StepLoad,
     ValidityRules,
 )
-from bench.load.reports import PatternReportBase
-from bench.schema import (
+from bench.core.pattern_reports import PatternReportBase
+from bench.core.schema import (
     ModelInfo,
     PhaseResult,
     RequestRecord,
@@ -31,7 +31,7 @@ from bench.schema import (
     TelemetrySample,
     TelemetrySummary,
 )
-from bench.store import ResultStore
+from bench.storage.store import ResultStore
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 NS_PER_MS = 1_000_000
@@ -71,8 +71,8 @@ def pattern_report_of(
 ) -> PatternReportBase:
     """The pattern report the real code makes of these phases: `plan()` fed each phase's
     summary (the runner's part), the phase windows, then the after-the-run analysis (launch's)."""
-    from bench.load.analysis import finish_pattern_report
-    from bench.load.patterns import plan
+    from bench.run.load.analysis import finish_pattern_report
+    from bench.run.load.patterns import plan
 
     generator = plan(config.load, config.slo, config.validity)
     spec = next(generator)
@@ -98,7 +98,7 @@ def synthetic_run(
     engine_args: dict[str, Any] | None = None,
 ) -> tuple[RunResult, list[RequestRecord]]:
     """TEST DOUBLE: a finished RunResult with phases, telemetry and records, built in process."""
-    from bench.metrics import judge_validity, summarize
+    from bench.core.metrics import judge_validity, summarize
 
     load: Any = {
         "step": StepLoad(start=1, step=1, max=2, stage_duration_s=2),
@@ -266,7 +266,7 @@ def make_synthetic_report(folder: Path, title: str = XSS_TITLE):
 def real_report_dir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """All four formats written by the `report` command from REAL stored runs.
 
-    The run is made by `bench.api.launch` (worker process, store, records, telemetry) with the
+    The run is made by `bench.run.api.launch` (worker process, store, records, telemetry) with the
     CPU `pytorch` engine on tiny-llama when that backend is available here; otherwise with the
     `fake` backend, a TEST DOUBLE engine (timed fake tokens) behind the same real harness.
     """
@@ -274,9 +274,9 @@ def real_report_dir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from typer.testing import CliRunner
 
     from advisor.report.cli import register
-    from bench.api import launch
-    from bench.backends import backend_names, get_backend
-    from bench.store import ResultStore
+    from bench.engines.backends import backend_names, get_backend
+    from bench.run.api import launch
+    from bench.storage.store import ResultStore
 
     root = tmp_path_factory.mktemp("real-report")
     store = ResultStore(root / "results.sqlite")

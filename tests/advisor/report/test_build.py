@@ -11,7 +11,7 @@ import pytest
 
 from advisor.report.build import build_report, load_reference, relevant_run_ids
 from advisor.report.model import Report
-from bench.fingerprint import Fingerprint
+from bench.core.fingerprint import Fingerprint
 from tests.advisor.conftest import SEED_FILE, SHIPPED_REFERENCE_DIR
 from tests.advisor.report.conftest import (
     real_answer,

@@ -9,7 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from advisor.report.cli import parse_formats, register
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 PROFILE = (
     Path(__file__).resolve().parents[3] / "examples" / "profiles" / "chatbot_long_generation.yaml"
@@ -30,7 +30,7 @@ def app() -> typer.Typer:
 
 def empty_store(tmp_path: Path) -> str:
     """A results store with no runs (a report only reads: it never creates one)."""
-    from bench.store import open_store
+    from bench.storage.store import open_store
 
     path = tmp_path / "s.sqlite"
     open_store(path).close()

@@ -13,7 +13,7 @@ import pytest
 from advisor.report import generate
 from advisor.report.build import assemble_report
 from advisor.report.model import Report
-from bench.store import ResultStore
+from bench.storage.store import ResultStore
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILES = REPO / "examples" / "profiles"

@@ -32,7 +32,7 @@ def test_every_example_profile_is_found() -> None:
 def test_report_all_formats_for_the_shipped_profile(profile: Path, tmp_path: Path) -> None:
     from pypdf import PdfReader
 
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     out = tmp_path / "out"
     # an empty store made first: read commands never create one ('no store at PATH')

@@ -12,7 +12,7 @@ from advisor.report import generate
 from advisor.report.json import read_report_json
 from advisor.report.model import SECTIONS, Report
 from advisor.report.templating import format_number, format_percent
-from bench.errors import UserError
+from bench.core.errors import UserError
 from tests.advisor.report.conftest import make_synthetic_report
 
 

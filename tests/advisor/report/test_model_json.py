@@ -8,7 +8,7 @@ import pytest
 
 from advisor.report.json import read_report_json, render_json
 from advisor.report.model import REPORT_SCHEMA_VERSION, Report
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 
 def test_json_round_trips_through_the_model(synthetic_report: Report) -> None:

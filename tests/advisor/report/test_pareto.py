@@ -65,7 +65,7 @@ def test_report_formats_carry_the_search_the_chart_and_the_calibration(
 
     from advisor import evidence
     from advisor.cli import app
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     monkeypatch.setattr(evidence, "DEFAULT_REFERENCE_DIR", SHIPPED_REFERENCE_DIR)
     ResultStore(tmp_path / "empty.sqlite").close()

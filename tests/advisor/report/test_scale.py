@@ -12,8 +12,8 @@ import pytest
 
 from advisor.report import FORMATS, generate
 from advisor.report.model import MAX_CHART_POINTS
-from bench.schema import RequestRecord, TelemetrySample
-from bench.store import ResultStore
+from bench.core.schema import RequestRecord, TelemetrySample
+from bench.storage.store import ResultStore
 from tests.advisor.report.conftest import PROFILE, synthetic_run
 
 RECORDS = 1_000_000

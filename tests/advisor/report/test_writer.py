@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from advisor.report.writer import ReportWriter, check_name, safe_filename
-from bench.errors import UserError
+from bench.core.errors import UserError
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from bench.backends.base import GenerateRequest
-from bench.backends.batcher import DynamicBatcher
+from bench.engines.backends.base import GenerateRequest
+from bench.engines.backends.batcher import DynamicBatcher
 
 
 class StandInBatchFunction:

@@ -7,11 +7,11 @@ import importlib.util
 
 import pytest
 
-from bench.backends import get_backend
-from bench.backends.base import ForwardRequest, GenerateRequest
-from bench.config import ForwardWorkload, GenerateWorkload, LengthDistribution, Precision
-from bench.errors import BackendUnavailable, UserError
-from bench.onnx_export import ExportCheckFailed
+from bench.core.config import ForwardWorkload, GenerateWorkload, LengthDistribution, Precision
+from bench.core.errors import BackendUnavailable, UserError
+from bench.engines.backends import get_backend
+from bench.engines.backends.base import ForwardRequest, GenerateRequest
+from bench.engines.onnx_export import ExportCheckFailed
 
 FP32 = Precision(dtype="float32")
 
@@ -87,7 +87,7 @@ def test_forward_fixed_shape_checked_and_timed(preset, workload, request) -> Non
         await backend.close()
         return info, outputs
 
-    from bench.clock import CLOCK
+    from bench.core.clock import CLOCK
 
     before = CLOCK.now_ns()
     info, outputs = asyncio.run(scenario())
@@ -139,7 +139,7 @@ def test_variable_lengths_without_dynamic_shapes_is_a_user_error(tiny_bert) -> N
 @pytest.mark.slow
 def test_forward_broken_export_fails_the_run(tiny_vit, monkeypatch) -> None:
     """A graph whose outputs are wrong must fail load() before anything is timed."""
-    from bench import onnx_export
+    from bench.engines import onnx_export
 
     real_reference = onnx_export.eager_reference
     monkeypatch.setattr(

@@ -12,8 +12,11 @@ import psutil
 import pytest
 from aiohttp import web
 
-from bench.backends.base import Chunk, GenerateRequest
-from bench.backends.openai import (
+from bench.core.config import GenerateWorkload, LengthDistribution, Precision
+from bench.core.errors import UserError
+from bench.core.schema import ModelInfo
+from bench.engines.backends.base import Chunk, GenerateRequest
+from bench.engines.backends.openai import (
     DEFAULT_METRIC_NAMES,
     OpenAIBackend,
     OpenAIServerError,
@@ -23,10 +26,7 @@ from bench.backends.openai import (
     event_token_count,
     parse_prometheus,
 )
-from bench.config import GenerateWorkload, LengthDistribution, Precision
-from bench.errors import UserError
-from bench.schema import ModelInfo
-from bench.workload import RequestFactory
+from bench.run.workload import RequestFactory
 from tests.bench.backends.test_vllm import cpu_attention_compatible
 
 # --------------------------------------------------------------------------- pure parsing
@@ -408,8 +408,8 @@ async def test_chat_form_sends_messages_to_chat_completions(
 
 
 def test_prefix_cache_hit_rate_from_scraped_counters() -> None:
-    from bench.backends.openai import parse_prometheus
-    from bench.metrics import prefix_cache_hit_rate
+    from bench.core.metrics import prefix_cache_hit_rate
+    from bench.engines.backends.openai import parse_prometheus
 
     def scrape(t_ns: int, queries: float, hits: float) -> dict:
         text = (
@@ -432,7 +432,7 @@ def test_prefix_cache_hit_rate_from_scraped_counters() -> None:
 
 
 def _vllm_installed() -> bool:
-    from bench.backends.vllm import vllm_version
+    from bench.engines.backends.vllm import vllm_version
 
     return vllm_version() is not None
 

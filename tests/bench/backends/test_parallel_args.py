@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from bench.backends import get_backend
-from bench.backends.vllm import engine_arg_fields, vllm_parallel_args
-from bench.config import GenerateWorkload, ParallelismConfig, PrecisionConfig
-from bench.errors import UserError
-from bench.launchers import trtllm_serve_command, vllm_serve_command
+from bench.core.config import GenerateWorkload, ParallelismConfig, PrecisionConfig
+from bench.core.errors import UserError
+from bench.engines.backends import get_backend
+from bench.engines.backends.vllm import engine_arg_fields, vllm_parallel_args
+from bench.engines.launchers import trtllm_serve_command, vllm_serve_command
 from tests.bench.backends.test_tensorrt_llm import MODEL, _init_event, standin  # noqa: F401
 
 TP2 = ParallelismConfig(tensor_parallel_size=2)

@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 
-from bench.backends import get_backend
-from bench.backends.base import ForwardRequest, GenerateRequest
-from bench.config import ForwardWorkload, GenerateWorkload, LengthDistribution, Precision
-from bench.errors import UserError
-from bench.schema import ModelInfo
+from bench.core.config import ForwardWorkload, GenerateWorkload, LengthDistribution, Precision
+from bench.core.errors import UserError
+from bench.core.schema import ModelInfo
+from bench.engines.backends import get_backend
+from bench.engines.backends.base import ForwardRequest, GenerateRequest
 
 FP32 = Precision(dtype="float32")
 
@@ -67,7 +67,7 @@ async def test_left_padding_does_not_change_greedy_tokens(tiny_llama: ModelInfo)
     """A short prompt batched with a long one decodes the same tokens as alone (pad + mask)."""
     import torch
 
-    from bench.backends.pytorch import left_padded_batch, load_hf_model, pad_token_id_of
+    from bench.engines.backends.pytorch import left_padded_batch, load_hf_model, pad_token_id_of
 
     model = load_hf_model(tiny_llama.path, torch.float32, "cpu")
     pad = pad_token_id_of(model)
@@ -92,7 +92,7 @@ async def test_left_padding_does_not_change_greedy_tokens(tiny_llama: ModelInfo)
 async def test_forward_runs_the_real_model(fixture: str, workload, request) -> None:
     import torch
 
-    from bench.backends.pytorch import forward_inputs, load_hf_model, primary_output
+    from bench.engines.backends.pytorch import forward_inputs, load_hf_model, primary_output
 
     model_info: ModelInfo = request.getfixturevalue(fixture)
     backend = get_backend("pytorch")({})

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from bench.backends import registry
-from bench.backends.base import WorkloadShape
-from bench.backends.pytorch import PyTorchBackend
-from bench.errors import UserError
+from bench.core.errors import UserError
+from bench.engines.backends import registry
+from bench.engines.backends.base import WorkloadShape
+from bench.engines.backends.pytorch import PyTorchBackend
 
 SHAPES = [
     WorkloadShape(

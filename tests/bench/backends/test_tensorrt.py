@@ -8,12 +8,12 @@ import importlib.util
 
 import pytest
 
-from bench.backends import get_backend
-from bench.backends.tensorrt import NOT_INSTALLED_REASON, optimization_profile
-from bench.config import ForwardWorkload, GenerateWorkload, Precision
-from bench.errors import BackendUnavailable, UserError
-from bench.onnx_export import ForwardShape
-from bench.schema import ModelInfo
+from bench.core.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.core.errors import BackendUnavailable, UserError
+from bench.core.schema import ModelInfo
+from bench.engines.backends import get_backend
+from bench.engines.backends.tensorrt import NOT_INSTALLED_REASON, optimization_profile
+from bench.engines.onnx_export import ForwardShape
 
 MODEL = ModelInfo(name="tiny-resnet", path="/nonexistent/tiny-resnet", kind="forward")
 tensorrt_missing = pytest.mark.skipif(

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.backends import get_backend
-from bench.backends.base import ForwardRequest, GenerateRequest
-from bench.backends.tensorrt_llm import NOT_INSTALLED_REASON
-from bench.config import GenerateWorkload, ParallelismConfig, Precision
-from bench.errors import BackendUnavailable, UserError
-from bench.schema import ModelInfo
+from bench.core.config import GenerateWorkload, ParallelismConfig, Precision
+from bench.core.errors import BackendUnavailable, UserError
+from bench.core.schema import ModelInfo
+from bench.engines.backends import get_backend
+from bench.engines.backends.base import ForwardRequest, GenerateRequest
+from bench.engines.backends.tensorrt_llm import NOT_INSTALLED_REASON
 
 STANDINS = Path(__file__).resolve().parents[2] / "standins"
 MODEL = ModelInfo(name="tiny-llama", path="/models/tiny-llama", vocab_size=32000)

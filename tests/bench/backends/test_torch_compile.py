@@ -7,12 +7,12 @@ import itertools
 
 import pytest
 
-from bench.backends import get_backend
-from bench.backends.base import ForwardRequest, GenerateRequest
-from bench.backends.torch_compile import default_buckets, length_upper_bound
-from bench.config import ForwardWorkload, GenerateWorkload, LengthDistribution, Precision
-from bench.errors import UserError
-from bench.schema import ModelInfo
+from bench.core.config import ForwardWorkload, GenerateWorkload, LengthDistribution, Precision
+from bench.core.errors import UserError
+from bench.core.schema import ModelInfo
+from bench.engines.backends import get_backend
+from bench.engines.backends.base import ForwardRequest, GenerateRequest
+from bench.engines.backends.torch_compile import default_buckets, length_upper_bound
 
 FP32 = Precision(dtype="float32")
 
@@ -50,7 +50,7 @@ async def stream_times(backend, request) -> list[int]:
 async def test_generate_compiles_static_cache_and_streams_exact_lengths(
     tiny_llama: ModelInfo,
 ) -> None:
-    from bench.backends.torch_compile import _unique_graphs
+    from bench.engines.backends.torch_compile import _unique_graphs
 
     workload = GenerateWorkload(
         prompt_tokens=LengthDistribution(kind="uniform", mean=16, spread=8),

@@ -12,12 +12,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.backends import get_backend
-from bench.backends.base import GenerateRequest
-from bench.backends.vllm import VllmBackend, check_arg_names, engine_arg_fields, vllm_version
-from bench.config import ForwardWorkload, GenerateWorkload, Precision
-from bench.errors import UserError
-from bench.schema import ModelInfo
+from bench.core.config import ForwardWorkload, GenerateWorkload, Precision
+from bench.core.errors import UserError
+from bench.core.schema import ModelInfo
+from bench.engines.backends import get_backend
+from bench.engines.backends.base import GenerateRequest
+from bench.engines.backends.vllm import (
+    VllmBackend,
+    check_arg_names,
+    engine_arg_fields,
+    vllm_version,
+)
 
 needs_vllm = pytest.mark.skipif(vllm_version() is None, reason="vLLM is not installed")
 
@@ -168,8 +173,9 @@ async def test_real_engine_exact_lengths_ordered_times_clean_close(
 def test_llm_generate_reference(
     vllm_tiny_llama: ModelInfo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """bench.fidelity's reference: vLLM's own LLM.generate on given prompts, in its own process."""
-    from bench.fidelity import llm_generate_throughput, run_in_subprocess
+    """bench.orchestrate.fidelity's reference: vLLM's own LLM.generate on given prompts, in its own
+    process."""
+    from bench.orchestrate.fidelity import llm_generate_throughput, run_in_subprocess
 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # the spawned child inherits it
     # Longer than a KV block (128 on CPU), so a prompt seen before could be a prefix-cache hit.
@@ -197,8 +203,8 @@ def test_vllm_fidelity_check_on_cpu(
     vllm_tiny_llama: ModelInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A whole `vllm` fidelity check: LLM.generate in its own process, then the backend through
-    bench.api.launch on the same prompts; the ratio is the two throughputs'."""
-    from bench.fidelity import VllmFidelityCheck, run_check
+    bench.run.api.launch on the same prompts; the ratio is the two throughputs'."""
+    from bench.orchestrate.fidelity import VllmFidelityCheck, run_check
 
     # No VLLM_CPU_KVCACHE_SPACE: both sides size the CPU KV cache from the workload themselves
     # (vLLM's default of 92% of the node's memory fails whenever other work holds some of it).

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.backends.vllm import (
+from bench.core.config import GenerateWorkload, LengthDistribution
+from bench.engines.backends.vllm import (
     CPU_KV_CACHE_CAP_BYTES,
     CPU_KV_CACHE_FLOOR_BYTES,
     cpu_kv_cache_bytes,
     vllm_version,
 )
-from bench.config import GenerateWorkload, LengthDistribution
-from bench.models import PRESETS
+from bench.engines.models import PRESETS
 
 needs_vllm = pytest.mark.skipif(vllm_version() is None, reason="vLLM is not installed")
 GiB = 1024**3
@@ -63,7 +63,7 @@ def test_impossible_kv_cache_fails_with_vllms_own_error(tmp_path: Path) -> None:
     if str(current_platform.device_type) != "cpu":
         pytest.skip("CPU build only")
     from bench.cli import main
-    from bench.store import ResultStore
+    from bench.storage.store import ResultStore
 
     store_path = tmp_path / "store.sqlite"
     argv = ["run", "--backend", "vllm", "--model", "tiny-llama", "--store", str(store_path)]

@@ -1,0 +1,379 @@
+"""The metric catalogue: every metric the project reports, declared once (AIPerf's metric classes
+are the model) with its key, unit, better direction, statistics, labels and how to read it.
+
+A `MetricSpec` is one measured quantity (`ttft_ms`: a distribution over requests;
+`output_throughput_tok_s`: one figure per run). A `Metric` is one readable name of it, the spec
+plus a statistic: `ttft_ms_p99`, `output_throughput_tok_s`. The names are the advisor's and the
+interval code's (`bench/core/stats.py`, `bench compare`, evidence rows); the other spellings that
+stored files use (a report's `ttft_p99_ms`, a step ladder's `p99_ttft_ms`) are derived here, never
+renamed, so old files load unchanged. SLO limits are declared here as bounds on a spec: a latency
+SLO is a maximum because its metric is lower-is-better, a throughput SLO a minimum.
+
+Adding a metric is one `MetricSpec` in `SPECS` (and, for a new stored field, that field): evidence
+rows (`read_all`), metric words, column headings and SLO directions pick it up; a table or the
+bootstrap (`bench.core.stats.GROUP_METRICS`) that should show it names it in its own selection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from bench.core.schema import MetricsSummary, RunResult
+
+Better = Literal["higher", "lower"]
+Statistic = Literal["mean", "p50", "p90", "p99"]
+Source = Literal["summary", "telemetry", "derived"]
+Family = Literal["rate", "ttft", "tpot", "itl", "e2e", "other"]
+
+DISTRIBUTION_STATISTICS: tuple[Statistic, ...] = ("mean", "p50", "p90", "p99")
+"""What a `Percentiles` carries (bench.core.metrics.percentiles_ms)."""
+QUANTILE_OF: dict[Statistic, float] = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+Reader = Callable[["MetricsSummary | None", "RunResult | None"], "float | None"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One measured quantity: where it lives, its unit, which way is better, its words.
+
+    `key` is the stored field (on MetricsSummary for `summary`, on TelemetrySummary for
+    `telemetry`); `statistics` is empty for a single figure and the Percentiles statistics for
+    a distribution; `label` is the short name tables use (`TTFT`, `output throughput`),
+    `words` the name prose uses when it differs (`request throughput` where intervals say
+    `request rate`), `heading` a report column's heading when it is not the label with the
+    unit (`Requests/s`); `family` groups what the interval code resamples together; `derived`
+    specs read themselves with `reader`; `definition` states the formula (vLLM's definitions,
+    bench/core/metrics.py).
+    """
+
+    key: str
+    label: str
+    unit: str
+    better: Better
+    definition: str
+    statistics: tuple[Statistic, ...] = ()
+    source: Source = "summary"
+    family: Family = "other"
+    words: str | None = None
+    heading: str | None = None
+    reader: Reader | None = field(default=None, compare=False)
+
+    @property
+    def is_distribution(self) -> bool:
+        return bool(self.statistics)
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.better == "higher"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One readable name: a spec and, for a distribution, one statistic (`ttft_ms_p99`)."""
+
+    spec: MetricSpec
+    statistic: Statistic | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.key}_{self.statistic}" if self.statistic else self.spec.key
+
+    @property
+    def label(self) -> str:
+        """Short label: `TTFT p99`, `output throughput` (intervals, comparisons)."""
+        return f"{self.spec.label} {self.statistic}" if self.statistic else self.spec.label
+
+    @property
+    def words(self) -> str:
+        """The name in prose (reports): `request throughput`, `E2E p99`."""
+        base = self.spec.words or self.spec.label
+        return f"{base} {self.statistic}" if self.statistic else base
+
+    @property
+    def column(self) -> str:
+        """A table column heading with the unit: `TTFT p99 (ms)`, or the spec's `heading`."""
+        if self.spec.heading and not self.statistic:
+            return self.spec.heading
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+    @property
+    def unit(self) -> str:
+        return self.spec.unit
+
+    @property
+    def better(self) -> Better:
+        return self.spec.better
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.spec.higher_is_better
+
+    @property
+    def family(self) -> Family:
+        return self.spec.family
+
+    @property
+    def quantile(self) -> float | None:
+        """0.5 / 0.9 / 0.99 for a percentile, None for a mean or a single figure."""
+        return QUANTILE_OF.get(self.statistic) if self.statistic else None  # type: ignore[arg-type]
+
+    @property
+    def report_field(self) -> str:
+        """The report's evidence-column spelling (advisor/report/model.py): `ttft_p99_ms`."""
+        if not self.statistic:
+            return self.spec.key
+        family, unit = self.spec.key.rsplit("_", 1)
+        return f"{family}_{self.statistic}_{unit}"
+
+    @property
+    def ladder_field(self) -> str:
+        """The step ladder's stage spelling (bench/core/pattern_reports.py): `p99_ttft_ms`."""
+        return f"{self.statistic}_{self.spec.key}" if self.statistic else self.spec.key
+
+    def read(self, summary: MetricsSummary | None, run: RunResult | None = None) -> float | None:
+        """This metric of a summary (a run's or a phase's) and, for telemetry and derived
+        metrics, of its run; None where the run has no such figure."""
+        spec = self.spec
+        if spec.reader is not None:
+            return spec.reader(summary, run)
+        if spec.source == "telemetry":
+            holder = run.telemetry if run is not None else None
+        else:
+            holder = summary
+        value = getattr(holder, spec.key, None) if holder is not None else None
+        if self.statistic is not None and value is not None:
+            value = getattr(value, self.statistic)
+        return None if value is None else float(value)
+
+
+def _gpu_s_per_million_tokens(
+    summary: MetricsSummary | None, run: RunResult | None
+) -> float | None:
+    """GPUs x 1e6 / throughput: output tok/s for generate runs, requests/s for forward runs."""
+    if summary is None or run is None:
+        return None
+    throughput = (
+        summary.output_throughput_tok_s
+        if run.config.workload.kind == "generate"
+        else summary.request_throughput_rps
+    )
+    if throughput <= 0:
+        return None
+    return run.config.parallelism.gpus_needed * 1e6 / throughput
+
+
+def _latency(key: str, label: str, definition: str) -> MetricSpec:
+    return MetricSpec(
+        key,
+        label,
+        "ms",
+        "lower",
+        definition,
+        statistics=DISTRIBUTION_STATISTICS,
+        family=key.removesuffix("_ms"),  # type: ignore[arg-type]
+    )
+
+
+SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "request_throughput_rps",
+        "request rate",
+        "req/s",
+        "higher",
+        "Successful requests / measured window.",
+        family="rate",
+        words="request throughput",
+        heading="Requests/s",
+    ),
+    MetricSpec(
+        "output_throughput_tok_s",
+        "output throughput",
+        "tok/s",
+        "higher",
+        "Output tokens of successful requests / measured window.",
+        family="rate",
+        heading="Output tok/s",
+    ),
+    MetricSpec(
+        "error_rate",
+        "error rate",
+        "",
+        "lower",
+        "Failed requests / measured requests.",
+        heading="Errors",
+    ),
+    MetricSpec(
+        "goodput_rps",
+        "goodput",
+        "req/s",
+        "higher",
+        "Successful requests meeting every SLO set / measured window (only with an SLO).",
+        family="rate",
+    ),
+    _latency("ttft_ms", "TTFT", "Time to first token: first chunk - request start."),
+    _latency(
+        "tpot_ms",
+        "TPOT",
+        "Time per output token: (E2E - TTFT) / (output tokens - 1); <= 1 token left out.",
+    ),
+    _latency("itl_ms", "ITL", "Inter-token latency: every gap between chunks, pooled."),
+    _latency("e2e_ms", "E2E", "End-to-end latency: end - request start."),
+    MetricSpec(
+        "tok_s_per_user",
+        "tok/s per user",
+        "tok/s",
+        "higher",
+        "1000 / TPOT p50 (ms): the decode speed one user sees.",
+    ),
+    MetricSpec(
+        "tok_s_per_user_mean",
+        "tok/s per user (mean)",
+        "tok/s",
+        "higher",
+        "Mean over requests of 1000 / TPOT (ms).",
+    ),
+    MetricSpec(
+        "output_throughput_tok_s_per_gpu",
+        "output tok/s per GPU",
+        "tok/s",
+        "higher",
+        "Output throughput / GPUs used (tensor_parallel_size x replicas).",
+    ),
+    MetricSpec(
+        "gpu_s_per_million_tokens",
+        "GPU time per million tokens",
+        "GPU-s",
+        "lower",
+        "GPUs x 1e6 / throughput (output tok/s; requests/s for forward runs).",
+        source="derived",
+        reader=_gpu_s_per_million_tokens,
+    ),
+    MetricSpec(
+        "peak_gpu_memory_gb",
+        "peak GPU memory",
+        "GB",
+        "lower",
+        "Peak GPU memory of the run (NVML, the engine's processes or the device).",
+        source="telemetry",
+        heading="GPU memory (GB)",
+    ),
+    MetricSpec(
+        "energy_per_output_token_j",
+        "energy per output token",
+        "J",
+        "lower",
+        "GPU energy over the window (NVML) / output tokens.",
+        source="telemetry",
+    ),
+    MetricSpec(
+        "mean_gpu_utilization_pct",
+        "mean GPU utilisation",
+        "%",
+        "higher",
+        "Mean NVML GPU utilisation over the run.",
+        source="telemetry",
+    ),
+)
+SPECS_BY_KEY: dict[str, MetricSpec] = {spec.key: spec for spec in SPECS}
+
+METRICS: tuple[Metric, ...] = tuple(
+    metric
+    for spec in SPECS
+    for metric in (
+        [Metric(spec, statistic) for statistic in spec.statistics]
+        if spec.statistics
+        else [Metric(spec)]
+    )
+)
+"""Every readable name, in declaration order (the order evidence rows list them)."""
+METRICS_BY_NAME: dict[str, Metric] = {metric.name: metric for metric in METRICS}
+LATENCY_SPECS: tuple[MetricSpec, ...] = tuple(s for s in SPECS if s.is_distribution)
+"""The per-request distributions (TTFT, TPOT, ITL, E2E)."""
+LADDER_LATENCIES: tuple[Metric, ...] = tuple(
+    Metric(SPECS_BY_KEY[key], "p99") for key in ("ttft_ms", "tpot_ms", "e2e_ms")
+)
+"""The p99 latencies a step ladder's stage keeps (bench.core.pattern_reports.LadderStage fields
+`p99_ttft_ms`, ... = their `ladder_field`)."""
+
+
+def metric(name: str) -> Metric:
+    """The metric of a name; KeyError lists the known names."""
+    try:
+        return METRICS_BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown metric {name!r}; known: {', '.join(METRICS_BY_NAME)}") from None
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether more of the named metric is better (False for unknown names: lower ranks first)."""
+    known = METRICS_BY_NAME.get(name)
+    return known is not None and known.higher_is_better
+
+
+def read_all(summary: MetricsSummary | None, run: RunResult | None = None) -> dict[str, float]:
+    """Every metric the summary (and its run) has, by name, in declaration order."""
+    out: dict[str, float] = {}
+    for item in METRICS:
+        value = item.read(summary, run)
+        if value is not None:
+            out[item.name] = value
+    return out
+
+
+# --------------------------------------------------------------------------- SLO bounds
+
+
+@dataclass(frozen=True)
+class SloBound:
+    """One SLO limit: the SLO field that holds it and the metric it limits.
+
+    A bound on a lower-is-better metric is a maximum (`ttft_ms` at most), on a higher-is-better
+    one a minimum (`min_request_throughput_rps` at least). A distribution's bound is judged at
+    the SLO's percentile (`percentile` of the profile or the capacity search)."""
+
+    field: str
+    spec: MetricSpec
+    words: str
+    """The limit's name in forms and the report's workload table (`End-to-end`)."""
+    missing_meets: bool = True
+    """Whether a request (or a probe) without this figure meets the limit: as in vLLM's
+    goodput, no TPOT (<= 1 output token) meets a TPOT SLO, no TTFT (no chunk) fails one."""
+
+    @property
+    def is_minimum(self) -> bool:
+        return self.spec.higher_is_better
+
+    def metric_at(self, percentile: Statistic) -> Metric:
+        """The metric the bound is judged on (`ttft_ms_p99` for a TTFT SLO at p99)."""
+        return Metric(self.spec, percentile if self.spec.is_distribution else None)
+
+    def broken(self, value: float, limit: float) -> bool:
+        return value < limit if self.is_minimum else value > limit
+
+    def form_label(self, percentile: Statistic) -> str:
+        """`TTFT p99 at most (ms)`, `Output throughput at least (tok/s)`: a form field's label."""
+        if self.is_minimum:
+            return f"{self.words} at least ({self.spec.unit})"
+        return f"{self.words} {percentile} at most ({self.spec.unit})"
+
+
+REQUEST_SLO_BOUNDS: tuple[SloBound, ...] = (
+    SloBound("ttft_ms", SPECS_BY_KEY["ttft_ms"], "TTFT", missing_meets=False),
+    SloBound("tpot_ms", SPECS_BY_KEY["tpot_ms"], "TPOT"),
+    SloBound("e2e_ms", SPECS_BY_KEY["e2e_ms"], "End-to-end"),
+)
+"""Per-request limits (bench.core.config.SLO): a request meets the SLO when every one set holds."""
+THROUGHPUT_SLO_BOUNDS: tuple[SloBound, ...] = (
+    SloBound(
+        "min_request_throughput_rps", SPECS_BY_KEY["request_throughput_rps"], "Request throughput"
+    ),
+    SloBound(
+        "min_output_throughput_tok_s", SPECS_BY_KEY["output_throughput_tok_s"], "Output throughput"
+    ),
+)
+"""Run-wide minimums (advisor.profile.ProfileSLO)."""
+SLO_BOUNDS: tuple[SloBound, ...] = REQUEST_SLO_BOUNDS + THROUGHPUT_SLO_BOUNDS
+SLO_BOUNDS_BY_FIELD: dict[str, SloBound] = {bound.field: bound for bound in SLO_BOUNDS}

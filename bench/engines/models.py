@@ -1,0 +1,803 @@
+"""Models without downloads: random-weight Hugging Face checkpoints written from presets.
+
+A preset is written once per (name, seed, dtype) under `model_cache_dir()` as a normal local
+checkpoint (config.json, sharded safetensors, generation_config.json and, for the generate kind, a
+byte-level BPE tokenizer whose vocabulary size equals the config's), so every framework loads it
+as it would a real one. A real local checkpoint directory resolves the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import struct
+import sysconfig
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from bench.core.errors import UserError
+from bench.core.schema import ModelInfo
+
+if TYPE_CHECKING:  # transformers/torch are imported inside functions only (fast CLI start)
+    import torch
+    from transformers import PretrainedConfig
+
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2}
+WEIGHT_INIT_STD = 0.02
+"""Small std keeps a deep random network finite in bf16 (norm weights are ones, biases zeros)."""
+SHARD_BYTES = 5 * 1024**3
+TOKENIZER_CORPUS_BYTES_PER_TOKEN = 512
+"""Corpus budget per vocabulary entry: 32000 -> 16 MB of stdlib source, enough merges to fill it."""
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
+"""Ids 0..3 in every generated tokenizer; the preset configs point bos/eos/pad at them."""
+UNK_ID, BOS_ID, EOS_ID, PAD_ID = range(4)
+# Bumped when the on-disk layout or the fill changes, so stale cached checkpoints are not reused.
+CHECKPOINT_FORMAT_VERSION = 1
+
+Kind = Literal["generate", "forward"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """An architecture preset: builds a transformers config; weights are random at write time."""
+
+    name: str
+    kind: Kind
+    build_config: Callable[[], PretrainedConfig]
+    description: str
+
+
+# --------------------------------------------------------------------------- preset configs
+
+
+def _special_ids() -> dict[str, int]:
+    return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
+
+
+def _llama(**overrides: Any) -> PretrainedConfig:
+    from transformers import LlamaConfig
+
+    values: dict[str, Any] = {
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        **_special_ids(),
+    }
+    values.update(overrides)
+    rope_theta = values.pop("rope_theta", 10000.0)
+    config = LlamaConfig(**values)
+    _set_rope_theta(config, rope_theta)
+    config.architectures = ["LlamaForCausalLM"]
+    return config
+
+
+def _set_rope_theta(config: PretrainedConfig, rope_theta: float) -> None:
+    """transformers 4.x keeps `rope_theta` on the config; 5.x moved it into `rope_parameters`."""
+    config.rope_theta = rope_theta
+    rope_parameters = getattr(config, "rope_parameters", None)
+    if isinstance(rope_parameters, dict):
+        rope_parameters["rope_theta"] = rope_theta
+
+
+def _tiny_llama() -> PretrainedConfig:
+    return _llama(
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        # head_dim 32: vLLM's CPU attention supports head sizes 32, 64, 80, ... (not 16)
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+    )
+
+
+def _llama_2_7b() -> PretrainedConfig:
+    return _llama()
+
+
+def _llama_2_13b() -> PretrainedConfig:
+    return _llama(
+        hidden_size=5120,
+        intermediate_size=13824,
+        num_hidden_layers=40,
+        num_attention_heads=40,
+        num_key_value_heads=40,
+    )
+
+
+def _llama_2_70b() -> PretrainedConfig:
+    # Llama-2-70B's published shape: GQA with 8 KV heads, MLP 28672. Written as random weights
+    # it is ~138 GB in bfloat16 (sharded, streamed to disk): for multi-GPU hosts only.
+    return _llama(
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+    )
+
+
+def _llama_3_8b() -> PretrainedConfig:
+    # Real Meta-Llama-3-8B values except bos/eos ids, which point at our tokenizer's specials.
+    return _llama(
+        vocab_size=128256,
+        intermediate_size=14336,
+        num_key_value_heads=8,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+    )
+
+
+def _mistral_7b() -> PretrainedConfig:
+    # Mistral-7B-v0.1 (the paper's model): GQA 8 KV heads, sliding window 4096.
+    from transformers import MistralConfig
+
+    config = MistralConfig(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-5,
+        sliding_window=4096,
+        hidden_act="silu",
+        tie_word_embeddings=False,
+        **_special_ids(),
+    )
+    _set_rope_theta(config, 10000.0)
+    config.architectures = ["MistralForCausalLM"]
+    return config
+
+
+def _imagenet_labels(config: PretrainedConfig, num_labels: int) -> None:
+    config.id2label = {i: f"class_{i}" for i in range(num_labels)}
+    config.label2id = {label: i for i, label in config.id2label.items()}
+
+
+def _resnet(**overrides: Any) -> PretrainedConfig:
+    from transformers import ResNetConfig
+
+    # ResNetConfig's defaults are ResNet-50 (bottleneck, depths 3/4/6/3, widths 256..2048).
+    config = ResNetConfig(**overrides)
+    _imagenet_labels(config, 1000 if not overrides else 10)
+    config.architectures = ["ResNetForImageClassification"]
+    return config
+
+
+def _resnet_50() -> PretrainedConfig:
+    return _resnet()
+
+
+def _tiny_resnet() -> PretrainedConfig:
+    return _resnet(
+        embedding_size=16,
+        hidden_sizes=[32, 64],
+        depths=[1, 1],
+        layer_type="basic",
+    )
+
+
+def _bert(**overrides: Any) -> PretrainedConfig:
+    from transformers import BertConfig
+
+    # BertConfig's defaults are bert-base-uncased (12 layers, 768 hidden, 30522 vocab, 512 pos).
+    config = BertConfig(pad_token_id=0, **overrides)
+    config.architectures = ["BertModel"]
+    return config
+
+
+def _bert_base() -> PretrainedConfig:
+    return _bert()
+
+
+def _tiny_bert() -> PretrainedConfig:
+    return _bert(
+        vocab_size=1024,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=512,
+    )
+
+
+def _vit(num_labels: int, **overrides: Any) -> PretrainedConfig:
+    from transformers import ViTConfig
+
+    # ViTConfig's defaults are ViT-B/16 at 224 px (google/vit-base-patch16-224).
+    config = ViTConfig(**overrides)
+    _imagenet_labels(config, num_labels)
+    config.architectures = ["ViTForImageClassification"]
+    return config
+
+
+def _vit_base() -> PretrainedConfig:
+    return _vit(1000)
+
+
+def _tiny_vit() -> PretrainedConfig:
+    return _vit(
+        10,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        image_size=32,
+        patch_size=8,
+    )
+
+
+PRESETS: dict[str, Preset] = {
+    preset.name: preset
+    for preset in (
+        Preset(
+            "tiny-llama",
+            "generate",
+            _tiny_llama,
+            "Llama, 2 layers, hidden 64, vocab 32000 (~4M params): tests and CPU smoke runs.",
+        ),
+        Preset(
+            "llama-2-7b",
+            "generate",
+            _llama_2_7b,
+            "Llama-2-7B architecture (32 layers, hidden 4096, MHA, vocab 32000), random weights.",
+        ),
+        Preset(
+            "llama-2-13b",
+            "generate",
+            _llama_2_13b,
+            "Llama-2-13B architecture (40 layers, hidden 5120, MHA): the article's model.",
+        ),
+        Preset(
+            "llama-2-70b",
+            "generate",
+            _llama_2_70b,
+            "Llama-2-70B architecture (80 layers, hidden 8192, GQA 8 KV heads), random weights "
+            "(~138 GB in bf16: multi-GPU hosts).",
+        ),
+        Preset(
+            "llama-3-8b",
+            "generate",
+            _llama_3_8b,
+            "Llama-3-8B architecture (32 layers, GQA 8 KV heads, vocab 128256), random weights.",
+        ),
+        Preset(
+            "mistral-7b",
+            "generate",
+            _mistral_7b,
+            "Mistral-7B-v0.1 architecture (GQA 8 KV heads, sliding window 4096), random weights.",
+        ),
+        Preset(
+            "resnet-50",
+            "forward",
+            _resnet_50,
+            "ResNet-50 image classifier (ResNetForImageClassification, 224 px), random weights.",
+        ),
+        Preset(
+            "bert-base",
+            "forward",
+            _bert_base,
+            "BERT-base encoder (BertModel, 12 layers, hidden 768, up to 512 tokens).",
+        ),
+        Preset(
+            "vit-base",
+            "forward",
+            _vit_base,
+            "ViT-B/16 image classifier (ViTForImageClassification, 224 px), random weights.",
+        ),
+        Preset("tiny-resnet", "forward", _tiny_resnet, "Two-stage basic-block ResNet (tests)."),
+        Preset("tiny-bert", "forward", _tiny_bert, "BERT, 2 layers, hidden 64 (tests)."),
+        Preset("tiny-vit", "forward", _tiny_vit, "ViT, 2 layers, hidden 64, 32 px (tests)."),
+    )
+}
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+_GENERATE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def kind_of(config: PretrainedConfig) -> Kind:
+    """generate for decoder LMs (by the architectures list), forward for everything else."""
+    architectures = getattr(config, "architectures", None) or []
+    return "generate" if any(a.endswith(_GENERATE_SUFFIXES) for a in architectures) else "forward"
+
+
+def model_class_for(config: PretrainedConfig) -> type:
+    """The transformers class that loads a checkpoint with this config (its `architectures[0]`)."""
+    import transformers
+
+    architectures = getattr(config, "architectures", None) or []
+    for name in architectures:
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            return cls
+    if kind_of(config) == "generate":
+        return transformers.AutoModelForCausalLM
+    return transformers.AutoModel
+
+
+def _meta_model(config: PretrainedConfig) -> torch.nn.Module:
+    """The model built on the meta device: shapes without memory or initialisation time."""
+    import torch
+
+    cls = model_class_for(config)
+    with torch.device("meta"):
+        if hasattr(cls, "from_config"):  # Auto classes
+            return cls.from_config(config)
+        return cls(config)
+
+
+def parameter_count(config: PretrainedConfig) -> int:
+    """Exact parameter count (tied weights once) from the config alone, via a meta-device model."""
+    model = _meta_model(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def weight_bytes(parameters: int, dtype: str) -> int:
+    """Bytes the weights take at `dtype` (no quantisation)."""
+    return parameters * DTYPE_BYTES[_check_dtype(dtype)]
+
+
+def _check_dtype(dtype: str) -> str:
+    if dtype not in DTYPE_BYTES:
+        raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
+    return dtype
+
+
+# BatchNorm statistics are stored beside the weights but are not parameters.
+_BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def safetensors_parameter_count(model_dir: Path) -> int:
+    """Elements stored in a checkpoint's safetensors files, read from their JSON headers only."""
+    total = 0
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with path.open("rb") as handle:
+            (header_len,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(header_len))
+        for key, entry in header.items():
+            if key != "__metadata__" and not key.endswith(_BUFFER_SUFFIXES):
+                total += math.prod(entry["shape"])
+    return total
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def model_cache_dir() -> Path:
+    """`$ADVISOR_MODEL_CACHE`, else ~/.cache/inference-advisor/models."""
+    configured = os.environ.get("ADVISOR_MODEL_CACHE")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "inference-advisor" / "models"
+
+
+PRESET_LAYOUT_VERSION = 2
+"""Bumped whenever a preset's config changes, so stale cached checkpoints are never reused."""
+
+
+def preset_dir(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
+    return model_cache_dir() / f"{name}-seed{seed}-{dtype}-v{PRESET_LAYOUT_VERSION}"
+
+
+def _get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UserError(
+            f"unknown model {name!r}: not a preset ({', '.join(PRESETS)}) nor an existing path"
+        ) from None
+
+
+def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
+    """Write preset `name` with random weights (once) and return its checkpoint directory.
+
+    Written into a temporary directory beside the final one and renamed into place, so a
+    half-written checkpoint is never used; a concurrent writer that loses the race drops its copy.
+    """
+    preset = _get_preset(name)
+    _check_dtype(dtype)
+    final_dir = preset_dir(name, seed, dtype)
+    if (final_dir / "config.json").exists():
+        return final_dir
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging_dir = final_dir.parent / f".tmp-{final_dir.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging_dir.mkdir()
+    try:
+        config = preset.build_config()
+        _write_random_checkpoint(config, staging_dir, seed=seed, dtype=dtype)
+        if preset.kind == "generate":
+            write_tokenizer(staging_dir, config.vocab_size)
+        (staging_dir / "advisor_preset.json").write_text(
+            json.dumps(
+                {
+                    "preset": name,
+                    "seed": seed,
+                    "dtype": dtype,
+                    "random_weights": True,
+                    "format_version": CHECKPOINT_FORMAT_VERSION,
+                },
+                indent=2,
+            )
+        )
+        try:
+            os.rename(staging_dir, final_dir)
+        except OSError:
+            if not (final_dir / "config.json").exists():
+                raise
+            # Another process finished first; its copy is equivalent (same seed and dtype).
+            shutil.rmtree(staging_dir, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging_dir, ignore_errors=True)
+        raise
+    return final_dir
+
+
+def _tensor_seed(seed: int, name: str) -> int:
+    """Per-tensor seed: values depend on (seed, tensor name) only, not on write order."""
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63)
+
+
+def _fill_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _tensor_specs(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...], str, Any]]:
+    """(name, shape, fill rule, torch dtype or None) for every tensor a checkpoint stores.
+
+    Parameters once each (tied weights under their first name, as transformers saves them) plus
+    persistent buffers (BatchNorm running statistics). Norm weights are ones and biases zeros so
+    a random deep network stays finite.
+    """
+    norm_modules: set[str] = set()
+    for module_name, module in model.named_modules():
+        class_name = type(module).__name__.lower()
+        if "norm" in class_name:
+            norm_modules.add(module_name)
+    specs: list[tuple[str, tuple[int, ...], str, Any]] = []
+    for name, param in model.named_parameters():
+        module_name, _, leaf = name.rpartition(".")
+        if leaf == "bias":
+            rule = "zeros"
+        elif module_name in norm_modules:
+            rule = "ones"
+        else:  # matrices, convolutions, embeddings, class tokens
+            rule = "normal"
+        specs.append((name, tuple(param.shape), rule, None))
+    for module_name, module in model.named_modules():
+        for leaf, buffer in module.named_buffers(recurse=False):
+            if leaf in module._non_persistent_buffers_set:
+                continue
+            name = f"{module_name}.{leaf}" if module_name else leaf
+            rule = "ones" if leaf == "running_var" else "zeros"
+            # Integer buffers (num_batches_tracked) keep their dtype; float ones take the model's.
+            keep_dtype = None if buffer.dtype.is_floating_point else buffer.dtype
+            specs.append((name, tuple(buffer.shape), rule, keep_dtype))
+    return specs
+
+
+def _write_random_checkpoint(
+    config: PretrainedConfig, out_dir: Path, *, seed: int, dtype: str
+) -> None:
+    """config.json, generation_config.json and (sharded) safetensors filled with seeded noise."""
+    import torch
+    from safetensors.torch import save_file
+
+    torch_dtype = getattr(torch, dtype)
+    model = _meta_model(config)
+    specs = _tensor_specs(model)
+    del model
+    element_bytes = DTYPE_BYTES[dtype]
+
+    # Plan shards up front so file names carry the total (model-00001-of-00003.safetensors).
+    shards: list[list[tuple[str, tuple[int, ...], str, Any]]] = [[]]
+    shard_size = 0
+    for spec in specs:
+        size = math.prod(spec[1]) * element_bytes
+        if shards[-1] and shard_size + size > SHARD_BYTES:
+            shards.append([])
+            shard_size = 0
+        shards[-1].append(spec)
+        shard_size += size
+    device = _fill_device()
+    weight_map: dict[str, str] = {}
+    total_bytes = 0
+    for index, shard in enumerate(shards, start=1):
+        file_name = (
+            "model.safetensors"
+            if len(shards) == 1
+            else f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+        )
+        tensors: dict[str, torch.Tensor] = {}
+        for name, shape, rule, keep_dtype in shard:
+            target_dtype = keep_dtype or torch_dtype
+            if rule == "ones":
+                tensor = torch.ones(shape, dtype=target_dtype)
+            elif rule == "zeros":
+                tensor = torch.zeros(shape, dtype=target_dtype)
+            else:
+                generator = torch.Generator(device=device).manual_seed(_tensor_seed(seed, name))
+                tensor = torch.randn(shape, generator=generator, device=device)
+                tensor = tensor.mul_(WEIGHT_INIT_STD).to(target_dtype).cpu()
+            tensors[name] = tensor.contiguous()
+            weight_map[name] = file_name
+            total_bytes += tensor.numel() * tensor.element_size()
+        save_file(tensors, str(out_dir / file_name), metadata={"format": "pt"})
+        del tensors
+    if len(shards) > 1:
+        index_doc = {"metadata": {"total_size": total_bytes}, "weight_map": weight_map}
+        (out_dir / "model.safetensors.index.json").write_text(json.dumps(index_doc, indent=2))
+    _write_config(config, out_dir, dtype)
+
+
+def _write_config(config: PretrainedConfig, out_dir: Path, dtype: str) -> None:
+    """config.json with the dtype under both keys (transformers 4.x `torch_dtype`, 5.x `dtype`)."""
+    config.save_pretrained(out_dir)
+    config_path = out_dir / "config.json"
+    document = json.loads(config_path.read_text())
+    document["torch_dtype"] = dtype
+    document["dtype"] = dtype
+    config_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    if kind_of(config) == "generate":
+        from transformers import GenerationConfig
+
+        GenerationConfig(
+            bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID
+        ).save_pretrained(out_dir)
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def _corpus_files() -> list[Path]:
+    """Python's own stdlib sources (always on the machine), sorted so training is deterministic."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files = [
+        path
+        for path in stdlib.rglob("*.py")
+        if not ({"site-packages", "dist-packages"} & set(path.relative_to(stdlib).parts))
+    ]
+    return sorted(files)
+
+
+def _corpus_texts(budget_bytes: int) -> list[str]:
+    texts: list[str] = []
+    used = 0
+    for path in _corpus_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        texts.append(text)
+        used += len(text)
+        if used >= budget_bytes:
+            break
+    return texts
+
+
+def _filler_token(index: int) -> str:
+    # Byte-level BPE vocab entries are strings over the 256-symbol byte alphabet; no merge produces
+    # these, so they are never emitted by encoding, but they decode and keep ids contiguous.
+    return f"<|filler_{index}|>"
+
+
+def train_bpe_tokenizer(vocab_size: int) -> Any:
+    """A byte-level BPE (`tokenizers.Tokenizer`) of exactly `vocab_size` entries, cached on disk.
+
+    Trained on the machine's Python stdlib sources (16 MB for 32000 entries: fully trained).
+    When the corpus runs out of merges before `vocab_size` (llama-3's 128256: about 78k learned
+    from the whole ~30 MB stdlib here), the vocabulary is padded with unreachable filler entries so
+    its size still matches the model's embedding exactly.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    cache_path = (
+        model_cache_dir() / "tokenizers" / f"bpe-{vocab_size}-v{CHECKPOINT_FORMAT_VERSION}.json"
+    )
+    if cache_path.exists():
+        return Tokenizer.from_file(str(cache_path))
+    tokenizer = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(
+        _corpus_texts(vocab_size * TOKENIZER_CORPUS_BYTES_PER_TOKEN), trainer=trainer
+    )
+    if tokenizer.get_vocab_size() < vocab_size:
+        document = json.loads(tokenizer.to_str())
+        vocab: dict[str, int] = document["model"]["vocab"]
+        next_id = max(vocab.values()) + 1
+        filler_index = 0
+        while next_id < vocab_size:
+            vocab[_filler_token(filler_index)] = next_id
+            next_id += 1
+            filler_index += 1
+        tokenizer = Tokenizer.from_str(json.dumps(document))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", BOS_ID)]
+    )
+    if tokenizer.get_vocab_size() != vocab_size:
+        raise RuntimeError(
+            f"tokenizer has {tokenizer.get_vocab_size()} entries, wanted {vocab_size}"
+        )
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    staging = cache_path.with_suffix(f".{os.getpid()}.tmp")
+    tokenizer.save(str(staging))
+    os.replace(staging, cache_path)
+    return tokenizer
+
+
+def write_tokenizer(out_dir: Path, vocab_size: int) -> None:
+    """tokenizer.json + tokenizer_config.json + special_tokens_map.json (AutoTokenizer loads it)."""
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=train_bpe_tokenizer(vocab_size),
+        bos_token=SPECIAL_TOKENS[BOS_ID],
+        eos_token=SPECIAL_TOKENS[EOS_ID],
+        unk_token=SPECIAL_TOKENS[UNK_ID],
+        pad_token=SPECIAL_TOKENS[PAD_ID],
+        model_max_length=1_000_000,
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.save_pretrained(str(out_dir))
+    # The class name transformers 4.x and 5.x, vLLM and onnxruntime-extensions all recognise
+    # (transformers 5 would write its internal "TokenizersBackend").
+    config_path = out_dir / "tokenizer_config.json"
+    tokenizer_config = json.loads(config_path.read_text())
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
+    special_map = out_dir / "special_tokens_map.json"
+    if not special_map.exists():  # transformers 5 folds it into tokenizer_config.json
+        special_map.write_text(
+            json.dumps(
+                {
+                    "bos_token": SPECIAL_TOKENS[BOS_ID],
+                    "eos_token": SPECIAL_TOKENS[EOS_ID],
+                    "unk_token": SPECIAL_TOKENS[UNK_ID],
+                    "pad_token": SPECIAL_TOKENS[PAD_ID],
+                },
+                indent=2,
+            )
+        )
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def preset_info(name: str, dtype: str = "bfloat16", seed: int = 0) -> ModelInfo:
+    """ModelInfo of a preset from its config alone (no weights written): for planning/estimates."""
+    preset = _get_preset(name)
+    config = preset.build_config()
+    parameters = parameter_count(config)
+    return ModelInfo(
+        name=name,
+        path=str(preset_dir(name, seed, dtype)),
+        architecture=(config.architectures or [""])[0],
+        parameters=parameters,
+        weight_bytes=weight_bytes(parameters, dtype),
+        vocab_size=getattr(config, "vocab_size", None) if preset.kind == "generate" else None,
+        kind=preset.kind,
+        random_weights=True,
+    )
+
+
+def resolve_model(
+    name_or_path: str,
+    dtype: str = "bfloat16",
+    trust_remote_code: bool = False,
+    seed: int = 0,
+) -> ModelInfo:
+    """A preset name (written on first use) or a local checkpoint directory -> its ModelInfo."""
+    _check_dtype(dtype)
+    if name_or_path in PRESETS:
+        model_dir = ensure_preset(name_or_path, seed=seed, dtype=dtype)
+        info = _info_from_dir(model_dir, name_or_path, dtype, trust_remote_code=False)
+        return info.model_copy(update={"random_weights": True})
+    path = Path(name_or_path).expanduser()
+    looks_like_path = os.sep in name_or_path or name_or_path.startswith((".", "~"))
+    if not path.exists():
+        if looks_like_path:
+            raise UserError(f"model path {name_or_path} does not exist")
+        _get_preset(name_or_path)  # raises the UserError listing presets
+    if not path.is_dir():
+        raise UserError(f"model path {name_or_path} is not a directory")
+    if not (path / "config.json").exists():
+        raise UserError(f"model path {name_or_path} has no config.json")
+    return _info_from_dir(path, name_or_path, dtype, trust_remote_code=trust_remote_code)
+
+
+def load_config(model_dir: str | Path, trust_remote_code: bool = False) -> PretrainedConfig:
+    """The checkpoint's transformers config; remote code only when the user opted in."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise UserError(
+                f"model {model_dir} needs its own code; opt in with trust_remote_code"
+            ) from None
+        raise UserError(f"model {model_dir}: unreadable config.json ({exc})") from None
+
+
+def _info_from_dir(model_dir: Path, name: str, dtype: str, *, trust_remote_code: bool) -> ModelInfo:
+    """Sizes from config.json and the safetensors headers: no transformers import (seconds)."""
+    from bench.core.files import load_user_json
+
+    # Bounded (a FIFO named config.json used to block the CLI forever; a deep one recursed).
+    document = load_user_json(model_dir / "config.json", "checkpoint config")
+    if not isinstance(document, dict):
+        raise UserError(f"model {model_dir}: config.json is not a mapping of fields")
+    architectures = document.get("architectures") or []
+    kind: Kind = (
+        "generate" if any(a.endswith(_GENERATE_SUFFIXES) for a in architectures) else "forward"
+    )
+    parameters = safetensors_parameter_count(model_dir)
+    if not parameters:  # .bin or other weights: count from the config on the meta device
+        parameters = parameter_count(load_config(model_dir, trust_remote_code=trust_remote_code))
+    marker = model_dir / "advisor_preset.json"
+    random_weights = marker.exists() and json.loads(marker.read_text()).get("random_weights", False)
+    vocab_size = document.get("vocab_size") or document.get("text_config", {}).get("vocab_size")
+    return ModelInfo(
+        name=name,
+        path=str(model_dir.resolve()),
+        architecture=architectures[0] if architectures else document.get("model_type", ""),
+        parameters=parameters,
+        weight_bytes=weight_bytes(parameters, dtype),
+        vocab_size=vocab_size if kind == "generate" else None,
+        kind=kind,
+        random_weights=bool(random_weights),
+    )
+
+
+def first_shard_sha256(model_dir: Path) -> str:
+    """sha256 of the first safetensors file (determinism checks)."""
+    first = sorted(model_dir.glob("*.safetensors"))[0]
+    digest = hashlib.sha256()
+    with first.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+__all__ = [
+    "PRESETS",
+    "Preset",
+    "ensure_preset",
+    "first_shard_sha256",
+    "kind_of",
+    "load_config",
+    "model_cache_dir",
+    "model_class_for",
+    "parameter_count",
+    "preset_info",
+    "resolve_model",
+    "weight_bytes",
+]

@@ -1,0 +1,196 @@
+"""Where jobs and campaign steps run: one executor seam behind the job runner and campaigns.
+
+`local` (the default) runs on this host: a job's runs one after another
+(`bench.orchestrate.job_run.run_job`), a campaign's steps in plan order
+(`bench.orchestrate.campaign.run_step`); every run still gets its own worker process
+(bench/run/worker.py). `ray` (`bench.orchestrate.ray_executor`) sends each job or step to a Ray
+cluster as one task asking for exactly its `Resources` (GPUs = tensor parallel size x replicas, the
+GPU type, CPUs) and runs several at once. Select it with `--executor ray [--ray-address ADDR]` or,
+for the web app's runner, `ADVISOR_EXECUTOR=ray` and `RAY_ADDRESS`; with no address a local Ray
+instance is started for the command and stopped when it ends. Other executors (test doubles)
+register under a name with `register_executor`.
+
+This module holds what every layer may import: the settings, the `Resources` a job asks for and
+the `Executor` protocol. The executors themselves and their registry (which import the campaign,
+the job body and Ray) are in bench/orchestrate/executor_registry.py, above them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic import Field
+
+from bench.core.config import RunConfig
+from bench.core.errors import UserError
+from bench.core.schema import RunStatus
+from bench.core.strict import Strict
+from bench.run.environment import node_text
+
+if TYPE_CHECKING:
+    from bench.orchestrate.campaign import CampaignStep, StepContext, StepOutcome
+    from bench.storage.store import Job, Store
+
+ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
+"""Ray names a node's detected GPU model `accelerator_type:<name>` (e.g. `accelerator_type:H200`);
+a node whose GPUs Ray does not detect advertises the same name as a custom resource
+(`ray start --resources '{"accelerator_type:L40S": 1}'`), so one spelling serves both."""
+ACCELERATOR_REQUEST = 0.001
+"""A job asks for a sliver of the node's type marker (Ray's own convention for
+`accelerator_type=`): it selects the node without using up the marker."""
+
+
+SETTINGS_NAMES = ("local", "ray")
+"""The executors a job runner or campaign can be set to (test doubles are got by name only)."""
+
+
+class ExecutorSettings(Strict):
+    """Which executor runs jobs, and for `ray`, which cluster and how many CPUs a job takes."""
+
+    name: Literal["local", "ray"] = Field(
+        "local", description="local = this host, one job at a time; ray = a Ray cluster."
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster to join (ray://host:10001 or host:6379); none = start a local "
+        "Ray instance for this command and stop it at the end.",
+    )
+    cpus_per_job: float = Field(1.0, gt=0, description="CPUs a job asks Ray for.")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> ExecutorSettings:
+        """The app's runner settings: `ADVISOR_EXECUTOR` (local|ray) and `RAY_ADDRESS`."""
+        env = os.environ if environ is None else environ
+        name = (env.get("ADVISOR_EXECUTOR") or "local").strip().lower()
+        # RAY_ADDRESS may be set for other Ray tools; it matters only with the ray executor.
+        return parse_settings(name, (env.get("RAY_ADDRESS") or None) if name == "ray" else None)
+
+    def runner_args(self) -> list[str]:
+        """The `python -m bench.orchestrate.jobs` arguments that select these settings."""
+        args = ["--executor", self.name]
+        if self.ray_address:
+            args += ["--ray-address", self.ray_address]
+        return args
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def parse_settings(name: str, ray_address: str | None = None) -> ExecutorSettings:
+    """Settings from CLI/environment text; an unknown name is a UserError naming the choices."""
+    if name not in SETTINGS_NAMES:
+        raise UserError(f"unknown executor {name!r}; known: {', '.join(SETTINGS_NAMES)}")
+    if ray_address and name != "ray":
+        raise UserError("--ray-address (RAY_ADDRESS) needs --executor ray (ADVISOR_EXECUTOR=ray)")
+    return ExecutorSettings(name=name, ray_address=ray_address)
+
+
+def gpus_needed(config: RunConfig) -> int:
+    """GPUs one run occupies: 0 on CPU, else tensor-parallel size x replicas."""
+    return 0 if config.device == "cpu" else config.parallelism.gpus_needed
+
+
+class Resources(Strict):
+    """What a job or a campaign step asks its host for (a Ray node: exactly this)."""
+
+    gpus: int = Field(ge=0, description="GPUs: tensor parallel size x replicas; 0 on CPU.")
+    gpu_type: str | None = Field(None, description="GPU model (Ray accelerator type).")
+    cpus: float = Field(1.0, gt=0, description="CPUs.")
+
+    def ray_resources(self) -> dict[str, float]:
+        """Custom resources for `.options(resources=...)`: the GPU-type marker, if any."""
+        if not self.gpu_type:
+            return {}
+        return {ACCELERATOR_RESOURCE_PREFIX + self.gpu_type: ACCELERATOR_REQUEST}
+
+    def ray_options(self) -> dict[str, Any]:
+        """`.options()` of the job's Ray task; never retried (a benchmark must not run twice)."""
+        return {
+            "num_cpus": self.cpus,
+            "num_gpus": self.gpus,
+            "resources": self.ray_resources(),
+            "max_retries": 0,
+            "retry_exceptions": False,
+        }
+
+    def describe(self) -> str:
+        """`2 × H200, 1 CPU`, `1 × GPU, 1 CPU`, `1 CPU` — what the job waits for."""
+        parts = []
+        if self.gpus:
+            parts.append(f"{self.gpus} × {self.gpu_type or 'GPU'}")
+        elif self.gpu_type:
+            parts.append(self.gpu_type)
+        parts.append(f"{self.cpus:g} CPU")
+        return ", ".join(parts)
+
+    def fits(self, node_resources: dict[str, float]) -> bool:
+        """Whether a node with these total resources could ever run the job."""
+        wanted = {"CPU": self.cpus, "GPU": float(self.gpus), **self.ray_resources()}
+        return all(
+            node_resources.get(name, 0.0) >= amount for name, amount in wanted.items() if amount
+        )
+
+
+def job_resources(configs: Iterable[RunConfig], cpus: float = 1.0) -> Resources:
+    """A job's request: the most GPUs any of its runs needs, and their common GPU type.
+
+    Runs of one job are compared with each other, so they share a node and a GPU type; a job
+    whose runs name different GPU types is a UserError.
+    """
+    configs = list(configs)
+    types = {config.gpu_type for config in configs if config.gpu_type}
+    if len(types) > 1:
+        names = ", ".join(sorted(types))
+        raise UserError(f"one job runs on one node: its runs ask for different GPU types ({names})")
+    gpus = max((gpus_needed(config) for config in configs), default=0)
+    return Resources(gpus=gpus, gpu_type=types.pop() if types else None, cpus=cpus)
+
+
+# --------------------------------------------------------------------------- where a job is
+
+
+def describe_placement(placement: dict[str, Any] | None) -> str | None:
+    """One line for the jobs view: what a queued job waits for, where it runs or ran.
+    None for a job of the local executor (it runs here)."""
+    if not placement or placement.get("executor") != "ray":
+        return None
+    state = placement.get("state")
+    if state == "queued":
+        waiting = f"waiting for a node with {placement.get('waiting_for')}"
+        reason = placement.get("reason") or waiting
+        return f"Queued on the Ray cluster: {reason}."
+    if state == "running":
+        return f"Running on {node_text(placement)}."
+    if state == "refused":
+        return f"Refused by {node_text(placement)}."
+    if placement.get("node_id"):
+        return f"Ran on {node_text(placement)}."
+    return "Never started on the Ray cluster."
+
+
+# --------------------------------------------------------------------------- the seam
+
+
+class Executor(Protocol):
+    """Runs claimed jobs (`max_jobs` at once) and campaign steps; never raises for a failing
+    run or step (it ends FAILED / `failed` with the cause)."""
+
+    name: str
+    max_jobs: int
+
+    def run(
+        self,
+        step: CampaignStep,
+        context: StepContext,
+        on_progress: Callable[[dict], None] | None = None,
+    ) -> StepOutcome:
+        """Run one campaign step and return its outcome."""
+
+    def run_job(self, store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
+        """Run every RunConfig of a claimed job and leave the job finished in the store."""
+
+    def close(self) -> None:
+        """Release what the executor holds (a local Ray instance it started)."""

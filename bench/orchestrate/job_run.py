@@ -1,0 +1,240 @@
+"""One job's runs, in this process: `run_job` launches every RunConfig of a claimed job in order,
+writes throttled progress into the job row and turns its stop flag into the run's stop Event.
+
+The runner process (bench/orchestrate/jobs.py) and both executors call it: `local` here, `ray` on
+the node a task lands on (bench/orchestrate/ray_node.py). It sits below them so neither imports the
+other for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.core.config import RunConfig
+from bench.core.schema import RunStatus
+
+if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
+    from bench.storage.store import Job, Store
+
+log = logging.getLogger("bench.orchestrate.jobs")
+
+PROGRESS_MIN_INTERVAL_S = 0.5
+"""At most ~2 progress writes per second per job (stage changes are written at once)."""
+STOP_POLL_S = 0.5
+"""How often the runner reads the job's stop flag."""
+HEARTBEAT_S = 2.0
+"""How often the runner heartbeats the job and the run in progress."""
+HISTORY_POINTS = 240
+"""Progress samples kept per run for the live charts (halved when full, so it spans the run)."""
+
+# --------------------------------------------------------------------------- progress
+
+
+def queued_runs(configs: list[RunConfig]) -> list[dict[str, Any]]:
+    """The `progress["runs"]` entries of a job none of whose runs has started yet."""
+    return [
+        {
+            "index": index,
+            "backend": config.backend,
+            "model": config.model,
+            "pattern": config.load.pattern,
+            "label": config.label,
+            "status": RunStatus.QUEUED.value,
+            "run_id": None,
+            "latest": {},
+            "history": [],
+        }
+        for index, config in enumerate(configs)
+    ]
+
+
+class JobProgress:
+    """The job's `progress` JSON: one entry per run with its latest progress and a short history.
+
+    Shape: {"runs": [{"index", "backend", "model", "pattern", "status", "run_id", "latest",
+    "history": [{"elapsed_s", "completed", "failed", "output_tokens", "in_flight", "phase",
+    "gpu_memory_used_bytes", "power_w", "host_rss_bytes"}]}], "current": index, "updated": epoch s}
+    """
+
+    def __init__(self, configs: list[RunConfig], write: Callable[[dict], None]) -> None:
+        self.write = write
+        self.lock = threading.Lock()
+        self.last_write = 0.0
+        self.state: dict[str, Any] = {
+            "runs": queued_runs(configs),
+            "current": None,
+            "updated": time.time(),
+        }
+
+    def start_run(self, index: int) -> None:
+        with self.lock:
+            self.state["current"] = index
+            self.state["runs"][index]["status"] = RunStatus.RUNNING.value
+        self.flush(force=True)
+
+    def finish_run(self, index: int, status: str, run_id: str | None, error: str | None) -> None:
+        with self.lock:
+            run = self.state["runs"][index]
+            run["status"] = status
+            run["run_id"] = run_id or run["run_id"]
+            if error:
+                run["error"] = error
+        self.flush(force=True)
+
+    def on_progress(self, index: int, progress: dict) -> None:
+        """`launch`'s on_progress for run `index`: keep the latest, append history, throttle."""
+        with self.lock:
+            run = self.state["runs"][index]
+            stage_changed = progress.get("stage") != run["latest"].get("stage")
+            run["latest"] = _jsonable(progress)
+            run["run_id"] = progress.get("run_id") or run["run_id"]
+            if progress.get("stage") == "running" and "elapsed_s" in progress:
+                telemetry = progress.get("telemetry") or {}
+                point = {
+                    "elapsed_s": progress.get("elapsed_s"),
+                    "completed": progress.get("completed"),
+                    "failed": progress.get("failed"),
+                    "output_tokens": progress.get("output_tokens"),
+                    "in_flight": progress.get("in_flight"),
+                    "phase": progress.get("phase"),
+                    "gpu_memory_used_bytes": telemetry.get("gpu_memory_used_bytes"),
+                    "power_w": telemetry.get("power_w"),
+                    "host_rss_bytes": telemetry.get("host_rss_bytes"),
+                }
+                history = run["history"]
+                if history and history[-1].get("elapsed_s") == point["elapsed_s"]:
+                    history[-1] = point
+                else:
+                    history.append(point)
+                if len(history) > HISTORY_POINTS:  # keep the whole run's span, coarser
+                    run["history"] = history[::2]
+        self.flush(force=stage_changed)
+
+    def flush(self, force: bool = False) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if not force and now - self.last_write < PROGRESS_MIN_INTERVAL_S:
+                return
+            self.last_write = now
+            self.state["updated"] = time.time()
+            snapshot = json.loads(json.dumps(self.state))
+        self.write(snapshot)
+
+
+def _jsonable(value: Any) -> Any:
+    """Progress dicts come from another process; keep only what JSON can hold."""
+    return json.loads(json.dumps(value, default=str))
+
+
+# --------------------------------------------------------------------------- one job
+
+
+class _StopWatcher(threading.Thread):
+    """Sets `stop` once the job's stop flag is seen; heartbeats the job and its current run.
+
+    The run is heartbeaten here too (as `launch` does from its own thread): the job's row
+    names its current run, so a runner that stops beating fails both after the grace period.
+    """
+
+    def __init__(self, store: Store, job_id: str, stop: threading.Event) -> None:
+        super().__init__(name=f"stop-watcher-{job_id}", daemon=True)
+        self.store = store
+        self.job_id = job_id
+        self.stop = stop
+        self.done = threading.Event()
+        self.current_run_id: str | None = None
+
+    def run(self) -> None:
+        last_heartbeat = 0.0
+        while not self.done.wait(STOP_POLL_S):
+            try:
+                if self.store.get_job(self.job_id).stop_requested:
+                    self.stop.set()
+                if time.monotonic() - last_heartbeat >= HEARTBEAT_S:
+                    last_heartbeat = time.monotonic()
+                    self.store.job_heartbeat(self.job_id, run_id=self.current_run_id)
+            except Exception as error:  # an unreachable store must not kill the job: next tick
+                log.warning("stop watcher: store access failed: %s", error)
+
+
+def run_job(store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
+    """Run every RunConfig of a claimed job in order and mark the job finished.
+
+    Job status: STOPPED when a stop was requested, FAILED when any run failed (its error names
+    them), COMPLETED otherwise. A run that cannot start (unavailable backend, bad engine argument)
+    counts as failed and the next run still goes.
+    """
+    from bench.core.errors import RunInterrupted
+    from bench.run.api import launch
+
+    job_id = job.job_id
+    configs = list(job.configs)
+    progress = JobProgress(configs, lambda state: store.update_job(job_id, progress=state))
+    stop = threading.Event()
+    watcher = _StopWatcher(store, job_id, stop)
+    watcher.start()
+
+    def on_progress(index: int, update: dict) -> None:
+        watcher.current_run_id = update.get("run_id") or watcher.current_run_id
+        progress.on_progress(index, update)
+
+    run_ids: list[str] = []
+    failures: list[str] = []
+    try:
+        for index, config in enumerate(configs):
+            if stop.is_set() or store.get_job(job_id).stop_requested:
+                stop.set()
+                break
+            progress.start_run(index)
+            try:
+                result = launch(
+                    config,
+                    store=store,
+                    on_progress=lambda update, index=index: on_progress(index, update),
+                    stop=stop,
+                    log_dir=log_dir,
+                )
+            except RunInterrupted as interrupted:  # this runner got SIGINT/SIGTERM: stop here
+                run_id = getattr(interrupted.result, "run_id", None)
+                progress.finish_run(index, RunStatus.FAILED.value, run_id, str(interrupted))
+                store.update_job(
+                    job_id,
+                    status=RunStatus.FAILED.value,
+                    run_ids=[*run_ids, *([run_id] if run_id else [])],
+                    error=f"job runner interrupted by signal {interrupted.signal_number}",
+                )
+                raise
+            except Exception as exc:  # UserError before start, or a harness bug: keep going
+                message = f"{config.backend}: {type(exc).__name__}: {exc}"
+                log.warning("run %d of job %s did not start: %s", index, job_id, message)
+                failures.append(message)
+                watcher.current_run_id = None
+                progress.finish_run(index, RunStatus.FAILED.value, None, message)
+                continue
+            watcher.current_run_id = None
+            run_ids.append(result.run_id)
+            store.update_job(job_id, run_ids=list(run_ids))
+            error = None
+            if result.status == RunStatus.FAILED:
+                error = result.failure.cause if result.failure else "failed"
+                failures.append(f"{config.backend}: {error}")
+            progress.finish_run(index, result.status.value, result.run_id, error)
+    finally:
+        watcher.done.set()
+        watcher.join(timeout=5)
+
+    if stop.is_set():
+        status, error = RunStatus.STOPPED, "stopped on request"
+    elif failures:
+        status = RunStatus.FAILED
+        error = f"{len(failures)} of {len(configs)} runs failed: " + "; ".join(failures)
+    else:
+        status, error = RunStatus.COMPLETED, None
+    store.update_job(job_id, status=status.value, run_ids=run_ids, error=error)
+    return status

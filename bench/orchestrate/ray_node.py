@@ -1,0 +1,287 @@
+"""What a Ray task does on the node it lands on: check versions, then run the job as a local run.
+
+The task body (`run_job_on_node`) refuses a node whose bench code or engine libraries differ from
+the submitter's (results must be comparable), then calls the same `bench.orchestrate.jobs.run_job`
+(and so `bench.run.api.launch`: worker isolation, watchdog, NVML telemetry) as the local executor.
+With a team store (PostgreSQL) it writes there itself. With a SQLite store, which lives on the
+submitter's disk, every store write goes through a `JobChannel` actor pinned to the submitter's
+node: the submitter applies them in order, so a lost node loses nothing already sent. The
+channel also carries the stop request the other way. Imports Ray only when called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from bench.core.fingerprint import COMPARABILITY_LIBRARIES
+from bench.core.strict import Strict
+from bench.run.environment import NodePlacement, library_versions, node_placement
+
+BENCH_DIR = Path(__file__).resolve().parents[1]
+STOP_CACHE_S = 0.5
+"""How long the node trusts its last read of the stop flag (the job runner polls every 0.5 s)."""
+CHANNEL_TIMEOUT_S = 30.0
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def bench_code_digest() -> str:
+    """A short hash of the bench package's source: two hosts with the same digest run the same
+    harness (timestamps, load generation, metrics)."""
+    digest = hashlib.sha256()
+    for path in sorted(BENCH_DIR.rglob("*.py")):
+        digest.update(str(path.relative_to(BENCH_DIR)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def comparability_versions() -> dict[str, str | None]:
+    """What must match between submitter and node: bench code, Python, engine libraries."""
+    return {
+        "bench": bench_code_digest(),
+        "python": ".".join(map(str, sys.version_info[:2])),
+        **library_versions(COMPARABILITY_LIBRARIES),
+    }
+
+
+def version_differences(submitter: dict[str, str | None], node: dict[str, str | None]) -> list[str]:
+    """One `name: node X, submitter Y` line per differing entry (empty when comparable)."""
+    return [
+        f"{name}: {node.get(name) or 'not installed'} on the node, "
+        f"{submitter.get(name) or 'not installed'} on the submitter"
+        for name in sorted(set(submitter) | set(node))
+        if submitter.get(name) != node.get(name)
+    ]
+
+
+# --------------------------------------------------------------------------- the channel
+
+
+class JobChannel:
+    """Actor on the submitter's node: store writes flow in, the stop request flows out."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, tuple, dict]] = []
+        self.stop = False
+
+    def put(self, event: tuple[str, tuple, dict]) -> None:
+        self.events.append(event)
+
+    def drain(self) -> list[tuple[str, tuple, dict]]:
+        events, self.events = self.events, []
+        return events
+
+    def request_stop(self) -> None:
+        self.stop = True
+
+    def stop_requested(self) -> bool:
+        return self.stop
+
+
+FORWARDED_WRITES = ("create_run", "update_run", "heartbeat", "add_records", "fail_run")
+"""Run writes the submitter applies to its store, in order (also kept in the node's mirror)."""
+FORWARDED_JOB_WRITES = ("update_job", "job_heartbeat")
+"""Job-row writes the submitter applies (the job row exists only in the submitter's store)."""
+
+
+class ForwardingStore:
+    """The store `run_job` sees on a node when the real store is the submitter's SQLite file.
+
+    Writes go to a node-local SQLite mirror (so `launch` can read a run's records back for the
+    soak/pulse analysis) and, in the same order, to the channel. `get_job` answers with the job
+    as submitted and the channel's stop flag.
+    """
+
+    def __init__(self, channel: Any, job: Any, mirror_dir: Path) -> None:
+        from bench.storage.store import ResultStore
+
+        self.channel = channel
+        self.job = job
+        self.mirror = ResultStore(mirror_dir / "mirror.sqlite")
+        self._stop_read = (0.0, False)
+        self._lock = threading.Lock()
+
+    def _forward(self, name: str, args: tuple, kwargs: dict) -> None:
+        self.channel.put.remote((name, args, kwargs))  # ordered: one caller, one actor
+
+    def __getattr__(self, name: str) -> Any:
+        if name in FORWARDED_WRITES:
+
+            def write(*args: Any, **kwargs: Any) -> None:
+                getattr(self.mirror, name)(*args, **kwargs)
+                self._forward(name, args, kwargs)
+
+            return write
+        if name in FORWARDED_JOB_WRITES:
+            return lambda *args, **kwargs: self._forward(name, args, kwargs)
+        return getattr(self.mirror, name)  # reads: get_run, iter_records, count_records ...
+
+    def get_job(self, job_id: str) -> Any:
+        import ray
+
+        with self._lock:
+            read_at, stop = self._stop_read
+            if time.monotonic() - read_at > STOP_CACHE_S:
+                stop = bool(
+                    ray.get(self.channel.stop_requested.remote(), timeout=CHANNEL_TIMEOUT_S)
+                )
+                self._stop_read = (time.monotonic(), stop)
+        return self.job.model_copy(update={"stop_requested": stop})
+
+    def close(self) -> None:
+        self.mirror.close()
+
+
+class PlacedStore:
+    """Wraps the store a node writes to: every job progress write carries the node placement,
+    so the app shows where the job runs."""
+
+    def __init__(self, base: Any, placement: NodePlacement) -> None:
+        self.base = base
+        self.placement = placement.model_dump() | {"state": "running"}
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        if isinstance(fields.get("progress"), dict):
+            fields["progress"] = {**fields["progress"], "placement": self.placement}
+        self.base.update_job(job_id, **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+# --------------------------------------------------------------------------- the task body
+
+
+@contextlib.contextmanager
+def node_store(channel: Any, store_location: str | None, job: Any = None) -> Iterator[Any]:
+    """The store a task writes to: the team store itself (`store_location`, a URL every node
+    reaches), else a `ForwardingStore` whose writes travel through `channel` to the submitter."""
+    if channel is None:
+        from bench.storage.store import open_store
+
+        store = open_store(store_location)
+        try:
+            yield store
+        finally:
+            store.close()
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-ray-node-") as mirror_dir:
+        forwarding = ForwardingStore(channel, job, Path(mirror_dir))
+        try:
+            yield forwarding
+        finally:
+            forwarding.close()
+
+
+def _start(
+    channel: Any, submitter_versions: dict[str, str | None]
+) -> tuple[NodePlacement, str | None]:
+    """Announce where the task runs; the refusal text when versions differ, else None."""
+    placement = node_placement()
+    if placement is None:
+        raise RuntimeError("this function must run inside a Ray task")
+    if channel is not None:
+        channel.put.remote(("placement", (placement.model_dump(),), {}))
+    differences = version_differences(submitter_versions, comparability_versions())
+    if not differences:
+        return placement, None
+    return placement, (
+        f"{placement.describe()} refused the job (results would not be comparable): "
+        + "; ".join(differences)
+    )
+
+
+class NodeOutcome(Strict):
+    """What the task returns to the submitter (the runs themselves went through the store)."""
+
+    placement: NodePlacement
+    status: str | None = Field(None, description="The job's final status; None when refused.")
+    refused: str | None = Field(None, description="Why the node refused the job.")
+
+
+def run_job_on_node(
+    job_json: str,
+    channel: Any,
+    store_location: str | None,
+    submitter_versions: dict[str, str | None],
+    log_dir: str | None,
+) -> NodeOutcome:
+    """The Ray task of a job: refuse on a version difference, else run the job as the local
+    runner does. `store_location` is the team store's URL when the node writes there itself,
+    None when its writes travel through `channel` to the submitter's SQLite store."""
+    from bench.orchestrate.job_run import run_job
+    from bench.storage.store import Job
+
+    placement, refused = _start(channel, submitter_versions)
+    if refused:
+        return NodeOutcome(placement=placement, refused=refused)
+    job = Job.model_validate_json(job_json)
+    with node_store(channel, store_location, job) as store:
+        status = run_job(
+            PlacedStore(store, placement), job, log_dir=Path(log_dir) if log_dir else None
+        )
+    return NodeOutcome(placement=placement, status=status.value)
+
+
+class StepOnNode(Strict):
+    """A campaign step's result from its node: the outcome and the files of its folder."""
+
+    placement: NodePlacement
+    refused: str | None = None
+    outcome_json: str | None = None
+    files: dict[str, bytes] = Field(default_factory=dict, description="Step folder, by path.")
+
+
+def run_step_on_node(
+    step_json: str,
+    context_json: str,
+    channel: Any,
+    store_location: str | None,
+    submitter_versions: dict[str, str | None],
+) -> StepOnNode:
+    """The Ray task of a campaign step: `bench.orchestrate.campaign.run_step` in a node-local folder
+    whose files go back to the submitter (paths in the outcome name the submitter's folder)."""
+    from pydantic import TypeAdapter
+
+    from bench.orchestrate.campaign import CampaignStep, StepContext, run_step
+
+    placement, refused = _start(channel, submitter_versions)
+    if refused:
+        return StepOnNode(placement=placement, refused=refused)
+    step = TypeAdapter(CampaignStep).validate_json(step_json)
+    context = StepContext.model_validate_json(context_json)
+
+    def on_progress(progress: dict) -> None:
+        channel.put.remote(("progress", (json.loads(json.dumps(progress, default=str)),), {}))
+
+    with (
+        node_store(channel, store_location) as store,
+        tempfile.TemporaryDirectory(prefix="bench-ray-step-") as folder,
+    ):
+        local = context.model_copy(update={"out_dir": Path(folder) / "step"})
+        outcome = run_step(
+            step,
+            local,
+            executor_name="ray",
+            on_progress=on_progress if channel is not None else None,
+            store_handle=store,
+        )
+        files = {
+            str(path.relative_to(local.out_dir)): path.read_bytes()
+            for path in sorted(local.out_dir.rglob("*"))
+            if path.is_file()
+        }
+        text = outcome.model_dump_json().replace(str(local.out_dir), str(context.out_dir))
+    return StepOnNode(placement=placement, outcome_json=text, files=files)

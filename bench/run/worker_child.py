@@ -1,0 +1,266 @@
+"""What runs inside an engine's worker process: load the backend, then either run the load
+pattern in-process (one engine) or serve the requests the parent's load generator sends (one
+replica of several, bench/run/replicas.py), reporting through the typed events of
+bench/run/worker_events.py.
+
+The parent side (bench/run/worker.py) passes `_child_main` to a spawned process; nothing here runs
+in the parent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+import traceback
+from typing import Any
+
+from bench.core.config import RunConfig
+from bench.core.schema import ModelInfo, PhaseResult, RequestRecord
+from bench.engines.backends.base import Request
+from bench.run.worker_events import (
+    Closed,
+    Loaded,
+    Outcome,
+    PhaseDone,
+    Progress,
+    Records,
+    RequestDone,
+    StreamedChunk,
+    WorkerError,
+)
+
+RECORD_FLUSH_S = 0.05
+RECORD_FLUSH_COUNT = 256
+LOG_TAIL_BYTES = 4000
+STOP_POLL_S = 0.1
+"""How often the worker looks at the stop flag the parent sets."""
+
+# --------------------------------------------------------------------------- one engine
+
+
+def _child_main(
+    config_json: str,
+    model_json: str,
+    log_path: str,
+    events: Any,
+    stop: Any,
+    env: dict[str, str] | None = None,
+    requests: Any = None,
+    gpus: int | None = None,
+) -> None:
+    """Entry point of the worker process (spawned, so it imports nothing from the parent).
+
+    `env` (the replica's CUDA_VISIBLE_DEVICES) is applied before any framework is imported, so
+    the engine and every process it starts see only the replica's GPUs. With a `requests`
+    queue the worker serves requests sent by the parent's load generator (bench/run/replicas.py)
+    instead of running the load pattern itself.
+    """
+    os.setsid()  # own session and process group: the parent can kill the whole tree at once
+    _die_with_parent(os.getppid())
+    os.environ.update(env or {})
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    try:
+        config = RunConfig.model_validate_json(config_json)
+        run_loop = asyncio.run
+        if config.event_loop == "uvloop":
+            import uvloop
+
+            run_loop = uvloop.run
+        if requests is not None:
+            run_loop(serve_requests(config, model_json, events, requests))
+        else:
+            run_loop(_child_async(config, model_json, events, stop, gpus))
+    except BaseException as exc:  # report every failure, then exit non-zero
+        traceback.print_exc()
+        tail = traceback.format_exc()[-LOG_TAIL_BYTES:]
+        events.put(WorkerError(cause=_describe(exc), log_tail=tail))
+        raise SystemExit(1) from None
+
+
+PARENT_CHECK_S = 1.0
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Kill this worker's process group once its parent is gone.
+
+    The worker runs in its own session so that a stop can kill its whole tree; the other side of
+    that is that it would outlive a supervisor killed outright (SIGKILL, a force-cancelled Ray
+    task). Re-parenting shows as a changed parent pid.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
+    """Build and load the run's backend in this worker; sends the `Loaded` event."""
+    from bench.engines.backends import get_backend
+
+    backend_cls = get_backend(config.backend)
+    # Refuses what this framework cannot run; parallelism and precision reach load() typed.
+    engine_args = backend_cls.engine_args_for(
+        dict(config.engine_args), config.parallelism, config.precision
+    )
+    options = backend_cls.options_model
+    if config.trust_remote_code and (
+        options is None or "trust_remote_code" in options.model_fields
+    ):
+        engine_args.setdefault("trust_remote_code", True)  # the run-level opt-in reaches the engine
+    backend = backend_cls(engine_args)
+    events.put(Progress(stage="loading"))
+    info = await backend.load(
+        model, config.workload, config.precision, config.device, parallelism=config.parallelism
+    )
+    loop_module = type(asyncio.get_running_loop()).__module__
+    info.engine["event_loop"] = "uvloop" if loop_module.startswith("uvloop") else "asyncio"
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        info.engine["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    events.put(
+        Loaded(
+            load_s=info.load_s, compile_s=info.compile_s, build_s=info.build_s, engine=info.engine
+        )
+    )
+    return backend
+
+
+async def _child_async(
+    config: RunConfig, model_json: str, events: Any, stop_mp: Any, gpus: int | None
+) -> None:
+    from bench.run.runner import RunEvents, execute
+
+    model = ModelInfo.model_validate_json(model_json)
+    backend = await load_backend(config, model, events)
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def watch_stop() -> None:
+        while not stop_mp.value:
+            time.sleep(STOP_POLL_S)
+        loop.call_soon_threadsafe(stop.set)
+
+    threading.Thread(target=watch_stop, name="stop-flag", daemon=True).start()
+
+    pending: list[RequestRecord] = []
+    last_flush = time.monotonic()
+
+    def flush() -> None:
+        nonlocal last_flush
+        if pending:
+            events.put(Records.model_construct(records=list(pending)))
+            pending.clear()
+        last_flush = time.monotonic()
+
+    def on_record(record: RequestRecord) -> None:
+        pending.append(record)  # finished: the driver never changes a record it handed out
+        if len(pending) >= RECORD_FLUSH_COUNT or time.monotonic() - last_flush > RECORD_FLUSH_S:
+            flush()
+
+    def on_phase(phase: PhaseResult) -> None:
+        flush()
+        events.put(PhaseDone(phase=phase))
+
+    def on_progress(progress: dict) -> None:
+        flush()
+        events.put(Progress(stage="running", details=progress))
+
+    async def flusher() -> None:  # records of a slow run still reach the parent promptly
+        while True:
+            await asyncio.sleep(0.25)
+            flush()
+
+    flush_task = asyncio.create_task(flusher())
+    try:
+        outcome = await execute(
+            config, backend, model, RunEvents(on_record, on_phase, on_progress), stop, gpus
+        )
+    finally:
+        flush_task.cancel()
+        flush()
+    # The outcome goes out before close(): a close that hangs or fails must not lose the run.
+    server_metrics = getattr(backend, "server_metrics", None)  # a served engine's /metrics
+    events.put(
+        Outcome(
+            pattern_report=outcome.pattern_report,
+            warmup_s=outcome.warmup_s,
+            stopped=stop.is_set(),
+            server_metrics=server_metrics() if server_metrics else [],
+        )
+    )
+    await backend.close()
+    events.put(Closed())
+
+
+# --------------------------------------------------------------------------- one replica
+
+
+async def serve_requests(config: RunConfig, model_json: str, events: Any, requests: Any) -> None:
+    """In a replica worker: load the engine, then serve what the parent sends until "close".
+
+    Messages in: ("request", key, Request), ("cancel", key), ("close",). Out: `Loaded`, then a
+    `RequestDone` per request, and `Closed` after the engine is closed (bench/run/worker_events.py).
+    """
+    model = ModelInfo.model_validate_json(model_json)
+    backend = await load_backend(config, model, events)
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple] = asyncio.Queue()
+
+    def read() -> None:  # the multiprocessing queue blocks: read it in a thread
+        while True:
+            try:
+                message = requests.get()
+            except (EOFError, OSError):
+                message = ("close",)
+            loop.call_soon_threadsafe(inbox.put_nowait, message)
+            if message[0] == "close":
+                return
+
+    threading.Thread(target=read, name="replica-inbox", daemon=True).start()
+    tasks: dict[int, asyncio.Task] = {}
+
+    async def serve(key: int, request: Request) -> None:
+        chunks: list[StreamedChunk] = []
+        error: str | None = None
+        try:
+            async for chunk in backend.stream(request):
+                chunks.append(
+                    (chunk.t_ns, chunk.tokens, chunk.usage_output_tokens, chunk.usage_input_tokens)
+                )
+        except asyncio.CancelledError:
+            error = "cancelled by the load generator"
+        except Exception as exc:  # an engine error fails the request, not the replica
+            error = f"{type(exc).__name__}: {exc}".strip()
+        finally:
+            tasks.pop(key, None)
+        events.put(RequestDone.model_construct(key=key, chunks=chunks, error=error))
+
+    while True:
+        message = await inbox.get()
+        if message[0] == "request":
+            _, key, request = message
+            tasks[key] = asyncio.create_task(serve(key, request))
+        elif message[0] == "cancel":
+            task = tasks.get(message[1])
+            if task is not None:
+                task.cancel()
+        elif message[0] == "close":
+            break
+    for task in list(tasks.values()):
+        task.cancel()
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+    await backend.close()
+    events.put(Closed())
