@@ -1,4 +1,5 @@
-"""The import graph of bench/, advisor/ and ui/ has no cycles, function-level imports included.
+"""The import graph of bench/, advisor/ and ui/ has no cycles and no upward import, function-level
+imports included.
 
 The graph is read from the source with `ast` (nothing is imported): every `import` and
 `from ... import` anywhere in a module, in functions too, is an edge, except those under
@@ -19,6 +20,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("bench", "advisor", "ui")
+
+PACKAGE_ORDER = ("bench", "advisor", "ui")
+"""Lowest first: advisor may import bench, ui both; bench never imports advisor or ui."""
+
+BENCH_LAYERS: dict[str, set[str]] = {
+    "core": set(),
+    "storage": {"core"},
+    "engines": {"core"},
+    "run": {"core", "storage", "engines"},
+    "orchestrate": {"core", "storage", "engines", "run"},
+}
+"""bench's sub-packages, lowest first, each with the layers below it that it may import (and its
+own): storage and engines both stand on core alone and do not import each other. `bench`
+itself (its `__init__`, SCHEMA_VERSION) is below every layer; BENCH_TOP is above every layer."""
+
+BENCH_TOP = {"bench.__main__", "bench.cli", "bench.cli_errors"}
+"""The command line, at bench/'s top: may import any layer. Any other module directly in bench/
+fails the test: a new module goes into the layer it belongs to."""
 
 KNOWN_CYCLES: list[set[str]] = []
 """Cycles that existed when this test was written and are not broken yet (each a strongly
@@ -169,3 +188,78 @@ def test_no_import_cycles() -> None:
     assert not new, "import cycle(s):\n" + "\n".join(described)
     gone = [component for component in KNOWN_CYCLES if component not in cycles(graph)]
     assert not gone, f"known cycles broken: drop them from KNOWN_CYCLES: {gone}"
+
+
+def bench_layer(module: str) -> str:
+    """A bench module's layer: one of BENCH_LAYERS, "root" for the package itself, "top" for the
+    command line. A module in no layer raises LookupError (the test names it)."""
+    if module == "bench":
+        return "root"
+    if module in BENCH_TOP:
+        return "top"
+    layer = module.split(".")[1]
+    if layer not in BENCH_LAYERS:
+        raise LookupError(module)
+    return layer
+
+
+def may_import(importer_layer: str, imported_layer: str) -> bool:
+    if importer_layer == "top" or imported_layer == "root" or importer_layer == imported_layer:
+        return True
+    return imported_layer in BENCH_LAYERS.get(importer_layer, set())
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every edge that goes up or sideways where it may not: between packages against
+    PACKAGE_ORDER, inside bench against BENCH_LAYERS; each as 'importer -> imported (why)'."""
+    found = []
+    for importer in sorted(graph):
+        importer_package = importer.split(".")[0]
+        for imported in sorted(graph[importer]):
+            imported_package = imported.split(".")[0]
+            if PACKAGE_ORDER.index(imported_package) > PACKAGE_ORDER.index(importer_package):
+                found.append(f"{importer} -> {imported} ({importer_package} is below it)")
+            elif importer_package == imported_package == "bench" and not may_import(
+                bench_layer(importer), bench_layer(imported)
+            ):
+                found.append(
+                    f"{importer} -> {imported} ({bench_layer(importer)} may not import "
+                    f"{bench_layer(imported)})"
+                )
+    return found
+
+
+def test_every_bench_module_is_in_a_layer() -> None:
+    outside = []
+    for module in import_graph():
+        if module.startswith("bench"):
+            try:
+                bench_layer(module)
+            except LookupError:
+                outside.append(module)
+    layers = ", ".join(BENCH_LAYERS)
+    assert not outside, f"bench modules in no layer (move each into one of {layers}): {outside}"
+
+
+def test_an_upward_import_is_found() -> None:
+    graph = {
+        "bench.core.config": {"bench.run.api"},
+        "bench.storage.store": {"bench.engines.models"},
+        "bench.run.api": {"bench.core.config", "bench.storage.store", "bench", "bench.run.x"},
+        "bench.engines.models": {"bench.storage.store"},
+        "bench.cli": {"bench.orchestrate.jobs", "advisor.plan"},
+        "advisor.plan": {"bench.run.api", "ui.state"},
+        "ui.state": {"advisor.plan", "bench.cli"},
+    }
+    assert upward_imports(graph) == [
+        "advisor.plan -> ui.state (advisor is below it)",
+        "bench.cli -> advisor.plan (bench is below it)",
+        "bench.core.config -> bench.run.api (core may not import run)",
+        "bench.engines.models -> bench.storage.store (engines may not import storage)",
+        "bench.storage.store -> bench.engines.models (storage may not import engines)",
+    ]
+
+
+def test_no_upward_imports() -> None:
+    found = upward_imports(import_graph())
+    assert not found, "upward import(s):\n  " + "\n  ".join(found)
