@@ -647,6 +647,16 @@ def _with_analysis_error(
     return report
 
 
+def _landed(store: Any, result: RunResult) -> bool:
+    """Whether the store's row already holds `result` as finished (its status, no longer
+    RUNNING): a write that raised may still have gone in."""
+    try:
+        stored = store.get_run(result.run_id)
+    except Exception:
+        return False
+    return stored.status != RunStatus.RUNNING and stored.status == result.status
+
+
 def _fail_stored_row(store: Any, result: RunResult, cause: str) -> bool:
     """Mark the run's RUNNING row FAILED with `cause` (a small write that keeps what is stored);
     False when the store cannot take even that (the row is reaped later: its owner is gone)."""
@@ -699,17 +709,22 @@ def _persist(
                 problems.append(f"{error}; the row could not be marked FAILED either")
         except Exception as error:  # a full disk, a lost database
             reason = f"results store {getattr(store, 'display', '')}: {_error_line(error)}"
-            if result.status != RunStatus.FAILED:
-                result.status = RunStatus.FAILED
-                result.failure = Failure(cause=f"result not stored: {reason}")
-            cause = result.failure.cause if result.failure else reason
-            marked = _fail_stored_row(store, result, cause)
-            problems.append(
-                f"{reason}; row marked FAILED"
-                if marked
-                else f"{reason}; the row could not be marked FAILED (it is failed as 'owner "
-                "process gone' when the store is next opened here)"
-            )
+            if _landed(store, result):
+                # SQLite can report a full disk after the row's update went in: the result is
+                # stored as it is, so the run stands and the row is not rewritten.
+                log.warning("%s, reported after the result was stored", reason)
+            else:
+                if result.status != RunStatus.FAILED:
+                    result.status = RunStatus.FAILED
+                    result.failure = Failure(cause=f"result not stored: {reason}")
+                cause = result.failure.cause if result.failure else reason
+                marked = _fail_stored_row(store, result, cause)
+                problems.append(
+                    f"{reason}; row marked FAILED"
+                    if marked
+                    else f"{reason}; the row could not be marked FAILED (it is failed as 'owner "
+                    "process gone' when the store is next opened here)"
+                )
     if out_dir is not None:
         path = out_dir / "result.json"
         try:

@@ -184,6 +184,28 @@ def test_a_full_store_stops_the_run_and_keeps_the_records(tmp_path):
     store.close()
 
 
+def test_a_result_write_that_landed_but_raised_keeps_the_run(tmp_path, monkeypatch):
+    """SQLite can report a full disk after the row's update has gone in: the run stands as
+    stored (it was called FAILED, 'the row could not be marked FAILED', while the row read
+    COMPLETED). Test double: the real update_run runs, then raises what a full disk raises."""
+    from sqlalchemy.exc import OperationalError
+
+    store = open_store(tmp_path / "results.sqlite")
+    real_update = store.update_run
+
+    def update_then_raise(result):
+        real_update(result)
+        raise OperationalError("COMMIT", {}, Exception("database or disk is full"))
+
+    monkeypatch.setattr(store, "update_run", update_then_raise)
+    result = launch(fake_config(), store=store, out_dir=tmp_path / "out")
+    assert result.status == RunStatus.COMPLETED
+    assert store.get_run(result.run_id).status == RunStatus.COMPLETED
+    assert store.count_records(result.run_id) > 0
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["status"] == "COMPLETED"
+    store.close()
+
+
 def test_an_unwritable_out_folder_fails_before_the_run(tmp_path):
     with open_store(tmp_path / "results.sqlite") as store:
         with pytest.raises(UserError, match=r"^--out /proc/x: cannot create the folder"):
