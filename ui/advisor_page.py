@@ -35,7 +35,7 @@ from advisor.stage_input import (
     load_kind_shown,
     stage_data,
 )
-from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RateLoad
+from bench.core.config import GenerateWorkload, LengthDistribution
 from bench.core.errors import UserError
 from bench.core.metric_catalog import SLO_BOUNDS_BY_FIELD
 from ui import state
@@ -765,12 +765,7 @@ def configuration_rows(configuration: RecommendedDeployment) -> list[dict[str, s
             add("Output length", _length(workload.output_tokens))
     load = configuration.load
     if load is not None:
-        if isinstance(load, ConcurrencyLoad):
-            level = f"{load.concurrency} requests in flight"
-        elif isinstance(load, RateLoad):
-            level = f"{format_figure(load.rate_rps, 'req/s')}"
-        else:
-            level = load.pattern
+        level = load.plan_words(format_figure)
         duration = getattr(load, "duration_s", None)
         add(
             "Benchmark load",

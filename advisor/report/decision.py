@@ -19,12 +19,10 @@ from advisor.recommend import BASIS_WORDS, REFUSED, Recommendation, StageRecomme
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
 from bench.core.config import (
-    ConcurrencyLoad,
     ForwardWorkload,
     GenerateWorkload,
     LoadPattern,
     PrecisionConfig,
-    RateLoad,
     Workload,
 )
 from bench.core.metric_catalog import METRICS_BY_NAME
@@ -106,12 +104,8 @@ def _workload_words(workload: Workload | None, load: LoadPattern | None) -> str:
         prompt, output = workload.prompt_tokens.mean, workload.output_tokens.mean
         if prompt and output:
             parts.append(f"prompt {number(prompt)} / output {number(output)} tokens")
-    if isinstance(load, ConcurrencyLoad):
-        parts.append(f"{load.concurrency} requests in flight")
-    elif isinstance(load, RateLoad):
-        parts.append(f"{number(load.rate_rps)} req/s")
-    elif load is not None:
-        parts.append(f"{load.pattern} pattern")
+    if load is not None:
+        parts.append(load.plan_words(number))
     duration = getattr(load, "duration_s", None)
     if duration:
         parts.append(f"for {number(duration)} s")

@@ -286,6 +286,11 @@ class LoadCommon(StrictInput):
         """The load in a few words for a report (`concurrency 64`, `step ladder (5 stages)`)."""
         return f"{self.pattern_name} pattern"
 
+    def plan_words(self, figure: Callable[[float], str] = "{:g}".format) -> str:
+        """The load a plan sets, as a sentence part (`64 requests in flight`, `2 req/s`);
+        `figure` formats a rate the way the caller formats numbers."""
+        return f"{self.pattern_name} pattern"
+
     def table_level(self) -> float | None:
         """The plan table's editable "load" value (concurrency, rate, capacity); None = none
         (a capacity search has no level to edit)."""
@@ -358,6 +363,9 @@ class ConcurrencyLoad(LoadCommon):
     def describe(self, measured_phases: int) -> str:
         return f"concurrency {self.concurrency}"
 
+    def plan_words(self, figure: Callable[[float], str] = "{:g}".format) -> str:
+        return f"{self.concurrency} requests in flight"
+
     def fixed_level(self) -> tuple[Literal["concurrency", "rate"], float] | None:
         return "concurrency", float(self.concurrency)
 
@@ -419,6 +427,9 @@ class RateLoad(LoadCommon):
 
     def describe(self, measured_phases: int) -> str:
         return f"{self.rate_rps} req/s"
+
+    def plan_words(self, figure: Callable[[float], str] = "{:g}".format) -> str:
+        return f"{figure(self.rate_rps)} req/s"
 
     def fixed_level(self) -> tuple[Literal["concurrency", "rate"], float] | None:
         return "rate", float(self.rate_rps)

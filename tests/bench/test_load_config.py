@@ -94,3 +94,11 @@ def test_a_table_row_unedited_changes_nothing(load):
 def test_warmup_is_at_the_first_closed_loop_level():
     assert StepLoad(levels=[3, 9], warmup_requests=8).warmup_concurrency() == 3
     assert SteadyLoad(warmup_requests=8).warmup_concurrency() == 1
+
+
+def test_each_load_says_in_words_what_a_plan_sets() -> None:
+    """The report's and the Advisor page's plan wording come from the load itself."""
+    assert ConcurrencyLoad(concurrency=64).plan_words() == "64 requests in flight"
+    assert RateLoad(rate_rps=2.5).plan_words() == "2.5 req/s"
+    assert RateLoad(rate_rps=2.5).plan_words(lambda v: f"{v:.2f}") == "2.50 req/s"
+    assert StepLoad().plan_words() == "step pattern"
