@@ -202,12 +202,15 @@ def test_app_runner_gets_the_store_url_in_its_environment_not_argv(postgres, tmp
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # this test's own runner lock, here and in
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the child (which reads TMPDIR)
     log = tmp_path / "runner.log"
-    # Idle for 10 s before it exits: on a loaded machine this process can be off the CPU for
-    # seconds after the spawn, and a runner that had already idled out (a zombie) shows an
-    # empty environment (seen as KeyError 'ADVISOR_STORE' with a 2 s idle exit).
+    # Idle for 10 s before it exits: a runner that had already idled out (a zombie) shows an
+    # empty environment.
     pid = jobs.ensure_runner(url, log_path=log, idle_exit_s=10)
     try:
         process = psutil.Process(pid)
+        # Between fork and exec the child still shows the parent's environment (no
+        # ADVISOR_STORE: KeyError on a loaded machine even with the 10 s idle exit); the runner's
+        # own argv marks the exec.
+        wait_for(lambda: "bench.orchestrate.jobs" in process.cmdline(), 30, "the runner's exec")
         assert postgres.password not in " ".join(process.cmdline())
         assert process.environ()["ADVISOR_STORE"] == url
         wait_for(lambda: jobs.runner_pid(url) == pid, 30, "the runner to take its lock")
