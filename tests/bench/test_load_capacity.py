@@ -22,6 +22,7 @@ from bench.core.config import (
     LengthDistribution,
     RunConfig,
     ValidityRules,
+    min_probe_requests,
 )
 from bench.core.schema import ModelInfo
 from bench.engines.backends.fake import FakeBackend
@@ -29,7 +30,6 @@ from bench.run.load.capacity import (
     CapacityReport,
     allowed_misses,
     capacity_validity,
-    min_probe_requests,
 )
 from bench.run.runner import RunEvents, execute
 

@@ -596,6 +596,5 @@ __all__ = [
     "capacity_summary_line",
     "capacity_validity",
     "judge_probe",
-    "min_probe_requests",
     "smoothed_boundary",
 ]
