@@ -29,6 +29,7 @@ from typing import Any
 from bench.core.config import RunConfig
 from bench.core.schema import Failure, ModelInfo, RequestRecord
 from bench.engines.engine_log import with_root_cause
+from bench.run.load.driver import cancelled_by_the_harness
 from bench.run.proctree import TREE_MARKER, ProcessTree
 from bench.run.worker_child import LOG_TAIL_BYTES, _child_main
 from bench.run.worker_events import (
@@ -278,7 +279,9 @@ class Worker:
             for record in records:
                 if record.error is None:
                     watch.failures_in_row, watch.first_error = 0, None
-                elif record.error != "stopped":
+                elif not cancelled_by_the_harness(record.error):
+                    # The harness's own cancellations (a probe ended early cancels hundreds at
+                    # once) say nothing about the engine.
                     watch.failures_in_row += 1
                     watch.first_error = watch.first_error or record.error
             if watch.failures_in_row >= CONSECUTIVE_FAILURES_FATAL:

@@ -24,7 +24,7 @@ from bench.core.config import (
     ValidityRules,
     min_probe_requests,
 )
-from bench.core.schema import ModelInfo
+from bench.core.schema import ModelInfo, RunStatus
 from bench.engines.backends.fake import FakeBackend
 from bench.run.load.capacity import (
     CapacityReport,
@@ -280,3 +280,44 @@ async def test_driver_end_early_ends_only_the_phase_and_records_why(time_travel)
     assert 10 <= outcome.sent < 1000 and len(records) == outcome.sent
     cancelled = [r for r in records if r.error is not None]
     assert cancelled and all(r.error == reason for r in cancelled)  # in flight when it ended
+
+
+def test_a_probe_ended_early_is_not_an_engine_failure(tmp_path):
+    """A probe far above capacity ends early and cancels hundreds of requests at once; the
+    worker's dead-engine guard (CONSECUTIVE_FAILURES_FATAL failures in a row) must not count
+    them. Seen on an H200: the llama-2-7b bf16 search stopped as FAILED, 'engine failed 218
+    requests in a row: ended early: 8 of 500 planned requests already missed the SLO'."""
+    from bench.run.api import launch
+    from bench.run.worker import CONSECUTIVE_FAILURES_FATAL
+
+    probe = CONSECUTIVE_FAILURES_FATAL + 60
+    config = RunConfig(
+        backend="fake",
+        model="tiny-llama",
+        precision={"dtype": "float32"},
+        engine_args={"ttft_s": 0.01, "itl_s": 0.002, "max_parallel": 4},
+        workload=GenerateWorkload(
+            prompt_tokens=LengthDistribution(mean=8), output_tokens=LengthDistribution(mean=8)
+        ),
+        load=CapacityLoad(
+            arrival="constant",
+            warmup_requests=0,
+            start_rps=2000.0,
+            probe_requests=probe,
+            max_probes=3,
+            precision=0.5,
+        ),
+        slo=SLO(ttft_ms=30),
+        validity=ValidityRules(min_duration_s=0.1, min_requests=1),
+        device="cpu",
+    )
+    result = launch(config, store=None, out_dir=tmp_path)
+    assert result.status == RunStatus.COMPLETED, result.failure
+    ended = [p for p in result.pattern_report.probes if p.ended_early]
+    assert ended, "the first probe (2000 req/s against ~166) ends early"
+    cancelled = sum(
+        1
+        for line in (tmp_path / "records.jsonl").read_text().splitlines()
+        if '"ended early:' in line
+    )
+    assert cancelled >= CONSECUTIVE_FAILURES_FATAL  # enough to have tripped the guard

@@ -44,7 +44,7 @@ from bench.core.pattern_reports import (
     PatternReportBase,
 )
 from bench.core.schema import MetricsSummary, Percentiles, PhaseResult, Validity, ValidityStatus
-from bench.run.load.driver import PhaseOutcome, PhaseSpec, PlanInterrupted
+from bench.run.load.driver import ENDED_EARLY, PhaseOutcome, PhaseSpec, PlanInterrupted
 
 SLO_METRICS = tuple(bound.field for bound in REQUEST_SLO_BOUNDS)
 """The per-request SLO limits a probe is judged on (bench.core.metric_catalog: all maximums)."""
@@ -172,10 +172,10 @@ class EndEarly:
         self._seen = accumulator.requests
         misses = accumulator.requests - accumulator.meeting_slo(self.slo)
         if accumulator.failed:
-            reason = f"ended early: {accumulator.failed} request(s) failed"
+            reason = f"{ENDED_EARLY}: {accumulator.failed} request(s) failed"
         elif misses > self.allowed:
             reason = (
-                f"ended early: {misses} of {self.planned} planned requests already missed the "
+                f"{ENDED_EARLY}: {misses} of {self.planned} planned requests already missed the "
                 f"SLO (the attainment target allows {self.allowed})"
             )
         else:

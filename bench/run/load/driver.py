@@ -32,6 +32,16 @@ A virtual clock (tests' `time_travel`) has exact timers and sets this to 0."""
 STOPPED = "stopped"
 DEADLINE_REACHED = "stopped: run deadline reached (max_duration_s)"
 SINK_FAILED = "stopped: the record sink failed"
+ENDED_EARLY = "ended early"
+"""Start of the error of the requests a phase's `end_early` check cancelled."""
+
+
+def cancelled_by_the_harness(error: str | None) -> bool:
+    """Whether a record's error is the harness's own cancellation (a stop, the run deadline, a
+    phase ended early), not a failure of the engine."""
+    return error is not None and (
+        error == STOPPED or error.startswith(("stopped: ", ENDED_EARLY + ":"))
+    )
 
 
 class PlanInterrupted(Exception):
