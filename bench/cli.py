@@ -12,13 +12,16 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from bench.cli_errors import OneLineErrorsGroup
 from bench.core.errors import RunAborted, UserError
 from bench.core.files import check_user_path
+
+if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
+    from bench.storage.store import RunWriter
 
 app = typer.Typer(
     cls=OneLineErrorsGroup,
@@ -341,7 +344,12 @@ def run(
 
 
 def _run_group(
-    config: Any, policy: Any, store: Any, out: Path | None, as_json: bool, port: int | None
+    config: Any,
+    policy: Any,
+    store: RunWriter | None,
+    out: Path | None,
+    as_json: bool,
+    port: int | None,
 ) -> None:
     """`bench run --repeats N`: the runs one after another, then the group's summary."""
     from bench.orchestrate.repeats import launch_group

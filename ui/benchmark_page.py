@@ -23,7 +23,7 @@ from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
 from bench.core.schema import RunStatus
 from bench.orchestrate.web_policy import check_web_jobs
-from bench.storage.store import Job
+from bench.storage.store import Job, ResultStore
 from ui import state
 from ui.components import empty_state, format_number, status_badge
 
@@ -503,7 +503,7 @@ def start_job(configs: list[RunConfig], label: str) -> None:
     st.toast(f"Queued job {job_id}", icon=":material/schedule:")
 
 
-def _runner_log_path(store: Any) -> Path | None:
+def _runner_log_path(store: ResultStore) -> Path | None:
     """Beside a SQLite file; for a database server, the runner's default (the temp folder)."""
     if store.path is None:
         return None

@@ -70,6 +70,7 @@ from bench.core.schema import RequestRecord, RunResult
 
 if TYPE_CHECKING:
     from bench.run.environment import PreflightItem
+    from bench.storage.store import Store
 
 SEED_REFERENCE_FILE = "seed_a100_llama2_13b.json"
 
@@ -1106,7 +1107,7 @@ def load_seed_reference(reference_dir: Path) -> tuple[ReferenceTable | None, str
 def report_for(
     profile: WorkloadProfile,
     answer: AdvisorReport,
-    store: Any,
+    store: Store | None,
     reference: evidence.ReferenceFiles,
     run_ids: Sequence[str] = (),
     profile_file: str | None = None,

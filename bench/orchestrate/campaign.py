@@ -46,6 +46,7 @@ from bench.run.environment import PreflightItem
 
 if TYPE_CHECKING:
     from bench.orchestrate.executors import Executor
+    from bench.storage.store import ResultStore, RunWriter
 
 CAMPAIGN_SCHEMA_VERSION = 1
 STEPS_DIR = "steps"
@@ -254,7 +255,7 @@ def run_step(
     context: StepContext,
     executor_name: str = "local",
     on_progress: Callable[[dict], None] | None = None,
-    store_handle: Any = None,
+    store_handle: RunWriter | None = None,
 ) -> StepOutcome:
     """Run one step here and return its outcome; an exception becomes a `failed` outcome.
 
@@ -312,14 +313,17 @@ def run_step(
     )
 
 
-def _open_store(location: str | None) -> Any:
+def _open_store(location: str | None) -> ResultStore | None:
     from bench.storage.store import ResultStore
 
     return ResultStore(location) if location else None
 
 
 def _launch(
-    config: RunConfig, store: Any, out_dir: Path, on_progress: Callable[[dict], None] | None
+    config: RunConfig,
+    store: RunWriter | None,
+    out_dir: Path,
+    on_progress: Callable[[dict], None] | None,
 ) -> RunResult:
     from bench.run.api import launch
 
@@ -330,7 +334,7 @@ def _launch(
 def _launch_repeats(
     config: RunConfig,
     repeats: RepeatPolicy,
-    store: Any,
+    store: RunWriter | None,
     out_dir: Path,
     on_progress: Callable[[dict], None] | None,
 ) -> list[RunResult]:

@@ -23,7 +23,7 @@ import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -42,6 +42,9 @@ from bench.core.stats import (
     run_sample,
 )
 from bench.core.strict import Strict
+
+if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
+    from bench.storage.store import Store
 
 HEADLINE_METRICS = ("output_throughput_tok_s", "ttft_ms_p50", "tpot_ms_p50", "e2e_ms_p99")
 """The metrics the campaign tables show (JSON has every metric)."""
@@ -194,7 +197,7 @@ def reference_records(folder: str | Path) -> dict[str, list[RequestRecord]]:
     return found
 
 
-def load_side(spec: str, store: Any | None = None) -> Side:
+def load_side(spec: str, store: Store | None = None) -> Side:
     """Resolve one argument of `bench compare` (see the module docstring); UserError if none."""
     path = Path(spec)
     if path.is_dir():
@@ -654,7 +657,7 @@ def _unit_text(unit: _Unit) -> str:
 def compare(
     a_spec: str,
     b_spec: str,
-    store: Any | None = None,
+    store: Store | None = None,
     threshold: float = PRACTICAL_THRESHOLD,
     bootstrap: int = BOOTSTRAP,
     seed: int = SEED,

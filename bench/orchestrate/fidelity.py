@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -46,6 +46,9 @@ from bench.core.config import (
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo, RequestRecord, RunResult
 from bench.core.strict import Strict, StrictInput
+
+if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
+    from bench.storage.store import RunWriter
 
 Dtype = Literal["float16", "bfloat16", "float32"]
 Device = Literal["auto", "cuda", "cpu"]
@@ -268,7 +271,7 @@ class FidelityResult(Strict):
 
 def run_check(
     check: VllmFidelityCheck | PytorchFidelityCheck,
-    store: Any | None = None,
+    store: RunWriter | None = None,
     out_dir: Path | None = None,
     on_progress: Callable[[dict], None] | None = None,
 ) -> FidelityResult:
@@ -303,7 +306,7 @@ def _runs_dir(out_dir: Path | None, name: str) -> Path | None:
 
 def _vllm_check(
     check: VllmFidelityCheck,
-    store: Any | None,
+    store: RunWriter | None,
     out_dir: Path | None,
     on_progress: Callable[[dict], None] | None,
 ) -> FidelityResult:
@@ -384,7 +387,7 @@ def _pytorch_launch_config(check: PytorchFidelityCheck) -> RunConfig:
 
 def _pytorch_launch_check(
     check: PytorchFidelityCheck,
-    store: Any | None,
+    store: RunWriter | None,
     out_dir: Path | None,
     on_progress: Callable[[dict], None] | None,
 ) -> FidelityResult:

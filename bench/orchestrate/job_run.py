@@ -20,7 +20,7 @@ from bench.core.config import RunConfig
 from bench.core.schema import RunStatus
 
 if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
-    from bench.storage.store import Job, Store
+    from bench.storage.store import Job, JobRunStore, JobWriter
 
 log = logging.getLogger("bench.orchestrate.jobs")
 
@@ -142,7 +142,7 @@ class _StopWatcher(threading.Thread):
     names its current run, so a runner that stops beating fails both after the grace period.
     """
 
-    def __init__(self, store: Store, job_id: str, stop: threading.Event) -> None:
+    def __init__(self, store: JobWriter, job_id: str, stop: threading.Event) -> None:
         super().__init__(name=f"stop-watcher-{job_id}", daemon=True)
         self.store = store
         self.job_id = job_id
@@ -163,7 +163,7 @@ class _StopWatcher(threading.Thread):
                 log.warning("stop watcher: store access failed: %s", error)
 
 
-def run_job(store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
+def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunStatus:
     """Run every RunConfig of a claimed job in order and mark the job finished.
 
     Job status: STOPPED when a stop was requested, FAILED when any run failed (its error names

@@ -21,12 +21,15 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.core.errors import UserError
 from bench.core.schema import Failure, RunStatus
 from bench.orchestrate.executors import ExecutorSettings, Resources, job_resources
 from bench.orchestrate.ray_node import FORWARDED_JOB_WRITES, FORWARDED_WRITES
+
+if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
+    from bench.storage.store import Job, RunWriter, Store
 
 log = logging.getLogger("bench.orchestrate.ray_executor")
 
@@ -250,7 +253,7 @@ class RayExecutor:
 
     # ------------------------------------------------------------------ one job
 
-    def run_job(self, store: Any, job: Any, log_dir: Path | None = None) -> RunStatus:
+    def run_job(self, store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
         """Submit the job's task and supervise it until it ends; the job is left finished."""
         return _JobSupervisor(self, store, job, log_dir).run()
 
@@ -258,7 +261,7 @@ class RayExecutor:
 class _JobSupervisor:
     """One job's life on the cluster, seen from the submitter."""
 
-    def __init__(self, executor: RayExecutor, store: Any, job: Any, log_dir: Path | None) -> None:
+    def __init__(self, executor: RayExecutor, store: Store, job: Job, log_dir: Path | None) -> None:
         from bench.orchestrate.job_run import JobProgress
 
         self.executor = executor
@@ -412,7 +415,7 @@ class _JobSupervisor:
         return status
 
 
-def fail_run(store: Any, run_id: str, status: RunStatus, reason: str) -> None:
+def fail_run(store: RunWriter, run_id: str, status: RunStatus, reason: str) -> None:
     """Mark a run its node never finished FAILED (or STOPPED) with the reason, summarising the
     records it wrote so far; a run already finished is left alone."""
     from bench.core.metrics import MetricsAccumulator, judge_validity

@@ -18,15 +18,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from bench.core.fingerprint import COMPARABILITY_LIBRARIES
 from bench.core.strict import Strict
 from bench.run.environment import NodePlacement, library_versions, node_placement
+
+if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
+    from bench.core.schema import Failure, RequestRecord, RunResult
+    from bench.storage.store import Job, JobRunStore
 
 BENCH_DIR = Path(__file__).resolve().parents[1]
 STOP_CACHE_S = 0.5
@@ -99,12 +103,14 @@ FORWARDED_JOB_WRITES = ("update_job", "job_heartbeat")
 class ForwardingStore:
     """The store `run_job` sees on a node when the real store is the submitter's SQLite file.
 
-    Writes go to a node-local SQLite mirror (so `launch` can read a run's records back for the
-    soak/pulse analysis) and, in the same order, to the channel. `get_job` answers with the job
-    as submitted and the channel's stop flag.
+    It meets `JobRunStore` (what `run_job` and `launch` call) and nothing more. Run writes go to
+    a node-local SQLite mirror (so `launch` can read a run's records back for the soak/pulse
+    analysis) and, in the same order, to the channel; run reads come from the mirror. Job writes
+    only go to the channel (the job row lives in the submitter's store). `get_job` answers with
+    the job as submitted and the channel's stop flag.
     """
 
-    def __init__(self, channel: Any, job: Any, mirror_dir: Path) -> None:
+    def __init__(self, channel: Any, job: Job | None, mirror_dir: Path) -> None:
         from bench.storage.store import ResultStore
 
         self.channel = channel
@@ -113,24 +119,54 @@ class ForwardingStore:
         self._stop_read = (0.0, False)
         self._lock = threading.Lock()
 
-    def _forward(self, name: str, args: tuple, kwargs: dict) -> None:
+    def _forward(self, name: str, *args: Any, **kwargs: Any) -> None:
         self.channel.put.remote((name, args, kwargs))  # ordered: one caller, one actor
 
-    def __getattr__(self, name: str) -> Any:
-        if name in FORWARDED_WRITES:
+    # run writes (FORWARDED_WRITES): the mirror first, then the channel
+    def create_run(self, result: RunResult) -> None:
+        self.mirror.create_run(result)
+        self._forward("create_run", result)
 
-            def write(*args: Any, **kwargs: Any) -> None:
-                getattr(self.mirror, name)(*args, **kwargs)
-                self._forward(name, args, kwargs)
+    def update_run(self, result: RunResult) -> None:
+        self.mirror.update_run(result)
+        self._forward("update_run", result)
 
-            return write
-        if name in FORWARDED_JOB_WRITES:
-            return lambda *args, **kwargs: self._forward(name, args, kwargs)
-        return getattr(self.mirror, name)  # reads: get_run, iter_records, count_records ...
+    def heartbeat(self, run_id: str) -> None:
+        self.mirror.heartbeat(run_id)
+        self._forward("heartbeat", run_id)
 
-    def get_job(self, job_id: str) -> Any:
+    def add_records(self, run_id: str, records: Sequence[RequestRecord]) -> None:
+        self.mirror.add_records(run_id, records)
+        self._forward("add_records", run_id, records)
+
+    def fail_run(self, run_id: str, failure: Failure) -> bool:
+        marked = self.mirror.fail_run(run_id, failure)
+        self._forward("fail_run", run_id, failure)
+        return marked
+
+    # run reads: the mirror
+    @property
+    def display(self) -> str:
+        return self.mirror.display
+
+    def get_run(self, run_id: str) -> RunResult:
+        return self.mirror.get_run(run_id)
+
+    def iter_records(self, run_id: str, include_warmup: bool = False) -> Iterator[RequestRecord]:
+        return self.mirror.iter_records(run_id, include_warmup=include_warmup)
+
+    # job writes (FORWARDED_JOB_WRITES): the channel only
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        self._forward("update_job", job_id, **fields)
+
+    def job_heartbeat(self, job_id: str, run_id: str | None = None) -> None:
+        self._forward("job_heartbeat", job_id, run_id=run_id)
+
+    def get_job(self, job_id: str) -> Job:
         import ray
 
+        if self.job is None:
+            raise RuntimeError(f"no job {job_id} on this node: the store serves a campaign step")
         with self._lock:
             read_at, stop = self._stop_read
             if time.monotonic() - read_at > STOP_CACHE_S:
@@ -146,9 +182,9 @@ class ForwardingStore:
 
 class PlacedStore:
     """Wraps the store a node writes to: every job progress write carries the node placement,
-    so the app shows where the job runs."""
+    so the app shows where the job runs. Everything else goes to `base` as it is."""
 
-    def __init__(self, base: Any, placement: NodePlacement) -> None:
+    def __init__(self, base: JobRunStore, placement: NodePlacement) -> None:
         self.base = base
         self.placement = placement.model_dump() | {"state": "running"}
 
@@ -157,15 +193,45 @@ class PlacedStore:
             fields["progress"] = {**fields["progress"], "placement": self.placement}
         self.base.update_job(job_id, **fields)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.base, name)
+    def get_job(self, job_id: str) -> Job:
+        return self.base.get_job(job_id)
+
+    def job_heartbeat(self, job_id: str, run_id: str | None = None) -> None:
+        self.base.job_heartbeat(job_id, run_id=run_id)
+
+    @property
+    def display(self) -> str:
+        return self.base.display
+
+    def create_run(self, result: RunResult) -> None:
+        self.base.create_run(result)
+
+    def update_run(self, result: RunResult) -> None:
+        self.base.update_run(result)
+
+    def heartbeat(self, run_id: str) -> None:
+        self.base.heartbeat(run_id)
+
+    def add_records(self, run_id: str, records: Sequence[RequestRecord]) -> None:
+        self.base.add_records(run_id, records)
+
+    def fail_run(self, run_id: str, failure: Failure) -> bool:
+        return self.base.fail_run(run_id, failure)
+
+    def get_run(self, run_id: str) -> RunResult:
+        return self.base.get_run(run_id)
+
+    def iter_records(self, run_id: str, include_warmup: bool = False) -> Iterator[RequestRecord]:
+        return self.base.iter_records(run_id, include_warmup=include_warmup)
 
 
 # --------------------------------------------------------------------------- the task body
 
 
 @contextlib.contextmanager
-def node_store(channel: Any, store_location: str | None, job: Any = None) -> Iterator[Any]:
+def node_store(
+    channel: Any, store_location: str | None, job: Job | None = None
+) -> Iterator[JobRunStore]:
     """The store a task writes to: the team store itself (`store_location`, a URL every node
     reaches), else a `ForwardingStore` whose writes travel through `channel` to the submitter."""
     if channel is None:

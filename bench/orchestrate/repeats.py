@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -31,6 +31,9 @@ from bench.core.stats import (
     summarize_group,
 )
 from bench.core.strict import Strict
+
+if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
+    from bench.storage.store import RunWriter
 
 
 class GroupOutcome(Strict):
@@ -56,7 +59,9 @@ def check_policy(policy: RepeatPolicy) -> None:
         raise UserError(f"unknown convergence metric {metric!r}; known: {known}")
 
 
-def group_records(run: RunResult, store: Any, out_dir: Path | None) -> list[RequestRecord] | None:
+def group_records(
+    run: RunResult, store: RunWriter | None, out_dir: Path | None
+) -> list[RequestRecord] | None:
     """A finished repeat's measured records, from the store or its folder (None if neither)."""
     if store is not None:
         return list(store.iter_records(run.run_id))
@@ -70,7 +75,7 @@ def group_records(run: RunResult, store: Any, out_dir: Path | None) -> list[Requ
 def launch_group(
     config: RunConfig,
     policy: RepeatPolicy,
-    store: Any | None = None,
+    store: RunWriter | None = None,
     out_dir: Path | None = None,
     on_progress: Callable[[dict], None] | None = None,
     launch: Callable[..., RunResult] | None = None,

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import PydanticSerializationError
 
@@ -51,6 +51,9 @@ from bench.run.interrupts import RunInterrupts
 from bench.run.load.patterns import validity_reasons as pattern_validity_reasons
 from bench.run.placement import Placement, place
 from bench.run.worker_events import WorkerOutcome
+
+if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
+    from bench.storage.store import RunWriter
 
 log = logging.getLogger("bench.run.api")
 
@@ -189,7 +192,7 @@ class _RecordSink:
 
     def __init__(
         self,
-        store: Any,
+        store: RunWriter | None,
         run_id: str,
         jsonl_path: Path | None,
         live: Any = None,
@@ -315,7 +318,7 @@ class _Heartbeat(threading.Thread):
     """Heartbeats the run's row every HEARTBEAT_S while the run lasts (loading included), so a
     store opened on another host can tell a live run from a lost one (see store.reap_stale)."""
 
-    def __init__(self, store: Any, run_id: str) -> None:
+    def __init__(self, store: RunWriter, run_id: str) -> None:
         super().__init__(name=f"heartbeat-{run_id}", daemon=True)
         self.store = store
         self.run_id = run_id
@@ -335,7 +338,7 @@ class _Heartbeat(threading.Thread):
 
 def launch(
     config: RunConfig,
-    store: Any | None = None,
+    store: RunWriter | None = None,
     out_dir: Path | None = None,
     on_progress: Callable[[dict], None] | None = None,
     stop: threading.Event | None = None,
@@ -469,7 +472,7 @@ def _measure(
     model: Any,
     placement: Placement,
     result: RunResult,
-    store: Any,
+    store: RunWriter | None,
     out_dir: Path | None,
     logs: Path,
     sink: _RecordSink,
@@ -647,7 +650,7 @@ def _with_analysis_error(
     return report
 
 
-def _landed(store: Any, result: RunResult) -> bool:
+def _landed(store: RunWriter, result: RunResult) -> bool:
     """Whether the store's row already holds `result` as finished (its status, no longer
     RUNNING): a write that raised may still have gone in."""
     try:
@@ -657,7 +660,7 @@ def _landed(store: Any, result: RunResult) -> bool:
     return stored.status != RunStatus.RUNNING and stored.status == result.status
 
 
-def _fail_stored_row(store: Any, result: RunResult, cause: str) -> bool:
+def _fail_stored_row(store: RunWriter | None, result: RunResult, cause: str) -> bool:
     """Mark the run's RUNNING row FAILED with `cause` (a small write that keeps what is stored);
     False when the store cannot take even that (the row is reaped later: its owner is gone)."""
     if store is None:
@@ -686,7 +689,7 @@ def _serialisable(result: RunResult, fallback_report: PatternReportBase | None) 
 
 def _persist(
     result: RunResult,
-    store: Any,
+    store: RunWriter | None,
     out_dir: Path | None,
     sink: _RecordSink,
     fallback_report: PatternReportBase | None = None,
@@ -799,7 +802,9 @@ def _run_replicated(
     return outcome
 
 
-def _measured_records(run_id: str, store: Any, out_dir: Path | None) -> Iterable[RequestRecord]:
+def _measured_records(
+    run_id: str, store: RunWriter | None, out_dir: Path | None
+) -> Iterable[RequestRecord]:
     """The run's measured (non-warm-up) records, streamed from the store or the JSONL file."""
     from bench.core.metrics import iter_records_jsonl
 

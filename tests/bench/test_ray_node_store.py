@@ -1,0 +1,170 @@
+"""The Ray node's store stand-ins (bench/orchestrate/ray_node.py) meet `JobRunStore` explicitly.
+
+`ForwardingStore` and `PlacedStore` used to answer everything through `__getattr__`; now each
+declares exactly the methods of `JobRunStore` (what `run_job` and `launch` call). These tests
+check that declaration against the protocol and the forwarding/mirroring behaviour on a real
+SQLite store; the Ray channel is a labelled test double (a recorder of `put.remote` calls) because
+the real actor is exercised by the slow cluster tests (tests/bench/test_ray_executor.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Protocol
+
+import pytest
+
+from bench.core.config import RunConfig
+from bench.core.schema import Failure, RequestRecord, RunResult, RunStatus
+from bench.orchestrate.ray_node import (
+    FORWARDED_JOB_WRITES,
+    FORWARDED_WRITES,
+    ForwardingStore,
+    PlacedStore,
+)
+from bench.run.environment import NodePlacement
+from bench.storage.store import JobRunStore, JobWriter, ResultStore, RunWriter, Store
+
+
+def protocol_members(protocol: type) -> set[str]:
+    """The public members a protocol declares, its bases' included."""
+    return {
+        name
+        for klass in protocol.__mro__
+        if klass not in (Protocol, object) and Protocol in klass.__mro__
+        for name in vars(klass)
+        if not name.startswith("_")
+    }
+
+
+class RecordingChannel:
+    """Test double of the `JobChannel` actor handle: `put.remote(event)` appends the event."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, tuple, dict]] = []
+        self.put = self
+
+    def remote(self, event: tuple[str, tuple, dict]) -> None:
+        self.events.append(event)
+
+
+def make_result() -> RunResult:
+    return RunResult(config=RunConfig(backend="fake", model="tiny-llama"))
+
+
+def make_records(count: int) -> list[RequestRecord]:
+    return [
+        RequestRecord(
+            id=f"r{i}",
+            start_ns=1_000 * i,
+            chunk_ns=[1_000 * i + 10],
+            chunk_tokens=[2],
+            end_ns=1_000 * i + 20,
+            input_tokens=3,
+            output_tokens=2,
+            phase="main",
+        )
+        for i in range(count)
+    ]
+
+
+def test_the_protocols_split_the_store_without_losing_a_method():
+    assert protocol_members(RunWriter) == {
+        "display",
+        "create_run",
+        "update_run",
+        "heartbeat",
+        "add_records",
+        "fail_run",
+        "get_run",
+        "iter_records",
+    }
+    assert protocol_members(JobWriter) == {"get_job", "job_heartbeat", "update_job"}
+    assert protocol_members(JobRunStore) == protocol_members(RunWriter) | protocol_members(
+        JobWriter
+    )
+    assert protocol_members(JobRunStore) < protocol_members(Store)
+    missing = {name for name in protocol_members(Store) if not hasattr(ResultStore, name)}
+    assert not missing
+
+
+@pytest.mark.parametrize("stand_in", [ForwardingStore, PlacedStore])
+def test_stand_ins_declare_every_job_run_method_with_its_signature(stand_in):
+    assert "__getattr__" not in vars(stand_in)
+    for name in protocol_members(JobRunStore):
+        declared = inspect.getattr_static(stand_in, name)
+        wanted = inspect.getattr_static(JobRunStore, name)
+        if isinstance(wanted, property):
+            assert isinstance(declared, property), name
+            continue
+        assert inspect.signature(declared) == inspect.signature(wanted), name
+
+
+def test_forwarding_store_mirrors_run_writes_and_forwards_them_in_order(tmp_path):
+    channel = RecordingChannel()
+    forwarding = ForwardingStore(channel, None, tmp_path)
+    result, records = make_result(), make_records(3)
+    try:
+        forwarding.create_run(result)
+        forwarding.heartbeat(result.run_id)
+        forwarding.add_records(result.run_id, records)
+        assert forwarding.fail_run(result.run_id, Failure(cause="boom")) is True
+        forwarding.update_job("job-1", progress={"runs": []})
+        forwarding.job_heartbeat("job-1", run_id=result.run_id)
+        # reads answer from the node's mirror
+        assert forwarding.get_run(result.run_id).status == RunStatus.FAILED
+        assert [r.id for r in forwarding.iter_records(result.run_id)] == ["r0", "r1", "r2"]
+        assert forwarding.display == forwarding.mirror.display
+    finally:
+        forwarding.close()
+    names = [name for name, _args, _kwargs in channel.events]
+    assert names == [
+        "create_run",
+        "heartbeat",
+        "add_records",
+        "fail_run",
+        "update_job",
+        "job_heartbeat",
+    ]
+    assert set(names) <= set(FORWARDED_WRITES) | set(FORWARDED_JOB_WRITES)
+
+    # The submitter applies the events as ray_executor does: its store ends where the mirror did.
+    submitter = ResultStore(tmp_path / "submitter.sqlite")
+    try:
+        for name, args, kwargs in channel.events:
+            if name in FORWARDED_WRITES:
+                getattr(submitter, name)(*args, **kwargs)
+        stored = submitter.get_run(result.run_id)
+        assert stored.status == RunStatus.FAILED
+        assert stored.failure is not None and stored.failure.cause == "boom"
+        assert submitter.count_records(result.run_id) == 3
+    finally:
+        submitter.close()
+
+
+def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
+    channel = RecordingChannel()
+    base = ForwardingStore(channel, None, tmp_path)
+    placement = NodePlacement(node_id="n1", hostname="host-a", node_ip="127.0.0.1")
+    placed = PlacedStore(base, placement)
+    result = make_result()
+    try:
+        placed.create_run(result)
+        placed.update_job("job-1", progress={"runs": []}, status="RUNNING")
+        placed.update_job("job-1", run_ids=[result.run_id])
+        placed.job_heartbeat("job-1", run_id=result.run_id)
+        assert placed.get_run(result.run_id).run_id == result.run_id
+        assert placed.display == base.display
+    finally:
+        base.close()
+    calls = [event for event in channel.events if event[0] == "update_job"]
+    first, second = (kwargs for _name, _args, kwargs in calls)
+    assert first["progress"]["placement"] == placement.model_dump() | {"state": "running"}
+    assert first["progress"]["runs"] == [] and first["status"] == "RUNNING"
+    assert second == {"run_ids": [result.run_id]}
+    assert [name for name, _a, _k in channel.events] == [
+        "create_run",
+        "update_job",
+        "update_job",
+        "job_heartbeat",
+    ]
