@@ -422,8 +422,12 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
                 same_kind = [value for kind, value in wanted if kind == level[0]]
                 if not same_kind:
                     traffic = False
-                    loop = "closed loop at" if level[0] == "concurrency" else "open loop at"
-                    differences.append(f"{loop} {level[1]:g}, the stage states the other loop")
+                    where = (
+                        f"closed loop at {level[1]:g} requests in flight"
+                        if level[0] == "concurrency"
+                        else f"open loop at {level[1]:g} req/s"
+                    )
+                    differences.append(f"{where}, the stage states the other loop")
                 else:
                     ratios.append(_ratio(level[1], same_kind[0]))
                     if not _close(level[1], same_kind[0]):

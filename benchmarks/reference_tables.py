@@ -68,10 +68,49 @@ def is_ladder(run: dict) -> bool:
     label = run["config"]["label"]
     return (
         run["config"]["workload"]["kind"] == "generate"
-        and run["config"]["load"]["pattern"] not in HELD_LOAD_PATTERNS
+        and run["config"]["load"]["pattern"] not in (*HELD_LOAD_PATTERNS, "capacity")
         and "fidelity" not in label
-        and not label.startswith("advisor")
+        and not label.startswith(("advisor", "capacity check"))
     )
+
+
+def capacity_table(runs: list[dict]) -> str:
+    """Each SLO capacity search: what it found and how its constant-rate checks judged it
+    (bench/orchestrate/capacity_check.py's own rule)."""
+    from bench.core.schema import RunResult
+    from bench.orchestrate.capacity_check import checks_of
+
+    typed = [RunResult.model_validate(run) for run in runs]
+    lines = [
+        "| model | backend | GPU | SLO | probes | capacity req/s | first infeasible req/s "
+        "| check at capacity | check at 1.15x |",
+        "|---|---|---|---|---:|---:|---:|---|---|",
+    ]
+    for run, search in zip(runs, typed, strict=True):
+        if run["config"]["load"]["pattern"] != "capacity" or search.pattern_report is None:
+            continue
+        report = search.pattern_report
+        slo = search.config.slo
+        bounds = ", ".join(
+            f"{name.split('_')[0].upper()} {report.percentile} <= {fmt(value)} ms"
+            for name, value in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms))
+            if value is not None
+        )
+        cells = []
+        for check in checks_of(search, typed):
+            verdict = "holds" if check.holds else "fails"
+            cells.append(
+                f"{fmt(check.rate_rps, 1)} req/s: {verdict}"
+                + ("" if check.as_expected else " (search expected otherwise)")
+            )
+        cells += ["not run"] * (2 - len(cells))
+        lines.append(
+            f"| {run['config']['model']} | {run['config']['backend']}{precision_suffix(run)} "
+            f"| {gpu_tag(run)} | {bounds}, {fmt(100 * report.attainment_target)}% of requests "
+            f"| {len(report.probes)} | {fmt(report.max_rate_rps, 1)} "
+            f"| {fmt(report.first_infeasible_rps, 1)} | {cells[0]} | {cells[1]} |"
+        )
+    return "\n".join(lines)
 
 
 def held_load_table(runs: list[dict]) -> str:
@@ -871,6 +910,7 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
             "quick_plan": quick_plan_table(folders),
             "forward": forward_table(runs),
             "held_load": held_load_table(runs),
+            "capacity": capacity_table(runs),
             "client_fidelity": client_fidelity_table(reference_dir),
         },
         "fmt": fmt,

@@ -29,6 +29,7 @@ from bench.core.config import (
 )
 from bench.core.metrics import iter_records_jsonl
 from bench.core.pattern_reports import (
+    CapacityReport,
     ConcurrencyReport,
     PulseReport,
     RateReport,
@@ -46,6 +47,7 @@ REPORT_CLASS = {
     "step": StepReport,
     "steady": SteadyReport,
     "pulse": PulseReport,
+    "capacity": CapacityReport,
 }
 
 
@@ -305,7 +307,7 @@ def test_every_shipped_result_loads_with_a_typed_report_that_keeps_every_field(
                 assert report.knee_concurrency == report.stages[report.knee_stage].concurrency
             store.put_run(result, [])
             assert store.get_run(result.run_id) == result, where
-    assert patterns == {"step", "concurrency", "steady", "pulse"}
+    assert patterns == {"step", "concurrency", "steady", "pulse", "capacity", "rate"}
 
 
 def test_older_report_shapes_load() -> None:
