@@ -77,7 +77,8 @@ def check_configs(search: RunResult, factors: tuple[float, ...] = CHECK_FACTORS)
     configs = []
     for factor in factors:
         load = RateLoad(
-            rate_rps=report.max_rate_rps * factor,
+            # Rounded: 27 x 1.15 is 31.049999999999997 in binary, and the rate is a command word.
+            rate_rps=round(report.max_rate_rps * factor, 6),
             arrival="constant",
             duration_s=None,
             max_requests=report.probe_requests,
