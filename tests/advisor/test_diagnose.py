@@ -175,3 +175,23 @@ def test_a_cpu_out_of_memory_is_about_host_memory() -> None:
     finding = rules(run)["out_of_memory"]
     assert "host memory" in finding.finding and "VLLM_CPU_KVCACHE_SPACE" in finding.advice
     assert "gpu_memory_utilization" not in finding.advice
+
+
+def test_a_capacity_search_is_not_flagged_for_the_requests_its_ended_probes_cancelled() -> None:
+    """The shipped FP8 capacity search (data/reference/h200_llama2-7b_capacity_chat_slo_runs.json)
+    counts 272 of its 4,000 requests as failed: every one a request its ended-early probes
+    cancelled. The report called that a 6.8% error rate; the probes that ran to their end failed
+    none."""
+    import json
+
+    from bench.core.schema import RunResult
+
+    path = (
+        Path(__file__).resolve().parents[2]
+        / "data/reference/h200_llama2-7b_capacity_chat_slo_runs.json"
+    )
+    runs = [RunResult.model_validate(r) for r in json.loads(path.read_text())["runs"]]
+    (search,) = [r for r in runs if r.run_id == "20261201-180135-222d04bd"]
+    assert search.summary.failed > search.config.validity.max_error_rate * search.summary.requests
+    assert any(probe.ended_early for probe in search.pattern_report.probes)
+    assert "high_error_rate" not in {d.rule for d in diagnose(search)}

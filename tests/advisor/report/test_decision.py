@@ -215,3 +215,16 @@ def test_a_ladder_run_shows_the_level_the_decision_cites(reports) -> None:
     assert row.interval_note is not None and row.interval_note.endswith("level c64")
     assert row.output_throughput_low is not None
     assert row.output_throughput_low < row.output_throughput_tok_s < row.output_throughput_high
+
+
+def test_a_capacity_search_row_counts_only_engine_failures(reports) -> None:
+    """The shipped FP8 capacity search's ended-early probes cancelled 272 requests on purpose:
+    its evidence row shows the error rate of the probes that ran to their end (0%), not 6.8%."""
+    rows = [
+        row
+        for report in reports.values()
+        for row in report.evidence
+        if row.run_id == "20261201-180135-222d04bd"
+    ]
+    assert rows, "the FP8 capacity search is cited as context by a shipped profile"
+    assert all(row.error_rate == 0 for row in rows)
