@@ -17,7 +17,6 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from bench.core.config import GenerateWorkload
-from bench.core.pattern_reports import CapacityReport
 from bench.core.schema import RunResult, RunStatus, ValidityStatus
 
 GPU_UTILIZATION_TARGET_PCT = 90.0
@@ -293,13 +292,18 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
     summary = run.summary
     if summary is not None and summary.requests > 0:
         budget = run.config.validity.max_error_rate
-        failed, requests = engine_failures(run, summary.failed, summary.requests)
-        if requests and failed / requests > budget:
+        answered = summary.requests - summary.cancelled  # the harness's cancellations aside
+        if answered and summary.error_rate > budget:
+            aside = (
+                f"; {summary.cancelled} more were cancelled by the harness and are not counted"
+                if summary.cancelled
+                else ""
+            )
             add(
                 "high_error_rate",
                 "error",
-                f"{failed} of {requests} requests failed "
-                f"(error rate {failed / requests:.1%} > budget {budget:.1%})",
+                f"{summary.failed} of {answered} requests failed "
+                f"(error rate {summary.error_rate:.1%} > budget {budget:.1%}{aside})",
                 "Read the failures' errors in the records; lower the concurrency or request rate "
                 "to the engine's capacity (find it with a step pattern), raise request_timeout_s "
                 "only if requests time out while still progressing, and add admission control "
@@ -393,15 +397,4 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
     return findings
 
 
-def engine_failures(run: RunResult, failed: int, requests: int) -> tuple[int, int]:
-    """(failed, requests) the error-rate rule judges: a capacity search's probes that ended
-    early cancelled their remaining requests on purpose (the search judged those probes by
-    their SLO misses), so only the probes that ran to their end count."""
-    report = run.pattern_report
-    if not isinstance(report, CapacityReport):
-        return failed, requests
-    whole = [probe for probe in report.probes if probe.ended_early is None]
-    return sum(p.failed for p in whole), sum(p.requests for p in whole)
-
-
-__all__ = ["Diagnostic", "diagnose", "engine_failures", "profiling_command", "ran_on_cpu"]
+__all__ = ["Diagnostic", "diagnose", "profiling_command", "ran_on_cpu"]

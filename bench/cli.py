@@ -498,7 +498,9 @@ def _print_result(result: Any) -> None:
         typer.echo(f"  {capacity_summary_line(result.pattern_report)}")
     if s:
         typer.echo(
-            f"  requests {s.successful}/{s.requests} in {s.duration_s:.1f} s: "
+            f"  requests {s.successful}/{s.requests}"
+            + (f" ({s.cancelled} cancelled by the harness)" if s.cancelled else "")
+            + f" in {s.duration_s:.1f} s: "
             f"{s.request_throughput_rps:.2f} req/s, "
             f"{s.output_throughput_tok_s:.1f} output tok/s"
         )

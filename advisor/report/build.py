@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from advisor import evidence
 from advisor.diagnose import Diagnostic as AdvisorDiagnostic
-from advisor.diagnose import engine_failures
 from advisor.estimate import Estimate as AdvisorEstimate
 from advisor.evidence import SOURCE_RANK
 from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
@@ -67,7 +66,7 @@ from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
 from bench.core.metric_catalog import METRICS_BY_NAME
 from bench.core.metric_catalog import metric as catalogue_metric
-from bench.core.schema import MetricsSummary, RequestRecord, RunResult
+from bench.core.schema import RequestRecord, RunResult
 
 if TYPE_CHECKING:
     from bench.run.environment import PreflightItem
@@ -430,17 +429,6 @@ def run_roles(answer: AdvisorReport) -> dict[str, str]:
     return roles
 
 
-def _engine_error_rate(run: RunResult, summary: MetricsSummary | None) -> dict[str, float]:
-    """A capacity search's error rate without the requests its ended-early probes cancelled on
-    purpose (advisor.diagnose.engine_failures); {} for any other run (the summary's own)."""
-    if summary is None or not summary.requests:
-        return {}
-    failed, requests = engine_failures(run, summary.failed, summary.requests)
-    if (failed, requests) == (summary.failed, summary.requests) or not requests:
-        return {}
-    return {"error_rate": failed / requests}
-
-
 def run_stage_concurrency(answer: AdvisorReport, profile: WorkloadProfile) -> dict[str, int]:
     """run_id -> the concurrency of the stage whose answer cites the run (settled or nearest):
     the level of a ladder the report's figures come from."""
@@ -528,8 +516,7 @@ def evidence_row(
         run_id=run.run_id,
         context=context,
         level=None if phase is None else f"{float(phase.target):g}",
-        **{metric.report_field: metric.read(summary, run) for metric in REPORT_METRICS}
-        | _engine_error_rate(run, summary),
+        **{metric.report_field: metric.read(summary, run) for metric in REPORT_METRICS},
         gb_per_billion_params=telemetry.memory_efficiency_gb_per_b_params,
         validity=run.validity.status.value if run.validity else run.status.value,
         validity_reasons=list(run.validity.reasons) if run.validity else [],

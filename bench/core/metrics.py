@@ -37,6 +37,22 @@ ITL_BLOCK_VALUES = 1 << 20
 MAX_DISTINCT_ERRORS = 20
 """Distinct error messages counted by the accumulator; the rest are counted as 'other'."""
 
+STOPPED = "stopped"
+DEADLINE_REACHED = "stopped: run deadline reached (max_duration_s)"
+SINK_FAILED = "stopped: the record sink failed"
+ENDED_EARLY = "ended early"
+"""Start of the error of the requests a phase's `end_early` check cancelled."""
+
+
+def cancelled_by_the_harness(error: str | None) -> bool:
+    """Whether a record's error is the harness's own cancellation (a stop, the run deadline, a
+    phase ended early), not a failure of the engine. The summary counts these apart from the
+    failures: an engine that answered everything it was sent has no errors, even when the run
+    was stopped or a capacity probe was ended early with requests in flight."""
+    return error is not None and (
+        error == STOPPED or error.startswith(("stopped: ", ENDED_EARLY + ":"))
+    )
+
 
 TAIL_VALUES = 10
 """The minimum sample rule: a q-quantile needs this many values expected beyond it."""
@@ -158,7 +174,10 @@ class MetricsAccumulator:
       one gap (the time before it), not k gaps; TPOT is the per-token figure.
 
     Failed requests (`error` set) are counted (requests, failed, error rate) and their time span
-    counts in the window, but they never enter a latency metric or a throughput numerator.
+    counts in the window, but they never enter a latency metric or a throughput numerator. A
+    request the harness itself cancelled (`cancelled_by_the_harness`: the run was stopped or hit
+    its deadline, a phase was ended early) is counted as `cancelled`, not as failed: it says
+    nothing about the engine, so it stays out of the error rate too.
 
     Storage: per successful request three float64 values (TTFT, TPOT, E2E in ms; NaN where not
     defined) and the pooled ITL gaps as float32 ms (relative rounding <= 6e-8, i.e. 6 ns on a
@@ -170,6 +189,7 @@ class MetricsAccumulator:
         self.requests = 0
         self.successful = 0
         self.failed = 0
+        self.cancelled = 0
         self.warmup_skipped = 0
         self.input_tokens = 0
         self.output_tokens = 0
@@ -202,7 +222,10 @@ class MetricsAccumulator:
             self.last_end_ns = end_ns
         error = record.error
         if error is not None:
-            self.failed += 1
+            if cancelled_by_the_harness(error):
+                self.cancelled += 1
+            else:
+                self.failed += 1
             if error in self.errors or len(self.errors) < MAX_DISTINCT_ERRORS:
                 self.errors[error] += 1
             else:
@@ -260,6 +283,7 @@ class MetricsAccumulator:
         self.requests += other.requests
         self.successful += other.successful
         self.failed += other.failed
+        self.cancelled += other.cancelled
         self.warmup_skipped += other.warmup_skipped
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
@@ -344,7 +368,8 @@ class MetricsAccumulator:
         - goodput_rps = successful requests meeting every SLO that is set / duration_s; only
           when `slo.is_set()`. As in vLLM, a request without a TPOT (<= 1 output token) meets a
           TPOT SLO; a request without a TTFT (no chunk arrived) fails a TTFT SLO.
-        - error_rate = failed / requests.
+        - error_rate = failed / (requests - cancelled): the share of the requests that ran to an
+          answer or an engine error; what the harness cancelled is neither.
         - tok_s_per_user = 1000 / TPOT p50 (ms): the decode speed one user sees, from the
           median request; tok_s_per_user_mean = mean over requests of 1000 / TPOT (ms).
         - output_throughput_tok_s_per_gpu = output_throughput_tok_s / gpus, when `gpus` (the
@@ -369,17 +394,19 @@ class MetricsAccumulator:
         tpot_summary = percentiles_ms(tpot_defined)
         positive = tpot_defined[tpot_defined > 0]
         output_throughput = self.output_tokens * per_s
+        answered = self.requests - self.cancelled
         return MetricsSummary(
             requests=self.requests,
             successful=self.successful,
             failed=self.failed,
+            cancelled=self.cancelled,
             duration_s=duration_s,
             request_throughput_rps=self.successful * per_s,
             output_throughput_tok_s=output_throughput,
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
             goodput_rps=goodput_rps,
-            error_rate=(self.failed / self.requests) if self.requests else 0.0,
+            error_rate=self.failed / answered if answered else 0.0,
             ttft_ms=percentiles_ms(ttft[~np.isnan(ttft)]),
             tpot_ms=tpot_summary,
             itl_ms=itl_summary,

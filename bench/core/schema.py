@@ -71,16 +71,24 @@ class TurnMetrics(Record):
 class MetricsSummary(Record):
     """Summary of a set of records; formulas in bench/core/metrics.py (vLLM's definitions)."""
 
-    requests: int
+    requests: int = Field(description="Measured requests: successful + failed + cancelled.")
     successful: int
-    failed: int
+    failed: int = Field(description="Requests the engine failed (an error that is not the "
+                        "harness's own cancellation).")  # fmt: skip
+    cancelled: int = Field(
+        0,
+        ge=0,
+        description="Requests the harness cancelled (the run stopped or hit its deadline, a "
+        "phase ended early: bench.core.metrics.cancelled_by_the_harness); not failures. Results "
+        "stored before this count existed have 0 here and their cancellations among `failed`.",
+    )
     duration_s: float
     request_throughput_rps: float
     output_throughput_tok_s: float
     input_tokens: int = 0
     output_tokens: int = 0
     goodput_rps: float | None = None
-    error_rate: float
+    error_rate: float = Field(description="failed / (requests - cancelled).")
     ttft_ms: Percentiles | None = None
     tpot_ms: Percentiles | None = None
     itl_ms: Percentiles | None = None

@@ -19,13 +19,11 @@ from bench.core.config import (
     RunConfig,
 )
 from bench.core.errors import UserError
-from bench.core.metrics import MetricsAccumulator
+from bench.core.metrics import DEADLINE_REACHED, STOPPED, MetricsAccumulator
 from bench.core.pattern_reports import PatternReportBase, empty_report
 from bench.core.schema import MetricsSummary, Percentiles, PhaseResult, RequestRecord
 from bench.engines.backends.base import Backend, Chunk, Request
 from bench.run.load.driver import (
-    DEADLINE_REACHED,
-    STOPPED,
     PhaseOutcome,
     PhaseSpec,
     PlanInterrupted,

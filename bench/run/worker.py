@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.config import RunConfig
+from bench.core.metrics import cancelled_by_the_harness
 from bench.core.schema import Failure, ModelInfo, RequestRecord
 from bench.engines.engine_log import with_root_cause
-from bench.run.load.driver import cancelled_by_the_harness
 from bench.run.proctree import TREE_MARKER, ProcessTree
 from bench.run.worker_child import LOG_TAIL_BYTES, _child_main
 from bench.run.worker_events import (

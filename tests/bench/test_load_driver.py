@@ -9,11 +9,12 @@ import pytest
 
 from bench.core.clock import CLOCK
 from bench.core.config import GenerateWorkload, LengthDistribution, Precision
+from bench.core.metrics import DEADLINE_REACHED
 from bench.core.schema import ModelInfo, RequestRecord
 from bench.engines.backends.base import GenerateRequest
 from bench.engines.backends.fake import FakeBackend
 from bench.run.load.analysis import max_in_flight
-from bench.run.load.driver import DEADLINE_REACHED, PhaseOutcome, PhaseSpec, build_record, run_phase
+from bench.run.load.driver import PhaseOutcome, PhaseSpec, build_record, run_phase
 from bench.run.load.strategies import ConstantIntervals, PoissonIntervals, make_intervals
 from bench.run.workload import RequestFactory
 

@@ -103,6 +103,34 @@ def test_empty_and_all_failed():
     assert failed.request_throughput_rps == 0
 
 
+def test_the_harness_cancellations_are_counted_apart_from_failures():
+    """A stop, the run deadline and a phase ended early are the harness's doing: counted as
+    cancelled, out of the failures and of the error rate's denominator; an engine error stays a
+    failure. The counts survive a merge (a run-wide summary from its phases)."""
+    from bench.core.metrics import DEADLINE_REACHED, ENDED_EARLY, STOPPED
+
+    records = [
+        make_record("ok1", 0, [5, 9], 9),
+        make_record("ok2", 1, [6, 10], 10),
+        make_record("ok3", 2, [7, 11], 11),
+        make_record("boom", 3, [], 12, error="engine said no"),
+        make_record("s", 4, [], 13, error=STOPPED),
+        make_record("d", 5, [], 14, error=DEADLINE_REACHED),
+        make_record("e", 6, [], 15, error=f"{ENDED_EARLY}: 3 of 20 planned requests missed"),
+        make_record("not-ours", 7, [], 16, error="stopped by the server"),  # the engine's words
+    ]
+    summary = summarize(records)
+    assert (summary.requests, summary.successful, summary.failed, summary.cancelled) == (8, 3, 2, 3)
+    assert summary.error_rate == 2 / 5
+    first, second = MetricsAccumulator(), MetricsAccumulator()
+    first.add_many(records[:4])
+    second.add_many(records[4:])
+    first.merge(second)
+    assert first.summary() == summary
+    only_cancelled = summarize(records[4:7])
+    assert only_cancelled.failed == 0 and only_cancelled.error_rate == 0.0
+
+
 def test_accumulator_is_incremental_and_merges(tiny_records):
     whole = summarize(tiny_records)
     first, second = MetricsAccumulator(), MetricsAccumulator()

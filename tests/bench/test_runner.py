@@ -18,10 +18,10 @@ from bench.core.config import (
     SteadyLoad,
     StepLoad,
 )
+from bench.core.metrics import DEADLINE_REACHED
 from bench.core.schema import ModelInfo, TelemetrySample
 from bench.engines.backends.fake import FakeBackend
 from bench.run.load.analysis import finish_pattern_report
-from bench.run.load.driver import DEADLINE_REACHED
 from bench.run.runner import RunEvents, execute
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=1000)

@@ -43,3 +43,27 @@ def test_export_reads_a_campaign_folder(tmp_path: Path) -> None:
     with tarfile.open(raw / "steps-c1.tgz") as archive:
         names = archive.getnames()
     assert "steps/one/outcome.json" in names and "steps/two/runs/two/records.jsonl" in names
+
+
+def test_the_export_recounts_the_shipped_capacity_search_from_its_records(tmp_path: Path) -> None:
+    """The shipped FP8 capacity search's records (its raw steps archive) give the shipped
+    counts: 272 requests cancelled by the three ended-early probes, none failed. Results stored
+    before the summary counted cancellations apart had them among the failures: the export's
+    recount is what moved them, and only the counts."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from export_reference import recount_requests
+
+    raw = ROOT / "data/reference/h200_llama2-7b_capacity_chat_slo"
+    with tarfile.open(raw / "steps-cap-fp8.tgz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    (result_path,) = tmp_path.glob("steps/*/runs/*/result.json")
+    stored = RunResult.model_validate_json(result_path.read_text())
+    assert (stored.summary.failed, stored.summary.cancelled) == (272, 0)  # the old counting
+    recount_requests(stored, result_path.parent / "records.jsonl")
+    shipped = {
+        run["run_id"]: RunResult.model_validate(run)
+        for run in json.loads((ROOT / f"{raw}_runs.json").read_text())["runs"]
+    }[stored.run_id]
+    assert stored.summary == shipped.summary
+    assert [phase.summary for phase in stored.phases] == [p.summary for p in shipped.phases]
+    assert [p.summary.cancelled for p in stored.phases if p.summary.cancelled] == [177, 76, 19]

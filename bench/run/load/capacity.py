@@ -36,6 +36,7 @@ from bench.core.config import (
     min_probe_requests,
 )
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
+from bench.core.metrics import ENDED_EARLY
 from bench.core.pattern_reports import (
     CapacityCurvePoint,
     CapacityProbe,
@@ -44,7 +45,7 @@ from bench.core.pattern_reports import (
     PatternReportBase,
 )
 from bench.core.schema import MetricsSummary, Percentiles, PhaseResult, Validity, ValidityStatus
-from bench.run.load.driver import ENDED_EARLY, PhaseOutcome, PhaseSpec, PlanInterrupted
+from bench.run.load.driver import PhaseOutcome, PhaseSpec, PlanInterrupted
 
 SLO_METRICS = tuple(bound.field for bound in REQUEST_SLO_BOUNDS)
 """The per-request SLO limits a probe is judged on (bench.core.metric_catalog: all maximums)."""

@@ -18,7 +18,14 @@ import numpy as np
 
 from bench.core.clock import CLOCK
 from bench.core.config import SLO
-from bench.core.metrics import NS_PER_MS, MetricsAccumulator, percentiles_ms
+from bench.core.metrics import (
+    DEADLINE_REACHED,
+    NS_PER_MS,
+    SINK_FAILED,
+    STOPPED,
+    MetricsAccumulator,
+    percentiles_ms,
+)
 from bench.core.schema import MetricsSummary, Percentiles, RequestRecord
 from bench.engines.backends.base import Chunk, Request
 from bench.run.load.strategies import IntervalStrategy, make_intervals
@@ -28,20 +35,6 @@ TIMER_SLACK_NS = 2_000_000
 """asyncio timers on Linux wake up to ~1 ms late (epoll rounds its timeout up to whole ms), so
 the open loop sleeps until this long before a planned send and yields in a loop for the rest.
 A virtual clock (tests' `time_travel`) has exact timers and sets this to 0."""
-
-STOPPED = "stopped"
-DEADLINE_REACHED = "stopped: run deadline reached (max_duration_s)"
-SINK_FAILED = "stopped: the record sink failed"
-ENDED_EARLY = "ended early"
-"""Start of the error of the requests a phase's `end_early` check cancelled."""
-
-
-def cancelled_by_the_harness(error: str | None) -> bool:
-    """Whether a record's error is the harness's own cancellation (a stop, the run deadline, a
-    phase ended early), not a failure of the engine."""
-    return error is not None and (
-        error == STOPPED or error.startswith(("stopped: ", ENDED_EARLY + ":"))
-    )
 
 
 class PlanInterrupted(Exception):

@@ -219,7 +219,7 @@ def test_a_ladder_run_shows_the_level_the_decision_cites(reports) -> None:
 
 def test_a_capacity_search_row_counts_only_engine_failures(reports) -> None:
     """The shipped FP8 capacity search's ended-early probes cancelled 272 requests on purpose:
-    its evidence row shows the error rate of the probes that ran to their end (0%), not 6.8%."""
+    its summary counts them as cancelled, so its evidence row shows a 0% error rate, not 6.8%."""
     rows = [
         row
         for report in reports.values()
