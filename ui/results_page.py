@@ -12,6 +12,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from advisor.report.numbers import fixed
 from bench.core.errors import UserError
 from bench.core.metric_catalog import SPECS_BY_KEY, Metric
 from bench.core.metric_catalog import metric as catalogue_metric
@@ -20,7 +21,6 @@ from ui import state
 from ui.components import (
     device_of,
     empty_state,
-    format_number,
     pareto_front,
     run_title,
     runs_display,
@@ -110,15 +110,14 @@ def compare(runs: list[RunResult]) -> None:
                 for key, digits in SIDE_BY_SIDE_LATENCIES
             },
             "error rate": f"{summary.error_rate:.1%}" if summary else "—",
-            "peak GPU memory": format_number(telemetry.peak_gpu_memory_gb, "GB", 2)
+            "peak GPU memory": fixed(telemetry.peak_gpu_memory_gb, "GB", 2)
             if telemetry.peak_gpu_memory_gb is not None
             else f"not measured ({telemetry.reason or 'no GPU'})",
             catalogue_metric("energy_per_output_token_j").words: _figure(
                 run, "energy_per_output_token_j", 3
             ),
             "load / compile / build": " / ".join(
-                format_number(value, "s")
-                for value in (timings.load_s, timings.compile_s, timings.build_s)
+                fixed(value, "s") for value in (timings.load_s, timings.compile_s, timings.build_s)
             ),
             "device": device_of(run),
         }
@@ -140,7 +139,7 @@ SIDE_BY_SIDE_LATENCIES = (("ttft_ms", 1), ("tpot_ms", 2), ("e2e_ms", 1))
 
 def _figure(run: RunResult, name: str, digits: int) -> str:
     metric = catalogue_metric(name)
-    return format_number(metric.read(run.summary, run), metric.unit, digits)
+    return fixed(metric.read(run.summary, run), metric.unit, digits)
 
 
 def _pair(run: RunResult, key: str, digits: int) -> str:

@@ -87,6 +87,16 @@ class Metric:
         return f"{self.spec.label} {self.statistic}" if self.statistic else self.spec.label
 
     @property
+    def title(self) -> str:
+        """The label opening a heading or a tile: `Output throughput`, `TTFT p99`."""
+        return self.label[:1].upper() + self.label[1:]
+
+    @property
+    def titled_column(self) -> str:
+        """A heading with the unit that opens with a capital: `Peak GPU memory (GB)`."""
+        return f"{self.title} ({self.unit})" if self.unit else self.title
+
+    @property
     def words(self) -> str:
         """The name in prose (reports): `request throughput`, `E2E p99`."""
         base = self.spec.words or self.spec.label

@@ -12,7 +12,7 @@ import pytest
 
 from advisor.evidence import _slo_check, measured_reference_runs, objective_metric
 from advisor.profile import Objective, ProfileSLO, StageProfile
-from advisor.report.model import REPORT_METRICS, SPEED_COLUMNS, EvidenceRow
+from advisor.report.model import REPORT_METRICS, RESOURCE_COLUMNS, SPEED_COLUMNS, EvidenceRow
 from bench.core.config import SLO, ValidityRules
 from bench.core.metric_catalog import (
     LADDER_LATENCIES,
@@ -135,6 +135,16 @@ def test_tables_and_intervals_use_the_catalogue() -> None:
         "E2E p99 (ms)",
         "Errors",
     )
+    # The Resources table's headings, as the report wrote them by hand before.
+    assert RESOURCE_COLUMNS == (
+        "Peak GPU memory (GB)",
+        "GB per billion parameters",
+        "Energy per output token (J)",
+    )
+    assert [metric(name).title for name in ("output_throughput_tok_s", "ttft_ms_p99")] == [
+        "Output throughput",
+        "TTFT p99",
+    ]
     for item in GROUP_METRICS:
         assert METRICS_BY_NAME[item.name] == item
     assert {item.family for item in GROUP_METRICS} == {"rate", "ttft", "tpot", "itl", "e2e"}
