@@ -726,16 +726,17 @@ def fidelity(
     ratio = f"{result.ratio:.3f}" if result.ratio is not None else "n/a"
     reference = result.reference_output_throughput_tok_s
     ours = result.backend_output_throughput_tok_s
+    unit = result.metric_of("backend_output_throughput_tok_s").unit
     typer.echo(
-        f"{engine} fidelity on {model}: backend {ours or 0:,.0f} tok/s, engine's own API "
-        f"{reference or 0:,.0f} tok/s, ratio {ratio} "
+        f"{engine} fidelity on {model}: backend {ours or 0:,.0f} {unit}, engine's own API "
+        f"{reference or 0:,.0f} {unit}, ratio {ratio} "
         f"({'pass' if result.passed else 'below'} at {check.required_ratio:g})"
     )
     for index, pair in enumerate(result.pairs):
         typer.echo(
             f"  pair {index + 1} ({'plain first' if pair.plain_first else 'backend first'}): "
             f"backend {pair.backend_output_throughput_tok_s:,.0f}, plain "
-            f"{pair.plain_output_throughput_tok_s:,.0f} tok/s, ratio {pair.ratio:.3f}"
+            f"{pair.plain_output_throughput_tok_s:,.0f} {unit}, ratio {pair.ratio:.3f}"
         )
 
 

@@ -21,6 +21,7 @@ from bench.core.metric_catalog import (
     REQUEST_SLO_BOUNDS,
     SLO_BOUNDS,
     SPECS,
+    CataloguedFields,
     Metric,
     higher_is_better,
     metric,
@@ -123,6 +124,44 @@ def test_names_are_unique_and_the_stored_spellings_are_fields() -> None:
         assert item.ladder_field in LadderStage.model_fields, item.ladder_field
     assert metric("ttft_ms_p99").report_field == "ttft_p99_ms"
     assert metric("ttft_ms_p99").ladder_field == "p99_ttft_ms"
+
+
+def _catalogued_models() -> list[type]:
+    from bench.core import pattern_reports
+    from bench.orchestrate import fidelity
+
+    found = []
+    for module in (pattern_reports, fidelity):
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, CataloguedFields)
+                and value.field_metrics
+            ):
+                found.append(value)
+    return found
+
+
+def test_stored_figure_fields_name_the_catalogued_metric_they_hold() -> None:
+    """Every `field_metrics` entry is a field of its model holding the metric its name says:
+    the stored spelling (`baseline_p99_e2e_ms`, `backend_ttft_ms_p50`) contains the metric's
+    ladder (`p99_e2e_ms`) or catalogue (`ttft_ms_p50`) spelling, so a label read through
+    `metric_of` is the figure's own."""
+    from bench.core.pattern_reports import PulseAnalysis, SoakFits, SoakWindow
+    from bench.orchestrate.fidelity import FidelityPair, FidelityResult
+
+    models = _catalogued_models()
+    assert {PulseAnalysis, SoakFits, SoakWindow, LadderStage, FidelityPair, FidelityResult} <= set(
+        models
+    )
+    for model in models:
+        for field_name in model.field_metrics:
+            held = model.metric_of(field_name)
+            assert field_name in model.model_fields, (model.__name__, field_name)
+            assert held.ladder_field in field_name or held.name in field_name, (field_name, held)
+    assert PulseAnalysis.metric_of("peak_window_p99_e2e_ms").label == "E2E p99"
+    with pytest.raises(KeyError, match=r"PulseAnalysis.peak_e2e_ms holds no catalogued metric"):
+        PulseAnalysis.metric_of("peak_e2e_ms")
 
 
 def test_tables_and_intervals_use_the_catalogue() -> None:
