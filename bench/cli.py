@@ -19,6 +19,7 @@ import typer
 from bench.cli_errors import OneLineErrorsGroup
 from bench.core.errors import RunAborted, UserError
 from bench.core.files import check_user_path
+from bench.core.metric_catalog import metric as catalogue_metric
 
 if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
     from bench.storage.store import RunWriter
@@ -497,16 +498,26 @@ def _print_result(result: Any) -> None:
 
         typer.echo(f"  {capacity_summary_line(result.pattern_report)}")
     if s:
+        rate, output, per_user, per_gpu_metric, tpot = (
+            catalogue_metric(name)
+            for name in (
+                "request_throughput_rps",
+                "output_throughput_tok_s",
+                "tok_s_per_user",
+                "output_throughput_tok_s_per_gpu",
+                "tpot_ms_p50",
+            )
+        )
         typer.echo(
             f"  requests {s.successful}/{s.requests} in {s.duration_s:.1f} s: "
-            f"{s.request_throughput_rps:.2f} req/s, "
-            f"{s.output_throughput_tok_s:.1f} output tok/s"
+            f"{s.request_throughput_rps:.2f} {rate.unit}, "
+            f"{s.output_throughput_tok_s:.1f} output {output.unit}"
         )
         per_gpu = s.output_throughput_tok_s_per_gpu
         if s.tok_s_per_user is not None or per_gpu is not None:
             typer.echo(
-                f"  tok/s per user {_figure(s.tok_s_per_user)} (1000 / TPOT p50), "
-                f"output tok/s per GPU {_figure(per_gpu)}"
+                f"  {per_user.label} {_figure(s.tok_s_per_user)} (1000 / {tpot.label}), "
+                f"{per_gpu_metric.label} {_figure(per_gpu)}"
             )
         for replica in result.replicas:
             part = replica.summary

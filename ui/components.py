@@ -130,6 +130,8 @@ RUN_METRIC_COLUMNS: tuple[tuple[str, Metric, str], ...] = (
     ("peak GPU mem (GB)", catalogue_metric("peak_gpu_memory_gb"), "%.2f"),
 )
 """The catalogued metrics of `runs_frame`: column heading, metric, number format."""
+RUN_COLUMN_OF: dict[str, str] = {metric.name: heading for heading, metric, _ in RUN_METRIC_COLUMNS}
+"""A catalogued metric's column in `runs_frame` (`e2e_ms_p99` -> `E2E p99 (ms)`)."""
 
 RUN_COLUMN_CONFIG = {
     heading: st.column_config.NumberColumn(format=number_format)

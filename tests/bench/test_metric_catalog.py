@@ -294,3 +294,20 @@ def test_slo_form_labels_name_the_direction_and_unit() -> None:
         "Request throughput at least (req/s)",
         "Output throughput at least (tok/s)",
     ]
+
+
+def test_bench_run_summary_lines_name_the_metrics_as_the_catalogue(reference_runs, capsys) -> None:
+    """`bench run`'s printed summary of a shipped run: units and labels from the catalogue, in
+    the words the command always printed."""
+    from bench.cli import _print_result
+
+    run = next(r for r in reference_runs if r.summary and r.summary.tok_s_per_user is not None)
+    _print_result(run)
+    out = capsys.readouterr().out
+    s = run.summary
+    assert (
+        f"{s.request_throughput_rps:.2f} req/s, {s.output_throughput_tok_s:.1f} output tok/s"
+    ) in out
+    assert (
+        f"  tok/s per user {s.tok_s_per_user:.1f} (1000 / TPOT p50), output tok/s per GPU " in out
+    )
