@@ -15,7 +15,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from advisor.capacity import choose_price
-from advisor.configurations import RecommendedDeployment
+from advisor.configurations import PREDICTED_OUTPUT, PREDICTED_TPOT, RecommendedDeployment
 from advisor.gpus import GPUS
 from advisor.profile import (
     Constraint,
@@ -706,11 +706,13 @@ def show_recommendation(stage_result: Any, view_gpu: str | None = None) -> None:
                 )
 
 
+TPOT_UNIT, OUTPUT_UNIT = PREDICTED_TPOT.unit, PREDICTED_OUTPUT.unit
+"""The catalogue's units of the step model's two figures (the configuration tables use them)."""
 FIGURE_LABELS = {
-    "predicted_tpot_ms": ("TPOT (predicted)", "ms"),
-    "predicted_output_throughput_tok_s": ("Output throughput (predicted)", "tok/s"),
-    "predicted_tok_s_per_gpu": ("Output per GPU (predicted)", "tok/s"),
-    "predicted_tok_s_per_user": ("Speed per user (predicted)", "tok/s"),
+    "predicted_tpot_ms": (f"{PREDICTED_TPOT.spec.label} (predicted)", TPOT_UNIT),
+    "predicted_output_throughput_tok_s": (f"{PREDICTED_OUTPUT.title} (predicted)", OUTPUT_UNIT),
+    "predicted_tok_s_per_gpu": ("Output per GPU (predicted)", OUTPUT_UNIT),
+    "predicted_tok_s_per_user": ("Speed per user (predicted)", OUTPUT_UNIT),
 }
 
 
@@ -963,13 +965,13 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
                 "GPUs": gpu_use(estimate.deployment.gpus, search.gpu_budget, short=True),
                 "weights / GPU": figure(estimate.weights_gb_per_gpu, "GB"),
                 "KV cache / GPU": figure(estimate.kv_cache_gb_per_gpu, "GB"),
-                "TPOT predicted": figure(prediction.tpot_ms if prediction else None, "ms"),
-                "TPOT measured": figure(measured.measured_tpot_ms if measured else None, "ms"),
+                "TPOT predicted": figure(prediction.tpot_ms if prediction else None, TPOT_UNIT),
+                "TPOT measured": figure(measured.measured_tpot_ms if measured else None, TPOT_UNIT),
                 "output predicted": figure(
-                    prediction.output_throughput_tok_s if prediction else None, "tok/s"
+                    prediction.output_throughput_tok_s if prediction else None, OUTPUT_UNIT
                 ),
                 "output measured": figure(
-                    measured.measured_output_tok_s if measured else None, "tok/s"
+                    measured.measured_output_tok_s if measured else None, OUTPUT_UNIT
                 ),
                 "efficiency": figure(estimate.efficiency),
                 "efficiency from": estimate.efficiency_source or "—",
@@ -1003,11 +1005,11 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
                             "engine / TP / precision": point.partition,
                             "model": point.model,
                             "concurrency": point.concurrency,
-                            "TPOT measured": figure(point.measured_tpot_ms, "ms"),
-                            "TPOT predicted": figure(point.predicted_tpot_ms, "ms"),
+                            "TPOT measured": figure(point.measured_tpot_ms, TPOT_UNIT),
+                            "TPOT predicted": figure(point.predicted_tpot_ms, TPOT_UNIT),
                             "TPOT error": format_percent(point.tpot_error),
-                            "output measured": figure(point.measured_output_tok_s, "tok/s"),
-                            "output predicted": figure(point.predicted_output_tok_s, "tok/s"),
+                            "output measured": figure(point.measured_output_tok_s, OUTPUT_UNIT),
+                            "output predicted": figure(point.predicted_output_tok_s, OUTPUT_UNIT),
                             "output error": format_percent(point.throughput_error),
                         }
                         for point in calibration.points

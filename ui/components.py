@@ -115,9 +115,13 @@ def device_of(run: RunResult) -> str:
     return name or "CPU"
 
 
+OUTPUT_THROUGHPUT, REQUEST_RATE, ERROR_RATE = (
+    catalogue_metric(name)
+    for name in ("output_throughput_tok_s", "request_throughput_rps", "error_rate")
+)
 RUN_METRIC_COLUMNS: tuple[tuple[str, Metric, str], ...] = (
-    ("output tok/s", catalogue_metric("output_throughput_tok_s"), "%.1f"),
-    ("req/s", catalogue_metric("request_throughput_rps"), "%.2f"),
+    (f"output {OUTPUT_THROUGHPUT.unit}", OUTPUT_THROUGHPUT, "%.1f"),
+    (REQUEST_RATE.unit, REQUEST_RATE, "%.2f"),
     *(
         (metric.column, metric, number_format)
         for metric, number_format in (
@@ -126,10 +130,12 @@ RUN_METRIC_COLUMNS: tuple[tuple[str, Metric, str], ...] = (
             (catalogue_metric("e2e_ms_p99"), "%.1f"),
         )
     ),
-    ("error rate", catalogue_metric("error_rate"), "percent"),
+    (ERROR_RATE.label, ERROR_RATE, "percent"),
     ("peak GPU mem (GB)", catalogue_metric("peak_gpu_memory_gb"), "%.2f"),
 )
-"""The catalogued metrics of `runs_frame`: column heading, metric, number format."""
+"""The catalogued metrics of `runs_frame`: column heading, metric, number format. The headings
+are the table's compact ones (`output tok/s`, `req/s`, `peak GPU mem (GB)`: a narrow table),
+built from the catalogue's units and labels where they are the same words."""
 RUN_COLUMN_OF: dict[str, str] = {metric.name: heading for heading, metric, _ in RUN_METRIC_COLUMNS}
 """A catalogued metric's column in `runs_frame` (`e2e_ms_p99` -> `E2E p99 (ms)`)."""
 
@@ -157,9 +163,9 @@ def runs_display(frame: pd.DataFrame) -> pd.DataFrame:
     for column, unit in RUN_FIGURE_UNITS.items():
         if column in shown:
             shown[column] = [figure(None if pd.isna(v) else float(v), unit) for v in frame[column]]
-    if "error rate" in shown:
-        shown["error rate"] = [
-            "—" if pd.isna(v) else f"{float(v):.1%}" for v in frame["error rate"]
+    if ERROR_RATE.label in shown:
+        shown[ERROR_RATE.label] = [
+            "—" if pd.isna(v) else f"{float(v):.1%}" for v in frame[ERROR_RATE.label]
         ]
     return shown
 

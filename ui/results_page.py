@@ -38,6 +38,7 @@ OUTPUT_METRIC = catalogue_metric("output_throughput_tok_s")
 E2E_METRIC = catalogue_metric("e2e_ms_p99")
 OUTPUT_COLUMN, E2E_COLUMN = RUN_COLUMN_OF[OUTPUT_METRIC.name], RUN_COLUMN_OF[E2E_METRIC.name]
 """The runs table's throughput and latency columns the step and Pareto charts plot."""
+PEAK_GPU_MEMORY = catalogue_metric("peak_gpu_memory_gb")
 
 
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
@@ -115,8 +116,8 @@ def compare(runs: list[RunResult]) -> None:
                 f"{SPECS_BY_KEY[key].label} p50 / p99": _pair(run, key, digits)
                 for key, digits in SIDE_BY_SIDE_LATENCIES
             },
-            "error rate": f"{summary.error_rate:.1%}" if summary else "—",
-            "peak GPU memory": fixed(telemetry.peak_gpu_memory_gb, "GB", 2)
+            catalogue_metric("error_rate").label: f"{summary.error_rate:.1%}" if summary else "—",
+            PEAK_GPU_MEMORY.label: fixed(telemetry.peak_gpu_memory_gb, PEAK_GPU_MEMORY.unit, 2)
             if telemetry.peak_gpu_memory_gb is not None
             else f"not measured ({telemetry.reason or 'no GPU'})",
             catalogue_metric("energy_per_output_token_j").words: _figure(
