@@ -28,7 +28,9 @@ from pydantic import Field
 
 from advisor.configurations import (
     DEFAULT_MAX_BATCH,
+    OUTPUT_WORDS,
     TP_EFFICIENCY_ASSUMED,
+    TPOT_WORDS,
     Deployment,
     MeasuredLevel,
     ShapeInputs,
@@ -106,15 +108,15 @@ class Calibration(Strict):
         for partition in self.partitions:
             if partition.partition == name:
                 return (
-                    f"leave-one-out error of {name}: TPOT p50 {partition.tpot_mape:.1%}, "
-                    f"output tok/s {partition.throughput_mape:.1%} over {partition.points} "
+                    f"leave-one-out error of {name}: {TPOT_WORDS} {partition.tpot_mape:.1%}, "
+                    f"{OUTPUT_WORDS} {partition.throughput_mape:.1%} over {partition.points} "
                     "stored level(s)"
                 )
         if self.tpot_mape is None or self.throughput_mape is None:
             return "no stored level to measure the estimate's error against"
         return (
             f"{name} has no stored level; over all {len(self.points)} stored levels the "
-            f"leave-one-out error is TPOT p50 {self.tpot_mape:.1%}, output tok/s "
+            f"leave-one-out error is {TPOT_WORDS} {self.tpot_mape:.1%}, {OUTPUT_WORDS} "
             f"{self.throughput_mape:.1%}"
         )
 
@@ -354,8 +356,8 @@ def gate_verdict(calibration: Calibration) -> str:
         if not p.within_gate
     ]
     text = (
-        f"Leave-one-out over {len(calibration.points)} stored level(s): TPOT p50 MAPE "
-        f"{calibration.tpot_mape:.1%}, output tok/s MAPE {calibration.throughput_mape:.1%}. "
+        f"Leave-one-out over {len(calibration.points)} stored level(s): {TPOT_WORDS} MAPE "
+        f"{calibration.tpot_mape:.1%}, {OUTPUT_WORDS} MAPE {calibration.throughput_mape:.1%}. "
         f"Against a {calibration.gate_mape:.0%}-per-partition gate: "
     )
     text += f"{len(passing)} of {len(judged)} partition(s) with 2+ levels pass"

@@ -43,6 +43,7 @@ from advisor.evidence import stage_tensor_parallel
 from advisor.gpus import GPUS, GpuSpec
 from advisor.profile import Objective, StageProfile
 from bench.core.config import LoadPattern, ParallelismConfig, PrecisionConfig, RunConfig, Workload
+from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.strict import Strict
 
 FP8_BYTES = 1.0
@@ -62,6 +63,14 @@ FP8_ACCURACY_NOTE = (
     "set (e.g. lm-evaluation-harness with your tasks) against the FP8 and the bf16 endpoint of "
     "the real checkpoint and compare the scores"
 )
+
+PREDICTED_TPOT, PREDICTED_OUTPUT = (
+    catalogue_metric("tpot_ms_p50"),
+    catalogue_metric("output_throughput_tok_s"),
+)
+"""The two figures the step model predicts; sentences name them `TPOT p50` and `output tok/s`
+(the catalogue's label and unit)."""
+TPOT_WORDS, OUTPUT_WORDS = PREDICTED_TPOT.label, f"output {PREDICTED_OUTPUT.unit}"
 
 
 class Deployment(Strict):
@@ -659,8 +668,8 @@ def _compare(
     basis = "measured" if figures[2] and base[2] else "estimate"
     budget = "" if other.within_gpu_budget else f", needs {other.deployment.gpus} GPUs"
     return (
-        f"{other.label} vs {reference.label}: TPOT p50 {figures[0] / base[0] - 1:+.0%}, output "
-        f"tok/s {figures[1] / base[1] - 1:+.0%} at concurrency {concurrency} on "
+        f"{other.label} vs {reference.label}: {TPOT_WORDS} {figures[0] / base[0] - 1:+.0%}, "
+        f"{OUTPUT_WORDS} {figures[1] / base[1] - 1:+.0%} at concurrency {concurrency} on "
         f"{other.deployment.gpus} vs {reference.deployment.gpus} GPU(s) ({basis}{budget})"
     )
 

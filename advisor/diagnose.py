@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from bench.core.config import GenerateWorkload
+from bench.core.metric_catalog import SPECS_BY_KEY, Metric
 from bench.core.schema import RunResult, RunStatus, ValidityStatus
 
 GPU_UTILIZATION_TARGET_PCT = 90.0
@@ -309,18 +310,24 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
                 "only if requests time out while still progressing, and add admission control "
                 "(a bounded queue) in front of the engine.",
             )
-        latency = summary.e2e_ms or summary.ttft_ms
-        metric = "E2E" if summary.e2e_ms is not None else "TTFT"
+        # E2E where the run has it, else TTFT; words and unit from the catalogue.
+        spec = SPECS_BY_KEY["e2e_ms" if summary.e2e_ms is not None else "ttft_ms"]
+        tail, middle = Metric(spec, "p99"), Metric(spec, "p50")
+        latency = getattr(summary, spec.key)
         long_tail = (
             latency is not None and latency.p50 > 0 and latency.p99 > LONG_TAIL_RATIO * latency.p50
         )
+        tail_words = (
+            f"{tail.label} {latency.p99:.1f} {tail.unit} is {latency.p99 / latency.p50:.1f}x its "
+            f"{middle.statistic} {latency.p50:.1f} {middle.unit} (threshold {LONG_TAIL_RATIO:g}x)"
+            if long_tail
+            else ""
+        )
         if long_tail and on_cpu:
-            assert latency is not None
             add(
                 "long_tail",
                 "warning",
-                f"{metric} p99 {latency.p99:.1f} ms is {latency.p99 / latency.p50:.1f}x its "
-                f"p50 {latency.p50:.1f} ms (threshold {LONG_TAIL_RATIO:g}x), on the CPU",
+                f"{tail_words}, on the CPU",
                 "On the CPU the tail is mostly cores shared with other work: run on an idle "
                 "machine, pin the engine's threads (OMP_NUM_THREADS, torch.set_num_threads) to "
                 "the cores it may use, keep the concurrency at or below the core count, and set "
@@ -328,12 +335,10 @@ def diagnose(run: RunResult) -> list[Diagnostic]:
                 profile_cmd,
             )
         elif long_tail:
-            assert latency is not None
             add(
                 "long_tail",
                 "warning",
-                f"{metric} p99 {latency.p99:.1f} ms is {latency.p99 / latency.p50:.1f}x its "
-                f"p50 {latency.p50:.1f} ms (threshold {LONG_TAIL_RATIO:g}x)",
+                tail_words,
                 "Set per-request execution time-outs so stragglers cannot pile up; enable "
                 "FlashAttention (torch.backends.cuda.enable_flash_sdp(True) for PyTorch; vLLM "
                 "picks its flash backend itself); put a request priority queue in front of the "

@@ -19,6 +19,7 @@ import typer
 from bench.cli_errors import OneLineErrorsGroup
 from bench.core.errors import RunAborted, UserError
 from bench.core.files import check_user_path
+from bench.core.metric_catalog import metric as catalogue_metric
 
 if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
     from bench.storage.store import RunWriter
@@ -497,18 +498,28 @@ def _print_result(result: Any) -> None:
 
         typer.echo(f"  {capacity_summary_line(result.pattern_report)}")
     if s:
+        rate, output, per_user, per_gpu_metric, tpot = (
+            catalogue_metric(name)
+            for name in (
+                "request_throughput_rps",
+                "output_throughput_tok_s",
+                "tok_s_per_user",
+                "output_throughput_tok_s_per_gpu",
+                "tpot_ms_p50",
+            )
+        )
         typer.echo(
             f"  requests {s.successful}/{s.requests}"
             + (f" ({s.cancelled} cancelled by the harness)" if s.cancelled else "")
             + f" in {s.duration_s:.1f} s: "
-            f"{s.request_throughput_rps:.2f} req/s, "
-            f"{s.output_throughput_tok_s:.1f} output tok/s"
+            f"{s.request_throughput_rps:.2f} {rate.unit}, "
+            f"{s.output_throughput_tok_s:.1f} output {output.unit}"
         )
         per_gpu = s.output_throughput_tok_s_per_gpu
         if s.tok_s_per_user is not None or per_gpu is not None:
             typer.echo(
-                f"  tok/s per user {_figure(s.tok_s_per_user)} (1000 / TPOT p50), "
-                f"output tok/s per GPU {_figure(per_gpu)}"
+                f"  {per_user.label} {_figure(s.tok_s_per_user)} (1000 / {tpot.label}), "
+                f"{per_gpu_metric.label} {_figure(per_gpu)}"
             )
         for replica in result.replicas:
             part = replica.summary
@@ -728,16 +739,17 @@ def fidelity(
     ratio = f"{result.ratio:.3f}" if result.ratio is not None else "n/a"
     reference = result.reference_output_throughput_tok_s
     ours = result.backend_output_throughput_tok_s
+    unit = result.metric_of("backend_output_throughput_tok_s").unit
     typer.echo(
-        f"{engine} fidelity on {model}: backend {ours or 0:,.0f} tok/s, engine's own API "
-        f"{reference or 0:,.0f} tok/s, ratio {ratio} "
+        f"{engine} fidelity on {model}: backend {ours or 0:,.0f} {unit}, engine's own API "
+        f"{reference or 0:,.0f} {unit}, ratio {ratio} "
         f"({'pass' if result.passed else 'below'} at {check.required_ratio:g})"
     )
     for index, pair in enumerate(result.pairs):
         typer.echo(
             f"  pair {index + 1} ({'plain first' if pair.plain_first else 'backend first'}): "
             f"backend {pair.backend_output_throughput_tok_s:,.0f}, plain "
-            f"{pair.plain_output_throughput_tok_s:,.0f} tok/s, ratio {pair.ratio:.3f}"
+            f"{pair.plain_output_throughput_tok_s:,.0f} {unit}, ratio {pair.ratio:.3f}"
         )
 
 

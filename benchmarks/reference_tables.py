@@ -38,6 +38,20 @@ def fmt(value, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def catalogued(name: str):  # -> bench.core.metric_catalog.Metric
+    """The catalogue's metric of a name (`e2e_ms_p99`): the tables' metric words and units."""
+    sys.path.insert(0, str(ROOT))
+    from bench.core.metric_catalog import metric
+
+    return metric(name)
+
+
+def unit_heading(name: str) -> str:
+    """A compact column heading, the catalogue's label and unit: `E2E p99 ms`, `TPOT p50 ms`."""
+    shown = catalogued(name)
+    return f"{shown.label} {shown.unit}"
+
+
 def short_uuid(uuid: str) -> str:
     """The first 8 hex digits of an NVML GPU UUID: enough to tell the GPU hosts apart."""
     return uuid.removeprefix("GPU-")[:8]
@@ -114,9 +128,18 @@ def capacity_table(runs: list[dict]) -> str:
 
 
 def held_load_table(runs: list[dict]) -> str:
-    """Soak (steady) and pulse runs: the load held, what the analysis found."""
+    """Soak (steady) and pulse runs: the load held, what the analysis found. The figures' words
+    and units are the catalogue's metric of each stored field (`field_metrics` of the
+    bench.core.pattern_reports models); the fields keep their stored names."""
+    sys.path.insert(0, str(ROOT))
+    from bench.core.pattern_reports import PulseAnalysis, SoakFits
+
+    drift = SoakFits.metric_of("p99_e2e_ms")
+    peak = PulseAnalysis.metric_of("peak_window_p99_e2e_ms")
+    baseline = PulseAnalysis.metric_of("baseline_p99_e2e_ms")
     lines = [
-        "| run | GPU | backend | phases (req/s x s) | requests | errors | E2E p99 ms | finding |",
+        "| run | GPU | backend | phases (req/s x s) | requests | errors "
+        f"| {unit_heading('e2e_ms_p99')} | finding |",
         "|---|---|---|---|---:|---:|---:|---|",
     ]
     for run in runs:
@@ -136,7 +159,7 @@ def held_load_table(runs: list[dict]) -> str:
             e2e = fits.get("p99_e2e_ms") or {}
             finding = (
                 f"leak suspected: {'yes' if analysis.get('leak_suspected') else 'no'}; "
-                f"p99 drift: {'yes' if analysis.get('latency_drift') else 'no'} "
+                f"{drift.statistic} drift: {'yes' if analysis.get('latency_drift') else 'no'} "
                 f"(p {fmt(e2e.get('p_value'), 4)}, fitted "
                 f"{fmt(100 * (e2e.get('projected_change_fraction') or 0))}% over the run, "
                 f"{e2e.get('windows')} windows of {fmt(report['window_s'])} s)"
@@ -144,13 +167,15 @@ def held_load_table(runs: list[dict]) -> str:
         else:
             recovered = analysis.get("recovered")
             finding = (
-                f"peak window p99 E2E {fmt(analysis.get('peak_window_p99_e2e_ms'))} ms; "
+                f"peak window {peak.statistic} {peak.spec.label} "
+                f"{fmt(analysis.get('peak_window_p99_e2e_ms'))} {peak.unit}; "
                 + (
                     f"recovered {fmt(analysis.get('recovery_s'), 1)} s after the burst"
                     if recovered
                     else "not recovered within the run"
                 )
-                + f" (baseline p99 {fmt(analysis.get('baseline_p99_e2e_ms'))} ms)"
+                + f" (baseline {baseline.statistic} "
+                f"{fmt(analysis.get('baseline_p99_e2e_ms'))} {baseline.unit})"
             )
         name = run["config"]["backend"]
         if name == "openai":
@@ -207,9 +232,11 @@ def precision_suffix(run: dict) -> str:
 
 
 def llm_table(runs: list[dict]) -> str:
+    ttft_p50, ttft_p99 = catalogued("ttft_ms_p50"), catalogued("ttft_ms_p99")
     lines = [
-        "| model | backend | GPU | concurrency | req/s | output tok/s | TTFT p50 / p99 ms "
-        "| TPOT p50 ms | E2E p99 ms | errors |",
+        "| model | backend | GPU | concurrency | req/s | output tok/s "
+        f"| {ttft_p50.label} / {ttft_p99.statistic} {ttft_p99.unit} "
+        f"| {unit_heading('tpot_ms_p50')} | {unit_heading('e2e_ms_p99')} | errors |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     order = ("vllm", "openai", "torch_compile", "pytorch", "onnxruntime")
@@ -428,8 +455,9 @@ def pytorch_paired_check(step: dict) -> FidelityCells:
 
 
 def fidelity_table(campaign_dirs: list[Path]) -> str:
+    unit = catalogued("output_throughput_tok_s").unit  # FidelityResult's two throughputs
     lines = [
-        "| campaign | GPU | check | reference (engine's own API) tok/s | our backend tok/s "
+        f"| campaign | GPU | check | reference (engine's own API) {unit} | our backend {unit} "
         "| ratio | target |",
         "|---|---|---|---:|---:|---:|---|",
     ]
@@ -452,7 +480,7 @@ def quick_plan_table(campaign_dirs: list[Path]) -> str:
     """The advisor's quick plan, end to end: wall time and where it went per backend."""
     lines = [
         "| campaign | GPU | end to end s | backend | load s | warm-up s | measured s "
-        "| output tok/s | TTFT p50 ms |",
+        f"| output tok/s | {unit_heading('ttft_ms_p50')} |",
         "|---|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for name, gpu, step in campaign_steps(campaign_dirs):

@@ -15,7 +15,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from advisor.capacity import choose_price
-from advisor.configurations import RecommendedDeployment
+from advisor.configurations import PREDICTED_OUTPUT, PREDICTED_TPOT, RecommendedDeployment
 from advisor.gpus import GPUS
 from advisor.profile import (
     Constraint,
@@ -29,6 +29,7 @@ from advisor.profile import (
 )
 from advisor.recommend import NO_PEAK_NOTE
 from advisor.report.capacity import CapacityView, capacity_view, capacity_view_for_runs
+from advisor.report.numbers import figure, fixed
 from advisor.stage_input import (
     StageFormValues,
     draft_data,
@@ -42,8 +43,6 @@ from ui import state
 from ui.components import (
     empty_state,
     field_help,
-    format_figure,
-    format_number,
     metric_label,
     metric_unit,
     verdict_rows,
@@ -581,9 +580,7 @@ def show_estimate(estimate: Any, scope: str = "s0") -> None:
     )
     columns[1].metric(
         "Needed / available",
-        format_number(estimate.required_gb, "", 1)
-        + " / "
-        + format_number(estimate.available_gb, "GB", 1),
+        fixed(estimate.required_gb, "", 1) + " / " + fixed(estimate.available_gb, "GB", 1),
     )
     columns[2].metric(
         "Decode floor (batch 1)",
@@ -595,7 +592,7 @@ def show_estimate(estimate: Any, scope: str = "s0") -> None:
     )
     columns[3].metric(
         "Max concurrency that fits",
-        format_number(estimate.max_concurrency_that_fits, "", 0),
+        fixed(estimate.max_concurrency_that_fits, "", 0),
         help=f"Concurrency used: {estimate.concurrency} ({estimate.concurrency_source}).",
     )
     parts = {
@@ -705,22 +702,24 @@ def show_recommendation(stage_result: Any, view_gpu: str | None = None) -> None:
                 st.caption(
                     f"Cross-validated accuracy {learned.cv_accuracy:.0%} ({learned.cv_scheme}); "
                     f"always guessing the most common winner: "
-                    f"{format_number((learned.baseline_accuracy or 0) * 100, '%', 0)}"
+                    f"{fixed((learned.baseline_accuracy or 0) * 100, '%', 0)}"
                 )
 
 
+TPOT_UNIT, OUTPUT_UNIT = PREDICTED_TPOT.unit, PREDICTED_OUTPUT.unit
+"""The catalogue's units of the step model's two figures (the configuration tables use them)."""
 FIGURE_LABELS = {
-    "predicted_tpot_ms": ("TPOT (predicted)", "ms"),
-    "predicted_output_throughput_tok_s": ("Output throughput (predicted)", "tok/s"),
-    "predicted_tok_s_per_gpu": ("Output per GPU (predicted)", "tok/s"),
-    "predicted_tok_s_per_user": ("Speed per user (predicted)", "tok/s"),
+    "predicted_tpot_ms": (f"{PREDICTED_TPOT.spec.label} (predicted)", TPOT_UNIT),
+    "predicted_output_throughput_tok_s": (f"{PREDICTED_OUTPUT.title} (predicted)", OUTPUT_UNIT),
+    "predicted_tok_s_per_gpu": ("Output per GPU (predicted)", OUTPUT_UNIT),
+    "predicted_tok_s_per_user": ("Speed per user (predicted)", OUTPUT_UNIT),
 }
 
 
 def _length(distribution: LengthDistribution | None) -> str:
     if distribution is None:
         return "—"
-    text = f"{format_figure(distribution.mean, 'tokens')}"
+    text = f"{figure(distribution.mean, 'tokens')}"
     return text if distribution.kind == "fixed" else f"{text} ({distribution.kind}, mean)"
 
 
@@ -736,7 +735,7 @@ def configuration_rows(configuration: RecommendedDeployment) -> list[dict[str, s
         if isinstance(value, bool):
             value = "yes" if value else "no"
         elif isinstance(value, float):
-            value = format_figure(value)
+            value = figure(value)
         rows.append({"setting": setting, "value": str(value)})
 
     add("Deployment", configuration.label)
@@ -765,12 +764,12 @@ def configuration_rows(configuration: RecommendedDeployment) -> list[dict[str, s
             add("Output length", _length(workload.output_tokens))
     load = configuration.load
     if load is not None:
-        level = load.plan_words(format_figure)
+        level = load.plan_words(figure)
         duration = getattr(load, "duration_s", None)
         add(
             "Benchmark load",
             f"{level}"
-            + (f" for {format_figure(duration, 's')}" if duration else "")
+            + (f" for {figure(duration, 's')}" if duration else "")
             + (f", {load.warmup_requests} warm-up requests" if load.warmup_requests else ""),
         )
     figures = configuration.figures
@@ -782,7 +781,7 @@ def configuration_rows(configuration: RecommendedDeployment) -> list[dict[str, s
             value = getattr(figures, key)
             if value is not None:
                 suffix = f" at concurrency {at}" if at else ""
-                add(label, format_figure(value, unit) + suffix)
+                add(label, figure(value, unit) + suffix)
     add("Source", configuration.source)
     for text in configuration.trade_offs:
         add("Trade-off", text)
@@ -819,7 +818,7 @@ def show_evidence(stage_result: Any, view_gpu: str | None = None) -> None:
                 "status": row.status,
                 "meets SLOs": "yes" if row.meets_slo else ("no" if row.meets_slo is False else "—"),
                 "objective": metric_label(row.objective_metric),
-                "value": format_figure(row.objective_value, metric_unit(row.objective_metric)),
+                "value": figure(row.objective_value, metric_unit(row.objective_metric)),
                 "runs": row.repeats,
             }
             for row in rows
@@ -964,19 +963,17 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
             {
                 "configuration": estimate.label,
                 "GPUs": gpu_use(estimate.deployment.gpus, search.gpu_budget, short=True),
-                "weights / GPU": format_figure(estimate.weights_gb_per_gpu, "GB"),
-                "KV cache / GPU": format_figure(estimate.kv_cache_gb_per_gpu, "GB"),
-                "TPOT predicted": format_figure(prediction.tpot_ms if prediction else None, "ms"),
-                "TPOT measured": format_figure(
-                    measured.measured_tpot_ms if measured else None, "ms"
+                "weights / GPU": figure(estimate.weights_gb_per_gpu, "GB"),
+                "KV cache / GPU": figure(estimate.kv_cache_gb_per_gpu, "GB"),
+                "TPOT predicted": figure(prediction.tpot_ms if prediction else None, TPOT_UNIT),
+                "TPOT measured": figure(measured.measured_tpot_ms if measured else None, TPOT_UNIT),
+                "output predicted": figure(
+                    prediction.output_throughput_tok_s if prediction else None, OUTPUT_UNIT
                 ),
-                "output predicted": format_figure(
-                    prediction.output_throughput_tok_s if prediction else None, "tok/s"
+                "output measured": figure(
+                    measured.measured_output_tok_s if measured else None, OUTPUT_UNIT
                 ),
-                "output measured": format_figure(
-                    measured.measured_output_tok_s if measured else None, "tok/s"
-                ),
-                "efficiency": format_figure(estimate.efficiency),
+                "efficiency": figure(estimate.efficiency),
                 "efficiency from": estimate.efficiency_source or "—",
             }
         )
@@ -1008,13 +1005,11 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
                             "engine / TP / precision": point.partition,
                             "model": point.model,
                             "concurrency": point.concurrency,
-                            "TPOT measured": format_figure(point.measured_tpot_ms, "ms"),
-                            "TPOT predicted": format_figure(point.predicted_tpot_ms, "ms"),
+                            "TPOT measured": figure(point.measured_tpot_ms, TPOT_UNIT),
+                            "TPOT predicted": figure(point.predicted_tpot_ms, TPOT_UNIT),
                             "TPOT error": format_percent(point.tpot_error),
-                            "output measured": format_figure(point.measured_output_tok_s, "tok/s"),
-                            "output predicted": format_figure(
-                                point.predicted_output_tok_s, "tok/s"
-                            ),
+                            "output measured": figure(point.measured_output_tok_s, OUTPUT_UNIT),
+                            "output predicted": figure(point.predicted_output_tok_s, OUTPUT_UNIT),
                             "output error": format_percent(point.throughput_error),
                         }
                         for point in calibration.points
@@ -1070,7 +1065,7 @@ def capacity_rows(view: CapacityView) -> pd.DataFrame:
             {
                 "Candidate": row.label
                 + (" (estimate, not measured)" if row.source == "estimate" else ""),
-                "Max rate within the SLO": format_number(row.max_rate_rps, "req/s", 3),
+                "Max rate within the SLO": fixed(row.max_rate_rps, "req/s", 3),
                 "Binding constraint": row.binding_constraint or "—",
                 "GPUs at peak": str(row.gpus_needed)
                 + ("" if row.converged else " (search not converged)"),

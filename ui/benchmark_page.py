@@ -18,14 +18,17 @@ import streamlit as st
 from advisor.plan import CONFIRM_ABOVE_S, StagePlan, estimate_runs
 from advisor.plan_table import PLAN_ROW, chosen_runs, plan_table
 from advisor.profile import StageProfile
+from advisor.report.numbers import fixed
 from bench.core.config import PATTERN_NAMES, RunConfig
 from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
+from bench.core.metric_catalog import Metric
+from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.schema import RunStatus
 from bench.orchestrate.web_policy import check_web_jobs
 from bench.storage.store import Job, ResultStore
 from ui import state
-from ui.components import empty_state, format_number, status_badge
+from ui.components import empty_state, status_badge
 
 PLAN_KEY = "bench_plan"
 LOG_TAIL_LINES = 60
@@ -168,7 +171,7 @@ def machine_panel() -> bool:
         st.caption(
             f"Host {facts.hostname or '—'} · {system.distribution or ''} · "
             f"{cpu.model or 'CPU'} ({cpu.usable_cores or '?'} usable cores) · "
-            f"{format_number(_gb(memory.total_bytes), 'GB', 0)} RAM"
+            f"{fixed(_gb(memory.total_bytes), 'GB', 0)} RAM"
         )
         if findings:
             st.markdown(
@@ -728,6 +731,18 @@ def live_charts(run: dict[str, Any]) -> None:
                 st.caption("No memory readings yet.")
 
 
+FINISHED_TILES: tuple[tuple[Metric, int, bool], ...] = (
+    (catalogue_metric("output_throughput_tok_s"), 1, False),
+    (catalogue_metric("request_throughput_rps"), 2, True),
+    (catalogue_metric("ttft_ms_p99"), 1, False),
+    (catalogue_metric("tpot_ms_p99"), 2, False),
+)
+"""A finished run's headline tiles: the catalogued metric, its decimals and whether the tile is
+titled by the metric's column heading with the unit in it (`Requests/s`, a bare figure) rather
+than its label (`TTFT p99`, the figure with its unit). The fifth tile is the peak memory, GPU
+or host."""
+
+
 def finished_run(run: dict[str, Any]) -> None:
     store = state.get_store()
     run_id = run.get("run_id")
@@ -743,24 +758,22 @@ def finished_run(run: dict[str, Any]) -> None:
     summary = result.summary
     if summary is not None and summary.successful:
         metrics = st.columns(5)
-        metrics[0].metric(
-            "Output throughput", format_number(summary.output_throughput_tok_s, "tok/s")
-        )
-        metrics[1].metric("Requests/s", format_number(summary.request_throughput_rps, "", 2))
-        metrics[2].metric(
-            "TTFT p99", format_number(summary.ttft_ms.p99 if summary.ttft_ms else None, "ms")
-        )
-        metrics[3].metric(
-            "TPOT p99", format_number(summary.tpot_ms.p99 if summary.tpot_ms else None, "ms", 2)
-        )
+        for column, (shown, digits, by_heading) in zip(metrics[:4], FINISHED_TILES, strict=True):
+            value = shown.read(summary, result)
+            if by_heading:
+                column.metric(shown.column, fixed(value, "", digits))
+            else:
+                column.metric(shown.title, fixed(value, shown.unit, digits))
+        peak_gpu = catalogue_metric("peak_gpu_memory_gb")
         if result.telemetry.peak_gpu_memory_gb is not None:
             metrics[4].metric(
-                "Peak GPU memory", format_number(result.telemetry.peak_gpu_memory_gb, "GB", 2)
+                peak_gpu.title,
+                fixed(peak_gpu.read(summary, result), peak_gpu.unit, 2),
             )
         else:
             metrics[4].metric(
                 "Peak host memory",
-                format_number(result.telemetry.peak_host_rss_gb, "GB", 2),
+                fixed(result.telemetry.peak_host_rss_gb, "GB", 2),
                 help="No GPU readings on this machine: "
                 + (result.telemetry.reason or "no NVIDIA GPU"),
             )

@@ -12,7 +12,8 @@ import pandas as pd
 import streamlit as st
 from pydantic import BaseModel
 
-from bench.core.metric_catalog import Metric
+from advisor.report.numbers import figure
+from bench.core.metric_catalog import METRICS_BY_NAME, SPECS_BY_KEY, Metric
 from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.schema import RunResult, RunStatus
 
@@ -50,60 +51,30 @@ def status_badge(status: str) -> None:
     st.badge(status.title(), icon=STATUS_ICONS.get(status), color=STATUS_COLORS.get(status, "gray"))
 
 
-def format_number(value: float | None, unit: str = "", digits: int = 1) -> str:
-    """`1,234.5 ms`; an em dash for a missing value (never a misleading zero)."""
-    if value is None:
-        return "—"
-    text = f"{value:,.{digits}f}"
-    return f"{text} {unit}".strip()
-
-
-def format_figure(value: float | None, unit: str = "") -> str:
-    """A figure with sensible digits for its size (`4,890 tok/s`, `13.5 GB`, `5.35 ms`,
-    `0.0123`) and its unit; an em dash for a missing value (never `None`, never a zero)."""
-    if value is None or value != value:  # None or NaN
-        return "—"
-    magnitude = abs(value)
-    if magnitude == float("inf"):
-        return f"{'-' if value < 0 else ''}∞ {unit}".strip()
-    if magnitude >= 100 or value == int(value):
-        text = f"{value:,.0f}"
-    elif magnitude >= 10:
-        text = f"{value:,.1f}"
-    elif magnitude >= 1:
-        text = f"{value:,.2f}"
-    else:
-        text = f"{value:.3g}"
-    return f"{text} {unit}".strip()
-
-
-METRIC_UNITS = (
-    ("_tok_s_per_gpu", "tok/s per GPU"),
-    ("_tok_s", "tok/s"),
-    ("_rps", "req/s"),
-    ("_ms", "ms"),
-    ("_gb", "GB"),
-    ("_w", "W"),
-)
-"""Units by the metric-name suffix the project's metric names carry (`ttft_ms`, ...)."""
+def _catalogued(name: str | None) -> Metric | None:
+    """The catalogue's metric of a metric name (`ttft_ms_p99`) or of a spec key (`ttft_ms`)."""
+    if not name:
+        return None
+    known = METRICS_BY_NAME.get(name)
+    if known is None and name in SPECS_BY_KEY:
+        known = Metric(SPECS_BY_KEY[name])
+    return known
 
 
 def metric_unit(name: str | None) -> str:
-    for suffix, unit in METRIC_UNITS:
-        if name and name.endswith(suffix):
-            return unit
-    return ""
+    """The catalogued unit of a metric name (`ttft_ms_p99` -> `ms`); "" for a name it lacks."""
+    known = _catalogued(name)
+    return known.unit if known is not None else ""
 
 
 def metric_label(name: str | None) -> str:
-    """`output_throughput_tok_s` -> `output throughput`, for a table cell beside its unit."""
+    """The catalogued label of a metric name (`output_throughput_tok_s` -> `output throughput`,
+    `e2e_ms_p99` -> `E2E p99`), for a table cell beside its unit; the name with spaces for a
+    name the catalogue lacks, "—" for none."""
     if not name:
         return "—"
-    for suffix, _unit in METRIC_UNITS:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    return name.replace("_", " ")
+    known = _catalogued(name)
+    return known.label if known is not None else name.replace("_", " ")
 
 
 def format_bytes_gb(value: int | float | None) -> str:
@@ -144,9 +115,13 @@ def device_of(run: RunResult) -> str:
     return name or "CPU"
 
 
+OUTPUT_THROUGHPUT, REQUEST_RATE, ERROR_RATE = (
+    catalogue_metric(name)
+    for name in ("output_throughput_tok_s", "request_throughput_rps", "error_rate")
+)
 RUN_METRIC_COLUMNS: tuple[tuple[str, Metric, str], ...] = (
-    ("output tok/s", catalogue_metric("output_throughput_tok_s"), "%.1f"),
-    ("req/s", catalogue_metric("request_throughput_rps"), "%.2f"),
+    (f"output {OUTPUT_THROUGHPUT.unit}", OUTPUT_THROUGHPUT, "%.1f"),
+    (REQUEST_RATE.unit, REQUEST_RATE, "%.2f"),
     *(
         (metric.column, metric, number_format)
         for metric, number_format in (
@@ -155,10 +130,14 @@ RUN_METRIC_COLUMNS: tuple[tuple[str, Metric, str], ...] = (
             (catalogue_metric("e2e_ms_p99"), "%.1f"),
         )
     ),
-    ("error rate", catalogue_metric("error_rate"), "percent"),
+    (ERROR_RATE.label, ERROR_RATE, "percent"),
     ("peak GPU mem (GB)", catalogue_metric("peak_gpu_memory_gb"), "%.2f"),
 )
-"""The catalogued metrics of `runs_frame`: column heading, metric, number format."""
+"""The catalogued metrics of `runs_frame`: column heading, metric, number format. The headings
+are the table's compact ones (`output tok/s`, `req/s`, `peak GPU mem (GB)`: a narrow table),
+built from the catalogue's units and labels where they are the same words."""
+RUN_COLUMN_OF: dict[str, str] = {metric.name: heading for heading, metric, _ in RUN_METRIC_COLUMNS}
+"""A catalogued metric's column in `runs_frame` (`e2e_ms_p99` -> `E2E p99 (ms)`)."""
 
 RUN_COLUMN_CONFIG = {
     heading: st.column_config.NumberColumn(format=number_format)
@@ -183,12 +162,10 @@ def runs_display(frame: pd.DataFrame) -> pd.DataFrame:
     shown = frame.copy()
     for column, unit in RUN_FIGURE_UNITS.items():
         if column in shown:
-            shown[column] = [
-                format_figure(None if pd.isna(v) else float(v), unit) for v in frame[column]
-            ]
-    if "error rate" in shown:
-        shown["error rate"] = [
-            "—" if pd.isna(v) else f"{float(v):.1%}" for v in frame["error rate"]
+            shown[column] = [figure(None if pd.isna(v) else float(v), unit) for v in frame[column]]
+    if ERROR_RATE.label in shown:
+        shown[ERROR_RATE.label] = [
+            "—" if pd.isna(v) else f"{float(v):.1%}" for v in frame[ERROR_RATE.label]
         ]
     return shown
 
@@ -216,9 +193,9 @@ def verdict_rows(verdicts: Iterable[Any]) -> pd.DataFrame:
                 "leader": v.leader,
                 "against": v.alternative,
                 "metric": f"{metric_label(v.metric)} ({v.better} is better)",
-                "leader / against": format_figure(v.leader_value, metric_unit(v.metric))
+                "leader / against": figure(v.leader_value, metric_unit(v.metric))
                 + " / "
-                + format_figure(v.alternative_value, metric_unit(v.metric)),
+                + figure(v.alternative_value, metric_unit(v.metric)),
                 "ratio": ratio_with_interval(v),
                 "verdict": f"{v.verdict} (threshold {v.threshold:.0%})",
                 "runs": "single run"

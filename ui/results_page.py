@@ -12,15 +12,16 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from advisor.report.numbers import fixed
 from bench.core.errors import UserError
 from bench.core.metric_catalog import SPECS_BY_KEY, Metric
 from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.schema import RunResult, RunStatus
 from ui import state
 from ui.components import (
+    RUN_COLUMN_OF,
     device_of,
     empty_state,
-    format_number,
     pareto_front,
     run_title,
     runs_display,
@@ -32,6 +33,12 @@ if TYPE_CHECKING:
     from advisor.report.aggregate import RequestColumns
 
 MAX_COMPARED = 8
+
+OUTPUT_METRIC = catalogue_metric("output_throughput_tok_s")
+E2E_METRIC = catalogue_metric("e2e_ms_p99")
+OUTPUT_COLUMN, E2E_COLUMN = RUN_COLUMN_OF[OUTPUT_METRIC.name], RUN_COLUMN_OF[E2E_METRIC.name]
+"""The runs table's throughput and latency columns the step and Pareto charts plot."""
+PEAK_GPU_MEMORY = catalogue_metric("peak_gpu_memory_gb")
 
 
 @st.cache_data(ttl=60, max_entries=32, show_spinner=False)
@@ -109,16 +116,15 @@ def compare(runs: list[RunResult]) -> None:
                 f"{SPECS_BY_KEY[key].label} p50 / p99": _pair(run, key, digits)
                 for key, digits in SIDE_BY_SIDE_LATENCIES
             },
-            "error rate": f"{summary.error_rate:.1%}" if summary else "—",
-            "peak GPU memory": format_number(telemetry.peak_gpu_memory_gb, "GB", 2)
+            catalogue_metric("error_rate").label: f"{summary.error_rate:.1%}" if summary else "—",
+            PEAK_GPU_MEMORY.label: fixed(telemetry.peak_gpu_memory_gb, PEAK_GPU_MEMORY.unit, 2)
             if telemetry.peak_gpu_memory_gb is not None
             else f"not measured ({telemetry.reason or 'no GPU'})",
             catalogue_metric("energy_per_output_token_j").words: _figure(
                 run, "energy_per_output_token_j", 3
             ),
             "load / compile / build": " / ".join(
-                format_number(value, "s")
-                for value in (timings.load_s, timings.compile_s, timings.build_s)
+                fixed(value, "s") for value in (timings.load_s, timings.compile_s, timings.build_s)
             ),
             "device": device_of(run),
         }
@@ -140,7 +146,7 @@ SIDE_BY_SIDE_LATENCIES = (("ttft_ms", 1), ("tpot_ms", 2), ("e2e_ms", 1))
 
 def _figure(run: RunResult, name: str, digits: int) -> str:
     metric = catalogue_metric(name)
-    return format_number(metric.read(run.summary, run), metric.unit, digits)
+    return fixed(metric.read(run.summary, run), metric.unit, digits)
 
 
 def _pair(run: RunResult, key: str, digits: int) -> str:
@@ -172,8 +178,8 @@ def step_curves(runs: list[RunResult]) -> None:
                 {
                     "run": name,
                     "concurrency": phase.target,
-                    "output tok/s": summary.output_throughput_tok_s,
-                    "E2E p99 (ms)": summary.e2e_ms.p99 if summary.e2e_ms else None,
+                    OUTPUT_COLUMN: OUTPUT_METRIC.read(summary),
+                    E2E_COLUMN: E2E_METRIC.read(summary),
                 }
             )
         knee = knee_concurrency(run)
@@ -181,7 +187,7 @@ def step_curves(runs: list[RunResult]) -> None:
             knees.append({"run": name, "concurrency": knee})
     data = pd.DataFrame(rows)
     columns = st.columns(2)
-    for column, metric in zip(columns, ("output tok/s", "E2E p99 (ms)"), strict=True):
+    for column, metric in zip(columns, (OUTPUT_COLUMN, E2E_COLUMN), strict=True):
         base = alt.Chart(data).encode(
             x=alt.X("concurrency:Q", title="concurrency (requests in flight)"),
             y=alt.Y(f"{metric}:Q", title=metric),
@@ -267,33 +273,36 @@ def latency_distributions(runs: list[RunResult]) -> None:
 
 def pareto(frame: pd.DataFrame) -> None:
     st.subheader("Throughput against latency (Pareto view)")
-    data = frame.dropna(subset=["output tok/s", "E2E p99 (ms)"])
+    data = frame.dropna(subset=[OUTPUT_COLUMN, E2E_COLUMN])
     data = data[data["status"] == RunStatus.COMPLETED.value]
     if data.empty:
         empty_state("No completed run with throughput and latency to plot yet.")
         return
     data = data.assign(
-        frontier=pareto_front(list(zip(data["output tok/s"], data["E2E p99 (ms)"], strict=True)))
+        frontier=pareto_front(list(zip(data[OUTPUT_COLUMN], data[E2E_COLUMN], strict=True)))
     )
     points = (
         alt.Chart(data)
         .mark_point(filled=True, size=90)
         .encode(
             x=alt.X(
-                "E2E p99 (ms):Q",
-                title="E2E p99 latency (ms), lower is better",
+                f"{E2E_COLUMN}:Q",
+                title=f"{E2E_METRIC.label} latency ({E2E_METRIC.unit}), "
+                f"{E2E_METRIC.better} is better",
                 axis=alt.Axis(format=",.0f"),
             ),
-            y=alt.Y("output tok/s:Q", title="output tok/s, higher is better"),
+            y=alt.Y(
+                f"{OUTPUT_COLUMN}:Q", title=f"{OUTPUT_COLUMN}, {OUTPUT_METRIC.better} is better"
+            ),
             color=alt.Color("backend:N", legend=alt.Legend(orient="bottom")),
             shape=alt.Shape("validity:N", legend=alt.Legend(orient="bottom")),
-            tooltip=["run_id", "backend", "model", "pattern", "output tok/s", "E2E p99 (ms)"],
+            tooltip=["run_id", "backend", "model", "pattern", OUTPUT_COLUMN, E2E_COLUMN],
         )
     )
     front = (
-        alt.Chart(data[data["frontier"]].sort_values("E2E p99 (ms)"))
+        alt.Chart(data[data["frontier"]].sort_values(E2E_COLUMN))
         .mark_line(strokeDash=[4, 3], color="gray")
-        .encode(x="E2E p99 (ms):Q", y="output tok/s:Q")
+        .encode(x=f"{E2E_COLUMN}:Q", y=f"{OUTPUT_COLUMN}:Q")
     )
     st.altair_chart((front + points).properties(height=340))
     st.caption(

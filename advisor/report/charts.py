@@ -24,6 +24,7 @@ from advisor.report.aggregate import (
 )
 from advisor.report.model import MAX_CHART_POINTS, Chart, Marker, Series
 from bench.core.config import PulseLoad, SteadyLoad
+from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.pattern_reports import StepReport
 from bench.core.schema import RunResult
 
@@ -234,14 +235,23 @@ def throughput_vs_concurrency(inputs: ChartInputs) -> Chart:
     )
 
 
+E2E_P99 = catalogue_metric("e2e_ms_p99")
+"""The latency the step and held-load charts plot (the axis heading is its column)."""
+PER_USER, TPOT_P50, PER_GPU = (
+    catalogue_metric(name)
+    for name in ("tok_s_per_user", "tpot_ms_p50", "output_throughput_tok_s_per_gpu")
+)
+"""The configuration chart's axes (vLLM's per-GPU against per-user throughput)."""
+
+
 def p99_vs_concurrency(inputs: ChartInputs) -> Chart:
     """E2E p99 per step stage, with the knee marked."""
     return _concurrency_chart(
         inputs,
         "p99-vs-concurrency",
         "P99 end-to-end latency vs concurrency",
-        "E2E p99 (ms)",
-        lambda summary: summary.e2e_ms.p99 if summary.e2e_ms is not None else None,
+        E2E_P99.column,
+        E2E_P99.read,
     )
 
 
@@ -265,7 +275,7 @@ def latency_distribution(inputs: ChartInputs) -> Chart:
         id="latency-distribution",
         title="End-to-end latency distribution",
         kind="step",
-        x_label="E2E latency (ms)",
+        x_label=f"{E2E_P99.spec.label} latency ({E2E_P99.unit})",
         y_label="% of requests",
         description=f"Successful measured requests (warm-up excluded) in {HISTOGRAM_BINS} bins, "
         "from the request records." + (f" {note}" if note else ""),
@@ -408,7 +418,7 @@ def _pattern_window_chart(inputs: ChartInputs, form: WindowChartForm) -> Chart:
         id=chart_id,
         title=title,
         x_label="time since first measured request (s)",
-        y_label="E2E p99 (ms)",
+        y_label=E2E_P99.column,
         description=lead
         + ("; ".join(facts) if facts else "not reported by the run")
         + (f". {note}" if note else ""),
@@ -633,8 +643,8 @@ def pareto_chart(search: ConfigurationSearch | None) -> Chart:
         id=chart_id,
         title=title,
         kind="line",
-        x_label="tok/s per user (1000 / TPOT p50 ms)",
-        y_label="output tok/s per GPU",
+        x_label=f"{PER_USER.label} (1000 / {TPOT_P50.label} {TPOT_P50.unit})",
+        y_label=PER_GPU.label,
         description="Each line is one configuration over concurrency 1, 16, 64, 256 and the "
         "profile's; up and to the right is better. Estimates come from the calibrated step "
         "model (efficiency and its leave-one-out error in the recommendation); measured lines "

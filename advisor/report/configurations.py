@@ -11,6 +11,10 @@ from __future__ import annotations
 from advisor.calibration import Calibration
 from advisor.configurations import FP8_ACCURACY_NOTE, ConfigurationSearch
 from advisor.report.model import ReferenceTable
+from bench.core.metric_catalog import metric as catalogue_metric
+
+TPOT_P50, OUTPUT = catalogue_metric("tpot_ms_p50"), catalogue_metric("output_throughput_tok_s")
+"""What the step model predicts and the stored levels measured (the tables' headings)."""
 
 MAX_CALIBRATION_ROWS = 200
 """Rows of the calibration table at most (a large store is summarised by its MAPE anyway)."""
@@ -66,10 +70,10 @@ def configurations_table(search: ConfigurationSearch | None) -> ReferenceTable |
             "GPUs",
             "Weights GB/GPU",
             "KV GB/GPU",
-            "Predicted TPOT p50 (ms)",
-            "Predicted tok/s",
-            "Measured TPOT p50 (ms)",
-            "Measured tok/s",
+            f"Predicted {TPOT_P50.column}",
+            f"Predicted {OUTPUT.unit}",
+            f"Measured {TPOT_P50.column}",
+            f"Measured {OUTPUT.unit}",
             "Efficiency",
         ],
         rows=rows,
@@ -125,12 +129,12 @@ def calibration_table(calibration: Calibration | None) -> ReferenceTable | None:
             "Model",
             "GPU",
             "Concurrency",
-            "Measured TPOT (ms)",
-            "Predicted TPOT (ms)",
-            "TPOT error %",
-            "Measured tok/s",
-            "Predicted tok/s",
-            "tok/s error %",
+            f"Measured {TPOT_P50.spec.label} ({TPOT_P50.unit})",
+            f"Predicted {TPOT_P50.spec.label} ({TPOT_P50.unit})",
+            f"{TPOT_P50.spec.label} error %",
+            f"Measured {OUTPUT.unit}",
+            f"Predicted {OUTPUT.unit}",
+            f"{OUTPUT.unit} error %",
         ],
         rows=rows,
     )

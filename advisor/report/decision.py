@@ -138,11 +138,14 @@ def deploy_rows(
     if figures is not None:
         parts = []
         if figures.predicted_tpot_ms is not None:
-            parts.append(f"TPOT p50 {figure(figures.predicted_tpot_ms, 'ms')}")
+            tpot = METRICS_BY_NAME["tpot_ms_p50"]
+            parts.append(f"{tpot.label} {figure(figures.predicted_tpot_ms, tpot.unit)}")
         if figures.predicted_output_throughput_tok_s is not None:
-            parts.append(f"{figure(figures.predicted_output_throughput_tok_s, 'tok/s')}")
+            unit = METRICS_BY_NAME["output_throughput_tok_s"].unit
+            parts.append(f"{figure(figures.predicted_output_throughput_tok_s, unit)}")
         if figures.predicted_tok_s_per_user is not None:
-            parts.append(f"{figure(figures.predicted_tok_s_per_user, 'tok/s')} per user")
+            unit = METRICS_BY_NAME["tok_s_per_user"].unit
+            parts.append(f"{figure(figures.predicted_tok_s_per_user, unit)} per user")
         if figures.at_concurrency is not None:
             parts.append(f"at {figures.at_concurrency} requests in flight")
         what = "measured" if figures.basis == "measured" else "estimated, not measured"

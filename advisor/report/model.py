@@ -203,6 +203,14 @@ REPORT_METRICS: tuple[Metric, ...] = tuple(
 fills the EvidenceRow field named by its `report_field` (`ttft_p99_ms`)."""
 SPEED_COLUMNS: tuple[str, ...] = tuple(metric.column for metric in REPORT_METRICS[:7])
 """Headings of the Speed table's metric columns (Requests/s ... Errors)."""
+RESOURCE_COLUMNS: tuple[str, ...] = (
+    REPORT_METRICS[7].titled_column,
+    "GB per billion parameters",  # the evidence row's own ratio (peak memory / model size)
+    REPORT_METRICS[8].titled_column,
+)
+"""Headings of the Resources table's figure columns (Peak GPU memory (GB) ... Energy per output
+token (J)), in the order of the row's `peak_gpu_memory_gb`, `gb_per_billion_params`,
+`energy_per_output_token_j`."""
 
 
 class EvidenceRow(ReportPart):

@@ -1,7 +1,9 @@
-"""How the report writes a number: sensible digits for its size, a unit, never scientific notation.
+"""How the project writes a number: sensible digits for its size, a unit, never scientific notation.
 
-One rule for every format and for text the builder writes into sentences (`4,890 tok/s`,
-`13.5 GB`, `8.81 ms`, `0.0795 J`), so no table shows `1.031e+04` or `4889.7054`.
+One rule for every report format, for text the builder writes into sentences (`4,890 tok/s`,
+`13.5 GB`, `8.81 ms`, `0.0795 J`) and for the app's pages (ui/ imports these; this module imports
+nothing of the app), so no table shows `1.031e+04` or `4889.7054` and a figure reads the same on a
+page and in the report.
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ MISSING = "—"
 
 def number(value: Any) -> str:
     """A figure with precision by size: thousands separated at 100 and up, three significant
-    digits below (never an exponent); MISSING for None, NaN and infinities."""
+    digits below (never an exponent); MISSING for None, NaN and infinities.
+
+    A float with a whole value is written as a whole number (`5 s`, `22 req/s`, `64 tokens`):
+    such floats are set or counted values (a duration, a planned rate, a length, a count pandas
+    made a float), never measured to that precision, and `5.00 s` would claim digits nobody
+    measured."""
     if value is None or isinstance(value, bool):
         return MISSING
     if not isinstance(value, int | float):
@@ -23,7 +30,7 @@ def number(value: Any) -> str:
     if not math.isfinite(value):
         return MISSING
     magnitude = abs(value)
-    if isinstance(value, int) or magnitude >= 100:
+    if isinstance(value, int) or magnitude >= 100 or value == int(value):
         return f"{value:,.0f}"
     if magnitude >= 10:
         return f"{value:.1f}"
@@ -43,6 +50,15 @@ def figure(value: Any, unit: str = "") -> str:
     if text == MISSING or not unit:
         return text
     return f"{text} {unit}"
+
+
+def fixed(value: float | None, unit: str = "", digits: int = 1) -> str:
+    """A figure with a caller-chosen number of decimals (`1,234.5 ms`, `0.912 req/s`), for
+    figures whose precision is the caller's (a capacity to 3 decimals, a memory in 2);
+    MISSING for a missing value (never a misleading zero)."""
+    if value is None or isinstance(value, bool) or not math.isfinite(value):
+        return MISSING
+    return f"{value:,.{digits}f} {unit}".strip()
 
 
 def percent(fraction: Any, digits: int | None = None) -> str:

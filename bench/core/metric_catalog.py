@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 if TYPE_CHECKING:
     from bench.core.schema import MetricsSummary, RunResult
@@ -85,6 +85,16 @@ class Metric:
     def label(self) -> str:
         """Short label: `TTFT p99`, `output throughput` (intervals, comparisons)."""
         return f"{self.spec.label} {self.statistic}" if self.statistic else self.spec.label
+
+    @property
+    def title(self) -> str:
+        """The label opening a heading or a tile: `Output throughput`, `TTFT p99`."""
+        return self.label[:1].upper() + self.label[1:]
+
+    @property
+    def titled_column(self) -> str:
+        """A heading with the unit that opens with a capital: `Peak GPU memory (GB)`."""
+        return f"{self.title} ({self.unit})" if self.unit else self.title
 
     @property
     def words(self) -> str:
@@ -321,6 +331,28 @@ def read_all(summary: MetricsSummary | None, run: RunResult | None = None) -> di
         if value is not None:
             out[item.name] = value
     return out
+
+
+class CataloguedFields:
+    """A stored model whose figure fields hold catalogued metrics under their stored names.
+
+    `field_metrics` maps a stored field to the metric it holds (`baseline_p99_e2e_ms` ->
+    `e2e_ms_p99`): stored files keep their field names, and whoever labels a field reads the
+    label and unit from `metric_of(field)` instead of spelling them again. A ClassVar, so it is
+    neither a model field nor part of the JSON schema."""
+
+    field_metrics: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def metric_of(cls, field_name: str) -> Metric:
+        """The catalogued metric a stored field holds; KeyError names the field and the model."""
+        name = cls.field_metrics.get(field_name)
+        if name is None:
+            raise KeyError(
+                f"{cls.__name__}.{field_name} holds no catalogued metric; "
+                f"catalogued fields: {', '.join(cls.field_metrics) or 'none'}"
+            )
+        return metric(name)
 
 
 # --------------------------------------------------------------------------- SLO bounds

@@ -8,15 +8,19 @@ in numpy, and a `numpy.bool` left in a result made the whole run unserialisable 
 
 The field names are those the results have always been stored with, so older results load as
 they are; `RunResult` reads the two older shapes (an empty dict, a report without `pattern`).
+A model's `field_metrics` says which catalogued metric each figure field holds
+(`peak_window_p99_e2e_ms` is `e2e_ms_p99`): tables and sentences take label and unit from
+`metric_of(field)` (bench.core.metric_catalog), never from the field's spelling.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, TypeAdapter, model_validator
 
 from bench.core.config import SLO
+from bench.core.metric_catalog import LADDER_LATENCIES, CataloguedFields
 from bench.core.percentiles import Percentiles
 from bench.core.strict import Strict
 
@@ -35,7 +39,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-class ReportModel(Strict):
+class ReportModel(CataloguedFields, Strict):
     """Base of every report model: numpy values become Python values at this boundary."""
 
     @model_validator(mode="before")
@@ -49,6 +53,13 @@ class ReportModel(Strict):
 
 class LadderStage(ReportModel):
     """One closed-loop stage of a concurrency ladder and why it is (or is not) the knee."""
+
+    field_metrics: ClassVar[dict[str, str]] = {
+        "request_throughput_rps": "request_throughput_rps",
+        "output_throughput_tok_s": "output_throughput_tok_s",
+        "error_rate": "error_rate",
+        **{latency.ladder_field: latency.name for latency in LADDER_LATENCIES},
+    }
 
     concurrency: int
     requests: int
@@ -98,12 +109,21 @@ class SlopeFit(ReportModel):
 
 
 class SoakFits(ReportModel):
+    """The soak's line fits, one per window series (`p99_e2e_ms`: the fit of the windows'
+    E2E p99)."""
+
+    field_metrics: ClassVar[dict[str, str]] = {"p99_e2e_ms": "e2e_ms_p99"}
+
     p99_e2e_ms: SlopeFit
     gpu_memory_mb: SlopeFit
     host_rss_mb: SlopeFit
 
 
 class SoakWindow(ReportModel):
+    """One soak window: its requests and its figures."""
+
+    field_metrics: ClassVar[dict[str, str]] = {"p99_e2e_ms": "e2e_ms_p99"}
+
     t_s: float
     requests: int
     errors: int
@@ -129,6 +149,10 @@ class SteadyAnalysis(ReportModel):
 
 
 class PulseWindow(ReportModel):
+    """One window of a pulse run, from the burst start on."""
+
+    field_metrics: ClassVar[dict[str, str]] = {"p99_e2e_ms": "e2e_ms_p99"}
+
     t_s: float
     requests: int
     errors: int
@@ -137,7 +161,14 @@ class PulseWindow(ReportModel):
 
 
 class PulseAnalysis(ReportModel):
-    """Errors, peak latency, queue depth and recovery of a burst (analysis.pulse_report)."""
+    """Errors, peak latency, queue depth and recovery of a burst (analysis.pulse_report).
+
+    `peak_e2e_ms` is the largest E2E from the burst on: a maximum, no catalogued statistic."""
+
+    field_metrics: ClassVar[dict[str, str]] = {
+        "baseline_p99_e2e_ms": "e2e_ms_p99",
+        "peak_window_p99_e2e_ms": "e2e_ms_p99",
+    }
 
     window_s: float
     burst_s: float

@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -44,6 +44,7 @@ from bench.core.config import (
     restated_axis,
 )
 from bench.core.errors import UserError
+from bench.core.metric_catalog import CataloguedFields
 from bench.core.schema import ModelInfo, RequestRecord, RunResult
 from bench.core.strict import Strict, StrictInput
 
@@ -219,8 +220,17 @@ class PlainGenerateReference(Strict):
     torch_version: str
 
 
-class FidelityRound(Strict):
+THROUGHPUT_FIELDS: dict[str, str] = {
+    "reference_output_throughput_tok_s": "output_throughput_tok_s",
+    "backend_output_throughput_tok_s": "output_throughput_tok_s",
+}
+"""The two sides' output throughput, stored under these names since the first checks."""
+
+
+class FidelityRound(CataloguedFields, Strict):
     """Launch mode: one reference measurement and one backend run."""
+
+    field_metrics: ClassVar[dict[str, str]] = THROUGHPUT_FIELDS
 
     reference_output_throughput_tok_s: float
     backend_output_throughput_tok_s: float | None
@@ -228,8 +238,18 @@ class FidelityRound(Strict):
     plain: PlainGenerateReference | None = None
 
 
-class FidelityPair(Strict):
-    """Paired mode: one plain `generate` and one harness batch, neighbours on one model."""
+class FidelityPair(CataloguedFields, Strict):
+    """Paired mode: one plain `generate` and one harness batch, neighbours on one model.
+
+    `backend_ttft_ms_p50` is the batch's TTFT p50 (`ttft_ms_p50` of its summary, hence the
+    name); the step gaps are one request's inter-token gaps, nearest-rank, not the pooled ITL
+    of the catalogue, so they have no catalogued metric."""
+
+    field_metrics: ClassVar[dict[str, str]] = {
+        "plain_output_throughput_tok_s": "output_throughput_tok_s",
+        "backend_output_throughput_tok_s": "output_throughput_tok_s",
+        "backend_ttft_ms_p50": "ttft_ms_p50",
+    }
 
     plain_first: bool
     plain_elapsed_s: float
@@ -242,8 +262,10 @@ class FidelityPair(Strict):
     ratio: float
 
 
-class FidelityResult(Strict):
+class FidelityResult(CataloguedFields, Strict):
     """One check's outcome. `ratio` = backend / reference output tok/s (median round or pair)."""
+
+    field_metrics: ClassVar[dict[str, str]] = THROUGHPUT_FIELDS
 
     check: FidelityCheck
     ratio: float | None
@@ -596,8 +618,10 @@ async def paired_fidelity(check: PytorchFidelityCheck, model: ModelInfo) -> Fide
         gaps = step_gaps_ms(records)
         return {
             "backend_duration_s": summary.duration_s,
-            "backend_output_throughput_tok_s": summary.output_throughput_tok_s,
-            "backend_ttft_ms_p50": summary.ttft_ms.p50 if summary.ttft_ms else None,
+            **{
+                field: FidelityPair.metric_of(field).read(summary)
+                for field in ("backend_output_throughput_tok_s", "backend_ttft_ms_p50")
+            },
             "backend_step_ms_p10": percentile(gaps, 0.10),
             "backend_step_ms_p50": percentile(gaps, 0.50),
         }

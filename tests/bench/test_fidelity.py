@@ -99,6 +99,8 @@ async def test_paired_mode_alternates_plain_and_harness_on_one_model(
             pair.backend_output_throughput_tok_s / pair.plain_output_throughput_tok_s
         )
         assert 0 < pair.backend_step_ms_p10 <= pair.backend_step_ms_p50
+        # Read through the catalogue (FidelityPair.metric_of): the batch summary's TTFT p50.
+        assert pair.backend_ttft_ms_p50 is not None and pair.backend_ttft_ms_p50 > 0
     ratios = sorted(pair.ratio for pair in result.pairs)
     assert result.ratio == pytest.approx((ratios[1] + ratios[2]) / 2)
     assert result.passed == (result.ratio >= 0.90)

@@ -12,7 +12,7 @@ import pytest
 
 from advisor.evidence import _slo_check, measured_reference_runs, objective_metric
 from advisor.profile import Objective, ProfileSLO, StageProfile
-from advisor.report.model import REPORT_METRICS, SPEED_COLUMNS, EvidenceRow
+from advisor.report.model import REPORT_METRICS, RESOURCE_COLUMNS, SPEED_COLUMNS, EvidenceRow
 from bench.core.config import SLO, ValidityRules
 from bench.core.metric_catalog import (
     LADDER_LATENCIES,
@@ -21,6 +21,7 @@ from bench.core.metric_catalog import (
     REQUEST_SLO_BOUNDS,
     SLO_BOUNDS,
     SPECS,
+    CataloguedFields,
     Metric,
     higher_is_better,
     metric,
@@ -125,6 +126,44 @@ def test_names_are_unique_and_the_stored_spellings_are_fields() -> None:
     assert metric("ttft_ms_p99").ladder_field == "p99_ttft_ms"
 
 
+def _catalogued_models() -> list[type]:
+    from bench.core import pattern_reports
+    from bench.orchestrate import fidelity
+
+    found = []
+    for module in (pattern_reports, fidelity):
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, CataloguedFields)
+                and value.field_metrics
+            ):
+                found.append(value)
+    return found
+
+
+def test_stored_figure_fields_name_the_catalogued_metric_they_hold() -> None:
+    """Every `field_metrics` entry is a field of its model holding the metric its name says:
+    the stored spelling (`baseline_p99_e2e_ms`, `backend_ttft_ms_p50`) contains the metric's
+    ladder (`p99_e2e_ms`) or catalogue (`ttft_ms_p50`) spelling, so a label read through
+    `metric_of` is the figure's own."""
+    from bench.core.pattern_reports import PulseAnalysis, SoakFits, SoakWindow
+    from bench.orchestrate.fidelity import FidelityPair, FidelityResult
+
+    models = _catalogued_models()
+    assert {PulseAnalysis, SoakFits, SoakWindow, LadderStage, FidelityPair, FidelityResult} <= set(
+        models
+    )
+    for model in models:
+        for field_name in model.field_metrics:
+            held = model.metric_of(field_name)
+            assert field_name in model.model_fields, (model.__name__, field_name)
+            assert held.ladder_field in field_name or held.name in field_name, (field_name, held)
+    assert PulseAnalysis.metric_of("peak_window_p99_e2e_ms").label == "E2E p99"
+    with pytest.raises(KeyError, match=r"PulseAnalysis.peak_e2e_ms holds no catalogued metric"):
+        PulseAnalysis.metric_of("peak_e2e_ms")
+
+
 def test_tables_and_intervals_use_the_catalogue() -> None:
     assert SPEED_COLUMNS == (
         "Requests/s",
@@ -135,6 +174,16 @@ def test_tables_and_intervals_use_the_catalogue() -> None:
         "E2E p99 (ms)",
         "Errors",
     )
+    # The Resources table's headings, as the report wrote them by hand before.
+    assert RESOURCE_COLUMNS == (
+        "Peak GPU memory (GB)",
+        "GB per billion parameters",
+        "Energy per output token (J)",
+    )
+    assert [metric(name).title for name in ("output_throughput_tok_s", "ttft_ms_p99")] == [
+        "Output throughput",
+        "TTFT p99",
+    ]
     for item in GROUP_METRICS:
         assert METRICS_BY_NAME[item.name] == item
     assert {item.family for item in GROUP_METRICS} == {"rate", "ttft", "tpot", "itl", "e2e"}
@@ -245,3 +294,20 @@ def test_slo_form_labels_name_the_direction_and_unit() -> None:
         "Request throughput at least (req/s)",
         "Output throughput at least (tok/s)",
     ]
+
+
+def test_bench_run_summary_lines_name_the_metrics_as_the_catalogue(reference_runs, capsys) -> None:
+    """`bench run`'s printed summary of a shipped run: units and labels from the catalogue, in
+    the words the command always printed."""
+    from bench.cli import _print_result
+
+    run = next(r for r in reference_runs if r.summary and r.summary.tok_s_per_user is not None)
+    _print_result(run)
+    out = capsys.readouterr().out
+    s = run.summary
+    assert (
+        f"{s.request_throughput_rps:.2f} req/s, {s.output_throughput_tok_s:.1f} output tok/s"
+    ) in out
+    assert (
+        f"  tok/s per user {s.tok_s_per_user:.1f} (1000 / TPOT p50), output tok/s per GPU " in out
+    )

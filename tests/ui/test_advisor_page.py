@@ -192,15 +192,22 @@ def test_a_model_that_does_not_fit_reads_plainly(app_test):
 
 
 def test_figures_are_formatted_with_units_and_sensible_digits():
-    from ui.components import format_figure, metric_label, metric_unit
+    """The pages write figures with the report's formatter (advisor.report.numbers) and name
+    metrics by the catalogue's labels and units."""
+    from advisor.report.numbers import figure
+    from ui.components import metric_label, metric_unit
 
-    assert format_figure(4889.7054, "tok/s") == "4,890 tok/s"
-    assert format_figure(13.4789, "GB") == "13.5 GB"
-    assert format_figure(5.3521, "ms") == "5.35 ms"
-    assert format_figure(0.012345) == "0.0123"
-    assert format_figure(None, "ms") == "—" and format_figure(float("nan")) == "—"
+    assert figure(4889.7054, "tok/s") == "4,890 tok/s"
+    assert figure(13.4789, "GB") == "13.5 GB"
+    assert figure(5.3521, "ms") == "5.35 ms"
+    assert figure(0.012345) == "0.0123"
+    assert figure(None, "ms") == "—" and figure(float("nan")) == "—"
     assert metric_unit("output_throughput_tok_s") == "tok/s" and metric_unit("ttft_ms") == "ms"
     assert metric_label("output_throughput_tok_s") == "output throughput"
+    # Names the old suffix rule read as `e2e ms p99` without a unit, now the catalogue's.
+    assert (metric_label("e2e_ms_p99"), metric_unit("e2e_ms_p99")) == ("E2E p99", "ms")
+    assert metric_unit("gpu_s_per_million_tokens") == "GPU-s"
+    assert metric_label("not_a_metric") == "not a metric" and metric_unit("not_a_metric") == ""
 
 
 def test_an_edit_keeps_the_fields_the_form_does_not_show(app_test):
