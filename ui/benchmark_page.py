@@ -21,6 +21,7 @@ from advisor.profile import StageProfile
 from bench.core.config import PATTERN_NAMES, RunConfig
 from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
+from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
 from bench.orchestrate.web_policy import check_web_jobs
 from bench.storage.store import Job, ResultStore
@@ -604,7 +605,7 @@ def _runner_hint(job: Any) -> None:
 
 def run_section(run: dict[str, Any], job: Any) -> None:
     status = run.get("status") or RunStatus.QUEUED.value
-    latest = run.get("latest") or {}
+    latest = RunProgress.from_stored(run.get("latest"))
     title = f"{run['index'] + 1}. **{run['backend']}** · {run['model']} · {run['pattern']}"
     with st.container(border=True):
         head = st.columns([4, 1])
@@ -619,18 +620,18 @@ def run_section(run: dict[str, Any], job: Any) -> None:
             finished_run(run)
 
 
-def _progress_bars(latest: dict[str, Any]) -> None:
-    stage = latest.get("stage")
-    if stage in (None, "loading", "loaded"):
+def _progress_bars(latest: RunProgress | None) -> None:
+    stage = latest.stage if latest is not None else None
+    if latest is None or stage in ("loading", "loaded"):
         st.progress(0.0, text="Loading the model (compile or engine build included)…")
         return
-    if stage == "warmup" or latest.get("phase_index") is None:
+    if latest.phase_index is None:
         st.progress(0.0, text="Warming up (these requests are excluded from the figures)…")
         return
-    phases_total = latest.get("phases_total") or 1
-    phase_index = latest.get("phase_index") or 0
-    phase_duration = latest.get("phase_duration_s")
-    phase_elapsed = latest.get("phase_elapsed_s") or 0.0
+    phases_total = latest.phases_total or 1
+    phase_index = latest.phase_index
+    phase_duration = latest.phase_duration_s
+    phase_elapsed = latest.phase_elapsed_s or 0.0
     phase_fraction = min(1.0, phase_elapsed / phase_duration) if phase_duration else 0.0
     overall = min(1.0, (phase_index + phase_fraction) / phases_total)
     st.progress(
@@ -640,13 +641,13 @@ def _progress_bars(latest: dict[str, Any]) -> None:
             if phases_total == 1
             else f"Run: phase {phase_index + 1} of {phases_total}"
         )
-        + f" · {latest.get('completed', 0)} "
-        f"requests done, {latest.get('failed', 0)} failed, {latest.get('in_flight', 0)} in flight",
+        + f" · {latest.completed or 0} requests done, {latest.failed or 0} failed, "
+        f"{latest.in_flight or 0} in flight",
     )
     if phases_total > 1:
         st.progress(
             phase_fraction,
-            text=f"Phase {latest.get('phase') or phase_index + 1}: "
+            text=f"Phase {latest.phase or phase_index + 1}: "
             f"{phase_elapsed:.0f} s of {phase_duration or 0:.0f} s",
         )
 

@@ -26,6 +26,7 @@ from pydantic import Field
 
 from bench.core.config import RunConfig
 from bench.core.errors import UserError
+from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
 from bench.core.strict import Strict
 from bench.run.environment import node_text
@@ -185,7 +186,7 @@ class Executor(Protocol):
         self,
         step: CampaignStep,
         context: StepContext,
-        on_progress: Callable[[dict], None] | None = None,
+        on_progress: Callable[[RunProgress], None] | None = None,
     ) -> StepOutcome:
         """Run one campaign step and return its outcome."""
 

@@ -44,6 +44,7 @@ from bench.core.config import (
     restated_axis,
 )
 from bench.core.errors import UserError
+from bench.core.progress import RunProgress
 from bench.core.schema import ModelInfo, RequestRecord, RunResult
 from bench.core.strict import Strict, StrictInput
 
@@ -273,7 +274,7 @@ def run_check(
     check: VllmFidelityCheck | PytorchFidelityCheck,
     store: RunWriter | None = None,
     out_dir: Path | None = None,
-    on_progress: Callable[[dict], None] | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
 ) -> FidelityResult:
     """Run one fidelity check; backend runs go to `store` and `out_dir/runs/`.
 
@@ -308,7 +309,7 @@ def _vllm_check(
     check: VllmFidelityCheck,
     store: RunWriter | None,
     out_dir: Path | None,
-    on_progress: Callable[[dict], None] | None,
+    on_progress: Callable[[RunProgress], None] | None,
 ) -> FidelityResult:
     from bench.engines.models import resolve_model
     from bench.run.api import launch
@@ -389,7 +390,7 @@ def _pytorch_launch_check(
     check: PytorchFidelityCheck,
     store: RunWriter | None,
     out_dir: Path | None,
-    on_progress: Callable[[dict], None] | None,
+    on_progress: Callable[[RunProgress], None] | None,
 ) -> FidelityResult:
     from bench.engines.models import resolve_model
     from bench.run.api import launch

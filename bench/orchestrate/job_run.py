@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.core.config import RunConfig
+from bench.core.progress import ProgressPoint, RunProgress
 from bench.core.schema import RunStatus
 
 if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
@@ -58,8 +59,9 @@ class JobProgress:
     """The job's `progress` JSON: one entry per run with its latest progress and a short history.
 
     Shape: {"runs": [{"index", "backend", "model", "pattern", "status", "run_id", "latest",
-    "history": [{"elapsed_s", "completed", "failed", "output_tokens", "in_flight", "phase",
-    "gpu_memory_used_bytes", "power_w", "host_rss_bytes"}]}], "current": index, "updated": epoch s}
+    "history"}], "current": index, "updated": epoch s}: `latest` is the run's last
+    `RunProgress` dumped as JSON (`{}` until it has one; read back with
+    `RunProgress.from_stored`), `history` a list of dumped `ProgressPoint`s.
     """
 
     def __init__(self, configs: list[RunConfig], write: Callable[[dict], None]) -> None:
@@ -87,26 +89,15 @@ class JobProgress:
                 run["error"] = error
         self.flush(force=True)
 
-    def on_progress(self, index: int, progress: dict) -> None:
+    def on_progress(self, index: int, progress: RunProgress) -> None:
         """`launch`'s on_progress for run `index`: keep the latest, append history, throttle."""
         with self.lock:
             run = self.state["runs"][index]
-            stage_changed = progress.get("stage") != run["latest"].get("stage")
-            run["latest"] = _jsonable(progress)
-            run["run_id"] = progress.get("run_id") or run["run_id"]
-            if progress.get("stage") == "running" and "elapsed_s" in progress:
-                telemetry = progress.get("telemetry") or {}
-                point = {
-                    "elapsed_s": progress.get("elapsed_s"),
-                    "completed": progress.get("completed"),
-                    "failed": progress.get("failed"),
-                    "output_tokens": progress.get("output_tokens"),
-                    "in_flight": progress.get("in_flight"),
-                    "phase": progress.get("phase"),
-                    "gpu_memory_used_bytes": telemetry.get("gpu_memory_used_bytes"),
-                    "power_w": telemetry.get("power_w"),
-                    "host_rss_bytes": telemetry.get("host_rss_bytes"),
-                }
+            stage_changed = progress.stage != (run["latest"] or {}).get("stage")
+            run["latest"] = progress.model_dump(mode="json")
+            run["run_id"] = progress.run_id or run["run_id"]
+            if progress.stage == "running" and progress.elapsed_s is not None:
+                point = ProgressPoint.of(progress).model_dump(mode="json")
                 history = run["history"]
                 if history and history[-1].get("elapsed_s") == point["elapsed_s"]:
                     history[-1] = point
@@ -125,11 +116,6 @@ class JobProgress:
             self.state["updated"] = time.time()
             snapshot = json.loads(json.dumps(self.state))
         self.write(snapshot)
-
-
-def _jsonable(value: Any) -> Any:
-    """Progress dicts come from another process; keep only what JSON can hold."""
-    return json.loads(json.dumps(value, default=str))
 
 
 # --------------------------------------------------------------------------- one job
@@ -180,8 +166,8 @@ def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunSta
     watcher = _StopWatcher(store, job_id, stop)
     watcher.start()
 
-    def on_progress(index: int, update: dict) -> None:
-        watcher.current_run_id = update.get("run_id") or watcher.current_run_id
+    def on_progress(index: int, update: RunProgress) -> None:
+        watcher.current_run_id = update.run_id or watcher.current_run_id
         progress.on_progress(index, update)
 
     run_ids: list[str] = []

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.core.errors import UserError
+from bench.core.progress import RunProgress
 from bench.core.schema import Failure, RunStatus
 from bench.orchestrate.executors import ExecutorSettings, Resources, job_resources
 from bench.orchestrate.ray_node import FORWARDED_JOB_WRITES, FORWARDED_WRITES
@@ -166,7 +167,7 @@ class RayExecutor:
         self,
         step: Any,
         context: Any,
-        on_progress: Callable[[dict], None] | None = None,
+        on_progress: Callable[[RunProgress], None] | None = None,
     ) -> Any:
         """Run one campaign step as a Ray task; its folder's files and runs come back here."""
         from bench.orchestrate.campaign import StepOutcome, step_resources
@@ -191,7 +192,7 @@ class RayExecutor:
                     placement.update(args[0])
                 elif name == "progress":
                     if on_progress is not None:
-                        on_progress(args[0])
+                        on_progress(RunProgress.model_validate(args[0]))
                 elif name in FORWARDED_WRITES and store is not None:
                     if name == "create_run":
                         created.append(args[0].run_id)

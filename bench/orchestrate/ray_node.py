@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import sys
 import tempfile
 import threading
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from bench.core.fingerprint import COMPARABILITY_LIBRARIES
+from bench.core.progress import RunProgress
 from bench.core.strict import Strict
 from bench.run.environment import NodePlacement, library_versions, node_placement
 
@@ -329,8 +329,8 @@ def run_step_on_node(
     step = TypeAdapter(CampaignStep).validate_json(step_json)
     context = StepContext.model_validate_json(context_json)
 
-    def on_progress(progress: dict) -> None:
-        channel.put.remote(("progress", (json.loads(json.dumps(progress, default=str)),), {}))
+    def on_progress(progress: RunProgress) -> None:
+        channel.put.remote(("progress", (progress.model_dump(mode="json"),), {}))
 
     with (
         node_store(channel, store_location) as store,

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
 from bench.orchestrate import jobs
 from bench.storage.store import ResultStore
@@ -71,11 +72,11 @@ def test_progress_writes_are_throttled_and_stage_changes_forced():
     started = len(writes)
     for step in range(50):  # 50 updates in a burst: at most one unforced write gets through
         progress.on_progress(
-            0, {"stage": "running", "phase": "p", "elapsed_s": step * 0.01, "output_tokens": step}
+            0, RunProgress(stage="running", phase="p", elapsed_s=step * 0.01, output_tokens=step)
         )
     assert len(writes) - started <= 2
-    progress.on_progress(0, {"stage": "done", "run_id": "r1"})  # a stage change is written now
-    assert writes[-1]["runs"][0]["latest"]["stage"] == "done"
+    progress.on_progress(0, RunProgress(stage="cooldown", run_id="r1"))  # written at once
+    assert writes[-1]["runs"][0]["latest"]["stage"] == "cooldown"
     assert writes[-1]["runs"][0]["run_id"] == "r1"
     assert len(progress.state["runs"][0]["history"]) == 50
 
@@ -83,7 +84,7 @@ def test_progress_writes_are_throttled_and_stage_changes_forced():
 def test_history_is_bounded_but_spans_the_run():
     progress = jobs.JobProgress([fake_config()], lambda _s: None)
     for step in range(jobs.HISTORY_POINTS * 3):
-        progress.on_progress(0, {"stage": "running", "elapsed_s": float(step), "phase": "p"})
+        progress.on_progress(0, RunProgress(stage="running", elapsed_s=float(step), phase="p"))
     history = progress.state["runs"][0]["history"]
     assert len(history) <= jobs.HISTORY_POINTS
     assert history[0]["elapsed_s"] == 0.0
