@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import PydanticSerializationError
 
-from bench.core.config import FP8_RANDOM_WEIGHTS_NOTE, ReplayLoad, RunConfig
+from bench.core.config import FP8_RANDOM_WEIGHTS_NOTE, RunConfig
 from bench.core.errors import BackendUnavailable, RunAborted, RunInterrupted, UserError
 from bench.core.outputs import os_reason, prepare_out_dir, write_atomic
 from bench.core.pattern_reports import HeldLoadReport, PatternReportBase
@@ -111,8 +111,7 @@ def check_traffic_files(config: RunConfig) -> None:
     from bench.core.config import GenerateWorkload
     from bench.run.traffic_files import read_prompt_file, read_trace
 
-    if isinstance(config.load, ReplayLoad):
-        read_trace(config.load)
+    config.load.check_input_files(read_trace)
     workload = config.workload
     if isinstance(workload, GenerateWorkload) and workload.prompt_file is not None:
         read_prompt_file(workload.prompt_file)
