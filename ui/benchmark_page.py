@@ -21,6 +21,7 @@ from advisor.profile import StageProfile
 from bench.core.config import PATTERN_NAMES, RunConfig
 from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
+from bench.core.job_progress import JobRunProgress
 from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
 from bench.orchestrate.web_policy import check_web_jobs
@@ -567,7 +568,7 @@ def job_panel(job: Job) -> None:
         _runner_hint(job)
     from bench.orchestrate.executors import describe_placement
 
-    where = describe_placement((job.progress or {}).get("placement"))
+    where = describe_placement(job.progress.placement)
     if where:
         (st.info if where.startswith("Queued") else st.caption)(where)
     if job.error:
@@ -575,7 +576,7 @@ def job_panel(job: Job) -> None:
     from bench.orchestrate.jobs import queued_runs
 
     # Until the runner claims the job it has written no progress: show every run as queued.
-    runs = (job.progress or {}).get("runs") or queued_runs(job.configs)
+    runs = job.progress.runs or queued_runs(job.configs)
     for run in runs:
         run_section(run, job)
     if job.finished and job.status != RunStatus.QUEUED and job.run_ids:
@@ -603,10 +604,10 @@ def _runner_hint(job: Any) -> None:
             st.caption("Queued: the job runner sends it to the Ray cluster shortly.")
 
 
-def run_section(run: dict[str, Any], job: Any) -> None:
-    status = run.get("status") or RunStatus.QUEUED.value
-    latest = RunProgress.from_stored(run.get("latest"))
-    title = f"{run['index'] + 1}. **{run['backend']}** · {run['model']} · {run['pattern']}"
+def run_section(run: JobRunProgress, job: Any) -> None:
+    status = run.status.value
+    latest = run.latest
+    title = f"{run.index + 1}. **{run.backend}** · {run.model} · {run.pattern}"
     with st.container(border=True):
         head = st.columns([4, 1])
         head[0].markdown(title)
@@ -614,7 +615,7 @@ def run_section(run: dict[str, Any], job: Any) -> None:
             status_badge(status)
         if status == RunStatus.RUNNING.value:
             _progress_bars(latest)
-        if run.get("history"):
+        if run.history:
             live_charts(run)
         if status in (RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.STOPPED.value):
             finished_run(run)
@@ -652,10 +653,12 @@ def _progress_bars(latest: RunProgress | None) -> None:
         )
 
 
-def live_charts(run: dict[str, Any]) -> None:
+def live_charts(run: JobRunProgress) -> None:
     """Throughput from progress history, latency from stored records, GPU memory and power."""
-    history = pd.DataFrame(run["history"])
-    if history.empty or "elapsed_s" not in history:
+    # pandas wants records: one per point that has a time (the runner writes no other).
+    points = [point.model_dump() for point in run.history if point.elapsed_s is not None]
+    history = pd.DataFrame(points)
+    if history.empty:
         return
     history = history.sort_values("elapsed_s")
     history = history[history["phase"] != "warmup"]
@@ -682,7 +685,7 @@ def live_charts(run: dict[str, Any]) -> None:
         )
     with charts[1]:
         st.markdown("**Latency per request**")
-        frame = records_frame(run["run_id"], state.store_location()) if run.get("run_id") else None
+        frame = records_frame(run.run_id, state.store_location()) if run.run_id else None
         if frame is None or frame.empty:
             st.caption("Appears as requests complete.")
         else:
@@ -729,12 +732,12 @@ def live_charts(run: dict[str, Any]) -> None:
                 st.caption("No memory readings yet.")
 
 
-def finished_run(run: dict[str, Any]) -> None:
+def finished_run(run: JobRunProgress) -> None:
     store = state.get_store()
-    run_id = run.get("run_id")
+    run_id = run.run_id
     if not run_id:
-        if run.get("error"):
-            st.error(run["error"])
+        if run.error:
+            st.error(run.error)
         return
     try:
         result = store.get_run(run_id)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from bench.core.fingerprint import COMPARABILITY_LIBRARIES
+from bench.core.job_progress import JobPlacement, JobProgressState
 from bench.core.progress import RunProgress
 from bench.core.strict import Strict
 from bench.run.environment import NodePlacement, library_versions, node_placement
@@ -186,11 +187,12 @@ class PlacedStore:
 
     def __init__(self, base: JobRunStore, placement: NodePlacement) -> None:
         self.base = base
-        self.placement = placement.model_dump() | {"state": "running"}
+        self.placement = JobPlacement.model_validate(placement.model_dump() | {"state": "running"})
 
     def update_job(self, job_id: str, **fields: Any) -> None:
-        if isinstance(fields.get("progress"), dict):
-            fields["progress"] = {**fields["progress"], "placement": self.placement}
+        progress = fields.get("progress")
+        if isinstance(progress, JobProgressState):
+            fields["progress"] = progress.model_copy(update={"placement": self.placement})
         self.base.update_job(job_id, **fields)
 
     def get_job(self, job_id: str) -> Job:

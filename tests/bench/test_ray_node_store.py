@@ -15,6 +15,7 @@ from typing import Protocol
 import pytest
 
 from bench.core.config import RunConfig
+from bench.core.job_progress import JobPlacement, JobProgressState
 from bench.core.schema import Failure, RequestRecord, RunResult, RunStatus
 from bench.orchestrate.ray_node import (
     FORWARDED_JOB_WRITES,
@@ -109,7 +110,7 @@ def test_forwarding_store_mirrors_run_writes_and_forwards_them_in_order(tmp_path
         forwarding.heartbeat(result.run_id)
         forwarding.add_records(result.run_id, records)
         assert forwarding.fail_run(result.run_id, Failure(cause="boom")) is True
-        forwarding.update_job("job-1", progress={"runs": []})
+        forwarding.update_job("job-1", progress=JobProgressState())
         forwarding.job_heartbeat("job-1", run_id=result.run_id)
         # reads answer from the node's mirror
         assert forwarding.get_run(result.run_id).status == RunStatus.FAILED
@@ -150,7 +151,7 @@ def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
     result = make_result()
     try:
         placed.create_run(result)
-        placed.update_job("job-1", progress={"runs": []}, status="RUNNING")
+        placed.update_job("job-1", progress=JobProgressState(current=0), status="RUNNING")
         placed.update_job("job-1", run_ids=[result.run_id])
         placed.job_heartbeat("job-1", run_id=result.run_id)
         assert placed.get_run(result.run_id).run_id == result.run_id
@@ -159,8 +160,10 @@ def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
         base.close()
     calls = [event for event in channel.events if event[0] == "update_job"]
     first, second = (kwargs for _name, _args, kwargs in calls)
-    assert first["progress"]["placement"] == placement.model_dump() | {"state": "running"}
-    assert first["progress"]["runs"] == [] and first["status"] == "RUNNING"
+    assert first["progress"].placement == JobPlacement.model_validate(
+        placement.model_dump() | {"state": "running"}
+    )
+    assert first["progress"].current == 0 and first["status"] == "RUNNING"
     assert second == {"run_ids": [result.run_id]}
     assert [name for name, _a, _k in channel.events] == [
         "create_run",

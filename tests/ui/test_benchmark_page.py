@@ -178,9 +178,9 @@ def test_a_real_runs_progress_round_trips_through_the_job_row_to_the_page(
     for update in sent[: sent.index(latest) + 1]:
         progress.on_progress(0, update)
     progress.flush(force=True)
-    stored_run = store.get_job(job_id).progress["runs"][0]
-    assert RunProgress.from_stored(stored_run["latest"]) == latest
-    assert stored_run["history"][-1]["completed"] == latest.completed
+    stored_run = store.get_job(job_id).progress.runs[0]
+    assert stored_run.latest == latest
+    assert stored_run.history[-1].completed == latest.completed
 
     at = app_test(PAGE).run()
     assert not at.exception
