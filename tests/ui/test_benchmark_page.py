@@ -189,6 +189,32 @@ def test_a_real_runs_progress_round_trips_through_the_job_row_to_the_page(
     assert any(expected in text for text in texts), texts
 
 
+def test_a_job_row_the_old_runner_wrote_drives_the_page(app_test, store_path, no_runner):
+    """A running job whose row the job runner before the typed progress wrote (free-form JSON,
+    tests/bench/data/job_progress_before_typed.json, with the ray executor's queued placement)
+    still shows its runs, the live readout and the placement line."""
+    import json
+
+    from bench.storage.store import ResultStore
+    from tests.bench.test_job_progress import OLD_CONFIGS, OLD_ROWS, write_raw_progress
+
+    store = ResultStore(store_path)
+    job_id = store.create_job(OLD_CONFIGS, label="old row")
+    store.claim_next_job(pid=12345, runner="gpu-host-b:12345")
+    row = {**OLD_ROWS["mid_run"], "placement": OLD_ROWS["queued_placement"]}
+    write_raw_progress(store, job_id, json.dumps(row))
+    store.job_heartbeat(job_id)
+
+    at = app_test(PAGE).run()
+    assert not at.exception
+    latest = row["runs"][0]["latest"]
+    texts = [p.text or "" for p in at.get("progress")]
+    expected = f"{latest['completed']} requests done, {latest['failed']} failed"
+    assert any(expected in text for text in texts), texts
+    assert any("2. **no-such-backend**" in m.value for m in at.markdown)
+    assert any("waiting for a node with 1 × GPU, 1 CPU" in i.value for i in at.info)
+
+
 def test_plan_shows_its_cost_and_a_long_plan_asks_for_confirmation(
     app_test, store_path, no_runner, tmp_path, monkeypatch
 ):
