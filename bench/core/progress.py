@@ -3,9 +3,10 @@ the CLI bar, the job row in the store and the app's live readout.
 
 The run loop (bench/run/runner.py) fills the phase and request counts; the worker adds nothing,
 `bench.run.api.launch` adds the run id, the worker's pid and the latest telemetry; a repeat group
-adds the repeat. The job runner (bench/orchestrate/job_run.py) stores `model_dump(mode="json")`
-and the page reads it back with `RunProgress.from_stored`, which also reads rows written before
-this model existed (free-form dicts with the same keys, a repeat's total as "of").
+adds the repeat. The job runner (bench/orchestrate/job_run.py) keeps it in the job row's
+`JobProgressState` (bench/core/job_progress.py), which reads it back with
+`RunProgress.from_stored`: that also reads rows written before this model existed (free-form
+dicts with the same keys, a repeat's total as "of").
 """
 
 from __future__ import annotations

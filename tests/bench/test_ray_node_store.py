@@ -10,6 +10,7 @@ the real actor is exercised by the slow cluster tests (tests/bench/test_ray_exec
 from __future__ import annotations
 
 import inspect
+import pickle
 from typing import Protocol
 
 import pytest
@@ -171,3 +172,44 @@ def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
         "update_job",
         "job_heartbeat",
     ]
+
+
+def test_job_progress_written_on_a_node_reaches_the_submitters_job_row(tmp_path):
+    """The ray executor's SQLite path without Ray: a node's JobProgress writes through PlacedStore
+    and ForwardingStore; every event crosses pickled (as Ray sends it) and the submitter applies
+    the job writes; its job row then reads back the node's state with the node's placement."""
+    from bench.core.progress import RunProgress
+    from bench.orchestrate.executors import describe_placement
+    from bench.orchestrate.job_run import JobProgress
+
+    config = RunConfig(backend="fake", model="tiny-llama")
+    submitter = ResultStore(tmp_path / "submitter.sqlite")
+    job_id = submitter.create_job([config])
+    channel = RecordingChannel()
+    base = ForwardingStore(channel, None, tmp_path)
+    placement = NodePlacement(node_id="n1", hostname="host-a", node_ip="127.0.0.1", gpu_ids=["0"])
+    placed = PlacedStore(base, placement)
+    try:
+        progress = JobProgress([config], lambda state: placed.update_job(job_id, progress=state))
+        progress.start_run(0)
+        progress.on_progress(
+            0, RunProgress(stage="running", run_id="run-0", phase="p", elapsed_s=0.5, completed=3)
+        )
+        progress.finish_run(0, RunStatus.COMPLETED, "run-0", None)
+        for event in channel.events:
+            name, args, kwargs = pickle.loads(pickle.dumps(event))
+            if name in FORWARDED_JOB_WRITES:
+                getattr(submitter, name)(*args, **kwargs)
+        stored = submitter.get_job(job_id).progress
+    finally:
+        base.close()
+        submitter.close()
+    assert stored.runs == progress.state.runs
+    assert stored.runs[0].status == RunStatus.COMPLETED
+    assert stored.runs[0].history[0].completed == 3
+    assert stored.placement == JobPlacement.model_validate(
+        placement.model_dump() | {"state": "running"}
+    )
+    assert (
+        describe_placement(stored.placement) == "Running on node host-a (127.0.0.1, n1) / GPUs 0."
+    )
