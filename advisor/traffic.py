@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from bench.core.config import (
     ConversationSpec,
+    CpuReplayClip,
     GenerateWorkload,
     LengthDistribution,
     PrefixPool,
@@ -34,7 +35,7 @@ TensorRT-LLM's block reuse is an engine-build option and TensorRT-LLM does not r
 project's CPU machines, so it is ranked but not paired."""
 QUICK_REPLAY_REQUESTS = 200
 """The quick plan replays at most this many trace rows (a first answer in minutes)."""
-CPU_REPLAY = {"max_requests": 8, "max_input_tokens": 64, "max_output_tokens": 16}
+CPU_REPLAY = CpuReplayClip(max_requests=8, max_input_tokens=64, max_output_tokens=16)
 """CPU rehearsals replay the first rows clipped (docs/traffic.md)."""
 CACHING_ON = "prefix caching on"
 CACHING_OFF = "prefix caching off"
@@ -177,16 +178,13 @@ def replay_load(stage: StageProfile, quick: bool, *, cpu_only: bool = False) -> 
     options: dict[str, object] = {"trace": stage.trace_file, "warmup_requests": 2}
     if quick:
         options["max_requests"] = QUICK_REPLAY_REQUESTS
-    if cpu_only:
-        options.update(CPU_REPLAY)
-    return ReplayLoad.model_validate(options)
+    load = ReplayLoad.model_validate(options)
+    return load.on_the_cpu(CPU_REPLAY) if cpu_only else load
 
 
 def on_the_cpu(config: RunConfig) -> RunConfig:
-    """A CPU plan's replay: the first rows, clipped (other loads unchanged)."""
-    if not isinstance(config.load, ReplayLoad):
-        return config
-    return config.model_copy(update={"load": config.load.model_copy(update=CPU_REPLAY)})
+    """A CPU plan's load (a replay: its first rows, clipped; other loads unchanged)."""
+    return config.model_copy(update={"load": config.load.on_the_cpu(CPU_REPLAY)})
 
 
 def replay_seconds(load: ReplayLoad) -> float:

@@ -22,6 +22,7 @@ from bench.core.files import check_user_path
 from bench.core.metric_catalog import metric as catalogue_metric
 
 if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
+    from bench.core.progress import RunProgress
     from bench.storage.store import RunWriter
 
 app = typer.Typer(
@@ -454,16 +455,13 @@ class _ProgressPrinter:
             self.task = self.bar.add_task("starting", total=None, info="")
             self.bar.start()
 
-    def __call__(self, p: dict) -> None:
+    def __call__(self, p: RunProgress) -> None:
         if not self.bar:
             return
-        stage = p.get("stage", "")
-        desc = p.get("phase") or stage
-        total = p.get("phase_duration_s")
-        done = p.get("phase_elapsed_s")
-        info = (
-            f"{p.get('completed', 0)} ok, {p.get('failed', 0)} failed" if "completed" in p else ""
-        )
+        desc = p.phase or p.stage
+        total = p.phase_duration_s
+        done = p.phase_elapsed_s
+        info = f"{p.completed} ok, {p.failed or 0} failed" if p.counts_requests else ""
         self.bar.update(self.task, description=str(desc), total=total, completed=done, info=info)
 
     def close(self) -> None:

@@ -22,8 +22,10 @@ from advisor.report.numbers import fixed
 from bench.core.config import PATTERN_NAMES, RunConfig
 from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
+from bench.core.job_progress import JobRunProgress
 from bench.core.metric_catalog import Metric
 from bench.core.metric_catalog import metric as catalogue_metric
+from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
 from bench.orchestrate.web_policy import check_web_jobs
 from bench.storage.store import Job, ResultStore
@@ -569,7 +571,7 @@ def job_panel(job: Job) -> None:
         _runner_hint(job)
     from bench.orchestrate.executors import describe_placement
 
-    where = describe_placement((job.progress or {}).get("placement"))
+    where = describe_placement(job.progress.placement)
     if where:
         (st.info if where.startswith("Queued") else st.caption)(where)
     if job.error:
@@ -577,7 +579,7 @@ def job_panel(job: Job) -> None:
     from bench.orchestrate.jobs import queued_runs
 
     # Until the runner claims the job it has written no progress: show every run as queued.
-    runs = (job.progress or {}).get("runs") or queued_runs(job.configs)
+    runs = job.progress.runs or queued_runs(job.configs)
     for run in runs:
         run_section(run, job)
     if job.finished and job.status != RunStatus.QUEUED and job.run_ids:
@@ -605,10 +607,10 @@ def _runner_hint(job: Any) -> None:
             st.caption("Queued: the job runner sends it to the Ray cluster shortly.")
 
 
-def run_section(run: dict[str, Any], job: Any) -> None:
-    status = run.get("status") or RunStatus.QUEUED.value
-    latest = run.get("latest") or {}
-    title = f"{run['index'] + 1}. **{run['backend']}** · {run['model']} · {run['pattern']}"
+def run_section(run: JobRunProgress, job: Any) -> None:
+    status = run.status.value
+    latest = run.latest
+    title = f"{run.index + 1}. **{run.backend}** · {run.model} · {run.pattern}"
     with st.container(border=True):
         head = st.columns([4, 1])
         head[0].markdown(title)
@@ -616,24 +618,24 @@ def run_section(run: dict[str, Any], job: Any) -> None:
             status_badge(status)
         if status == RunStatus.RUNNING.value:
             _progress_bars(latest)
-        if run.get("history"):
+        if run.history:
             live_charts(run)
         if status in (RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.STOPPED.value):
             finished_run(run)
 
 
-def _progress_bars(latest: dict[str, Any]) -> None:
-    stage = latest.get("stage")
-    if stage in (None, "loading", "loaded"):
+def _progress_bars(latest: RunProgress | None) -> None:
+    stage = latest.stage if latest is not None else None
+    if latest is None or stage in ("loading", "loaded"):
         st.progress(0.0, text="Loading the model (compile or engine build included)…")
         return
-    if stage == "warmup" or latest.get("phase_index") is None:
+    if latest.phase_index is None:
         st.progress(0.0, text="Warming up (these requests are excluded from the figures)…")
         return
-    phases_total = latest.get("phases_total") or 1
-    phase_index = latest.get("phase_index") or 0
-    phase_duration = latest.get("phase_duration_s")
-    phase_elapsed = latest.get("phase_elapsed_s") or 0.0
+    phases_total = latest.phases_total or 1
+    phase_index = latest.phase_index
+    phase_duration = latest.phase_duration_s
+    phase_elapsed = latest.phase_elapsed_s or 0.0
     phase_fraction = min(1.0, phase_elapsed / phase_duration) if phase_duration else 0.0
     overall = min(1.0, (phase_index + phase_fraction) / phases_total)
     st.progress(
@@ -643,21 +645,23 @@ def _progress_bars(latest: dict[str, Any]) -> None:
             if phases_total == 1
             else f"Run: phase {phase_index + 1} of {phases_total}"
         )
-        + f" · {latest.get('completed', 0)} "
-        f"requests done, {latest.get('failed', 0)} failed, {latest.get('in_flight', 0)} in flight",
+        + f" · {latest.completed or 0} requests done, {latest.failed or 0} failed, "
+        f"{latest.in_flight or 0} in flight",
     )
     if phases_total > 1:
         st.progress(
             phase_fraction,
-            text=f"Phase {latest.get('phase') or phase_index + 1}: "
+            text=f"Phase {latest.phase or phase_index + 1}: "
             f"{phase_elapsed:.0f} s of {phase_duration or 0:.0f} s",
         )
 
 
-def live_charts(run: dict[str, Any]) -> None:
+def live_charts(run: JobRunProgress) -> None:
     """Throughput from progress history, latency from stored records, GPU memory and power."""
-    history = pd.DataFrame(run["history"])
-    if history.empty or "elapsed_s" not in history:
+    # pandas wants records: one per point that has a time (the runner writes no other).
+    points = [point.model_dump() for point in run.history if point.elapsed_s is not None]
+    history = pd.DataFrame(points)
+    if history.empty:
         return
     history = history.sort_values("elapsed_s")
     history = history[history["phase"] != "warmup"]
@@ -684,7 +688,7 @@ def live_charts(run: dict[str, Any]) -> None:
         )
     with charts[1]:
         st.markdown("**Latency per request**")
-        frame = records_frame(run["run_id"], state.store_location()) if run.get("run_id") else None
+        frame = records_frame(run.run_id, state.store_location()) if run.run_id else None
         if frame is None or frame.empty:
             st.caption("Appears as requests complete.")
         else:
@@ -743,12 +747,12 @@ than its label (`TTFT p99`, the figure with its unit). The fifth tile is the pea
 or host."""
 
 
-def finished_run(run: dict[str, Any]) -> None:
+def finished_run(run: JobRunProgress) -> None:
     store = state.get_store()
-    run_id = run.get("run_id")
+    run_id = run.run_id
     if not run_id:
-        if run.get("error"):
-            st.error(run["error"])
+        if run.error:
+            st.error(run.error)
         return
     try:
         result = store.get_run(run_id)

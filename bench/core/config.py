@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
@@ -241,6 +241,19 @@ class RehearsalBounds:
 
 TraceSpan = Callable[["ReplayLoad"], float]
 """Seconds a replayed trace spans (time-scaled); the caller reads the trace file."""
+TraceReader = Callable[["ReplayLoad"], object]
+"""Reads a replay's trace file, raising UserError when it is bad (the caller passes
+bench.run.traffic_files.read_trace: bench/core reads no files of the run layer)."""
+
+
+@dataclass(frozen=True)
+class CpuReplayClip:
+    """How a plan for a machine without a GPU clips a replay (advisor/traffic.py sets the
+    values): the trace's first rows, with short prompts and outputs."""
+
+    max_requests: int
+    max_input_tokens: int
+    max_output_tokens: int
 
 
 class LoadCommon(StrictInput):
@@ -333,6 +346,15 @@ class LoadCommon(StrictInput):
         """The same pattern shortened for a CPU rehearsal of a GPU plan
         (bench/orchestrate/rehearsal.py)."""
         raise NotImplementedError(type(self).__name__)
+
+    def check_input_files(self, read_trace: TraceReader) -> None:
+        """Read the files this load itself sends from (a replay's trace) now, so that a bad one
+        is one UserError before anything starts; a pattern without files reads nothing."""
+
+    def on_the_cpu(self, replay_clip: CpuReplayClip) -> Self:
+        """This load in a plan for a machine without a GPU: unchanged, except that a replay
+        sends only the trace's first rows, clipped (`replay_clip`)."""
+        return self
 
     def _rehearsal_common(self, bounds: RehearsalBounds) -> dict[str, Any]:
         return {
@@ -698,6 +720,12 @@ class ReplayLoad(LoadCommon):
 
     def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
         return trace_span_s(self) + request_s  # the trace's span, then the last request's drain
+
+    def check_input_files(self, read_trace: TraceReader) -> None:
+        read_trace(self)
+
+    def on_the_cpu(self, replay_clip: CpuReplayClip) -> Self:
+        return self.model_copy(update=asdict(replay_clip))
 
     def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
         # The trace's first rows, on its own schedule, with short prompts and outputs.

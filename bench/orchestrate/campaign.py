@@ -38,6 +38,7 @@ from bench.core.config import MAX_DURATION_S, RepeatPolicy, RunConfig, cpu_dtype
 from bench.core.errors import UserError
 from bench.core.fingerprint import StoredFingerprint
 from bench.core.outputs import prepare_out_dir, write_atomic
+from bench.core.progress import RunProgress
 from bench.core.schema import RunResult
 from bench.core.strict import Strict, StrictInput, describe_validation_error
 from bench.orchestrate.executors import Resources, job_resources
@@ -254,7 +255,7 @@ def run_step(
     step: CampaignStep,
     context: StepContext,
     executor_name: str = "local",
-    on_progress: Callable[[dict], None] | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
     store_handle: RunWriter | None = None,
 ) -> StepOutcome:
     """Run one step here and return its outcome; an exception becomes a `failed` outcome.
@@ -323,7 +324,7 @@ def _launch(
     config: RunConfig,
     store: RunWriter | None,
     out_dir: Path,
-    on_progress: Callable[[dict], None] | None,
+    on_progress: Callable[[RunProgress], None] | None,
 ) -> RunResult:
     from bench.run.api import launch
 
@@ -336,7 +337,7 @@ def _launch_repeats(
     repeats: RepeatPolicy,
     store: RunWriter | None,
     out_dir: Path,
-    on_progress: Callable[[dict], None] | None,
+    on_progress: Callable[[RunProgress], None] | None,
 ) -> list[RunResult]:
     """One run, or with `repeats.count > 1` a measurement group (bench/orchestrate/repeats.py) whose
     repeats go to `runs/<name>/repeat-N`."""
@@ -441,7 +442,7 @@ class CampaignReporter:
 
     def step_started(self, index: int, total: int, step: CampaignStep) -> None: ...
 
-    def step_progress(self, progress: dict) -> None: ...
+    def step_progress(self, progress: RunProgress) -> None: ...
 
     def step_finished(self, outcome: StepOutcome, resumed: bool = False) -> None: ...
 
@@ -616,13 +617,13 @@ class RichReporter(CampaignReporter):
         else:
             self.progress.update(self.task, description=description, info="")
 
-    def step_progress(self, progress: dict) -> None:
+    def step_progress(self, progress: RunProgress) -> None:
         if self.task is None:
             return
-        stage = progress.get("phase") or progress.get("stage", "")
+        stage = progress.phase or progress.stage
         counts = (
-            f"{progress.get('completed', 0)} ok, {progress.get('failed', 0)} failed"
-            if "completed" in progress
+            f"{progress.completed} ok, {progress.failed or 0} failed"
+            if progress.counts_requests
             else ""
         )
         self.progress.update(self.task, info=f"{stage} {counts}".strip())

@@ -122,8 +122,12 @@ def judge_check(search: RunResult, check: RunResult) -> CapacityCheck:
     match = _LABEL.match(check.config.label or "")
     if match is None or match["run"] != search.run_id:
         raise UserError(f"run {check.run_id} is not a capacity check of run {search.run_id}")
-    if not isinstance(check.config.load, RateLoad):
+    # What judging needs of the check's load: one open-loop rate held for the whole run, as
+    # each rate probe of the search was; the load's class says whether it is one.
+    level = check.config.load.fixed_level()
+    if level is None or level[0] != "rate":
         raise UserError(f"run {check.run_id} is labelled a capacity check but is not a rate run")
+    rate_rps = level[1]
     if check.summary is None:
         raise UserError(f"run {check.run_id} has no measured summary ({check.status.value})")
     holds, reasons, _ = judge_probe(
@@ -136,7 +140,7 @@ def judge_check(search: RunResult, check: RunResult) -> CapacityCheck:
         capacity_rps=report.max_rate_rps,
         factor=factor,
         run_id=check.run_id,
-        rate_rps=check.config.load.rate_rps,
+        rate_rps=rate_rps,
         requests=check.summary.requests,
         holds=holds,
         reasons=reasons,

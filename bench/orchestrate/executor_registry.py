@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.core.errors import UserError
+from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
 from bench.orchestrate.campaign import run_step
 from bench.orchestrate.executors import Executor, ExecutorSettings
@@ -33,7 +34,7 @@ class LocalExecutor:
         self,
         step: CampaignStep,
         context: StepContext,
-        on_progress: Callable[[dict], None] | None = None,
+        on_progress: Callable[[RunProgress], None] | None = None,
     ) -> StepOutcome:
         return run_step(step, context, executor_name=self.name, on_progress=on_progress)
 

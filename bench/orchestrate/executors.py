@@ -10,9 +10,10 @@ for the web app's runner, `ADVISOR_EXECUTOR=ray` and `RAY_ADDRESS`; with no addr
 instance is started for the command and stopped when it ends. Other executors (test doubles)
 register under a name with `register_executor`.
 
-This module holds what every layer may import: the settings, the `Resources` a job asks for and
-the `Executor` protocol. The executors themselves and their registry (which import the campaign,
-the job body and Ray) are in bench/orchestrate/executor_registry.py, above them.
+This module holds what every layer may import: the settings, the `Resources` a job asks for
+(the model is in bench/core/resources.py: the job row records it) and the `Executor` protocol.
+The executors themselves and their registry (which import the campaign, the job body and Ray)
+are in bench/orchestrate/executor_registry.py, above them.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import Field
 
 from bench.core.config import RunConfig
 from bench.core.errors import UserError
+from bench.core.job_progress import JobPlacement
+from bench.core.progress import RunProgress
+from bench.core.resources import Resources
 from bench.core.schema import RunStatus
 from bench.core.strict import Strict
 from bench.run.environment import node_text
@@ -33,15 +37,6 @@ from bench.run.environment import node_text
 if TYPE_CHECKING:
     from bench.orchestrate.campaign import CampaignStep, StepContext, StepOutcome
     from bench.storage.store import Job, Store
-
-ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
-"""Ray names a node's detected GPU model `accelerator_type:<name>` (e.g. `accelerator_type:H200`);
-a node whose GPUs Ray does not detect advertises the same name as a custom resource
-(`ray start --resources '{"accelerator_type:L40S": 1}'`), so one spelling serves both."""
-ACCELERATOR_REQUEST = 0.001
-"""A job asks for a sliver of the node's type marker (Ray's own convention for
-`accelerator_type=`): it selects the node without using up the marker."""
-
 
 SETTINGS_NAMES = ("local", "ray")
 """The executors a job runner or campaign can be set to (test doubles are got by name only)."""
@@ -93,47 +88,6 @@ def gpus_needed(config: RunConfig) -> int:
     return 0 if config.device == "cpu" else config.parallelism.gpus_needed
 
 
-class Resources(Strict):
-    """What a job or a campaign step asks its host for (a Ray node: exactly this)."""
-
-    gpus: int = Field(ge=0, description="GPUs: tensor parallel size x replicas; 0 on CPU.")
-    gpu_type: str | None = Field(None, description="GPU model (Ray accelerator type).")
-    cpus: float = Field(1.0, gt=0, description="CPUs.")
-
-    def ray_resources(self) -> dict[str, float]:
-        """Custom resources for `.options(resources=...)`: the GPU-type marker, if any."""
-        if not self.gpu_type:
-            return {}
-        return {ACCELERATOR_RESOURCE_PREFIX + self.gpu_type: ACCELERATOR_REQUEST}
-
-    def ray_options(self) -> dict[str, Any]:
-        """`.options()` of the job's Ray task; never retried (a benchmark must not run twice)."""
-        return {
-            "num_cpus": self.cpus,
-            "num_gpus": self.gpus,
-            "resources": self.ray_resources(),
-            "max_retries": 0,
-            "retry_exceptions": False,
-        }
-
-    def describe(self) -> str:
-        """`2 × H200, 1 CPU`, `1 × GPU, 1 CPU`, `1 CPU` — what the job waits for."""
-        parts = []
-        if self.gpus:
-            parts.append(f"{self.gpus} × {self.gpu_type or 'GPU'}")
-        elif self.gpu_type:
-            parts.append(self.gpu_type)
-        parts.append(f"{self.cpus:g} CPU")
-        return ", ".join(parts)
-
-    def fits(self, node_resources: dict[str, float]) -> bool:
-        """Whether a node with these total resources could ever run the job."""
-        wanted = {"CPU": self.cpus, "GPU": float(self.gpus), **self.ray_resources()}
-        return all(
-            node_resources.get(name, 0.0) >= amount for name, amount in wanted.items() if amount
-        )
-
-
 def job_resources(configs: Iterable[RunConfig], cpus: float = 1.0) -> Resources:
     """A job's request: the most GPUs any of its runs needs, and their common GPU type.
 
@@ -152,22 +106,22 @@ def job_resources(configs: Iterable[RunConfig], cpus: float = 1.0) -> Resources:
 # --------------------------------------------------------------------------- where a job is
 
 
-def describe_placement(placement: dict[str, Any] | None) -> str | None:
+def describe_placement(placement: JobPlacement | None) -> str | None:
     """One line for the jobs view: what a queued job waits for, where it runs or ran.
     None for a job of the local executor (it runs here)."""
-    if not placement or placement.get("executor") != "ray":
+    if placement is None or placement.executor != "ray":
         return None
-    state = placement.get("state")
-    if state == "queued":
-        waiting = f"waiting for a node with {placement.get('waiting_for')}"
-        reason = placement.get("reason") or waiting
+    node = placement.model_dump()
+    if placement.state == "queued":
+        waiting = f"waiting for a node with {placement.waiting_for}"
+        reason = placement.reason or waiting
         return f"Queued on the Ray cluster: {reason}."
-    if state == "running":
-        return f"Running on {node_text(placement)}."
-    if state == "refused":
-        return f"Refused by {node_text(placement)}."
-    if placement.get("node_id"):
-        return f"Ran on {node_text(placement)}."
+    if placement.state == "running":
+        return f"Running on {node_text(node)}."
+    if placement.state == "refused":
+        return f"Refused by {node_text(node)}."
+    if placement.node_id:
+        return f"Ran on {node_text(node)}."
     return "Never started on the Ray cluster."
 
 
@@ -185,7 +139,7 @@ class Executor(Protocol):
         self,
         step: CampaignStep,
         context: StepContext,
-        on_progress: Callable[[dict], None] | None = None,
+        on_progress: Callable[[RunProgress], None] | None = None,
     ) -> StepOutcome:
         """Run one campaign step and return its outcome."""
 

@@ -45,6 +45,7 @@ from bench.core.config import (
 )
 from bench.core.errors import UserError
 from bench.core.metric_catalog import CataloguedFields
+from bench.core.progress import RunProgress
 from bench.core.schema import ModelInfo, RequestRecord, RunResult
 from bench.core.strict import Strict, StrictInput
 
@@ -295,7 +296,7 @@ def run_check(
     check: VllmFidelityCheck | PytorchFidelityCheck,
     store: RunWriter | None = None,
     out_dir: Path | None = None,
-    on_progress: Callable[[dict], None] | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
 ) -> FidelityResult:
     """Run one fidelity check; backend runs go to `store` and `out_dir/runs/`.
 
@@ -330,7 +331,7 @@ def _vllm_check(
     check: VllmFidelityCheck,
     store: RunWriter | None,
     out_dir: Path | None,
-    on_progress: Callable[[dict], None] | None,
+    on_progress: Callable[[RunProgress], None] | None,
 ) -> FidelityResult:
     from bench.engines.models import resolve_model
     from bench.run.api import launch
@@ -411,7 +412,7 @@ def _pytorch_launch_check(
     check: PytorchFidelityCheck,
     store: RunWriter | None,
     out_dir: Path | None,
-    on_progress: Callable[[dict], None] | None,
+    on_progress: Callable[[RunProgress], None] | None,
 ) -> FidelityResult:
     from bench.engines.models import resolve_model
     from bench.run.api import launch

@@ -8,15 +8,16 @@ other for it.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bench.core.config import RunConfig
+from bench.core.job_progress import JobProgressState, JobRunProgress
+from bench.core.progress import ProgressPoint, RunProgress
 from bench.core.schema import RunStatus
 
 if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
@@ -36,84 +37,64 @@ HISTORY_POINTS = 240
 # --------------------------------------------------------------------------- progress
 
 
-def queued_runs(configs: list[RunConfig]) -> list[dict[str, Any]]:
-    """The `progress["runs"]` entries of a job none of whose runs has started yet."""
+def queued_runs(configs: list[RunConfig]) -> list[JobRunProgress]:
+    """The `runs` of a job none of whose runs has started yet."""
     return [
-        {
-            "index": index,
-            "backend": config.backend,
-            "model": config.model,
-            "pattern": config.load.pattern,
-            "label": config.label,
-            "status": RunStatus.QUEUED.value,
-            "run_id": None,
-            "latest": {},
-            "history": [],
-        }
+        JobRunProgress(
+            index=index,
+            backend=config.backend,
+            model=config.model,
+            pattern=config.load.pattern,
+            label=config.label,
+        )
         for index, config in enumerate(configs)
     ]
 
 
 class JobProgress:
-    """The job's `progress` JSON: one entry per run with its latest progress and a short history.
+    """Builds the job's `JobProgressState`: one entry per run with its latest `RunProgress` and a
+    short history of `ProgressPoint`s, and hands a copy of it to `write` (throttled)."""
 
-    Shape: {"runs": [{"index", "backend", "model", "pattern", "status", "run_id", "latest",
-    "history": [{"elapsed_s", "completed", "failed", "output_tokens", "in_flight", "phase",
-    "gpu_memory_used_bytes", "power_w", "host_rss_bytes"}]}], "current": index, "updated": epoch s}
-    """
-
-    def __init__(self, configs: list[RunConfig], write: Callable[[dict], None]) -> None:
+    def __init__(self, configs: list[RunConfig], write: Callable[[JobProgressState], None]) -> None:
         self.write = write
         self.lock = threading.Lock()
         self.last_write = 0.0
-        self.state: dict[str, Any] = {
-            "runs": queued_runs(configs),
-            "current": None,
-            "updated": time.time(),
-        }
+        self.state = JobProgressState(runs=queued_runs(configs), updated=time.time())
 
     def start_run(self, index: int) -> None:
         with self.lock:
-            self.state["current"] = index
-            self.state["runs"][index]["status"] = RunStatus.RUNNING.value
+            self.state.current = index
+            self.state.runs[index].status = RunStatus.RUNNING
         self.flush(force=True)
 
-    def finish_run(self, index: int, status: str, run_id: str | None, error: str | None) -> None:
+    def finish_run(
+        self, index: int, status: RunStatus, run_id: str | None, error: str | None
+    ) -> None:
         with self.lock:
-            run = self.state["runs"][index]
-            run["status"] = status
-            run["run_id"] = run_id or run["run_id"]
+            run = self.state.runs[index]
+            run.status = status
+            run.run_id = run_id or run.run_id
             if error:
-                run["error"] = error
+                run.error = error
         self.flush(force=True)
 
-    def on_progress(self, index: int, progress: dict) -> None:
+    def on_progress(self, index: int, progress: RunProgress) -> None:
         """`launch`'s on_progress for run `index`: keep the latest, append history, throttle."""
         with self.lock:
-            run = self.state["runs"][index]
-            stage_changed = progress.get("stage") != run["latest"].get("stage")
-            run["latest"] = _jsonable(progress)
-            run["run_id"] = progress.get("run_id") or run["run_id"]
-            if progress.get("stage") == "running" and "elapsed_s" in progress:
-                telemetry = progress.get("telemetry") or {}
-                point = {
-                    "elapsed_s": progress.get("elapsed_s"),
-                    "completed": progress.get("completed"),
-                    "failed": progress.get("failed"),
-                    "output_tokens": progress.get("output_tokens"),
-                    "in_flight": progress.get("in_flight"),
-                    "phase": progress.get("phase"),
-                    "gpu_memory_used_bytes": telemetry.get("gpu_memory_used_bytes"),
-                    "power_w": telemetry.get("power_w"),
-                    "host_rss_bytes": telemetry.get("host_rss_bytes"),
-                }
-                history = run["history"]
-                if history and history[-1].get("elapsed_s") == point["elapsed_s"]:
+            run = self.state.runs[index]
+            stage_changed = run.latest is None or progress.stage != run.latest.stage
+            # A copy: the caller's update must not change what the next write stores.
+            run.latest = progress.model_copy(deep=True)
+            run.run_id = progress.run_id or run.run_id
+            if progress.stage == "running" and progress.elapsed_s is not None:
+                point = ProgressPoint.of(progress)
+                history = run.history
+                if history and history[-1].elapsed_s == point.elapsed_s:
                     history[-1] = point
                 else:
                     history.append(point)
                 if len(history) > HISTORY_POINTS:  # keep the whole run's span, coarser
-                    run["history"] = history[::2]
+                    run.history = history[::2]
         self.flush(force=stage_changed)
 
     def flush(self, force: bool = False) -> None:
@@ -122,14 +103,10 @@ class JobProgress:
             if not force and now - self.last_write < PROGRESS_MIN_INTERVAL_S:
                 return
             self.last_write = now
-            self.state["updated"] = time.time()
-            snapshot = json.loads(json.dumps(self.state))
+            self.state.updated = time.time()
+            # A copy: a Ray node's write is sent on later, while this state keeps changing.
+            snapshot = self.state.model_copy(deep=True)
         self.write(snapshot)
-
-
-def _jsonable(value: Any) -> Any:
-    """Progress dicts come from another process; keep only what JSON can hold."""
-    return json.loads(json.dumps(value, default=str))
 
 
 # --------------------------------------------------------------------------- one job
@@ -180,8 +157,8 @@ def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunSta
     watcher = _StopWatcher(store, job_id, stop)
     watcher.start()
 
-    def on_progress(index: int, update: dict) -> None:
-        watcher.current_run_id = update.get("run_id") or watcher.current_run_id
+    def on_progress(index: int, update: RunProgress) -> None:
+        watcher.current_run_id = update.run_id or watcher.current_run_id
         progress.on_progress(index, update)
 
     run_ids: list[str] = []
@@ -202,7 +179,7 @@ def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunSta
                 )
             except RunInterrupted as interrupted:  # this runner got SIGINT/SIGTERM: stop here
                 run_id = getattr(interrupted.result, "run_id", None)
-                progress.finish_run(index, RunStatus.FAILED.value, run_id, str(interrupted))
+                progress.finish_run(index, RunStatus.FAILED, run_id, str(interrupted))
                 store.update_job(
                     job_id,
                     status=RunStatus.FAILED.value,
@@ -215,7 +192,7 @@ def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunSta
                 log.warning("run %d of job %s did not start: %s", index, job_id, message)
                 failures.append(message)
                 watcher.current_run_id = None
-                progress.finish_run(index, RunStatus.FAILED.value, None, message)
+                progress.finish_run(index, RunStatus.FAILED, None, message)
                 continue
             watcher.current_run_id = None
             run_ids.append(result.run_id)
@@ -224,7 +201,7 @@ def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunSta
             if result.status == RunStatus.FAILED:
                 error = result.failure.cause if result.failure else "failed"
                 failures.append(f"{config.backend}: {error}")
-            progress.finish_run(index, result.status.value, result.run_id, error)
+            progress.finish_run(index, result.status, result.run_id, error)
     finally:
         watcher.done.set()
         watcher.join(timeout=5)

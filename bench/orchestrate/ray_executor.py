@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.core.errors import UserError
+from bench.core.job_progress import JobPlacement, JobProgressState
+from bench.core.progress import RunProgress
 from bench.core.schema import Failure, RunStatus
 from bench.orchestrate.executors import ExecutorSettings, Resources, job_resources
 from bench.orchestrate.ray_node import FORWARDED_JOB_WRITES, FORWARDED_WRITES
@@ -166,7 +168,7 @@ class RayExecutor:
         self,
         step: Any,
         context: Any,
-        on_progress: Callable[[dict], None] | None = None,
+        on_progress: Callable[[RunProgress], None] | None = None,
     ) -> Any:
         """Run one campaign step as a Ray task; its folder's files and runs come back here."""
         from bench.orchestrate.campaign import StepOutcome, step_resources
@@ -191,7 +193,7 @@ class RayExecutor:
                     placement.update(args[0])
                 elif name == "progress":
                     if on_progress is not None:
-                        on_progress(args[0])
+                        on_progress(RunProgress.model_validate(args[0]))
                 elif name in FORWARDED_WRITES and store is not None:
                     if name == "create_run":
                         created.append(args[0].run_id)
@@ -272,15 +274,16 @@ class _JobSupervisor:
         self.resources = job_resources(job.configs, executor.settings.cpus_per_job)
         self.shared = is_shared_store(executor.store_location)
         self.progress = JobProgress(list(job.configs), self._write_progress)
-        self.placement: dict[str, Any] = {
-            "executor": "ray",
-            "state": "queued",
-            "resources": self.resources.model_dump(),
-            "waiting_for": self.resources.describe(),
-        }
+        self.placement = JobPlacement(
+            executor="ray",
+            state="queued",
+            resources=self.resources,
+            waiting_for=self.resources.describe(),
+        )
 
-    def _write_progress(self, state: dict) -> None:
-        self.store.update_job(self.job.job_id, progress={**state, "placement": self.placement})
+    def _write_progress(self, state: JobProgressState) -> None:
+        placed = state.model_copy(update={"placement": self.placement.model_copy(deep=True)})
+        self.store.update_job(self.job.job_id, progress=placed)
 
     # ------------------------------------------------------------------ events from the node
 
@@ -288,7 +291,7 @@ class _JobSupervisor:
         """Apply the node's store writes to the submitter's store, in the order they were made."""
         for name, args, kwargs in events:
             if name == "placement":
-                self.placement = {**args[0], "state": "running"}
+                self.placement = JobPlacement.model_validate({**args[0], "state": "running"})
                 self.progress.flush(force=True)
             elif name in FORWARDED_WRITES or name in FORWARDED_JOB_WRITES:
                 getattr(self.store, name)(*args, **kwargs)
@@ -298,9 +301,9 @@ class _JobSupervisor:
 
     def _started(self, channel: Any) -> bool:
         if channel is not None:
-            return self.placement.get("state") == "running"
-        progress = self.store.get_job(self.job.job_id).progress or {}
-        return (progress.get("placement") or {}).get("state") == "running"
+            return self.placement.state == "running"
+        placement = self.store.get_job(self.job.job_id).progress.placement
+        return placement is not None and placement.state == "running"
 
     # ------------------------------------------------------------------ supervision
 
@@ -309,7 +312,7 @@ class _JobSupervisor:
 
         ray = self.ray
         job_id = self.job.job_id
-        self.placement["reason"] = self.executor.waiting_reason(self.resources)
+        self.placement.reason = self.executor.waiting_reason(self.resources)
         self.progress.flush(force=True)
         channel = None if self.shared else self.executor.open_channel()
         ref = self.executor.remote_job.options(
@@ -352,7 +355,7 @@ class _JobSupervisor:
                     force_cancelled = True
                 if not started and time.monotonic() - last_check > FEASIBILITY_CHECK_S:
                     last_check = time.monotonic()
-                    self.placement["reason"] = self.executor.waiting_reason(self.resources)
+                    self.placement.reason = self.executor.waiting_reason(self.resources)
                     self.progress.flush(force=True)
             return self._finish(ref, channel, stopped=stop.is_set())
         finally:
@@ -373,43 +376,46 @@ class _JobSupervisor:
             self._drain(channel)  # everything the node sent before it went is kept
             if stopped or isinstance(error, ray.exceptions.TaskCancelledError):
                 return self._end(RunStatus.STOPPED, "stopped on request")
-            where = self._stored_placement().get("hostname") or "its node"
+            where = self._stored_placement().hostname or "its node"
             reason = f"lost {where} mid-job ({_first_line(error)}); no automatic retry"
             return self._end(RunStatus.FAILED, reason)
         self._drain(channel)
         if outcome.refused:
-            self.placement = {**outcome.placement.model_dump(), "state": "refused"}
+            self.placement = JobPlacement.model_validate(
+                {**outcome.placement.model_dump(), "state": "refused"}
+            )
             return self._end(RunStatus.FAILED, outcome.refused)
-        stored = self.store.get_job(self.job.job_id).progress or {}
-        placement = {**(stored.get("placement") or outcome.placement.model_dump())}
-        placement["state"] = "finished"
-        self.store.update_job(self.job.job_id, progress={**stored, "placement": placement})
+        stored = self.store.get_job(self.job.job_id).progress
+        placement = stored.placement or JobPlacement.model_validate(outcome.placement.model_dump())
+        finished = placement.model_copy(update={"state": "finished"})
+        self.store.update_job(
+            self.job.job_id, progress=stored.model_copy(update={"placement": finished})
+        )
         return RunStatus(outcome.status)
 
-    def _stored_placement(self) -> dict[str, Any]:
-        progress = self.store.get_job(self.job.job_id).progress or {}
-        return progress.get("placement") or self.placement
+    def _stored_placement(self) -> JobPlacement:
+        return self.store.get_job(self.job.job_id).progress.placement or self.placement
 
     def _end(self, status: RunStatus, reason: str) -> RunStatus:
         """Finish the runs the node left unfinished (kept, with their records: FAILED or
         STOPPED with the reason) and the job itself."""
-        stored = self.store.get_job(self.job.job_id).progress or {}
-        runs = stored.get("runs") or self.progress.state["runs"]
+        stored = self.store.get_job(self.job.job_id).progress
+        runs = [run.model_copy(deep=True) for run in stored.runs or self.progress.state.runs]
         run_status = RunStatus.STOPPED if status == RunStatus.STOPPED else RunStatus.FAILED
         for run in runs:
-            if run.get("status") in (RunStatus.COMPLETED.value, RunStatus.FAILED.value):
+            if run.status in (RunStatus.COMPLETED, RunStatus.FAILED):
                 continue
-            if run.get("run_id"):
-                fail_run(self.store, run["run_id"], run_status, reason)
-            run.update({"status": run_status.value, "error": reason})
-        placement = {**(stored.get("placement") or {}), **self.placement}
-        if placement.get("state") != "refused":
-            placement["state"] = "finished"
+            if run.run_id:
+                fail_run(self.store, run.run_id, run_status, reason)
+            run.status, run.error = run_status, reason
+        placement = self.placement.over(stored.placement)
+        if placement.state != "refused":
+            placement.state = "finished"
         self.store.update_job(
             self.job.job_id,
-            progress={**stored, "runs": runs, "placement": placement},
+            progress=stored.model_copy(update={"runs": runs, "placement": placement}),
             status=status.value,
-            run_ids=[run["run_id"] for run in runs if run.get("run_id")],
+            run_ids=[run.run_id for run in runs if run.run_id],
             error=reason,
         )
         return status

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import sys
 import tempfile
 import threading
@@ -25,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from bench.core.fingerprint import COMPARABILITY_LIBRARIES
+from bench.core.job_progress import JobPlacement, JobProgressState
+from bench.core.progress import RunProgress
 from bench.core.strict import Strict
 from bench.run.environment import NodePlacement, library_versions, node_placement
 
@@ -186,11 +187,12 @@ class PlacedStore:
 
     def __init__(self, base: JobRunStore, placement: NodePlacement) -> None:
         self.base = base
-        self.placement = placement.model_dump() | {"state": "running"}
+        self.placement = JobPlacement.model_validate(placement.model_dump() | {"state": "running"})
 
     def update_job(self, job_id: str, **fields: Any) -> None:
-        if isinstance(fields.get("progress"), dict):
-            fields["progress"] = {**fields["progress"], "placement": self.placement}
+        progress = fields.get("progress")
+        if isinstance(progress, JobProgressState):
+            fields["progress"] = progress.model_copy(update={"placement": self.placement})
         self.base.update_job(job_id, **fields)
 
     def get_job(self, job_id: str) -> Job:
@@ -329,8 +331,8 @@ def run_step_on_node(
     step = TypeAdapter(CampaignStep).validate_json(step_json)
     context = StepContext.model_validate_json(context_json)
 
-    def on_progress(progress: dict) -> None:
-        channel.put.remote(("progress", (json.loads(json.dumps(progress, default=str)),), {}))
+    def on_progress(progress: RunProgress) -> None:
+        channel.put.remote(("progress", (progress.model_dump(mode="json"),), {}))
 
     with (
         node_store(channel, store_location) as store,

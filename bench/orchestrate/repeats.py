@@ -22,6 +22,7 @@ from pydantic import Field
 
 from bench.core.config import RepeatPolicy, RunConfig
 from bench.core.errors import UserError
+from bench.core.progress import RunProgress
 from bench.core.schema import GroupMembership, RequestRecord, RunResult, RunStatus
 from bench.core.stats import (
     METRICS_BY_NAME,
@@ -77,7 +78,7 @@ def launch_group(
     policy: RepeatPolicy,
     store: RunWriter | None = None,
     out_dir: Path | None = None,
-    on_progress: Callable[[dict], None] | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
     launch: Callable[..., RunResult] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     **launch_options: Any,
@@ -104,16 +105,21 @@ def launch_group(
         for index in range(policy.count):
             if index and policy.cooldown_s:
                 if on_progress is not None:
-                    on_progress({"stage": "cooldown", "repeat": index + 1, "of": policy.count})
+                    on_progress(
+                        RunProgress(
+                            stage="cooldown", repeat=index + 1, repeats_planned=policy.count
+                        )
+                    )
                 sleep(policy.cooldown_s)
             folder = base / f"repeat-{index + 1}" if base is not None else None
             membership = GroupMembership(
                 group_id=group_id, index=index, planned=policy.count, cooldown_s=policy.cooldown_s
             )
 
-            def progress(p: dict, index: int = index) -> None:
+            def progress(p: RunProgress, index: int = index) -> None:
                 if on_progress is not None:
-                    on_progress({**p, "repeat": index + 1, "of": policy.count})
+                    repeat = {"repeat": index + 1, "repeats_planned": policy.count}
+                    on_progress(p.model_copy(update=repeat))
 
             run = launch(
                 config,

@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import PydanticSerializationError
 
-from bench.core.config import FP8_RANDOM_WEIGHTS_NOTE, ReplayLoad, RunConfig
+from bench.core.config import FP8_RANDOM_WEIGHTS_NOTE, RunConfig
 from bench.core.errors import BackendUnavailable, RunAborted, RunInterrupted, UserError
 from bench.core.outputs import os_reason, prepare_out_dir, write_atomic
 from bench.core.pattern_reports import HeldLoadReport, PatternReportBase
+from bench.core.progress import RunProgress
 from bench.core.schema import (
     Failure,
     GroupMembership,
@@ -110,8 +111,7 @@ def check_traffic_files(config: RunConfig) -> None:
     from bench.core.config import GenerateWorkload
     from bench.run.traffic_files import read_prompt_file, read_trace
 
-    if isinstance(config.load, ReplayLoad):
-        read_trace(config.load)
+    config.load.check_input_files(read_trace)
     workload = config.workload
     if isinstance(workload, GenerateWorkload) and workload.prompt_file is not None:
         read_prompt_file(workload.prompt_file)
@@ -340,7 +340,7 @@ def launch(
     config: RunConfig,
     store: RunWriter | None = None,
     out_dir: Path | None = None,
-    on_progress: Callable[[dict], None] | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
     stop: threading.Event | None = None,
     log_dir: Path | None = None,
     prometheus_port: int | None = None,
@@ -430,7 +430,7 @@ def launch(
             if heartbeat is not None:
                 heartbeat.stop()
         problems = _persist(result, store, out_dir, sink, fallback_report=measured_report)
-    progress({"stage": "done", "run_id": result.run_id, "status": result.status.value})
+    progress(RunProgress(stage="done", run_id=result.run_id, status=result.status))
     if interrupts.signal_number is not None:
         raise RunInterrupted(
             f"run {result.run_id} interrupted by {interrupts.name}: worker stopped, run marked "
@@ -477,7 +477,7 @@ def _measure(
     logs: Path,
     sink: _RecordSink,
     live: Any,
-    progress: Callable[[dict], None],
+    progress: Callable[[RunProgress], None],
     run_stop: _AnyStop,
     interrupts: RunInterrupts,
 ) -> PatternReportBase | None:
@@ -489,11 +489,12 @@ def _measure(
     from bench.run.telemetry import NvmlSampler, gpu_processes, nvml_status, summarize_telemetry
 
     samples: list[TelemetrySample] = []
-    latest: dict[str, Any] = {}
+    latest: list[TelemetrySample] = []  # one merged sample: a reading a tick lacks keeps its last
 
     def on_sample(sample: TelemetrySample) -> None:
         samples.append(sample)
-        latest.update(sample.model_dump(exclude_none=True))
+        merged = {**latest[0].model_dump(exclude_none=True)} if latest else {}
+        latest[:] = [TelemetrySample.model_validate(merged | sample.model_dump(exclude_none=True))]
         if live is not None:
             live.observe_sample(sample)
 
@@ -506,18 +507,21 @@ def _measure(
         device_indices=placement.nvml_indices if placement.device == "cuda" else None,
     )
 
-    def forward_progress(p: dict) -> None:
-        if live is not None and "in_flight" in p:
-            live.in_flight.set(p["in_flight"])
+    def forward_progress(p: RunProgress) -> None:
+        if live is not None and p.in_flight is not None:
+            live.in_flight.set(p.in_flight)
         worker_pid = pids[0] if pids else None
+        telemetry = latest[0] if latest else None
         progress(
-            {**p, "run_id": result.run_id, "worker_pid": worker_pid, "telemetry": dict(latest)}
+            p.model_copy(
+                update={"run_id": result.run_id, "worker_pid": worker_pid, "telemetry": telemetry}
+            )
         )
 
     started = time.monotonic()
     sampler.start()
     try:
-        progress({"stage": "loading", "run_id": result.run_id})
+        progress(RunProgress(stage="loading", run_id=result.run_id))
         if placement.replicas > 1:
             outcome = _run_replicated(config, model, placement, result, logs, sink, pids,
                                       forward_progress, run_stop)  # fmt: skip
@@ -746,7 +750,7 @@ def _run_single(
     result: RunResult,
     sink: _RecordSink,
     pids: list[int],
-    progress: Callable[[dict], None],
+    progress: Callable[[RunProgress], None],
     stop: Any,
     kill_now: threading.Event | None = None,
 ) -> WorkerOutcome:
@@ -759,7 +763,7 @@ def _run_single(
     worker.start()
     pids.append(worker.pid or 0)
 
-    def on_progress(p: dict) -> None:
+    def on_progress(p: RunProgress) -> None:
         if worker.tree is not None:  # the engine's children, for telemetry and the GPU check
             pids[1:] = sorted(worker.tree.known)
         progress(p)
@@ -778,7 +782,7 @@ def _run_replicated(
     logs: Path,
     sink: _RecordSink,
     pids: list[int],
-    progress: Callable[[dict], None],
+    progress: Callable[[RunProgress], None],
     stop: Any,
 ) -> WorkerOutcome:
     """Several engines, one load generator here (bench/run/replicas.py); one log per replica."""
@@ -788,7 +792,7 @@ def _run_replicated(
     result.log_path = str(log_paths[0])
     pool_holder: list[ReplicaPool] = []
 
-    def on_progress(p: dict) -> None:
+    def on_progress(p: RunProgress) -> None:
         if pool_holder:
             pids[:] = pool_holder[0].pids()
         progress(p)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.config import RunConfig
+from bench.core.progress import RunProgress
 from bench.core.schema import (
     Failure,
     ModelInfo,
@@ -317,7 +318,7 @@ def run_replicas(
     placement: Placement,
     log_paths: list[Path],
     on_records: Callable[[list[RequestRecord]], None],
-    on_progress: Callable[[dict], None],
+    on_progress: Callable[[RunProgress], None],
     stop: threading.Event | None = None,
     on_pool: Callable[[ReplicaPool], None] | None = None,
     load_timeout_s: float = 3600.0,
@@ -344,7 +345,7 @@ async def _run(
     placement: Placement,
     log_paths: list[Path],
     on_records: Callable[[list[RequestRecord]], None],
-    on_progress: Callable[[dict], None],
+    on_progress: Callable[[RunProgress], None],
     stop: threading.Event | None,
     on_pool: Callable[[ReplicaPool], None] | None,
     load_timeout_s: float,
@@ -371,19 +372,19 @@ async def _run(
         on_pool(pool)
     watcher = asyncio.create_task(watch())
     try:
-        on_progress({"stage": "loading"})
+        on_progress(RunProgress(stage="loading"))
         load_failure = await pool.wait_loaded(load_timeout_s)
         if load_failure is not None:
             outcome.failure = load_failure
         elif stopping.is_set():
             outcome.status = "STOPPED"
         else:
-            on_progress({"stage": "loaded"})
+            on_progress(RunProgress(stage="loaded"))
             phases: list[PhaseResult] = []
             events = RunEvents(
                 on_record=lambda record: on_records([record]),
                 on_phase=phases.append,
-                on_progress=lambda p: on_progress({"stage": "running", **p}),
+                on_progress=on_progress,  # the run loop's snapshots are stage "running"
             )
             executed = await execute(config, pool, model, events, stopping, placement.gpus)
             outcome.phases = phases

@@ -21,6 +21,7 @@ from bench.core.config import (
 from bench.core.errors import UserError
 from bench.core.metrics import DEADLINE_REACHED, STOPPED, MetricsAccumulator
 from bench.core.pattern_reports import PatternReportBase, empty_report
+from bench.core.progress import RunProgress
 from bench.core.schema import MetricsSummary, Percentiles, PhaseResult, RequestRecord
 from bench.engines.backends.base import Backend, Chunk, Request
 from bench.run.load.driver import (
@@ -42,7 +43,7 @@ class RunEvents:
 
     on_record: Callable[[RequestRecord], None]
     on_phase: Callable[[PhaseResult], None]
-    on_progress: Callable[[dict], None]
+    on_progress: Callable[[RunProgress], None]
 
 
 @dataclass
@@ -85,24 +86,25 @@ class _Progress:
             self.run_completed += outcome.completed
             self.run_failed += outcome.failed
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> RunProgress:
         now = CLOCK.now_ns()
         outcome = self.outcome
         phase_start = outcome.start_ns if outcome is not None and outcome.start_ns else now
-        return {
-            "phase": self.phase_name,
-            "phase_index": self.phase_index,
-            "phases_total": self.total,
-            "completed": outcome.completed if outcome else 0,
-            "failed": outcome.failed if outcome else 0,
-            "elapsed_s": (now - self.run_start_ns) / 1e9,
-            "phase_elapsed_s": (now - phase_start) / 1e9,
-            "phase_duration_s": self.phase_duration_s,
-            "output_tokens": outcome.output_tokens if outcome else 0,
-            "in_flight": outcome.in_flight if outcome else 0,
-            "run_completed": self.run_completed,
-            "run_failed": self.run_failed,
-        }
+        return RunProgress(
+            stage="running",
+            phase=self.phase_name,
+            phase_index=self.phase_index,
+            phases_total=self.total,
+            completed=outcome.completed if outcome else 0,
+            failed=outcome.failed if outcome else 0,
+            elapsed_s=(now - self.run_start_ns) / 1e9,
+            phase_elapsed_s=(now - phase_start) / 1e9,
+            phase_duration_s=self.phase_duration_s,
+            output_tokens=outcome.output_tokens if outcome else 0,
+            in_flight=outcome.in_flight if outcome else 0,
+            run_completed=self.run_completed,
+            run_failed=self.run_failed,
+        )
 
     def emit(self) -> None:
         self.events.on_progress(self.snapshot())
@@ -259,10 +261,8 @@ async def execute(
     - Phases: closed/open loop per `PhaseSpec`; each finished phase goes to `on_phase`.
     - Hard bound: everything stops at run start + `max_duration_s` (in-flight requests are
       recorded as errors); `stop` ends the run the same way with error "stopped".
-    - Progress: `on_progress` every PROGRESS_INTERVAL_S and at each phase change with keys
-      phase, phase_index (0-based; None during warm-up), phases_total (None if unknown),
-      completed, failed, output_tokens, in_flight (current phase), elapsed_s,
-      phase_elapsed_s, phase_duration_s, run_completed, run_failed (finished measured phases).
+    - Progress: `on_progress` every PROGRESS_INTERVAL_S and at each phase change with a
+      `RunProgress` of stage "running" and its run-loop fields filled (bench/core/progress.py).
     - Pattern report: plan()'s typed report (bench/core/pattern_reports.py; an empty one of the
     pattern
       when the run stopped first) with `phase_windows` {name: [start_ns, end_ns]}; steady keeps

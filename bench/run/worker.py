@@ -28,6 +28,7 @@ from typing import Any
 
 from bench.core.config import RunConfig
 from bench.core.metrics import cancelled_by_the_harness
+from bench.core.progress import RunProgress
 from bench.core.schema import Failure, ModelInfo, RequestRecord
 from bench.engines.engine_log import with_root_cause
 from bench.run.proctree import TREE_MARKER, ProcessTree
@@ -176,7 +177,7 @@ class Worker:
     def run(
         self,
         on_records: Callable[[list[RequestRecord]], None],
-        on_progress: Callable[[dict], None],
+        on_progress: Callable[[RunProgress], None],
         stop: Any = None,
         load_timeout_s: float = 3600.0,
         kill_now: threading.Event | None = None,
@@ -210,7 +211,7 @@ class Worker:
     def _drive(
         self,
         on_records: Callable[[list[RequestRecord]], None],
-        on_progress: Callable[[dict], None],
+        on_progress: Callable[[RunProgress], None],
         stop: Any,
         load_timeout_s: float,
         kill_now: threading.Event | None,
@@ -270,7 +271,7 @@ class Worker:
         outcome: WorkerOutcome,
         watch: _EventState,
         on_records: Callable[[list[RequestRecord]], None],
-        on_progress: Callable[[dict], None],
+        on_progress: Callable[[RunProgress], None],
     ) -> bool:
         """Apply one event from the worker to `outcome`; True when the run is over."""
         if isinstance(event, Records):
@@ -293,17 +294,24 @@ class Worker:
             if any(r.error is None for r in records):
                 watch.last_progress = time.monotonic()
         elif isinstance(event, Progress):
-            tokens = event.details.get("output_tokens", -1)
-            if tokens != watch.output_tokens_seen or event.stage != "running":
+            progress = event.progress
+            tokens = progress.output_tokens if progress.output_tokens is not None else -1
+            if tokens != watch.output_tokens_seen or progress.stage != "running":
                 watch.output_tokens_seen = tokens
                 watch.last_progress = time.monotonic()
-            on_progress(event.as_dict())
+            on_progress(progress)
         elif isinstance(event, Loaded):
             watch.loaded = True
             outcome.loaded = event
             watch.last_progress = time.monotonic()
-            timings = event.model_dump(include={"load_s", "compile_s", "build_s"})
-            on_progress({"stage": "loaded", **timings})
+            on_progress(
+                RunProgress(
+                    stage="loaded",
+                    load_s=event.load_s,
+                    compile_s=event.compile_s,
+                    build_s=event.build_s,
+                )
+            )
         elif isinstance(event, PhaseDone):
             outcome.phases.append(event.phase)
         elif isinstance(event, Outcome):
@@ -327,7 +335,7 @@ class Worker:
         outcome: WorkerOutcome,
         watch: _EventState,
         on_records: Callable[[list[RequestRecord]], None],
-        on_progress: Callable[[dict], None],
+        on_progress: Callable[[RunProgress], None],
     ) -> None:
         """Apply what a dead worker left in the queue (records, its outcome or error sent just
         before it died), through the same handler as a live one."""

@@ -18,6 +18,7 @@ import traceback
 from typing import Any
 
 from bench.core.config import RunConfig
+from bench.core.progress import RunProgress
 from bench.core.schema import ModelInfo, PhaseResult, RequestRecord
 from bench.engines.backends.base import Request
 from bench.run.worker_events import (
@@ -121,7 +122,7 @@ async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
     ):
         engine_args.setdefault("trust_remote_code", True)  # the run-level opt-in reaches the engine
     backend = backend_cls(engine_args)
-    events.put(Progress(stage="loading"))
+    events.put(Progress(progress=RunProgress(stage="loading")))
     info = await backend.load(
         model, config.workload, config.precision, config.device, parallelism=config.parallelism
     )
@@ -174,9 +175,9 @@ async def _child_async(
         flush()
         events.put(PhaseDone(phase=phase))
 
-    def on_progress(progress: dict) -> None:
+    def on_progress(progress: RunProgress) -> None:
         flush()
-        events.put(Progress(stage="running", details=progress))
+        events.put(Progress(progress=progress))
 
     async def flusher() -> None:  # records of a slow run still reach the parent promptly
         while True:

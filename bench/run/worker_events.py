@@ -16,24 +16,16 @@ from typing import Any, Literal
 from pydantic import Field
 
 from bench.core.pattern_reports import PatternReport, PatternReportBase
+from bench.core.progress import RunProgress
 from bench.core.schema import Failure, PhaseResult, ReplicaResult, RequestRecord
 from bench.core.strict import Strict
 
 
 class Progress(Strict):
-    """The worker is alive: a stage change ("loading", "running") or the run loop's snapshot."""
+    """The worker is alive: a stage change ("loading") or the run loop's snapshot ("running")."""
 
     kind: Literal["progress"] = "progress"
-    stage: str
-    details: dict[str, Any] = Field(
-        default_factory=dict,
-        description="The run loop's progress snapshot (keys: bench.run.runner.execute's "
-        "docstring).",
-    )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The flat form the progress callbacks (job progress, the app) receive."""
-        return {"stage": self.stage, **self.details}
+    progress: RunProgress
 
 
 class Loaded(Strict):

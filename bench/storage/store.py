@@ -63,6 +63,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from bench import SCHEMA_VERSION
 from bench.core.config import RunConfig, legacy_axes_moved
 from bench.core.errors import UserError
+from bench.core.job_progress import JobProgressState
 from bench.core.schema import Failure, RequestRecord, RunResult, RunStatus, ValidityStatus
 from bench.core.strict import Strict, describe_validation_error
 from bench.storage.store_schema import (
@@ -165,7 +166,9 @@ class Job(Strict):
     status: RunStatus
     configs: list[RunConfig] = Field(description="The runs this job performs, in order.")
     run_ids: list[str] = Field(default_factory=list, description="Runs finished so far.")
-    progress: dict[str, Any] = Field(default_factory=dict, description="Free-form progress.")
+    progress: JobProgressState = Field(
+        default_factory=JobProgressState, description="Its runs' progress; where it runs (Ray)."
+    )
     pid: int | None = Field(None, description="Process id of the runner on its host.")
     runner: str | None = Field(None, description="The runner that claimed it: host:pid.")
     current_run_id: str | None = Field(None, description="The run it is executing now.")
@@ -1141,7 +1144,7 @@ class ResultStore:
                 RunConfig.model_validate(legacy_axes_moved(item)) for item in json.loads(row.config)
             ],
             run_ids=json.loads(row.run_ids),
-            progress=json.loads(row.progress),
+            progress=JobProgressState.from_stored(json.loads(row.progress)),
             pid=row.pid,
             runner=row.runner,
             current_run_id=row.current_run_id,
@@ -1257,8 +1260,8 @@ class ResultStore:
         return self._transaction(claim, retry_commit=False)
 
     def update_job(self, job_id: str, **fields: Any) -> None:
-        """Set job fields: status, label, run_ids, progress, pid, stop_requested, error,
-        current_run_id."""
+        """Set job fields: status, label, run_ids, progress (a `JobProgressState`), pid,
+        stop_requested, error, current_run_id."""
         unknown = set(fields) - _JOB_UPDATABLE
         if unknown:
             raise TypeError(f"update_job: unknown field(s) {sorted(unknown)}")
@@ -1266,8 +1269,14 @@ class ResultStore:
         for name, value in fields.items():
             if name == "status":
                 value = str(RunStatus(value))
-            elif name in ("run_ids", "progress"):
+            elif name == "run_ids":
                 value = json.dumps(value)
+            elif name == "progress":
+                if not isinstance(value, JobProgressState):
+                    raise TypeError(
+                        f"update_job: progress is a JobProgressState, not {type(value).__name__}"
+                    )
+                value = value.model_dump_json()
             elif name == "stop_requested":
                 value = int(bool(value))
             columns[name] = value

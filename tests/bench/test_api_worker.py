@@ -133,7 +133,7 @@ def test_hung_engine_is_killed_by_the_watchdog(store, tiny_llama):
     config = fake_config(hang_after_requests=12).model_copy(update={"watchdog_s": 2.0})
     pids: list[int] = []
     started = time.monotonic()
-    result = launch(config, store=store, on_progress=lambda p: pids.append(p.get("worker_pid")))
+    result = launch(config, store=store, on_progress=lambda p: pids.append(p.worker_pid))
     assert time.monotonic() - started < 30
     assert result.status == RunStatus.FAILED
     assert "hung" in result.failure.cause and result.failure.advice
@@ -161,8 +161,8 @@ def test_stop_event_stops_the_run(store, tiny_llama):
     pids: list[int] = []
 
     def on_progress(p):
-        pids.append(p.get("worker_pid"))
-        if p.get("stage") == "running":
+        pids.append(p.worker_pid)
+        if p.stage == "running":
             stop.set()
 
     started = time.monotonic()
@@ -189,9 +189,9 @@ def test_kill_real_engine_mid_run_then_next_run_succeeds(store, tiny_llama):
     killed = threading.Event()
 
     def on_progress(p):
-        if p.get("stage") == "running" and p.get("completed", 0) >= 3 and not killed.is_set():
+        if p.stage == "running" and (p.completed or 0) >= 3 and not killed.is_set():
             killed.set()
-            os.killpg(p["worker_pid"], signal.SIGKILL)
+            os.killpg(p.worker_pid, signal.SIGKILL)
 
     result = launch(config, store=store, on_progress=on_progress)
     assert killed.is_set()
@@ -220,7 +220,7 @@ def test_live_prometheus_endpoint_serves_run_metrics(store, tiny_llama):
     scraped: list[list[dict]] = []
 
     def on_progress(p):
-        if p.get("stage") == "running" and p.get("completed", 0) > 5 and not scraped:
+        if p.stage == "running" and (p.completed or 0) > 5 and not scraped:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                 scraped.append(parse_prometheus_text(r.read().decode()))
 

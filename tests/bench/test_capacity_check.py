@@ -78,3 +78,42 @@ def test_a_result_that_is_not_a_search_is_one_line(tmp_path, capsys):
     (tmp_path / "bad.json").write_bytes(b"\x00\xff binary")
     assert main(["capacity-check", str(tmp_path / "bad.json")]) == 2
     assert "not a run result this version can read" in capsys.readouterr().err
+
+
+def test_a_check_is_judged_by_the_one_rate_its_load_held():
+    """On the shipped H200 searches and their checks: each check is judged at the rate its load
+    holds; a run labelled as a check whose load holds no one open-loop rate is one line."""
+    import json
+    from pathlib import Path
+
+    from bench.core.config import ConcurrencyLoad, StepLoad
+    from bench.core.errors import UserError
+    from bench.core.schema import RunResult
+    from bench.orchestrate.capacity_check import judge_check
+
+    shipped = Path(__file__).resolve().parents[2] / "data" / "reference"
+    data = json.loads((shipped / "h200_llama2-7b_capacity_chat_slo_runs.json").read_text())
+    runs = [RunResult.model_validate(run) for run in data["runs"]]
+    searches = searches_among(runs)
+    assert len(searches) == 2
+    for search in searches:
+        judged = checks_of(search, runs)
+        assert [check.factor for check in judged] == [1.0, 1.15]
+        by_id = {run.run_id: run for run in runs}
+        for judgement in judged:
+            assert judgement.rate_rps == by_id[judgement.run_id].config.load.rate_rps
+    check = next(run for run in runs if run.config.label and "1.15 x 27" in run.config.label)
+    # A Poisson rate run holds one open-loop rate too: the judgement does not need constant.
+    poisson = check.config.load.model_copy(update={"arrival": "poisson"})
+    other = check.model_copy(update={"config": check.config.model_copy(update={"load": poisson})})
+    judged = judge_check(_search_of(check, searches), other)
+    assert judged.rate_rps == check.config.load.rate_rps and not judged.holds
+    for load in (ConcurrencyLoad(concurrency=31), StepLoad()):
+        relabelled = check.config.model_copy(update={"load": load})
+        wrong = check.model_copy(update={"config": relabelled})
+        with pytest.raises(UserError, match="labelled a capacity check but is not a rate run"):
+            judge_check(_search_of(check, searches), wrong)
+
+
+def _search_of(check, searches):
+    return next(search for search in searches if search.run_id in (check.config.label or ""))

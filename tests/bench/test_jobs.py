@@ -15,6 +15,8 @@ import psutil
 import pytest
 
 from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.job_progress import JobProgressState
+from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
 from bench.orchestrate import jobs
 from bench.storage.store import ResultStore
@@ -65,29 +67,32 @@ def wait_for(predicate, timeout_s: float, what: str):
 
 
 def test_progress_writes_are_throttled_and_stage_changes_forced():
-    writes: list[dict] = []
+    writes: list[JobProgressState] = []
     progress = jobs.JobProgress([fake_config()], writes.append)
     progress.start_run(0)
     started = len(writes)
     for step in range(50):  # 50 updates in a burst: at most one unforced write gets through
         progress.on_progress(
-            0, {"stage": "running", "phase": "p", "elapsed_s": step * 0.01, "output_tokens": step}
+            0, RunProgress(stage="running", phase="p", elapsed_s=step * 0.01, output_tokens=step)
         )
     assert len(writes) - started <= 2
-    progress.on_progress(0, {"stage": "done", "run_id": "r1"})  # a stage change is written now
-    assert writes[-1]["runs"][0]["latest"]["stage"] == "done"
-    assert writes[-1]["runs"][0]["run_id"] == "r1"
-    assert len(progress.state["runs"][0]["history"]) == 50
+    progress.on_progress(0, RunProgress(stage="cooldown", run_id="r1"))  # written at once
+    assert writes[-1].runs[0].latest == RunProgress(stage="cooldown", run_id="r1")
+    assert writes[-1].runs[0].run_id == "r1"
+    assert len(progress.state.runs[0].history) == 50
+    # Each write is a copy: the state written before the cooldown still says "running".
+    assert writes[started].runs[0].latest is not None
+    assert writes[started].runs[0].latest.stage == "running"
 
 
 def test_history_is_bounded_but_spans_the_run():
     progress = jobs.JobProgress([fake_config()], lambda _s: None)
     for step in range(jobs.HISTORY_POINTS * 3):
-        progress.on_progress(0, {"stage": "running", "elapsed_s": float(step), "phase": "p"})
-    history = progress.state["runs"][0]["history"]
+        progress.on_progress(0, RunProgress(stage="running", elapsed_s=float(step), phase="p"))
+    history = progress.state.runs[0].history
     assert len(history) <= jobs.HISTORY_POINTS
-    assert history[0]["elapsed_s"] == 0.0
-    assert history[-1]["elapsed_s"] >= jobs.HISTORY_POINTS * 3 - 3
+    assert history[0].elapsed_s == 0.0
+    assert history[-1].elapsed_s >= jobs.HISTORY_POINTS * 3 - 3
 
 
 def test_jobs_queue_and_run_one_at_a_time(store, tmp_path):
@@ -114,9 +119,10 @@ def test_jobs_queue_and_run_one_at_a_time(store, tmp_path):
     runs = [store.get_run(run_id) for run_id in job.run_ids]
     assert all(run.status == RunStatus.COMPLETED for run in runs)
     assert runs[0].created_at < store.get_run(store.get_job(second).run_ids[0]).created_at
-    progress_runs = job.progress["runs"]
-    assert [r["status"] for r in progress_runs] == ["COMPLETED", "COMPLETED"]
-    assert progress_runs[0]["history"], "live progress reached the job row"
+    progress_runs = job.progress.runs
+    assert [r.status for r in progress_runs] == [RunStatus.COMPLETED, RunStatus.COMPLETED]
+    assert progress_runs[0].history, "live progress reached the job row"
+    assert [r.run_id for r in progress_runs] == job.run_ids
     assert store.count_records(job.run_ids[0]) > 0
 
 
@@ -126,11 +132,9 @@ def test_stop_request_ends_the_engine_and_the_job(store, tmp_path):
     thread, stop = serve_in_thread(store, tmp_path)
     try:
         wait_for(
-            lambda: (
-                (store.get_job(job_id).progress.get("runs") or [{}])[0]
-                .get("latest", {})
-                .get("stage")
-                == "running"
+            lambda: any(  # the first run (no runs until the runner claims the job)
+                run.latest is not None and run.latest.stage == "running"
+                for run in store.get_job(job_id).progress.runs[:1]
             ),
             90,
             "the run to start",

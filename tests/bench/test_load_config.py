@@ -11,6 +11,7 @@ from bench.core.config import (
     SLO,
     CapacityLoad,
     ConcurrencyLoad,
+    CpuReplayClip,
     PulseLoad,
     RateLoad,
     ReplayLoad,
@@ -102,3 +103,28 @@ def test_each_load_says_in_words_what_a_plan_sets() -> None:
     assert RateLoad(rate_rps=2.5).plan_words() == "2.5 req/s"
     assert RateLoad(rate_rps=2.5).plan_words(lambda v: f"{v:.2f}") == "2.50 req/s"
     assert StepLoad().plan_words() == "step pattern"
+
+
+EVERY_PATTERN = [*KNOWN_LENGTH, CapacityLoad(), ReplayLoad(trace="t.jsonl", max_requests=50)]
+
+
+@pytest.mark.parametrize("load", EVERY_PATTERN, ids=lambda load: load.pattern)
+def test_only_a_replay_reads_an_input_file_of_its_own(load):
+    read: list[ReplayLoad] = []
+    load.check_input_files(read.append)
+    assert read == ([load] if isinstance(load, ReplayLoad) else [])
+
+
+@pytest.mark.parametrize("load", EVERY_PATTERN, ids=lambda load: load.pattern)
+def test_on_the_cpu_clips_a_replay_and_keeps_every_other_load(load):
+    clip = CpuReplayClip(max_requests=8, max_input_tokens=64, max_output_tokens=16)
+    cpu = load.on_the_cpu(clip)
+    if not isinstance(load, ReplayLoad):
+        assert cpu == load
+        return
+    assert (cpu.max_requests, cpu.max_input_tokens, cpu.max_output_tokens) == (8, 64, 16)
+    assert cpu.model_dump(exclude=CLIPPED) == load.model_dump(exclude=CLIPPED)
+    assert type(cpu).model_validate(cpu.model_dump()) == cpu  # still a valid config
+
+
+CLIPPED = {"max_requests", "max_input_tokens", "max_output_tokens"}

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
 from bench.run.api import launch
 from bench.run.placement import visible_devices
@@ -117,10 +118,10 @@ def test_kill_9_of_a_tp2_worker_leaves_no_gpu_process(tmp_path):
     seen: set[int] = set()
     running = threading.Event()
 
-    def on_progress(p: dict) -> None:
-        if p.get("worker_pid") and not worker:
-            worker.append(p["worker_pid"])
-        if p.get("stage") == "running" and p.get("completed", 0) > 0:
+    def on_progress(p: RunProgress) -> None:
+        if p.worker_pid and not worker:
+            worker.append(p.worker_pid)
+        if p.stage == "running" and (p.completed or 0) > 0:
             running.set()
 
     def killer() -> None:

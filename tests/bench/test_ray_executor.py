@@ -19,6 +19,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+from bench.core.job_progress import JobPlacement
 from bench.core.schema import RunStatus
 from bench.orchestrate import jobs
 from bench.orchestrate.executors import ExecutorSettings
@@ -122,13 +123,19 @@ class Runner:
         assert not self.errors, self.errors
 
 
-def placement(store: ResultStore, job_id: str) -> dict:
-    return (store.get_job(job_id).progress or {}).get("placement") or {}
+def placement(store: ResultStore, job_id: str) -> JobPlacement:
+    return store.get_job(job_id).progress.placement or JobPlacement()
 
 
 def engine_pids(store: ResultStore, job_id: str) -> set[int]:
-    runs = (store.get_job(job_id).progress or {}).get("runs") or []
-    return {run["latest"]["worker_pid"] for run in runs if run["latest"].get("worker_pid")}
+    runs = store.get_job(job_id).progress.runs
+    return {run.latest.worker_pid for run in runs if run.latest and run.latest.worker_pid}
+
+
+def completed_requests(store: ResultStore, job_id: str) -> bool:
+    """Whether a run of the job has completed requests (the job row's latest progress)."""
+    runs = store.get_job(job_id).progress.runs
+    return any(run.latest is not None and (run.latest.completed or 0) > 0 for run in runs)
 
 
 @pytest.fixture
@@ -168,7 +175,7 @@ def test_jobs_land_on_the_node_of_their_gpu_type(cluster, store, tmp_path):
         job = store.get_job(job_id)
         assert job.status == RunStatus.COMPLETED, job.error
         where = placement(store, job_id)
-        assert where["node_id"] == nodes[name].node_id, f"job for {name} ran elsewhere"
+        assert where.node_id == nodes[name].node_id, f"job for {name} ran elsewhere"
         run = store.get_run(job.run_ids[0])
         assert run.summary is not None and run.summary.successful > 0
         assert store.count_records(run.run_id) >= run.summary.successful
@@ -192,7 +199,7 @@ def test_team_store_is_written_by_the_node_itself(cluster, tmp_path, postgres):
         wait_for(lambda: store.get_job(job_id).finished, 300, "the job on the team store")
     job = store.get_job(job_id)
     assert job.status == RunStatus.COMPLETED, job.error
-    assert placement(store, job_id)["node_id"] == nodes[TYPE_A].node_id
+    assert placement(store, job_id).node_id == nodes[TYPE_A].node_id
     run = store.get_run(job.run_ids[0])
     assert run.environment.executor.node_id == nodes[TYPE_A].node_id
     assert run.summary is not None and store.count_records(run.run_id) >= run.summary.successful
@@ -203,13 +210,11 @@ def test_unplaceable_job_waits_with_reason_and_stop_cancels_it(cluster, store, t
     ray_cluster, _ = cluster
     job_id = store.create_job([tiny_config("H200")], label="no such node")
     with Runner(store, ray_cluster, tmp_path):
-        where = wait_for(
-            lambda: placement(store, job_id).get("reason"), 60, "the queued job's reason"
-        )
+        where = wait_for(lambda: placement(store, job_id).reason, 60, "the queued job's reason")
         assert "waiting for a node with H200, 1 CPU" in where
         assert "none of the cluster's 3 node(s) has it" in where
         time.sleep(2)  # it stays queued: no node can take it
-        assert placement(store, job_id)["state"] == "queued"
+        assert placement(store, job_id).state == "queued"
         assert not store.get_job(job_id).run_ids
         texts = benchmark_page_texts()
         assert any("Queued on the Ray cluster: waiting for a node with H200" in t for t in texts)
@@ -243,10 +248,7 @@ def test_stop_mid_run_leaves_no_engine_process(cluster, store, tmp_path):
     job_id = store.create_job([tiny_config(TYPE_A, duration_s=120)], label="long")
     with Runner(store, ray_cluster, tmp_path):
         wait_for(
-            lambda: any(
-                (run["latest"].get("completed") or 0) > 0
-                for run in store.get_job(job_id).progress.get("runs", [])
-            ),
+            lambda: completed_requests(store, job_id),
             180,
             "the run to complete requests",
         )
@@ -268,10 +270,7 @@ def test_node_lost_mid_job_fails_that_job_and_the_other_finishes(cluster, store,
     other = store.create_job([tiny_config(TYPE_A, duration_s=6)], label="carries on")
     with Runner(store, ray_cluster, tmp_path):
         wait_for(
-            lambda: any(
-                (run["latest"].get("completed") or 0) > 0
-                for run in store.get_job(doomed).progress.get("runs", [])
-            ),
+            lambda: completed_requests(store, doomed),
             180,
             "the doomed run to complete requests",
         )

@@ -10,11 +10,13 @@ the real actor is exercised by the slow cluster tests (tests/bench/test_ray_exec
 from __future__ import annotations
 
 import inspect
+import pickle
 from typing import Protocol
 
 import pytest
 
 from bench.core.config import RunConfig
+from bench.core.job_progress import JobPlacement, JobProgressState
 from bench.core.schema import Failure, RequestRecord, RunResult, RunStatus
 from bench.orchestrate.ray_node import (
     FORWARDED_JOB_WRITES,
@@ -109,7 +111,7 @@ def test_forwarding_store_mirrors_run_writes_and_forwards_them_in_order(tmp_path
         forwarding.heartbeat(result.run_id)
         forwarding.add_records(result.run_id, records)
         assert forwarding.fail_run(result.run_id, Failure(cause="boom")) is True
-        forwarding.update_job("job-1", progress={"runs": []})
+        forwarding.update_job("job-1", progress=JobProgressState())
         forwarding.job_heartbeat("job-1", run_id=result.run_id)
         # reads answer from the node's mirror
         assert forwarding.get_run(result.run_id).status == RunStatus.FAILED
@@ -150,7 +152,7 @@ def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
     result = make_result()
     try:
         placed.create_run(result)
-        placed.update_job("job-1", progress={"runs": []}, status="RUNNING")
+        placed.update_job("job-1", progress=JobProgressState(current=0), status="RUNNING")
         placed.update_job("job-1", run_ids=[result.run_id])
         placed.job_heartbeat("job-1", run_id=result.run_id)
         assert placed.get_run(result.run_id).run_id == result.run_id
@@ -159,8 +161,10 @@ def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
         base.close()
     calls = [event for event in channel.events if event[0] == "update_job"]
     first, second = (kwargs for _name, _args, kwargs in calls)
-    assert first["progress"]["placement"] == placement.model_dump() | {"state": "running"}
-    assert first["progress"]["runs"] == [] and first["status"] == "RUNNING"
+    assert first["progress"].placement == JobPlacement.model_validate(
+        placement.model_dump() | {"state": "running"}
+    )
+    assert first["progress"].current == 0 and first["status"] == "RUNNING"
     assert second == {"run_ids": [result.run_id]}
     assert [name for name, _a, _k in channel.events] == [
         "create_run",
@@ -168,3 +172,44 @@ def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
         "update_job",
         "job_heartbeat",
     ]
+
+
+def test_job_progress_written_on_a_node_reaches_the_submitters_job_row(tmp_path):
+    """The ray executor's SQLite path without Ray: a node's JobProgress writes through PlacedStore
+    and ForwardingStore; every event crosses pickled (as Ray sends it) and the submitter applies
+    the job writes; its job row then reads back the node's state with the node's placement."""
+    from bench.core.progress import RunProgress
+    from bench.orchestrate.executors import describe_placement
+    from bench.orchestrate.job_run import JobProgress
+
+    config = RunConfig(backend="fake", model="tiny-llama")
+    submitter = ResultStore(tmp_path / "submitter.sqlite")
+    job_id = submitter.create_job([config])
+    channel = RecordingChannel()
+    base = ForwardingStore(channel, None, tmp_path)
+    placement = NodePlacement(node_id="n1", hostname="host-a", node_ip="127.0.0.1", gpu_ids=["0"])
+    placed = PlacedStore(base, placement)
+    try:
+        progress = JobProgress([config], lambda state: placed.update_job(job_id, progress=state))
+        progress.start_run(0)
+        progress.on_progress(
+            0, RunProgress(stage="running", run_id="run-0", phase="p", elapsed_s=0.5, completed=3)
+        )
+        progress.finish_run(0, RunStatus.COMPLETED, "run-0", None)
+        for event in channel.events:
+            name, args, kwargs = pickle.loads(pickle.dumps(event))
+            if name in FORWARDED_JOB_WRITES:
+                getattr(submitter, name)(*args, **kwargs)
+        stored = submitter.get_job(job_id).progress
+    finally:
+        base.close()
+        submitter.close()
+    assert stored.runs == progress.state.runs
+    assert stored.runs[0].status == RunStatus.COMPLETED
+    assert stored.runs[0].history[0].completed == 3
+    assert stored.placement == JobPlacement.model_validate(
+        placement.model_dump() | {"state": "running"}
+    )
+    assert (
+        describe_placement(stored.placement) == "Running on node host-a (127.0.0.1, n1) / GPUs 0."
+    )

@@ -18,6 +18,7 @@ import pytest
 
 from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
 from bench.core.metrics import summarize
+from bench.core.progress import RunProgress
 from bench.core.schema import RunResult, RunStatus
 from bench.run.api import launch
 from bench.run.proctree import ProcessTree
@@ -165,9 +166,9 @@ def test_kill_9_of_the_worker_leaves_no_process(tmp_path):
     helpers: list[int] = []
     errors: list[str] = []
 
-    def on_progress(p: dict) -> None:
-        if p.get("worker_pid") and not pids:
-            pids.append(p["worker_pid"])
+    def on_progress(p: RunProgress) -> None:
+        if p.worker_pid and not pids:
+            pids.append(p.worker_pid)
 
     config = run_config("fake", {"itl_s": 0.01, "session_children": 2}, replicas=1, duration_s=60)
     killer = threading.Thread(target=kill_worker_when_helpers_run, args=(pids, helpers, errors))
@@ -187,9 +188,9 @@ def test_kill_9_of_one_replica_fails_the_run_and_leaves_nothing(tmp_path):
     helpers: list[int] = []
     errors: list[str] = []
 
-    def on_progress(p: dict) -> None:
-        if p.get("worker_pid") and not pids:
-            pids.append(p["worker_pid"])
+    def on_progress(p: RunProgress) -> None:
+        if p.worker_pid and not pids:
+            pids.append(p.worker_pid)
 
     config = run_config("fake", {"itl_s": 0.01, "session_children": 2}, duration_s=60)
     killer = threading.Thread(target=kill_worker_when_helpers_run, args=(pids, helpers, errors))

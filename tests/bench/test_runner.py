@@ -19,23 +19,24 @@ from bench.core.config import (
     StepLoad,
 )
 from bench.core.metrics import DEADLINE_REACHED
+from bench.core.progress import RunProgress
 from bench.core.schema import ModelInfo, TelemetrySample
 from bench.engines.backends.fake import FakeBackend
 from bench.run.load.analysis import finish_pattern_report
 from bench.run.runner import RunEvents, execute
 
 MODEL = ModelInfo(name="tiny", path="tiny", vocab_size=1000)
-PROGRESS_KEYS = {
+PROGRESS_FIELDS = {  # the run-loop fields every snapshot fills (the rest are launch's)
     "phase",
-    "phase_index",
     "phases_total",
     "completed",
     "failed",
     "elapsed_s",
     "phase_elapsed_s",
-    "phase_duration_s",
     "output_tokens",
     "in_flight",
+    "run_completed",
+    "run_failed",
 }
 
 
@@ -80,16 +81,19 @@ async def test_concurrency_run_with_warmup_and_progress(time_travel):
     assert summary.e2e_ms.p99 == pytest.approx(200)
     assert outcome.summary == summary
     assert outcome.pattern_report.pattern == "concurrency"
-    # Progress: every key, at least once a second of (virtual) time, across the whole run.
+    # Progress: the run-loop fields, at least once a second of (virtual) time, all run long.
     times = [t for t, _ in got.progress]
-    assert all(set(p) >= PROGRESS_KEYS for _, p in got.progress)
+    assert all(isinstance(p, RunProgress) and p.stage == "running" for _, p in got.progress)
+    assert all(p.model_dump(exclude_none=True).keys() >= PROGRESS_FIELDS for _, p in got.progress)
     assert max(b - a for a, b in itertools.pairwise(times)) <= 1_000_000_000
-    assert got.progress[0][1]["phase"] == "warmup"
-    measured = [p for _, p in got.progress if p["phase"] == "concurrency"]
-    assert measured[0]["phases_total"] == 1 and measured[0]["phase_index"] == 0
-    assert measured[-1]["run_completed"] == 200
-    assert any(p["in_flight"] == 4 for p in measured)
-    assert measured[-1]["elapsed_s"] == pytest.approx(10.2)
+    assert got.progress[0][1].phase == "warmup"
+    assert got.progress[0][1].phase_index is None
+    measured = [p for _, p in got.progress if p.phase == "concurrency"]
+    assert all(p.phase_index == 0 and p.phase_duration_s == 10 for p in measured)
+    assert measured[0].phases_total == 1
+    assert measured[-1].run_completed == 200
+    assert any(p.in_flight == 4 for p in measured)
+    assert measured[-1].elapsed_s == pytest.approx(10.2)
 
 
 def test_warmup_concurrency_follows_the_closed_loop_and_is_sequential_for_open_loops():

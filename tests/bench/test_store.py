@@ -21,6 +21,7 @@ from sqlalchemy import event as sqlalchemy_event
 
 from bench.core.config import RunConfig, StepLoad
 from bench.core.errors import UserError
+from bench.core.job_progress import JobProgressState
 from bench.core.metrics import summarize
 from bench.core.schema import (
     Failure,
@@ -502,18 +503,21 @@ def test_job_lifecycle(store):
     assert claimed.pid == 4242
     assert claimed.runner.endswith(":4242")
 
-    store.update_job(job_id, run_ids=["run-a"], progress={"run": 1, "of": 2, "phase": "warmup"})
+    progress = JobProgressState(current=0, updated=1234.5)
+    store.update_job(job_id, run_ids=["run-a"], progress=progress)
     store.job_heartbeat(job_id)
     store.request_stop(job_id)
     job = store.get_job(job_id)
     assert job.run_ids == ["run-a"]
-    assert job.progress == {"run": 1, "of": 2, "phase": "warmup"}
+    assert job.progress == progress
     assert job.stop_requested
     assert job.status == RunStatus.RUNNING  # the runner sees the request and stops the engine
     store.update_job(job_id, status="STOPPED")
     assert store.get_job(job_id).finished
     with pytest.raises(TypeError):
         store.update_job(job_id, configs=[])
+    with pytest.raises(TypeError):  # progress is the model, never a free-form dict
+        store.update_job(job_id, progress={"runs": []})
     with pytest.raises(UserError):
         store.get_job("job-nope")
     with pytest.raises(UserError):

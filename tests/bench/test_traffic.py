@@ -322,6 +322,23 @@ def test_huge_files_are_refused(tmp_path, monkeypatch):
         read_mooncake(path)
 
 
+def test_the_pre_run_check_reads_a_replays_trace_and_nothing_else(tmp_path):
+    from bench.run.api import check_traffic_files
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n3,10,10\n1,10,10\n")
+
+    def config(load):
+        return RunConfig(backend="fake", model="tiny", load=load)
+
+    with pytest.raises(UserError, match="backwards"):
+        check_traffic_files(config(ReplayLoad(trace=str(bad))))
+    check_traffic_files(
+        config(ReplayLoad(trace=str(write_mooncake(tmp_path / "ok.jsonl", MOONCAKE_ROWS))))
+    )
+    check_traffic_files(config(ConcurrencyLoad()))
+
+
 def test_bad_trace_through_the_cli_is_one_line_and_exit_2(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n3,10,10\n1,10,10\n")

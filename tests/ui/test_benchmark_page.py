@@ -100,6 +100,7 @@ def test_a_plan_made_for_another_profile_cannot_run(app_test, store_path, no_run
 
 def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_path, no_runner):
     from bench.core.config import RunConfig
+    from bench.core.progress import RunProgress
     from bench.orchestrate.jobs import JobProgress
     from bench.storage.store import ResultStore
 
@@ -112,21 +113,19 @@ def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_p
     for step in range(3):
         progress.on_progress(
             0,
-            {
-                "stage": "running",
-                "phase": "concurrency",
-                "phase_index": 0,
-                "phases_total": 1,
-                "completed": step * 4,
-                "failed": 0,
-                "elapsed_s": 1.0 + step,
-                "phase_elapsed_s": 1.0 + step,
-                "phase_duration_s": 10.0,
-                "output_tokens": step * 64,
-                "in_flight": 2,
-                "run_id": None,
-                "telemetry": {"host_rss_bytes": 10**8},
-            },
+            RunProgress(
+                stage="running",
+                phase="concurrency",
+                phase_index=0,
+                phases_total=1,
+                completed=step * 4,
+                failed=0,
+                elapsed_s=1.0 + step,
+                phase_elapsed_s=1.0 + step,
+                phase_duration_s=10.0,
+                output_tokens=step * 64,
+                in_flight=2,
+            ),
         )
     progress.flush(force=True)
     store.job_heartbeat(job_id)
@@ -139,6 +138,81 @@ def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_p
     stop = next(b for b in at.button if b.label == "Stop")
     stop.click().run()
     assert store.get_job(job_id).stop_requested
+
+
+def test_a_real_runs_progress_round_trips_through_the_job_row_to_the_page(
+    app_test, store_path, no_runner, tmp_path
+):
+    """The progress a real launch (fake backend: timed fake tokens, a test double of the engine)
+    sends, through the job runner's JobProgress into the store's job row, reads back as the same
+    RunProgress and drives the page's live readout."""
+    from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
+    from bench.core.progress import RunProgress
+    from bench.orchestrate.jobs import JobProgress
+    from bench.run.api import launch
+    from bench.storage.store import ResultStore
+
+    config = RunConfig(
+        backend="fake",
+        model="tiny-llama",
+        engine_args={"ttft_s": 0.005, "itl_s": 0.002},
+        workload=GenerateWorkload(
+            prompt_tokens=LengthDistribution(mean=8), output_tokens=LengthDistribution(mean=16)
+        ),
+        load=ConcurrencyLoad(concurrency=2, duration_s=1.0, warmup_requests=1),
+        validity={"min_duration_s": 0.5, "min_requests": 1},
+        device="cpu",
+    )
+    sent: list[RunProgress] = []
+    launch(config, out_dir=tmp_path / "run", on_progress=sent.append)
+    running = [p for p in sent if p.stage == "running" and p.phase_index == 0 and p.completed]
+    assert running, [p.stage for p in sent]
+    latest = running[-1]
+    assert latest.run_id and latest.worker_pid and latest.phases_total == 1
+
+    store = ResultStore(store_path)
+    job_id = store.create_job([config], label="ui test")
+    store.claim_next_job(pid=12345, runner="gpu-host-b:12345")
+    progress = JobProgress([config], lambda state: store.update_job(job_id, progress=state))
+    progress.start_run(0)
+    for update in sent[: sent.index(latest) + 1]:
+        progress.on_progress(0, update)
+    progress.flush(force=True)
+    stored_run = store.get_job(job_id).progress.runs[0]
+    assert stored_run.latest == latest
+    assert stored_run.history[-1].completed == latest.completed
+
+    at = app_test(PAGE).run()
+    assert not at.exception
+    texts = [p.text or "" for p in at.get("progress")]
+    expected = f"{latest.completed} requests done, {latest.failed} failed"
+    assert any(expected in text for text in texts), texts
+
+
+def test_a_job_row_the_old_runner_wrote_drives_the_page(app_test, store_path, no_runner):
+    """A running job whose row the job runner before the typed progress wrote (free-form JSON,
+    tests/bench/data/job_progress_before_typed.json, with the ray executor's queued placement)
+    still shows its runs, the live readout and the placement line."""
+    import json
+
+    from bench.storage.store import ResultStore
+    from tests.bench.test_job_progress import OLD_CONFIGS, OLD_ROWS, write_raw_progress
+
+    store = ResultStore(store_path)
+    job_id = store.create_job(OLD_CONFIGS, label="old row")
+    store.claim_next_job(pid=12345, runner="gpu-host-b:12345")
+    row = {**OLD_ROWS["mid_run"], "placement": OLD_ROWS["queued_placement"]}
+    write_raw_progress(store, job_id, json.dumps(row))
+    store.job_heartbeat(job_id)
+
+    at = app_test(PAGE).run()
+    assert not at.exception
+    latest = row["runs"][0]["latest"]
+    texts = [p.text or "" for p in at.get("progress")]
+    expected = f"{latest['completed']} requests done, {latest['failed']} failed"
+    assert any(expected in text for text in texts), texts
+    assert any("2. **no-such-backend**" in m.value for m in at.markdown)
+    assert any("waiting for a node with 1 × GPU, 1 CPU" in i.value for i in at.info)
 
 
 def test_plan_shows_its_cost_and_a_long_plan_asks_for_confirmation(
