@@ -19,6 +19,31 @@ PROFILES = sorted((REPO / "examples" / "profiles").glob("*.y*ml"))
 pytestmark = pytest.mark.slow
 
 
+PAGE_MARGIN_PT = 14 / 25.4 * 72
+"""print.css's left and right page margin (14 mm) in PDF points."""
+
+
+def text_past_the_right_margin(pdf: Path) -> list[str]:
+    """Text runs that start in a page's right margin or past its edge: a table too wide for the
+    page (WeasyPrint draws what overflows and the paper cuts it off; the text extraction still
+    finds it, so only the positions tell)."""
+    from pypdf import PdfReader
+
+    found: list[str] = []
+    for number, page in enumerate(PdfReader(pdf).pages, 1):
+        limit = float(page.mediabox.width) - PAGE_MARGIN_PT + 1
+
+        def visit(
+            text: str, cm: list[float], tm: list[float], *_: object, limit=limit, number=number
+        ) -> None:
+            x = tm[4] * cm[0] + tm[5] * cm[2] + cm[4]
+            if text.strip() and x > limit:
+                found.append(f"page {number}: {text.strip()[:30]!r} at x={x:.0f} pt")
+
+        page.extract_text(visitor_text=visit)
+    return found
+
+
 def _squeezed(text: str) -> str:
     """Text without whitespace: PDF extraction breaks lines (and after slashes) at will."""
     return re.sub(r"\s+", "", text)
@@ -70,6 +95,8 @@ def test_report_all_formats_for_the_shipped_profile(profile: Path, tmp_path: Pat
     # no raw model key, no Python None and no exponent; every step of the path later on.
     pages = [page.extract_text() for page in PdfReader(files["pdf"]).pages]
     pdf_text = _squeezed(" ".join(pages))
+    # Nothing is cut off at the right edge (the Speed table's last columns were, on 11 of 12).
+    assert not text_past_the_right_margin(files["pdf"])
     first = _squeezed(pages[0])
     assert len(report.decisions) == len(report.stages)
     for decision in report.decisions:
