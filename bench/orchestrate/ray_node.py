@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,14 @@ class JobChannel:
         events, self.events = self.events, []
         return events
 
+    def flushed(self) -> int:
+        """The node's last call before its task returns, waited on: the actor runs one caller's
+        calls in order, so once this answers every write the node sent is in `events`. Without
+        it the submitter's last drain (right after the task ends) could come before the node's
+        final writes had arrived, and a busy machine lost a stopped job's end that way: the job
+        row stayed RUNNING with no run ids."""
+        return len(self.events)
+
     def request_stop(self) -> None:
         self.stop = True
 
@@ -111,10 +119,17 @@ class ForwardingStore:
     the job as submitted and the channel's stop flag.
     """
 
-    def __init__(self, channel: Any, job: Job | None, mirror_dir: Path) -> None:
+    def __init__(
+        self,
+        channel: Any,
+        job: Job | None,
+        mirror_dir: Path,
+        wait: Callable[[Any], object] | None = None,
+    ) -> None:
         from bench.storage.store import ResultStore
 
         self.channel = channel
+        self._wait = wait or _wait_for_the_channel
         self.job = job
         self.mirror = ResultStore(mirror_dir / "mirror.sqlite")
         self._stop_read = (0.0, False)
@@ -178,7 +193,19 @@ class ForwardingStore:
         return self.job.model_copy(update={"stop_requested": stop})
 
     def close(self) -> None:
-        self.mirror.close()
+        """Wait until the channel holds every write sent (`JobChannel.flushed`), then drop the
+        mirror; a channel that does not answer in CHANNEL_TIMEOUT_S raises (the task fails,
+        and the submitter says so) rather than letting writes vanish unnoticed."""
+        try:
+            self._wait(self.channel.flushed.remote())
+        finally:
+            self.mirror.close()
+
+
+def _wait_for_the_channel(ref: Any) -> object:
+    import ray
+
+    return ray.get(ref, timeout=CHANNEL_TIMEOUT_S)
 
 
 class PlacedStore:

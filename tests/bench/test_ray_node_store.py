@@ -40,14 +40,30 @@ def protocol_members(protocol: type) -> set[str]:
 
 
 class RecordingChannel:
-    """Test double of the `JobChannel` actor handle: `put.remote(event)` appends the event."""
+    """Test double of the `JobChannel` actor handle: `put.remote(event)` appends the event;
+    `flushed.remote()` records the barrier and answers the count, as the actor does."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, tuple, dict]] = []
         self.put = self
+        self.flushed = _Flushed(self.events)
 
     def remote(self, event: tuple[str, tuple, dict]) -> None:
         self.events.append(event)
+
+
+class _Flushed:
+    def __init__(self, events: list[tuple[str, tuple, dict]]) -> None:
+        self.events = events
+
+    def remote(self) -> int:
+        self.events.append(("<flushed>", (), {}))
+        return len(self.events) - 1
+
+
+def answered(ref: object) -> object:
+    """`ray.get` for the test double: its `remote()` already answered."""
+    return ref
 
 
 def make_result() -> RunResult:
@@ -104,7 +120,7 @@ def test_stand_ins_declare_every_job_run_method_with_its_signature(stand_in):
 
 def test_forwarding_store_mirrors_run_writes_and_forwards_them_in_order(tmp_path):
     channel = RecordingChannel()
-    forwarding = ForwardingStore(channel, None, tmp_path)
+    forwarding = ForwardingStore(channel, None, tmp_path, wait=answered)
     result, records = make_result(), make_records(3)
     try:
         forwarding.create_run(result)
@@ -127,8 +143,9 @@ def test_forwarding_store_mirrors_run_writes_and_forwards_them_in_order(tmp_path
         "fail_run",
         "update_job",
         "job_heartbeat",
+        "<flushed>",  # close's barrier, after every write
     ]
-    assert set(names) <= set(FORWARDED_WRITES) | set(FORWARDED_JOB_WRITES)
+    assert set(names[:-1]) <= set(FORWARDED_WRITES) | set(FORWARDED_JOB_WRITES)
 
     # The submitter applies the events as ray_executor does: its store ends where the mirror did.
     submitter = ResultStore(tmp_path / "submitter.sqlite")
@@ -146,7 +163,7 @@ def test_forwarding_store_mirrors_run_writes_and_forwards_them_in_order(tmp_path
 
 def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
     channel = RecordingChannel()
-    base = ForwardingStore(channel, None, tmp_path)
+    base = ForwardingStore(channel, None, tmp_path, wait=answered)
     placement = NodePlacement(node_id="n1", hostname="host-a", node_ip="127.0.0.1")
     placed = PlacedStore(base, placement)
     result = make_result()
@@ -171,6 +188,7 @@ def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
         "update_job",
         "update_job",
         "job_heartbeat",
+        "<flushed>",
     ]
 
 
@@ -186,7 +204,7 @@ def test_job_progress_written_on_a_node_reaches_the_submitters_job_row(tmp_path)
     submitter = ResultStore(tmp_path / "submitter.sqlite")
     job_id = submitter.create_job([config])
     channel = RecordingChannel()
-    base = ForwardingStore(channel, None, tmp_path)
+    base = ForwardingStore(channel, None, tmp_path, wait=answered)
     placement = NodePlacement(node_id="n1", hostname="host-a", node_ip="127.0.0.1", gpu_ids=["0"])
     placed = PlacedStore(base, placement)
     try:
@@ -213,3 +231,28 @@ def test_job_progress_written_on_a_node_reaches_the_submitters_job_row(tmp_path)
     assert (
         describe_placement(stored.placement) == "Running on node host-a (127.0.0.1, n1) / GPUs 0."
     )
+
+
+def test_a_node_store_closes_only_once_the_channel_holds_every_write(tmp_path):
+    """The node's last act is a barrier on the channel (`JobChannel.flushed`, waited on): the
+    submitter drains the channel once the task has ended, and a write still on its way then
+    was lost (a stopped job's final status under load: the row stayed RUNNING). The barrier
+    comes after every write; the real actor class answers how many writes it holds."""
+    from bench.orchestrate.ray_node import JobChannel
+
+    channel = RecordingChannel()
+    waited: list[object] = []
+    forwarding = ForwardingStore(channel, None, tmp_path, wait=waited.append)
+    forwarding.update_job("job-1", progress=JobProgressState())
+    forwarding.job_heartbeat("job-1")
+    forwarding.close()
+    assert [name for name, _args, _kwargs in channel.events] == [
+        "update_job",
+        "job_heartbeat",
+        "<flushed>",
+    ]
+    assert waited == [2], "close waits on the barrier's answer"
+    actor = JobChannel()
+    actor.put(("update_job", ("job-1",), {}))
+    actor.put(("job_heartbeat", ("job-1",), {}))
+    assert actor.flushed() == 2
