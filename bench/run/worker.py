@@ -9,6 +9,9 @@ ends the child, and the parent reports FAILED with the cause and keeps the recor
 received.
 Stop = polite stop event, grace period, SIGTERM to the whole process group, then SIGKILL.
 Engine output (stdout/stderr, vLLM's engine-core children included) goes to a log file per run.
+Engine scratch files (vLLM's ZeroMQ IPC sockets, which vLLM never unlinks: seven per engine in the
+system temp folder) go to a folder per worker, which the parent removes once the worker's process
+tree is gone (a parent killed with SIGKILL leaves it behind).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import contextlib
 import multiprocessing as mp
 import os
 import queue
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import uuid
@@ -50,6 +55,8 @@ ROOT_CAUSE_SCAN_BYTES = 256 * 1024
 STOP_GRACE_S = 10.0
 """After a stop request, how long the worker may take to end its pattern and close its engine
 before its process group is killed."""
+SCRATCH_ENV = ("VLLM_RPC_BASE_PATH",)
+"""Where an engine puts its IPC files: set to the worker's scratch folder unless the user set it."""
 CONSECUTIVE_FAILURES_FATAL = 200
 """A dead engine fails every request instantly; after this many failures in a row with none
 succeeding in between, the run is stopped as FAILED with the first error as its cause."""
@@ -131,6 +138,9 @@ class Worker:
         self.survivors: list[int] = []
         """Pids of the worker's tree still running after shutdown (empty unless a kill failed)."""
         self._last_snapshot = 0.0
+        self._env = dict(env)
+        self.scratch: Path | None = None
+        """The engine's scratch folder while the worker runs (made by start, gone at shutdown)."""
         self._process = ctx.Process(
             target=_child_main,
             args=(
@@ -139,7 +149,7 @@ class Worker:
                 str(self.log_path),
                 self._events,
                 self._stop,
-                dict(env or {}),
+                self._env,  # pickled by start(), so the scratch folder it adds reaches the child
                 self.requests,
                 gpus,
             ),
@@ -156,6 +166,10 @@ class Worker:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.scratch = Path(tempfile.mkdtemp(prefix="bench-engine-"))
+        for name in SCRATCH_ENV:
+            if name not in self._env and name not in os.environ:
+                self._env[name] = str(self.scratch)
         self._process.start()
         self.tree = ProcessTree(self._process.pid, self.tree_token)
 
@@ -386,6 +400,9 @@ class Worker:
             os.killpg(pid, signal.SIGKILL)
         self._process.join(timeout=5)
         self.survivors = self.kill_tree()
+        if not self.survivors and self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)  # a survivor may still use it
+            self.scratch = None
         self._events.cancel_join_thread()
         if self.requests is not None:
             self.requests.cancel_join_thread()

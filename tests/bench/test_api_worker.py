@@ -10,8 +10,10 @@ import json
 import os
 import shlex
 import signal
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -255,7 +257,10 @@ def test_telemetry_is_summarised_over_the_measured_window(store, tiny_llama, mon
 @pytest.mark.slow
 def test_served_engine_metrics_and_usage_reach_the_result(store, tmp_path, tiny_llama):
     """openai backend launching a REAL CPU `vllm serve` through launch(): the server's /metrics
-    samples are stored with the run and every record's output count is the server's usage."""
+    samples are stored with the run and every record's output count is the server's usage; the
+    engine's IPC sockets went to the worker's scratch folder, not the system temp folder."""
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.iterdir())
     config = RunConfig(
         backend="openai",
         model="tiny-llama",
@@ -280,6 +285,9 @@ def test_served_engine_metrics_and_usage_reach_the_result(store, tmp_path, tiny_
     assert store.get_run(result.run_id).server_metrics == result.server_metrics
     records = list(store.iter_records(result.run_id))
     assert records and all(r.output_tokens == 8 for r in records)
+    left = set(temp.iterdir()) - before
+    assert not [path for path in left if path.is_socket()], f"the engine left sockets in {temp}"
+    assert not [path for path in left if path.name.startswith("bench-engine-")], "scratch kept"
 
 
 def test_a_dead_workers_last_events_go_through_the_live_handler(tmp_path, tiny_llama):
