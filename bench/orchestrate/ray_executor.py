@@ -42,6 +42,10 @@ STOP_GRACE_S = 60.0
 """A running job asked to stop gets this long (the bench's own grace and kill take ~30 s at
 most) before its Ray task is force-cancelled."""
 CHANNEL_TIMEOUT_S = 30.0
+FINAL_READ_TIMEOUT_S = 300.0
+"""How long the last read of a channel, once the node's task has ended, may wait for the actor:
+on a machine this busy the writes are late, not gone (a dead actor answers at once, with an
+error)."""
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024 * 1024
 """Object store of a Ray instance started for one command: jobs pass configs and records only."""
 
@@ -75,6 +79,73 @@ def _check_reachable(address: str) -> None:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"[:500]
+
+
+def _what_ended_it(ray: Any, error: BaseException, where: str) -> str:
+    """Why a task ended without its outcome: its own code raised (the node is fine), or the
+    node or worker under it went (crash, lost node, out of memory)."""
+    if isinstance(error, ray.exceptions.RayTaskError):
+        cause = error.cause if isinstance(error.cause, BaseException) else error
+        return f"the task raised on {where} ({_first_line(cause)})"
+    return f"lost {where} ({_first_line(error)})"
+
+
+Event = tuple[str, tuple, dict]
+"""One store write (or placement/progress notice) a node sent: name, args, kwargs."""
+
+
+class ChannelReader:
+    """The submitter's side of one `JobChannel`: the node's events in the order it sent them,
+    none dropped.
+
+    The actor empties its list when it runs a `drain` call, so a drain whose answer is never
+    read loses those events. A busy machine showed it: a drain that took longer than its
+    timeout was abandoned, and a stopped job's last writes (its status, its run ids) went with
+    it. Here a drain that has not answered yet is kept and read on the next call; a new one is
+    sent only after it answered."""
+
+    def __init__(self, ray: Any, channel: Any) -> None:
+        self.ray = ray
+        self.channel = channel
+        self._pending: Any = None
+
+    def read(self, timeout_s: float = CHANNEL_TIMEOUT_S) -> list[Event]:
+        """What arrived since the last read; [] when the drain has not answered in `timeout_s`
+        (it is read next time) or the channel is gone (nothing more will come)."""
+        if self.channel is None:
+            return []
+        if self._pending is None:
+            self._pending = self.channel.drain.remote()
+        try:
+            events = self.ray.get(self._pending, timeout=timeout_s)
+        except self.ray.exceptions.GetTimeoutError:
+            return []
+        except self.ray.exceptions.RayError as error:
+            log.warning("the job channel is gone (%s): nothing more is read", _first_line(error))
+            self.channel = self._pending = None
+            return []
+        self._pending = None
+        return events
+
+    def read_to_the_end(self, timeout_s: float = FINAL_READ_TIMEOUT_S) -> list[Event]:
+        """Everything left once the node's task has ended: the drain still unanswered, if any,
+        then one sent now (after the node's last call, its barrier on the channel)."""
+        deadline = time.monotonic() + timeout_s
+        events: list[Event] = []
+        sent_after_the_end = False
+        while self.channel is not None:
+            sent_after_the_end = sent_after_the_end or self._pending is None
+            events += self.read(max(0.0, deadline - time.monotonic()))
+            if self._pending is None and sent_after_the_end:
+                return events
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "the job channel did not answer in %.0f s: the node's last writes are "
+                    "missing from the store",
+                    timeout_s,
+                )
+                return events
+        return events
 
 
 class RayExecutor:
@@ -154,13 +225,9 @@ class RayExecutor:
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote()
 
-    def drain(self, channel: Any) -> list[tuple[str, tuple, dict]]:
-        """The events the node sent since the last drain (none once the channel is gone)."""
-        if channel is None:
-            return []
-        with contextlib.suppress(self.ray.exceptions.RayError, TimeoutError):
-            return self.ray.get(channel.drain.remote(), timeout=CHANNEL_TIMEOUT_S)
-        return []
+    def reader(self, channel: Any) -> ChannelReader:
+        """Reads the node's events from `channel` (None: the node writes to the store itself)."""
+        return ChannelReader(self.ray, channel)
 
     # ------------------------------------------------------------------ one campaign step
 
@@ -187,7 +254,7 @@ class RayExecutor:
         placement: dict[str, Any] = {}
         created: list[str] = []
 
-        def apply(events: list[tuple[str, tuple, dict]]) -> None:
+        def apply(events: list[Event]) -> None:
             for name, args, kwargs in events:
                 if name == "placement":
                     placement.update(args[0])
@@ -208,16 +275,17 @@ class RayExecutor:
             context.store if shared else None,
             self.versions,
         )
+        reader = self.reader(channel)
         try:
             while not ray.wait([ref], timeout=POLL_S)[0]:
-                apply(self.drain(channel))
+                apply(reader.read(POLL_S))
             try:
                 on_node = ray.get(ref, timeout=CHANNEL_TIMEOUT_S)
             finally:
-                apply(self.drain(channel))
+                apply(reader.read_to_the_end())
         except ray.exceptions.RayError as error:
             where = placement.get("hostname") or "its node"
-            reason = f"lost {where} mid-step ({_first_line(error)}); no automatic retry"
+            reason = f"{_what_ended_it(ray, error, where)} mid-step; no automatic retry"
             for run_id in created if store is not None else []:
                 fail_run(store, run_id, RunStatus.FAILED, reason)
             return StepOutcome(
@@ -287,7 +355,7 @@ class _JobSupervisor:
 
     # ------------------------------------------------------------------ events from the node
 
-    def _apply(self, events: list[tuple[str, tuple, dict]]) -> None:
+    def _apply(self, events: list[Event]) -> None:
         """Apply the node's store writes to the submitter's store, in the order they were made."""
         for name, args, kwargs in events:
             if name == "placement":
@@ -295,9 +363,6 @@ class _JobSupervisor:
                 self.progress.flush(force=True)
             elif name in FORWARDED_WRITES or name in FORWARDED_JOB_WRITES:
                 getattr(self.store, name)(*args, **kwargs)
-
-    def _drain(self, channel: Any) -> None:
-        self._apply(self.executor.drain(channel))
 
     def _started(self, channel: Any) -> bool:
         if channel is not None:
@@ -315,6 +380,7 @@ class _JobSupervisor:
         self.placement.reason = self.executor.waiting_reason(self.resources)
         self.progress.flush(force=True)
         channel = None if self.shared else self.executor.open_channel()
+        reader = self.executor.reader(channel)
         ref = self.executor.remote_job.options(
             name=f"bench-job-{job_id}", **self.resources.ray_options()
         ).remote(
@@ -333,7 +399,7 @@ class _JobSupervisor:
         try:
             while True:
                 ready, _ = ray.wait([ref], timeout=POLL_S)
-                self._drain(channel)
+                self._apply(reader.read(POLL_S))
                 if ready:
                     break
                 started = self._started(channel)
@@ -357,7 +423,7 @@ class _JobSupervisor:
                     last_check = time.monotonic()
                     self.placement.reason = self.executor.waiting_reason(self.resources)
                     self.progress.flush(force=True)
-            return self._finish(ref, channel, stopped=stop.is_set())
+            return self._finish(ref, reader, stopped=stop.is_set())
         finally:
             watcher.done.set()
             watcher.join(timeout=5)
@@ -365,7 +431,7 @@ class _JobSupervisor:
                 with contextlib.suppress(Exception):
                     ray.kill(channel)
 
-    def _finish(self, ref: Any, channel: Any, stopped: bool) -> RunStatus:
+    def _finish(self, ref: Any, reader: ChannelReader, stopped: bool) -> RunStatus:
         """Read the task's outcome; a refusal, a cancel or a lost node finishes the job here."""
         from bench.orchestrate.ray_node import NodeOutcome
 
@@ -373,13 +439,13 @@ class _JobSupervisor:
         try:
             outcome: NodeOutcome = ray.get(ref, timeout=CHANNEL_TIMEOUT_S)
         except ray.exceptions.RayError as error:
-            self._drain(channel)  # everything the node sent before it went is kept
+            self._apply(reader.read_to_the_end())  # everything the node sent before it went
             if stopped or isinstance(error, ray.exceptions.TaskCancelledError):
                 return self._end(RunStatus.STOPPED, "stopped on request")
             where = self._stored_placement().hostname or "its node"
-            reason = f"lost {where} mid-job ({_first_line(error)}); no automatic retry"
+            reason = f"{_what_ended_it(ray, error, where)} mid-job; no automatic retry"
             return self._end(RunStatus.FAILED, reason)
-        self._drain(channel)
+        self._apply(reader.read_to_the_end())
         if outcome.refused:
             self.placement = JobPlacement.model_validate(
                 {**outcome.placement.model_dump(), "state": "refused"}

@@ -37,6 +37,11 @@ BENCH_DIR = Path(__file__).resolve().parents[1]
 STOP_CACHE_S = 0.5
 """How long the node trusts its last read of the stop flag (the job runner polls every 0.5 s)."""
 CHANNEL_TIMEOUT_S = 30.0
+"""How long a read of the stop flag waits for the channel (a late answer keeps the last one)."""
+FLUSH_TIMEOUT_S = 300.0
+"""How long the node's last call, its barrier on the channel, waits: on a busy machine the actor
+is late, not gone (a dead one answers at once, with an error), and the writes it holds are the
+job's end."""
 
 
 # --------------------------------------------------------------------------- versions
@@ -186,15 +191,16 @@ class ForwardingStore:
         with self._lock:
             read_at, stop = self._stop_read
             if time.monotonic() - read_at > STOP_CACHE_S:
-                stop = bool(
-                    ray.get(self.channel.stop_requested.remote(), timeout=CHANNEL_TIMEOUT_S)
-                )
+                with contextlib.suppress(ray.exceptions.GetTimeoutError):  # asked again later
+                    stop = bool(
+                        ray.get(self.channel.stop_requested.remote(), timeout=CHANNEL_TIMEOUT_S)
+                    )
                 self._stop_read = (time.monotonic(), stop)
         return self.job.model_copy(update={"stop_requested": stop})
 
     def close(self) -> None:
         """Wait until the channel holds every write sent (`JobChannel.flushed`), then drop the
-        mirror; a channel that does not answer in CHANNEL_TIMEOUT_S raises (the task fails,
+        mirror; a channel that does not answer in FLUSH_TIMEOUT_S raises (the task fails,
         and the submitter says so) rather than letting writes vanish unnoticed."""
         try:
             self._wait(self.channel.flushed.remote())
@@ -205,7 +211,7 @@ class ForwardingStore:
 def _wait_for_the_channel(ref: Any) -> object:
     import ray
 
-    return ray.get(ref, timeout=CHANNEL_TIMEOUT_S)
+    return ray.get(ref, timeout=FLUSH_TIMEOUT_S)
 
 
 class PlacedStore:
