@@ -132,19 +132,15 @@ class ChannelReader:
         then one sent now (after the node's last call, its barrier on the channel)."""
         deadline = time.monotonic() + timeout_s
         events: list[Event] = []
-        sent_after_the_end = False
-        while self.channel is not None:
-            sent_after_the_end = sent_after_the_end or self._pending is None
+        for _ in range(2 if self._pending is not None else 1):
             events += self.read(max(0.0, deadline - time.monotonic()))
-            if self._pending is None and sent_after_the_end:
-                return events
-            if time.monotonic() >= deadline:
+            if self._pending is not None:
                 log.warning(
                     "the job channel did not answer in %.0f s: the node's last writes are "
                     "missing from the store",
                     timeout_s,
                 )
-                return events
+                break
         return events
 
 
