@@ -851,6 +851,9 @@ def render() -> None:
         return
     if job.finished:
         job_panel(job)
+        # A marker that the whole page has drawn the finished job (after the one rerun the live
+        # panel asks for at the job's end), so a browser test reads the page only once it holds.
+        st.container(key=f"job_done_{job_id}", height=1, border=False)
     else:
         live_job_panel(job_id)
 
