@@ -133,10 +133,10 @@ AFTER_NEXT_FRAMES = """() => new Promise((done) =>
 def edit_cell(page, editor, backend_column: int, column: int, value: str) -> None:
     """Type `value` into the first plan row's cell at `column` and commit it, by keyboard as a
     person does. The edit is done when the grid shows the value (its accessible table is
-    redrawn after the commit). On a busy machine the grid now and then closes its editor on
-    Enter without taking the typed value (its number editor passes the keystrokes on a render
-    later, and Enter can be handled before that; no page state shows it in advance): the edit
-    is then made again, at most three times, each retry printed."""
+    redrawn after the commit). Enter goes only once the editor has rendered the typed value
+    (EDITOR_RENDERED, then AFTER_NEXT_FRAMES): on a busy machine an Enter handled before that
+    render closed the editor with the old value. Should the grid still not take it, the edit is
+    made again, at most three times, each retry printed."""
     cell = editor.locator(f"tr[aria-rowindex='2'] td[aria-colindex='{column}']")
     header_px, row_px = 36, 35
     for attempt in range(1, 4):
