@@ -134,9 +134,9 @@ def edit_cell(page, editor, backend_column: int, column: int, value: str) -> Non
     """Type `value` into the first plan row's cell at `column` and commit it, by keyboard as a
     person does. The edit is done when the grid shows the value (its accessible table is
     redrawn after the commit). Enter goes only once the editor has rendered the typed value
-    (EDITOR_RENDERED, then AFTER_NEXT_FRAMES): on a busy machine an Enter handled before that
-    render closed the editor with the old value. Should the grid still not take it, the edit is
-    made again, at most three times, each retry printed."""
+    (EDITOR_RENDERED, then AFTER_NEXT_FRAMES): on a busy machine an Enter pressed without these
+    waits sometimes closed the editor with the old value. Should the grid still not take it, the
+    edit is made again, at most three times, each retry printed."""
     cell = editor.locator(f"tr[aria-rowindex='2'] td[aria-colindex='{column}']")
     header_px, row_px = 36, 35
     for attempt in range(1, 4):
@@ -163,11 +163,13 @@ def edit_cell(page, editor, backend_column: int, column: int, value: str) -> Non
         )
         page.keyboard.press("Control+a")
         page.keyboard.type(value)
-        # Enter commits the value the editor last *rendered*, not what the input shows: under load
-        # Chromium handles the Enter before React's pending render of the typed keys, and the
-        # editor closes with the old value. The input's React props hold the rendered value.
+        # Observed beside a CPU hog: an Enter pressed as soon as the input showed the typed value
+        # sometimes closed the editor with the old one. Our reading, not confirmed in the grid's
+        # source: the Enter was handled before React had rendered the typed keys. So wait until
+        # the input's React props (the value React last rendered) read it too, ...
         page.wait_for_function(EDITOR_RENDERED, arg=value, timeout=30_000)
-        # ... and its effects, which React runs after the frame is drawn, have run too.
+        # ... and two frames more, for effects React runs after a frame is drawn. The props wait
+        # alone still needed a retry in 1 of 3 runs beside the hog; with both, 0 of 21.
         page.evaluate(AFTER_NEXT_FRAMES)
         page.keyboard.press("Enter")
         try:
