@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from bench.core.errors import UserError
 from bench.core.job_progress import JobPlacement, JobProgressState
 from bench.core.progress import RunProgress
+from bench.core.resources import NORMAL_PRIORITY_RUNTIME_ENV
 from bench.core.schema import Failure, RunStatus
 from bench.orchestrate.executors import ExecutorSettings, Resources, job_resources
 from bench.orchestrate.ray_node import FORWARDED_JOB_WRITES, FORWARDED_WRITES
@@ -218,6 +219,7 @@ class RayExecutor:
         return self.channel_actor.options(
             num_cpus=0,
             max_restarts=0,
+            runtime_env=NORMAL_PRIORITY_RUNTIME_ENV,  # a starved channel times out its reads
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote()
 

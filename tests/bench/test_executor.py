@@ -36,6 +36,8 @@ def test_job_resources_gpus_type_and_text():
     assert options["num_gpus"] == 1 and options["num_cpus"] == 2
     assert options["resources"] == {"accelerator_type:H200": 0.001}
     assert options["max_retries"] == 0 and options["retry_exceptions"] is False
+    # Ray's workers run at nice 15 unless told otherwise; a measurement must not
+    assert options["runtime_env"] == {"env_vars": {"RAY_worker_niceness": "0"}}
     assert resources.fits({"CPU": 8, "GPU": 2, "accelerator_type:H200": 1})
     assert not resources.fits({"CPU": 8, "GPU": 2, "accelerator_type:A100": 1})
     assert not resources.fits({"CPU": 1, "GPU": 2, "accelerator_type:H200": 1})

@@ -254,6 +254,8 @@ def test_stop_mid_run_leaves_no_engine_process(cluster, store, tmp_path):
         )
         pids = engine_pids(store, job_id)
         assert pids and all(psutil.pid_exists(pid) for pid in pids)
+        # The engine runs at this process's priority, not at the nice 15 of Ray's workers
+        assert {psutil.Process(pid).nice() for pid in pids} == {psutil.Process().nice()}
         store.request_stop(job_id)
         wait_for(lambda: store.get_job(job_id).finished, 120, "the stopped job")
     job = store.get_job(job_id)
