@@ -3,18 +3,29 @@
 `time_travel` makes the running asyncio loop and `bench.core.clock.CLOCK` read a virtual clock that
 jumps straight to the next timer whenever every task is waiting, so a 60 s load phase runs in
 milliseconds and every timestamp is exact (no CPU time passes on the virtual clock).
+Also sets OMP_WAIT_POLICY=PASSIVE for the suite's CPU engines (why: the comment below).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from bench.core.clock import CLOCK
 from bench.core.schema import RequestRecord
+
+# Real CPU engines in this suite share their cores with the load generator, pytest and whatever
+# else the CI machine runs. libgomp's default wait policy spins at every parallel-region barrier,
+# so a preempted OpenMP thread costs a whole scheduler slice per region: beside `stress-ng --cpu
+# 2` on 2 cores, the tiny-cpu campaign's PyTorch step served 8, 8 and 20 requests in its 5 s
+# (3-48 tok/s per user; one suite-run got 4 and failed the 8-request validity floor) and 132, 176
+# and 212 with OMP_WAIT_POLICY=PASSIVE. Set before torch loads here or in any engine process the
+# tests start (they inherit it); a developer's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 VIRTUAL_EPOCH_NS = 1_000_000_000_000
 """Virtual time starts at 1000 s, like a perf_counter reading on a machine that has been up."""
