@@ -182,6 +182,16 @@ def _error_line(error: BaseException) -> str:
     return first_line(error)
 
 
+def _store_error_line(store: object, error: BaseException) -> str:
+    """A store's failure in one line that names the store once: the store's own errors
+    (StoreUnavailable) already begin with "results store <where>:"; others get it in front."""
+    from bench.storage.store import StoreUnavailable
+
+    if isinstance(error, StoreUnavailable):
+        return _error_line(error)
+    return f"results store {getattr(store, 'display', '')}: {_error_line(error)}"
+
+
 class _RecordSink:
     """Buffers records and writes them to the store and JSONL in batches (never holds a run).
 
@@ -237,9 +247,9 @@ class _RecordSink:
             if time.monotonic() - self.last_flush > STORE_FLUSH_S:
                 self._flush()
 
-    def _fail(self, what: str, error: BaseException) -> None:
+    def _fail(self, cause: str) -> None:
         if self.failure is None:
-            self.failure = f"{what}: {_error_line(error)}"
+            self.failure = cause
             self.on_failure()
 
     def _write_lines(self, handle: Any, batch: list[RequestRecord], where: str) -> None:
@@ -259,7 +269,7 @@ class _RecordSink:
                 self._write_lines(self.jsonl, batch, "jsonl")
                 kept = True
             except OSError as error:
-                self._fail(f"cannot write {self.jsonl_path}", error)
+                self._fail(f"cannot write {self.jsonl_path}: {_error_line(error)}")
                 with contextlib.suppress(OSError):
                     self.jsonl.close()
                 self.jsonl = None
@@ -270,7 +280,7 @@ class _RecordSink:
                 return
             except Exception as error:  # a full disk, a lost database: never into the worker
                 self.store_failed = True
-                self._fail(f"results store {getattr(self.store, 'display', '')}", error)
+                self._fail(_store_error_line(self.store, error))
         if not kept and self.spill_path is not None and not self.spill_failed:
             try:
                 if self.spill is None:
@@ -715,7 +725,7 @@ def _persist(
             if not _fail_stored_row(store, result, str(error)):
                 problems.append(f"{error}; the row could not be marked FAILED either")
         except Exception as error:  # a full disk, a lost database
-            reason = f"results store {getattr(store, 'display', '')}: {_error_line(error)}"
+            reason = _store_error_line(store, error)
             if _landed(store, result):
                 # SQLite can report a full disk after the row's update went in: the result is
                 # stored as it is, so the run stands and the row is not rewritten.

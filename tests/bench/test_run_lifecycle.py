@@ -168,6 +168,7 @@ def test_a_full_store_stops_the_run_and_keeps_the_records(tmp_path):
     assert time.monotonic() - started < 60  # stopped, not run for its 120 s
     message = str(caught.value)
     assert "\n" not in message and "database or disk is full" in message
+    assert message.count(f"results store {store.display}") == 1  # the store is named once
     assert "worker stopped" in message
     result = caught.value.result
     assert result.status == RunStatus.FAILED and "database or disk is full" in result.failure.cause
