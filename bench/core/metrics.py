@@ -657,15 +657,19 @@ def prefix_cache_hit_rate(
     """(hit rate, query tokens) of the engine's prefix cache from scraped counters.
 
     Hit rate = increase of `vllm:prefix_cache_hits` / increase of `vllm:prefix_cache_queries`
-    (token counts, vLLM v1) between the last scrape at or before the window start and the first
-    scrape at or after its end (the measured records' span; the whole scrape series without a
-    window). None when the counters are absent or did not move (no queries)."""
+    (token counts, vLLM v1) between the last sample answered at or before the window start and
+    the first sample requested at or after its end (the measured records' span; the whole series
+    without a window). A scrape's counters are read somewhere between its request (`t_ns`) and
+    its answer (`t_received_ns`, when recorded): only a sample answered before the window holds
+    none of its counts, and only one requested after it holds all of them. None when the
+    counters are absent or did not move (no queries)."""
     samples = [s for s in server_metrics if PREFIX_CACHE_QUERIES in s and PREFIX_CACHE_HITS in s]
     if len(samples) < 2:
         return None, None
+    samples.sort(key=lambda s: s.get("t_ns", 0))
     first, last = samples[0], samples[-1]
     if window_ns is not None:
-        before = [s for s in samples if s.get("t_ns", 0) <= window_ns[0]]
+        before = [s for s in samples if s.get("t_received_ns", s.get("t_ns", 0)) <= window_ns[0]]
         after = [s for s in samples if s.get("t_ns", 0) >= window_ns[1]]
         first = before[-1] if before else samples[0]
         last = after[0] if after else samples[-1]

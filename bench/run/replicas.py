@@ -191,6 +191,10 @@ class ReplicaPool:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), min(remaining, 1.0))
 
+    async def sample_counters(self) -> None:
+        """Nothing to read: a replica run does not collect its servers' counters (each replica
+        worker would need its own window)."""
+
     async def close(self) -> None:
         """Ask every live replica to close its engine, wait, then stop every worker tree."""
         for replica in self.replicas:

@@ -259,6 +259,9 @@ async def execute(
     - Warm-up: `config.load.warmup_requests` requests, phase "warmup", `warmup=True`
       (recorded, never measured), at `load.warmup_concurrency()`; `warmup_s` is its wall time.
     - Phases: closed/open loop per `PhaseSpec`; each finished phase goes to `on_phase`.
+    - Counters: `backend.sample_counters()` just before the first measured phase and once every
+      measured request has finished, so a served engine's counter deltas (the prefix-cache hit
+      rate) cover exactly the measured window, however short it is.
     - Hard bound: everything stops at run start + `max_duration_s` (in-flight requests are
       recorded as errors); `stop` ends the run the same way with error "stopped".
     - Progress: `on_progress` every PROGRESS_INTERVAL_S and at each phase change with a
@@ -339,6 +342,8 @@ async def execute(
             outcome = await run(spec, None)
             warmup_s = (outcome.end_ns - outcome.start_ns) / 1e9
             stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
+        if not stopped:  # a served engine's counters where the measured window starts
+            await backend.sample_counters()
 
         generator = plan(load, config.slo, config.validity, model.vocab_size)
         index = 0
@@ -378,6 +383,8 @@ async def execute(
             report = report or empty_report(load.pattern)
             report.incomplete = "stopped" if stopped else "max_duration_s reached"
         await settle(waiting)
+        if not stop.is_set():  # ... and where it ends: every measured request has finished
+            await backend.sample_counters()
     finally:
         reporter.cancel()
         for _, outcome in waiting:

@@ -291,3 +291,28 @@ def test_request_latencies_ms_hand_computed():
     assert (ttft, e2e) == (10.0, 40.0) and math.isnan(tpot)
     ttft, tpot, e2e = request_latencies_ms(record.model_copy(update={"chunk_ns": []}))
     assert math.isnan(ttft) and math.isnan(tpot) and e2e == 40.0
+
+
+def test_prefix_cache_window_takes_reads_answered_before_it_and_asked_after_it():
+    """A /metrics read holds the counters of some moment between its request (t_ns) and its
+    answer (t_received_ns): one asked before the window but answered inside it may already hold
+    the window's first hits, so it cannot be the window's start; the in-process engine's samples
+    (t_ns only, read instantly) are taken by t_ns."""
+    from bench.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, prefix_cache_hit_rate
+
+    def read(t_ns, t_received_ns, queries, hits):
+        sample = {"t_ns": t_ns, PREFIX_CACHE_QUERIES: queries, PREFIX_CACHE_HITS: hits}
+        return sample if t_received_ns is None else {**sample, "t_received_ns": t_received_ns}
+
+    window = (100, 200)
+    samples = [
+        read(230, 240, 1000.0, 700.0),  # asked after the window: its end (listed first: sorted)
+        read(10, 20, 100.0, 0.0),  # answered before the window: its start
+        read(90, 130, 300.0, 100.0),  # asked before, answered inside: not the start
+        read(150, 160, 600.0, 400.0),
+    ]
+    assert prefix_cache_hit_rate(samples, window) == (700 / 900, 900.0)
+    instant = [read(10, None, 100.0, 0.0), read(95, None, 200.0, 0.0)]
+    instant.append(read(205, None, 600.0, 300.0))
+    assert prefix_cache_hit_rate(instant, window) == (300 / 400, 400.0)
+    assert prefix_cache_hit_rate(samples[:1], window) == (None, None)

@@ -275,6 +275,11 @@ class Backend(ABC):
     def stream(self, request: Request) -> AsyncIterator[Chunk]:
         """Run one request, yielding chunks as they arrive (async generator)."""
 
+    async def sample_counters(self) -> None:  # noqa: B027 - optional hook
+        """Read a served engine's cumulative counters now; the runner calls it where the measured
+        window starts and where it ends. In-process engines sample their own counters as they
+        step, so the default reads nothing."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release the engine (GPU memory, threads, child processes)."""
 

@@ -60,6 +60,10 @@ DEFAULT_METRIC_NAMES = (
     "vllm:prefix_cache_hits_total",
     "vllm:gpu_prefix_cache_hit_rate",  # vLLM v0's gauge (older servers)
 )
+NO_METRICS_ENDPOINT = "server has no /metrics"
+BOUNDARY_SCRAPE_TIMEOUT_S = 10.0
+"""Longest wait for the /metrics read at a window boundary (the polling reads use the session's
+time-out: they run beside the load and hold nothing up)."""
 
 
 class OpenAIOptions(Strict):
@@ -561,31 +565,53 @@ class OpenAIBackend(Backend):
                 yield chunk
 
     async def _scrape_loop(self) -> None:
+        while await self._scrape_once():
+            await asyncio.sleep(self.options.metrics_interval_s)
+
+    async def _scrape_once(self, timeout_s: float | None = None) -> bool:
+        """Read /metrics once into a sample {"t_ns": sent, "t_received_ns": answered, metric name:
+        value, ...}; False once the server has no /metrics (nothing more to read). `timeout_s`
+        bounds this read (default: the session's request time-out)."""
+        import aiohttp  # loaded with the session in load()
+
+        if self._session is None or self._metrics_note == NO_METRICS_ENDPOINT:
+            return False
         names = set(self.options.metric_names or DEFAULT_METRIC_NAMES)
         if self.options.metric_names == ["*"]:
             names = None  # type: ignore[assignment]
-        while True:
-            t_ns = CLOCK.now_ns()
-            try:
-                async with self._session.get("/metrics") as response:
-                    text = await response.text()
-                    if response.status == 404:
-                        self._metrics_note = "server has no /metrics"
-                        return
-                    if response.status != 200:
-                        raise OpenAIServerError(f"/metrics: HTTP {response.status}")
-                if text.lstrip().startswith(("[", "{")):  # trtllm-serve: JSON iteration stats
-                    self._server_metrics.append({"t_ns": t_ns, "json": json.loads(text)})
-                else:
-                    self._server_metrics.append({"t_ns": t_ns, **parse_prometheus(text, names)})
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a failed scrape must never fail the run
-                self._metrics_note = f"last scrape failed: {type(exc).__name__}: {exc}"
-            await asyncio.sleep(self.options.metrics_interval_s)
+        t_ns = CLOCK.now_ns()
+        try:
+            timeout = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
+            async with self._session.get("/metrics", timeout=timeout) as response:
+                text = await response.text()
+                if response.status == 404:
+                    self._metrics_note = NO_METRICS_ENDPOINT
+                    return False
+                if response.status != 200:
+                    raise OpenAIServerError(f"/metrics: HTTP {response.status}")
+            received = {"t_ns": t_ns, "t_received_ns": CLOCK.now_ns()}
+            if text.lstrip().startswith(("[", "{")):  # trtllm-serve: JSON iteration stats
+                self._server_metrics.append({**received, "json": json.loads(text)})
+            else:
+                self._server_metrics.append({**received, **parse_prometheus(text, names)})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed scrape must never fail the run
+            self._metrics_note = f"last scrape failed: {type(exc).__name__}: {exc}"
+        return True
+
+    async def sample_counters(self) -> None:
+        """Read the server's counters now, at a boundary of the measured window: a window
+        shorter than `metrics_interval_s` (or one that ends just before close) still has a
+        sample on each side, so counter deltas over it (the prefix-cache hit rate) never
+        depend on where the polling interval happened to fall. Bounded by
+        BOUNDARY_SCRAPE_TIMEOUT_S: a server that stopped answering cannot hold the run."""
+        if self._scrape_task is not None:
+            await self._scrape_once(BOUNDARY_SCRAPE_TIMEOUT_S)
 
     def server_metrics(self) -> list[dict[str, Any]]:
-        """Scraped samples so far: {"t_ns": ..., metric name: value, ...} per scrape."""
+        """Scraped samples so far: {"t_ns": sent, "t_received_ns": answered, metric name: value,
+        ...} per scrape."""
         return list(self._server_metrics)
 
     @property

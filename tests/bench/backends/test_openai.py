@@ -142,11 +142,16 @@ class FakeOpenAIServer:
 
     /v1/completions streams one event per token with continuous usage; max_tokens 400 -> HTTP
     400 with an OpenAI error body, 500 -> HTTP 500 text. It records request bodies and the
-    highest number of requests it saw in flight.
+    highest number of requests it saw in flight. /metrics has vLLM's prefix-cache counters, moved
+    by each finished request: PROMPT_TOKENS queried, CACHED_TOKENS of them hit.
     """
+
+    PROMPT_TOKENS = 3
+    CACHED_TOKENS = 2
 
     def __init__(self) -> None:
         self.bodies: list[dict] = []
+        self.finished = 0
         self.in_flight = 0
         self.max_in_flight = 0
         self.url = ""
@@ -177,6 +182,8 @@ class FakeOpenAIServer:
         return web.Response(
             text="# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{engine="0"}} {self.in_flight}\n'
+            f'vllm:prefix_cache_queries_total{{engine="0"}} {self.finished * self.PROMPT_TOKENS}\n'
+            f'vllm:prefix_cache_hits_total{{engine="0"}} {self.finished * self.CACHED_TOKENS}\n'
         )
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
@@ -217,6 +224,7 @@ class FakeOpenAIServer:
             )
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
+            self.finished += 1
             return response
         finally:
             self.in_flight -= 1
@@ -260,6 +268,47 @@ async def test_stream_against_double_and_request_body(fake_server: FakeOpenAISer
         assert samples and "vllm:num_requests_running" in samples[0]
     finally:
         await backend.close()
+
+
+async def test_counters_are_read_at_both_ends_of_a_window_shorter_than_the_polling(
+    fake_server: FakeOpenAIServer,
+) -> None:
+    """Polling reads /metrics once an hour here, so the only reads inside the run are the ones the
+    runner asks for where the measured window starts and ends: the hit rate covers exactly the
+    measured requests (the warm-up's excluded), however short the window is."""
+    from bench.core.config import ConcurrencyLoad, RunConfig
+    from bench.core.metrics import prefix_cache_hit_rate
+    from bench.run.runner import RunEvents, execute
+
+    config = RunConfig(
+        backend="openai",
+        model="double",
+        engine_args={
+            "base_url": fake_server.url,
+            "metrics_interval_s": 3600,
+            "prompt_format": "tokens",
+        },
+        workload=GenerateWorkload(output_tokens=LengthDistribution(mean=2)),
+        load=ConcurrencyLoad(concurrency=2, duration_s=None, max_requests=8, warmup_requests=2),
+    )
+    model = ModelInfo(name="double", path="/nonexistent", vocab_size=1000)
+    backend = OpenAIBackend(config.engine_args)
+    await backend.load(model, config.workload, config.precision, "auto")
+    records = []
+    try:
+        events = RunEvents(records.append, lambda _phase: None, lambda _progress: None)
+        await execute(config, backend, model, events, asyncio.Event())
+    finally:
+        await backend.close()
+    measured = [r for r in records if not r.warmup]
+    assert len(measured) == 8 and fake_server.finished == 10
+    window = (min(r.start_ns for r in measured), max(r.end_ns for r in measured))
+    samples = backend.server_metrics()
+    assert len(samples) == 3  # the polling read at load, then one at each end of the window
+    assert samples[1]["t_received_ns"] <= window[0] and samples[2]["t_ns"] >= window[1]
+    rate, queries = prefix_cache_hit_rate(samples, window)
+    assert queries == 8 * FakeOpenAIServer.PROMPT_TOKENS
+    assert rate == pytest.approx(FakeOpenAIServer.CACHED_TOKENS / FakeOpenAIServer.PROMPT_TOKENS)
 
 
 async def test_strict_server_mode_sends_no_extras(fake_server: FakeOpenAIServer) -> None:
