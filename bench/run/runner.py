@@ -342,7 +342,7 @@ async def execute(
             outcome = await run(spec, None)
             warmup_s = (outcome.end_ns - outcome.start_ns) / 1e9
             stopped, deadline_reached = outcome.stopped, outcome.deadline_reached
-        if not stopped:  # a served engine's counters where the measured window starts
+        if not stop.is_set():  # a served engine's counters where the measured window starts
             await backend.sample_counters()
 
         generator = plan(load, config.slo, config.validity, model.vocab_size)

@@ -275,6 +275,12 @@ class OpenAIBackend(Backend):
         self._scrape_task: asyncio.Task[None] | None = None
         self._server_metrics: list[dict[str, Any]] = []
         self._metrics_note: str | None = None
+        # The /metrics sample names each scrape keeps (None: all but histogram buckets).
+        self._kept_metric_names: set[str] | None = (
+            None
+            if self.options.metric_names == ["*"]
+            else set(self.options.metric_names or DEFAULT_METRIC_NAMES)
+        )
 
     @classmethod
     def engine_args_for(
@@ -576,9 +582,6 @@ class OpenAIBackend(Backend):
 
         if self._session is None or self._metrics_note == NO_METRICS_ENDPOINT:
             return False
-        names = set(self.options.metric_names or DEFAULT_METRIC_NAMES)
-        if self.options.metric_names == ["*"]:
-            names = None  # type: ignore[assignment]
         t_ns = CLOCK.now_ns()
         try:
             timeout = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
@@ -593,7 +596,8 @@ class OpenAIBackend(Backend):
             if text.lstrip().startswith(("[", "{")):  # trtllm-serve: JSON iteration stats
                 self._server_metrics.append({**received, "json": json.loads(text)})
             else:
-                self._server_metrics.append({**received, **parse_prometheus(text, names)})
+                values = parse_prometheus(text, self._kept_metric_names)
+                self._server_metrics.append({**received, **values})
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed scrape must never fail the run
