@@ -116,6 +116,24 @@ class Capacity(Strict):
     cost_per_million_output_tokens: float | None = Field(
         None, description="USD per million output tokens with the fleet at the peak load."
     )
+    low_rate_rps: float | None = Field(
+        None, gt=0, description="A predicted capacity's interval, low end (None: measured)."
+    )
+    high_rate_rps: float | None = Field(None, gt=0, description="The interval's high end.")
+    gpus_range: tuple[int, int] | None = Field(
+        None, description="GPUs at the interval's high and low capacity (fewest, most)."
+    )
+    expected_error: float | None = Field(
+        None, description="A prediction's median relative error in its validation table."
+    )
+    reference: str | None = Field(
+        None, description="The data/reference file of a published capacity search."
+    )
+    dtype_note: str | None = Field(
+        None,
+        description="Why a search at the other 16-bit dtype stands for the stage's (the "
+        "measured pair, advisor.speed_class).",
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -131,12 +149,16 @@ class FleetSizing(Strict):
 
 
 class EstimatedCapacity(Strict):
-    """A capacity from a model, not a measurement (e.g. advisor/estimate.py's figures)."""
+    """A capacity from a model, not a measurement (advisor/serving_model.py's prediction)."""
 
     label: str
     max_rate_rps: float = Field(gt=0)
+    low_rate_rps: float | None = Field(None, gt=0, description="The prediction's interval.")
+    high_rate_rps: float | None = Field(None, gt=0)
+    expected_error: float | None = None
     gpus_per_replica: int = Field(1, ge=1)
     binding_constraint: str | None = None
+    notes: list[str] = Field(default_factory=list)
 
 
 def _positive(name: str, value: float | None) -> None:
@@ -372,8 +394,23 @@ def fleet_for_stage(
             capacity.model_copy(update={"label": run_label(run), "run_id": run.run_id})
         )
     for estimate in estimates or []:
-        capacity = size_fleet(
-            estimate.max_rate_rps,
+        capacity = _size_estimate(stage, estimate, peak, gpu_type, catalogue)
+        sizing.estimates.append(capacity)
+    return sizing
+
+
+def _size_estimate(
+    stage: StageProfile,
+    estimate: EstimatedCapacity,
+    peak: float,
+    gpu_type: str | None,
+    catalogue: PriceCatalogue | None,
+) -> Capacity:
+    """A predicted capacity sized like a measured one, plus the GPUs at its interval's ends."""
+
+    def sized(rate: float) -> Capacity:
+        return size_fleet(
+            rate,
             source="estimate",
             peak_request_rate_rps=peak,
             gpus_per_replica=estimate.gpus_per_replica,
@@ -386,8 +423,24 @@ def fleet_for_stage(
             else None,
             catalogue=catalogue,
         )
-        sizing.estimates.append(capacity.model_copy(update={"label": estimate.label}))
-    return sizing
+
+    capacity = sized(estimate.max_rate_rps)
+    gpus_range = None
+    if estimate.low_rate_rps is not None and estimate.high_rate_rps is not None:
+        gpus_range = (
+            sized(estimate.high_rate_rps).gpus_needed,
+            sized(estimate.low_rate_rps).gpus_needed,
+        )
+    return capacity.model_copy(
+        update={
+            "label": estimate.label,
+            "low_rate_rps": estimate.low_rate_rps,
+            "high_rate_rps": estimate.high_rate_rps,
+            "gpus_range": gpus_range,
+            "expected_error": estimate.expected_error,
+            "notes": [*capacity.notes, *estimate.notes],
+        }
+    )
 
 
 __all__ = [

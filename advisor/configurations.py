@@ -42,6 +42,7 @@ from advisor.estimate import (
 from advisor.evidence import stage_tensor_parallel
 from advisor.gpus import GPUS, GpuSpec
 from advisor.profile import Objective, StageProfile
+from advisor.stage_load import stage_load
 from bench.core.config import LoadPattern, ParallelismConfig, PrecisionConfig, RunConfig, Workload
 from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.strict import Strict
@@ -399,7 +400,7 @@ def estimate_deployment(
     replicas = deployment.parallelism.replicas
     memory = stage.gpu.memory_gb or inputs.gpu.memory_gb
     weights_gpu = inputs.parameters * weight_bytes_per_parameter(deployment) / tp
-    concurrency = stage.concurrency or 1
+    concurrency = stage_load(stage).per_engine
     per_replica = math.ceil(concurrency / replicas)
     _, kv_per_sequence = step_floor_ms(inputs, deployment, 1)
     kv_gpu = kv_per_sequence * GB * per_replica / tp if kv_per_sequence else None
@@ -519,7 +520,7 @@ def _preferred(stage: StageProfile, deployment: Deployment) -> bool:
 
 def _speed(estimate: ConfigurationEstimate, stage: StageProfile) -> float:
     """Higher is better on the stage's objective (measured figures win over the estimate)."""
-    figures = _figures(estimate, stage.concurrency or 1)
+    figures = _figures(estimate, stage_load(stage).per_engine)
     if figures is None:
         return -math.inf
     tpot, throughput, _ = figures
@@ -548,15 +549,16 @@ def search_configurations(
         return None
     architecture = inputs.architecture
     budget = stage.gpu.count
-    concurrency = stage.concurrency or 1
+    load = stage_load(stage)
+    concurrency = load.per_engine
     search = ConfigurationSearch(
         framework=framework,
         gpu_budget=budget,
         concurrency=concurrency,
         objective=stage.objective.value,
     )
-    if stage.concurrency is None:
-        search.notes.append("no concurrency in the profile: configurations compared at 1")
+    if load.source != "concurrency":
+        search.notes.append(f"configurations compared at {load.rule}")
     weight_read_ms = inputs.parameters * 2 / (inputs.bandwidth_tb_s * 1e12) * 1e3
     if weight_read_ms < SMALL_MODEL_FLOOR_MS:
         search.notes.append(
@@ -682,7 +684,7 @@ def trade_offs(
     """The trade-offs in numbers at the stage's concurrency, measured where both sides are
     measured, else marked as an estimate: what the GPUs buy over one GPU (TP against replicas),
     then each alternative against the recommended configuration."""
-    concurrency = stage.concurrency or 1
+    concurrency = stage_load(stage).per_engine
     lines: list[str] = []
     if single_gpu is not None:
         layouts = [

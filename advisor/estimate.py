@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from advisor.gpus import GPUS, GpuSpec
+from advisor.stage_load import stage_load
 from bench.core.config import LengthDistribution
 from bench.core.strict import Strict
 
@@ -628,12 +629,9 @@ def estimate_stage(stage: StageProfile) -> Estimate:
 
 
 def _concurrency(stage: StageProfile) -> tuple[int, str]:
-    if stage.concurrency is not None:
-        return stage.concurrency, "profile concurrency"
-    if stage.request_rate_rps is not None and stage.slo.e2e_ms is not None:
-        in_flight = math.ceil(stage.request_rate_rps * stage.slo.e2e_ms / 1e3)
-        return max(1, in_flight), "Little's law: request rate x e2e SLO"
-    return 1, "not given: one sequence assumed"
+    """The stage's one load rule (`advisor.stage_load`): its in-flight count and the rule."""
+    load = stage_load(stage)
+    return load.per_engine, load.rule
 
 
 def _tp_needed(weight_bytes: float, kv_bytes: float, memory_per_gpu: float) -> int | None:

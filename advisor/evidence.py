@@ -13,16 +13,19 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, computed_field
 
+from advisor.capacity import run_gpu_type
 from advisor.estimate import architecture_for, context_limits, estimate_stage, upper_tokens
 from advisor.gpus import find_gpu
 from advisor.profile import Objective, StageProfile
+from advisor.speed_class import SpeedClassPair, same_speed_class, speed_class_pairs
+from advisor.stage_load import stage_load
 from bench.core.config import (
     GenerateWorkload,
     ParallelismConfig,
@@ -43,8 +46,6 @@ Source = Literal["measured-here", "measured-elsewhere", "published"]
 SOURCE_RANK: dict[str, int] = {"measured-here": 0, "measured-elsewhere": 1, "published": 2}
 SHAPE_TOLERANCE = 0.25
 """Prompt/output means and load level within 25% of the profile's count as the same shape."""
-QUICK_CONCURRENCY_DEFAULT = 8
-"""Concurrency the plan sizes engine limits for when the profile gives none."""
 
 
 # --------------------------------------------------------------------------- expert settings
@@ -68,7 +69,7 @@ def workload_shape(stage: StageProfile, framework: str | None = None) -> Workloa
     return WorkloadShape(
         kind=stage.kind,
         max_sequence_tokens=limit,
-        concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,
+        concurrency=stage_load(stage).per_engine,
         fixed_input_shapes=stage.fixed_input_shapes,
         build_time_tolerance=stage.build_time_tolerance,
         quantization=stage.precision.quantization,
@@ -621,11 +622,15 @@ def _mean_metrics(all_metrics: list[dict[str, float]]) -> dict[str, float]:
 PERCENTILE_ORDER = {"p50": 0, "p90": 1, "p99": 2}
 
 
-def capacity_mismatch(run: RunResult, stage: StageProfile) -> list[str]:
+def capacity_mismatch(
+    run: RunResult, stage: StageProfile, pairs: Sequence[SpeedClassPair] = ()
+) -> list[str]:
     """Why a capacity search is not about this stage ([] = it is): same model and kind, lengths
     within MATCH_BAND, same precision (the match rule without its traffic part: the search
     varies the traffic), and an SLO at least as strict as the stage's on every metric the stage
-    limits, judged at the stage's percentile or a higher one."""
+    limits, judged at the stage's percentile or a higher one. float16 and bfloat16 count as the
+    same precision where one of `pairs` (advisor.speed_class) measured them as one speed class
+    for the run's engine on its GPU type."""
     config = run.config
     if not config.load.capacity_search:
         return ["not a capacity search"]
@@ -636,8 +641,14 @@ def capacity_mismatch(run: RunResult, stage: StageProfile) -> list[str]:
     match = workload_match(run, stage)
     if config.workload.kind != stage.kind:
         reasons.append(f"a {config.workload.kind} workload, the stage is {stage.kind}")
-    if not match.lengths or not match.precision:
-        reasons += [d for d in match.differences if not d.startswith(("closed", "open", "a "))]
+    precision = match.precision or dtype_stand_in(run, stage, pairs) is not None
+    if not match.lengths or not precision:
+        reasons += [
+            d
+            for d in match.differences
+            if not d.startswith(("closed", "open", "a "))
+            and not (precision and d.startswith("precision "))
+        ]
     slo = config.slo
     for bound in REQUEST_SLO_BOUNDS:
         name = bound.field
@@ -654,10 +665,26 @@ def capacity_mismatch(run: RunResult, stage: StageProfile) -> list[str]:
     return reasons
 
 
+def dtype_stand_in(
+    run: RunResult, stage: StageProfile, pairs: Sequence[SpeedClassPair]
+) -> SpeedClassPair | None:
+    """The measured pair that lets `run`, at the other 16-bit dtype than the stage's and
+    otherwise at its precision, stand for the stage's dtype (None: no such pair)."""
+    have, wanted = run.config.precision, stage.precision.run_precision()
+    if have.quantization != wanted.quantization or have.kv_cache_dtype != wanted.kv_cache_dtype:
+        return None
+    return same_speed_class(
+        pairs, run.config.backend, run_gpu_type(run), {have.dtype, wanted.dtype}
+    )
+
+
 def capacity_runs_for(
-    stage: StageProfile, runs: Iterable[RunResult]
+    stage: StageProfile, runs: Iterable[RunResult], files: Mapping[str, str] | None = None
 ) -> tuple[list[RunResult], list[str]]:
-    """The capacity searches that are about this stage, and a note per search left out."""
+    """The capacity searches that are about this stage, and a note per search left out or
+    kept at the other 16-bit dtype (with the measured pair that allows it)."""
+    runs = list(runs)
+    pairs = speed_class_pairs(runs, files)
     kept: list[RunResult] = []
     notes: list[str] = []
     for run in runs:
@@ -665,11 +692,22 @@ def capacity_runs_for(
             continue
         if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
             continue
-        reasons = capacity_mismatch(run, stage)
+        reasons = capacity_mismatch(run, stage, pairs)
         if reasons:
             notes.append(f"capacity run {run.run_id} ({run.config.backend}): " + "; ".join(reasons))
-        else:
-            kept.append(run)
+            continue
+        kept.append(run)
+        stand_in = (
+            dtype_stand_in(run, stage, pairs)
+            if run.config.precision.dtype != stage.precision.run_precision().dtype
+            else None
+        )
+        if stand_in is not None:
+            notes.append(
+                f"capacity run {run.run_id} ({run.config.backend}) ran at "
+                f"{run.config.precision.dtype}, the stage asks {stage.precision.dtype}: kept, "
+                f"since {stand_in.sentence()}"
+            )
     return kept, notes
 
 

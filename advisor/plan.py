@@ -30,9 +30,10 @@ from advisor.estimate import (
     estimate_stage,
     upper_tokens,
 )
-from advisor.evidence import QUICK_CONCURRENCY_DEFAULT, _backend_runs_kind, _expert_engine_args
+from advisor.evidence import _backend_runs_kind, _expert_engine_args
 from advisor.gpus import find_gpu
 from advisor.profile import StageProfile
+from advisor.stage_load import stage_load
 from advisor.tree import BENCHMARKABLE_FRAMEWORKS, Decision, DecisionTree, evaluate, load_tree
 from bench.core.config import (
     CPU_FORWARD_DTYPE,
@@ -710,7 +711,7 @@ def _load(
         return traffic.replay_load(stage, quick)
     if quick:
         return ConcurrencyLoad(
-            concurrency=stage.concurrency or QUICK_CONCURRENCY_DEFAULT,
+            concurrency=stage_load(stage).per_engine,
             duration_s=QUICK_DURATION_S,
             warmup_requests=2,
             max_duration_s=150.0,

@@ -45,6 +45,7 @@ from advisor.evidence import (
     ReferenceFiles,
     _phase_at_stage_concurrency,
     capacity_runs_for,
+    dtype_stand_in,
     rank_rows,
     read_reference_folder,
     stage_evidence,
@@ -53,6 +54,7 @@ from advisor.evidence import (
 from advisor.learned import LearnedOpinion, learned_opinion
 from advisor.plan import ENGINE_START_S, bench_plan
 from advisor.profile import Objective, StageProfile, WorkloadProfile
+from advisor.speed_class import speed_class_pairs
 from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
 from bench.core.errors import UserError
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
@@ -154,8 +156,12 @@ class Recommendation(BaseModel):
     )
     capacity: Capacity | None = Field(
         None,
-        description="The recommended framework's best measured capacity on the user's GPU "
-        "type, sized for the peak (None: not measured; see capacity_notes).",
+        description="What sizes the fleet: the recommended framework's best measured capacity "
+        "on the user's GPU type (the user's search, else a published one), else its predicted "
+        "capacity (source 'estimate', with its interval); None: neither (see capacity_notes).",
+    )
+    capacity_basis: str = Field(
+        "", description="Which capacity sized the fleet and where it comes from, in words."
     )
     capacities: list[CandidateCapacity] = Field(
         default_factory=list,
@@ -314,6 +320,7 @@ def recommend(
     every_run = all_runs + [run for file_runs in reference.runs.values() for run in file_runs]
     calibration = calibration_from(all_runs, reference.runs)
     lookup = RecordsLookup(store, records, reference)
+    files = {run.run_id: name for name, file_runs in reference.runs.items() for run in file_runs}
     stage_results = [
         _recommend_stage(
             tree,
@@ -324,6 +331,7 @@ def recommend(
             calibration,
             lookup=lookup,
             threshold=threshold if threshold is not None else stage.practical_threshold,
+            files=files,
         )
         for stage in profile.stages
     ]
@@ -349,6 +357,7 @@ def _recommend_stage(
     *,
     lookup: RecordsLookup | None = None,
     threshold: float = PRACTICAL_THRESHOLD,
+    files: Mapping[str, str] | None = None,
 ) -> StageRecommendation:
     estimate = estimate_stage(stage)
     decision = evaluate(tree, stage, estimate)
@@ -356,7 +365,7 @@ def _recommend_stage(
     runs_by_id = {run.run_id: run for run in runs}
     published_ids = set((lookup.archive_of if lookup is not None else {}).keys())
     capacities, capacity_notes = (
-        ([], []) if decision.refused else stage_capacities(stage, runs, published_ids)
+        ([], []) if decision.refused else stage_capacities(stage, runs, published_ids, files=files)
     )
     recommendation = settle(
         stage,
@@ -390,11 +399,11 @@ def _recommend_stage(
         capacity_notes += [note for note in extra_notes if note not in capacity_notes]
         recommendation.capacities = capacities
         recommendation.capacity_notes = capacity_notes
-        recommendation.capacity = next(
-            (c.capacity for c in capacities if c.framework == recommendation.framework), None
-        )
-        if recommendation.capacity is not None and recommendation.capacity.source == "estimate":
-            recommendation.capacity = None  # an estimate is shown apart, never as the answer
+        # The fleet's basis, in order: the user's own matching search, a published one, the
+        # prediction (measured capacities come first in `capacities`, fewest GPUs first).
+        sizing = next((c for c in capacities if c.framework == recommendation.framework), None)
+        recommendation.capacity = sizing.capacity if sizing is not None else None
+        recommendation.capacity_basis = sizing_basis(sizing) if sizing is not None else ""
         for alternative in recommendation.alternatives:
             alternative.capacity = next(
                 (
@@ -501,12 +510,13 @@ def stage_capacities(
     runs: Sequence[RunResult],
     published_ids: set[str],
     estimates: Sequence[tuple[str, EstimatedCapacity]] = (),
+    files: Mapping[str, str] | None = None,
 ) -> tuple[list[CandidateCapacity], list[str]]:
     """Every candidate configuration's capacity for the stage's peak: the capacity searches
     about this stage (`capacity_runs_for`) on the stage's GPU type, measured first, fewest
     GPUs first; then the (framework, estimate) pairs given, labelled `estimate`. Notes say what
     is missing (peak, price) and which searches were left out, and why."""
-    kept, notes = capacity_runs_for(stage, runs)
+    kept, notes = capacity_runs_for(stage, runs, files)
     peak = stage.peak_request_rate_rps or stage.request_rate_rps
     if peak is None:
         return [], [NO_PEAK_NOTE, *notes] if (kept or estimates) else notes
@@ -515,10 +525,29 @@ def stage_capacities(
     except UserError as exc:
         return [], [str(exc), *notes]
     by_id = {run.run_id: run for run in kept}
+    pairs = speed_class_pairs(runs, files)
+
+    def dtype_note(run_id: str | None) -> str | None:
+        run = by_id.get(run_id or "")
+        if run is None or run.config.precision.dtype == stage.precision.run_precision().dtype:
+            return None
+        pair = dtype_stand_in(run, stage, pairs)
+        return (
+            f"measured at {run.config.precision.dtype}, the stage asks {stage.precision.dtype}: "
+            + pair.sentence()
+            if pair is not None
+            else None
+        )
+
     measured = [
         CandidateCapacity(
             framework=by_id[c.run_id].config.backend if c.run_id in by_id else "?",
-            capacity=c,
+            capacity=c.model_copy(
+                update={
+                    "reference": (files or {}).get(c.run_id or ""),
+                    "dtype_note": dtype_note(c.run_id),
+                }
+            ),
             provenance="published" if c.run_id in published_ids else "yours",
         )
         for c in sizing.measured
@@ -566,6 +595,46 @@ def _estimated_capacity(
     ]
 
 
+CAPACITY_BASIS_WORDS = {
+    "yours": "your capacity search",
+    "published": "this project's published capacity search",
+}
+
+
+def _rate(value: float) -> str:
+    return f"{value:.3g} req/s"
+
+
+def sizing_basis(candidate: CandidateCapacity) -> str:
+    """Which capacity sized the fleet, in words: the search (yours or published, its run and
+    file) or the prediction with its interval and expected error."""
+    capacity = candidate.capacity
+    unit = f"{capacity.gpus_per_replica} GPU" + ("s" if capacity.gpus_per_replica > 1 else "")
+    if capacity.source == "measured":
+        where = f"run {capacity.run_id}" + (f", {capacity.reference}" if capacity.reference else "")
+        text = (
+            f"sized from {CAPACITY_BASIS_WORDS.get(candidate.provenance, 'a capacity search')} "
+            f"of {capacity.label or candidate.framework} ({where}): "
+            f"{_rate(capacity.max_rate_rps)} per {unit} within the SLO"
+        )
+        if capacity.dtype_note:
+            text += f"; {capacity.dtype_note}"
+        return text
+    text = f"predicted, not measured: {_rate(capacity.max_rate_rps)} per {unit}"
+    if capacity.low_rate_rps is not None and capacity.high_rate_rps is not None:
+        text += f" ({capacity.low_rate_rps:.3g}-{capacity.high_rate_rps:.3g} req/s"
+        if capacity.gpus_range is not None and capacity.gpus_range[0] != capacity.gpus_range[1]:
+            text += f", so {capacity.gpus_range[0]}-{capacity.gpus_range[1]} GPUs"
+        text += ")"
+    text += f" from {capacity.label or candidate.framework}"
+    if capacity.expected_error is not None:
+        text += (
+            f"; the model's median capacity error against measurement is "
+            f"{capacity.expected_error:.0%} (docs/capacity-model.md)"
+        )
+    return text + "; run its capacity search to measure it"
+
+
 def slo_text(stage: StageProfile) -> str:
     """`p99 TTFT <= 300 ms, TPOT <= 50 ms` (or `no latency SLO`)."""
     slo = stage.slo
@@ -594,8 +663,14 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
     if capacity is not None:
         label = (capacity.label or chosen.framework).split(", ", 1)
         what = f"{label[0]} ({label[1]})" if len(label) > 1 else label[0]
+        count = f"{capacity.gpus_needed} x {gpu}"
+        if capacity.source == "estimate":
+            spread = capacity.gpus_range
+            count = f"about {count}" + (
+                f" ({spread[0]}-{spread[1]})" if spread and spread[0] != spread[1] else ""
+            )
         text = (
-            f"{stage.name}: {what}: {capacity.gpus_needed} x {gpu} for "
+            f"{stage.name}: {what}: {count} for "
             f"{capacity.peak_request_rate_rps:g} req/s at {slo_text(stage)}, "
             f"{_money(capacity.monthly_cost)} (confidence {chosen.confidence.level})"
         )
@@ -610,6 +685,8 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
             text += "; " + "; ".join(others_text)
         if not capacity.converged:
             text += " (the capacity search did not converge: the count is not settled)"
+        if chosen.capacity_basis:
+            text += f" [{chosen.capacity_basis}]"
         return text
     if stage.gpu.type is None:
         return text + "; no GPU type in the profile: the GPU count is not known"
@@ -623,14 +700,10 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
             f"; no capacity measured on {gpu} for this workload and no peak traffic in the "
             "profile (peak_request_rate_rps): the GPU count is not known"
         )
-    text += f"; no capacity measured on {gpu} for this workload: the GPU count is not known"
-    estimate = next(iter(chosen.estimated_capacities()), None)
-    if estimate is not None:
-        text += (
-            f" (estimate, not measured: about {estimate.capacity.gpus_needed} x {gpu} for "
-            f"{peak:g} req/s, {_money(estimate.capacity.monthly_cost)})"
-        )
-    return text
+    return text + (
+        f"; no capacity measured on {gpu} for this workload and none predicted: the GPU count "
+        "is not known"
+    )
 
 
 # --------------------------------------------------------------------------- verdicts

@@ -429,14 +429,26 @@ def _sizing(stage_profile: StageProfile | None, chosen: Recommendation) -> str:
             if capacity.monthly_cost is not None
             else "cost not known (no price)"
         )
+        count = f"{capacity.gpus_needed} × {stage_profile.gpu.type or 'GPU'}"
+        if capacity.source == "estimate":
+            spread = capacity.gpus_range
+            count = f"about {count}" + (
+                f" ({spread[0]}–{spread[1]})" if spread and spread[0] != spread[1] else ""
+            )
+        per_token = (
+            f", ${capacity.cost_per_million_output_tokens:,.2f} per 1M output tokens"
+            if capacity.cost_per_million_output_tokens is not None
+            else ""
+        )
         text = (
-            f"{capacity.gpus_needed} × {stage_profile.gpu.type or 'GPU'} for "
-            f"{number(capacity.peak_request_rate_rps)} req/s "
+            f"{count} for {number(capacity.peak_request_rate_rps)} req/s "
             f"(+{percent(capacity.headroom_fraction)} headroom) at {slo_text(stage_profile)}, "
-            f"{cost}"
+            f"{cost}{per_token}"
         )
         if not capacity.converged:
             text += "; the capacity search did not converge, so the count is not settled"
+        if chosen.capacity_basis:
+            text += f". Basis: {chosen.capacity_basis}"
         return text
     head = chosen.headline
     return head.split("; ", 1)[1] if "; " in head else "GPU count not computed"
