@@ -218,8 +218,12 @@ def bench_plan_command(
     workload = build_profile(profile, stage, flags)
     from advisor.plan import plan_for_stage
     from advisor.tree import load_tree
+    from bench.engines.models import check_model_name
     from bench.run.api import reproduce_command
 
+    for each in workload.stages:  # as `bench run` would, before planning anything
+        if each.model is not None:
+            check_model_name(each.model)
     tree = load_tree()
     # A quick plan stays one run per candidate (minutes); a full plan adds the configurations.
     plans = [
@@ -243,16 +247,50 @@ def bench_plan_command(
         typer.echo(json.dumps({"quick": quick, "stages": data}, indent=2))
         return
     for plan in plans:
-        candidates = ", ".join(c.framework for c in plan.decision.candidates)
-        typer.echo(f"# stage {plan.stage}: candidates {candidates}")
-        if plan.not_benchmarked:
-            typer.echo(f"# not benchmarked by this tool: {', '.join(plan.not_benchmarked)}")
-        for config, estimate in zip(plan.configs, plan.estimates, strict=True):
-            typer.echo(
-                f"# estimated {estimate.duration_s / 60:.1f} min, "
-                f"{estimate.disk_bytes / 1e9:.1f} GB new disk"
-            )
-            typer.echo(reproduce_command(config))
+        for line in plan_text(plan, reproduce_command):
+            typer.echo(line)
+
+
+def plan_text(plan: Any, command_of: Any) -> list[str]:
+    """`bench-plan`'s text for one stage: every step the answer asks for (the comparison runs
+    with their repeats, then the capacity searches that size the fleet), each with its time and
+    disk estimate and its command, and the plan's total."""
+    candidates = ", ".join(c.framework for c in plan.decision.candidates)
+    comparison_s = sum(e.total_s for e in plan.estimates)
+    search_s = sum(e.total_s for e in plan.capacity_estimates)
+    disk = sum(e.disk_bytes for e in [*plan.estimates, *plan.capacity_estimates])
+    lines = [
+        f"# stage {plan.stage}: candidates {candidates}",
+        f"# the whole plan: about {(comparison_s + search_s) / 60:.1f} min, "
+        f"{disk / 1e9:.1f} GB new disk ({len(plan.configs)} comparison run(s) x "
+        f"{plan.repeats} repeat(s), {len(plan.capacity_configs)} capacity search(es))",
+    ]
+    if plan.note:
+        lines.append(f"# note: {plan.note}")
+    if plan.not_benchmarked:
+        lines.append(f"# not benchmarked by this tool: {', '.join(plan.not_benchmarked)}")
+    for number, (config, estimate) in enumerate(
+        zip(plan.configs, plan.estimates, strict=True), start=1
+    ):
+        lines.append(
+            f"# comparison {number}: {config.backend}, about {estimate.duration_s / 60:.1f} min "
+            f"a run x {estimate.repeats} = {estimate.total_s / 60:.1f} min, "
+            f"{estimate.disk_bytes / 1e9:.1f} GB new disk"
+        )
+        lines.append(
+            command_of(config) + (f" --repeats {plan.repeats}" if plan.repeats > 1 else "")
+        )
+    if plan.capacity_note:
+        lines.append(f"# capacity: {plan.capacity_note}")
+    for number, (config, estimate) in enumerate(
+        zip(plan.capacity_configs, plan.capacity_estimates, strict=True), start=1
+    ):
+        lines.append(
+            f"# capacity search {number}: {config.backend} (sizes the fleet), about "
+            f"{estimate.duration_s / 60:.1f} min, {estimate.disk_bytes / 1e9:.1f} GB new disk"
+        )
+        lines.append(command_of(config))
+    return lines
 
 
 _FLAG_NAMES = (

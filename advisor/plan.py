@@ -93,6 +93,19 @@ GPU_BANDWIDTH_EFFICIENCY = 0.6
 """Fraction of the datasheet bandwidth a decode step reaches."""
 STEP_OVERHEAD_S = {"cpu": 0.02, "gpu": 0.004}
 """Per decode step framework and launch overhead (dominates for tiny models)."""
+CPU_SEQUENCE_STEP_S = 0.0128
+CPU_PREFILL_S_PER_TOKEN = 0.00014
+"""One sequence's share of a CPU decode step, and the CPU prefill time per prompt token: a 2-core
+host computes every sequence of a batch itself, so a step grows with the sequences in flight.
+From one run on such a host: `bench run --backend pytorch --model tiny-llama --pattern
+concurrency --concurrency 8 --prompt-tokens 1024 --output-tokens 256` gave TTFT 1.15 s and TPOT
+122 ms (8 x 1024 prompt tokens, 8 sequences a step)."""
+CPU_QUICK_CONCURRENCY = 4
+"""Requests in flight at most in a CPU quick plan: a 2-core host serves a tiny model at ~4."""
+CPU_QUICK_MAX_S = 600.0
+"""Longest measured window a CPU quick plan allows itself to reach its request count."""
+VALID_MARGIN = 1.2
+"""A CPU quick run asks for 20% more requests than its validity minimum."""
 CHECKPOINT_WRITE_B_S = 150e6
 """Random-weight checkpoint written by bench/engines/models.py (fill + safetensors write)."""
 WEIGHT_LOAD_B_S = 1e9
@@ -246,6 +259,11 @@ def plan_for_stage(
         )
     if cpu_only:
         configs = [_on_the_cpu(config, quick) for config in configs]
+        if quick:
+            sized = [cpu_quick_load(config, busy) for config in configs]
+            configs = [config for config, _ in sized]
+            for cpu_note in dict.fromkeys(note for _, note in sized if note):
+                notes.append(cpu_note + ".")
         wanted = stage.precision.dtype
         used = cpu_dtype(stage.kind, wanted)
         if configs and used != wanted:
@@ -569,7 +587,9 @@ def _checkpoint(config: RunConfig, weight_bytes: int | None) -> tuple[int | None
 def _request_seconds(
     config: RunConfig, weight_bytes: int | None, cpu_only: bool, gpu: str | None
 ) -> float:
-    """One request at the plan's load: prefill (one step) + one step per output token."""
+    """One request at the plan's load: prefill (one step) + one step per output token; on the
+    CPU each step also pays for every sequence in flight (CPU_SEQUENCE_STEP_S) and the prefill
+    for every prompt token of the batch (CPU_PREFILL_S_PER_TOKEN)."""
     if cpu_only:
         bandwidth = HOST_MEMORY_BANDWIDTH_B_S
     else:
@@ -577,8 +597,56 @@ def _request_seconds(
         bandwidth = (spec.memory_bandwidth_tb_s * 1e12 if spec else 2e12) * GPU_BANDWIDTH_EFFICIENCY
     step_s = (weight_bytes or 0) / bandwidth + STEP_OVERHEAD_S["cpu" if cpu_only else "gpu"]
     workload = config.workload
-    steps = workload.output_tokens.mean + 1 if workload.kind == "generate" else 1
-    return steps * step_s
+    if workload.kind != "generate":
+        return step_s
+    if cpu_only and isinstance(config.load, ConcurrencyLoad):
+        batch = config.load.concurrency
+        prefill_s = workload.prompt_tokens.mean * batch * CPU_PREFILL_S_PER_TOKEN
+        return prefill_s + workload.output_tokens.mean * (step_s + batch * CPU_SEQUENCE_STEP_S)
+    return (workload.output_tokens.mean + 1) * step_s
+
+
+def cpu_quick_load(config: RunConfig, busy: float = 1.0) -> tuple[RunConfig, str | None]:
+    """A CPU quick run sized to end VALID: at most CPU_QUICK_CONCURRENCY in flight, its window
+    QUICK_DURATION_S and then on until its validity minimum + 20% requests were sent
+    (`min_requests`), and a time bound that fits the estimated waves. When that count cannot
+    fit CPU_QUICK_MAX_S, the note says so before it runs."""
+    load = config.load
+    if config.workload.kind != "generate" or not isinstance(load, ConcurrencyLoad):
+        return config, None
+    concurrency = min(load.concurrency, CPU_QUICK_CONCURRENCY)
+    sized = config.model_copy(update={"load": load.model_copy(update={"concurrency": concurrency})})
+    architecture, _ = architecture_for(config.model)
+    weight_bytes = None
+    if architecture is not None:
+        per_parameter, _ = bytes_per_parameter(
+            config.precision.dtype, config.precision.quantization
+        )
+        weight_bytes = int(architecture.parameters * per_parameter)
+    request_s = _request_seconds(sized, weight_bytes, True, None) * busy
+    requests = math.ceil(config.validity.min_requests * VALID_MARGIN)
+    window_s = max(QUICK_DURATION_S, math.ceil(requests / concurrency) * request_s)
+    bound = min(CPU_QUICK_MAX_S, max(load.max_duration_s, 2 * window_s + request_s))
+    note = None
+    if concurrency < load.concurrency:
+        note = (
+            f"On the CPU the quick plan keeps {concurrency} requests in flight, not "
+            f"{load.concurrency}: a CPU computes every sequence of a batch itself"
+        )
+    if window_s > CPU_QUICK_MAX_S:
+        note = (note + ". " if note else "") + (
+            f"This CPU run cannot be VALID: its {requests} requests need about {window_s:.0f} s "
+            f"({request_s:.0f} s each, {concurrency} at a time), past the quick plan's "
+            f"{CPU_QUICK_MAX_S:.0f} s; shorten the prompts or outputs for a CPU check"
+        )
+    new_load = load.model_copy(
+        update={
+            "concurrency": concurrency,
+            "min_requests": requests,
+            "max_duration_s": bound,
+        }
+    )
+    return config.model_copy(update={"load": new_load}), note
 
 
 def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> list[RunConfig]:

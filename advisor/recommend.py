@@ -894,9 +894,12 @@ NEAREST_SHOWN = 5
 """Nearer-but-different measurements listed with their distance when nothing matches."""
 
 
-def nearest_evidence(rows: list[EvidenceRow], candidates: list[str]) -> list[EvidenceRow]:
+def nearest_evidence(
+    rows: list[EvidenceRow], candidates: list[str], gpu_type: str | None = None
+) -> list[EvidenceRow]:
     """Measurements of the candidates that do not match the stage, nearest workload first:
-    context for the reader, never a reason to reorder."""
+    context for the reader, never a reason to reorder. A CPU run (no GPU) never stands beside
+    an answer for a GPU (`gpu_type` set): its figures say nothing about that GPU."""
     near = [
         r
         for r in rows
@@ -904,6 +907,7 @@ def nearest_evidence(rows: list[EvidenceRow], candidates: list[str]) -> list[Evi
         and r.match is not None
         and not _settling(r, candidates)
         and r.status != "FAILED"
+        and not (gpu_type is not None and r.gpu is None)
     ]
     near.sort(
         key=lambda r: (
@@ -1180,7 +1184,7 @@ def settle(
         availability=avail,
         settled_by=settled_by,
         settled_by_runs=settled_runs,
-        nearest=[] if eligible else nearest_evidence(rows, candidates),
+        nearest=[] if eligible else nearest_evidence(rows, candidates, stage.gpu.type),
         threshold=threshold,
         verdicts=verdicts,
         ranking_note=ranking_note,
@@ -1271,7 +1275,7 @@ def _measured_confidence(
 
 
 def _nearest_text(stage: StageProfile, rows: list[EvidenceRow], candidates: list[str]) -> str:
-    near = nearest_evidence(rows, candidates)
+    near = nearest_evidence(rows, candidates, stage.gpu.type)
     if not near:
         return "no measurement of the candidates at all"
     row = near[0]

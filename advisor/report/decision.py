@@ -201,6 +201,9 @@ def _measured_fact(row: AdvisorEvidenceRow, prefix: str = "") -> Fact:
     value = figure(row.objective_value, unit)
     where = f" on {row.gpu}" if row.gpu else " on a CPU"
     text = f"{prefix}{framework_label(row.framework)}: {value} {label}{where} ({_row_shape(row)})"
+    if row.status == "INVALID" or row.valid is False:
+        # An INVALID run is cited only as such: its figure failed the run's own validity rule.
+        text = f"{prefix}INVALID run: {text[len(prefix) :]}"
     kind = row.provenance.kind if row.provenance is not None else "yours"
     # The fact's label already names the kind; the detail says where (file, host, date).
     where = row.provenance.where if row.provenance is not None else ""

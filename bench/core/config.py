@@ -378,6 +378,13 @@ class ConcurrencyLoad(LoadCommon):
     max_requests: int | None = Field(
         None, gt=0, le=MAX_REQUESTS, description="Stop after this many requests."
     )
+    min_requests: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_REQUESTS,
+        description="Keep sending past duration_s until this many requests were sent (a run "
+        "sized to reach its validity minimum; max_duration_s still bounds it).",
+    )
 
     def level_label(self) -> str:
         return f"c{self.concurrency}"
@@ -410,9 +417,12 @@ class ConcurrencyLoad(LoadCommon):
         return min(max(1, self.warmup_requests), self.concurrency)
 
     def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
-        if self.duration_s is not None:
-            return self.duration_s + request_s
-        return math.ceil((self.max_requests or 1) / self.concurrency) * request_s
+        waves = math.ceil((self.max_requests or self.min_requests or 1) / self.concurrency)
+        if self.duration_s is None:
+            return waves * request_s
+        if self.min_requests is not None:  # on past the window until that many were sent
+            return max(self.duration_s, (waves - 1) * request_s) + request_s
+        return self.duration_s + request_s
 
     def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
         return ConcurrencyLoad(

@@ -708,6 +708,23 @@ def preset_info(name: str, dtype: str = "bfloat16", seed: int = 0) -> ModelInfo:
     )
 
 
+def check_model_name(name_or_path: str) -> None:
+    """A UserError unless `name_or_path` is a preset or a local checkpoint folder (one with a
+    config.json); reads nothing else and writes nothing (plans check before any run)."""
+    if name_or_path in PRESETS:
+        return
+    path = Path(name_or_path).expanduser()
+    looks_like_path = os.sep in name_or_path or name_or_path.startswith((".", "~"))
+    if not path.exists():
+        if looks_like_path:
+            raise UserError(f"model path {name_or_path} does not exist")
+        _get_preset(name_or_path)  # raises the UserError listing presets
+    if not path.is_dir():
+        raise UserError(f"model path {name_or_path} is not a directory")
+    if not (path / "config.json").exists():
+        raise UserError(f"model path {name_or_path} has no config.json")
+
+
 def resolve_model(
     name_or_path: str,
     dtype: str = "bfloat16",
@@ -720,16 +737,8 @@ def resolve_model(
         model_dir = ensure_preset(name_or_path, seed=seed, dtype=dtype)
         info = _info_from_dir(model_dir, name_or_path, dtype, trust_remote_code=False)
         return info.model_copy(update={"random_weights": True})
+    check_model_name(name_or_path)
     path = Path(name_or_path).expanduser()
-    looks_like_path = os.sep in name_or_path or name_or_path.startswith((".", "~"))
-    if not path.exists():
-        if looks_like_path:
-            raise UserError(f"model path {name_or_path} does not exist")
-        _get_preset(name_or_path)  # raises the UserError listing presets
-    if not path.is_dir():
-        raise UserError(f"model path {name_or_path} is not a directory")
-    if not (path / "config.json").exists():
-        raise UserError(f"model path {name_or_path} has no config.json")
     return _info_from_dir(path, name_or_path, dtype, trust_remote_code=trust_remote_code)
 
 

@@ -141,6 +141,7 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     """The plan's engine options come from the backend (`recommended_args` of the stage's
     shape), not from a list of framework names in the advisor."""
     from advisor.evidence import workload_shape
+    from advisor.stage_load import stage_load
     from advisor.traffic import caching_state, sized_for_engine
     from bench.engines.backends import registry
 
@@ -149,7 +150,7 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
             continue  # a refused stage is never planned (test above)
         # sized for what the engine holds: a conversation's history at its last turn
         shape = workload_shape(sized_for_engine(stage))
-        assert shape.concurrency == (stage.concurrency or 8)
+        assert shape.concurrency == stage_load(stage).per_engine  # the stage's one load rule
         assert shape.max_sequence_tokens % 256 == 0
         for config in plan_for_stage(stage).configs:
             backend = registry()[config.backend]

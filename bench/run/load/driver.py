@@ -54,7 +54,8 @@ class PhaseSpec:
 
     strategy "concurrency": `target` requests in flight (closed loop); "rate": `target`
     requests/s (open loop, `arrival` poisson or constant, seeded). The phase stops issuing at
-    `duration_s` or `max_requests`, whichever comes first. `drain=False` (pulse phases) returns
+    `duration_s` or `max_requests`, whichever comes first; a closed loop with `min_requests`
+    keeps issuing past `duration_s` until that many were sent. `drain=False` (pulse phases) returns
     at the phase end without waiting for in-flight requests: they finish in the background,
     still reported, so the next phase starts on a loaded system. `end_early`, when given, is
     asked every END_EARLY_CHECK_S while the phase runs; a reason it returns ends the phase at
@@ -67,6 +68,7 @@ class PhaseSpec:
     target: float
     duration_s: float | None
     max_requests: int | None = None
+    min_requests: int | None = None
     arrival: str = "poisson"
     seed: int = 0
     max_concurrency: int | None = None
@@ -351,7 +353,9 @@ class _PhaseRun:
     def _closed_may_issue(self) -> bool:
         now = CLOCK.now_ns()
         if self.issue_end_ns is not None and now >= self.issue_end_ns:
-            return False
+            wanted = self.spec.min_requests
+            if wanted is None or self.outcome.sent >= wanted:
+                return False
         if self.deadline_ns is not None and now >= self.deadline_ns:
             self.outcome.deadline_reached = True
             return False

@@ -250,6 +250,7 @@ def _concurrency(load: ConcurrencyLoad, inputs: PlanInputs) -> PhasePlan:
         target=load.concurrency,
         duration_s=load.duration_s,
         max_requests=load.max_requests,
+        min_requests=load.min_requests,
     )
     return ConcurrencyReport(concurrency=load.concurrency)
 
