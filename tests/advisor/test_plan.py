@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 from advisor.cli import app
 from advisor.estimate import estimate_stage
 from advisor.plan import bench_plan, plan_for_stage
-from advisor.profile import load_profile
+from advisor.profile import load_profile, profile_from_dict
 from advisor.tree import evaluate, load_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -294,3 +295,39 @@ def test_a_model_that_needs_several_gpus_is_planned_with_that_parallelism() -> N
         assert "tensor_parallel_size" not in config.engine_args
         expected = needed if config.backend in ("vllm", "tensorrt_llm") else 1
         assert config.parallelism.tensor_parallel_size == expected, config.backend
+
+
+def test_the_cpu_quick_plan_is_sized_to_end_valid():
+    """A 1024/256 chat on a machine without a GPU: before, 8 in flight for a fixed 15 s gave 8
+    requests (INVALID every time); now at most 4 in flight, the window runs on until the
+    validity minimum + 20% were sent, and the time bound fits the estimated waves."""
+    from advisor.plan import CPU_QUICK_CONCURRENCY, CPU_QUICK_MAX_S, VALID_MARGIN
+
+    stage = profile_from_dict(
+        {
+            "kind": "generate",
+            "model": "llama-2-7b",
+            "long_sequence_generation": True,
+            "prompt_tokens": {"mean": 1024},
+            "output_tokens": {"mean": 256},
+            "concurrency": 8,
+            "gpu": {"type": "H200"},
+        }
+    ).stages[0]
+    plan = plan_for_stage(stage, quick=True, cpu_only=True, busy=1.0)
+    for config, estimate in zip(plan.configs, plan.estimates, strict=True):
+        load = config.load
+        assert load.concurrency == CPU_QUICK_CONCURRENCY
+        assert load.min_requests == math.ceil(config.validity.min_requests * VALID_MARGIN)
+        assert load.duration_s >= config.validity.min_duration_s
+        assert estimate.parts_s["phases"] <= load.max_duration_s <= CPU_QUICK_MAX_S
+    assert "keeps 4 requests in flight, not 8" in (plan.note or "")
+    assert "cannot be VALID" not in (plan.note or "")
+    # Lengths a CPU cannot serve a dozen times within the bound: said before it runs.
+    long = stage.model_copy(
+        update={
+            "prompt_tokens": stage.prompt_tokens.model_copy(update={"mean": 1000}),
+            "output_tokens": stage.output_tokens.model_copy(update={"mean": 3000}),
+        }
+    )
+    assert "cannot be VALID" in (plan_for_stage(long, quick=True, cpu_only=True).note or "")
