@@ -74,11 +74,11 @@ def stage_answers(stage: StageProfile) -> list[WorkloadAnswer]:
             rows.append(("Sequence length (text encoders)", length_words(stage.sequence_length)))
         if stage.image_size is not None:
             rows.append(("Image size", f"{stage.image_size} × {stage.image_size} px"))
-    if stage.kind == "generate":
+    if stage.concurrency is not None:
+        rows.append(("Requests in flight at peak", number(stage.concurrency)))
+    elif stage.kind == "generate":
         # The one load every figure of the answer was sized at (advisor/stage_load.py).
         rows.append(("Requests in flight at peak", stage_load(stage).rule))
-    elif stage.concurrency is not None:
-        rows.append(("Requests in flight at peak", number(stage.concurrency)))
     if stage.request_rate_rps is not None:
         rows.append(("Arrival rate", f"{number(stage.request_rate_rps)} req/s"))
     peak = stage.peak_request_rate_rps

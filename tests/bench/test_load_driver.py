@@ -96,6 +96,21 @@ async def test_closed_loop_max_requests_and_warmup(time_travel):
     assert outcome.accumulator.requests == 0 and outcome.accumulator.warmup_skipped == 7
 
 
+async def test_closed_loop_min_requests_runs_past_the_window(time_travel):
+    """A window too short for the request minimum runs on until that many were sent (the CPU
+    quick plan's rule), then stops issuing; without it the window alone decides."""
+    backend = await fake(ttft_s=1.0)  # 1 s a request, 2 in flight: 2 sent in a 1 s window
+    records = []
+    spec = PhaseSpec("c", "concurrency", 2, 1.0, min_requests=9)
+    outcome = await run_phase(spec, backend.stream, requests(), records.append, 30)
+    assert outcome.sent == 9 and len(records) == 9
+    assert outcome.end_ns - outcome.start_ns == 5_000 * MS  # 5 waves of 1 s
+    plain = await run_phase(
+        PhaseSpec("c", "concurrency", 2, 1.0), backend.stream, requests(), [].append, 30
+    )
+    assert plain.sent == 2
+
+
 async def test_records_stream_as_they_complete(time_travel):
     backend = await fake(ttft_s=0.1, itl_s=0.01)
     seen_at = []
