@@ -21,10 +21,12 @@ from collections.abc import Iterable
 from pydantic import Field
 
 from advisor.serving_model import (
+    CONTINUOUS_BATCHING,
     Factors,
     RunShape,
     Workload,
     calibrate,
+    engine_family,
     observations,
     run_capacity,
     run_shape,
@@ -33,6 +35,7 @@ from advisor.serving_model import (
     step_errors,
     uncalibrated_step_errors,
 )
+from bench.core.config import GenerateWorkload
 from bench.core.pattern_reports import CapacityReport
 from bench.core.schema import RunResult
 from bench.core.strict import Strict
@@ -134,6 +137,15 @@ def validate(runs: Iterable[tuple[RunResult, str | None]]) -> Validation:
     for run, reference in pairs:
         item = run_shape(run)
         if item is None:
+            if isinstance(run.config.workload, GenerateWorkload):
+                validation.not_covered.append(
+                    f"{run.run_id} ({run.config.backend}): "
+                    + (
+                        "its adapter forms static batches, not modelled"
+                        if engine_family(run.config.backend) not in CONTINUOUS_BATCHING
+                        else "not VALID, or GPU or model sizes unknown"
+                    )
+                )
             continue
         if not observations(item):
             validation.not_covered.append(f"{run.run_id}: no steady level with a TPOT")
