@@ -198,9 +198,9 @@ class LatencyAtLoad(Strict):
     over: Literal["rate", "concurrency"]
     level: float = Field(description="Requests/s (whole deployment) or clients in flight.")
     requests: int
-    ttft_ms: Percentiles
+    ttft_ms: Percentiles | None = Field(description="None when no request completed.")
     tpot_ms: Percentiles | None
-    e2e_ms: Percentiles
+    e2e_ms: Percentiles | None
     attainment: float | None = Field(None, description="Share within every SLO set.")
     output_throughput_tok_s: float
     mean_batch: float = Field(description="Mean sequences per step of one replica.")
@@ -497,6 +497,8 @@ def simulate(
     replicas); each replica gets an even share."""
     prompts, outputs, unit = workload.draws
     if rate_rps is not None:
+        if rate_rps <= 0:
+            raise ValueError(f"rate_rps must be > 0, got {rate_rps}")
         per_replica = rate_rps / replicas
         arrivals = unit * 1e3 / per_replica
         sim = _simulate(shape, factors, prompts, outputs, arrivals, None, workload.warmup)
@@ -1119,11 +1121,35 @@ def predict_stage_capacity(
     type (every stored and shipped run may be passed: the others are left out); None when the
     stage cannot be predicted (no GPU type, not generate, unknown model size or layer shapes, an
     engine that does not batch continuously). `expected_error` = the validation's median
-    |relative error| of capacity (advisor.serving_validation); None = computed from `runs`."""
+    |relative error| of capacity (advisor.serving_validation); None = computed from `runs`.
+    A deployment whose KV cache cannot hold one request of the stage gets 0 req/s, bound by
+    memory."""
     setup = _setup(stage, deployment, runs)
     if setup is None:
         return None
     slo, notes = _stage_slo(stage)
+    one_request = stage.prompt_tokens.mean + stage.output_tokens.mean
+    if setup.shape.kv_capacity_tokens < one_request:
+        return CapacityPrediction(
+            max_rate_rps=0.0,
+            low_rps=0.0,
+            high_rps=0.0,
+            calibrated=setup.calibration.calibrated,
+            calibration_runs=setup.calibration.runs,
+            binding_constraint="memory",
+            notes=[
+                f"the KV cache left after the weights holds {setup.shape.kv_capacity_tokens} "
+                f"tokens per replica, less than one request's {one_request}"
+            ],
+            framework=deployment.framework,
+            gpu=setup.gpu,
+            precision_class=setup.precision_class,
+            basis=setup.calibration.basis,
+            factors=setup.calibration.factors,
+            slo=slo,
+            percentile=stage.slo.percentile,
+            attainment_target=attainment_target,
+        )
     percentile = stage.slo.percentile
     requests = min_probe_requests(percentile, attainment_target)
     workloads = _workloads(stage, requests)
@@ -1237,7 +1263,7 @@ def in_flight(
     if rate is None:
         return float(stage.concurrency) if stage.concurrency else None
     prediction = predict_latency(stage, deployment, runs, rate_rps=rate)
-    if prediction is None:
+    if prediction is None or prediction.latency.e2e_ms is None:
         return None
     e2e = getattr(prediction.latency.e2e_ms, stage.slo.percentile)
     return rate * e2e / 1e3

@@ -149,3 +149,10 @@ def test_every_shipped_search_is_in_the_table_and_its_interval_meets_the_measure
         upper = row.first_infeasible_rps or row.measured_rps
         assert row.low_rps <= upper and row.high_rps >= row.measured_rps
         assert row.low_rps <= row.predicted_rps <= row.high_rps
+
+
+def test_a_model_too_large_for_the_gpu_gets_zero_bound_by_memory(runs):
+    stage = StageProfile.model_validate({**CHAT, "model": "llama-2-70b", "gpu": {"type": "L4"}})
+    prediction = predict_stage_capacity(stage, VLLM_16, runs, expected_error=0.1)
+    assert prediction is not None
+    assert prediction.max_rate_rps == 0.0 and prediction.binding_constraint == "memory"
