@@ -19,14 +19,19 @@ constant at a rate, or a closed loop of N clients), admission while the engine h
 `gpu_memory_utilization`) can reserve the request's prompt + output, chunked prefill, one token
 per decode step. A request's first token comes at the end of the step that finishes its
 prefill, plus a per-request front-end delay (tokenising, streaming the chunk), calibrated from
-one-request-at-a-time levels. TTFT, TPOT = (E2E - TTFT) / (output - 1) and E2E are read with
+one-request-at-a-time levels. A new request reaches a busy engine's scheduler one step
+boundary late (the next step is scheduled while the current one runs: `lag_steps`, not fitted).
+TTFT, TPOT = (E2E - TTFT) / (output - 1) and E2E are read with
 the bench's own percentile function; the share of requests within every SLO is the attainment.
 Decode-only stretches with nothing to admit are skipped in one jump, so a 500-request run takes
 milliseconds.
 
 The SLO capacity is the highest rate whose simulated probe `judge_probe` (the bench's capacity
 search rule) calls feasible, found by bracketing and bisection to 1% with the same arrivals
-scaled to each rate. Replicas split the load evenly (rate / replicas each).
+scaled to each rate. A level is the bench probe's request count (`min_probe_requests`) after as
+many warm-up requests at the same rate, whose figures are dropped: sustained load, the engine at
+its steady batch. The capacity is the median over five request streams (seeds). Replicas split
+the load evenly (rate / replicas each).
 
 Calibration: every VALID generate run of the same engine family on the same GPU type gives one
 observed step time per measured level: closed-loop levels (b = min(concurrency, max_num_seqs)
@@ -34,9 +39,11 @@ sequences, b x prompt / output prefill tokens per step) and open-loop levels (b 
 time by Little's law, rate x TPOT x prompt prefill tokens per step); its TPOT p50 is the step
 time. The three factors are a non-negative least-squares fit in relative error over the runs of
 the stage's precision class (weights and KV formats), else of any precision of that engine, else
-defaults. The interval comes from the leave-one-out validation (`validation`): each measured
-level's step time predicted without its own run; the 10th/90th percentiles of
-log(measured / predicted) scale the step time to give the low and high capacity.
+defaults. The interval: each calibration level's step time is predicted from factors fitted
+without its own run (leave-one-out); the 10th/90th percentiles of log(measured / predicted)
+scale the step time to give the low and high capacity, widened to the spread of the request
+streams. The capacity's expected error is the median |error| of the leave-one-out check over
+the measured capacity searches given (`capacity_error`; the table is advisor.serving_validation).
 """
 
 from __future__ import annotations
