@@ -105,6 +105,9 @@ DEFAULT_LAG_STEPS = 1
 LAG_CHOICES = (0, 1, 2, 3)
 CAPACITY_PRECISION = 0.01
 INTERVAL_QUANTILES = (0.1, 0.9)
+JUMP_DECODE_STRETCHES = True
+"""Skip decode-only stretches in one jump (False steps through them one by one: the reference
+the jump is tested against)."""
 MAX_SIM_STEPS = 2_000_000
 """A guard for the simulation: no run of the validation set comes near it."""
 
@@ -323,7 +326,7 @@ def _simulate(
             if arrivals_ms is not None and next_arrival < n and not waiting:
                 gap = float(arrival[next_arrival]) - t
                 horizon = min(horizon, _steps_within(shape, factors, decoding, context, gap))
-            if horizon > 1:
+            if horizon > 1 and JUMP_DECODE_STRETCHES:
                 jump = horizon - 1
                 d0 = shape.step_ms(factors, decoding, 0, context)
                 slope = factors.memory * (shape.read_ms(decoding) - shape.read_ms(0))

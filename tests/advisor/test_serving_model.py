@@ -156,3 +156,65 @@ def test_a_model_too_large_for_the_gpu_gets_zero_bound_by_memory(runs):
     prediction = predict_stage_capacity(stage, VLLM_16, runs, expected_error=0.1)
     assert prediction is not None
     assert prediction.max_rate_rps == 0.0 and prediction.binding_constraint == "memory"
+
+
+def _h200_shape(**args):
+    from advisor.estimate import architecture_for
+    from advisor.gpus import GPUS
+    from advisor.serving_model import engine_shape
+
+    architecture, _ = architecture_for("llama-2-7b")
+    return engine_shape(architecture.parameters, architecture, GPUS["H200"], VLLM_16, args)
+
+
+def test_one_request_alone_takes_one_prefill_step_then_one_decode_step_per_token():
+    from advisor.serving_model import Factors, Workload, simulate
+    from bench.core.config import LengthDistribution
+
+    shape = _h200_shape()
+    factors = Factors(overhead_ms=0.7, memory=1.1, compute=1.9, front_end_ms=5.0)
+    prompt, output = 300, 40
+    workload = Workload(
+        LengthDistribution(mean=prompt), LengthDistribution(mean=output), 20, "constant"
+    )
+    # One request every 10 s: each finds the engine idle (the decode stretch is jumped over).
+    latency = simulate(shape, factors, workload, rate_rps=0.1)
+    ttft = shape.step_ms(factors, 0, prompt, 0) + factors.front_end_ms
+    decode = [shape.step_ms(factors, 1, 0, prompt + j) for j in range(output - 1)]
+    assert latency.ttft_ms.p50 == pytest.approx(ttft, rel=1e-9)
+    assert latency.tpot_ms.p50 == pytest.approx(sum(decode) / len(decode), rel=1e-9)
+    assert latency.e2e_ms.p99 == pytest.approx(ttft + sum(decode), rel=1e-9)
+
+
+def test_the_batch_never_exceeds_max_num_seqs_or_the_kv_cache():
+    from advisor.serving_model import Factors, Workload, simulate
+    from bench.core.config import LengthDistribution
+
+    workload = Workload(LengthDistribution(mean=512), LengthDistribution(mean=256), 600)
+    limited = _h200_shape(max_num_seqs=32)
+    assert simulate(limited, Factors(), workload, concurrency=400).mean_batch <= 32
+    small_kv = _h200_shape(gpu_memory_utilization=0.2)  # ~12 GB of KV: ~30 requests of 768
+    by_kv = small_kv.kv_capacity_tokens // 768
+    assert 0 < by_kv < 256
+    assert simulate(small_kv, Factors(), workload, concurrency=400).mean_batch <= by_kv
+
+
+def test_jumping_decode_stretches_gives_the_step_by_step_result(monkeypatch):
+    from advisor import serving_model
+    from advisor.serving_model import Factors, Workload, simulate
+    from bench.core.config import LengthDistribution
+
+    shape = _h200_shape()
+    workload = Workload(
+        LengthDistribution(kind="uniform", mean=400, spread=300),
+        LengthDistribution(kind="uniform", mean=150, spread=100),
+        300,
+        seed=3,
+    )
+    fast = simulate(shape, Factors(), workload, rate_rps=12.0)
+    monkeypatch.setattr(serving_model, "JUMP_DECODE_STRETCHES", False)
+    slow = simulate(shape, Factors(), workload, rate_rps=12.0)
+    for figure in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        for level in ("p50", "p90", "p99"):
+            a, b = getattr(getattr(fast, figure), level), getattr(getattr(slow, figure), level)
+            assert a == pytest.approx(b, rel=1e-6), (figure, level)
