@@ -1182,6 +1182,12 @@ def predict_stage_capacity(
     if expected_error is None:
         expected_error = capacity_error(setup.shapes, setup.calibration.calibrated)
     notes.append(setup.calibration.basis)
+    if not setup.calibration.calibrated and expected_error is not None:
+        measured_on = sorted({s.gpu for s in setup.shapes}) or ["no GPU"]
+        notes.append(
+            f"expected error {expected_error:.0%}: the default factors' median capacity error "
+            f"on {', '.join(measured_on)}; on {setup.gpu} it is not measured"
+        )
     notes.append(
         f"interval: the step time {fast:.2f}x..{slow:.2f}x (10th..90th percentile of "
         f"{len(errors)} "
