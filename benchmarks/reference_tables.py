@@ -27,7 +27,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = ROOT / "data" / "reference"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-DOCS = {"measurements/h200.md": "h200.md.j2", "fidelity.md": "fidelity.md.j2"}
+DOCS = {
+    "measurements/h200.md": "h200.md.j2",
+    "fidelity.md": "fidelity.md.j2",
+    "capacity-model.md": "capacity-model.md.j2",
+}
 """Generated doc (relative to docs/) -> its template in benchmarks/templates/."""
 FAST_STEP_MS = 22.0
 """Eager decode steps on the H200 hosts ran ~18–22 ms or ~30–42 ms (campaign logs): below this a
@@ -916,6 +920,98 @@ def headline_table(runs: list[dict], model: str = "llama-2-7b") -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- the serving model
+
+
+def serving_validation(reference_dir: Path = REFERENCE_DIR):  # -> advisor Validation
+    """The serving model's leave-one-out check over the shipped runs
+    (advisor/serving_validation.py), the rows of docs/capacity-model.md."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from advisor.evidence import measured_reference_runs
+    from advisor.serving_validation import validate
+
+    runs = measured_reference_runs(reference_dir)
+    return validate((run, name) for name, file_runs in runs.items() for run in file_runs)
+
+
+def pct(value, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:+.{digits}%}"
+
+
+def serving_capacity_table(validation) -> str:
+    """Each shipped capacity search: measured, predicted (leave-one-out), interval, errors."""
+    lines = [
+        "| run | precision | SLO | measured req/s (next probe, smoothed) | predicted req/s | "
+        "interval | covers | error | uncalibrated req/s (error) | runs fitted |",
+        "|---|---|---|---:|---:|---|---|---:|---:|---:|",
+    ]
+    for row in validation.capacities:
+        measured = (
+            f"{fmt(row.measured_rps, 1)} ({fmt(row.first_infeasible_rps, 1)}, "
+            f"{fmt(row.smoothed_boundary_rps, 1)})"
+        )
+        lines.append(
+            f"| {row.run_id} | {row.precision_class} | {row.slo} | {measured} | "
+            f"{fmt(row.predicted_rps, 1)} | {fmt(row.low_rps, 1)}–{fmt(row.high_rps, 1)} | "
+            f"{'yes' if row.covered else 'no'} | {pct(row.error, 1)} | "
+            f"{fmt(row.uncalibrated_rps, 1)} ({pct(row.uncalibrated_error, 1)}) | "
+            f"{row.calibration_runs} |"
+        )
+    return "\n".join(lines)
+
+
+SERVING_FIGURES = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50")
+
+
+def serving_level_table(validation) -> str:
+    """Every steady level: measured / predicted (leave-one-out) for each latency figure."""
+    heads = [unit_heading(f"{name.split('_')[0]}_ms_{name.split('_')[1]}") for name in
+             SERVING_FIGURES]  # fmt: skip
+    lines = [
+        "| run | engine | precision | prompt/output | level | "
+        + " | ".join(f"{head} measured / predicted" for head in heads)
+        + " |",
+        "|---|---|---|---|---|" + "---:|" * len(heads),
+    ]
+    for row in validation.levels:
+        level = f"{'c' if row.over == 'concurrency' else ''}{fmt(row.level, 1)}" + (
+            " req/s" if row.over == "rate" else ""
+        )
+        cells = []
+        for name in SERVING_FIGURES:
+            measured, predicted = row.measured.get(name), row.predicted.get(name)
+            digits = 1 if name.startswith("tpot") else 0
+            cells.append(
+                f"{fmt(measured, digits)} / {fmt(predicted, digits)} ({pct(row.error(name))})"
+            )
+        lines.append(
+            f"| {row.run_id} | {row.framework} | {row.precision_class} | {row.shape} | "
+            f"{level} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines)
+
+
+def serving_summary_table(validation) -> str:
+    """Median |error| of every figure, calibrated (leave-one-out) and uncalibrated."""
+    lines = [
+        "| figure | levels | median abs error, calibrated (leave-one-out) | uncalibrated |",
+        "|---|---:|---:|---:|",
+        f"| SLO capacity | {len(validation.capacities)} | "
+        f"{fmt(100 * validation.capacity_median_error(), 1)}% | "
+        f"{fmt(100 * validation.capacity_median_error(False), 1)}% |",
+    ]
+    for name in SERVING_FIGURES:
+        label, level = name.split("_")
+        shown = unit_heading(f"{label}_ms_{level}").rsplit(" ", 1)[0]
+        count = sum(1 for row in validation.levels if row.error(name) is not None)
+        lines.append(
+            f"| {shown} | {count} | {fmt(100 * validation.median_error(name), 1)}% | "
+            f"{fmt(100 * validation.median_error(name, False), 1)}% |"
+        )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- the docs
 
 
@@ -923,6 +1019,7 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
     """Each generated doc's text (path relative to docs/ -> Markdown)."""
     files, folders = run_files(reference_dir), campaign_dirs(reference_dir)
     runs = load_runs(files)
+    serving = serving_validation(reference_dir)
     context = {
         "runs": runs,
         "folders": folders,
@@ -940,7 +1037,11 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
             "held_load": held_load_table(runs),
             "capacity": capacity_table(runs),
             "client_fidelity": client_fidelity_table(reference_dir),
+            "serving_capacity": serving_capacity_table(serving),
+            "serving_levels": serving_level_table(serving),
+            "serving_summary": serving_summary_table(serving),
         },
+        "serving": serving,
         "fmt": fmt,
         "tok_s": lambda *a: tok_s(runs, *a),
         "phase": lambda *a: ladder_phase(runs, *a)[0],
