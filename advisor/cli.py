@@ -363,6 +363,8 @@ def format_text(report: Report) -> str:
             f"Recommendation: {rec.framework}{marker}  [follows {rec.follows}; "
             f"confidence {rec.confidence.level}: {rec.confidence.why}]"
         )
+        if rec.headline:
+            lines.append(f"GPUs and cost: {rec.headline}")
         lines.append("Decision path:")
         for step in stage.decision.path:
             lines.append(f"  - {step.question} -> {step.answer}: {step.why}")

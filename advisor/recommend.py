@@ -34,6 +34,7 @@ from advisor.calibration import Calibration, calibration_from
 from advisor.capacity import Capacity, EstimatedCapacity, fleet_for_stage
 from advisor.configurations import (
     ConfigurationSearch,
+    Deployment,
     DeploymentFigures,
     RecommendedDeployment,
     search_configurations,
@@ -54,8 +55,10 @@ from advisor.evidence import (
 from advisor.learned import LearnedOpinion, learned_opinion
 from advisor.plan import ENGINE_START_S, bench_plan
 from advisor.profile import Objective, StageProfile, WorkloadProfile
+from advisor.serving_model import predict_stage_capacity
 from advisor.speed_class import speed_class_pairs
 from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
+from bench.core.config import ParallelismConfig
 from bench.core.errors import UserError
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
 from bench.core.schema import RequestRecord, RunResult
@@ -389,12 +392,13 @@ def _recommend_stage(
         _add_deployment(recommendation, configurations, calibration)
     if not decision.refused:
         measured_here = {c.framework for c in capacities}
-        estimated = (
-            []
+        estimated, predicted_notes = (
+            ([], [])
             if recommendation.framework in measured_here
-            else _estimated_capacity(stage, recommendation.framework, configurations)
+            else _predicted_capacity(stage, recommendation.framework, configurations, runs)
         )
         extra, extra_notes = stage_capacities(stage, [], set(), estimated)
+        extra_notes += predicted_notes
         capacities = capacities + extra
         capacity_notes += [note for note in extra_notes if note not in capacity_notes]
         recommendation.capacities = capacities
@@ -565,34 +569,56 @@ def stage_capacities(
     return measured + estimated, notes
 
 
-def _estimated_capacity(
-    stage: StageProfile, framework: str, search: ConfigurationSearch | None
-) -> list[tuple[str, EstimatedCapacity]]:
-    """The configuration search's predicted request rate for the recommended configuration
-    (predicted output tok/s at the stage's concurrency / output tokens per request), when its
-    predicted TPOT is within the SLO: a model's figure, no SLO search behind it."""
+def _predicted_capacity(
+    stage: StageProfile,
+    framework: str,
+    search: ConfigurationSearch | None,
+    runs: Sequence[RunResult],
+) -> tuple[list[tuple[str, EstimatedCapacity]], list[str]]:
+    """The serving model's SLO capacity (advisor/serving_model.py) of the recommended
+    configuration (the configuration search's best, else one engine on the stage's GPUs at
+    its precision), calibrated on the runs of the stage's GPU type, with its interval and the
+    model's expected error: what sizes the fleet when no search of it is measured."""
     best = search.best() if search is not None else None
-    prediction = best.prediction if best is not None else None
-    if prediction is None or stage.kind != "generate" or stage.output_tokens.mean <= 0:
-        return []
-    if stage.slo.tpot_ms is not None and prediction.tpot_ms > stage.slo.tpot_ms:
-        return []
-    rate = prediction.output_throughput_tok_s / stage.output_tokens.mean
-    if not (rate > 0 and math.isfinite(rate)):
-        return []
-    assert best is not None
+    deployment = (
+        best.deployment
+        if best is not None
+        else Deployment(
+            framework=framework,
+            parallelism=ParallelismConfig(),
+            precision=stage.precision.run_precision(),
+        )
+    )
+    prediction = predict_stage_capacity(stage, deployment, runs)
+    if prediction is None:
+        return [], []
+    if not (prediction.max_rate_rps > 0 and math.isfinite(prediction.max_rate_rps)):
+        return [], [
+            f"{framework}, {deployment.label()}: the serving model predicts no rate within the "
+            f"SLO ({prediction.binding_constraint or 'no constraint named'})"
+        ]
+    calibrated = (
+        f"calibrated on {len(prediction.calibration_runs)} run(s) of {prediction.framework} on "
+        f"{prediction.gpu}"
+        if prediction.calibrated
+        else f"uncalibrated: no run of {prediction.framework} on {prediction.gpu}"
+    )
     return [
         (
             framework,
             EstimatedCapacity(
-                label=f"{framework}, {best.label} (estimate: predicted throughput at "
-                f"concurrency {prediction.concurrency}, TTFT not modelled)",
-                max_rate_rps=rate,
-                gpus_per_replica=best.deployment.parallelism.tensor_parallel_size
-                * best.deployment.parallelism.replicas,
+                label=f"{framework}, {deployment.parallelism.label()} "
+                f"{deployment.precision.label()}, predicted ({calibrated})",
+                max_rate_rps=prediction.max_rate_rps,
+                low_rate_rps=prediction.low_rps if prediction.low_rps > 0 else None,
+                high_rate_rps=prediction.high_rps if prediction.low_rps > 0 else None,
+                expected_error=prediction.expected_error,
+                gpus_per_replica=deployment.gpus,
+                binding_constraint=prediction.binding_constraint,
+                notes=list(prediction.notes),
             ),
         )
-    ]
+    ], []
 
 
 CAPACITY_BASIS_WORDS = {

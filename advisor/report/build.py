@@ -305,8 +305,12 @@ def capacity_sections(
             else:
                 section.absent_reason = (
                     f"no capacity measured on {gpu} for this workload (no capacity search, "
-                    "bench run --pattern capacity, of a candidate matches it): the GPU count is "
-                    "not known"
+                    "bench run --pattern capacity, of a candidate matches it): "
+                    + (
+                        "the GPU count below is predicted, with its interval"
+                        if chosen.estimated_capacities()
+                        else "the GPU count is not known"
+                    )
                 )
             if peak is None:
                 section.absent_reason += (

@@ -49,6 +49,11 @@ class CapacityRow(Strict):
     monthly_cost: float | None = None
     cost_per_million_output_tokens: float | None = None
     converged: bool = True
+    low_rate_rps: float | None = Field(None, description="A prediction's interval, low end.")
+    high_rate_rps: float | None = None
+    gpus_range: tuple[int, int] | None = Field(
+        None, description="GPUs needed at the interval's ends (fewest, most)."
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -71,18 +76,44 @@ class CapacityView(Strict):
 def _resize(
     capacity: Capacity, peak: float, headroom: float, price: float | None, gpu_type: str | None
 ) -> Capacity:
-    return size_fleet(
-        capacity.max_rate_rps,
-        source=capacity.source,
-        peak_request_rate_rps=peak,
-        gpus_per_replica=capacity.gpus_per_replica,
-        headroom_fraction=headroom,
-        binding_constraint=capacity.binding_constraint,
-        converged=capacity.converged,
-        gpu_type=gpu_type if gpu_type is not None else capacity.gpu_type,
-        price_per_gpu_hour=price,
-        mean_output_tokens=capacity.mean_output_tokens,
-    ).model_copy(update={"label": capacity.label, "run_id": capacity.run_id})
+    def sized(rate: float) -> Capacity:
+        return size_fleet(
+            rate,
+            source=capacity.source,
+            peak_request_rate_rps=peak,
+            gpus_per_replica=capacity.gpus_per_replica,
+            headroom_fraction=headroom,
+            binding_constraint=capacity.binding_constraint,
+            converged=capacity.converged,
+            gpu_type=gpu_type if gpu_type is not None else capacity.gpu_type,
+            price_per_gpu_hour=price,
+            mean_output_tokens=capacity.mean_output_tokens,
+        )
+
+    gpus_range = None
+    if capacity.low_rate_rps is not None and capacity.high_rate_rps is not None:
+        gpus_range = (
+            sized(capacity.high_rate_rps).gpus_needed,
+            sized(capacity.low_rate_rps).gpus_needed,
+        )
+    return sized(capacity.max_rate_rps).model_copy(
+        update={
+            "label": capacity.label,
+            "run_id": capacity.run_id,
+            "low_rate_rps": capacity.low_rate_rps,
+            "high_rate_rps": capacity.high_rate_rps,
+            "gpus_range": gpus_range,
+        }
+    )
+
+
+def _with_interval(value: float | int, low: float | None, high: float | None) -> float | str:
+    """`18.1 (10.4–20.6)` for a prediction with its interval; the value alone otherwise."""
+    if low is None or high is None:
+        return round(value, 3) if isinstance(value, float) else value
+    if isinstance(value, int):
+        return value if low == high else f"{value} ({low:g}–{high:g})"
+    return f"{value:.3g} ({low:.3g}–{high:.3g})"
 
 
 def _money(value: float | None, digits: int = 0) -> str:
@@ -108,9 +139,13 @@ def _table(rows: Sequence[CapacityRow], title: str, conditions: str, note: str) 
         rows=[
             [
                 row.label,
-                round(row.max_rate_rps, 3),
+                _with_interval(row.max_rate_rps, row.low_rate_rps, row.high_rate_rps),
                 row.binding_constraint or "—",
-                row.gpus_needed if row.converged else f"{row.gpus_needed} (search not converged)",
+                _with_interval(
+                    row.gpus_needed, *(row.gpus_range if row.gpus_range else (None, None))
+                )
+                if row.converged
+                else f"{row.gpus_needed} (search not converged)",
                 _money(row.monthly_cost),
                 _money(row.cost_per_million_output_tokens, 2),
                 row.source,
@@ -200,6 +235,9 @@ def capacity_view(
             monthly_cost=capacity.monthly_cost,
             cost_per_million_output_tokens=capacity.cost_per_million_output_tokens,
             converged=capacity.converged,
+            low_rate_rps=capacity.low_rate_rps,
+            high_rate_rps=capacity.high_rate_rps,
+            gpus_range=capacity.gpus_range,
             notes=capacity.notes,
         )
         for candidate, capacity in resized
@@ -228,9 +266,11 @@ def capacity_view(
         else None,
         estimates=_table(
             estimated,
-            "Estimates (not measured: no capacity search on this GPU type)",
+            "Predicted (not measured: no capacity search of it on this GPU type)",
             conditions,
-            "From the configuration search's model, not a capacity search; shown apart.",
+            "From the serving model (advisor/serving_model.py), not a capacity search: the "
+            "predicted rate with its interval, and the GPUs at the interval's ends; its error "
+            "against every shipped search is in docs/capacity-model.md.",
         )
         if estimated
         else None,
