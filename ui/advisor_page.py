@@ -1064,10 +1064,20 @@ def capacity_rows(view: CapacityView) -> pd.DataFrame:
         [
             {
                 "Candidate": row.label
-                + (" (estimate, not measured)" if row.source == "estimate" else ""),
-                "Max rate within the SLO": fixed(row.max_rate_rps, "req/s", 3),
+                + (" (predicted, not measured)" if row.source == "estimate" else ""),
+                "Max rate within the SLO": fixed(row.max_rate_rps, "req/s", 3)
+                + (
+                    f" ({row.low_rate_rps:.3g}–{row.high_rate_rps:.3g})"
+                    if row.low_rate_rps is not None and row.high_rate_rps is not None
+                    else ""
+                ),
                 "Binding constraint": row.binding_constraint or "—",
                 "GPUs at peak": str(row.gpus_needed)
+                + (
+                    f" ({row.gpus_range[0]}–{row.gpus_range[1]})"
+                    if row.gpus_range and row.gpus_range[0] != row.gpus_range[1]
+                    else ""
+                )
                 + ("" if row.converged else " (search not converged)"),
                 "$/month": "—" if row.monthly_cost is None else f"${row.monthly_cost:,.0f}",
                 "$ per 1M output tokens": "—"
@@ -1096,7 +1106,13 @@ def show_capacity(stage: StageProfile, stage_result: Any, scope: str = "s0") -> 
             else "No GPU type in the profile, so no capacity can be matched to it"
         )
         empty_state(
-            f"{why}: the GPU count and cost under the SLO are not known.",
+            f"{why}: "
+            + (
+                "the GPU count and cost below are the serving model's prediction, with its "
+                "interval."
+                if recommendation.capacities
+                else "the GPU count and cost under the SLO are not known."
+            ),
             "The Benchmark page's plan includes a capacity search (the highest request rate "
             "that meets the SLO) for the leading candidates; run it, and this panel sizes the "
             "fleet for your peak traffic.",

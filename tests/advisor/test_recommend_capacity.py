@@ -216,7 +216,9 @@ async def test_searches_on_another_gpu_or_a_laxer_slo_are_left_out_with_a_note(c
     chosen = advise(strict, [(other_gpu, []), (capacity_runs[1], [])])
     assert chosen.measured_capacities() == []
     assert any("the stage asks ttft_ms <= 50" in note for note in chosen.capacity_notes)
-    assert "no capacity measured on H200 for this workload" in chosen.headline
+    # Nothing measured matches: the fleet is the serving model's prediction, said to be one.
+    assert chosen.capacity is not None and chosen.capacity.source == "estimate"
+    assert chosen.capacity_basis.startswith("predicted, not measured")
     elsewhere = advise(capacity_profile(), [(other_gpu, [])])
     assert any("not H200: left out" in note for note in elsewhere.capacity_notes)
 
