@@ -55,7 +55,7 @@ from advisor.evidence import (
 from advisor.learned import LearnedOpinion, learned_opinion
 from advisor.plan import ENGINE_START_S, bench_plan
 from advisor.profile import Objective, StageProfile, WorkloadProfile
-from advisor.serving_model import predict_stage_capacity
+from advisor.serving_model import CapacityPrediction, predict_stage_capacity
 from advisor.speed_class import speed_class_pairs
 from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
 from bench.core.config import ParallelismConfig
@@ -569,6 +569,28 @@ def stage_capacities(
     return measured + estimated, notes
 
 
+_PREDICTIONS: dict[tuple, CapacityPrediction | None] = {}
+PREDICTION_CACHE_SIZE = 64
+
+
+def _cached_prediction(
+    stage: StageProfile, deployment: Deployment, runs: Sequence[RunResult]
+) -> CapacityPrediction | None:
+    """`predict_stage_capacity`, remembered per (stage, deployment, the runs by id and status):
+    a prediction simulates thousands of requests (about a second), and the app and the report
+    ask again for the same stage."""
+    key = (
+        stage.model_dump_json(),
+        deployment.model_dump_json(),
+        tuple(sorted((run.run_id, run.status.value) for run in runs)),
+    )
+    if key not in _PREDICTIONS:
+        if len(_PREDICTIONS) >= PREDICTION_CACHE_SIZE:
+            _PREDICTIONS.pop(next(iter(_PREDICTIONS)))
+        _PREDICTIONS[key] = predict_stage_capacity(stage, deployment, runs)
+    return _PREDICTIONS[key]
+
+
 def _predicted_capacity(
     stage: StageProfile,
     framework: str,
@@ -589,7 +611,7 @@ def _predicted_capacity(
             precision=stage.precision.run_precision(),
         )
     )
-    prediction = predict_stage_capacity(stage, deployment, runs)
+    prediction = _cached_prediction(stage, deployment, runs)
     if prediction is None:
         return [], []
     if not (prediction.max_rate_rps > 0 and math.isfinite(prediction.max_rate_rps)):
