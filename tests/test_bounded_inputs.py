@@ -279,3 +279,86 @@ def test_docs_hold_the_limits_table() -> None:
     assert limits_table() in text, "docs/limits.md: regenerate the table from bench/core/limits.py"
     assert len({limit.name for limit in LIMITS}) == len(LIMITS)
     assert "limits.md" in (ROOT / "docs" / "README.md").read_text()
+
+
+# ----------------------------------------------------------------- campaigns checked up front
+
+
+def _plan(tmp_path: Path, second_backend: str) -> Path:
+    step = {
+        "backend": "fake",
+        "model": "tiny-llama",
+        "load": {"pattern": "concurrency", "concurrency": 1, "duration_s": 1},
+    }
+    plan = {
+        "name": "two-steps",
+        "steps": [
+            {"kind": "run", "name": "first", "config": step},
+            {"kind": "run", "name": "second", "config": {**step, "backend": second_backend}},
+        ],
+    }
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+def test_campaign_checks_every_step_before_the_first_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, stderr = bench("campaign", str(_plan(tmp_path, "vlm")), "--out", str(out))
+    one_line(code, stderr, "step 'second': unknown backend 'vlm'; available: fake")
+    assert not out.exists()  # step 'first' did not run
+
+
+def test_campaign_checks_its_store_before_the_first_step(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("x")
+    out = tmp_path / "out"
+    code, stderr = bench(
+        "campaign",
+        str(_plan(tmp_path, "fake")),
+        "--out",
+        str(out),
+        "--store",
+        str(not_a_folder / "results.sqlite"),
+    )
+    one_line(code, stderr, f"results store {not_a_folder / 'results.sqlite'}")
+    assert not (out / "steps").exists()
+
+
+# ----------------------------------------------------------------- a run that ran out of memory
+
+
+def test_a_run_out_of_memory_is_failed_with_that_cause(tmp_path: Path) -> None:
+    """Real memory exhaustion: the worker (the fake backend, a labelled test double) keeps 16 MB
+    alive per request under a 1.5 GB address-space cap, so a request meets MemoryError after
+    some tens of requests. The run was COMPLETED (INVALID), exit 0 when those errors were not
+    in a row; it is FAILED with the cause on the console, exit 1."""
+    import resource
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))
+
+    completed = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench", "run", "--backend", "fake", "--model", "tiny-llama"),
+            *("--engine-arg", "leak_bytes_per_request=16777216", "--engine-arg", "ttft_s=0.001"),
+            *("--concurrency", "4", "--duration-s", "20", "--warmup-requests", "0"),
+            *("--no-store", "--out", str(tmp_path / "run")),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        preexec_fn=cap_memory,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+        },
+    )
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert "FAILED" in completed.stdout and "COMPLETED" not in completed.stdout
+    assert "failure: out of memory while serving request" in completed.stdout
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["status"] == "FAILED" and "MemoryError" in result["failure"]["cause"]
