@@ -362,3 +362,41 @@ def test_a_run_out_of_memory_is_failed_with_that_cause(tmp_path: Path) -> None:
     assert "failure: out of memory while serving request" in completed.stdout
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["status"] == "FAILED" and "MemoryError" in result["failure"]["cause"]
+
+
+# ----------------------------------------------------------------- the memory estimate
+
+
+def test_counts_within_their_bounds_that_multiply_past_memory_are_refused(tmp_path: Path):
+    """100,000 prefixes and 10,000,000 tokens are each allowed; together they are 10**12 token
+    IDs: refused before the run with the estimate and the memory available."""
+    workload = {"prefix": {"count": 100_000, "tokens": {"mean": 10_000_000}}}
+    config = _run_config(tmp_path, workload=workload)
+    one_line(
+        *bench("run", "--config", config, "--no-store"),
+        "the load generator would hold about 40,000.4 GB (100,000 prefixes of 10,000,000 tokens",
+    )
+
+
+def test_memory_estimate_of_the_shipped_plans_fits_a_small_machine() -> None:
+    """Every run step of the shipped campaign plans passes the check on a machine with 1 GB
+    available; one step made 1,000 times longer is refused on it, naming the figures."""
+    from bench.core.errors import UserError
+    from bench.orchestrate.campaign import RunStep, load_plan
+    from bench.run.memory_budget import check_memory_fits
+
+    steps = [
+        step
+        for path in sorted((ROOT / "examples" / "campaigns").glob("*.yaml"))
+        for step in load_plan(path).steps
+        if isinstance(step, RunStep)
+    ]
+    assert len(steps) > 10
+    for step in steps:
+        check_memory_fits(step.config, available=10**9)
+    data = steps[0].config.model_dump(mode="json")
+    data["workload"]["prompt_tokens"] = {"mean": 1_000_000}
+    data["load"] = {"pattern": "concurrency", "concurrency": 64}
+    huge = type(steps[0].config).model_validate(data)
+    with pytest.raises(UserError, match=r"about 2\.6 GB \(64 prompts of 1,000,000 tokens"):
+        check_memory_fits(huge, available=10**9)
