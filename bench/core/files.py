@@ -246,6 +246,7 @@ def parse_yaml(text: str, source: str) -> Any:
         # A scalar the resolver typed but Python cannot build: an integer over Python's
         # 4,300-digit conversion limit, an impossible date such as 2026-13-45.
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first_line = first_line.split("; use sys.set_int_max_str_digits")[0]  # not the user's fix
         raise UserError(f"{source}: a value cannot be read ({first_line})") from None
 
 
