@@ -400,3 +400,17 @@ def test_memory_estimate_of_the_shipped_plans_fits_a_small_machine() -> None:
     huge = type(steps[0].config).model_validate(data)
     with pytest.raises(UserError, match=r"about 2\.6 GB \(64 prompts of 1,000,000 tokens"):
         check_memory_fits(huge, available=10**9)
+
+
+def test_campaign_refuses_a_step_that_would_not_fit_in_memory(tmp_path: Path) -> None:
+    plan = yaml.safe_load(_plan(tmp_path, "fake").read_text())
+    plan["steps"][1]["config"]["workload"] = {
+        "kind": "generate",
+        "prefix": {"count": 100_000, "tokens": {"mean": 10_000_000}},
+    }
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    out = tmp_path / "out"
+    code, stderr = bench("campaign", str(path), "--out", str(out))
+    one_line(code, stderr, "step 'second': the load generator would hold about 40,000")
+    assert not out.exists()

@@ -476,7 +476,11 @@ def run_campaign(
         step.name: _finished_outcome(out_dir / STEPS_DIR / step_folder(step.name), step)
         for step in plan.steps
     }
-    check_steps(plan, skip={name for name, done in previous_outcomes.items() if done})
+    check_steps(
+        plan,
+        skip={name for name, done in previous_outcomes.items() if done},
+        here=executor.name == "local",
+    )
     prepare_out_dir(out_dir)
     store = store or str(out_dir / "results.sqlite")
     check_store(store)
@@ -539,13 +543,16 @@ def run_campaign(
     return result
 
 
-def check_steps(plan: CampaignPlan, skip: Collection[str] = ()) -> None:
+def check_steps(plan: CampaignPlan, skip: Collection[str] = (), here: bool = False) -> None:
     """Every run step still to run checked before the first one starts: its backend is a known
-    name, its engine arguments are the backend's, its trace and prompt files read. A typo in
-    step 5 is one line now, not a failed step after steps 1 to 4 have run. Availability is
-    not checked here: a Ray executor runs steps on nodes that have what this host lacks."""
+    name, its engine arguments are the backend's, its trace and prompt files read and, when
+    the steps run `here` (the local executor), its load generator fits this machine's memory.
+    A typo in step 5 is one line now, not a failed step after steps 1 to 4 have run.
+    Availability is not checked: a Ray executor runs steps on nodes that have what this host
+    lacks."""
     from bench.engines.backends import get_backend
     from bench.run.api import check_traffic_files
+    from bench.run.memory_budget import check_memory_fits
 
     for step in plan.steps:
         if step.name in skip or not isinstance(step, RunStep):
@@ -553,6 +560,8 @@ def check_steps(plan: CampaignPlan, skip: Collection[str] = ()) -> None:
         try:
             get_backend(step.config.backend).validate_engine_args(step.config.engine_args)
             check_traffic_files(step.config)
+            if here:
+                check_memory_fits(step.config)
         except UserError as exc:
             raise UserError(f"step {step.name!r}: {exc}") from None
 
