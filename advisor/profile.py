@@ -27,6 +27,13 @@ from bench.core.config import (
     PrecisionConfig,
 )
 from bench.core.errors import UserError
+from bench.core.limits import (
+    MAX_BANDWIDTH_TB_S,
+    MAX_PREFIXES,
+    MAX_PRICE_PER_GPU_HOUR,
+    MAX_STAGES,
+    MIN_BANDWIDTH_TB_S,
+)
 from bench.core.strict import StrictInput
 from bench.core.strict import describe_validation_error as describe_error
 
@@ -34,6 +41,9 @@ PROFILE_LEVEL_FIELDS = ("title", "owner", "notes", "stages")
 MAX_PARAMETERS_B = 100_000.0
 """100 trillion parameters: far above any model, low enough that byte counts stay finite."""
 MAX_GPU_MEMORY_GB = 100_000.0
+QUANTIZATION_SCHEMES = ("awq", "gptq", "int4", "fp8", "int8", "w8a8")
+"""Weight quantisations the memory estimate sizes (advisor/estimate.py QUANTIZATION_BYTES); a
+name containing one (`gptq-int4`, `awq-marlin`) is that scheme."""
 
 
 class ProfilePrecision(StrictInput):
@@ -45,11 +55,25 @@ class ProfilePrecision(StrictInput):
     )
     allow_tf32: bool = Field(False, description="Allow TF32 matmuls for float32.")
     quantization: str | None = Field(
-        None, description="Weight quantisation (awq, gptq, int4, fp8); the bench runs fp8."
+        None,
+        max_length=100,
+        description=f"Weight quantisation ({', '.join(QUANTIZATION_SCHEMES)}, or a name "
+        "containing one such as gptq-int4); the bench runs fp8.",
     )
     kv_cache_dtype: Literal["auto", "fp8"] = Field(
         "auto", description="KV-cache dtype: auto = the model dtype; fp8 = FP8 KV cache (vLLM)."
     )
+
+    @field_validator("quantization")
+    @classmethod
+    def _known_scheme(cls, value: str | None) -> str | None:
+        # An unknown name (int3) would be sized at the 16-bit dtype: a wrong fit, silently.
+        if value is not None and not any(s in value.lower() for s in QUANTIZATION_SCHEMES):
+            raise ValueError(
+                f"{value!r} is not a weight quantisation the estimates know; allowed: "
+                f"{', '.join(QUANTIZATION_SCHEMES)} (or a name containing one)"
+            )
+        return value
 
     def run_precision(self) -> PrecisionConfig:
         """The RunConfig precision a benchmark of this profile runs at: weight schemes other
@@ -98,13 +122,14 @@ class GpuProfile(StrictInput):
     )
     memory_bandwidth_tb_s: float | None = Field(
         None,
-        gt=0,
-        le=1000,
+        ge=MIN_BANDWIDTH_TB_S,
+        le=MAX_BANDWIDTH_TB_S,
         description="Measured memory bandwidth (TB/s); none = the datasheet figure.",
     )
     price_per_hour: float | None = Field(
         None,
         gt=0,
+        le=MAX_PRICE_PER_GPU_HOUR,
         description="What one GPU costs per hour (USD, on-demand or your contract rate); none = "
         "the reference price of data/gpu_prices.yaml for the GPU type.",
     )
@@ -147,8 +172,6 @@ class ProfileSLO(SLO):
         )
 
 
-MAX_PREFIXES = 100_000
-"""Distinct shared contexts a profile may declare (each is generated and held by the bench)."""
 MAX_TURNS = 1_000
 
 
@@ -249,6 +272,7 @@ class StageProfile(StrictInput):
     peak_request_rate_rps: float | None = Field(
         None,
         gt=0,
+        le=MAX_RATE_RPS,
         description="Peak traffic to serve within the SLO (requests/s); sizes the GPU fleet "
         "(advisor/capacity.py). None = request_rate_rps.",
     )
@@ -349,7 +373,20 @@ class WorkloadProfile(StrictInput):
     title: str = Field("Untitled workload", max_length=200, description="Short title.")
     owner: str | None = Field(None, description="Team or person the recommendation is for.")
     notes: str | None = Field(None, description="Free text: context for the review.")
-    stages: list[StageProfile] = Field(min_length=1, description="Stages, in pipeline order.")
+    stages: list[StageProfile] = Field(
+        min_length=1, max_length=MAX_STAGES, description="Stages, in pipeline order."
+    )
+
+    @field_validator("stages")
+    @classmethod
+    def _distinct_names(cls, stages: list[StageProfile]) -> list[StageProfile]:
+        # --stage NAME, the report's sections and the plan's steps pick a stage by its name.
+        seen: set[str] = set()
+        for stage in stages:
+            if stage.name in seen:
+                raise ValueError(f"two stages are named {stage.name!r}; give each its own name")
+            seen.add(stage.name)
+        return stages
 
     @model_validator(mode="before")
     @classmethod

@@ -65,7 +65,10 @@ def summarize(
         {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms},
         names={"ttft_ms": "--slo-ttft-ms", "tpot_ms": "--slo-tpot-ms", "e2e_ms": "--slo-e2e-ms"},
     )
-    summary = summarize_records(read_records_jsonl(records), slo if slo.is_set() else None)
+    read = read_records_jsonl(records)
+    if not read:  # nothing to summarise: an empty file is not a run of zero requests
+        raise UserError(f"records file {records} holds no request records")
+    summary = summarize_records(read, slo if slo.is_set() else None)
     data = summary.model_dump(mode="json")
     if not slo.is_set():
         data.pop("goodput_rps", None)
@@ -415,14 +418,16 @@ def compare(
     """Compare two runs, two measurement groups or two campaigns: per metric the ratio A/B with
     its 95% interval and whether it is significant; for campaigns, every flipped winner and
     moved ratio."""
+    from bench.orchestrate.compare import check_options, render
     from bench.orchestrate.compare import compare as compare_sides
-    from bench.orchestrate.compare import render
 
+    check_options(threshold, bootstrap, seed)
     opened = None
     if not (Path(a).exists() and Path(b).exists()):
         from bench.storage.store import ResultStore
 
-        opened = ResultStore(store)
+        # A comparison only reads: a missing store is an error, never created.
+        opened = ResultStore(store, create=False)
     try:
         report = compare_sides(a, b, opened, threshold, bootstrap, seed)
     finally:

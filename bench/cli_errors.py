@@ -23,7 +23,8 @@ from typer.core import TyperGroup
 from bench.core.errors import RunAborted, RunInterrupted, UserError
 
 # OS errors a user causes by naming a path: exit 2 like every other user error. Others (a full
-# disk, an I/O error) are still one line, with exit code 1: nothing the user typed was wrong.
+# disk, an I/O error) are still one line naming the file, with exit code 1: nothing the user
+# typed was wrong, and a script can tell "fix the command" from "fix the machine".
 USER_ERRNOS = {
     errno.EACCES,
     errno.EPERM,
@@ -81,7 +82,10 @@ def report_exception(exc: BaseException) -> int:
         # Python flushes stdout again at exit; point it at /dev/null so that is silent too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    if isinstance(exc, OSError) and (exc.filename is not None or exc.errno in USER_ERRNOS):
+    if isinstance(exc, OSError):
+        # Every OSError is one line: the writers name their file (bench.core.outputs.naming_path)
+        # so a full disk says which file it stopped; exit 2 when the path the user gave is the
+        # cause, 1 when the machine is (a full disk, an I/O error).
         from bench.core.files import shown_path
 
         where = f" {shown_path(exc.filename)}" if exc.filename is not None else ""

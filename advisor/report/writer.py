@@ -15,6 +15,7 @@ import unicodedata
 from pathlib import Path
 
 from bench.core.errors import UserError
+from bench.core.outputs import naming_path
 
 MAX_NAME_CHARS = 100
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -103,14 +104,18 @@ class ReportWriter:
 def atomic_write_bytes(target: Path, data: bytes) -> None:
     """Write `data` to `target` atomically: temp file in the same folder, fsync, os.replace."""
     folder = target.parent
-    descriptor, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    with naming_path(target):
+        descriptor, temp_name = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".tmp", dir=folder
+        )
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp_name, 0o644)
-        os.replace(temp_name, target)
+        with naming_path(target):
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(temp_name, 0o644)
+            os.replace(temp_name, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_name)

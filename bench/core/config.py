@@ -13,6 +13,15 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from bench.core.limits import (  # re-exported: the bounds' one table is bench/core/limits.py
+    MAX_BLOCK_SIZE,
+    MAX_CONCURRENCY,
+    MAX_PREFIXES,
+    MAX_PROBE_REQUESTS,
+    MAX_RATE_RPS,
+    MAX_SEED,
+    MAX_TOKENS,
+)
 from bench.core.strict import Strict as Strict  # re-exported: backends import it from here
 from bench.core.strict import StrictInput
 
@@ -20,14 +29,9 @@ from bench.core.strict import StrictInput
 # Upper bounds far above any real run, so that a typo or `1e300` is refused here, in one line,
 # instead of overflowing an int conversion or never ending later.
 
-MAX_RATE_RPS = 1_000_000.0
 MAX_DURATION_S = 7 * 24 * 3600.0
 """A week: the longest any phase, timeout or run may be."""
-MAX_CONCURRENCY = 100_000
 MAX_REQUESTS = 1_000_000_000
-MAX_TOKENS = 10_000_000
-MAX_SEED = 2**32 - 1
-"""numpy's legacy seeding takes 0 .. 2**32 - 1; a negative seed is refused by every generator."""
 MAX_SLO_MS = 24 * 3600 * 1000.0
 MAX_BATCH = 1_000_000
 MAX_IMAGE_SIDE = 65_536
@@ -87,7 +91,9 @@ class PrefixPool(StrictInput):
     """Shared prefixes (system prompts, RAG documents, tool schemas): each prompt is one of
     `count` distinct prefixes followed by a unique suffix of `prompt_tokens` length."""
 
-    count: int = Field(1, gt=0, description="Number of distinct prefixes in the pool.")
+    count: int = Field(
+        1, gt=0, le=MAX_PREFIXES, description="Number of distinct prefixes in the pool."
+    )
     tokens: LengthDistribution = Field(
         default_factory=lambda: LengthDistribution(mean=1024),
         description="Prefix length distribution (tokens), drawn once per prefix.",
@@ -707,7 +713,9 @@ class ReplayLoad(LoadCommon):
         1.0, gt=0, description="Multiply trace time by this (0.5 = twice as fast)."
     )
     max_requests: int | None = Field(None, gt=0, description="Replay at most this many rows.")
-    block_size: int = Field(512, gt=0, description="Mooncake hash_ids block size (tokens).")
+    block_size: int = Field(
+        512, gt=0, le=MAX_BLOCK_SIZE, description="Mooncake hash_ids block size (tokens)."
+    )
     timestamp_column: str = Field("TIMESTAMP", description="CSV: send-time column.")
     timestamp_unit: Literal["auto", "s", "ms", "datetime"] = Field(
         "auto",
@@ -720,12 +728,15 @@ class ReplayLoad(LoadCommon):
         gt=0,
         description="p99 send lateness (actual - scheduled) above this makes the run INVALID.",
     )
-    seed: int = Field(0, description="Seed of the prompt token IDs (blocks / unique prompts).")
+    seed: Seed = Field(0, description="Seed of the prompt token IDs (blocks / unique prompts).")
     max_input_tokens: int | None = Field(
-        None, gt=0, description="Clip each row's input length (a shorter context, rehearsals)."
+        None,
+        gt=0,
+        le=MAX_TOKENS,
+        description="Clip each row's input length (a shorter context, rehearsals).",
     )
     max_output_tokens: int | None = Field(
-        None, gt=0, description="Clip each row's output length (rehearsals)."
+        None, gt=0, le=MAX_TOKENS, description="Clip each row's output length (rehearsals)."
     )
 
     def planned_seconds(self, request_s: float, trace_span_s: TraceSpan) -> float:
@@ -786,7 +797,7 @@ class CapacityLoad(LoadCommon):
     arrival: Literal["poisson", "constant"] = Field(
         "poisson", description="Inter-arrival law of the rate probes."
     )
-    seed: int = Field(0, description="Seed of the arrival process (each probe adds its index).")
+    seed: Seed = Field(0, description="Seed of the arrival process (each probe adds its index).")
     percentile: Literal["p50", "p90", "p99"] = Field(
         "p99", description="Percentile of each SLO metric that must be within its limit."
     )
@@ -809,17 +820,25 @@ class CapacityLoad(LoadCommon):
     probe_requests: int | None = Field(
         None,
         gt=0,
+        le=MAX_PROBE_REQUESTS,
         description="Requests per probe; none = derived from the percentile and the attainment "
         "target (bench.run.load.capacity.min_probe_requests).",
     )
     start_rps: float | None = Field(
-        None, gt=0, description="First rate probed; none = the rate of a quick closed-loop probe."
+        None,
+        gt=0,
+        le=MAX_RATE_RPS,
+        description="First rate probed; none = the rate of a quick closed-loop probe.",
     )
     start_concurrency: int = Field(
-        1, gt=0, description="First concurrency probed (over=concurrency)."
+        1, gt=0, le=MAX_CONCURRENCY, description="First concurrency probed (over=concurrency)."
     )
-    max_rps: float = Field(1e6, gt=0, description="Bracketing ceiling for the rate.")
-    max_concurrency: int = Field(4096, gt=0, description="Bracketing ceiling for concurrency.")
+    max_rps: float = Field(
+        MAX_RATE_RPS, gt=0, le=MAX_RATE_RPS, description="Bracketing ceiling for the rate."
+    )
+    max_concurrency: int = Field(
+        4096, gt=0, le=MAX_CONCURRENCY, description="Bracketing ceiling for concurrency."
+    )
     max_probes: int = Field(
         24, ge=3, le=200, description="Probes at most; a search that needs more did not converge."
     )

@@ -229,7 +229,8 @@ def _check_expansion(root: Any) -> None:
 
 def parse_yaml(text: str, source: str) -> Any:
     """YAML text -> data (safe tags only); UserError with the parser's first line when it is
-    malformed, and for nesting or alias expansion past the bounds."""
+    malformed, holds a value Python cannot build (a 5,000-digit integer, month 13), and for
+    nesting or alias expansion past the bounds."""
     import yaml
 
     try:
@@ -241,6 +242,12 @@ def parse_yaml(text: str, source: str) -> Any:
     except yaml.YAMLError as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"{source}: not valid YAML ({first_line})") from None
+    except (ValueError, OverflowError) as exc:
+        # A scalar the resolver typed but Python cannot build: an integer over Python's
+        # 4,300-digit conversion limit, an impossible date such as 2026-13-45.
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first_line = first_line.split("; use sys.set_int_max_str_digits")[0]  # not the user's fix
+        raise UserError(f"{source}: a value cannot be read ({first_line})") from None
 
 
 def parse_user_mapping(text: str, source: str, json_only: bool = False) -> dict[str, Any]:

@@ -13,9 +13,25 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.core.errors import UserError
+
+
+@contextlib.contextmanager
+def naming_path(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError raised inside carries `path` as its file name when it has none: a `write()`
+    on a full disk raises `[Errno 28] No space left on device` without one, and the CLI's one
+    error line should say which file could not be written."""
+    try:
+        yield
+    except OSError as error:
+        # Only an OS-raised error (errno set): a bare OSError("text") would print as
+        # "[Errno None] None: path" with a file name added.
+        if error.filename is None and error.errno is not None:
+            error.filename = os.fspath(path)
+        raise
 
 
 def os_reason(error: OSError) -> str:
@@ -53,11 +69,12 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data, encoding="utf-8")
-        os.replace(tmp, path)
+        with naming_path(path):
+            if isinstance(data, bytes):
+                tmp.write_bytes(data)
+            else:
+                tmp.write_text(data, encoding="utf-8")
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -476,12 +476,18 @@ def run_campaign(
         step.name: _finished_outcome(out_dir / STEPS_DIR / step_folder(step.name), step)
         for step in plan.steps
     }
+    check_steps(
+        plan,
+        skip={name for name, done in previous_outcomes.items() if done},
+        here=executor.name == "local",
+    )
     prepare_out_dir(out_dir)
+    store = store or str(out_dir / "results.sqlite")
+    check_store(store)
     if plan_text is not None:
         write_atomic(out_dir / "plan.yaml", plan_text)
     elif plan_file is not None:
         write_atomic(out_dir / "plan.yaml", Path(plan_file).read_bytes())
-    store = store or str(out_dir / "results.sqlite")
     environment = fingerprint()
     result = CampaignResult(
         plan=plan,
@@ -535,6 +541,37 @@ def run_campaign(
         pool.shutdown()
     _write_result(result, out_dir, started)
     return result
+
+
+def check_steps(plan: CampaignPlan, skip: Collection[str] = (), here: bool = False) -> None:
+    """Every run step still to run checked before the first one starts: its backend is a known
+    name, its engine arguments are the backend's, its trace and prompt files read and, when
+    the steps run `here` (the local executor), its load generator fits this machine's memory.
+    A typo in step 5 is one line now, not a failed step after steps 1 to 4 have run.
+    Availability is not checked: a Ray executor runs steps on nodes that have what this host
+    lacks."""
+    from bench.engines.backends import get_backend
+    from bench.run.api import check_traffic_files
+    from bench.run.memory_budget import check_memory_fits
+
+    for step in plan.steps:
+        if step.name in skip or not isinstance(step, RunStep):
+            continue
+        try:
+            get_backend(step.config.backend).validate_engine_args(step.config.engine_args)
+            check_traffic_files(step.config)
+            if here:
+                check_memory_fits(step.config)
+        except UserError as exc:
+            raise UserError(f"step {step.name!r}: {exc}") from None
+
+
+def check_store(location: str) -> None:
+    """The campaign's results store opened (created when new) and closed once before the
+    first step: an unreachable store is one line up front, not a failure in every step."""
+    opened = _open_store(location)
+    if opened is not None:
+        opened.close()
 
 
 def _record_outcome(result: CampaignResult, step_dir: Path, outcome: StepOutcome) -> None:

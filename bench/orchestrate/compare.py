@@ -1,7 +1,8 @@
 """`bench compare A B`: two runs, two measurement groups or two campaigns, metric by metric.
 
 A side is named by a store run id, a store group id (`grp-...`), a run folder (`result.json` +
-`records.jsonl`) or its `result.json`, or a campaign: a folder written by `bench campaign`
+`records.jsonl`) or its `result.json`, a folder of run folders (`bench run --repeats N --out DIR`
+writes DIR/repeat-k/: one group), or a campaign: a folder written by `bench campaign`
 (`campaign.json`, run folders under `steps/`), or a shipped campaign file of data/reference
 (`campaign-NAME.json`, its run folders in `runs-NAME.tgz` or `steps-NAME.tgz` beside it; a
 folder holding exactly one such file names it too). Archives are read in memory, never
@@ -27,7 +28,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError
 
+from bench import SCHEMA_VERSION
 from bench.core.errors import UserError
+from bench.core.limits import MAX_BOOTSTRAP_DRAWS, MAX_SEED, MIN_BOOTSTRAP_DRAWS
 from bench.core.schema import RequestRecord, RunResult
 from bench.core.stats import (
     BOOTSTRAP,
@@ -89,8 +92,20 @@ def _records_from_lines(lines: Iterable[bytes | str], source: str) -> list[Reque
 
 
 def _read_result(text: bytes | str, source: str) -> RunResult:
+    """A result file as a RunResult; one newer than this tool is refused by its schema version
+    (its fields may mean other things), not compared as if current."""
     try:
-        return RunResult.model_validate_json(text)
+        data = json.loads(text)
+    except ValueError:
+        raise UserError(f"{source}: not a RunResult this version can read (not JSON)") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise UserError(
+            f"{source}: schema_version {version} is newer than this tool's "
+            f"({SCHEMA_VERSION}); compare it with the version that wrote it"
+        )
+    try:
+        return RunResult.model_validate(data)
     except ValidationError:
         raise UserError(f"{source}: not a RunResult this version can read") from None
 
@@ -211,7 +226,17 @@ def load_side(spec: str, store: Store | None = None) -> Side:
         if shipped:
             names = ", ".join(str(p) for p in shipped)
             raise UserError(f"{spec} holds several campaigns; name one of: {names}")
-        raise UserError(f"{spec} is neither a run folder nor a campaign folder")
+        repeats = sorted(path.glob("*/result.json"))
+        if repeats:  # `bench run --repeats N --out DIR`: DIR/repeat-k/, one group
+            return Side(
+                spec=spec,
+                kind="group",
+                name=path.name,
+                runs=[_run_folder(p.parent) for p in repeats],
+            )
+        raise UserError(
+            f"{spec} is neither a run folder, a folder of run folders nor a campaign folder"
+        )
     if path.is_file():
         if path.name == "result.json":
             return Side(
@@ -654,6 +679,20 @@ def _unit_text(unit: _Unit) -> str:
     return f"{unit.contender}: {unit.workload} at {unit.level}"
 
 
+def check_options(threshold: float, bootstrap: int, seed: int) -> None:
+    """The comparison's options within their bounds (bench/core/limits.py); checked before any
+    store is opened or file read."""
+    if not 0 <= threshold < 1:
+        raise UserError(f"--threshold {threshold}: must be in [0, 1) (0.05 = 5%)")
+    if not MIN_BOOTSTRAP_DRAWS <= bootstrap <= MAX_BOOTSTRAP_DRAWS:
+        raise UserError(
+            f"--bootstrap {bootstrap}: from {MIN_BOOTSTRAP_DRAWS:,} to {MAX_BOOTSTRAP_DRAWS:,} "
+            "draws (docs/limits.md)"
+        )
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"--seed {seed}: from 0 to {MAX_SEED:,} (numpy's seed range)")
+
+
 def compare(
     a_spec: str,
     b_spec: str,
@@ -663,10 +702,7 @@ def compare(
     seed: int = SEED,
 ) -> CompareReport:
     """Load both sides and compare them as measurements or as campaigns."""
-    if not 0 <= threshold < 1:
-        raise UserError(f"--threshold {threshold}: must be in [0, 1) (0.05 = 5%)")
-    if bootstrap < 100:
-        raise UserError(f"--bootstrap {bootstrap}: at least 100 draws")
+    check_options(threshold, bootstrap, seed)
     a, b = load_side(a_spec, store), load_side(b_spec, store)
     if (a.kind == "campaign") != (b.kind == "campaign"):
         raise UserError("compare a campaign with a campaign, or a run/group with a run/group")

@@ -50,6 +50,7 @@ from bench.core.schema import (
 from bench.engines.backends import get_backend
 from bench.run.interrupts import RunInterrupts
 from bench.run.load.patterns import validity_reasons as pattern_validity_reasons
+from bench.run.memory_budget import check_memory_fits
 from bench.run.placement import Placement, place
 from bench.run.worker_events import WorkerOutcome
 
@@ -80,6 +81,7 @@ def check_runnable(config: RunConfig) -> Placement:
         )
     backend_cls.validate_engine_args(config.engine_args)
     check_traffic_files(config)
+    check_memory_fits(config)
     placement = place(config, backend_cls)
     if config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
         raise UserError("event_loop 'uvloop' asked for but uvloop is not installed")

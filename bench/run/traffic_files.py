@@ -20,6 +20,7 @@ from typing import Any
 
 from bench.core.config import PromptFile, ReplayLoad
 from bench.core.errors import UserError
+from bench.core.limits import MAX_TOKENS
 
 MAX_TRAFFIC_FILE_BYTES = 256 * 1024 * 1024
 """Trace and prompt files larger than this are refused (a cap, not a streaming reader: the
@@ -76,8 +77,17 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(read_bounded_bytes(path, "file")).hexdigest()
 
 
+def _tokens(value: object, where: str, name: str) -> int:
+    """A token count of a row: a whole number from 0 to MAX_TOKENS (bench/core/limits.py); a
+    row asking for 1e9 tokens would otherwise build a prompt of gigabytes, or decode for hours."""
+    count = _count(value, where, name)
+    if count > MAX_TOKENS:
+        raise UserError(f"{where}: {name} {count:,} is above the {MAX_TOKENS:,}-token limit")
+    return count
+
+
 def _count(value: object, where: str, name: str) -> int:
-    """A non-negative whole token count from JSON/CSV text."""
+    """A non-negative whole count from JSON/CSV text."""
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -128,9 +138,9 @@ def read_mooncake(path: str | Path, max_rows: int | None = None) -> list[TraceRo
             ):
                 raise UserError(f"{where}: hash_ids must be a list of integers")
             hash_ids = tuple(hash_ids)
-        output = _count(item["output_length"], where, "output_length")
+        output = _tokens(item["output_length"], where, "output_length")
         rows.append(
-            TraceRow(t_ms, _count(item["input_length"], where, "input_length"), output, hash_ids)
+            TraceRow(t_ms, _tokens(item["input_length"], where, "input_length"), output, hash_ids)
         )
         times.append(t_ms)
         wheres.append(where)
@@ -193,8 +203,8 @@ def read_csv_trace(
             rows.append(
                 TraceRow(
                     t_ms,
-                    _count(item[input_column], where, input_column),
-                    _count(item[output_column], where, output_column),
+                    _tokens(item[input_column], where, input_column),
+                    _tokens(item[output_column], where, output_column),
                 )
             )
             times.append(t_ms)
@@ -300,7 +310,7 @@ def read_prompt_file(spec: PromptFile) -> list[PromptRow]:
                 PromptRow(
                     prompt,
                     _messages(messages, where) if messages is not None else None,
-                    _count(output, where, output_field) if output is not None else None,
+                    _tokens(output, where, output_field) if output is not None else None,
                 )
             )
             if len(rows) > MAX_ROWS:
@@ -321,7 +331,7 @@ def read_prompt_file(spec: PromptFile) -> list[PromptRow]:
                     PromptRow(
                         item[text_field] or "",
                         None,
-                        _count(output, where, output_field) if output not in (None, "") else None,
+                        _tokens(output, where, output_field) if output not in (None, "") else None,
                     )
                 )
         except csv.Error as exc:

@@ -80,6 +80,13 @@ class _EventState:
 OOM_MARKERS = ("out of memory", "outofmemory", "cuda_error_out_of_memory", "oom")
 
 
+def ran_out_of_memory(error: str) -> bool:
+    """A request's error is a memory exhaustion: Python's MemoryError (numpy's included) in the
+    worker, or an engine's "out of memory" (CUDA OOM, a server's 500 saying so)."""
+    low = error.lower()
+    return "memoryerror" in low or "out of memory" in low or "outofmemory" in low
+
+
 def advice_for(cause: str) -> str | None:
     """Inference-correct advice for common failure causes (never training-time remedies)."""
     low = cause.lower()
@@ -89,6 +96,11 @@ def advice_for(cause: str) -> str | None:
             "size (--engine-arg kv_cache_memory_bytes=N; unset, the backend sizes it from the "
             "workload), lower max_num_seqs / max_model_len, or free memory used by other "
             "processes."
+        )
+    if "out of memory while serving request" in low and "memoryerror" in low:
+        return (
+            "The worker process ran out of host memory: lower the concurrency, the prompt or "
+            "prefix sizes (docs/limits.md), or free memory used by other processes."
         )
     if any(m in low for m in OOM_MARKERS):
         return (
@@ -294,6 +306,14 @@ class Worker:
             for record in records:
                 if record.error is None:
                     watch.failures_in_row, watch.first_error = 0, None
+                elif ran_out_of_memory(record.error):
+                    # A process that ran out of memory once is not measuring the workload any
+                    # more: the run is FAILED with that cause, never COMPLETED (INVALID).
+                    self.kill()
+                    cause = f"out of memory while serving request {record.id}: {record.error}"
+                    outcome.failure = Failure(cause=cause[:500], advice=advice_for(cause))
+                    outcome.status = "FAILED"
+                    return True
                 elif not cancelled_by_the_harness(record.error):
                     # The harness's own cancellations (a probe ended early cancels hundreds at
                     # once) say nothing about the engine.

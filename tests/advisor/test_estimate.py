@@ -111,12 +111,16 @@ def test_weight_bytes_per_precision(precision: dict, bytes_per_param: float) -> 
     assert estimate.weights_gb == pytest.approx(LLAMA_2_7B_PARAMETERS * bytes_per_param / GB)
 
 
-def test_unknown_quantisation_is_noted() -> None:
-    estimate = estimate_stage(
-        stage(model="llama-2-7b", precision={"dtype": "float16", "quantization": "magic"})
-    )
-    assert estimate.bytes_per_parameter == 2.0
-    assert any("magic" in note for note in estimate.notes)
+def test_unknown_quantisation_is_refused_listing_the_known() -> None:
+    """An unknown scheme (int3) was sized as 16-bit weights with a note; the profile now refuses
+    it, and the names it allows are exactly the ones the estimate sizes."""
+    from advisor.estimate import QUANTIZATION_BYTES
+    from advisor.profile import QUANTIZATION_SCHEMES
+    from bench.core.errors import UserError
+
+    assert set(QUANTIZATION_SCHEMES) == set(QUANTIZATION_BYTES)
+    with pytest.raises(UserError, match=r"'int3' is not a weight quantisation.*awq, gptq"):
+        stage(model="llama-2-7b", precision={"dtype": "float16", "quantization": "int3"})
 
 
 def test_fit_and_suggestions_when_it_does_not_fit() -> None:

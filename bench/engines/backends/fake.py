@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from bench.core.clock import CLOCK
 from bench.core.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
+from bench.core.limits import MAX_ENGINE_DELAY_S, MAX_SEED
 from bench.core.schema import ModelInfo
 from bench.core.strict import Strict
 from bench.engines.backends.base import (
@@ -39,13 +40,19 @@ TEST_DOUBLE_REASON = "test double: no inference (timed fake tokens for harness t
 class FakeOptions(Strict):
     """Knobs of the fake backend (engine_args of a run with backend 'fake')."""
 
-    ttft_s: float = Field(0.0, ge=0, description="Delay before the first token (s).")
-    itl_s: float = Field(0.0, ge=0, description="Delay between consecutive tokens (s).")
+    # Bounded (bench/core/limits.py): `inf` or 1e300 would hold every request forever.
+    ttft_s: float = Field(
+        0.0, ge=0, le=MAX_ENGINE_DELAY_S, description="Delay before the first token (s)."
+    )
+    itl_s: float = Field(
+        0.0, ge=0, le=MAX_ENGINE_DELAY_S, description="Delay between consecutive tokens (s)."
+    )
     error_rate: float = Field(0.0, ge=0, le=1, description="Fraction of requests that fail.")
-    seed: int = Field(0, ge=0, description="Seed of the failure and jitter draws.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the failure and jitter draws.")
     ttft_jitter_s: float = Field(
         0.0,
         ge=0,
+        le=MAX_ENGINE_DELAY_S,
         description="Each request's first-token delay is ttft_s + U(0, ttft_jitter_s), seeded: "
         "a known distribution for interval tests (median ttft_s + ttft_jitter_s / 2).",
     )
@@ -66,6 +73,7 @@ class FakeOptions(Strict):
     ttft_growth_s_per_s: float = Field(
         0.0,
         ge=0,
+        le=MAX_ENGINE_DELAY_S,
         description="TTFT grows by this many seconds per second since load(): a latency drift "
         "for the soak analysis to flag.",
     )

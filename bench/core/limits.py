@@ -1,0 +1,196 @@
+"""The bounds on what a user may ask for, as data: one table read by the models' `Field(...)`
+bounds, the CLI checks and the docs (docs/limits.md is this table, checked by a test).
+
+Each bound sits far above any real deployment and below what would overflow, hang or exhaust
+memory, so that a typo or `1e300` is refused in one line where it enters instead of turning into
+a 299-digit GPU count, an endless run or the OOM killer later. `why` says where the figure comes
+from.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from bench.core.strict import Strict
+
+
+class Limit(Strict):
+    """One bounded input: the allowed range, its unit and the reason for the figure."""
+
+    name: str = Field(description="Python name of the bound (MAX_RATE_RPS ...).")
+    applies_to: str = Field(description="The fields and options it bounds.")
+    low: float | None = Field(description="Smallest allowed value; none = any positive value.")
+    high: float = Field(description="Largest allowed value.")
+    unit: str
+    why: str
+
+    def allowed(self) -> str:
+        """The range as the docs and error lines write it: `(0, 1,000,000]`, `[0.01, 100]`."""
+        low = "(0" if self.low is None else f"[{_figure(self.low)}"
+        return f"{low}, {_figure(self.high)}]"
+
+
+def _figure(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+LIMITS: tuple[Limit, ...] = (
+    Limit(
+        name="MAX_RATE_RPS",
+        applies_to="request rates: profile request_rate_rps and peak_request_rate_rps, rate "
+        "load `rate`, capacity start_rps and max_rps, SLO min_request_throughput_rps",
+        low=None,
+        high=1_000_000,
+        unit="requests/s",
+        why="a million requests a second is a large fleet's whole front door; the bench's "
+        "client sends from one process",
+    ),
+    Limit(
+        name="MAX_PRICE_PER_GPU_HOUR",
+        applies_to="profile gpu.price_per_hour",
+        low=None,
+        high=1000,
+        unit="USD per GPU-hour",
+        why="250 times the dearest on-demand price in data/gpu_prices.yaml (3.99 USD, "
+        "H200 and H100 SXM); a cluster contract is far below it",
+    ),
+    Limit(
+        name="BANDWIDTH_TB_S",
+        applies_to="profile gpu.memory_bandwidth_tb_s",
+        low=0.01,
+        high=100,
+        unit="TB/s",
+        why="10 GB/s is one DDR4 channel (below it the roofline floor is meaningless); 100 TB/s "
+        "is about 20 times the fastest GPU in advisor/gpus.py (H200, 4.8 TB/s)",
+    ),
+    Limit(
+        name="MAX_TOKENS",
+        applies_to="every token length: prompt and output length distributions, shared "
+        "prefixes, conversation messages, trace rows, prompt-file output lengths, replay clips",
+        low=1,
+        high=10_000_000,
+        unit="tokens",
+        why="the longest context window of a released model (10M tokens)",
+    ),
+    Limit(
+        name="MAX_CONCURRENCY",
+        applies_to="concurrency in profiles and loads, step max, capacity start_concurrency "
+        "and max_concurrency",
+        low=1,
+        high=100_000,
+        unit="requests in flight",
+        why="each request in flight is a task holding its prompt; 100,000 is far past any "
+        "one engine's batch",
+    ),
+    Limit(
+        name="MAX_PROBE_REQUESTS",
+        applies_to="capacity probe_requests",
+        low=1,
+        high=100_000,
+        unit="requests per probe",
+        why="200 times the largest derived probe (p99 at 0.99 attainment: 500 requests); a "
+        "search runs up to max_probes of them",
+    ),
+    Limit(
+        name="MAX_BLOCK_SIZE",
+        applies_to="replay block_size (tokens per Mooncake hash ID)",
+        low=1,
+        high=65_536,
+        unit="tokens",
+        why="128 times the Mooncake trace's 512; a block's token IDs are generated whole each "
+        "time a request uses it",
+    ),
+    Limit(
+        name="MAX_PREFIXES",
+        applies_to="workload prefix.count, profile shared_prefix.count",
+        low=1,
+        high=100_000,
+        unit="distinct prefixes",
+        why="each prefix's token IDs are generated up front and held for the run",
+    ),
+    Limit(
+        name="MAX_SEED",
+        applies_to="every seed (workload, load, replay, capacity, bench compare --seed)",
+        low=0,
+        high=2**32 - 1,
+        unit="",
+        why="numpy's legacy seeding takes 0 .. 2**32 - 1; a negative seed fails every generator",
+    ),
+    Limit(
+        name="BOOTSTRAP_DRAWS",
+        applies_to="bench compare --bootstrap",
+        low=100,
+        high=100_000,
+        unit="draws per side",
+        why="the interval's Monte-Carlo error is already below the printed precision at "
+        "10,000; time grows linearly (1,000 is the default)",
+    ),
+    Limit(
+        name="MAX_STAGES",
+        applies_to="stages of a workload profile",
+        low=1,
+        high=100,
+        unit="stages",
+        why="each stage is its own recommendation (tens of ms each) and report section; "
+        "the shipped profiles have at most 2",
+    ),
+    Limit(
+        name="MAX_ENGINE_DELAY_S",
+        applies_to="fake backend ttft_s, itl_s, ttft_jitter_s, ttft_growth_s_per_s",
+        low=0,
+        high=3600,
+        unit="s",
+        why="a test double's service time; `inf` would hold every request forever",
+    ),
+)
+
+BY_NAME = {limit.name: limit for limit in LIMITS}
+MAX_RATE_RPS = BY_NAME["MAX_RATE_RPS"].high
+MAX_PRICE_PER_GPU_HOUR = BY_NAME["MAX_PRICE_PER_GPU_HOUR"].high
+MIN_BANDWIDTH_TB_S = BY_NAME["BANDWIDTH_TB_S"].low or 0.0
+MAX_BANDWIDTH_TB_S = BY_NAME["BANDWIDTH_TB_S"].high
+MAX_TOKENS = int(BY_NAME["MAX_TOKENS"].high)
+MAX_CONCURRENCY = int(BY_NAME["MAX_CONCURRENCY"].high)
+MAX_PROBE_REQUESTS = int(BY_NAME["MAX_PROBE_REQUESTS"].high)
+MAX_BLOCK_SIZE = int(BY_NAME["MAX_BLOCK_SIZE"].high)
+MAX_PREFIXES = int(BY_NAME["MAX_PREFIXES"].high)
+MAX_SEED = int(BY_NAME["MAX_SEED"].high)
+MIN_BOOTSTRAP_DRAWS = int(BY_NAME["BOOTSTRAP_DRAWS"].low or 0)
+MAX_BOOTSTRAP_DRAWS = int(BY_NAME["BOOTSTRAP_DRAWS"].high)
+MAX_STAGES = int(BY_NAME["MAX_STAGES"].high)
+MAX_ENGINE_DELAY_S = BY_NAME["MAX_ENGINE_DELAY_S"].high
+
+
+def limits_table() -> str:
+    """The Markdown table docs/limits.md holds (a test compares the two)."""
+    rows = [
+        "| Bound | Allowed | Unit | Applies to | Why this figure |",
+        "|---|---|---|---|---|",
+    ]
+    for limit in LIMITS:
+        rows.append(
+            f"| `{limit.name}` | {limit.allowed()} | {limit.unit or '-'} | {limit.applies_to} "
+            f"| {limit.why} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+__all__ = [
+    "LIMITS",
+    "MAX_BANDWIDTH_TB_S",
+    "MAX_BLOCK_SIZE",
+    "MAX_BOOTSTRAP_DRAWS",
+    "MAX_CONCURRENCY",
+    "MAX_ENGINE_DELAY_S",
+    "MAX_PREFIXES",
+    "MAX_PRICE_PER_GPU_HOUR",
+    "MAX_PROBE_REQUESTS",
+    "MAX_RATE_RPS",
+    "MAX_SEED",
+    "MAX_STAGES",
+    "MAX_TOKENS",
+    "MIN_BANDWIDTH_TB_S",
+    "MIN_BOOTSTRAP_DRAWS",
+    "Limit",
+    "limits_table",
+]

@@ -1,0 +1,416 @@
+"""A number or size nobody bounded: every probe of the bounded-inputs list is one line on stderr
+and exit code 2 (or, for a disk the machine filled, one line naming the file and exit 1).
+
+The inputs are the shipped ones (examples/profiles, data/reference runs) with one value made
+absurd; the limits come from bench/core/limits.py, and docs/limits.md must hold its table.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_bad_input_files import PROFILE, REFERENCE_RUNS, ROOT, advisor, bench
+
+EXAMPLE_TRACE = ROOT / "examples" / "traces" / "mooncake_small.jsonl"
+
+
+def one_line(code: int, stderr: str, needle: str, expected_code: int = 2) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == expected_code, (code, stderr)
+    assert len(lines) == 1 and lines[0].startswith("error:"), stderr
+    assert needle in lines[0], stderr
+
+
+@pytest.fixture(autouse=True)
+def _no_user_store(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ADVISOR_STORE", str(tmp_path / "absent.sqlite"))
+
+
+# ----------------------------------------------------------------- values Python cannot build
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [("9" * 5000, "4300 digits"), ("2026-13-45", "month must be in 1..12")],
+    ids=["5000-digit-integer", "impossible-date"],
+)
+def test_yaml_value_python_cannot_build_is_one_line(tmp_path: Path, value: str, needle: str):
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE.read_text() + f"notes: {value}\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(f"backend: fake\nmodel: tiny-llama\nlabel: {value}\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"name: p\ndescription: {value}\nsteps: []\n")
+    for code, stderr in (
+        advisor("recommend", "--profile", str(profile)),
+        bench("run", "--config", str(config), "--no-store"),
+        bench("campaign", str(plan), "--out", str(tmp_path / "out")),
+    ):
+        one_line(code, stderr, needle)
+        assert "a value cannot be read" in stderr and "set_int_max_str_digits" not in stderr
+
+
+# ----------------------------------------------------------------- nonsense in a profile
+
+
+def _profile_with(tmp_path: Path, extra: str) -> str:
+    path = tmp_path / "profile.yaml"
+    path.write_text(PROFILE.read_text() + extra)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("gpu: {type: H200, price_per_hour: 1e300}\n", "gpu.price_per_hour"),
+        ("peak_request_rate_rps: 1e300\n", "peak_request_rate_rps"),
+        ("gpu: {type: H200, memory_bandwidth_tb_s: 1e-300}\n", "gpu.memory_bandwidth_tb_s"),
+        ("gpu: {type: H200, memory_bandwidth_tb_s: 1e300}\n", "gpu.memory_bandwidth_tb_s"),
+        ("precision: {dtype: float16, quantization: int3}\n", "awq, gptq, int4, fp8"),
+    ],
+    ids=["price", "peak-rate", "tiny-bandwidth", "huge-bandwidth", "int3"],
+)
+def test_implausible_profile_value_is_refused(tmp_path: Path, extra: str, needle: str) -> None:
+    one_line(*advisor("recommend", "--profile", _profile_with(tmp_path, extra)), needle)
+
+
+def test_a_plausible_price_and_bandwidth_still_pass(tmp_path: Path) -> None:
+    extra = "gpu: {type: H200, price_per_hour: 12.5, memory_bandwidth_tb_s: 4.2}\n"
+    code, stderr = advisor("recommend", "--profile", _profile_with(tmp_path, extra), "--json")
+    assert code == 0, stderr
+
+
+def test_duplicate_stage_names_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text("stages:\n  - {name: llm, model: llama-2-7b}\n  - {name: llm}\n")
+    one_line(*advisor("recommend", "--profile", str(path)), "two stages are named 'llm'")
+
+
+def test_ten_thousand_stages_are_refused_quickly(tmp_path: Path) -> None:
+    """At ~40 ms a stage, 10,000 stages kept `advisor recommend` busy for minutes."""
+    import time
+
+    from bench.core.limits import MAX_STAGES
+
+    path = tmp_path / "many.yaml"
+    stages = [{"name": f"s{i}", "model": "llama-2-7b"} for i in range(10_000)]
+    path.write_text(yaml.safe_dump({"stages": stages}))
+    started = time.monotonic()
+    one_line(*advisor("recommend", "--profile", str(path)), f"at most {MAX_STAGES} items")
+    assert time.monotonic() - started < 30
+
+
+# ----------------------------------------------------------------- nonsense in a run config
+
+
+def _run_config(tmp_path: Path, **sections: dict) -> str:
+    config = {"backend": "fake", "model": "tiny-llama", **sections}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+CAPACITY = {"pattern": "capacity"}
+REPLAY = {"pattern": "replay", "trace": str(EXAMPLE_TRACE)}
+
+
+@pytest.mark.parametrize(
+    ("sections", "needle"),
+    [
+        ({"load": {**CAPACITY, "start_rps": 1e300}}, "load.start_rps"),
+        ({"load": {**CAPACITY, "probe_requests": 10**12}}, "load.probe_requests"),
+        ({"load": {**CAPACITY, "over": "concurrency", "start_concurrency": 10**9}}, "start_conc"),
+        ({"load": {**REPLAY, "block_size": 10**9}}, "load.block_size"),
+        ({"load": {**REPLAY, "seed": -1}}, "load.seed"),
+        ({"workload": {"prefix": {"count": 10**9}}}, "workload.prefix.count"),
+        ({"engine_args": {"ttft_s": float("inf")}}, "ttft_s"),
+        ({"engine_args": {"itl_s": 1e300}}, "itl_s"),
+    ],
+    ids=[
+        "start-rps",
+        "probe-requests",
+        "start-concurrency",
+        "block-size",
+        "replay-seed",
+        "prefix-count",
+        "fake-ttft-inf",
+        "fake-itl",
+    ],
+)
+def test_unbounded_run_config_value_is_refused_up_front(
+    tmp_path: Path, sections: dict, needle: str
+) -> None:
+    one_line(*bench("run", "--config", _run_config(tmp_path, **sections), "--no-store"), needle)
+
+
+@pytest.mark.parametrize("field", ["input_length", "output_length"])
+def test_trace_row_of_a_billion_tokens_is_refused(tmp_path: Path, field: str) -> None:
+    rows = [json.loads(line) for line in EXAMPLE_TRACE.read_text().splitlines() if line.strip()]
+    rows[1][field] = 10**9
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = _run_config(tmp_path, load={"pattern": "replay", "trace": str(trace)})
+    one_line(*bench("run", "--config", config, "--no-store"), "10,000,000-token limit")
+
+
+def test_prompt_file_output_of_1e12_tokens_is_refused(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        '{"text": "hello", "output_tokens": 4}\n{"text": "hi", "output_tokens": 1e12}\n'
+    )
+    config = _run_config(tmp_path, workload={"prompt_file": {"path": str(prompts)}})
+    one_line(*bench("run", "--config", config, "--no-store"), "line 2")
+
+
+# ----------------------------------------------------------------- bench compare and summarize
+
+
+def _run_folder(folder: Path, run: dict, schema_version: int | None = None) -> Path:
+    folder.mkdir(parents=True)
+    if schema_version is not None:
+        run = {**run, "schema_version": schema_version}
+    (folder / "result.json").write_text(json.dumps(run))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference_runs() -> list[dict]:
+    return json.loads(REFERENCE_RUNS.read_text())["runs"]
+
+
+def test_compare_options_are_bounded_before_any_store_is_opened(tmp_path: Path) -> None:
+    missing = tmp_path / "MISSING" / "x.sqlite"
+    for option, value, needle in (
+        ("--bootstrap", "1000000000", "--bootstrap 1000000000: from 100 to 100,000"),
+        ("--seed", "-1", "--seed -1: from 0 to"),
+    ):
+        one_line(*bench("compare", "a", "b", option, value, "--store", str(missing)), needle)
+    one_line(*bench("compare", "a", "b", "--store", str(missing)), "no store at")
+    assert not missing.parent.exists()  # a comparison reads: it created neither folder nor store
+
+
+def test_compare_refuses_a_result_newer_than_this_tool(tmp_path: Path, reference_runs) -> None:
+    from bench import SCHEMA_VERSION
+
+    a = _run_folder(tmp_path / "a", reference_runs[0], schema_version=99)
+    b = _run_folder(tmp_path / "b", reference_runs[0])
+    one_line(*bench("compare", str(a), str(b)), f"newer than this tool's ({SCHEMA_VERSION})")
+
+
+def test_a_folder_of_repeats_is_a_group_to_compare(tmp_path: Path, reference_runs) -> None:
+    """`bench run --repeats N --out A` writes A/repeat-k/: `bench compare A B` takes A whole."""
+    from bench.orchestrate.compare import load_side
+
+    first, second = reference_runs[0], reference_runs[1]
+    for k in (1, 2):
+        _run_folder(tmp_path / "A" / f"repeat-{k}", first)
+        _run_folder(tmp_path / "B" / f"repeat-{k}", second)
+    side = load_side(str(tmp_path / "A"))
+    assert side.kind == "group" and len(side.runs) == 2
+    code, stderr = bench("compare", str(tmp_path / "A"), str(tmp_path / "B"), "--json")
+    assert code == 0, stderr
+
+
+def test_summarize_of_an_empty_records_file_is_exit_2(tmp_path: Path) -> None:
+    empty = tmp_path / "records.jsonl"
+    empty.write_text("\n")
+    one_line(*bench("summarize", str(empty)), "holds no request records")
+
+
+# ----------------------------------------------------------------- a disk the machine filled
+
+
+def test_a_write_failing_without_a_file_name_is_named(tmp_path: Path) -> None:
+    """`write()` on a full disk raises ENOSPC with no file name; the writers name their file."""
+    import errno
+
+    from bench.core.outputs import naming_path
+
+    with pytest.raises(OSError) as raised, naming_path(tmp_path / "report.md"):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert raised.value.filename == str(tmp_path / "report.md")
+
+
+def test_report_on_a_disk_too_small_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    """A real failed write: the report's process may write files of at most 1 kB
+    (RLIMIT_FSIZE), so writing the JSON report fails in `write()` as on a full disk."""
+    script = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
+        "from advisor.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    out = tmp_path / "report"
+    completed = subprocess.run(
+        [
+            *(sys.executable, "-c", script, "report", "--profile", str(PROFILE)),
+            *("--format", "json", "--out", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        # No bytecode written: under the 1 kB cap a .pyc would be cut short and break later
+        # imports of the checkout.
+        env={
+            "ADVISOR_STORE": str(tmp_path / "absent.sqlite"),
+            "PATH": "/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        },
+    )
+    one_line(completed.returncode, completed.stderr, f"cannot use {out}/", expected_code=1)
+    assert "File too large" in completed.stderr
+
+
+# ----------------------------------------------------------------- the table of limits
+
+
+def test_docs_hold_the_limits_table() -> None:
+    from bench.core.limits import LIMITS, limits_table
+
+    text = (ROOT / "docs" / "limits.md").read_text()
+    assert limits_table() in text, "docs/limits.md: regenerate the table from bench/core/limits.py"
+    assert len({limit.name for limit in LIMITS}) == len(LIMITS)
+    assert "limits.md" in (ROOT / "docs" / "README.md").read_text()
+
+
+# ----------------------------------------------------------------- campaigns checked up front
+
+
+def _plan(tmp_path: Path, second_backend: str) -> Path:
+    step = {
+        "backend": "fake",
+        "model": "tiny-llama",
+        "load": {"pattern": "concurrency", "concurrency": 1, "duration_s": 1},
+    }
+    plan = {
+        "name": "two-steps",
+        "steps": [
+            {"kind": "run", "name": "first", "config": step},
+            {"kind": "run", "name": "second", "config": {**step, "backend": second_backend}},
+        ],
+    }
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+def test_campaign_checks_every_step_before_the_first_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, stderr = bench("campaign", str(_plan(tmp_path, "vlm")), "--out", str(out))
+    one_line(code, stderr, "step 'second': unknown backend 'vlm'; available: fake")
+    assert not out.exists()  # step 'first' did not run
+
+
+def test_campaign_checks_its_store_before_the_first_step(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("x")
+    out = tmp_path / "out"
+    code, stderr = bench(
+        "campaign",
+        str(_plan(tmp_path, "fake")),
+        "--out",
+        str(out),
+        "--store",
+        str(not_a_folder / "results.sqlite"),
+    )
+    one_line(code, stderr, f"results store {not_a_folder / 'results.sqlite'}")
+    assert not (out / "steps").exists()
+
+
+# ----------------------------------------------------------------- a run that ran out of memory
+
+
+def test_a_run_out_of_memory_is_failed_with_that_cause(tmp_path: Path) -> None:
+    """Real memory exhaustion: the worker (the fake backend, a labelled test double) keeps 16 MB
+    alive per request under a 1.5 GB address-space cap, so a request meets MemoryError after
+    some tens of requests. The run was COMPLETED (INVALID), exit 0 when those errors were not
+    in a row; it is FAILED with the cause on the console, exit 1."""
+    import resource
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))
+
+    completed = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench", "run", "--backend", "fake", "--model", "tiny-llama"),
+            *("--engine-arg", "leak_bytes_per_request=16777216", "--engine-arg", "ttft_s=0.001"),
+            *("--concurrency", "4", "--duration-s", "20", "--warmup-requests", "0"),
+            *("--no-store", "--out", str(tmp_path / "run")),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        preexec_fn=cap_memory,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+        },
+    )
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert "FAILED" in completed.stdout and "COMPLETED" not in completed.stdout
+    assert "failure: out of memory while serving request" in completed.stdout
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["status"] == "FAILED" and "MemoryError" in result["failure"]["cause"]
+
+
+# ----------------------------------------------------------------- the memory estimate
+
+
+def test_counts_within_their_bounds_that_multiply_past_memory_are_refused(tmp_path: Path):
+    """100,000 prefixes and 10,000,000 tokens are each allowed; together they are 10**12 token
+    IDs: refused before the run with the estimate and the memory available."""
+    workload = {"prefix": {"count": 100_000, "tokens": {"mean": 10_000_000}}}
+    config = _run_config(tmp_path, workload=workload)
+    one_line(
+        *bench("run", "--config", config, "--no-store"),
+        "the load generator would hold about 40,000.4 GB (100,000 prefixes of 10,000,000 tokens",
+    )
+
+
+def test_memory_estimate_of_the_shipped_plans_fits_a_small_machine() -> None:
+    """Every run step of the shipped campaign plans passes the check on a machine with 1 GB
+    available; one step made 1,000 times longer is refused on it, naming the figures."""
+    from bench.core.errors import UserError
+    from bench.orchestrate.campaign import RunStep, load_plan
+    from bench.run.memory_budget import check_memory_fits
+
+    steps = [
+        step
+        for path in sorted((ROOT / "examples" / "campaigns").glob("*.yaml"))
+        for step in load_plan(path).steps
+        if isinstance(step, RunStep)
+    ]
+    assert len(steps) > 10
+    for step in steps:
+        check_memory_fits(step.config, available=10**9)
+    data = steps[0].config.model_dump(mode="json")
+    data["workload"]["prompt_tokens"] = {"mean": 1_000_000}
+    data["load"] = {"pattern": "concurrency", "concurrency": 64}
+    huge = type(steps[0].config).model_validate(data)
+    with pytest.raises(UserError, match=r"about 2\.6 GB \(64 prompts of 1,000,000 tokens"):
+        check_memory_fits(huge, available=10**9)
+
+
+def test_campaign_refuses_a_step_that_would_not_fit_in_memory(tmp_path: Path) -> None:
+    plan = yaml.safe_load(_plan(tmp_path, "fake").read_text())
+    plan["steps"][1]["config"]["workload"] = {
+        "kind": "generate",
+        "prefix": {"count": 100_000, "tokens": {"mean": 10_000_000}},
+    }
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    out = tmp_path / "out"
+    code, stderr = bench("campaign", str(path), "--out", str(out))
+    one_line(code, stderr, "step 'second': the load generator would hold about 40,000")
+    assert not out.exists()
