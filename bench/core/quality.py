@@ -28,6 +28,7 @@ from pydantic import Field, ValidationError
 
 from bench.core.errors import UserError
 from bench.core.files import parse_json, read_user_bytes, shown_path
+from bench.core.fingerprint import Fingerprint
 from bench.core.stats import BOOTSTRAP, CONFIDENCE, SEED, Interval
 from bench.core.strict import Strict, StrictInput, describe_validation_error
 
@@ -202,6 +203,9 @@ class QualityResult(Strict):
     method: str = Field(description="How the intervals and verdicts were computed, in words.")
     precisions: list[PrecisionQuality]
     command: str | None = None
+    environment: Fingerprint | None = Field(
+        None, description="Where it was measured (host, GPUs, library versions)."
+    )
 
     def precision(self, name: str) -> PrecisionQuality | None:
         return next((p for p in self.precisions if p.precision == name), None)

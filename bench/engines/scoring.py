@@ -59,22 +59,30 @@ def check_engine(name: str) -> str:
 # --------------------------------------------------------------------------- pytorch
 
 
-def _simulate_fp8_weights(model: torch.nn.Module) -> int:
-    """Round every Linear weight except the LM head to float8_e4m3fn with a per-tensor scale
-    (amax / 448) and back to its dtype, in place; returns how many were rounded."""
+def _round_fp8(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` rounded to float8_e4m3fn with one per-tensor scale (amax / 448) and back."""
     import torch
 
-    rounded = 0
+    scale = tensor.abs().amax().float().clamp(min=1e-12) / FP8_E4M3_MAX
+    return ((tensor.float() / scale).to(torch.float8_e4m3fn).float() * scale).to(tensor.dtype)
+
+
+def _simulate_fp8(model: torch.nn.Module) -> int:
+    """vLLM's dynamic FP8 (W8A8) numerics on any device: every Linear except the LM head gets
+    its weight rounded to FP8 (per-tensor scale) in place, and its input rounded the same way
+    at each call (a dynamic per-tensor activation scale); the matmul itself runs at the model's
+    dtype. Returns how many Linear layers were changed."""
+    import torch
+
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    changed = 0
     for module in model.modules():
         if not isinstance(module, torch.nn.Linear) or module is head:
             continue
-        weight = module.weight.data
-        scale = weight.abs().amax().float().clamp(min=1e-12) / FP8_E4M3_MAX
-        quantized = (weight.float() / scale).to(torch.float8_e4m3fn)
-        module.weight.data = (quantized.float() * scale).to(weight.dtype)
-        rounded += 1
-    return rounded
+        module.weight.data = _round_fp8(module.weight.data)
+        module.register_forward_pre_hook(lambda _module, args: (_round_fp8(args[0]), *args[1:]))
+        changed += 1
+    return changed
 
 
 def _int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
@@ -99,9 +107,10 @@ PYTORCH_METHODS = {
     "fp32": "PyTorch eager, float32 weights and activations",
     "bf16": "PyTorch eager, bfloat16 weights and activations",
     "fp16": "PyTorch eager, float16 weights and activations",
-    "fp8": "PyTorch eager, simulated FP8 weights: each Linear weight except the LM head rounded "
-    "to float8_e4m3fn with a per-tensor scale (amax/448) and back to bfloat16; matmuls and "
-    "activations stay bfloat16 (FP8 activation quantization is not simulated)",
+    "fp8": "PyTorch eager, simulated FP8 W8A8 (vLLM's dynamic FP8 numerics): each Linear except "
+    "the LM head has its weight and, at every call, its input rounded to float8_e4m3fn with a "
+    "per-tensor scale (amax/448) and back to bfloat16; the matmuls run in bfloat16, so this "
+    "measures FP8's rounding error, not FP8 kernels",
     "int8": "PyTorch eager, torch dynamic INT8 quantization (torch.ao quantize_dynamic): Linear "
     "weights except the LM head int8 per tensor, activations quantized per batch at run time, "
     "float32 elsewhere",
@@ -122,7 +131,7 @@ class PyTorchScorer:
         )
         self.device = "cuda" if torch.cuda.is_available() and precision != "int8" else "cpu"
         self.model = load_hf_model(model_dir, dtype, self.device, attn_implementation="eager")
-        if precision == "fp8" and not _simulate_fp8_weights(self.model):
+        if precision == "fp8" and not _simulate_fp8(self.model):
             raise UserError(f"model {model_dir}: no Linear layers to round to FP8")
         if precision == "int8":
             self.model = _int8_dynamic(self.model)

@@ -30,6 +30,7 @@ from bench.core.quality import (
 from bench.core.stats import BOOTSTRAP, SEED
 from bench.engines.models import load_config, resolve_model
 from bench.engines.scoring import NotRun, TokenScore, check_engine, open_scorer
+from bench.run.environment import fingerprint
 
 DEFAULT_WINDOW = 256
 MAX_WINDOWS = 4096
@@ -255,4 +256,5 @@ def evaluate(
         method=method_text(bootstrap, seed),
         precisions=results,
         command=command,
+        environment=fingerprint(),
     )
