@@ -144,8 +144,8 @@ def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused(files, tmp_path
     from bench.engines.models import PRESETS, _write_random_checkpoint, write_tokenizer
 
     config = PRESETS["tiny-llama-trained"].build_config()
-    write_tokenizer(tmp_path, config.vocab_size)  # 2048 entries
-    config.vocab_size = 1024  # ... for a model that embeds 1024
+    write_tokenizer(tmp_path, 512)  # 512 entries (small: trains in a second) ...
+    config.vocab_size = 300  # ... for a model that embeds 300
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
     _write_random_checkpoint(config, checkpoint, seed=0, dtype="float32")
@@ -163,3 +163,75 @@ def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused(files, tmp_path
         str(tmp_path / "out"),
     )
     assert_one_line_exit_2(code, stderr, "not this model's tokenizer")
+
+
+# A TEST DOUBLE of an OpenAI-compatible server: it replays one /v1/completions answer recorded
+# from a real `vllm serve` (vLLM 0.32.0, CPU) of tiny-llama-trained for the token-id prompt
+# [1, 300, 400, 500] with echo, logprobs=1, max_tokens=1 (the request OpenAIScorer sends).
+RECORDED_VLLM_ANSWER = {
+    "choices": [
+        {
+            "index": 0,
+            "text": "<s> ifotherint_",
+            "logprobs": {
+                "text_offset": [0, 3, 6, 11, 14],
+                "token_logprobs": [
+                    None,
+                    -9.687032699584961,
+                    -8.80305004119873,
+                    -9.455155372619629,
+                    -1.3731689453125,
+                ],
+                "tokens": ["<s>", " if", "other", "int", "_"],
+                "top_logprobs": [
+                    None,
+                    {" if": -9.687032699584961, "----": -1.7339074611663818},
+                    {"other": -8.80305004119873, " not": -3.3421127796173096},
+                    {"int": -9.455155372619629, ",": -1.4473427534103394},
+                    {"_": -1.3731689453125},
+                ],
+            },
+        }
+    ]
+}
+
+
+def test_openai_scorer_reads_echoed_prompt_logprobs():
+    import http.server
+    import threading
+
+    from bench.engines.scoring import OpenAIScorer
+
+    requests: list[dict] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _reply(self, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._reply({"data": [{"id": "tiny"}]})
+
+        def do_POST(self):
+            requests.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            self._reply(RECORDED_VLLM_ANSWER)
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        scorer = OpenAIScorer(f"http://127.0.0.1:{server.server_address[1]}/v1", "bf16")
+        (row,) = scorer.score([[1, 300, 400, 500]])
+        scorer.close()
+    finally:
+        server.shutdown()
+    assert requests[0]["prompt"] == [[1, 300, 400, 500]] and requests[0]["echo"] is True
+    assert requests[0]["model"] == "tiny" and requests[0]["logprobs"] == 1
+    assert [token.logprob for token in row] == pytest.approx([-9.687, -8.803, -9.455], abs=1e-3)
+    assert [token.greedy for token in row] == [False, False, False]  # "----", " not", "," won
