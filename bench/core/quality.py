@@ -247,8 +247,20 @@ def _quantiles(draws: np.ndarray) -> Interval | None:
     return Interval(low=float(low), high=float(high))
 
 
-def _indices(units: int, bootstrap: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, units, size=(bootstrap, units))
+DRAW_BLOCK = 100
+"""Bootstrap draws made at once: memory stays DRAW_BLOCK x units indices, whatever --bootstrap."""
+
+
+def _draws(units: int, bootstrap: int, seed: int, statistic) -> np.ndarray:
+    """`statistic(indices)` over `bootstrap` resamples of `units` (each row one resample), made
+    DRAW_BLOCK rows at a time from one seeded generator. Paired deltas pass one statistic that
+    evaluates both sides on the same rows."""
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for start in range(0, bootstrap, DRAW_BLOCK):
+        rows = min(DRAW_BLOCK, bootstrap - start)
+        blocks.append(statistic(rng.integers(0, units, size=(rows, units))))
+    return np.concatenate(blocks)
 
 
 def _ppl_draws(windows: Sequence[WindowScore], indices: np.ndarray) -> np.ndarray:
@@ -265,7 +277,7 @@ def perplexity_estimate(
     value = perplexity(windows)
     if len(windows) < 2:
         return Estimate(value=value, units=len(windows))
-    draws = _ppl_draws(windows, _indices(len(windows), bootstrap, seed))
+    draws = _draws(len(windows), bootstrap, seed, lambda rows: _ppl_draws(windows, rows))
     return Estimate(value=value, interval=_quantiles(draws), units=len(windows))
 
 
@@ -274,7 +286,7 @@ def accuracy_estimate(correct: Sequence[bool], bootstrap: int = BOOTSTRAP, seed:
     values = np.array(correct, dtype=float)
     if len(values) < 2:
         return Estimate(value=float(values.mean()), units=len(values))
-    draws = values[_indices(len(values), bootstrap, seed)].mean(axis=1)
+    draws = _draws(len(values), bootstrap, seed, lambda rows: values[rows].mean(axis=1))
     return Estimate(value=float(values.mean()), interval=_quantiles(draws), units=len(values))
 
 
@@ -301,8 +313,14 @@ def perplexity_delta(
     value = perplexity(candidate) - base
     interval = None
     if len(candidate) >= 2:
-        indices = _indices(len(candidate), bootstrap, seed)
-        interval = _quantiles(_ppl_draws(candidate, indices) - _ppl_draws(baseline, indices))
+        interval = _quantiles(
+            _draws(
+                len(candidate),
+                bootstrap,
+                seed,
+                lambda rows: _ppl_draws(candidate, rows) - _ppl_draws(baseline, rows),
+            )
+        )
     return QualityDelta(
         metric="perplexity",
         baseline=baseline_name,
@@ -327,8 +345,11 @@ def accuracy_delta(
     value = float(a.mean() - b.mean())
     interval = None
     if len(a) >= 2:
-        indices = _indices(len(a), bootstrap, seed)
-        interval = _quantiles(a[indices].mean(axis=1) - b[indices].mean(axis=1))
+        interval = _quantiles(
+            _draws(
+                len(a), bootstrap, seed, lambda rows: a[rows].mean(axis=1) - b[rows].mean(axis=1)
+            )
+        )
     base = float(b.mean())
     return QualityDelta(
         metric="accuracy",
