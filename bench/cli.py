@@ -953,7 +953,8 @@ def quality(
     as_json: Annotated[bool, typer.Option("--json", help="Print the QualityResult JSON.")] = False,
 ) -> None:
     """Quality per precision: perplexity and accuracy with 95% bootstrap intervals, and each
-    precision's delta vs the first (indistinguishable when the interval covers 0)."""
+    precision's delta vs the first (indistinguishable when the interval covers 0). A precision
+    that cannot run is written as "not run" with the reason; exit code 1 when none ran."""
     from bench.core.outputs import prepare_out_dir, write_atomic
     from bench.core.quality import check_precision, dumps, read_labelled_file, read_text_file
     from bench.engines.scoring import check_engine
@@ -994,11 +995,15 @@ def quality(
     write_atomic(out_dir / "quality.json", dumps(result))
     if as_json:
         typer.echo(dumps(result), nl=False)
+        if not any(row.status == "measured" for row in result.precisions):
+            raise typer.Exit(1)
         return
     typer.echo(f"{result.model} on {result.engine}, baseline {result.baseline} ({result.method})")
     for row in result.precisions:
         typer.echo(f"  {row.precision:7} {row.summary()}")
     typer.echo(f"wrote {out_dir / 'quality.json'}")
+    if not any(row.status == "measured" for row in result.precisions):
+        raise typer.Exit(1)  # the file says why each one was not run
 
 
 def main(argv: list[str] | None = None) -> int:

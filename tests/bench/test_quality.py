@@ -235,3 +235,39 @@ def test_openai_scorer_reads_echoed_prompt_logprobs():
     assert requests[0]["model"] == "tiny" and requests[0]["logprobs"] == 1
     assert [token.logprob for token in row] == pytest.approx([-9.687, -8.803, -9.455], abs=1e-3)
     assert [token.greedy for token in row] == [False, False, False]  # "----", " not", "," won
+
+
+def test_a_precision_that_fails_to_load_is_reported_not_scored(tmp_path):
+    """A real load failure (config and weights disagree on the MLP width): every precision is
+    'not run: failed to load', none has a score or a delta, and the command exits 1."""
+    from bench.engines.models import PRESETS, _write_random_checkpoint, write_tokenizer
+
+    config = PRESETS["tiny-llama-trained"].build_config()
+    config.vocab_size = 512
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    _write_random_checkpoint(config, checkpoint, seed=0, dtype="float32")
+    write_tokenizer(checkpoint, 512)
+    document = json.loads((checkpoint / "config.json").read_text())
+    document["intermediate_size"] = 200  # the weights were written with 176
+    (checkpoint / "config.json").write_text(json.dumps(document))
+    (tmp_path / "text.txt").write_text("def f(x):\n    return x + 1\n" * 20)
+    code, stdout, _ = bench_in_process(
+        "quality",
+        "--model",
+        str(checkpoint),
+        "--precision",
+        "fp32",
+        "--precision",
+        "int8",
+        "--text",
+        str(tmp_path / "text.txt"),
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert code == 1
+    result = QualityResult.model_validate_json((tmp_path / "out" / "quality.json").read_text())
+    for row in result.precisions:
+        assert row.status == "not run" and row.reason.startswith("failed to load: ")
+        assert row.perplexity is None and row.deltas == []
+    assert "not run: failed to load" in stdout
