@@ -42,6 +42,7 @@ from advisor.estimate import (
 from advisor.evidence import stage_tensor_parallel
 from advisor.gpus import GPUS, GpuSpec
 from advisor.profile import Objective, StageProfile
+from advisor.quality import beyond_tolerance, quality_cell, quality_note, stage_quality
 from advisor.stage_load import stage_load
 from bench.core.config import LoadPattern, ParallelismConfig, PrecisionConfig, RunConfig, Workload
 from bench.core.metric_catalog import metric as catalogue_metric
@@ -220,6 +221,9 @@ class ConfigurationEstimate(Strict):
     )
     measured: list[MeasuredLevel] = Field(
         default_factory=list, description="Stored measurements of exactly this configuration."
+    )
+    quality: str | None = Field(
+        None, description="Measured quality at this precision (the stage's quality_result)."
     )
     notes: list[str] = Field(default_factory=list)
 
@@ -491,6 +495,9 @@ class ConfigurationSearch(Strict):
     )
     trade_offs: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    quality_note: str | None = Field(
+        None, description="The measured quality deltas, when the stage gives a quality_result."
+    )
 
     def best(self) -> ConfigurationEstimate | None:
         return self.estimates[0] if self.estimates else None
@@ -568,9 +575,14 @@ def search_configurations(
             "small overstate the speed"
         )
     fitting: list[ConfigurationEstimate] = []
+    quality = stage_quality(stage.quality_result)
+    if quality is not None:
+        search.quality_note = quality_note(quality, stage.quality_result or "")
 
     def consider(deployment: Deployment, within_budget: bool) -> None:
         reason = supports(deployment)
+        if reason is None and quality is not None:
+            reason = beyond_tolerance(quality, deployment.precision, stage.max_quality_loss_pct)
         if reason is not None:
             search.excluded.append(f"{deployment.label()}: {reason}")
             return
@@ -584,6 +596,8 @@ def search_configurations(
             return
         if measured is not None:
             estimate.measured = measured(deployment)
+        if quality is not None:
+            estimate.quality = quality_cell(quality, deployment.precision)
         fitting.append(estimate)
 
     for deployment in candidate_deployments(framework, stage, architecture, budget):
@@ -638,7 +652,9 @@ def search_configurations(
         search.recommended_basis = "measured" if best.measured else "estimate"
         search.plan = [e.label for e in fitting[: PLAN_SIZE + 1]]
         search.trade_offs = trade_offs(fitting, stage, search.single_gpu)
-        if any(e.deployment.precision.uses_fp8 for e in fitting):
+        if search.quality_note is not None:
+            search.notes.append(search.quality_note)
+        elif any(e.deployment.precision.uses_fp8 for e in fitting):
             search.notes.append(FP8_ACCURACY_NOTE)
         if not best.measured:
             search.notes.append(

@@ -106,6 +106,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     a.name: a
     for a in (
         Architecture("tiny-llama", "generate", 4_188_480, 2, 64, 4, 2, 4096),
+        Architecture("tiny-llama-trained", "generate", 354_624, 2, 64, 2, 1, 1024),
         Architecture("llama-2-7b", "generate", 6_738_415_616, 32, 4096, 32, 32, 4096),
         Architecture("llama-2-13b", "generate", 13_015_864_320, 40, 5120, 40, 40, 4096),
         Architecture("llama-3-8b", "generate", 8_030_261_248, 32, 4096, 32, 8, 8192),

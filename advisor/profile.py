@@ -333,6 +333,20 @@ class StageProfile(StrictInput):
         description="Your own prompts (JSONL with text or chat messages, or CSV) instead of "
         "generated ones.",
     )
+    quality_result: str | None = Field(
+        None,
+        max_length=4096,
+        description="Your model's quality per precision: the quality.json that `python -m bench "
+        "quality` wrote from your evaluation file (text or labelled JSONL). A precision that "
+        "loses more than max_quality_loss_pct on it is not recommended.",
+    )
+    max_quality_loss_pct: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="Tolerated quality loss vs the baseline precision, in percent: perplexity's "
+        "relative increase, or accuracy points lost (used with quality_result).",
+    )
 
     @model_validator(mode="after")
     def _check_traffic(self) -> StageProfile:

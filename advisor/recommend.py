@@ -489,7 +489,9 @@ def _add_deployment(
             f"{best.label} needs {deployment.gpus} GPUs, more than the profile's "
             f"{search.gpu_budget}: nothing holds the model on {search.gpu_budget} at its precision"
         )
-    if any(e.deployment.precision.uses_fp8 for e in search.estimates[: len(search.plan)]):
+    if search.quality_note is not None:  # the stage measured quality: name the deltas
+        recommendation.caveats.append(search.quality_note)
+    elif any(e.deployment.precision.uses_fp8 for e in search.estimates[: len(search.plan)]):
         from advisor.configurations import FP8_ACCURACY_NOTE
 
         recommendation.caveats.append(FP8_ACCURACY_NOTE)

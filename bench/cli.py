@@ -915,6 +915,102 @@ def store_copy(
         raise typer.Exit(1)
 
 
+@app.command()
+def quality(
+    model: Annotated[str, typer.Option(help="Preset name or local checkpoint path.")],
+    precision: Annotated[
+        list[str],
+        typer.Option(
+            "--precision",
+            help="fp32 | bf16 | fp16 | fp8 | fp8-kv | int8; repeatable, the first is the "
+            "baseline every other is compared with.",
+        ),
+    ],
+    out: Annotated[Path, typer.Option(help="Folder for quality.json (the QualityResult).")],
+    text: Annotated[
+        Path | None, typer.Option("--text", help="UTF-8 text file: perplexity.")
+    ] = None,
+    labelled: Annotated[
+        Path | None,
+        typer.Option(
+            "--labelled",
+            help="JSONL, one {prompt, answer[, choices]} per line: accuracy (exact match, or the "
+            "log-likelihood pick among choices).",
+        ),
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="pytorch | vllm | openai | onnxruntime: the engine that scores.")
+    ] = "pytorch",
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--endpoint",
+            help="openai engine: PRECISION=URL of the server running that precision "
+            "(e.g. bf16=http://127.0.0.1:8000/v1); repeatable.",
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="Tokenizer folder (default: the checkpoint's).")
+    ] = None,
+    window: Annotated[int, typer.Option(help="Tokens per perplexity window.")] = 256,
+    bootstrap: Annotated[int, typer.Option(min=100, max=100_000, help="Bootstrap draws.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the QualityResult JSON.")] = False,
+) -> None:
+    """Quality per precision: perplexity and accuracy with 95% bootstrap intervals, and each
+    precision's delta vs the first (indistinguishable when the interval covers 0). A precision
+    that cannot run is written as "not run" with the reason; exit code 1 when none ran."""
+    from bench.core.outputs import prepare_out_dir, write_atomic
+    from bench.core.quality import check_precision, dumps, read_labelled_file, read_text_file
+    from bench.engines.scoring import check_engine
+    from bench.run.quality import evaluate
+
+    check_engine(engine)
+    for name in precision:
+        check_precision(name)
+    endpoints: dict[str, str] = {}
+    for item in endpoint or []:
+        name, sep, url = item.partition("=")
+        if not sep or not url:
+            raise UserError(f"--endpoint {item!r}: expected PRECISION=URL")
+        endpoints[check_precision(name)] = url
+    if endpoints and engine != "openai":
+        raise UserError("--endpoint is for --engine openai")
+    if text is None and labelled is None:
+        raise UserError("give --text FILE or --labelled FILE.jsonl (or both)")
+    text_value = read_text_file(str(text)) if text is not None else None
+    items = read_labelled_file(str(labelled)) if labelled is not None else None
+    out_dir = prepare_out_dir(check_user_path(out, "--out"))
+    result = evaluate(
+        model,
+        precision,
+        text=text_value,
+        items=items,
+        text_file=str(text) if text is not None else None,
+        labelled_file=str(labelled) if labelled is not None else None,
+        engine=engine,
+        tokenizer_dir=str(tokenizer) if tokenizer is not None else None,
+        window=window,
+        endpoints=endpoints,
+        bootstrap=bootstrap,
+        seed=seed,
+        command=shlex.join(["python", "-m", "bench", *sys.argv[1:]]),
+        on_progress=None if as_json else (lambda line: typer.echo(line, err=True)),
+    )
+    write_atomic(out_dir / "quality.json", dumps(result))
+    if as_json:
+        typer.echo(dumps(result), nl=False)
+        if not any(row.status == "measured" for row in result.precisions):
+            raise typer.Exit(1)
+        return
+    typer.echo(f"{result.model} on {result.engine}, baseline {result.baseline} ({result.method})")
+    for row in result.precisions:
+        typer.echo(f"  {row.precision:7} {row.summary()}")
+    typer.echo(f"wrote {out_dir / 'quality.json'}")
+    if not any(row.status == "measured" for row in result.precisions):
+        raise typer.Exit(1)  # the file says why each one was not run
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every user error is one line on stderr and exit
     code 2, a run stopped by a signal or a failing store one line and its own code

@@ -42,9 +42,13 @@ def configurations_table(search: ConfigurationSearch | None) -> ReferenceTable |
                 round(measured.measured_output_tok_s) if measured else None,
                 round(estimate.efficiency, 3) if estimate.efficiency is not None else None,
             ]
+            # Beside the speed, only when the stage measured quality (quality_result).
+            + ([estimate.quality or "not measured"] if search.quality_note else [])
         )
     notes = list(search.trade_offs)
-    if any(e.deployment.precision.uses_fp8 for e in search.estimates):
+    if search.quality_note is not None:
+        notes.append(search.quality_note)
+    elif any(e.deployment.precision.uses_fp8 for e in search.estimates):
         notes.append(FP8_ACCURACY_NOTE)
     return ReferenceTable(
         title=f"Configurations of {search.framework} on {search.gpu_budget} GPU(s), best first "
@@ -64,7 +68,8 @@ def configurations_table(search: ConfigurationSearch | None) -> ReferenceTable |
             "measured_tpot_ms",
             "measured_output_tok_s",
             "efficiency",
-        ],
+        ]
+        + (["quality"] if search.quality_note else []),
         columns=[
             "Configuration",
             "GPUs",
@@ -75,7 +80,8 @@ def configurations_table(search: ConfigurationSearch | None) -> ReferenceTable |
             f"Measured {TPOT_P50.column}",
             f"Measured {OUTPUT.unit}",
             "Efficiency",
-        ],
+        ]
+        + (["Quality"] if search.quality_note else []),
         rows=rows,
     )
 

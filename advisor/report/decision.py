@@ -15,6 +15,7 @@ from typing import Any
 from advisor.configurations import RecommendedDeployment
 from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
 from advisor.profile import StageProfile
+from advisor.quality import QUALITY_NOTE_PREFIX
 from advisor.recommend import BASIS_WORDS, REFUSED, Recommendation, StageRecommendation, slo_text
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
@@ -384,7 +385,8 @@ def decision_risks(
     stage: StageRecommendation, availability: Mapping[str, str], measured: set[str]
 ) -> list[str]:
     """What a reviewer should know before betting on the answer: figures that are estimates,
-    candidate engines never run, FP8 accuracy unchecked, single runs, published-only evidence."""
+    candidate engines never run, FP8 accuracy unchecked or quality measured (the deltas), single
+    runs, published-only evidence."""
     chosen = stage.recommendation
     risks: list[str] = []
     figures = chosen.configuration.figures
@@ -415,6 +417,8 @@ def decision_risks(
     if "single run" in chosen.confidence.why:
         risks.append("Single runs: intervals are within-run only and leave out run-to-run spread")
     for caveat in chosen.caveats:
+        if caveat.startswith(QUALITY_NOTE_PREFIX):  # measured: page 1 names the deltas
+            risks.append(caveat)
         if caveat.startswith("FP8"):
             how = caveat.split(" — ", 1)[-1] if " — " in caveat else caveat
             risks.append(

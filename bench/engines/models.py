@@ -52,6 +52,8 @@ class Preset:
     kind: Kind
     build_config: Callable[[], PretrainedConfig]
     description: str
+    trained: bool = False
+    """Written with weights trained on the CPU (`train_tiny_checkpoint`), not random ones."""
 
 
 # --------------------------------------------------------------------------- preset configs
@@ -102,6 +104,22 @@ def _tiny_llama() -> PretrainedConfig:
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=4096,
+    )
+
+
+TRAINED_VOCAB_SIZE = 2048
+"""The trained preset's vocabulary: small enough that its embedding and head train in seconds."""
+
+
+def _tiny_llama_trained() -> PretrainedConfig:
+    return _llama(
+        vocab_size=TRAINED_VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=176,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
     )
 
 
@@ -251,6 +269,14 @@ PRESETS: dict[str, Preset] = {
             "generate",
             _tiny_llama,
             "Llama, 2 layers, hidden 64, vocab 32000 (~4M params): tests and CPU smoke runs.",
+        ),
+        Preset(
+            "tiny-llama-trained",
+            "generate",
+            _tiny_llama_trained,
+            "Llama, 2 layers, hidden 64, vocab 2048, trained for seconds on the CPU on Python "
+            "standard-library sources: a meaningful perplexity for quality tests.",
+            trained=True,
         ),
         Preset(
             "llama-2-7b",
@@ -423,7 +449,10 @@ def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
     staging_dir.mkdir()
     try:
         config = preset.build_config()
-        _write_random_checkpoint(config, staging_dir, seed=seed, dtype=dtype)
+        if preset.trained:
+            train_tiny_checkpoint(config, staging_dir, seed=seed, dtype=dtype)
+        else:
+            _write_random_checkpoint(config, staging_dir, seed=seed, dtype=dtype)
         if preset.kind == "generate":
             write_tokenizer(staging_dir, config.vocab_size)
         (staging_dir / "advisor_preset.json").write_text(
@@ -432,7 +461,7 @@ def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
                     "preset": name,
                     "seed": seed,
                     "dtype": dtype,
-                    "random_weights": True,
+                    "random_weights": not preset.trained,
                     "format_version": CHECKPOINT_FORMAT_VERSION,
                 },
                 indent=2,
@@ -688,6 +717,67 @@ def write_tokenizer(out_dir: Path, vocab_size: int) -> None:
         )
 
 
+# --------------------------------------------------------------------------- trained preset
+
+
+TRAINING_MODULES = (
+    "argparse",
+    "collections",
+    "dataclasses",
+    "functools",
+    "json.decoder",
+    "json.encoder",
+    "string",
+    "textwrap",
+)
+"""Standard-library modules whose source (`inspect.getsource`) the trained preset learns from;
+tests evaluate on other modules, so its perplexity is measured on held-out text."""
+TRAINING_STEPS = 150
+TRAINING_SEQUENCE = 128
+TRAINING_BATCH = 8
+TRAINING_LEARNING_RATE = 5e-3
+
+
+def training_text() -> str:
+    """The trained preset's corpus: the sources of TRAINING_MODULES, in order."""
+    import importlib
+    import inspect
+
+    return "\n\n".join(
+        inspect.getsource(importlib.import_module(name)) for name in TRAINING_MODULES
+    )
+
+
+def train_tiny_checkpoint(
+    config: PretrainedConfig, out_dir: Path, *, seed: int, dtype: str
+) -> None:
+    """Train `config` from scratch on `training_text()` (next-token loss, AdamW, float32, a
+    few seconds on two CPU cores) and save it at `dtype` like a downloaded checkpoint."""
+    import torch
+
+    tokenizer = train_bpe_tokenizer(config.vocab_size)
+    ids = torch.tensor(tokenizer.encode(training_text(), add_special_tokens=False).ids)
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    model = model_class_for(config)(config).float().train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=TRAINING_LEARNING_RATE)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=TRAINING_LEARNING_RATE, total_steps=TRAINING_STEPS, pct_start=0.1
+    )
+    last_start = len(ids) - TRAINING_SEQUENCE - 1
+    for _ in range(TRAINING_STEPS):
+        starts = torch.randint(0, last_start, (TRAINING_BATCH,), generator=generator)
+        batch = torch.stack([ids[s : s + TRAINING_SEQUENCE] for s in starts.tolist()])
+        loss = model(input_ids=batch, labels=batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    model.eval().to(getattr(torch, dtype))
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    _write_config(config, out_dir, dtype)
+
+
 # --------------------------------------------------------------------------- resolution
 
 
@@ -736,7 +826,7 @@ def resolve_model(
     if name_or_path in PRESETS:
         model_dir = ensure_preset(name_or_path, seed=seed, dtype=dtype)
         info = _info_from_dir(model_dir, name_or_path, dtype, trust_remote_code=False)
-        return info.model_copy(update={"random_weights": True})
+        return info.model_copy(update={"random_weights": not PRESETS[name_or_path].trained})
     check_model_name(name_or_path)
     path = Path(name_or_path).expanduser()
     return _info_from_dir(path, name_or_path, dtype, trust_remote_code=trust_remote_code)

@@ -1,0 +1,102 @@
+"""Quality beside speed in the advisor, on the shipped quality measurement
+(data/reference/quality/cpu_tiny-llama-trained/quality.json, written by `python -m bench
+quality`): the tolerance rule, the Quality column and page 1's measured delta."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from advisor.configurations import FP8_ACCURACY_NOTE
+from advisor.quality import QUALITY_NOTE_PREFIX, beyond_tolerance, quality_cell, stage_quality
+from advisor.report.build import assemble_report
+from bench.core.config import PrecisionConfig
+from bench.core.errors import UserError
+from bench.storage.store import ResultStore
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "data" / "reference" / "quality" / "cpu_tiny-llama-trained" / "quality.json"
+FP8 = PrecisionConfig(dtype="bfloat16", quantization="fp8")
+BF16 = PrecisionConfig(dtype="bfloat16")
+
+
+def test_the_rule_reads_the_measured_loss():
+    result = stage_quality(str(SHIPPED))
+    assert result is not None and result.baseline == "bf16"
+    loss = result.precision("fp8").loss_pct()
+    assert loss is not None and loss > 0  # the shipped FP8 delta is a small increase
+    assert beyond_tolerance(result, FP8, tolerance_pct=loss / 2) is not None
+    assert beyond_tolerance(result, FP8, tolerance_pct=loss * 2) is None
+    assert beyond_tolerance(result, BF16, tolerance_pct=0.0) is None  # the baseline: no delta
+    # fp8-kv was not run on PyTorch: FP8 weights alone are its floor
+    fp8_kv = PrecisionConfig(dtype="bfloat16", quantization="fp8", kv_cache_dtype="fp8")
+    assert beyond_tolerance(result, fp8_kv, tolerance_pct=loss / 2).startswith("FP8 weights alone")
+    assert beyond_tolerance(result, fp8_kv, tolerance_pct=loss * 2) is None
+    assert quality_cell(result, fp8_kv).startswith("not run:")
+    fp16_kv = PrecisionConfig(dtype="float16", kv_cache_dtype="fp8")  # measured by nothing
+    assert beyond_tolerance(result, fp16_kv, tolerance_pct=0.0) is None
+    assert "(baseline)" in quality_cell(result, BF16)
+    assert quality_cell(result, PrecisionConfig(dtype="float16")) == "fp16 not measured"
+    assert stage_quality(None) is None
+
+
+def test_a_bad_quality_file_is_a_user_error(tmp_path):
+    bad = tmp_path / "quality.json"
+    bad.write_text('{"model": "x"}')
+    with pytest.raises(UserError, match="quality result"):
+        stage_quality(str(bad))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("store") / "empty.sqlite"
+    ResultStore(path).close()
+    return str(path)
+
+
+def _report(tmp_path: Path, store: str, tolerance: float | None):
+    profile = yaml.safe_load((REPO / "examples" / "profiles" / "chat_7b_h200.yaml").read_text())
+    profile["precision"] = {"dtype": "bfloat16", "quantization": "fp8"}
+    if tolerance is not None:
+        profile["quality_result"] = str(SHIPPED)
+        profile["max_quality_loss_pct"] = tolerance
+    path = tmp_path / f"profile-{tolerance}.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return assemble_report(path, store_location=store)
+
+
+def test_report_shows_quality_beside_speed_and_page_1_names_the_delta(tmp_path, store):
+    report = _report(tmp_path, store, tolerance=1.0)
+    (stage,) = report.stages
+    table = stage.configurations
+    assert table is not None and table.columns[-1] == "Quality"
+    cells = {row[0]: row[-1] for row in table.rows}
+    fp8_rows = [label for label in cells if "fp8 weights" in label and "KV" not in label]
+    assert fp8_rows and all("ppl 296.1 (+0.0817" in cells[label] for label in fp8_rows)
+    (decision,) = report.decisions
+    measured = [risk for risk in decision.risks if risk.startswith(QUALITY_NOTE_PREFIX)]
+    assert (
+        len(measured) == 1 and "fp8 ppl 296.1 (+0.0817, +0.03%, indistinguishable)" in (measured[0])
+    )
+    assert FP8_ACCURACY_NOTE not in stage.caveats
+
+
+def test_a_precision_beyond_the_tolerated_loss_is_not_recommended(tmp_path, store):
+    report = _report(tmp_path, store, tolerance=0.01)  # below FP8's measured +0.03%
+    (stage,) = report.stages
+    labels = [row[0] for row in stage.configurations.rows]
+    assert labels and not any("fp8 weights" in label for label in labels)
+    assert "fp8" not in (stage.configuration.precision.quantization or "")
+    assert any(
+        "measured quality loss 0.03% vs bf16 exceeds" in c for c in stage.configurations.caveats
+    )
+
+
+def test_without_a_quality_file_the_risk_stays_worded_as_before(tmp_path, store):
+    report = _report(tmp_path, store, tolerance=None)
+    (stage,) = report.stages
+    assert stage.configurations.columns[-1] != "Quality"
+    (decision,) = report.decisions
+    assert any(risk.startswith("FP8 accuracy is unchecked") for risk in decision.risks)
