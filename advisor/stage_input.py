@@ -55,9 +55,10 @@ class StageFormValues(StrictInput):
     image_size: int | None = None
     sequence_mean: int | None = None
     # load
-    load_kind: Literal["concurrency", "rate"] = "concurrency"
+    load_kind: Literal["concurrency", "rate", "peak"] = "concurrency"
     concurrency: int = 16
     request_rate_rps: float = 10.0
+    peak_request_rate_rps: float | None = None
     # SLOs
     slo_percentile: Literal["p50", "p90", "p99"] = "p99"
     ttft_ms: float | None = None
@@ -78,11 +79,14 @@ class StageFormValues(StrictInput):
     constraints: list[str] = Field(default_factory=list)
 
 
-def load_kind_shown(previous: StageProfile) -> Literal["concurrency", "rate"]:
-    """How the form first describes the stage's load: by its rate only when it has a rate and
-    no concurrency."""
+def load_kind_shown(previous: StageProfile) -> Literal["concurrency", "rate", "peak"]:
+    """How the form first describes the stage's load: by its rate when it has a rate and no
+    concurrency, by its peak rate when that is all it gives (advisor/stage_load.py reads either),
+    else by requests in flight."""
     if previous.request_rate_rps and not previous.concurrency:
         return "rate"
+    if previous.peak_request_rate_rps and not previous.concurrency:
+        return "peak"
     return "concurrency"
 
 
@@ -131,7 +135,7 @@ def stage_data(previous: StageProfile, values: StageFormValues) -> dict[str, Any
         )
     if values.load_kind == "concurrency":
         out["concurrency"] = values.concurrency
-    else:
+    elif values.load_kind == "rate":
         out["request_rate_rps"] = values.request_rate_rps
     out["slo"] = {
         "percentile": values.slo_percentile,
@@ -159,6 +163,8 @@ def stage_data(previous: StageProfile, values: StageFormValues) -> dict[str, Any
     for name in FIELDS_KEPT_AS_GIVEN:
         if getattr(previous, name) is not None:
             out[name] = previous.model_dump(mode="json", include={name})[name]
+    if values.load_kind == "peak" and values.peak_request_rate_rps is not None:
+        out["peak_request_rate_rps"] = values.peak_request_rate_rps  # the form's own widget
     return out
 
 

@@ -201,7 +201,7 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
         show_field_problems(  # the context window, at the length fields
             draft_data(stage_data(previous, StageFormValues.model_validate(out)))
         )
-        load_kinds = ["concurrency", "rate"]
+        load_kinds = ["concurrency", "rate", "peak"]
         out["load_kind"] = load_kind = st.radio(
             "Load is described by",
             load_kinds,
@@ -209,6 +209,7 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
             format_func={
                 "concurrency": "requests in flight",
                 "rate": "arrival rate",
+                "peak": "peak rate (sizes the fleet)",
             }.get,
             horizontal=True,
             key=_key(index, "load_kind"),
@@ -222,13 +223,21 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
                 key=_key(index, "concurrency"),
                 help=field_help(StageProfile, "concurrency"),
             )
-        else:
+        elif load_kind == "rate":
             out["request_rate_rps"] = st.number_input(
                 "Arrival rate (requests/s)",
                 min_value=0.01,
                 value=float(stage.get("request_rate_rps") or 10.0),
                 key=_key(index, "rate"),
                 help=field_help(StageProfile, "request_rate_rps"),
+            )
+        else:
+            out["peak_request_rate_rps"] = st.number_input(
+                "Peak arrival rate (requests/s)",
+                min_value=0.01,
+                value=float(stage.get("peak_request_rate_rps") or 10.0),
+                key=_key(index, "peak"),
+                help=field_help(StageProfile, "peak_request_rate_rps"),
             )
 
     st.markdown("##### 3 · Service-level objectives")

@@ -138,3 +138,50 @@ def test_page_one_names_the_basis(tmp_path):
     assert "GPUs and cost:** 3 × H200 for 40 req/s" in page_one
     assert "per 1M output tokens" in page_one
     assert "published capacity search" in page_one
+
+
+PREDICTED = {
+    "code completion on H100": {
+        **CHAT_40,
+        "prompt_tokens": {"mean": 1024},
+        "output_tokens": {"mean": 64},
+        "peak_request_rate_rps": 30,
+        "slo": {"ttft_ms": 200, "tpot_ms": 30, "percentile": "p99"},
+        "gpu": {"type": "H100-SXM", "count": 1},
+    },
+    "multi-turn chat on H200": {
+        **CHAT_40,
+        "model": "llama-3-8b",
+        "output_tokens": {"mean": 200},
+        "conversation": {"turns": 4, "user_tokens": 64},
+        "peak_request_rate_rps": 25,
+        "slo": {"ttft_ms": 400, "tpot_ms": 50, "percentile": "p99"},
+    },
+    "chat on L40S": {
+        **CHAT_40,
+        "prompt_tokens": {"mean": 256},
+        "peak_request_rate_rps": 20,
+        "slo": {"ttft_ms": 500, "tpot_ms": 60, "percentile": "p99"},
+        "gpu": {"type": "L40S", "count": 1},
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(PREDICTED))
+def test_unmeasured_profiles_get_a_predicted_fleet_with_its_interval(name):
+    """No search of these workloads is measured: the serving model's prediction sizes the
+    fleet, with the GPUs at its interval's ends and its basis in the answer (not 50+ GPUs from
+    a batch-1 estimate)."""
+    chosen = (
+        recommend(profile_from_dict(PREDICTED[name]), reference_dir=SHIPPED_REFERENCE_DIR)
+        .stages[0]
+        .recommendation
+    )
+    capacity = chosen.capacity
+    assert capacity is not None and capacity.source == "estimate"
+    assert capacity.low_rate_rps <= capacity.max_rate_rps <= capacity.high_rate_rps
+    low, high = capacity.gpus_range
+    assert low <= capacity.gpus_needed <= high <= 10
+    assert chosen.capacity_basis.startswith("predicted, not measured")
+    assert "docs/capacity-model.md" in chosen.capacity_basis
+    assert "about" in chosen.headline and "x " in chosen.headline
