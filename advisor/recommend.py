@@ -404,8 +404,9 @@ def _recommend_stage(
         recommendation.capacities = capacities
         recommendation.capacity_notes = capacity_notes
         # The fleet's basis, in order: the user's own matching search, a published one, the
-        # prediction (measured capacities come first in `capacities`, fewest GPUs first).
-        sizing = next((c for c in capacities if c.framework == recommendation.framework), None)
+        # prediction (within each, `capacities` has the fewest GPUs first).
+        own = [c for c in capacities if c.framework == recommendation.framework]
+        sizing = next((c for basis in SIZING_ORDER for c in own if c.provenance == basis), None)
         recommendation.capacity = sizing.capacity if sizing is not None else None
         recommendation.capacity_basis = sizing_basis(sizing) if sizing is not None else ""
         for alternative in recommendation.alternatives:
@@ -645,6 +646,8 @@ def _predicted_capacity(
     ], []
 
 
+SIZING_ORDER = ("yours", "published", "estimate")
+"""What sizes the fleet, first found first: your capacity search, a shipped one, a prediction."""
 CAPACITY_BASIS_WORDS = {
     "yours": "your capacity search",
     "published": "this project's published capacity search",

@@ -185,3 +185,33 @@ def test_unmeasured_profiles_get_a_predicted_fleet_with_its_interval(name):
     assert chosen.capacity_basis.startswith("predicted, not measured")
     assert "docs/capacity-model.md" in chosen.capacity_basis
     assert "about" in chosen.headline and "x " in chosen.headline
+
+
+def test_your_own_search_sizes_the_fleet_before_a_published_one(reference):
+    """A matching search in your store comes first, even when the shipped one needs fewer
+    GPUs: your GPU, your driver, your engine build. (Your run here is the shipped search's
+    result re-filed with a lower capacity: a labelled stand-in for a stored search.)"""
+    shipped = next(
+        run
+        for run in reference.runs[SHIPPED_SEARCH]
+        if run.config.load.capacity_search and run.config.precision.quantization is None
+    )
+    report = shipped.pattern_report.model_copy(update={"max_rate_rps": 12.0})
+    yours = shipped.model_copy(
+        update={
+            "run_id": "yours-capacity-search",
+            "pattern_report": report,
+            "config": shipped.config.model_copy(
+                update={"label": "TEST STAND-IN: the shipped search re-filed as yours"}
+            ),
+        }
+    )
+    chosen = (
+        recommend(profile_from_dict(CHAT_40), runs=[yours], reference_dir=SHIPPED_REFERENCE_DIR)
+        .stages[0]
+        .recommendation
+    )
+    assert chosen.capacity.run_id == "yours-capacity-search"
+    assert chosen.capacity.gpus_needed == math.ceil(40 * 1.2 / 12.0)
+    assert chosen.capacity_basis.startswith("sized from your capacity search")
+    assert any(c.provenance == "published" for c in chosen.capacities)
