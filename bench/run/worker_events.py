@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from bench.core.engine_facts import EngineFacts
 from bench.core.pattern_reports import PatternReport, PatternReportBase
 from bench.core.progress import RunProgress
 from bench.core.schema import Failure, PhaseResult, ReplicaResult, RequestRecord
@@ -35,8 +36,9 @@ class Loaded(Strict):
     load_s: float | None = None
     compile_s: float | None = None
     build_s: float | None = None
-    engine: dict[str, Any] = Field(
-        default_factory=dict, description="Engine facts (RunResult.engine): version, kernels."
+    engine: EngineFacts = Field(
+        default_factory=EngineFacts,
+        description="Engine facts (RunResult.engine): version, kernels.",
     )
 
 

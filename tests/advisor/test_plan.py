@@ -141,7 +141,8 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     """The plan's engine options come from the backend (`recommended_args` of the stage's
     shape), not from a list of framework names in the advisor."""
     from advisor.evidence import workload_shape
-    from advisor.traffic import caching_state, sized_for_engine
+    from advisor.traffic import sized_for_engine
+    from bench.core.engine_facts import prefix_caching_setting
     from bench.engines.backends import registry
 
     for stage in load_profile(path).stages:
@@ -154,7 +155,9 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
         for config in plan_for_stage(stage).configs:
             backend = registry()[config.backend]
             args = dict(config.engine_args)
-            if caching_state(config) is not None:  # the caching on/off pair adds its switch
+            if (
+                prefix_caching_setting(config) is not None
+            ):  # the caching on/off pair adds its switch
                 assert args.pop("enable_prefix_caching") in (True, False)
                 assert args.pop("prefix_cache_stats") is True
             assert args == backend.recommended_args(shape)

@@ -77,11 +77,11 @@ def test_worker_event_loop_is_the_configs_and_recorded(store, tiny_llama):
     say which loop the worker really ran, and the reproduce command carries the choice."""
     pytest.importorskip("uvloop")
     default = launch(fake_config(), store=store)
-    assert default.status == RunStatus.COMPLETED and default.engine["event_loop"] == "asyncio"
+    assert default.status == RunStatus.COMPLETED and default.engine.event_loop == "asyncio"
     config = fake_config().model_copy(update={"event_loop": "uvloop"})
     result = launch(config, store=store)
     assert result.status == RunStatus.COMPLETED, result.failure
-    assert result.engine["event_loop"] == "uvloop" and result.summary.requests > 10
+    assert result.engine.event_loop == "uvloop" and result.summary.requests > 10
     assert "event_loop=" in reproduce_command(config)
 
 

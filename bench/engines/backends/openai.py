@@ -28,6 +28,7 @@ from bench.core.config import (
     Precision,
     Strict,
 )
+from bench.core.engine_facts import EngineFacts
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo
 from bench.engines.backends.base import (
@@ -392,7 +393,9 @@ class OpenAIBackend(Backend):
             max_connections=limit,
             client=f"aiohttp {package_version('aiohttp')}",
         )
-        return LoadInfo(load_s=(CLOCK.now_ns() - start_ns) / 1e9, engine=engine)
+        return LoadInfo(
+            load_s=(CLOCK.now_ns() - start_ns) / 1e9, engine=EngineFacts.model_validate(engine)
+        )
 
     def launched_server_args(
         self, precision: Precision, parallelism: ParallelismConfig

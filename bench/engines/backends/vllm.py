@@ -26,6 +26,7 @@ from bench.core.config import (
     ParallelismConfig,
     Precision,
 )
+from bench.core.engine_facts import EngineFacts
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo
 from bench.engines.backends.base import (
@@ -423,7 +424,7 @@ class VllmBackend(Backend):
         if kv_sized_by is not None:
             facts.update(kv_cache_memory_bytes=kwargs.get("kv_cache_memory_bytes"))
             facts.update(kv_cache_sized_by=kv_sized_by)
-        return LoadInfo(load_s=load_s, engine=facts)
+        return LoadInfo(load_s=load_s, engine=EngineFacts.model_validate(facts))
 
     @staticmethod
     def _check_device(device: str) -> None:

@@ -255,7 +255,7 @@ async def test_stream_against_double_and_request_body(fake_server: FakeOpenAISer
     )
     info = await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
     try:
-        assert info.engine["served_model"] == "double-model"
+        assert info.engine.extra["served_model"] == "double-model"
         chunks = await _collect(backend, GenerateRequest("r1", [5, 6, 7], 6))
         assert sum(c.tokens for c in chunks) == 6 == chunks[-1].usage_output_tokens
         body = fake_server.bodies[-1]
@@ -385,7 +385,7 @@ async def test_text_is_the_default_and_decoded_before_the_request_is_timed(
     assert backend.options.prompt_format == "text" and backend.options.match_prompt_tokens
     info = await backend.load(tiny_llama, GenerateWorkload(), Precision(), "auto")
     try:
-        assert info.engine["prompt_format"] == "text"
+        assert info.engine.extra["prompt_format"] == "text"
         prepared = [backend.prepare_request(request) for request in requests]
         server_side = [len(tokenizer(r.prompt_text)["input_ids"]) for r in prepared]
         assert sum(server_side) / len(server_side) < 128.5 and min(server_side) >= 128
@@ -527,8 +527,8 @@ async def test_real_vllm_server_launched_measured_and_stopped(
     )
     info = await launched.load(model, GenerateWorkload(), precision, "auto")
     try:
-        assert info.engine["server"] == "vllm" and info.engine["server_startup_s"] > 0
-        assert "--enforce-eager" in info.engine["server_command"]
+        assert info.engine.server.name == "vllm" and info.engine.server.startup_s > 0
+        assert "--enforce-eager" in info.engine.server.command
         await _check_real_requests(launched, "tokens")
         text_client = OpenAIBackend(
             {"base_url": launched.base_url, "prompt_format": "text", "scrape_metrics": False}
