@@ -57,6 +57,29 @@ class GpuProcess(Strict):
     name: str | None = None
 
 
+class PrometheusSample(Strict):
+    """One reading of a served engine's counters and gauges: a /metrics scrape, or the
+    in-process vLLM engine's prefix-cache counters under the names its server exports."""
+
+    t_ns: int = Field(description="When the scrape was sent (CLOCK ns).")
+    t_received_ns: int | None = Field(None, description="When it was answered; None = instant.")
+    values: dict[str, float] = Field(
+        default_factory=dict, description="Metric name (summed over label sets) -> value."
+    )
+    json_stats: JsonValue = Field(None, description="trtllm-serve's JSON iteration stats.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat(cls, data: Any) -> Any:
+        """Results stored before this model kept one flat dict per scrape: t_ns, t_received_ns,
+        `json` (trtllm-serve) and every metric name beside them."""
+        if not isinstance(data, dict) or "values" in data or "json_stats" in data:
+            return data
+        times = {k: data[k] for k in ("t_ns", "t_received_ns") if k in data}
+        values = {k: v for k, v in data.items() if k not in {"t_ns", "t_received_ns", "json"}}
+        return {**times, "values": values, "json_stats": data.get("json")}
+
+
 class EngineFacts(Strict):
     """What the engine reports about itself once loaded (version, kernels, settings in force)."""
 
@@ -132,6 +155,7 @@ __all__ = [
     "GpuProcess",
     "LaunchedServer",
     "PrefixCacheStats",
+    "PrometheusSample",
     "RunEngine",
     "prefix_caching_setting",
 ]

@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from bench import SCHEMA_VERSION
 from bench.core.config import RunConfig, legacy_axes_moved
-from bench.core.engine_facts import EngineFacts, RunEngine
+from bench.core.engine_facts import EngineFacts, PrometheusSample, RunEngine
 from bench.core.fingerprint import StoredFingerprint
 from bench.core.pattern_reports import PatternReport, older_report
 from bench.core.percentiles import Percentiles
@@ -319,7 +319,7 @@ class RunResult(Record):
         "(bench/core/pattern_reports.py); None when the run ended before its load plan returned.",
     )
     telemetry: TelemetrySummary = Field(default_factory=TelemetrySummary)
-    server_metrics: list[dict[str, Any]] = Field(
+    server_metrics: list[PrometheusSample] = Field(
         default_factory=list, description="Scraped Prometheus samples of a served engine."
     )
     validity: Validity | None = None

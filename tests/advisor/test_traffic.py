@@ -25,7 +25,7 @@ from bench.core.config import (
     ReplayLoad,
     RunConfig,
 )
-from bench.core.engine_facts import prefix_caching_setting
+from bench.core.engine_facts import PrometheusSample, prefix_caching_setting
 from bench.core.errors import UserError
 from bench.engines.models import resolve_model
 
@@ -258,8 +258,8 @@ def _with_hit_rate(run, hits: float, queries: float):
     from bench.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, prefix_cache_hit_rate
 
     samples = [
-        {"t_ns": 0, PREFIX_CACHE_QUERIES: 0.0, PREFIX_CACHE_HITS: 0.0},
-        {"t_ns": 1, PREFIX_CACHE_QUERIES: queries, PREFIX_CACHE_HITS: hits},
+        PrometheusSample(t_ns=0, values={PREFIX_CACHE_QUERIES: 0.0, PREFIX_CACHE_HITS: 0.0}),
+        PrometheusSample(t_ns=1, values={PREFIX_CACHE_QUERIES: queries, PREFIX_CACHE_HITS: hits}),
     ]
     rate, counted = prefix_cache_hit_rate(samples)
     run.summary.prefix_cache_hit_rate = rate

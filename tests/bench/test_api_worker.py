@@ -281,7 +281,7 @@ def test_served_engine_metrics_and_usage_reach_the_result(store, tmp_path, tiny_
     )
     result = launch(config, store=store)
     assert result.status == RunStatus.COMPLETED, result.failure
-    assert any(key.startswith("vllm:") for sample in result.server_metrics for key in sample)
+    assert any(key.startswith("vllm:") for sample in result.server_metrics for key in sample.values)
     assert store.get_run(result.run_id).server_metrics == result.server_metrics
     records = list(store.iter_records(result.run_id))
     assert records and all(r.output_tokens == 8 for r in records)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench.core.engine_facts import EngineFacts, LaunchedServer, RunEngine
+from bench.core.engine_facts import EngineFacts, LaunchedServer, PrometheusSample, RunEngine
 from bench.core.schema import RunResult
 from bench.storage.store import ResultStore
 
@@ -90,6 +90,28 @@ def test_a_launched_server_becomes_its_model() -> None:
     assert not any(key.startswith("server") for key in launched[0].engine.extra)
 
 
+def test_stored_prometheus_samples_keep_every_value() -> None:
+    """The shipped soak/pulse run of a served vLLM stored its scrapes as flat dicts."""
+    scraped = [
+        raw
+        for path in REFERENCE_RUN_FILES
+        for raw in stored_runs(path)
+        if raw.get("server_metrics")
+    ]
+    assert scraped
+    for raw in scraped:
+        run = RunResult.model_validate(raw)
+        assert len(run.server_metrics) == len(raw["server_metrics"])
+        for sample, flat in zip(run.server_metrics, raw["server_metrics"], strict=True):
+            assert sample.t_ns == flat["t_ns"]
+            assert sample.values == {k: v for k, v in flat.items() if k != "t_ns"}
+
+
+def test_a_flat_trtllm_scrape_keeps_its_json_stats() -> None:
+    sample = PrometheusSample.model_validate({"t_ns": 5, "t_received_ns": 7, "json": [{"a": 1}]})
+    assert sample.json_stats == [{"a": 1}] and sample.values == {} and sample.t_received_ns == 7
+
+
 def test_engine_facts_refuse_a_wrong_type() -> None:
     with pytest.raises(ValueError, match="cuda_graphs"):
         EngineFacts.model_validate({"cuda_graphs": "sometimes"})
@@ -101,6 +123,7 @@ def test_the_new_shape_round_trips_through_json() -> None:
             run = RunResult.model_validate(raw)
             again = RunResult.model_validate_json(run.model_dump_json())
             assert again.engine == run.engine
+            assert again.server_metrics == run.server_metrics
 
 
 def test_shipped_runs_round_trip_through_the_sqlite_store(tmp_path: Path) -> None:
@@ -109,7 +132,8 @@ def test_shipped_runs_round_trip_through_the_sqlite_store(tmp_path: Path) -> Non
         for run in runs:
             store.put_run(run, [])
         for run in runs:
-            assert store.get_run(run.run_id).engine == run.engine
+            stored = store.get_run(run.run_id)
+            assert stored.engine == run.engine and stored.server_metrics == run.server_metrics
 
 
 def test_the_previous_release_store_fixture_still_loads(tmp_path: Path) -> None:
