@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field, JsonValue, model_validator
+from pydantic_core import to_jsonable_python
 
 from bench.core.config import RunConfig
 from bench.core.strict import Strict
@@ -109,14 +110,18 @@ class EngineFacts(Strict):
         out: dict[str, Any] = {}
         extra = dict(data.get("extra") or {})
         flat_server = isinstance(data.get("server"), str)  # older results: `server: "vllm"`
-        server = {_SERVER_KEYS[k]: v for k, v in data.items() if k in _SERVER_KEYS and flat_server}
+        server = {
+            _SERVER_KEYS[k]: to_jsonable_python(v, fallback=str)
+            for k, v in data.items()
+            if k in _SERVER_KEYS and flat_server
+        }
         for key, value in data.items():
             if key == "extra" or (flat_server and key in _SERVER_KEYS):
                 continue
             if key in known:
                 out[key] = value
-            else:
-                extra[key] = value
+            else:  # as JSON holds it: a tuple a list, a Path or a model its JSON form
+                extra[key] = to_jsonable_python(value, fallback=str)
         if server:
             out["server"] = server
         if extra:

@@ -112,6 +112,19 @@ def test_a_flat_trtllm_scrape_keeps_its_json_stats() -> None:
     assert sample.json_stats == [{"a": 1}] and sample.values == {} and sample.t_received_ns == 7
 
 
+def test_a_backends_own_facts_are_kept_as_json_holds_them() -> None:
+    """Backends report tuples, paths and models (ONNX Runtime GenAI's precision); a stored run
+    held their JSON form before the typed model, and extra holds the same."""
+    from bench.core.config import Precision
+
+    facts = EngineFacts.model_validate(
+        {"buckets": (1, 4), "model_dir": Path("/m"), "precision": Precision(), "dtype": "float16"}
+    )
+    assert facts.extra["buckets"] == [1, 4] and facts.extra["model_dir"] == "/m"
+    assert facts.extra["precision"] == Precision().model_dump(mode="json")
+    assert facts.dtype == "float16" and "dtype" not in facts.extra
+
+
 def test_engine_facts_refuse_a_wrong_type() -> None:
     with pytest.raises(ValueError, match="cuda_graphs"):
         EngineFacts.model_validate({"cuda_graphs": "sometimes"})
