@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from bench.core.config import GenerateWorkload
+from bench.core.engine_facts import prefix_caching_setting
 from bench.core.metric_catalog import SPECS_BY_KEY, Metric
 from bench.core.schema import RunResult, RunStatus, ValidityStatus
 
@@ -125,23 +126,14 @@ def profiling_command(run: RunResult) -> str:
 
 def _cuda_graphs_off(run: RunResult) -> str | None:
     """Why CUDA graphs look off: engine facts say so, or the options force eager mode."""
-    if run.engine.get("cuda_graphs") is False:
+    if run.engine.cuda_graphs is False:
         return "the engine reports cuda_graphs = false"
     args = run.config.engine_args
     if args.get("enforce_eager") is True:
         return "engine_args has enforce_eager = true"
-    if run.engine.get("enforce_eager") is True:
+    if run.engine.enforce_eager is True:
         return "the engine reports enforce_eager = true"
     return None
-
-
-def _caching_switch(run: RunResult) -> bool | None:
-    """enable_prefix_caching as the run's config set it (None = the engine's default)."""
-    args = run.config.engine_args
-    if run.config.backend == "openai":
-        args = args.get("server_args") or {}
-    value = args.get("enable_prefix_caching")
-    return value if isinstance(value, bool) else None
 
 
 def _low_hit_rate(run: RunResult, on_cpu: bool) -> tuple[str, str, str] | None:
@@ -166,7 +158,7 @@ def _low_hit_rate(run: RunResult, on_cpu: bool) -> tuple[str, str, str] | None:
         else "the workload declares multi-turn conversations (each turn resends the history)"
     )
     finding = f"prefix-cache hit rate {rate:.1%} is low: {declared} (flagged below {threshold:.1%})"
-    switch = _caching_switch(run)
+    switch = prefix_caching_setting(run.config)
     if switch is False:
         return (
             "info",

@@ -231,22 +231,12 @@ def caching_pair(configs: list[RunConfig], stage: StageProfile) -> list[RunConfi
     return [*configs[:leading], on, off, *configs[leading + 1 :]]
 
 
-def caching_state(config: RunConfig) -> bool | None:
-    """Whether a run had prefix caching switched on/off explicitly (None = engine default)."""
-    args = config.engine_args
-    if config.backend == "openai":
-        args = args.get("server_args") or {}
-    value = args.get("enable_prefix_caching")
-    return value if isinstance(value, bool) else None
-
-
 __all__ = [
     "CACHING_OFF",
     "CACHING_ON",
     "PAIRED_ENGINES",
     "PREFIX_CACHING_ENGINES",
     "caching_pair",
-    "caching_state",
     "check_files",
     "check_history",
     "declares_traffic",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bench.cli_errors import OneLineErrorsGroup
+from bench.core.config import LOAD_CLASSES  # the pattern registry the --pattern help lists
 from bench.core.errors import RunAborted, UserError
 from bench.core.files import check_user_path
 from bench.core.metric_catalog import metric as catalogue_metric
@@ -162,7 +163,7 @@ def build_run_config(
     options: list[str],
 ) -> Any:
     """RunConfig from an optional YAML/JSON file, then flags, then `--option a.b=v` overrides."""
-    from bench.core.config import PATTERN_NAMES, RunConfig
+    from bench.core.config import RunConfig
     from bench.core.keyvalue import parse_pairs
 
     data: dict[str, Any] = {}
@@ -176,8 +177,8 @@ def build_run_config(
         data["model"] = model
     load = data.setdefault("load", {})
     if pattern:
-        if pattern not in PATTERN_NAMES:
-            raise UserError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERN_NAMES)}")
+        if pattern not in LOAD_CLASSES:
+            raise UserError(f"unknown pattern {pattern!r}; known: {', '.join(LOAD_CLASSES)}")
         if load.get("pattern") != pattern:
             data["load"] = load = {"pattern": pattern}
     load.setdefault("pattern", "concurrency")
@@ -213,7 +214,7 @@ def run(
     ] = None,
     model: Annotated[str | None, typer.Option(help="Preset name or checkpoint path.")] = None,
     pattern: Annotated[
-        str | None, typer.Option(help="concurrency | rate | step | steady | pulse")
+        str | None, typer.Option(help="Load pattern: " + " | ".join(LOAD_CLASSES))
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="concurrency pattern: in flight.")] = None,
     rate: Annotated[float | None, typer.Option(help="rate pattern: requests/s.")] = None,

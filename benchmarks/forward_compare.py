@@ -79,7 +79,7 @@ def run_one(backend: str, batch: int, args: argparse.Namespace) -> dict[str, Any
         "run_id": result.run_id,
         "command": result.command,
         "timings": result.timings.model_dump(),
-        "engine": result.engine,
+        "engine": result.engine.model_dump(mode="json"),
         "validity": result.validity.model_dump() if result.validity else None,
     }
     if result.failure is not None:

@@ -662,7 +662,7 @@ def _run_environment(run: RunResult) -> RunEnvironment:
         "driver": env.driver_version,
         "cpu": env.cpu.model,
         "torch": env.libraries.get("torch"),
-        run.config.backend: run.engine.get("version"),
+        run.config.backend: run.engine.version,
         "comparability digest": run.environment.digest() if run.environment else None,
     }
     return RunEnvironment(run_id=run.run_id, framework=run.config.backend, items=flatten(items))

@@ -223,6 +223,15 @@ SPECS: tuple[MetricSpec, ...] = (
         "Successful requests meeting every SLO set / measured window (only with an SLO).",
         family="rate",
     ),
+    MetricSpec(
+        "prefix_cache_hit_rate",
+        "prefix-cache hit rate",
+        "",
+        "higher",
+        "Prefix-cache hit tokens / query tokens over the measured window (vLLM's "
+        "prefix_cache_hits and prefix_cache_queries counters, or the in-process engine's own).",
+        heading="Prefix-cache hits",
+    ),
     _latency("ttft_ms", "TTFT", "Time to first token: first chunk - request start."),
     _latency(
         "tpot_ms",

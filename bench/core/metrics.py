@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench.core.config import SLO, ValidityRules
+from bench.core.engine_facts import PrometheusSample
 from bench.core.errors import UserError
 from bench.core.metric_catalog import LATENCY_SPECS, REQUEST_SLO_BOUNDS
 from bench.core.schema import (
@@ -651,8 +652,12 @@ PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
 
 
+def _answered_ns(sample: PrometheusSample) -> int:
+    return sample.t_ns if sample.t_received_ns is None else sample.t_received_ns
+
+
 def prefix_cache_hit_rate(
-    server_metrics: list[dict[str, Any]], window_ns: tuple[int, int] | None = None
+    server_metrics: Sequence[PrometheusSample], window_ns: tuple[int, int] | None = None
 ) -> tuple[float | None, float | None]:
     """(hit rate, query tokens) of the engine's prefix cache from scraped counters.
 
@@ -663,18 +668,22 @@ def prefix_cache_hit_rate(
     its answer (`t_received_ns`, when recorded): only a sample answered before the window holds
     none of its counts, and only one requested after it holds all of them. None when the
     counters are absent or did not move (no queries)."""
-    samples = [s for s in server_metrics if PREFIX_CACHE_QUERIES in s and PREFIX_CACHE_HITS in s]
+    samples = [
+        s
+        for s in server_metrics
+        if PREFIX_CACHE_QUERIES in s.values and PREFIX_CACHE_HITS in s.values
+    ]
     if len(samples) < 2:
         return None, None
-    samples.sort(key=lambda s: s.get("t_ns", 0))
+    samples.sort(key=lambda s: s.t_ns)
     first, last = samples[0], samples[-1]
     if window_ns is not None:
-        before = [s for s in samples if s.get("t_received_ns", s.get("t_ns", 0)) <= window_ns[0]]
-        after = [s for s in samples if s.get("t_ns", 0) >= window_ns[1]]
+        before = [s for s in samples if _answered_ns(s) <= window_ns[0]]
+        after = [s for s in samples if s.t_ns >= window_ns[1]]
         first = before[-1] if before else samples[0]
         last = after[0] if after else samples[-1]
-    queries = float(last[PREFIX_CACHE_QUERIES]) - float(first[PREFIX_CACHE_QUERIES])
-    hits = float(last[PREFIX_CACHE_HITS]) - float(first[PREFIX_CACHE_HITS])
+    queries = last.values[PREFIX_CACHE_QUERIES] - first.values[PREFIX_CACHE_QUERIES]
+    hits = last.values[PREFIX_CACHE_HITS] - first.values[PREFIX_CACHE_HITS]
     if queries <= 0:
         return None, None
     return hits / queries, queries

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from bench import SCHEMA_VERSION
 from bench.core.config import RunConfig, legacy_axes_moved
+from bench.core.engine_facts import EngineFacts, PrometheusSample, RunEngine
 from bench.core.fingerprint import StoredFingerprint
 from bench.core.pattern_reports import PatternReport, older_report
 from bench.core.percentiles import Percentiles
@@ -270,7 +271,9 @@ class ReplicaResult(Record):
     summary: MetricsSummary | None = Field(
         None, description="This replica's measured records alone (the run's summary is all)."
     )
-    engine: dict[str, Any] = Field(default_factory=dict)
+    engine: EngineFacts = Field(
+        default_factory=EngineFacts, description="What this replica's engine reported at load."
+    )
 
 
 class GroupMembership(Record):
@@ -300,8 +303,10 @@ class RunResult(Record):
         None, description="Where it measured (bench/core/fingerprint.py); None when none was taken."
     )
     model: ModelInfo | None = None
-    engine: dict[str, Any] = Field(
-        default_factory=dict, description="Engine facts: version, CUDA graphs, attention kernel."
+    engine: RunEngine = Field(
+        default_factory=RunEngine,
+        description="Engine facts (version, CUDA graphs, attention kernel), how its worker ended "
+        "and the run's wall time (bench/core/engine_facts.py).",
     )
     timings: Timings = Field(default_factory=Timings)
     phases: list[PhaseResult] = Field(default_factory=list)
@@ -314,7 +319,7 @@ class RunResult(Record):
         "(bench/core/pattern_reports.py); None when the run ended before its load plan returned.",
     )
     telemetry: TelemetrySummary = Field(default_factory=TelemetrySummary)
-    server_metrics: list[dict[str, Any]] = Field(
+    server_metrics: list[PrometheusSample] = Field(
         default_factory=list, description="Scraped Prometheus samples of a served engine."
     )
     validity: Validity | None = None

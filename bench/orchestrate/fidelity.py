@@ -43,6 +43,7 @@ from bench.core.config import (
     legacy_axes_moved,
     restated_axis,
 )
+from bench.core.engine_facts import EngineFacts
 from bench.core.errors import UserError
 from bench.core.metric_catalog import CataloguedFields
 from bench.core.progress import RunProgress
@@ -282,7 +283,9 @@ class FidelityResult(CataloguedFields, Strict):
     vllm_reference: VllmReference | None = None
     rounds: list[FidelityRound] = Field(default_factory=list)
     pairs: list[FidelityPair] = Field(default_factory=list)
-    engine: dict[str, Any] = Field(default_factory=dict, description="Paired mode: engine facts.")
+    engine: EngineFacts = Field(
+        default_factory=EngineFacts, description="Paired mode: engine facts."
+    )
     runs: list[RunResult] = Field(
         default_factory=list, description="The backend's runs through bench.run.api.launch."
     )
@@ -665,7 +668,7 @@ async def paired_fidelity(check: PytorchFidelityCheck, model: ModelInfo) -> Fide
         ratio_spread=[percentile(ratios, 0.25), percentile(ratios, 0.75)],  # type: ignore[list-item]
         ratio_best_of_each=backend_best / plain_best,
         pairs=pairs,
-        engine={**info.engine, "device": backend.device},
+        engine=info.engine.model_copy(update={"device": backend.device}),
     )
 
 

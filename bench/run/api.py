@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic_core import PydanticSerializationError
 
 from bench.core.config import FP8_RANDOM_WEIGHTS_NOTE, RunConfig
+from bench.core.engine_facts import GpuProcess, RunEngine
 from bench.core.errors import BackendUnavailable, RunAborted, RunInterrupted, UserError
 from bench.core.outputs import os_reason, prepare_out_dir, write_atomic
 from bench.core.pattern_reports import HeldLoadReport, PatternReportBase
@@ -545,13 +546,17 @@ def _measure(
         sink.close()
         if live is not None:
             live.stop()
-    result.engine = dict(outcome.loaded.engine)
+    result.engine = RunEngine.model_validate(
+        {
+            **outcome.loaded.engine.model_dump(),
+            "worker_exit_code": outcome.exit_code,
+            "processes_left": outcome.survivors,  # none unless a kill failed
+        }
+    )
     result.server_metrics = outcome.server_metrics
-    result.engine["worker_exit_code"] = outcome.exit_code
-    result.engine["processes_left"] = outcome.survivors  # none unless a kill failed
     with contextlib.suppress(Exception):  # check no engine process is left on any GPU
-        result.engine["gpu_processes_left"] = [
-            p for p in gpu_processes() if p.get("pid") in set(pids)
+        result.engine.gpu_processes_left = [
+            GpuProcess.model_validate(p) for p in gpu_processes() if p.get("pid") in set(pids)
         ]
     if placement.replicas > 1:
         result.replicas = outcome.replicas
@@ -604,9 +609,9 @@ def _measure(
     )
     if result.summary is not None:  # the engine's prefix cache over the measured window
         rate, queries = prefix_cache_hit_rate(result.server_metrics, window_ns)
-        if rate is None and "prefix_cache" in result.engine:  # in-process engine's own stats
-            rate = result.engine["prefix_cache"].get("hit_rate")
-            queries = result.engine["prefix_cache"].get("queries")
+        stats = result.engine.prefix_cache  # an in-process engine's own stats
+        if rate is None and stats is not None:
+            rate, queries = stats.hit_rate, stats.queries
         result.summary.prefix_cache_hit_rate = rate
         result.summary.prefix_cache_queries = queries
     if result.status == RunStatus.COMPLETED:
@@ -622,7 +627,7 @@ def _measure(
         None if gpu_ok else gpu_reason,
         window_ns=window_ns,
     )
-    result.engine["wall_s"] = round(time.monotonic() - started, 3)
+    result.engine.wall_s = round(time.monotonic() - started, 3)
 
     # What was measured is stored before any analysis: a failure in the analysis or in writing
     # its findings must never lose the run (issue 21: a soak lost at serialisation).

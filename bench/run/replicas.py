@@ -425,7 +425,7 @@ async def _run(
                 failure=replica.failure,
                 load_s=loaded.load_s,
                 log_path=str(replica.worker.log_path),
-                engine=dict(loaded.engine),
+                engine=loaded.engine,
             )
         )
     return outcome

@@ -127,9 +127,9 @@ async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
         model, config.workload, config.precision, config.device, parallelism=config.parallelism
     )
     loop_module = type(asyncio.get_running_loop()).__module__
-    info.engine["event_loop"] = "uvloop" if loop_module.startswith("uvloop") else "asyncio"
+    info.engine.event_loop = "uvloop" if loop_module.startswith("uvloop") else "asyncio"
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
-        info.engine["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+        info.engine.cuda_visible_devices = os.environ["CUDA_VISIBLE_DEVICES"]
     events.put(
         Loaded(
             load_s=info.load_s, compile_s=info.compile_s, build_s=info.build_s, engine=info.engine

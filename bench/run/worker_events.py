@@ -11,10 +11,11 @@ values the worker's own code made; the others are validated where they are built
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
+from bench.core.engine_facts import EngineFacts, PrometheusSample
 from bench.core.pattern_reports import PatternReport, PatternReportBase
 from bench.core.progress import RunProgress
 from bench.core.schema import Failure, PhaseResult, ReplicaResult, RequestRecord
@@ -35,8 +36,9 @@ class Loaded(Strict):
     load_s: float | None = None
     compile_s: float | None = None
     build_s: float | None = None
-    engine: dict[str, Any] = Field(
-        default_factory=dict, description="Engine facts (RunResult.engine): version, kernels."
+    engine: EngineFacts = Field(
+        default_factory=EngineFacts,
+        description="Engine facts (RunResult.engine): version, kernels.",
     )
 
 
@@ -59,7 +61,7 @@ class Outcome(Strict):
     pattern_report: PatternReport
     warmup_s: float | None = None
     stopped: bool = False
-    server_metrics: list[dict[str, Any]] = Field(
+    server_metrics: list[PrometheusSample] = Field(
         default_factory=list, description="Scraped Prometheus samples of a served engine."
     )
 
@@ -116,7 +118,7 @@ class WorkerOutcome:
     pattern_report: PatternReportBase | None = None
     warmup_s: float | None = None
     exit_code: int | None = None
-    server_metrics: list[dict[str, Any]] = field(default_factory=list)
+    server_metrics: list[PrometheusSample] = field(default_factory=list)
     survivors: list[int] = field(default_factory=list)
     replicas: list[ReplicaResult] = field(default_factory=list)
 

@@ -143,7 +143,8 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     shape), not from a list of framework names in the advisor."""
     from advisor.evidence import workload_shape
     from advisor.stage_load import stage_load
-    from advisor.traffic import caching_state, sized_for_engine
+    from advisor.traffic import sized_for_engine
+    from bench.core.engine_facts import prefix_caching_setting
     from bench.engines.backends import registry
 
     for stage in load_profile(path).stages:
@@ -156,7 +157,9 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
         for config in plan_for_stage(stage).configs:
             backend = registry()[config.backend]
             args = dict(config.engine_args)
-            if caching_state(config) is not None:  # the caching on/off pair adds its switch
+            if (
+                prefix_caching_setting(config) is not None
+            ):  # the caching on/off pair adds its switch
                 assert args.pop("enable_prefix_caching") in (True, False)
                 assert args.pop("prefix_cache_stats") is True
             assert args == backend.recommended_args(shape)

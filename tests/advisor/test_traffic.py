@@ -25,6 +25,7 @@ from bench.core.config import (
     ReplayLoad,
     RunConfig,
 )
+from bench.core.engine_facts import PrometheusSample, prefix_caching_setting
 from bench.core.errors import UserError
 from bench.engines.models import resolve_model
 
@@ -154,7 +155,7 @@ def test_plain_profile_gets_no_pair_and_plain_workloads() -> None:
 def test_cpu_quick_plan_keeps_the_traffic_and_the_pair() -> None:
     plan = plan_for_stage(rag_stage(), quick=True, cpu_only=True)
     vllm = [c for c in plan.configs if c.backend == "vllm"]
-    assert [traffic.caching_state(c) for c in vllm] == [True, False]
+    assert [prefix_caching_setting(c) for c in vllm] == [True, False]
     assert all(c.device == "cpu" and c.model == "tiny-llama" for c in plan.configs)
     assert all(c.workload.prefix is not None for c in plan.configs)
 
@@ -257,8 +258,8 @@ def _with_hit_rate(run, hits: float, queries: float):
     from bench.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, prefix_cache_hit_rate
 
     samples = [
-        {"t_ns": 0, PREFIX_CACHE_QUERIES: 0.0, PREFIX_CACHE_HITS: 0.0},
-        {"t_ns": 1, PREFIX_CACHE_QUERIES: queries, PREFIX_CACHE_HITS: hits},
+        PrometheusSample(t_ns=0, values={PREFIX_CACHE_QUERIES: 0.0, PREFIX_CACHE_HITS: 0.0}),
+        PrometheusSample(t_ns=1, values={PREFIX_CACHE_QUERIES: queries, PREFIX_CACHE_HITS: hits}),
     ]
     rate, counted = prefix_cache_hit_rate(samples)
     run.summary.prefix_cache_hit_rate = rate

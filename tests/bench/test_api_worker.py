@@ -77,11 +77,11 @@ def test_worker_event_loop_is_the_configs_and_recorded(store, tiny_llama):
     say which loop the worker really ran, and the reproduce command carries the choice."""
     pytest.importorskip("uvloop")
     default = launch(fake_config(), store=store)
-    assert default.status == RunStatus.COMPLETED and default.engine["event_loop"] == "asyncio"
+    assert default.status == RunStatus.COMPLETED and default.engine.event_loop == "asyncio"
     config = fake_config().model_copy(update={"event_loop": "uvloop"})
     result = launch(config, store=store)
     assert result.status == RunStatus.COMPLETED, result.failure
-    assert result.engine["event_loop"] == "uvloop" and result.summary.requests > 10
+    assert result.engine.event_loop == "uvloop" and result.summary.requests > 10
     assert "event_loop=" in reproduce_command(config)
 
 
@@ -281,7 +281,7 @@ def test_served_engine_metrics_and_usage_reach_the_result(store, tmp_path, tiny_
     )
     result = launch(config, store=store)
     assert result.status == RunStatus.COMPLETED, result.failure
-    assert any(key.startswith("vllm:") for sample in result.server_metrics for key in sample)
+    assert any(key.startswith("vllm:") for sample in result.server_metrics for key in sample.values)
     assert store.get_run(result.run_id).server_metrics == result.server_metrics
     records = list(store.iter_records(result.run_id))
     assert records and all(r.output_tokens == 8 for r in records)

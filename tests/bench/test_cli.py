@@ -489,3 +489,22 @@ def test_no_store_is_one_flag_in_help_and_in_every_command():
             assert not getattr(param, "secondary_opts", []), (path, param.opts)
             seen += "--no-store" in getattr(param, "opts", [])
     assert seen >= 2  # bench run and bench fidelity both have it
+
+
+def test_pattern_help_lists_every_registered_load_pattern():
+    """`bench run --pattern`'s help is read from the pattern registry (LOAD_CLASSES), which holds
+    every variant of the LoadPattern union: a new pattern shows up without editing the help."""
+    import typing
+
+    import typer.main
+
+    from bench.cli import app as bench_app
+    from bench.core.config import LOAD_CLASSES, LoadPattern
+
+    union = typing.get_args(typing.get_args(LoadPattern)[0])
+    names = {str(cls.model_fields["pattern"].default) for cls in union}
+    assert names == set(LOAD_CLASSES) and len(names) == 7
+    run = typer.main.get_command(bench_app).commands["run"]
+    (option,) = [param for param in run.params if "--pattern" in param.opts]
+    listed = option.help.removeprefix("Load pattern: ").split(" | ")
+    assert listed == list(LOAD_CLASSES)

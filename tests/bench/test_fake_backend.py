@@ -21,7 +21,7 @@ MS = 1_000_000
 async def loaded(**options) -> FakeBackend:
     backend = FakeBackend(options)
     info = await backend.load(MODEL, GenerateWorkload(), Precision(), "cpu")
-    assert info.engine["test_double"] is True
+    assert info.engine.extra["test_double"] is True
     return backend
 
 

@@ -104,7 +104,7 @@ async def test_paired_mode_alternates_plain_and_harness_on_one_model(
     ratios = sorted(pair.ratio for pair in result.pairs)
     assert result.ratio == pytest.approx((ratios[1] + ratios[2]) / 2)
     assert result.passed == (result.ratio >= 0.90)
-    assert result.engine["max_batch_size"] == 4 and result.engine["compiled"] is False
+    assert result.engine.extra["max_batch_size"] == 4 and result.engine.extra["compiled"] is False
 
 
 @pytest.mark.slow

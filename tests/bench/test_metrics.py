@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bench.core.config import SLO, ValidityRules
+from bench.core.engine_facts import PrometheusSample
 from bench.core.errors import UserError
 from bench.core.metrics import (
     MetricsAccumulator,
@@ -301,8 +302,8 @@ def test_prefix_cache_window_takes_reads_answered_before_it_and_asked_after_it()
     from bench.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, prefix_cache_hit_rate
 
     def read(t_ns, t_received_ns, queries, hits):
-        sample = {"t_ns": t_ns, PREFIX_CACHE_QUERIES: queries, PREFIX_CACHE_HITS: hits}
-        return sample if t_received_ns is None else {**sample, "t_received_ns": t_received_ns}
+        values = {PREFIX_CACHE_QUERIES: queries, PREFIX_CACHE_HITS: hits}
+        return PrometheusSample(t_ns=t_ns, t_received_ns=t_received_ns, values=values)
 
     window = (100, 200)
     samples = [

@@ -72,8 +72,8 @@ def alive(pid: int) -> bool:
 def test_tp2_runs_one_engine_on_both_gpus(tmp_path):
     result = launch(vllm_config(parallelism={"tensor_parallel_size": 2}), out_dir=tmp_path)
     assert result.status == RunStatus.COMPLETED, result.failure
-    assert result.engine["tensor_parallel_size"] == 2
-    assert result.engine["engine_args"]["distributed_executor_backend"] == "mp"
+    assert result.engine.extra["tensor_parallel_size"] == 2
+    assert result.engine.extra["engine_args"]["distributed_executor_backend"] == "mp"
     assert result.telemetry.gpu_indices == [0, 1]
     assert all(
         gpu.peak_memory_used_gb and gpu.peak_memory_used_gb > 1 for gpu in result.telemetry.per_gpu
@@ -84,7 +84,7 @@ def test_tp2_runs_one_engine_on_both_gpus(tmp_path):
         summary.output_throughput_tok_s / 2
     )
     assert summary.tok_s_per_user == pytest.approx(1000 / summary.tpot_ms.p50)
-    assert result.engine["processes_left"] == [] and result.engine["gpu_processes_left"] == []
+    assert result.engine.processes_left == [] and result.engine.gpu_processes_left == []
 
 
 @skip_without_two_gpus
@@ -96,7 +96,7 @@ def test_two_replicas_one_gpu_each(tmp_path):
     assert sum(r.summary.requests for r in result.replicas) == result.summary.requests
     assert result.summary.gpus == 2
     assert result.telemetry.gpu_indices == [0, 1]
-    assert result.engine["gpu_processes_left"] == []
+    assert result.engine.gpu_processes_left == []
 
 
 @skip_without_two_gpus
@@ -106,8 +106,8 @@ def test_fp8_weights_and_kv_cache_are_recorded_with_the_caveat(tmp_path):
     )
     result = launch(config, out_dir=tmp_path)
     assert result.status == RunStatus.COMPLETED, result.failure
-    assert result.engine["quantization"] == "fp8"
-    assert result.engine["kv_cache_dtype"].startswith("fp8")
+    assert result.engine.extra["quantization"] == "fp8"
+    assert result.engine.extra["kv_cache_dtype"].startswith("fp8")
     assert any("accuracy" in caveat for caveat in result.caveats)
 
 
@@ -144,4 +144,4 @@ def test_kill_9_of_a_tp2_worker_leaves_no_gpu_process(tmp_path):
     time.sleep(2)
     assert not [pid for pid in seen if alive(pid)]
     left = [p for p in gpu_processes() if p["pid"] in seen or p["pid"] == worker[0]]
-    assert left == [] and result.engine["processes_left"] == []
+    assert left == [] and result.engine.processes_left == []

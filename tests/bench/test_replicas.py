@@ -66,7 +66,7 @@ def check_service_split(result, out_dir) -> None:
     assert summarize(records, result.config.slo) == result.summary
     pids = [replica.pid for replica in result.replicas]
     assert len(set(pids)) == 2 and all(gone(pid) for pid in pids)
-    assert result.engine["processes_left"] == []
+    assert result.engine.processes_left == []
 
 
 def test_fake_replicas_share_one_load_generator(tmp_path):
@@ -180,7 +180,7 @@ def test_kill_9_of_the_worker_leaves_no_process(tmp_path):
     assert "exited with code -9" in result.failure.cause
     assert len(helpers) >= 4
     assert all(gone(pid) for pid in [*pids, *helpers]), [p for p in helpers if not gone(p)]
-    assert result.engine["processes_left"] == []
+    assert result.engine.processes_left == []
 
 
 def test_kill_9_of_one_replica_fails_the_run_and_leaves_nothing(tmp_path):
@@ -204,7 +204,7 @@ def test_kill_9_of_one_replica_fails_the_run_and_leaves_nothing(tmp_path):
     assert "code -9" in result.replicas[0].failure.cause
     every = [*helpers, *(replica.pid for replica in result.replicas)]
     assert all(gone(pid) for pid in every), [p for p in every if not gone(p)]
-    assert result.engine["processes_left"] == []
+    assert result.engine.processes_left == []
 
 
 def test_process_tree_finds_helpers_that_left_the_group():

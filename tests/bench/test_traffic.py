@@ -409,13 +409,13 @@ def test_in_process_vllm_prefix_counter_gives_scrape_like_samples():
 
     counter = PrefixCacheCounter(interval_ns=0)
     counter.add(100, 0)  # warm-up step before the measured window
-    first_t = counter.samples()[0]["t_ns"]
+    first_t = counter.samples()[0].t_ns
     counter.add(200, 150)
     counter.add(200, 190)
     samples = counter.samples()
-    assert samples[-1]["vllm:prefix_cache_queries_total"] == 500
-    assert samples[-1]["vllm:prefix_cache_hits_total"] == 340
-    rate, queries = prefix_cache_hit_rate(samples, (first_t, samples[-1]["t_ns"]))
+    assert samples[-1].values["vllm:prefix_cache_queries_total"] == 500
+    assert samples[-1].values["vllm:prefix_cache_hits_total"] == 340
+    rate, queries = prefix_cache_hit_rate(samples, (first_t, samples[-1].t_ns))
     assert (rate, queries) == (340 / 400, 400)
 
 

@@ -63,12 +63,12 @@ def test_prefix_cache_hit_rate_with_caching_on_and_off(tiny_llama: ModelInfo, tm
     for caching in (True, False):
         result = launch(_config(model.path, caching, tmp_path / f"server-{caching}.log"))
         assert result.status == RunStatus.COMPLETED, result.failure
-        assert result.engine["prompt_format"] == "text"
+        assert result.engine.extra["prompt_format"] == "text"
         summary = result.summary
         assert summary.successful == 16
         assert summary.prefix_share_of_input_tokens > 0.8  # 192 of ~208 tokens are shared
         rates[caching] = summary.prefix_cache_hit_rate
-        assert any("vllm:prefix_cache_queries_total" in s for s in result.server_metrics)
+        assert any("vllm:prefix_cache_queries_total" in s.values for s in result.server_metrics)
     print(f"prefix-cache hit rate: caching on {rates[True]}, off {rates[False]}")
     assert rates[True] is not None and rates[True] > 0.3, rates
     # Caching off: the counters do not move (None) or show no hits.

@@ -23,6 +23,7 @@ from bench.core.config import (
     Precision,
     restated_axis,
 )
+from bench.core.engine_facts import EngineFacts
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo
 from bench.core.strict import Strict
@@ -98,7 +99,7 @@ class LoadInfo:
     load_s: float
     compile_s: float | None = None
     build_s: float | None = None
-    engine: dict[str, Any] = field(default_factory=dict)
+    engine: EngineFacts = field(default_factory=EngineFacts)
 
 
 ONE_ENGINE_ONE_DEVICE = ParallelismConfig()

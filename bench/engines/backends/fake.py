@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from bench.core.clock import CLOCK
 from bench.core.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
+from bench.core.engine_facts import EngineFacts
 from bench.core.limits import MAX_ENGINE_DELAY_S, MAX_SEED
 from bench.core.schema import ModelInfo
 from bench.core.strict import Strict
@@ -153,7 +154,7 @@ class FakeBackend(Backend):
         engine: dict[str, Any] = {"test_double": True, "options": self.options.model_dump()}
         if self._helpers:
             engine["helper_pids"] = [helper.pid for helper in self._helpers]
-        return LoadInfo(load_s=0.0, engine=engine)
+        return LoadInfo(load_s=0.0, engine=EngineFacts.model_validate(engine))
 
     def stream(self, request: Request) -> AsyncIterator[Chunk]:
         # No wrapper generator on the common path: one async generator per request.

@@ -28,6 +28,7 @@ from pydantic import Field
 
 from bench.core.clock import CLOCK
 from bench.core.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
+from bench.core.engine_facts import EngineFacts
 from bench.core.errors import BackendUnavailable, UserError
 from bench.core.schema import ModelInfo
 from bench.core.strict import Strict
@@ -367,7 +368,11 @@ class _ForwardRunner:
         }
         self._inputs_for(shape)  # upload the fixed-shape inputs once
         build_s = self.export.export_s + (first_run_s if provider == "tensorrt" else 0.0)
-        return LoadInfo(load_s=time.perf_counter() - started, build_s=build_s, engine=engine)
+        return LoadInfo(
+            load_s=time.perf_counter() - started,
+            build_s=build_s,
+            engine=EngineFacts.model_validate(engine),
+        )
 
     def _inputs_for(self, shape: Any) -> dict[str, Any]:
         """Inputs of `shape` as OrtValues on the bound device, made once per shape."""
@@ -592,7 +597,11 @@ class _GenerateRunner:
             "batch_wait_ms": self.options.batch_wait_ms,
             "context_length": self.context_length,
         }
-        return LoadInfo(load_s=time.perf_counter() - started, build_s=build_s, engine=engine)
+        return LoadInfo(
+            load_s=time.perf_counter() - started,
+            build_s=build_s,
+            engine=EngineFacts.model_validate(engine),
+        )
 
     def _run_batch(self, requests: list[GenerateRequest], on_step: Callable[[int], None]) -> None:
         """Decode one static batch to its longest output; `on_step(t_ns)` after every step."""

@@ -28,6 +28,7 @@ from bench.core.config import (
     Precision,
     Strict,
 )
+from bench.core.engine_facts import EngineFacts, PrometheusSample
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo
 from bench.engines.backends.base import (
@@ -273,7 +274,7 @@ class OpenAIBackend(Backend):
         self._tokenizer: Any = None
         self._launcher: Any = None
         self._scrape_task: asyncio.Task[None] | None = None
-        self._server_metrics: list[dict[str, Any]] = []
+        self._server_metrics: list[PrometheusSample] = []
         self._metrics_note: str | None = None
         # The /metrics sample names each scrape keeps (None: all but histogram buckets).
         self._kept_metric_names: set[str] | None = (
@@ -392,7 +393,9 @@ class OpenAIBackend(Backend):
             max_connections=limit,
             client=f"aiohttp {package_version('aiohttp')}",
         )
-        return LoadInfo(load_s=(CLOCK.now_ns() - start_ns) / 1e9, engine=engine)
+        return LoadInfo(
+            load_s=(CLOCK.now_ns() - start_ns) / 1e9, engine=EngineFacts.model_validate(engine)
+        )
 
     def launched_server_args(
         self, precision: Precision, parallelism: ParallelismConfig
@@ -592,12 +595,15 @@ class OpenAIBackend(Backend):
                     return False
                 if response.status != 200:
                     raise OpenAIServerError(f"/metrics: HTTP {response.status}")
-            received = {"t_ns": t_ns, "t_received_ns": CLOCK.now_ns()}
+            received_ns = CLOCK.now_ns()
             if text.lstrip().startswith(("[", "{")):  # trtllm-serve: JSON iteration stats
-                self._server_metrics.append({**received, "json": json.loads(text)})
+                sample = PrometheusSample(
+                    t_ns=t_ns, t_received_ns=received_ns, json_stats=json.loads(text)
+                )
             else:
                 values = parse_prometheus(text, self._kept_metric_names)
-                self._server_metrics.append({**received, **values})
+                sample = PrometheusSample(t_ns=t_ns, t_received_ns=received_ns, values=values)
+            self._server_metrics.append(sample)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed scrape must never fail the run
@@ -613,9 +619,8 @@ class OpenAIBackend(Backend):
         if self._scrape_task is not None:
             await self._scrape_once(BOUNDARY_SCRAPE_TIMEOUT_S)
 
-    def server_metrics(self) -> list[dict[str, Any]]:
-        """Scraped samples so far: {"t_ns": sent, "t_received_ns": answered, metric name: value,
-        ...} per scrape."""
+    def server_metrics(self) -> list[PrometheusSample]:
+        """Scraped samples so far, one per scrape (sent and answered times, values)."""
         return list(self._server_metrics)
 
     @property

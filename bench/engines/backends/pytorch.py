@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from bench.core.clock import CLOCK
 from bench.core.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
+from bench.core.engine_facts import EngineFacts
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo
 from bench.core.strict import Strict
@@ -283,7 +284,9 @@ class PyTorchBackend(Backend):
                 max_batch_size=self.options.max_batch_size,
                 batch_wait_ms=self.options.batch_wait_ms,
             )
-        return LoadInfo(load_s=load_s, compile_s=compile_s, engine=dict(self.engine_info))
+        return LoadInfo(
+            load_s=load_s, compile_s=compile_s, engine=EngineFacts.model_validate(self.engine_info)
+        )
 
     def _load_sync(self, model: ModelInfo, precision: Precision, device: str) -> None:
         import torch

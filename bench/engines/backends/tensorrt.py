@@ -25,6 +25,7 @@ from pydantic import Field
 
 from bench.core.clock import CLOCK
 from bench.core.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
+from bench.core.engine_facts import EngineFacts
 from bench.core.errors import BackendUnavailable, UserError
 from bench.core.schema import ModelInfo
 from bench.core.strict import Strict
@@ -242,7 +243,7 @@ class TensorRTBackend(Backend):
         return LoadInfo(
             load_s=time.perf_counter() - started,
             build_s=self._export.export_s + build_s,
-            engine=engine,
+            engine=EngineFacts.model_validate(engine),
         )
 
     def _engine_path(self, trt: Any, profile: dict, precision: Precision) -> Path:

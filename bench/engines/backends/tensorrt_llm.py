@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from bench.core.clock import CLOCK
 from bench.core.config import ForwardWorkload, GenerateWorkload, ParallelismConfig, Precision
+from bench.core.engine_facts import EngineFacts
 from bench.core.errors import BackendUnavailable, UserError
 from bench.core.schema import ModelInfo
 from bench.core.strict import Strict
@@ -225,7 +226,7 @@ class TensorRTLLMBackend(Backend):
         return LoadInfo(
             load_s=construct_s,
             build_s=construct_s if self.options.backend == "tensorrt" else None,
-            engine=engine,
+            engine=EngineFacts.model_validate(engine),
         )
 
     def sampling_params(self, output_tokens: int) -> Any:

@@ -26,6 +26,7 @@ from bench.core.config import (
     ParallelismConfig,
     Precision,
 )
+from bench.core.engine_facts import EngineFacts, PrometheusSample
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo
 from bench.engines.backends.base import (
@@ -423,7 +424,7 @@ class VllmBackend(Backend):
         if kv_sized_by is not None:
             facts.update(kv_cache_memory_bytes=kwargs.get("kv_cache_memory_bytes"))
             facts.update(kv_cache_sized_by=kv_sized_by)
-        return LoadInfo(load_s=load_s, engine=facts)
+        return LoadInfo(load_s=load_s, engine=EngineFacts.model_validate(facts))
 
     @staticmethod
     def _check_device(device: str) -> None:
@@ -462,7 +463,7 @@ class VllmBackend(Backend):
                 else:
                     yield Chunk(t_ns=arrived_ns, tokens=new_tokens)
 
-    def server_metrics(self) -> list[dict[str, Any]]:
+    def server_metrics(self) -> list[PrometheusSample]:
         """With `prefix_cache_stats`: the engine's prefix-cache counters as scrape-like samples
         (the names vLLM's server exports), so the run summary computes the same hit rate."""
         if self._prefix_counter is None:
@@ -491,7 +492,7 @@ class PrefixCacheCounter:
         self.queries = 0
         self.hits = 0
         self.interval_ns = interval_ns
-        self._samples: list[dict[str, Any]] = []
+        self._samples: list[PrometheusSample] = []
 
     def factory(self, vllm_config: Any, engine_index: int = 0) -> Any:
         from vllm.v1.metrics.loggers import StatLoggerBase
@@ -516,17 +517,17 @@ class PrefixCacheCounter:
         self.queries += queries
         self.hits += hits
         now = CLOCK.now_ns()
-        if not self._samples or now - self._samples[-1]["t_ns"] >= self.interval_ns:
+        if not self._samples or now - self._samples[-1].t_ns >= self.interval_ns:
             self._samples.append(self._sample(now))
 
-    def _sample(self, t_ns: int) -> dict[str, Any]:
-        return {
-            "t_ns": t_ns,
+    def _sample(self, t_ns: int) -> PrometheusSample:
+        values = {
             "vllm:prefix_cache_queries_total": float(self.queries),
             "vllm:prefix_cache_hits_total": float(self.hits),
         }
+        return PrometheusSample(t_ns=t_ns, values=values)
 
-    def samples(self) -> list[dict[str, Any]]:
+    def samples(self) -> list[PrometheusSample]:
         return [*self._samples, self._sample(CLOCK.now_ns())]
 
 

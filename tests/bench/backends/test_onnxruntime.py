@@ -91,9 +91,9 @@ def test_forward_fixed_shape_checked_and_timed(preset, workload, request) -> Non
 
     before = CLOCK.now_ns()
     info, outputs = asyncio.run(scenario())
-    check = info.engine["export_check"]
+    check = info.engine.extra["export_check"]
     assert check["passed"] and check["relative_error"] < 1e-4
-    assert info.engine["providers"][0] == "CPUExecutionProvider"
+    assert info.engine.extra["providers"][0] == "CPUExecutionProvider"
     assert info.build_s is not None and info.build_s >= 0
     times = [chunks[0].t_ns for chunks in outputs]
     assert all(len(chunks) == 1 and chunks[0].tokens == 4 for chunks in outputs)
@@ -123,7 +123,7 @@ def test_forward_dynamic_shapes_serve_several_shapes(tiny_bert) -> None:
         return info, outputs
 
     info, outputs = asyncio.run(scenario())
-    assert info.engine["dynamic_shapes"] is True
+    assert info.engine.extra["dynamic_shapes"] is True
     assert [chunks[0].tokens for chunks in outputs] == [2, 2, 3]
 
 
@@ -189,7 +189,7 @@ def test_genai_generate_converted_cached_and_batched(tiny_llama, tmp_path, monke
     info, outputs, stats = asyncio.run(scenario())
     # Six concurrent requests, batches of at most 4: real batches were formed.
     assert stats.requests == 6 and max(stats.batch_sizes) > 1 and max(stats.batch_sizes) <= 4
-    assert info.engine["conversion_cached"] is False and info.build_s > 0
+    assert info.engine.extra["conversion_cached"] is False and info.build_s > 0
     for chunks, wanted in zip(outputs, lengths, strict=True):
         assert sum(c.tokens for c in chunks) == wanted
         times = [c.t_ns for c in chunks]
@@ -208,5 +208,5 @@ def test_genai_generate_converted_cached_and_batched(tiny_llama, tmp_path, monke
         return info, chunks
 
     info2, chunks = asyncio.run(reload())
-    assert info2.engine["conversion_cached"] is True and info2.build_s == 0.0
+    assert info2.engine.extra["conversion_cached"] is True and info2.build_s == 0.0
     assert sum(c.tokens for c in chunks) == 4

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from bench.core.config import GenerateWorkload, LengthDistribution, Precision
+from bench.core.engine_facts import PrometheusSample
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo
 from bench.engines.backends.base import Chunk, GenerateRequest
@@ -255,7 +256,7 @@ async def test_stream_against_double_and_request_body(fake_server: FakeOpenAISer
     )
     info = await backend.load(MODEL, GenerateWorkload(), Precision(), "auto")
     try:
-        assert info.engine["served_model"] == "double-model"
+        assert info.engine.extra["served_model"] == "double-model"
         chunks = await _collect(backend, GenerateRequest("r1", [5, 6, 7], 6))
         assert sum(c.tokens for c in chunks) == 6 == chunks[-1].usage_output_tokens
         body = fake_server.bodies[-1]
@@ -265,7 +266,7 @@ async def test_stream_against_double_and_request_body(fake_server: FakeOpenAISer
         assert body["top_k"] == 1 and body["model"] == "double-model"
         await asyncio.sleep(0.2)
         samples = backend.server_metrics()
-        assert samples and "vllm:num_requests_running" in samples[0]
+        assert samples and "vllm:num_requests_running" in samples[0].values
     finally:
         await backend.close()
 
@@ -305,7 +306,7 @@ async def test_counters_are_read_at_both_ends_of_a_window_shorter_than_the_polli
     window = (min(r.start_ns for r in measured), max(r.end_ns for r in measured))
     samples = backend.server_metrics()
     assert len(samples) == 3  # the polling read at load, then one at each end of the window
-    assert samples[1]["t_received_ns"] <= window[0] and samples[2]["t_ns"] >= window[1]
+    assert samples[1].t_received_ns <= window[0] and samples[2].t_ns >= window[1]
     rate, queries = prefix_cache_hit_rate(samples, window)
     assert queries == 8 * FakeOpenAIServer.PROMPT_TOKENS
     assert rate == pytest.approx(FakeOpenAIServer.CACHED_TOKENS / FakeOpenAIServer.PROMPT_TOKENS)
@@ -385,7 +386,7 @@ async def test_text_is_the_default_and_decoded_before_the_request_is_timed(
     assert backend.options.prompt_format == "text" and backend.options.match_prompt_tokens
     info = await backend.load(tiny_llama, GenerateWorkload(), Precision(), "auto")
     try:
-        assert info.engine["prompt_format"] == "text"
+        assert info.engine.extra["prompt_format"] == "text"
         prepared = [backend.prepare_request(request) for request in requests]
         server_side = [len(tokenizer(r.prompt_text)["input_ids"]) for r in prepared]
         assert sum(server_side) / len(server_side) < 128.5 and min(server_side) >= 128
@@ -467,14 +468,15 @@ def test_prefix_cache_hit_rate_from_scraped_counters() -> None:
             "# TYPE vllm:prefix_cache_hits counter\n"
             f'vllm:prefix_cache_hits_total{{engine="0"}} {hits}\n'
         )
-        return {"t_ns": t_ns, **parse_prometheus(text, set(DEFAULT_METRIC_NAMES))}
+        values = parse_prometheus(text, set(DEFAULT_METRIC_NAMES))
+        return PrometheusSample(t_ns=t_ns, values=values)
 
     samples = [scrape(0, 100, 0), scrape(10, 150, 20), scrape(20, 1150, 620), scrape(30, 1200, 640)]
     # Whole series: (640 - 0) / (1200 - 100); measured window 10..20: (620 - 20) / (1150 - 150).
     assert prefix_cache_hit_rate(samples) == (640 / 1100, 1100)
     assert prefix_cache_hit_rate(samples, (10, 20)) == (0.6, 1000)
     assert prefix_cache_hit_rate([scrape(0, 5, 0), scrape(1, 5, 0)]) == (None, None)
-    assert prefix_cache_hit_rate([{"t_ns": 0}]) == (None, None)
+    assert prefix_cache_hit_rate([PrometheusSample(t_ns=0)]) == (None, None)
 
 
 # --------------------------------------------------------------------------- real vLLM server
@@ -527,8 +529,8 @@ async def test_real_vllm_server_launched_measured_and_stopped(
     )
     info = await launched.load(model, GenerateWorkload(), precision, "auto")
     try:
-        assert info.engine["server"] == "vllm" and info.engine["server_startup_s"] > 0
-        assert "--enforce-eager" in info.engine["server_command"]
+        assert info.engine.server.name == "vllm" and info.engine.server.startup_s > 0
+        assert "--enforce-eager" in info.engine.server.command
         await _check_real_requests(launched, "tokens")
         text_client = OpenAIBackend(
             {"base_url": launched.base_url, "prompt_format": "text", "scrape_metrics": False}
@@ -540,9 +542,11 @@ async def test_real_vllm_server_launched_measured_and_stopped(
             await text_client.close()
         await asyncio.sleep(0.5)  # at least one scrape after the requests
         samples = launched.server_metrics()
-        assert any(key.startswith("vllm:") for sample in samples for key in sample)
+        assert any(key.startswith("vllm:") for sample in samples for key in sample.values)
         finished = [
-            s["vllm:request_success_total"] for s in samples if "vllm:request_success_total" in s
+            s.values["vllm:request_success_total"]
+            for s in samples
+            if "vllm:request_success_total" in s.values
         ]
         assert max(finished) >= 8
         leader = psutil.Process(launched._launcher.pid)

@@ -43,8 +43,8 @@ async def test_generate_batches_concurrent_requests_and_streams_exact_lengths(
 ) -> None:
     backend = get_backend("pytorch")({"max_batch_size": 4, "batch_wait_ms": 100})
     info = await backend.load(tiny_llama, GenerateWorkload(), FP32, "auto")
-    assert info.engine["cuda_graphs"] is False
-    assert info.engine["attn_implementation"] == "sdpa"
+    assert info.engine.cuda_graphs is False
+    assert info.engine.extra["attn_implementation"] == "sdpa"
     assert info.compile_s is None and info.load_s > 0
     shapes = [(5, 3), (23, 11), (9, 1), (14, 6)]  # (prompt tokens, output tokens)
     requests = [GenerateRequest(f"r{i}", prompt(p, 100 + i), n) for i, (p, n) in enumerate(shapes)]
@@ -128,8 +128,8 @@ async def test_forward_autocast_bf16_close_to_fp32(tiny_bert: ModelInfo) -> None
     for autocast, precision in ((False, FP32), (True, Precision(dtype="bfloat16"))):
         backend = get_backend("pytorch")({"autocast": autocast})
         info = await backend.load(tiny_bert, workload, precision, "cpu")
-        assert info.engine["autocast"] is autocast
-        assert info.engine["weights_dtype"] == "float32"
+        assert info.engine.extra["autocast"] is autocast
+        assert info.engine.extra["weights_dtype"] == "float32"
         results[autocast] = await backend.forward_output(2, 8)
         await backend.close()
     assert not torch.equal(results[True], results[False])  # autocast really changed the math

@@ -91,7 +91,7 @@ def test_seed_build_options_map_to_a_build_config(standin) -> None:
     )
     cls_name, kwargs = _init_event(standin)
     assert cls_name == "LLM"
-    assert info.engine["llm_class"] == "tensorrt_llm._tensorrt_engine.LLM"
+    assert info.engine.extra["llm_class"] == "tensorrt_llm._tensorrt_engine.LLM"
     assert kwargs["model"] == MODEL.path and kwargs["tokenizer"] == MODEL.path
     assert kwargs["tensor_parallel_size"] == 2 and kwargs["dtype"] == "float16"
     build_config = kwargs["build_config"]
@@ -109,7 +109,7 @@ def test_pytorch_flow_gets_limits_as_llm_args(standin) -> None:
     )
     info = asyncio.run(backend.load(MODEL, GenerateWorkload(), Precision(), "cuda"))
     _, kwargs = _init_event(standin)
-    assert info.engine["llm_class"] == "tensorrt_llm.LLM" and info.build_s is None
+    assert info.engine.extra["llm_class"] == "tensorrt_llm.LLM" and info.build_s is None
     assert kwargs["backend"] == "pytorch" and "build_config" not in kwargs
     assert kwargs["max_batch_size"] == 32 and kwargs["max_num_tokens"] == 8192
     assert kwargs["enable_chunked_prefill"] is True and kwargs["dtype"] == "bfloat16"

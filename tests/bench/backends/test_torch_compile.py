@@ -59,8 +59,11 @@ async def test_generate_compiles_static_cache_and_streams_exact_lengths(
     backend = get_backend("torch_compile")({"max_batch_size": 4, "batch_wait_ms": 100})
     info = await backend.load(tiny_llama, workload, FP32, "cpu")
     assert info.compile_s is not None and info.compile_s > 0
-    assert info.engine["kv_cache"] == "static" and info.engine["batch_buckets"] == [1, 4]
-    assert info.engine["max_cache_len"] == 24 + 12
+    assert info.engine.extra["kv_cache"] == "static" and info.engine.extra["batch_buckets"] == [
+        1,
+        4,
+    ]
+    assert info.engine.extra["max_cache_len"] == 24 + 12
     assert backend.compiled_graphs >= 1  # the decode step really went through Dynamo
     graphs_after_load = _unique_graphs()
 
@@ -111,7 +114,7 @@ async def test_compiled_forward_agrees_with_eager(fixture, workload, shape, requ
         info = await backend.load(model_info, workload, FP32, "cpu")
         if name == "torch_compile":
             assert info.compile_s is not None and info.compile_s > 0
-            assert info.engine["compile_mode"] == "reduce-overhead"
+            assert info.engine.extra["compile_mode"] == "reduce-overhead"
         chunks = [chunk async for chunk in backend.stream(ForwardRequest("f", *shape))]
         assert len(chunks) == 1 and chunks[0].tokens == shape[0]
         outputs[name] = await backend.forward_output(*shape)

@@ -138,12 +138,12 @@ async def test_real_engine_exact_lengths_ordered_times_clean_close(
     engine_children = [p for p in _engine_processes() if p.pid not in before]
     try:
         assert info.load_s > 0
-        assert info.engine["version"] == vllm_version()
-        assert info.engine["max_num_seqs"] == 8 and info.engine["enforce_eager"] is True
-        assert info.engine["cuda_graphs"] is False  # eager, and no CUDA on this machine
-        assert info.engine["dtype"] == "float32"
+        assert info.engine.version == vllm_version()
+        assert info.engine.extra["max_num_seqs"] == 8 and info.engine.enforce_eager is True
+        assert info.engine.cuda_graphs is False  # eager, and no CUDA on this machine
+        assert info.engine.dtype == "float32"
         # Stats logging off by default, as vLLM's offline LLM (the fidelity reference) has it.
-        assert info.engine["log_stats"] is False
+        assert info.engine.extra["log_stats"] is False
         assert engine_children, "vLLM V1 runs its engine core in a child process"
 
         lengths = [1, 7, 16, 33, 5, 12]
@@ -230,7 +230,7 @@ def test_vllm_fidelity_check_on_cpu(
     (run,) = result.runs
     sized = reference.engine_args["kv_cache_memory_bytes"]
     assert 0 < sized < 4 * 2**30
-    assert run.engine["kv_cache_memory_bytes"] == sized  # the same on both sides
+    assert run.engine.extra["kv_cache_memory_bytes"] == sized  # the same on both sides
     assert run.status.value == "COMPLETED", run.failure
     assert run.summary is not None and run.summary.successful == 8
     assert run.config.load.concurrency == 4 and run.config.engine_args["max_num_seqs"] == 4
