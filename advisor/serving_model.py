@@ -663,8 +663,9 @@ def _engine_args(run: RunResult) -> dict:
     server = args.get("server_args")
     if isinstance(server, dict):
         args.update(server)
+    reported = run.engine.extra if run.engine is not None else {}  # the engine's own names
     for key in ("max_num_batched_tokens", "max_num_seqs"):
-        value = (run.engine or {}).get(key)
+        value = reported.get(key)
         if isinstance(value, int) and key not in args:
             args[key] = value
     return args
