@@ -413,6 +413,11 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
             wanted.append(("concurrency", float(stage.concurrency)))
         if stage.request_rate_rps is not None:
             wanted.append(("rate", float(stage.request_rate_rps)))
+        if not wanted and stage.peak_request_rate_rps is not None:
+            # Only a peak is given: the stage's one load (advisor/stage_load.py) is that rate
+            # open loop, or its in-flight count per engine closed loop.
+            wanted.append(("rate", float(stage.peak_request_rate_rps)))
+            wanted.append(("concurrency", float(stage_load(stage).per_engine)))
         if wanted:
             if level is None:
                 traffic = False

@@ -215,3 +215,21 @@ def test_your_own_search_sizes_the_fleet_before_a_published_one(reference):
     assert chosen.capacity.gpus_needed == math.ceil(40 * 1.2 / 12.0)
     assert chosen.capacity_basis.startswith("sized from your capacity search")
     assert any(c.provenance == "published" for c in chosen.capacities)
+
+
+def test_a_peak_only_stage_matches_evidence_at_its_one_load(reference):
+    """A stage that gives only its peak is matched at that load (the rate open loop, its
+    in-flight count per engine closed loop), not at any level a run happened to measure."""
+    from advisor.evidence import workload_match
+
+    stage = stage_of(CHAT_40)
+    quick = [
+        run
+        for run in reference.runs["h200_llama2-7b_fidelity_quick_plan_onnx_genai_runs.json"]
+        if run.config.workload.kind == "generate"
+        and run.config.workload.prompt_tokens.mean == 512
+        and run.config.load.fixed_level() == ("concurrency", 8.0)
+    ]
+    assert quick, "the shipped 512/256 runs at 8 in flight"
+    match = workload_match(quick[0], stage)
+    assert not match.traffic and any("concurrency 8" in d for d in match.differences)
