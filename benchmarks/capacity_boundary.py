@@ -58,26 +58,21 @@ def search_rows(label: str, root: Path) -> list[list[str]]:
         for run_dir in _run_dirs(root, Path(scratch)):
             run = RunResult.model_validate_json((run_dir / "result.json").read_text())
             report = run.pattern_report
-            if not isinstance(report, CapacityReport):
-                continue
-            slo = report.slo
             records = [
                 json.loads(line)
                 for line in (run_dir / "records.jsonl").read_text().splitlines()
                 if line.strip()
             ]
+            if not isinstance(report, CapacityReport):
+                if run.config.load.pattern == "rate" and run.summary is not None:
+                    rows.append(_rate_row(label, run, records))
+                continue
+            slo = report.slo
             for probe in report.probes:
                 if probe.feasible is None:
                     continue
                 mine = [r for r in records if r.get("phase") == probe.phase and not r["warmup"]]
-                events = sorted(
-                    [(r["start_ns"], 1) for r in mine]
-                    + [(r["end_ns"], -1) for r in mine if r["end_ns"]]
-                )
-                level, most = 0, 0
-                for _, step in events:
-                    level += step
-                    most = max(most, level)
+                most = _most_in_flight(mine)
                 missed = [_misses(r, slo.ttft_ms, slo.tpot_ms) for r in mine]
                 met = sum(not m for m in missed)
                 share = _tail_share([r["start_ns"] / NS for r in mine], missed)
@@ -98,6 +93,38 @@ def search_rows(label: str, root: Path) -> list[list[str]]:
                     ]
                 )
     return rows
+
+
+def _most_in_flight(records: list[dict]) -> int:
+    events = sorted(
+        [(r["start_ns"], 1) for r in records] + [(r["end_ns"], -1) for r in records if r["end_ns"]]
+    )
+    level, most = 0, 0
+    for _, step in events:
+        level += step
+        most = max(most, level)
+    return most
+
+
+def _rate_row(label: str, run: RunResult, records: list[dict]) -> list[str]:
+    """A plain rate run (a `bench capacity-check` check): one row, judged like a probe."""
+    slo = run.config.slo
+    mine = [r for r in records if not r["warmup"]]
+    missed = [_misses(r, slo.ttft_ms, slo.tpot_ms) for r in mine]
+    met = sum(not m for m in missed)
+    share = _tail_share([r["start_ns"] / NS for r in mine], missed)
+    summary = run.summary
+    return [
+        f"{label} ({run.config.load.arrival} rate run)",
+        f"{run.config.load.rate_rps:g}",
+        f"{len(mine)}/{len(mine)}",
+        f"{summary.ttft_ms.p99:.0f}" if summary.ttft_ms else "-",
+        f"{summary.tpot_ms.p99:.1f}" if summary.tpot_ms else "-",
+        _cell(met, len(mine)),
+        str(_most_in_flight(mine)),
+        "-" if share is None else f"{share:.0%}",
+        "pass" if met >= 0.99 * len(mine) else "fail",
+    ]
 
 
 def _misses(record: dict, ttft_ms: float | None, tpot_ms: float | None) -> bool:
