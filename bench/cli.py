@@ -498,9 +498,11 @@ def _print_result(result: Any) -> None:
     for caveat in result.caveats:
         typer.echo(f"  caveat: {caveat}")
     if config.load.capacity_search:  # the search's answer first; run-wide figures mix probes
-        from bench.run.load.capacity import capacity_summary_line
+        from bench.run.load.capacity import capacity_probe_lines, capacity_summary_line
 
         typer.echo(f"  {capacity_summary_line(result.pattern_report)}")
+        for line in capacity_probe_lines(result.pattern_report):
+            typer.echo(f"    {line}")
     if s:
         rate, output, per_user, per_gpu_metric, tpot = (
             catalogue_metric(name)

@@ -18,7 +18,7 @@ from advisor.profile import StageProfile
 from advisor.recommend import CandidateCapacity, stage_capacities
 from advisor.report.model import Chart, Marker, ReferenceTable, Series
 from bench.core.metric_catalog import SPECS_BY_KEY, Metric
-from bench.core.pattern_reports import CapacityReport
+from bench.core.pattern_reports import CapacityProbe, CapacityReport
 from bench.core.schema import RunResult
 from bench.core.strict import Strict
 
@@ -330,6 +330,7 @@ def probe_table(run: RunResult) -> ReferenceTable | None:
             "requests",
             "achieved_rps",
             "attainment",
+            "attainment_ci",
             "ttft",
             "tpot",
             "verdict",
@@ -341,6 +342,7 @@ def probe_table(run: RunResult) -> ReferenceTable | None:
             "Requests",
             "Achieved req/s",
             "Attainment",
+            "Attainment 95% CI (Wilson)",
             *(Metric(SPECS_BY_KEY[key], percentile).column for key in ("ttft_ms", "tpot_ms")),
             "Verdict",
         ],
@@ -352,17 +354,28 @@ def probe_table(run: RunResult) -> ReferenceTable | None:
                 probe.requests,
                 round(probe.achieved_rps, 3),
                 None if probe.attainment is None else round(probe.attainment, 3),
+                None
+                if probe.attainment_low is None or probe.attainment_high is None
+                else f"{probe.attainment_low:.3f}-{probe.attainment_high:.3f}",
                 pick(probe.ttft_ms),
                 pick(probe.tpot_ms),
-                "start"
-                if probe.feasible is None
-                else ("feasible" if probe.feasible else "infeasible: " + "; ".join(probe.reasons))[
-                    :80
-                ],
+                _verdict(probe),
             ]
             for probe in report.probes
         ],
     )
+
+
+def _verdict(probe: CapacityProbe) -> str:
+    """The appendix's verdict cell; a confirming repeat shows the pair's verdict, which the
+    search acted on."""
+    if probe.feasible is None:
+        return "start"
+    own = "feasible" if probe.feasible else "infeasible: " + "; ".join(probe.reasons)
+    if probe.kind == "confirm":
+        pair = "pair feasible" if probe.pooled_feasible else "pair infeasible"
+        own = f"repeat of #{probe.repeats}, {pair}; this probe {own}"
+    return own[:120]
 
 
 __all__ = [

@@ -850,6 +850,11 @@ class CapacityLoad(LoadCommon):
         description="End a probe as soon as it cannot pass any more (more requests have missed "
         "the SLO than the attainment target allows).",
     )
+    confirm_boundary: bool = Field(
+        True,
+        description="Repeat (new seed) a failed probe whose verdict would set the boundary (a "
+        "failure above a passing level, a failed re-check) and decide on both probes' requests.",
+    )
 
     capacity_search: ClassVar[bool] = True
 

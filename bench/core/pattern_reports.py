@@ -15,6 +15,7 @@ A model's `field_metrics` says which catalogued metric each figure field holds
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, TypeAdapter, model_validator
@@ -273,12 +274,32 @@ Constraint = Literal["ttft_ms", "tpot_ms", "e2e_ms", "attainment", "errors"]
 """What can bind a capacity search: an SLO metric's percentile, attainment, or errors."""
 
 
+def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion successes / trials (Wilson 1927).
+
+    Chosen over the normal approximation because a probe's attainment sits near 1, where the
+    normal interval runs past 1 and collapses to a point at 100%; Wilson's stays inside [0, 1]
+    and still has width at 500 of 500 (lower end 99.24%).
+    """
+    if trials <= 0:
+        raise ValueError("wilson_interval needs at least one trial")
+    share = successes / trials
+    z2 = z * z
+    denominator = 1 + z2 / trials
+    centre = (share + z2 / (2 * trials)) / denominator
+    half = z * math.sqrt(share * (1 - share) / trials + z2 / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 class CapacityProbe(ReportModel):
     """One probe of the search: its level, what the engine did there, and the verdict."""
 
     index: int = Field(ge=0)
     phase: str = Field(description="Name of the phase that ran it (RunResult.phases).")
-    kind: Literal["serial", "bracket", "bisect", "recheck"]
+    kind: Literal["serial", "bracket", "bisect", "recheck", "confirm"] = Field(
+        description="confirm: the repeat, with fresh arrivals, of a failed probe whose verdict "
+        "would set the boundary (`repeats` names it); the pair decides together (`pooled_*`)."
+    )
     strategy: Literal["concurrency", "rate"]
     level: float = Field(description="Offered rate (requests/s) or concurrency of the probe.")
     planned_requests: int
@@ -291,6 +312,12 @@ class CapacityProbe(ReportModel):
     attainment: float | None = Field(
         None, description="Share of the probe's requests meeting every SLO (failed = miss)."
     )
+    attainment_low: float | None = Field(
+        None,
+        description="95% Wilson score interval of the attainment, lower end: meeting requests "
+        "out of the probe's judged requests (filled on load for runs stored without it).",
+    )
+    attainment_high: float | None = Field(None, description="Upper end of that interval.")
     ttft_ms: Percentiles | None = None
     tpot_ms: Percentiles | None = None
     e2e_ms: Percentiles | None = None
@@ -300,6 +327,26 @@ class CapacityProbe(ReportModel):
         None, description="The most violated constraint (ratio to its limit) of this probe."
     )
     ended_early: str | None = Field(None, description="Why the probe was ended before its end.")
+    repeats: int | None = Field(
+        None, description="kind confirm: index of the failed probe this one repeats."
+    )
+    pooled_attainment: float | None = Field(
+        None, description="kind confirm: attainment over both probes' judged requests."
+    )
+    pooled_feasible: bool | None = Field(
+        None,
+        description="kind confirm: the verdict of the pair, which the search acted on "
+        "(bench/run/load/capacity.py, pooled_verdict).",
+    )
+
+    @model_validator(mode="after")
+    def _fill_interval(self) -> CapacityProbe:
+        # Runs stored before the interval existed still show one: it follows from the stored
+        # attainment and request count alone.
+        if self.attainment is not None and self.attainment_low is None and self.requests > 0:
+            meeting = round(self.attainment * self.requests)
+            self.attainment_low, self.attainment_high = wilson_interval(meeting, self.requests)
+        return self
 
 
 class CapacityCurvePoint(ReportModel):
@@ -432,4 +479,5 @@ __all__ = [
     "StepReport",
     "empty_report",
     "older_report",
+    "wilson_interval",
 ]

@@ -315,7 +315,16 @@ async def test_report_carries_capacity_and_cost_in_every_format(capacity_runs, t
     assert section.price_sources == ["profile"]
     assert len(section.probes) == 2 and all(table.rows for table in section.probes)
     percentile = capacity_runs[0].pattern_report.percentile
-    assert section.probes[0].columns[6:8] == [f"TTFT {percentile} (ms)", f"TPOT {percentile} (ms)"]
+    assert section.probes[0].columns[5:9] == [
+        "Attainment",
+        "Attainment 95% CI (Wilson)",
+        f"TTFT {percentile} (ms)",
+        f"TPOT {percentile} (ms)",
+    ]
+    for row in section.probes[0].rows:  # every judged probe shows its interval around its share
+        if row[5] is not None:
+            low, high = (float(end) for end in row[6].split("-"))
+            assert low <= row[5] <= high
     chart = next(c for c in report.charts if c.id == section.chart_id)
     assert chart.available and len(chart.series) == 2
     assert "2 x H200 for 35 req/s" in report.headline

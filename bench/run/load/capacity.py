@@ -14,6 +14,15 @@ failed. The search (after AIPerf's `max-concurrency-under-sla` monotonic planner
 4. re-check: probe the last feasible level again with fresh arrivals; if it fails there the
    boundary moved, the level counts as infeasible and bisection resumes below it.
 
+A boundary probe is confirmed by a repeat before it decides (`confirm_boundary`): a failed
+probe whose verdict would set the boundary (a failure above a passing level, in bracketing or
+bisection, and a failed re-check) is probed again at once with fresh arrivals, and the level is
+judged on both probes' requests together (`pooled_verdict`). At 500 requests a probe's p99 rests
+on its 5 worst requests, and a Poisson burst near the end of one probe decides it alone: the
+shipped H200 bf16 search (data/reference/h200_llama2-7b_capacity_chat_slo) failed 24 req/s on
+14 requests, all sent in the last 0.3 s of the probe. A failure that no repeat could turn (the
+pair is already over its miss budget, or a request failed) is not repeated.
+
 A probe ends early (GuideLLM's over-saturation stop, here as a certain bound rather than a
 slope test) once more of its planned requests have missed the SLO than the attainment target
 allows, or one failed: it can no longer pass, so waiting for the rest only costs time.
@@ -158,9 +167,18 @@ class EndEarly:
     cancelled requests count as failures) for the probe's figures.
     """
 
-    def __init__(self, slo: SLO, planned_requests: int, attainment_target: float) -> None:
+    def __init__(
+        self,
+        slo: SLO,
+        planned_requests: int,
+        attainment_target: float,
+        allowed: int | None = None,
+    ) -> None:
         self.slo = slo
-        self.allowed = allowed_misses(planned_requests, attainment_target)
+        # A confirming repeat gets what is left of the pair's miss budget (`allowed`).
+        self.allowed = (
+            allowed_misses(planned_requests, attainment_target) if allowed is None else allowed
+        )
         self.planned = planned_requests
         self.reason: str | None = None
         self.snapshot: MetricsSummary | None = None
@@ -184,6 +202,49 @@ class EndEarly:
         self.reason = reason
         self.snapshot = accumulator.summary(self.slo)
         return reason
+
+
+def _meeting(summary: MetricsSummary) -> int:
+    return round((summary.goodput_rps or 0.0) * summary.duration_s)
+
+
+def pooled_verdict(
+    pair: list[tuple[int, MetricsSummary]], slo: SLO, percentile: str, attainment_target: float
+) -> tuple[bool, float | None, list[str]]:
+    """(feasible, pooled attainment, reasons) of one level probed twice.
+
+    `pair` holds (planned requests, judged summary) of each probe (an ended-early probe's
+    summary as it was when it ended). Feasible when no request failed, the requests that missed
+    the SLO over both probes are within `allowed_misses` of both probes' planned requests, and
+    each SLO metric's percentile, averaged over the two probes, is within its limit. With the
+    usual p99 and 99% target the miss count is the binding part: it is the percentile rule on
+    twice the requests.
+    """
+    failed = sum(summary.failed for _, summary in pair)
+    judged = sum(summary.requests for _, summary in pair)
+    meeting = sum(_meeting(summary) for _, summary in pair)
+    planned = sum(count for count, _ in pair)
+    attainment = min(1.0, meeting / judged) if judged else None
+    reasons: list[str] = []
+    if failed:
+        reasons.append(f"{failed} request(s) failed over the two probes")
+    allowed = allowed_misses(planned, attainment_target)
+    if judged - meeting > allowed:
+        reasons.append(
+            f"{judged - meeting} of {planned} planned requests of the two probes missed the SLO "
+            f"(the attainment target allows {allowed})"
+        )
+    for metric in SLO_METRICS:
+        limit = getattr(slo, metric)
+        values = [getattr(summary, metric) for _, summary in pair]
+        if limit is None or any(value is None for value in values):
+            continue
+        mean = sum(getattr(value, percentile) for value in values) / len(values)
+        if mean > limit:
+            reasons.append(
+                f"{percentile} {metric[:-3]} {mean:.1f} ms (mean of the two probes) > {limit:g} ms"
+            )
+    return not reasons, attainment, reasons
 
 
 # --------------------------------------------------------------------------- the search
@@ -219,13 +280,24 @@ class _Search:
             )
         self.judged = 0
         self.floor = 0.0  # lowest level worth a probe, set once the start is known
+        # (planned, judged summary) of each probe by index, for a confirming repeat's verdict.
+        self.figures: dict[int, tuple[int, MetricsSummary]] = {}
 
     # ---------------------------------------------------------------- one probe
 
     def _probe(
-        self, level: float, kind: Literal["serial", "bracket", "bisect", "recheck"]
+        self,
+        level: float,
+        kind: Literal["serial", "bracket", "bisect", "recheck", "confirm"],
+        repeats: CapacityProbe | None = None,
     ) -> Generator[PhaseSpec, MetricsSummary, CapacityProbe]:
         index = len(self.report.probes)
+        budget = None  # a repeat may miss only what the pair's budget leaves
+        if repeats is not None:
+            first_planned, first = self.figures[repeats.index]
+            budget = allowed_misses(first_planned + self.planned, self.load.attainment_target) - (
+                first.requests - _meeting(first)
+            )
         load = self.load
         serial = kind == "serial"
         if serial or not self.by_rate:
@@ -235,7 +307,7 @@ class _Search:
             guard = (
                 None
                 if serial or not load.end_early
-                else EndEarly(self.slo, planned, load.attainment_target)
+                else EndEarly(self.slo, planned, load.attainment_target, budget)
             )
             spec = PhaseSpec(
                 name, "concurrency", concurrency, None, max_requests=planned, end_early=guard
@@ -243,7 +315,11 @@ class _Search:
         else:
             planned = self.planned
             name = f"capacity-{index:02d}-r{level:.4g}"
-            guard = EndEarly(self.slo, planned, load.attainment_target) if load.end_early else None
+            guard = (
+                EndEarly(self.slo, planned, load.attainment_target, budget)
+                if load.end_early
+                else None
+            )
             spec = PhaseSpec(
                 name,
                 "rate",
@@ -268,6 +344,17 @@ class _Search:
                 reasons = [*reasons, ended]
                 binding = binding or "attainment"
             self.judged += 1
+        self.figures[index] = (planned, figures)
+        pooled_feasible: bool | None = None
+        pooled_attainment: float | None = None
+        if repeats is not None:
+            pooled_feasible, pooled_attainment, pooled_reasons = pooled_verdict(
+                [self.figures[repeats.index], (planned, figures)],
+                self.slo,
+                load.percentile,
+                load.attainment_target,
+            )
+            reasons = [*reasons, *(f"pair: {text}" for text in pooled_reasons)]
         probe = CapacityProbe(
             index=index,
             phase=name,
@@ -289,9 +376,40 @@ class _Search:
             reasons=reasons,
             binding_constraint=binding,
             ended_early=ended,
+            repeats=None if repeats is None else repeats.index,
+            pooled_attainment=pooled_attainment,
+            pooled_feasible=pooled_feasible,
         )
         self.report.probes.append(probe)
         return probe
+
+    def _confirmed(
+        self, level: float, probe: CapacityProbe
+    ) -> Generator[PhaseSpec, MetricsSummary, CapacityProbe]:
+        """The probe that decides `level` after `probe` failed there with a pass below it:
+        a repeat with fresh arrivals whose pooled verdict decides, or `probe` itself when a
+        repeat could not change the verdict (a failed request, the pair's miss budget already
+        spent) or is off or out of probes."""
+        if (
+            probe.feasible is not False
+            or not self.load.confirm_boundary
+            or self.judged >= self.load.max_probes
+        ):
+            return probe
+        planned, figures = self.figures[probe.index]
+        misses = figures.requests - _meeting(figures)
+        if figures.failed or misses > allowed_misses(
+            planned + self.planned, self.load.attainment_target
+        ):
+            return probe
+        return (yield from self._probe(level, "confirm", repeats=probe))
+
+    @staticmethod
+    def _passes(probe: CapacityProbe) -> bool:
+        """The verdict the search acts on: a confirming repeat's is the pair's."""
+        if probe.kind == "confirm":
+            return bool(probe.pooled_feasible)
+        return bool(probe.feasible)
 
     def _serial_gate(self, serial: CapacityProbe) -> tuple[Constraint, str] | None:
         """(metric, why) when even one request at a time misses the SLO at the median: then
@@ -339,7 +457,7 @@ class _Search:
         try:
             return (yield from self._search())
         except PlanInterrupted as interrupted:
-            feasible = {p.level: p for p in self.report.probes if p.feasible}
+            feasible = {p.level: p for p in self.report.probes if self._passes(p)}
             failed = [p for p in self.report.probes if p.feasible is False]
             lo = max(feasible) if feasible else None
             above = [p for p in failed if lo is None or p.level > lo]
@@ -383,7 +501,9 @@ class _Search:
             if self.judged >= load.max_probes:
                 return self._finish(lo, hi, hi_probe, feasible, "not_converged")
             probe = yield from self._probe(level, "bracket")
-            if probe.feasible:
+            if lo is not None:  # a failure above a pass sets the boundary: confirm it first
+                probe = yield from self._confirmed(level, probe)
+            if self._passes(probe):
                 lo = level
                 feasible[level] = probe
                 if hi is None:
@@ -407,7 +527,8 @@ class _Search:
                     return self._finish(lo, hi, hi_probe, feasible, "not_converged")
                 rechecked.add(lo)
                 probe = yield from self._probe(lo, "recheck")
-                if probe.feasible:
+                probe = yield from self._confirmed(lo, probe)
+                if self._passes(probe):
                     feasible[lo] = probe
                     report.boundary_rechecked = True
                     break
@@ -424,7 +545,7 @@ class _Search:
                         if self.judged >= load.max_probes:
                             return self._finish(None, hi, hi_probe, feasible, "not_converged")
                         probe = yield from self._probe(level, "bracket")
-                        if probe.feasible:
+                        if self._passes(probe):
                             feasible[level] = probe
                             break
                         hi, hi_probe = level, probe
@@ -437,7 +558,8 @@ class _Search:
             if self.judged >= load.max_probes:
                 return self._finish(lo, hi, hi_probe, feasible, "not_converged")
             probe = yield from self._probe(middle, "bisect")
-            if probe.feasible:
+            probe = yield from self._confirmed(middle, probe)
+            if self._passes(probe):
                 lo = middle
                 feasible[middle] = probe
             else:
@@ -587,15 +709,57 @@ def capacity_summary_line(pattern_report: PatternReportBase | None) -> str:
     return f"{text} ({'; '.join(details)})"
 
 
+def _share(value: float) -> str:
+    return f"{value:.1%}"
+
+
+def probe_attainment_text(probe: CapacityProbe) -> str:
+    """`attainment 99.4% [98.3%, 99.8%]` (95% Wilson interval), with the pair's for a repeat."""
+    if probe.attainment is None:
+        return "attainment -"
+    text = f"attainment {_share(probe.attainment)}"
+    if probe.attainment_low is not None and probe.attainment_high is not None:
+        text += f" [{_share(probe.attainment_low)}, {_share(probe.attainment_high)}]"
+    if probe.pooled_attainment is not None:
+        text += f", pair {_share(probe.pooled_attainment)}"
+    return text
+
+
+def capacity_probe_lines(pattern_report: PatternReportBase | None) -> list[str]:
+    """One line per judged probe for the CLI: level, kind, attainment with its interval, the
+    verdict (a confirming repeat's is the pair's)."""
+    if not isinstance(pattern_report, CapacityReport):
+        return []
+    unit = "req/s" if pattern_report.over == "rate" else "in flight"
+    lines = []
+    for probe in pattern_report.probes:
+        if probe.feasible is None:
+            continue
+        if probe.kind == "confirm":
+            verdict = f"pair {'feasible' if probe.pooled_feasible else 'infeasible'}"
+            kind = f"confirm of #{probe.repeats}"
+        else:
+            verdict = "feasible" if probe.feasible else "infeasible"
+            kind = probe.kind
+        lines.append(
+            f"probe {probe.index} {kind} {probe.level:g} {unit}: "
+            f"{probe_attainment_text(probe)}, {verdict}"
+        )
+    return lines
+
+
 __all__ = [
     "CapacityCurvePoint",
     "CapacityProbe",
     "CapacityReport",
     "EndEarly",
     "allowed_misses",
+    "capacity_probe_lines",
     "capacity_search",
     "capacity_summary_line",
     "capacity_validity",
     "judge_probe",
+    "pooled_verdict",
+    "probe_attainment_text",
     "smoothed_boundary",
 ]
