@@ -136,6 +136,16 @@ class Capacity(Strict):
     )
     notes: list[str] = Field(default_factory=list)
 
+    def count_words(self, gpu: str, times: str = "x", dash: str = "-") -> str:
+        """`3 x H200`, or for a prediction `about 2 x H100-SXM (2-4)` (its interval's GPUs)."""
+        count = f"{self.gpus_needed} {times} {gpu}"
+        if self.source != "estimate":
+            return count
+        spread = self.gpus_range
+        return f"about {count}" + (
+            f" ({spread[0]}{dash}{spread[1]})" if spread and spread[0] != spread[1] else ""
+        )
+
 
 class FleetSizing(Strict):
     """Every candidate's capacity for one profile stage; estimates apart from measurements."""

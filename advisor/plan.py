@@ -531,13 +531,7 @@ def estimate_run(
     `written`: an earlier run of the plan writes its checkpoint; `busy`: how many times slower
     compute runs than on an idle host (`host_busy_factor`), applied to engine start and
     requests."""
-    architecture, _source = architecture_for(config.model)
-    weight_bytes = None
-    if architecture is not None:
-        per_parameter, _ = bytes_per_parameter(
-            config.precision.dtype, config.precision.quantization
-        )
-        weight_bytes = int(architecture.parameters * per_parameter)
+    weight_bytes = _weight_bytes(config)
     checkpoint_bytes, cached = _checkpoint(config, weight_bytes)
     cached = cached or written
     parts: dict[str, float] = {}
@@ -570,6 +564,15 @@ def estimate_run(
         basis=f"estimate on {where}: decode step = weights / memory bandwidth + overhead; "
         f"one request {request_s:.1f} s" + (f"; host busy x{busy:.1f}" if busy > 1 else ""),
     )
+
+
+def _weight_bytes(config: RunConfig) -> int | None:
+    """Bytes of the run's weights at its precision (None: the model's size is not known)."""
+    architecture, _source = architecture_for(config.model)
+    if architecture is None:
+        return None
+    per_parameter, _ = bytes_per_parameter(config.precision.dtype, config.precision.quantization)
+    return int(architecture.parameters * per_parameter)
 
 
 def _checkpoint(config: RunConfig, weight_bytes: int | None) -> tuple[int | None, bool]:
@@ -616,14 +619,7 @@ def cpu_quick_load(config: RunConfig, busy: float = 1.0) -> tuple[RunConfig, str
         return config, None
     concurrency = min(load.concurrency, CPU_QUICK_CONCURRENCY)
     sized = config.model_copy(update={"load": load.model_copy(update={"concurrency": concurrency})})
-    architecture, _ = architecture_for(config.model)
-    weight_bytes = None
-    if architecture is not None:
-        per_parameter, _ = bytes_per_parameter(
-            config.precision.dtype, config.precision.quantization
-        )
-        weight_bytes = int(architecture.parameters * per_parameter)
-    request_s = _request_seconds(sized, weight_bytes, True, None) * busy
+    request_s = _request_seconds(sized, _weight_bytes(config), True, None) * busy
     requests = math.ceil(config.validity.min_requests * VALID_MARGIN)
     window_s = max(QUICK_DURATION_S, math.ceil(requests / concurrency) * request_s)
     bound = min(CPU_QUICK_MAX_S, max(load.max_duration_s, 2 * window_s + request_s))

@@ -716,12 +716,7 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
     if capacity is not None:
         label = (capacity.label or chosen.framework).split(", ", 1)
         what = f"{label[0]} ({label[1]})" if len(label) > 1 else label[0]
-        count = f"{capacity.gpus_needed} x {gpu}"
-        if capacity.source == "estimate":
-            spread = capacity.gpus_range
-            count = f"about {count}" + (
-                f" ({spread[0]}-{spread[1]})" if spread and spread[0] != spread[1] else ""
-            )
+        count = capacity.count_words(gpu)
         text = (
             f"{stage.name}: {what}: {count} for "
             f"{capacity.peak_request_rate_rps:g} req/s at {slo_text(stage)}, "

@@ -436,12 +436,7 @@ def _sizing(stage_profile: StageProfile | None, chosen: Recommendation) -> str:
             if capacity.monthly_cost is not None
             else "cost not known (no price)"
         )
-        count = f"{capacity.gpus_needed} × {stage_profile.gpu.type or 'GPU'}"
-        if capacity.source == "estimate":
-            spread = capacity.gpus_range
-            count = f"about {count}" + (
-                f" ({spread[0]}–{spread[1]})" if spread and spread[0] != spread[1] else ""
-            )
+        count = capacity.count_words(stage_profile.gpu.type or "GPU", times="×", dash="–")
         per_token = (
             f", ${capacity.cost_per_million_output_tokens:,.2f} per 1M output tokens"
             if capacity.cost_per_million_output_tokens is not None
