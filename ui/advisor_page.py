@@ -452,7 +452,7 @@ def _quality_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             path = st.text_input(
                 "…or its path",
                 value=stage.get("quality_result") or "",
-                placeholder="data/reference/quality/cpu_tiny-llama-trained/quality.json",
+                placeholder="none: FP8/INT8 accuracy unchecked",
                 key=_key(index, "quality_result"),
                 help=field_help(StageProfile, "quality_result"),
                 disabled=upload is not None,
@@ -1027,6 +1027,9 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
         rows.append(
             {
                 "configuration": estimate.label,
+                # Measured quality next to the label, in view beside the speed columns (the
+                # table is wider than the page: a last column is scrolled out of sight).
+                **({"Quality": estimate.quality or "—"} if with_quality else {}),
                 "GPUs": gpu_use(estimate.deployment.gpus, search.gpu_budget, short=True),
                 "weights / GPU": figure(estimate.weights_gb_per_gpu, "GB"),
                 "KV cache / GPU": figure(estimate.kv_cache_gb_per_gpu, "GB"),
@@ -1040,8 +1043,6 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
                 ),
                 "efficiency": figure(estimate.efficiency),
                 "efficiency from": estimate.efficiency_source or "—",
-                # Measured quality beside the speed (the stage's quality_result).
-                **({"Quality": estimate.quality or "—"} if with_quality else {}),
             }
         )
     st.caption(

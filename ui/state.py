@@ -29,7 +29,7 @@ FORM_VERSION_KEY = "form_version"
 ACTIVE_JOB_KEY = "active_job_id"
 SELECTED_RUNS_KEY = "selected_run_ids"
 MAX_PROFILE_BYTES = 256 * 1024
-MAX_QUALITY_BYTES = 4 * 1024 * 1024
+MAX_QUALITY_BYTES = 1024 * 1024  # the app's upload limit (.streamlit/config.toml)
 """Profiles are a few KB; anything larger is refused before YAML parses it."""
 
 
@@ -150,7 +150,7 @@ def save_uploaded_quality(data: bytes, name: str) -> str:
 
     if len(data) > MAX_QUALITY_BYTES:
         raise UserError(
-            f"{name}: {len(data) // 1024} KB is too large for a quality result (max 4 MB)"
+            f"{name}: {len(data) // 1024} KB is too large for a quality result (max 1 MB)"
         )
     try:
         QualityResult.model_validate(parse_json(data, f"quality result {name}"))

@@ -88,4 +88,4 @@ def test_an_uploaded_quality_file_is_checked_and_kept(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="not valid JSON"):
         save_uploaded_quality(b"\x89PNG", "q.json")
     with pytest.raises(UserError, match="too large"):
-        save_uploaded_quality(b" " * (5 * 1024 * 1024), "q.json")
+        save_uploaded_quality(b" " * (2 * 1024 * 1024), "q.json")
