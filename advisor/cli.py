@@ -106,6 +106,21 @@ TraceFile = Annotated[
     str | None, _flag("Request trace to replay (Mooncake .jsonl or Azure-layout .csv).")
 ]
 PromptFileFlag = Annotated[str | None, _flag("Your prompts (JSONL or CSV).")]
+# The quality flags of `recommend` and `report` (advisor/quality.py applies the rule).
+QualityResultFlag = Annotated[
+    str | None,
+    _flag(
+        "quality.json written by `python -m bench quality` on your evaluation file: a precision "
+        "losing more than --max-quality-loss-pct on it is not recommended."
+    ),
+]
+MaxQualityLossFlag = Annotated[
+    float | None,
+    _flag(
+        "Tolerated quality loss vs the baseline precision, percent (perplexity's relative "
+        "increase or accuracy points); default 1."
+    ),
+]
 
 
 @app.command()
@@ -162,6 +177,8 @@ def recommend(
     user_message_tokens: UserMessageTokens = None,
     trace_file: TraceFile = None,
     prompt_file: PromptFileFlag = None,
+    quality_result: QualityResultFlag = None,
+    max_quality_loss_pct: MaxQualityLossFlag = None,
 ) -> None:
     """Walk the decision tree, estimate the fit and floor, weigh the evidence, recommend."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
@@ -323,6 +340,8 @@ _FLAG_NAMES = (
     "user_message_tokens",
     "trace_file",
     "prompt_file",
+    "quality_result",
+    "max_quality_loss_pct",
 )
 
 

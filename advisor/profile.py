@@ -464,14 +464,18 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> Workload
 def check_traffic_files(profile: WorkloadProfile, source: str = "profile") -> None:
     """Read every trace and prompt file the profile names, through the bench's own readers
     (bounded, binary refused, columns and timestamp order checked), so that a bad file is one
-    line now, not a failed benchmark later. Relative paths are from the working directory."""
+    line now, not a failed benchmark later. Relative paths are from the working directory.
+    A stage's quality_result is read too (a QualityResult from `bench quality`)."""
     from advisor.traffic import check_files
+    from bench.core.quality import load_quality_result
 
     single = len(profile.stages) == 1
     for index, stage in enumerate(profile.stages):
         where = "" if single else f"stages[{index}]."
         try:
             check_files(stage)
+            if stage.quality_result is not None:
+                load_quality_result(stage.quality_result)
         except UserError as exc:
             raise UserError(f"{source}: {where}{exc}") from None
 
@@ -535,6 +539,8 @@ FLAG_FIELDS: dict[str, tuple[str, ...]] = {
     "user_message_tokens": ("conversation", "user_tokens"),
     "trace_file": ("trace_file",),
     "prompt_file": ("prompt_file",),
+    "quality_result": ("quality_result",),
+    "max_quality_loss_pct": ("max_quality_loss_pct",),
 }
 BOOL_FLAGS = (
     "dynamic_control_flow",

@@ -13,6 +13,8 @@ from __future__ import annotations
 from bench.core.config import PrecisionConfig
 from bench.core.quality import PrecisionQuality, QualityResult, load_quality_result
 
+BEYOND_TOLERANCE = "exceeds the tolerated"
+"""In every reason `beyond_tolerance` gives (the app picks those exclusions out by it)."""
 QUALITY_NOTE_PREFIX = "Quality measured"
 """How the measured-quality caveat starts (page 1's risks pick it up by this prefix)."""
 
@@ -64,7 +66,7 @@ def beyond_tolerance(
     if row is None or loss is None or loss <= tolerance_pct:
         return None
     return (
-        f"{floor}measured quality loss {loss:.2f}% vs {result.baseline} exceeds the tolerated "
+        f"{floor}measured quality loss {loss:.2f}% vs {result.baseline} {BEYOND_TOLERANCE} "
         f"{tolerance_pct:g}% ({row.precision} {row.summary()})"
     )
 

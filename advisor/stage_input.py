@@ -77,6 +77,9 @@ class StageFormValues(StrictInput):
     determinism_required: bool = False
     build_time_tolerance: str | None = None
     constraints: list[str] = Field(default_factory=list)
+    # quality
+    quality_result: str = Field("", description="Path of a `bench quality` quality.json.")
+    max_quality_loss_pct: float = 1.0
 
 
 def load_kind_shown(previous: StageProfile) -> Literal["concurrency", "rate", "peak"]:
@@ -160,6 +163,8 @@ def stage_data(previous: StageProfile, values: StageFormValues) -> dict[str, Any
     out["determinism_required"] = values.determinism_required
     out["build_time_tolerance"] = values.build_time_tolerance
     out["constraints"] = list(values.constraints)
+    out["quality_result"] = values.quality_result.strip() or None
+    out["max_quality_loss_pct"] = values.max_quality_loss_pct
     for name in FIELDS_KEPT_AS_GIVEN:
         if getattr(previous, name) is not None:
             out[name] = previous.model_dump(mode="json", include={name})[name]

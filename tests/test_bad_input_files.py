@@ -52,6 +52,11 @@ def real_profile(tmp: Path) -> bytes:
     return PROFILE.read_bytes()
 
 
+def real_quality(tmp: Path) -> bytes:
+    """The shipped quality measurement (written by `python -m bench quality`)."""
+    return (ROOT / "data/reference/quality/cpu_tiny-llama-trained/quality.json").read_bytes()
+
+
 def real_tree(tmp: Path) -> bytes:
     return TREE.read_bytes()
 
@@ -167,6 +172,28 @@ CASES: list[tuple[str, Callable[[Path], bytes], str, Callable[[str], tuple[int, 
             "--profile",
             str(PROFILE),
             "--store",
+            f,
+            "--format",
+            "json",
+            "--out",
+            str(Path(f).parent / "out"),
+        ),
+    ),
+    (
+        "advisor recommend --quality-result",
+        real_quality,
+        ".json",
+        lambda f: advisor("recommend", "--profile", str(PROFILE), "--quality-result", f),
+    ),
+    (
+        "advisor report --quality-result",
+        real_quality,
+        ".json",
+        lambda f: advisor(
+            "report",
+            "--profile",
+            str(PROFILE),
+            "--quality-result",
             f,
             "--format",
             "json",

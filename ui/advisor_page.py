@@ -366,6 +366,7 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
         key=_key(index, "constraints"),
         help=field_help(StageProfile, "constraints"),
     )
+    out.update(_quality_fields(index, stage))
     return stage_data(previous, StageFormValues.model_validate(out))
 
 
@@ -430,6 +431,69 @@ def _traffic_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             key=_key(index, "prompt_file"),
             help=field_help(StageProfile, "prompt_file"),
         )
+    return out
+
+
+def _quality_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
+    """Your model's measured quality per precision (the quality.json of `python -m bench
+    quality`, uploaded or a path) and the loss tolerated: a precision losing more is not
+    recommended. Without a file the precision risks stay worded as unchecked."""
+    from bench.core.quality import load_quality_result
+
+    out: dict[str, Any] = {}
+    with st.expander(
+        "Quality: your evaluation result and the loss you tolerate",
+        expanded=bool(stage.get("quality_result")),
+    ):
+        st.caption(
+            "Measure it with `python -m bench quality --model M --precision bf16 --precision fp8 "
+            "--text FILE --out DIR` (docs/quality.md), then upload DIR/quality.json or give its "
+            "path. Optional: without it, FP8/INT8 accuracy is shown as yours to check."
+        )
+        cols = st.columns([3, 1])
+        with cols[0]:
+            upload = st.file_uploader(
+                "Upload quality.json",
+                type=["json"],
+                key=f"quality_upload_{st.session_state[state.FORM_VERSION_KEY]}_{index}",
+                help=field_help(StageProfile, "quality_result"),
+            )
+            path = st.text_input(
+                "…or its path",
+                value=stage.get("quality_result") or "",
+                placeholder="none: FP8/INT8 accuracy unchecked",
+                key=_key(index, "quality_result"),
+                help=field_help(StageProfile, "quality_result"),
+                disabled=upload is not None,
+            )
+        out["max_quality_loss_pct"] = cols[1].number_input(
+            "Tolerated quality loss (%)",
+            min_value=0.0,
+            max_value=100.0,
+            value=float(stage.get("max_quality_loss_pct", 1.0)),
+            step=0.1,
+            key=_key(index, "max_quality_loss_pct"),
+            help=field_help(StageProfile, "max_quality_loss_pct"),
+        )
+        if upload is not None:
+            try:
+                path = state.save_uploaded_quality(upload.getvalue(), upload.name)
+            except UserError as exc:
+                st.error(f"{exc}. Not used.")
+                path = ""
+        out["quality_result"] = path.strip()
+        if out["quality_result"]:
+            try:
+                result = load_quality_result(out["quality_result"])
+            except UserError as exc:
+                st.error(f"{exc}. Not used: the advice below is without it.")
+                out["quality_result"] = ""
+            else:
+                measured = [r.precision for r in result.precisions if r.status == "measured"]
+                st.caption(
+                    f"Read: {result.model} on {result.engine}, baseline {result.baseline}; "
+                    f"measured {', '.join(measured) or 'none'}."
+                )
     return out
 
 
@@ -965,12 +1029,16 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
         icon=":material/memory:",
     )
     rows = []
+    with_quality = any(estimate.quality for estimate in search.estimates)
     for estimate in search.estimates:
         prediction = estimate.prediction
         measured = next((m for m in estimate.measured if m.concurrency == search.concurrency), None)
         rows.append(
             {
                 "configuration": estimate.label,
+                # Measured quality next to the label, in view beside the speed columns (the
+                # table is wider than the page: a last column is scrolled out of sight).
+                **({"Quality": estimate.quality or "—"} if with_quality else {}),
                 "GPUs": gpu_use(estimate.deployment.gpus, search.gpu_budget, short=True),
                 "weights / GPU": figure(estimate.weights_gb_per_gpu, "GB"),
                 "KV cache / GPU": figure(estimate.kv_cache_gb_per_gpu, "GB"),
@@ -991,6 +1059,15 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
     )
     with st.container(key=f"configurations_table_{scope}"):
         st.dataframe(pd.DataFrame(rows), hide_index=True)
+    from advisor.quality import BEYOND_TOLERANCE
+
+    beyond = [why for why in search.excluded if BEYOND_TOLERANCE in why]
+    if beyond:
+        st.warning(
+            "Not recommended: measured quality loss beyond your tolerance\n"
+            + "\n".join(f"- {why}" for why in beyond),
+            icon=":material/rule:",
+        )
     for text in search.trade_offs:
         st.markdown(f"- {text}")
     chart = pareto_chart(search)

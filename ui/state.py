@@ -29,6 +29,7 @@ FORM_VERSION_KEY = "form_version"
 ACTIVE_JOB_KEY = "active_job_id"
 SELECTED_RUNS_KEY = "selected_run_ids"
 MAX_PROFILE_BYTES = 256 * 1024
+MAX_QUALITY_BYTES = 1024 * 1024  # the app's upload limit (.streamlit/config.toml)
 """Profiles are a few KB; anything larger is refused before YAML parses it."""
 
 
@@ -131,6 +132,35 @@ def profile_yaml(profile: WorkloadProfile) -> str:
     return yaml.safe_dump(
         profile.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True
     )
+
+
+def save_uploaded_quality(data: bytes, name: str) -> str:
+    """Check an uploaded quality.json (a QualityResult of `python -m bench quality`) and keep it
+    where the profile can name it: the results store's data folder, `quality/<digest>.json`
+    (the same bytes give the same path). UserError with a one-line message otherwise."""
+    import hashlib
+
+    from pydantic import ValidationError
+
+    from bench.core.files import parse_json
+    from bench.core.outputs import write_atomic
+    from bench.core.quality import QualityResult
+    from bench.core.strict import describe_validation_error
+    from bench.storage.store_url import default_location
+
+    if len(data) > MAX_QUALITY_BYTES:
+        raise UserError(
+            f"{name}: {len(data) // 1024} KB is too large for a quality result (max 1 MB)"
+        )
+    try:
+        QualityResult.model_validate(parse_json(data, f"quality result {name}"))
+    except ValidationError as exc:
+        raise UserError(f"quality result {name}: {describe_validation_error(exc)}") from None
+    folder = default_location().parent / "quality"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
+    write_atomic(path, data)
+    return str(path)
 
 
 def read_uploaded_profile(data: bytes, name: str) -> WorkloadProfile:

@@ -1163,14 +1163,27 @@ def assemble_report(
     run_ids: Sequence[str] = (),
     store_location: str | None = None,
     reference_dir: Path | None = None,
+    stage: str | None = None,
+    quality_result: str | None = None,
+    max_quality_loss_pct: float | None = None,
 ) -> Report:
-    """Load the profile, ask the advisor once, read runs and records, and build the Report."""
-    from advisor.profile import load_profile
+    """Load the profile, ask the advisor once, read runs and records, and build the Report.
+
+    `quality_result` and `max_quality_loss_pct` override the profile's stage fields as the
+    CLI's flags do (None = not given; `stage` names the stage in a multi-stage profile)."""
+    from advisor.profile import load_profile, profile_from_flags
     from advisor.recommend import availability_map, recommend
     from bench.storage.store import open_store, parse_store_url
 
     profile_path = Path(profile_path)
     profile = load_profile(profile_path)
+    if quality_result is not None or max_quality_loss_pct is not None:
+        profile = profile_from_flags(
+            profile,
+            stage=stage,
+            quality_result=quality_result,
+            max_quality_loss_pct=max_quality_loss_pct,
+        )
     location = parse_store_url(store_location)
     # A report only reads: a store named but absent is "no store at ..."; the default file not
     # created yet just means no runs measured here.

@@ -50,6 +50,23 @@ def report_command(
         "all", "--format", help="md, html, pdf, json, all, or a comma-separated list."
     ),
     out: Path = typer.Option(..., "--out", help="Folder to write into (created if missing)."),
+    stage: str | None = typer.Option(
+        None, "--stage", help="Stage the quality flags change (multi-stage profiles)."
+    ),
+    quality_result: str | None = typer.Option(
+        None,
+        "--quality-result",
+        help="quality.json written by `python -m bench quality` on your evaluation file: a "
+        "precision losing more than --max-quality-loss-pct on it is not recommended.",
+        show_default=False,
+    ),
+    max_quality_loss_pct: float | None = typer.Option(
+        None,
+        "--max-quality-loss-pct",
+        help="Tolerated quality loss vs the baseline precision, percent (perplexity's relative "
+        "increase or accuracy points); default 1.",
+        show_default=False,
+    ),
 ) -> None:
     """Write the recommendation report for a profile (Markdown, HTML, PDF, JSON)."""
     from advisor.report import generate
@@ -60,7 +77,14 @@ def report_command(
         formats = parse_formats(format)
         if not profile.is_file():
             raise UserError(f"profile file {str(profile)!r} not found")
-        report = assemble_report(profile, run, store)
+        report = assemble_report(
+            profile,
+            run,
+            store,
+            stage=stage,
+            quality_result=quality_result,
+            max_quality_loss_pct=max_quality_loss_pct,
+        )
         written = generate(report, out, formats, stem=safe_filename(profile.stem, "report"))
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -1,12 +1,13 @@
 """Campaigns: a plan file of benchmark steps, run on a GPU host into one folder, resumable.
 
 `python -m bench campaign PLAN.yaml --out DIR [--budget-s N]`. A `CampaignPlan` lists steps of
-three kinds: `run` (one RunConfig through `bench.run.api.launch`), `fidelity` (a backend vs the
-engine's own API, bench/orchestrate/fidelity.py) and `advisor-plan` (the advisor's bench plan for a
-profile, quick or full, each config run). A run or advisor-plan step with `repeats: N` runs each
-config N times as one measurement group (bench/orchestrate/repeats.py). DIR receives `campaign.json`
-(a `CampaignResult`), the plan, `steps/<step>/outcome.json` per step with its run folders, and
-`results.sqlite` (the runs).
+four kinds: `run` (one RunConfig through `bench.run.api.launch`), `fidelity` (a backend vs the
+engine's own API, bench/orchestrate/fidelity.py), `advisor-plan` (the advisor's bench plan for a
+profile, quick or full, each config run) and `quality` (`python -m bench quality`: quality per
+precision on an evaluation file, written to `steps/<step>/quality.json`). A run or advisor-plan
+step with `repeats: N` runs each config N times as one measurement group
+(bench/orchestrate/repeats.py). DIR receives `campaign.json` (a `CampaignResult`), the plan,
+`steps/<step>/outcome.json` per step with its run folders, and `results.sqlite` (the runs).
 
 Steps are independent: each says what it needs (`step_resources`: GPUs = tensor parallel size x
 replicas) and an executor (bench/orchestrate/executors.py: "run this step, give back its outcome")
@@ -39,6 +40,7 @@ from bench.core.errors import UserError
 from bench.core.fingerprint import StoredFingerprint
 from bench.core.outputs import prepare_out_dir, write_atomic
 from bench.core.progress import RunProgress
+from bench.core.quality import QualityPrecisionName, QualityResult
 from bench.core.schema import RunResult
 from bench.core.strict import Strict, StrictInput, describe_validation_error
 from bench.orchestrate.executors import Resources, job_resources
@@ -113,7 +115,65 @@ class AdvisorPlanStep(StepCommon):
     )
 
 
-CampaignStep = Annotated[RunStep | FidelityStep | AdvisorPlanStep, Field(discriminator="kind")]
+class QualityStep(StepCommon):
+    """`python -m bench quality` with these arguments: quality.json in the step's folder.
+
+    It runs as a subprocess, as on the command line: its engine (vLLM in-process included)
+    frees its memory when the step ends, and quality.json records that command."""
+
+    kind: Literal["quality"] = "quality"
+    model: str = Field(min_length=1, description="Preset name or local checkpoint path.")
+    precisions: list[QualityPrecisionName] = Field(
+        min_length=1, description="The first is the baseline every other is compared with."
+    )
+    text: str | None = Field(
+        None, description="UTF-8 text file for perplexity (relative to the plan file's folder)."
+    )
+    labelled: str | None = Field(
+        None,
+        description="JSONL of {prompt, answer[, choices]} for accuracy (relative to the plan "
+        "file's folder).",
+    )
+    engine: Literal["pytorch", "vllm", "openai", "onnxruntime"] = "pytorch"
+    endpoints: dict[QualityPrecisionName, str] = Field(
+        default_factory=dict,
+        description="openai engine: precision -> URL of the server running it.",
+    )
+    tokenizer: str | None = Field(None, description="Tokenizer folder (default: the model's).")
+    window: int = Field(256, ge=2, description="Tokens per perplexity window.")
+    bootstrap: int = Field(1000, ge=100, le=100_000, description="Bootstrap draws.")
+    seed: int = Field(0, description="Bootstrap seed.")
+
+    @model_validator(mode="after")
+    def _check(self) -> QualityStep:
+        if self.text is None and self.labelled is None:
+            raise ValueError("give text or labelled (or both)")
+        if len(set(self.precisions)) != len(self.precisions):
+            raise ValueError("a precision is given twice")
+        if self.endpoints and self.engine != "openai":
+            raise ValueError("endpoints are for engine openai")
+        return self
+
+    def command(self, plan_dir: Path, out_dir: Path) -> list[str]:
+        """The `python -m bench quality` command line (files resolved from `plan_dir`)."""
+        command = [sys.executable, "-m", "bench", "quality", "--model", self.model]
+        for name in self.precisions:
+            command += ["--precision", name]
+        for flag, path in (("--text", self.text), ("--labelled", self.labelled)):
+            if path is not None:
+                command += [flag, str(plan_dir / path)]
+        if self.tokenizer is not None:
+            command += ["--tokenizer", str(plan_dir / self.tokenizer)]
+        for name, url in self.endpoints.items():
+            command += ["--endpoint", f"{name}={url}"]
+        command += ["--engine", self.engine, "--window", str(self.window)]
+        command += ["--bootstrap", str(self.bootstrap), "--seed", str(self.seed)]
+        return [*command, "--out", str(out_dir)]
+
+
+CampaignStep = Annotated[
+    RunStep | FidelityStep | AdvisorPlanStep | QualityStep, Field(discriminator="kind")
+]
 
 
 class CampaignPlan(StrictInput):
@@ -174,6 +234,9 @@ def step_resources(step: CampaignStep) -> Resources:
         if isinstance(check, VllmFidelityCheck):
             return Resources(gpus=check.parallelism.gpus_needed)
         return Resources(gpus=1)
+    if isinstance(step, QualityStep):
+        # openai scores on servers elsewhere; the others load the model here, on a GPU if any.
+        return Resources(gpus=0 if step.engine == "openai" else 1)
     return Resources(gpus=0 if step.device == "cpu" else 1)
 
 
@@ -197,6 +260,9 @@ class StepOutcome(Strict):
     fidelity: FidelityResult | None = None
     skipped_backends: list[str] = Field(
         default_factory=list, description="advisor-plan: candidates not installed here."
+    )
+    quality: QualityResult | None = Field(
+        None, description="quality: the QualityResult (also the step's quality.json)."
     )
 
 
@@ -279,6 +345,8 @@ def run_step(
             from bench.orchestrate.fidelity import run_check
 
             fields["fidelity"] = run_check(step.check, store, context.out_dir, on_progress)
+        elif isinstance(step, QualityStep):
+            fields["quality"] = run_quality(step, context)
         else:
             planned = advisor_plan_runs(step, context)
             fields["skipped_backends"] = planned.skipped
@@ -347,6 +415,27 @@ def _launch_repeats(
 
     name = step_folder(config.label or f"{config.backend} {config.model}")
     return launch_group(config, repeats, store, out_dir / "runs" / name, on_progress).runs
+
+
+QUALITY_TIMEOUT_S = MAX_DURATION_S
+
+
+def run_quality(step: QualityStep, context: StepContext) -> QualityResult:
+    """`python -m bench quality` for the step, into its folder; its QualityResult read back.
+
+    Exit 1 (no precision ran) still wrote the file, each precision with why it did not run: the
+    step is completed with that result. Exit 2 (bad input) is the command's one line."""
+    from bench.core.quality import load_quality_result
+
+    command = step.command(context.plan_dir, context.out_dir)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=QUALITY_TIMEOUT_S)
+    written = context.out_dir / "quality.json"
+    if done.returncode not in (0, 1) or not written.is_file():
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        if done.returncode == 2:
+            raise UserError(f"step {step.name!r}: bench quality: {last}")
+        raise RuntimeError(f"bench quality exited {done.returncode}: {last}")
+    return load_quality_result(str(written))
 
 
 class _PlannedStage(BaseModel):
@@ -480,6 +569,7 @@ def run_campaign(
         plan,
         skip={name for name, done in previous_outcomes.items() if done},
         here=executor.name == "local",
+        plan_dir=plan_dir,
     )
     prepare_out_dir(out_dir)
     store = store or str(out_dir / "results.sqlite")
@@ -543,10 +633,17 @@ def run_campaign(
     return result
 
 
-def check_steps(plan: CampaignPlan, skip: Collection[str] = (), here: bool = False) -> None:
+def check_steps(
+    plan: CampaignPlan,
+    skip: Collection[str] = (),
+    here: bool = False,
+    plan_dir: Path | None = None,
+) -> None:
     """Every run step still to run checked before the first one starts: its backend is a known
     name, its engine arguments are the backend's, its trace and prompt files read and, when
     the steps run `here` (the local executor), its load generator fits this machine's memory.
+    A quality step's text and labelled files are read (from `plan_dir`, default the working
+    directory) and its model named a preset or an existing checkpoint.
     A typo in step 5 is one line now, not a failed step after steps 1 to 4 have run.
     Availability is not checked: a Ray executor runs steps on nodes that have what this host
     lacks."""
@@ -555,7 +652,11 @@ def check_steps(plan: CampaignPlan, skip: Collection[str] = (), here: bool = Fal
     from bench.run.memory_budget import check_memory_fits
 
     for step in plan.steps:
-        if step.name in skip or not isinstance(step, RunStep):
+        if step.name in skip:
+            continue
+        if isinstance(step, QualityStep):
+            _check_quality_step(step, plan_dir or Path.cwd())
+        if not isinstance(step, RunStep):
             continue
         try:
             get_backend(step.config.backend).validate_engine_args(step.config.engine_args)
@@ -564,6 +665,20 @@ def check_steps(plan: CampaignPlan, skip: Collection[str] = (), here: bool = Fal
                 check_memory_fits(step.config)
         except UserError as exc:
             raise UserError(f"step {step.name!r}: {exc}") from None
+
+
+def _check_quality_step(step: QualityStep, plan_dir: Path) -> None:
+    from bench.core.quality import read_labelled_file, read_text_file
+    from bench.engines.models import check_model_name
+
+    try:
+        check_model_name(step.model)
+        if step.text is not None:
+            read_text_file(str(plan_dir / step.text))
+        if step.labelled is not None:
+            read_labelled_file(str(plan_dir / step.labelled))
+    except UserError as exc:
+        raise UserError(f"step {step.name!r}: {exc}") from None
 
 
 def check_store(location: str) -> None:
@@ -623,6 +738,8 @@ def outcome_line(outcome: StepOutcome) -> str:
         ratio = f"{fidelity.ratio:.3f}" if fidelity.ratio is not None else "n/a"
         verdict = {True: "pass", False: "below", None: "no ratio"}[fidelity.passed]
         parts.append(f"fidelity ratio {ratio} ({verdict} at {fidelity.check.required_ratio:g})")
+    if outcome.quality is not None:
+        parts += [f"{row.precision} {row.summary()}" for row in outcome.quality.precisions]
     if outcome.skipped_backends:
         parts.append(f"not installed here: {', '.join(outcome.skipped_backends)}")
     return f"{head} - {'; '.join(parts)}" if parts else head

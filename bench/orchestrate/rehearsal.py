@@ -26,6 +26,7 @@ from bench.orchestrate.campaign import (
     CampaignPlan,
     CampaignStep,
     FidelityStep,
+    QualityStep,
     RunStep,
 )
 from bench.orchestrate.fidelity import PytorchFidelityCheck, VllmFidelityCheck
@@ -38,6 +39,9 @@ MAX_PROMPT_TOKENS = 64
 MAX_OUTPUT_TOKENS = 16
 MAX_BATCH = 4
 FIDELITY_REQUESTS = 32
+# A quality step's model: the preset trained on the CPU in seconds, so perplexity means something.
+QUALITY_MODEL = "tiny-llama-trained"
+QUALITY_BOOTSTRAP = 100
 REHEARSAL_CAPACITY_RPS = 2.0  # steady/pulse phases are set around this rate instead of a search
 CPU_DROPPED_ENGINE_ARGS = (
     "gpu_memory_utilization",
@@ -155,6 +159,10 @@ def rehearsal_changes(step: CampaignStep) -> list[str]:
                 changes.append(f"TP={check.parallelism.tensor_parallel_size} -> TP=1")
             if check.precision.uses_fp8:
                 changes.append("FP8 dropped (no FP8 on the CPU)")
+    elif isinstance(step, QualityStep):
+        changes.append(f"{step.model} -> {QUALITY_MODEL} on this machine")
+        if step.bootstrap > QUALITY_BOOTSTRAP:
+            changes.append(f"bootstrap {step.bootstrap} -> {QUALITY_BOOTSTRAP} draws")
     else:
         changes.append("the advisor's plan on the CPU (its CPU-sized model)")
     return changes
@@ -192,6 +200,11 @@ def _rehearse_step(step: CampaignStep) -> CampaignStep:
                 update={**common, "batch": min(check.batch, MAX_BATCH), "pairs": 2, "rounds": 1}
             )
         return step.model_copy(update={"check": rehearsed, "estimate_s": 90})
+    if isinstance(step, QualityStep):
+        bootstrap = min(step.bootstrap, QUALITY_BOOTSTRAP)
+        return step.model_copy(
+            update={"model": QUALITY_MODEL, "bootstrap": bootstrap, "estimate_s": 120}
+        )
     assert isinstance(step, AdvisorPlanStep)
     return step.model_copy(update={"device": "cpu"})
 

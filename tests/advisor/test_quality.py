@@ -4,10 +4,12 @@ quality`): the tolerance rule, the Quality column and page 1's measured delta.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from advisor.configurations import FP8_ACCURACY_NOTE
 from advisor.quality import QUALITY_NOTE_PREFIX, beyond_tolerance, quality_cell, stage_quality
@@ -100,3 +102,67 @@ def test_without_a_quality_file_the_risk_stays_worded_as_before(tmp_path, store)
     assert stage.configurations.columns[-1] != "Quality"
     (decision,) = report.decisions
     assert any(risk.startswith("FP8 accuracy is unchecked") for risk in decision.risks)
+
+
+def _fp8_profile(tmp_path: Path) -> Path:
+    profile = yaml.safe_load((REPO / "examples" / "profiles" / "chat_7b_h200.yaml").read_text())
+    profile["precision"] = {"dtype": "bfloat16", "quantization": "fp8"}
+    path = tmp_path / "fp8.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return path
+
+
+def test_recommend_flags_set_the_quality_fields(tmp_path, store):
+    from advisor.cli import app
+
+    args = ["recommend", "--profile", str(_fp8_profile(tmp_path)), "--json", "--store", store]
+    quality = ["--quality-result", str(SHIPPED), "--max-quality-loss-pct", "0.01"]
+    result = CliRunner().invoke(app, [*args, *quality])
+    assert result.exit_code == 0, result.output
+    (stage,) = json.loads(result.output)["stages"]
+    search = stage["configurations"]
+    assert search["quality_note"].startswith(QUALITY_NOTE_PREFIX)
+    assert not any("fp8 weights" in row["label"] for row in search["estimates"])  # 0.03% > 0.01%
+    assert any("exceeds the tolerated 0.01%" in why for why in search["excluded"])
+    loose = CliRunner().invoke(app, [*args, "--quality-result", str(SHIPPED)])  # default 1%
+    (stage,) = json.loads(loose.output)["stages"]
+    assert any("fp8 weights" in row["label"] for row in stage["configurations"]["estimates"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--quality-result", "absent.json"], "absent.json"),
+        (["--quality-result", str(SHIPPED), "--max-quality-loss-pct", "101"], "max-quality-loss"),
+    ],
+)
+def test_bad_quality_flags_are_one_line_and_exit_2(tmp_path, store, flags, needle):
+    from advisor.cli import app
+
+    profile = str(_fp8_profile(tmp_path))
+    result = CliRunner().invoke(app, ["recommend", "--profile", profile, "--store", store, *flags])
+    assert result.exit_code == 2
+    assert needle in result.output and result.output.strip().count("\n") == 0
+
+
+def test_report_flags_set_the_quality_fields(tmp_path, store):
+    import typer
+
+    from advisor.report.cli import register
+
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps the `app report ...` form
+    profile = str(_fp8_profile(tmp_path))
+    args = ["report", "--profile", profile, "--store", store, "--format", "json"]
+    result = CliRunner().invoke(
+        app, [*args, "--out", str(tmp_path / "out"), "--quality-result", str(SHIPPED)]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    (decision,) = data["decisions"]
+    assert any(risk.startswith(QUALITY_NOTE_PREFIX) for risk in decision["risks"])
+    bad = CliRunner().invoke(
+        app, [*args, "--out", str(tmp_path / "o2"), "--quality-result", str(tmp_path)]
+    )
+    assert bad.exit_code == 2 and bad.output.strip().count("\n") == 0
