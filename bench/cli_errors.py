@@ -22,10 +22,14 @@ from typer.core import TyperGroup
 
 from bench.core.errors import RunAborted, RunInterrupted, UserError
 
-# OS errors a user causes by naming a path: exit 2 like every other user error. Others (a full
-# disk, an I/O error) are still one line naming the file, with exit code 1: nothing the user
-# typed was wrong, and a script can tell "fix the command" from "fix the machine".
+# OS errors met on a path the command was given: exit 2 like every other user error, a full
+# disk or a file-size limit under the output path included (nothing was lost; point --out at a
+# place with room). Others (an I/O error) are still one line naming the file, with exit code 1:
+# a script can tell "fix the command" from "fix the machine".
 USER_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EFBIG,
     errno.EACCES,
     errno.EPERM,
     errno.EROFS,

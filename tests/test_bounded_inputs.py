@@ -1,5 +1,5 @@
 """A number or size nobody bounded: every probe of the bounded-inputs list is one line on stderr
-and exit code 2 (or, for a disk the machine filled, one line naming the file and exit 1).
+and exit code 2 (a full disk under an output path included: one line naming the file).
 
 The inputs are the shipped ones (examples/profiles, data/reference runs) with one value made
 absurd; the limits come from bench/core/limits.py, and docs/limits.md must hold its table.
@@ -265,7 +265,7 @@ def test_report_on_a_disk_too_small_is_one_line_naming_the_file(tmp_path: Path) 
             "PYTHONDONTWRITEBYTECODE": "1",
         },
     )
-    one_line(completed.returncode, completed.stderr, f"cannot use {out}/", expected_code=1)
+    one_line(completed.returncode, completed.stderr, f"cannot use {out}/", expected_code=2)
     assert "File too large" in completed.stderr
 
 

@@ -320,19 +320,22 @@ def test_unreadable_file_is_one_line(tmp_path):
 
 def test_os_errors_on_user_paths_are_one_line(capsys):
     """What a command meets on a path the user named (read-only folder, no permission) is one
-    line: exit 2 for the user's paths, 1 for the machine's (a full disk)."""
+    line: exit 2 for the user's paths (a full disk under them included), 1 for the machine's
+    (an I/O error)."""
     import errno
 
     from bench.cli_errors import report_exception
 
     assert report_exception(PermissionError(errno.EACCES, "Permission denied", "/x/out")) == 2
     assert report_exception(OSError(errno.EROFS, "Read-only file system", "/proc/x")) == 2
-    assert report_exception(OSError(errno.ENOSPC, "No space left on device", "/d/r")) == 1
+    assert report_exception(OSError(errno.ENOSPC, "No space left on device", "/d/r")) == 2
+    assert report_exception(OSError(errno.EIO, "Input/output error", "/d/s")) == 1
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
         "error: cannot use /x/out: Permission denied",
         "error: cannot use /proc/x: Read-only file system",
         "error: cannot use /d/r: No space left on device",
+        "error: cannot use /d/s: Input/output error",
     ]
     with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
         report_exception(ZeroDivisionError("x"))
