@@ -559,6 +559,8 @@ def stage_capacities(
         )
         for c in sizing.measured
     ]
+    measured, superseded = _newest_per_configuration(measured, by_id)
+    notes += superseded
     measured.sort(key=lambda c: _capacity_order(c.capacity))
     estimated = [
         CandidateCapacity(framework=framework, capacity=c, provenance="estimate")
@@ -570,6 +572,33 @@ def stage_capacities(
             if note.startswith("no GPU price") and note not in notes:
                 notes.append(note + " (set gpu.price_per_hour in the profile)")
     return measured + estimated, notes
+
+
+def _newest_per_configuration(
+    measured: list[CandidateCapacity], runs: Mapping[str, RunResult]
+) -> tuple[list[CandidateCapacity], list[str]]:
+    """One search per configuration (framework, precision, layout) and provenance: the newest;
+    an older search of the same configuration is named in a note, not used (a later search,
+    e.g. one with the boundary-confirming rule, supersedes it)."""
+    newest: dict[tuple, CandidateCapacity] = {}
+
+    def created(candidate: CandidateCapacity) -> str:
+        run = runs.get(candidate.capacity.run_id or "")
+        return run.created_at if run is not None else ""
+
+    for candidate in measured:
+        key = (candidate.framework, candidate.capacity.label, candidate.provenance)
+        if key not in newest or created(candidate) > created(newest[key]):
+            newest[key] = candidate
+    kept = list(newest.values())
+    notes = [
+        f"capacity run {c.capacity.run_id} ({c.capacity.label}): superseded by the newer search "
+        f"{newest[(c.framework, c.capacity.label, c.provenance)].capacity.run_id} of the same "
+        "configuration"
+        for c in measured
+        if c not in kept
+    ]
+    return [c for c in measured if c in kept], notes
 
 
 _PREDICTIONS: dict[tuple, CapacityPrediction | None] = {}

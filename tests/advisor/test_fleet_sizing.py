@@ -2,9 +2,9 @@
 
 The held-out chat profile (llama-2-7b, 512/256 tokens, 40 req/s peak, p99 TTFT <= 300 ms and
 TPOT <= 50 ms, one H200, the default float16) must be sized from the shipped bfloat16 capacity
-search of exactly that workload (22 req/s per GPU: 3 GPUs with 20% headroom), not from a
-batch-1 estimate (54 GPUs before); the bf16 search may stand for float16 only because a shipped
-pair of vLLM runs at both dtypes agrees. One load rule gives every part of the answer its
+search of exactly that workload (the newest: 24 req/s per GPU, 2 GPUs with 20% headroom; the
+older search found 22), not from a batch-1 estimate (54 GPUs before); the bf16 search may stand
+for float16 only because a shipped pair of vLLM runs at both dtypes agrees. One load rule gives every part of the answer its
 in-flight count.
 """
 
@@ -33,6 +33,8 @@ CHAT_40 = {
     "gpu": {"type": "H200", "count": 1},
 }
 SHIPPED_SEARCH = "h200_llama2-7b_capacity_chat_slo_runs.json"
+NEWEST_SEARCH = "h200_llama2-7b_capacity_boundary_runs.json"
+"""The same workload searched again with the boundary-confirming rule: it supersedes the first."""
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +114,10 @@ def test_the_held_out_chat_profile_gets_2_to_4_gpus_from_the_shipped_search():
     assert capacity is not None and capacity.source == "measured"
     assert 2 <= capacity.gpus_needed <= 4
     assert capacity.gpus_needed == math.ceil(40 * 1.2 / capacity.max_rate_rps)
-    assert capacity.reference == SHIPPED_SEARCH
+    assert capacity.reference == NEWEST_SEARCH
     assert "published capacity search" in chosen.capacity_basis
-    assert SHIPPED_SEARCH in chosen.capacity_basis and "one speed class" in chosen.capacity_basis
+    assert NEWEST_SEARCH in chosen.capacity_basis and "one speed class" in chosen.capacity_basis
+    assert any("superseded by the newer search" in note for note in chosen.capacity_notes)
     assert f"{capacity.gpus_needed} x H200" in chosen.headline
 
 
@@ -135,7 +138,7 @@ def test_page_one_names_the_basis(tmp_path):
     )
     links = {chart.id: "x.svg" for chart in report.available_charts()}
     page_one = render_markdown(report, links).split("## The workload")[0]
-    assert "GPUs and cost:** 3 × H200 for 40 req/s" in page_one
+    assert "GPUs and cost:** 2 × H200 for 40 req/s" in page_one
     assert "per 1M output tokens" in page_one
     assert "published capacity search" in page_one
 
