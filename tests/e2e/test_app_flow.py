@@ -201,7 +201,8 @@ def test_questionnaire_benchmark_and_report(app_url, page, tmp_path):
 
     def pick_tiny_llama() -> None:
         page.locator("[data-testid=stSelectbox]").filter(has_text="Model").first.click()
-        page.get_by_role("option").filter(has_text="tiny-llama").click()
+        # "tiny-llama — ..." exactly: the trained preset's option starts "tiny-llama-trained".
+        page.get_by_role("option").filter(has_text=re.compile(r"^tiny-llama —")).click()
 
     edit_profile(page, pick_tiny_llama)
     for label, value in (
