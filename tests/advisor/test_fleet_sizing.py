@@ -4,8 +4,8 @@ The held-out chat profile (llama-2-7b, 512/256 tokens, 40 req/s peak, p99 TTFT <
 TPOT <= 50 ms, one H200, the default float16) must be sized from the shipped bfloat16 capacity
 search of exactly that workload (the newest: 24 req/s per GPU, 2 GPUs with 20% headroom; the
 older search found 22), not from a batch-1 estimate (54 GPUs before); the bf16 search may stand
-for float16 only because a shipped pair of vLLM runs at both dtypes agrees. One load rule gives every part of the answer its
-in-flight count.
+for float16 only because a shipped pair of vLLM runs at both dtypes agrees. One load rule gives
+every part of the answer its in-flight count.
 """
 
 from __future__ import annotations
