@@ -24,8 +24,8 @@ for p in bf16 fp8 fp8-kv; do
   stamp b run $p
   case $p in
     bf16) EA="" ;;
-    fp8) EA="--engine-arg quantization=fp8" ;;
-    fp8-kv) EA="--engine-arg quantization=fp8 --engine-arg kv_cache_dtype=fp8" ;;
+    fp8) EA="--option precision.quantization=fp8" ;;
+    fp8-kv) EA="--option precision.quantization=fp8 --option precision.kv_cache_dtype=fp8" ;;
   esac
   python3 -m bench run --backend vllm --model tiny-llama-trained --pattern concurrency \
     --concurrency 16 --duration-s 20 --prompt-tokens 128 --output-tokens 128 --dtype bfloat16 \
