@@ -70,7 +70,10 @@ def use_profile(page, profile: Path) -> None:
     page.get_by_role("link", name="Advisor").first.click()
     wait_text(page, "Which inference framework?", 90)
     page.get_by_text("Profile file (YAML): download, upload, reset").click()
-    page.locator("[data-testid=stFileUploaderDropzoneInput]").set_input_files(str(profile))
+    # The profile's uploader, not a stage's quality.json uploader on the same page.
+    page.locator("[data-testid=stFileUploader]").filter(has_text="Upload a profile").locator(
+        "[data-testid=stFileUploaderDropzoneInput]"
+    ).set_input_files(str(profile))
     use = page.get_by_role("button", name="Use this profile")
     use.wait_for(timeout=60_000)
     # The Advisor page keys its advice by the profile's digest: the upload has been taken in
