@@ -684,12 +684,17 @@ def dtype_stand_in(
 
 
 def capacity_runs_for(
-    stage: StageProfile, runs: Iterable[RunResult], files: Mapping[str, str] | None = None
+    stage: StageProfile,
+    runs: Iterable[RunResult],
+    files: Mapping[str, str] | None = None,
+    pairs: Sequence[SpeedClassPair] | None = None,
 ) -> tuple[list[RunResult], list[str]]:
     """The capacity searches that are about this stage, and a note per search left out or
-    kept at the other 16-bit dtype (with the measured pair that allows it)."""
+    kept at the other 16-bit dtype (with the measured pair that allows it). `pairs`: the
+    runs' speed-class pairs when the caller already has them (else found here)."""
     runs = list(runs)
-    pairs = speed_class_pairs(runs, files)
+    if pairs is None:
+        pairs = speed_class_pairs(runs, files)
     kept: list[RunResult] = []
     notes: list[str] = []
     for run in runs:

@@ -523,7 +523,8 @@ def stage_capacities(
     about this stage (`capacity_runs_for`) on the stage's GPU type, measured first, fewest
     GPUs first; then the (framework, estimate) pairs given, labelled `estimate`. Notes say what
     is missing (peak, price) and which searches were left out, and why."""
-    kept, notes = capacity_runs_for(stage, runs, files)
+    pairs = speed_class_pairs(runs, files)
+    kept, notes = capacity_runs_for(stage, runs, files, pairs)
     peak = stage.peak_request_rate_rps or stage.request_rate_rps
     if peak is None:
         return [], [NO_PEAK_NOTE, *notes] if (kept or estimates) else notes
@@ -532,7 +533,6 @@ def stage_capacities(
     except UserError as exc:
         return [], [str(exc), *notes]
     by_id = {run.run_id: run for run in kept}
-    pairs = speed_class_pairs(runs, files)
 
     def dtype_note(run_id: str | None) -> str | None:
         run = by_id.get(run_id or "")
