@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, get_args
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
@@ -891,20 +891,16 @@ LoadPattern = Annotated[
     ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad | CapacityLoad | ReplayLoad,
     Field(discriminator="pattern"),
 ]
-PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse", "capacity", "replay")
+"""Every load pattern: the one registration of a pattern's config class. The names below, the
+`--pattern` help (bench/cli.py), the web form's choices and the accepted `load.pattern` values
+are all read from this union; its phase plan is registered beside it (`@planner`,
+bench/run/load/patterns.py), checked by tests/bench/test_load_config.py."""
 LOAD_CLASSES: dict[str, type[LoadCommon]] = {
-    str(cls.model_fields["pattern"].default): cls
-    for cls in (
-        ConcurrencyLoad,
-        RateLoad,
-        StepLoad,
-        SteadyLoad,
-        PulseLoad,
-        CapacityLoad,
-        ReplayLoad,
-    )
+    str(cls.model_fields["pattern"].default): cls for cls in get_args(get_args(LoadPattern)[0])
 }
-"""Each pattern's config class by its name (the `pattern` discriminator)."""
+"""Each pattern's config class by its name (the `pattern` discriminator), in union order."""
+PATTERN_NAMES: tuple[str, ...] = tuple(LOAD_CLASSES)
+"""The pattern names, in union order (the web form's choices)."""
 
 
 # --------------------------------------------------------------------------- SLOs and validity
