@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.core.context_window import Term, check_fits
 from bench.core.errors import UserError
 from bench.core.files import shown_path
 from bench.core.quality import (
@@ -28,7 +29,7 @@ from bench.core.quality import (
     perplexity_estimate,
 )
 from bench.core.stats import BOOTSTRAP, SEED
-from bench.engines.models import load_config, resolve_model
+from bench.engines.models import load_config, model_context, resolve_model
 from bench.engines.scoring import NotRun, TokenScore, check_engine, open_scorer
 from bench.run.environment import fingerprint
 
@@ -87,6 +88,14 @@ def text_windows(tokenizer, text: str, window: int) -> list[list[int]]:
     if len(windows) > MAX_WINDOWS:
         raise UserError(f"text file has {len(windows)} windows; at most {MAX_WINDOWS} are scored")
     return [w for w in windows if len(w) >= 2]
+
+
+def check_window_fits(model: str, window: int) -> None:
+    """UserError before anything is loaded when a perplexity window (with its BOS token) is
+    longer than the model's context: the scorers are opened with max_model_len = the position
+    table, so every engine is held to it (the name below is none of the rope-scaled ones)."""
+    terms = [Term(field="--window", tokens=window), Term(field="its BOS token", tokens=1)]
+    check_fits("", terms, model_context(model), "scorer", "lower --window")
 
 
 def item_tokens(tokenizer, items: Sequence[LabelledItem], max_len: int) -> list[_ItemTokens]:
@@ -168,7 +177,8 @@ def evaluate(
     config = load_config(info.path)
     max_len = int(getattr(config, "max_position_embeddings", 0) or 2048)
     tokenizer = _tokenizer(info.path, tokenizer_dir, int(config.vocab_size))
-    window = min(window, max_len - 1)
+    check_window_fits(model, window)
+    window = min(window, max_len - 1)  # a model without a stated window: 2048 assumed
     windows = text_windows(tokenizer, text, window) if text is not None else None
     tokens = item_tokens(tokenizer, items, max_len) if items else None
     flags = [item.choices is not None for item in items] if items else []
