@@ -472,6 +472,18 @@ def test_length_distribution_over_the_models_context_is_refused(tmp_path: Path) 
     check_context(RunConfig.model_validate(data))  # 3,328 fit 4,096
 
 
+def test_forward_sequence_length_over_an_encoders_positions_is_refused() -> None:
+    from bench.core.config import RunConfig
+    from bench.core.errors import UserError
+    from bench.run.context_check import check_context
+
+    workload = {"kind": "forward", "sequence_length": {"mean": 512}}
+    check_context(RunConfig(backend="onnxruntime", model="bert-base", workload=workload))
+    workload["sequence_length"] = {"mean": 600}
+    with pytest.raises(UserError, match=r"^workload.sequence_length at its longest = 600 tokens, "):
+        check_context(RunConfig(backend="onnxruntime", model="bert-base", workload=workload))
+
+
 def test_a_local_checkpoints_window_follows_the_engines_rope_rule(tmp_path: Path) -> None:
     """A config.json with yarn x4 over 32,768 original positions: vLLM takes 131,072 tokens,
     the transformers engines the position table (32,768)."""
@@ -525,6 +537,65 @@ def test_quality_window_over_the_models_context_is_refused() -> None:
     check_window_fits("tiny-llama-trained", 1023)
     with pytest.raises(UserError, match=r"--window \+ its BOS token = 1,024 \+ 1 = 1,025 tokens, "):
         check_window_fits("tiny-llama-trained", 1024)
+
+
+class _CharTokenizer:
+    """TEST DOUBLE: one token per character, BOS id 1 (item_tokens only counts tokens)."""
+
+    bos_token_id = 1
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [ord(character) for character in text]}
+
+
+def test_labelled_item_over_the_models_context_names_its_lengths() -> None:
+    from bench.core.errors import UserError
+    from bench.core.quality import LabelledItem
+    from bench.run.quality import item_tokens
+
+    items = [LabelledItem(prompt="x" * 9, answer="yy"), LabelledItem(prompt="x" * 10, answer="yy")]
+    with pytest.raises(UserError) as raised:
+        item_tokens(_CharTokenizer(), items, max_len=12)
+    assert str(raised.value) == (
+        "labelled item 2: prompt + longest answer = 11 + 2 = 13 tokens, over the model's "
+        "context of 12 tokens (max_position_embeddings); shorten it (docs/limits.md)"
+    )
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        None,
+        {"rope_type": "linear", "factor": 2.0},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
+        {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+        {"type": "dynamic", "factor": 2.0},
+    ],
+    ids=["none", "linear", "yarn", "llama3", "dynamic"],
+)
+def test_the_bench_and_the_advisor_read_one_window(tmp_path: Path, rope: dict | None) -> None:
+    """A checkpoint's window per engine is the same for the advisor's profile check
+    (advisor/estimate.py) and the bench's run check."""
+    from advisor.estimate import architecture_for, context_limits
+    from bench.engines.models import model_context
+
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 1000,
+        "max_position_embeddings": 16384,
+        "rope_scaling": rope,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    architecture, _ = architecture_for(str(tmp_path))
+    assert architecture is not None
+    _, per_engine, _ = context_limits(architecture)
+    context = model_context(str(tmp_path))
+    assert context is not None
+    assert per_engine == {engine: context.tokens_for(engine) for engine in per_engine}
 
 
 # ----------------------------------------------------------------- out-of-range wording

@@ -25,6 +25,7 @@ from bench.core.config import (
     RunConfig,
 )
 from bench.core.errors import UserError
+from bench.core.limits import LIMITS_DOC
 from bench.core.strict import Strict
 
 POSITION_KEYS = (
@@ -44,7 +45,6 @@ max_position_embeddings (the engines' max-length rule leaves them unscaled)."""
 SCALED_WINDOW_BACKENDS = frozenset({"vllm", "tensorrt_llm", "openai"})
 """Backends whose longest sequence is the rope-scaled window; the others (transformers, ONNX,
 TensorRT, the fake test double) are held to the position table itself."""
-LIMITS_DOC = "docs/limits.md"
 
 
 class ModelContext(Strict):

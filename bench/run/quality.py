@@ -16,6 +16,7 @@ from pathlib import Path
 from bench.core.context_window import Term, check_fits
 from bench.core.errors import UserError
 from bench.core.files import shown_path
+from bench.core.limits import LIMITS_DOC
 from bench.core.quality import (
     LabelledItem,
     PrecisionQuality,
@@ -106,9 +107,12 @@ def item_tokens(tokenizer, items: Sequence[LabelledItem], max_len: int) -> list[
         continuations = [_encode(tokenizer, option) for option in options]
         if any(not c for c in continuations):
             raise UserError(f"labelled item {number}: an answer or choice has no tokens")
-        if len(context) + max(len(c) for c in continuations) > max_len:
+        longest = max(len(c) for c in continuations)
+        if len(context) + longest > max_len:
             raise UserError(
-                f"labelled item {number} is longer than the model's {max_len} positions"
+                f"labelled item {number}: prompt + longest answer = {len(context):,} + "
+                f"{longest:,} = {len(context) + longest:,} tokens, over the model's context "
+                f"of {max_len:,} tokens (max_position_embeddings); shorten it ({LIMITS_DOC})"
             )
         out.append(_ItemTokens(context, continuations, options.index(item.answer)))
     return out
