@@ -472,6 +472,25 @@ def test_length_distribution_over_the_models_context_is_refused(tmp_path: Path) 
     check_context(RunConfig.model_validate(data))  # 3,328 fit 4,096
 
 
+def test_prompt_file_output_over_the_models_context_is_refused(tmp_path: Path) -> None:
+    from bench.core.config import RunConfig
+    from bench.core.errors import UserError
+    from bench.run.api import check_traffic_files
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        '{"text": "hello", "output_tokens": 4}\n{"text": "hi", "output_tokens": 4096}\n'
+    )
+    workload = {"kind": "generate", "prompt_file": {"path": str(prompts)}}
+    config = RunConfig(backend="fake", model="tiny-llama", workload=workload)
+    with pytest.raises(
+        UserError,
+        match=rf"^prompt file {prompts} prompt 2: its prompt \+ "
+        r"output_tokens = 1 \+ 4,096 = 4,097 tokens, over model tiny-llama's",
+    ):
+        check_traffic_files(config)
+
+
 def test_forward_sequence_length_over_an_encoders_positions_is_refused() -> None:
     from bench.core.config import RunConfig
     from bench.core.errors import UserError

@@ -111,7 +111,9 @@ LIMITS: tuple[Limit, ...] = (
     Limit(
         name="MAX_TOKENS",
         applies_to="every token length: prompt and output length distributions, shared "
-        "prefixes, conversation messages, trace rows, prompt-file output lengths, replay clips",
+        "prefixes, conversation messages, trace rows, prompt-file output lengths, replay clips; "
+        "where the run's model is known, prompt + output must also fit its context window "
+        "(below)",
         low=1,
         high=10_000_000,
         unit="tokens",

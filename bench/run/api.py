@@ -66,9 +66,10 @@ HEARTBEAT_S = 5.0
 
 
 def check_runnable(config: RunConfig) -> Placement:
-    """Raise a UserError for an unknown/unavailable backend, bad engine arguments, a missing
-    model path or a parallelism the visible GPUs cannot hold, before anything is stored or
-    started; return where the run's replicas go."""
+    """Raise a UserError for an unknown/unavailable backend, bad engine arguments, a load
+    generator past this machine's memory, a bad trace or prompt file, a token length past the
+    model's context window, a missing model path or a parallelism the visible GPUs cannot
+    hold, before anything is stored or started; return where the run's replicas go."""
     backend_cls = get_backend(config.backend)
     availability = backend_cls.availability()
     if not availability.available:
