@@ -112,7 +112,12 @@ def _rope_scaled(config: Mapping[str, Any], positions: int) -> tuple[int, str | 
 def longest_tokens(distribution: LengthDistribution) -> int:
     """The longest length the workload generator produces: the `max` clip when set; else fixed
     = mean, uniform = mean + spread, normal = mean + 5 std, lognormal = its 5-sigma quantile
-    (1 draw in 3.5 million beyond). The advisor's `upper_tokens` is this rule."""
+    (1 draw in 3.5 million beyond); never below the `min` clip (the sampler applies it last).
+    The advisor's `upper_tokens` is this rule (a test compares them)."""
+    return max(distribution.min, _longest_draw(distribution))
+
+
+def _longest_draw(distribution: LengthDistribution) -> int:
     if distribution.max is not None:
         return distribution.max
     if distribution.kind == "fixed" or distribution.spread == 0:
