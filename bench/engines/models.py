@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from bench.core.context_window import ModelContext, context_from_config
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo
 
@@ -54,6 +55,9 @@ class Preset:
     description: str
     trained: bool = False
     """Written with weights trained on the CPU (`train_tiny_checkpoint`), not random ones."""
+    positions: int | None = None
+    """Its config's max_position_embeddings (None: no position limit), stated here so that the
+    context check before a run needs no transformers import; a test compares the two."""
 
 
 # --------------------------------------------------------------------------- preset configs
@@ -269,6 +273,7 @@ PRESETS: dict[str, Preset] = {
             "generate",
             _tiny_llama,
             "Llama, 2 layers, hidden 64, vocab 32000 (~4M params): tests and CPU smoke runs.",
+            positions=4096,
         ),
         Preset(
             "tiny-llama-trained",
@@ -277,18 +282,21 @@ PRESETS: dict[str, Preset] = {
             "Llama, 2 layers, hidden 64, vocab 2048, trained for seconds on the CPU on Python "
             "standard-library sources: a meaningful perplexity for quality tests.",
             trained=True,
+            positions=1024,
         ),
         Preset(
             "llama-2-7b",
             "generate",
             _llama_2_7b,
             "Llama-2-7B architecture (32 layers, hidden 4096, MHA, vocab 32000), random weights.",
+            positions=4096,
         ),
         Preset(
             "llama-2-13b",
             "generate",
             _llama_2_13b,
             "Llama-2-13B architecture (40 layers, hidden 5120, MHA): the article's model.",
+            positions=4096,
         ),
         Preset(
             "llama-2-70b",
@@ -296,18 +304,21 @@ PRESETS: dict[str, Preset] = {
             _llama_2_70b,
             "Llama-2-70B architecture (80 layers, hidden 8192, GQA 8 KV heads), random weights "
             "(~138 GB in bf16: multi-GPU hosts).",
+            positions=4096,
         ),
         Preset(
             "llama-3-8b",
             "generate",
             _llama_3_8b,
             "Llama-3-8B architecture (32 layers, GQA 8 KV heads, vocab 128256), random weights.",
+            positions=8192,
         ),
         Preset(
             "mistral-7b",
             "generate",
             _mistral_7b,
             "Mistral-7B-v0.1 architecture (GQA 8 KV heads, sliding window 4096), random weights.",
+            positions=32768,
         ),
         Preset(
             "resnet-50",
@@ -320,6 +331,7 @@ PRESETS: dict[str, Preset] = {
             "forward",
             _bert_base,
             "BERT-base encoder (BertModel, 12 layers, hidden 768, up to 512 tokens).",
+            positions=512,
         ),
         Preset(
             "vit-base",
@@ -328,7 +340,13 @@ PRESETS: dict[str, Preset] = {
             "ViT-B/16 image classifier (ViTForImageClassification, 224 px), random weights.",
         ),
         Preset("tiny-resnet", "forward", _tiny_resnet, "Two-stage basic-block ResNet (tests)."),
-        Preset("tiny-bert", "forward", _tiny_bert, "BERT, 2 layers, hidden 64 (tests)."),
+        Preset(
+            "tiny-bert",
+            "forward",
+            _tiny_bert,
+            "BERT, 2 layers, hidden 64 (tests).",
+            positions=512,
+        ),
         Preset("tiny-vit", "forward", _tiny_vit, "ViT, 2 layers, hidden 64, 32 px (tests)."),
     )
 }
@@ -815,6 +833,29 @@ def check_model_name(name_or_path: str) -> None:
         raise UserError(f"model path {name_or_path} has no config.json")
 
 
+def model_context(name_or_path: str) -> ModelContext | None:
+    """The context window of a preset (its stated `positions`) or of a local checkpoint (its
+    config.json, read bounded); None when no model is known by that name or its config states
+    no position limit: then only MAX_TOKENS bounds the lengths. Imports nothing heavy."""
+    if name_or_path in PRESETS:
+        positions = PRESETS[name_or_path].positions
+        if positions is None:
+            return None
+        return ModelContext(
+            model=name_or_path,
+            positions=positions,
+            key="max_position_embeddings",
+            scaled_tokens=positions,
+        )
+    config_file = Path(name_or_path).expanduser() / "config.json"
+    if not config_file.is_file():
+        return None  # resolve_model says what is wrong with the name
+    from bench.core.files import load_user_json
+
+    document = load_user_json(config_file, "checkpoint config")
+    return context_from_config(name_or_path, document) if isinstance(document, dict) else None
+
+
 def resolve_model(
     name_or_path: str,
     dtype: str = "bfloat16",
@@ -895,6 +936,7 @@ __all__ = [
     "load_config",
     "model_cache_dir",
     "model_class_for",
+    "model_context",
     "parameter_count",
     "preset_info",
     "resolve_model",

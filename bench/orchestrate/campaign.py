@@ -689,8 +689,9 @@ def check_steps(
     plan_dir: Path | None = None,
 ) -> None:
     """Every run step still to run checked before the first one starts: its backend is a known
-    name, its engine arguments are the backend's, its trace and prompt files read and, when
-    the steps run `here` (the local executor), its load generator fits this machine's memory.
+    name, its engine arguments are the backend's, when the steps run `here` (the local
+    executor) its load generator fits this machine's memory, its trace and prompt files read
+    and every token length fits its model's context window.
     A quality step's text and labelled files are read (from `plan_dir`, default the working
     directory) and its model named a preset or an existing checkpoint.
     A typo in step 5 is one line now, not a failed step after steps 1 to 4 have run.
@@ -709,9 +710,9 @@ def check_steps(
             continue
         try:
             get_backend(step.config.backend).validate_engine_args(step.config.engine_args)
-            check_traffic_files(step.config)
             if here:
                 check_memory_fits(step.config)
+            check_traffic_files(step.config)
         except UserError as exc:
             raise UserError(f"step {step.name!r}: {exc}") from None
 
@@ -719,9 +720,11 @@ def check_steps(
 def _check_quality_step(step: QualityStep, plan_dir: Path) -> None:
     from bench.core.quality import read_labelled_file, read_text_file
     from bench.engines.models import check_model_name
+    from bench.run.quality import check_window_fits
 
     try:
         check_model_name(step.model)
+        check_window_fits(step.model, step.window)
         if step.text is not None:
             read_text_file(str(plan_dir / step.text))
         if step.labelled is not None:

@@ -13,8 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.core.context_window import Term, check_fits
 from bench.core.errors import UserError
 from bench.core.files import shown_path
+from bench.core.limits import LIMITS_DOC
 from bench.core.quality import (
     LabelledItem,
     PrecisionQuality,
@@ -28,7 +30,7 @@ from bench.core.quality import (
     perplexity_estimate,
 )
 from bench.core.stats import BOOTSTRAP, SEED
-from bench.engines.models import load_config, resolve_model
+from bench.engines.models import load_config, model_context, resolve_model
 from bench.engines.scoring import NotRun, TokenScore, check_engine, open_scorer
 from bench.run.environment import fingerprint
 
@@ -89,6 +91,14 @@ def text_windows(tokenizer, text: str, window: int) -> list[list[int]]:
     return [w for w in windows if len(w) >= 2]
 
 
+def check_window_fits(model: str, window: int) -> None:
+    """UserError before anything is loaded when a perplexity window (with its BOS token) is
+    longer than the model's context: the scorers are opened with max_model_len = the position
+    table, so every engine is held to it (the name below is none of the rope-scaled ones)."""
+    terms = [Term(field="--window", tokens=window), Term(field="its BOS token", tokens=1)]
+    check_fits("", terms, model_context(model), "scorer", "lower --window")
+
+
 def item_tokens(tokenizer, items: Sequence[LabelledItem], max_len: int) -> list[_ItemTokens]:
     out: list[_ItemTokens] = []
     for number, item in enumerate(items, start=1):
@@ -97,9 +107,12 @@ def item_tokens(tokenizer, items: Sequence[LabelledItem], max_len: int) -> list[
         continuations = [_encode(tokenizer, option) for option in options]
         if any(not c for c in continuations):
             raise UserError(f"labelled item {number}: an answer or choice has no tokens")
-        if len(context) + max(len(c) for c in continuations) > max_len:
+        longest = max(len(c) for c in continuations)
+        if len(context) + longest > max_len:
             raise UserError(
-                f"labelled item {number} is longer than the model's {max_len} positions"
+                f"labelled item {number}: prompt + longest answer = {len(context):,} + "
+                f"{longest:,} = {len(context) + longest:,} tokens, over the model's context "
+                f"of {max_len:,} tokens (max_position_embeddings); shorten it ({LIMITS_DOC})"
             )
         out.append(_ItemTokens(context, continuations, options.index(item.answer)))
     return out
@@ -168,7 +181,8 @@ def evaluate(
     config = load_config(info.path)
     max_len = int(getattr(config, "max_position_embeddings", 0) or 2048)
     tokenizer = _tokenizer(info.path, tokenizer_dir, int(config.vocab_size))
-    window = min(window, max_len - 1)
+    check_window_fits(model, window)
+    window = min(window, max_len - 1)  # a model without a stated window: 2048 assumed
     windows = text_windows(tokenizer, text, window) if text is not None else None
     tokens = item_tokens(tokenizer, items, max_len) if items else None
     flags = [item.choices is not None for item in items] if items else []
