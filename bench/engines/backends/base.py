@@ -234,6 +234,13 @@ class Backend(ABC):
         return dict(engine_args)
 
     @classmethod
+    def engine_options(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
+        """The options the engine itself runs with, under its framework's names, read from a
+        run's engine_args (stored ones included, unchecked): the reading side of
+        `framework_args`. An in-process engine's are its engine_args."""
+        return dict(engine_args)
+
+    @classmethod
     def engine_args_for(
         cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
     ) -> dict[str, Any]:

@@ -336,6 +336,15 @@ class OpenAIBackend(Backend):
         return args
 
     @classmethod
+    def engine_options(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
+        """A launched server's own arguments (`server_args`); {} for a server started
+        elsewhere (its options were set where it runs, not recorded here)."""
+        server_args = engine_args.get("server_args")
+        if engine_args.get("launch") is None or not isinstance(server_args, dict):
+            return {}
+        return dict(server_args)
+
+    @classmethod
     def uses_local_gpus(cls, engine_args: dict[str, Any]) -> bool:
         """A launched server runs here on the run's GPUs; a base_url server runs elsewhere."""
         return engine_args.get("launch") is not None

@@ -127,3 +127,17 @@ def test_engine_args_for_refuses_what_the_mapping_refuses(
     with pytest.raises(UserError) as checked:
         backend.engine_args_for(engine_args, parallelism, precision)
     assert str(checked.value) == str(mapped.value)
+
+
+def test_engine_options_read_back_what_the_engine_runs_with() -> None:
+    """The reading side: a launched server's own arguments; nothing for a server run elsewhere;
+    an in-process engine's options as given."""
+    openai = get_backend("openai")
+    launched = openai.framework_args({"launch": "vllm"}, ParallelismConfig(), BF16, True)
+    assert openai.engine_options(launched) == {
+        "tensor_parallel_size": 1,
+        "enable_prefix_caching": True,
+    }
+    assert openai.engine_options({"base_url": "http://127.0.0.1:8000"}) == {}
+    vllm_args = get_backend("vllm").framework_args({"block_size": 16}, prefix_caching=False)
+    assert get_backend("vllm").engine_options(vllm_args) == vllm_args
