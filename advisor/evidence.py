@@ -38,7 +38,8 @@ from bench.core.strict import describe_validation_error
 from bench.engines.backends.base import WorkloadShape
 from bench.run.api import run_caveats
 
-if TYPE_CHECKING:  # the store module pulls in SQLAlchemy; the advisor only needs its type here
+if TYPE_CHECKING:  # types only: the store module pulls in SQLAlchemy
+    from bench.engines.backends.base import Backend
     from bench.storage.store import Store
 
 DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "reference"
@@ -90,11 +91,11 @@ def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
     """Each framework at its own experts' usual settings for this stage's shape: the backend's
     `recommended_args`, checked against its options (an unknown option is an error); {} for a
     framework the bench does not run."""
-    backend = _registered_backend(framework)
+    backend = registered_backend(framework)
     return {} if backend is None else backend.expert_args(workload_shape(stage, framework))
 
 
-def _registered_backend(framework: str) -> Any:
+def registered_backend(framework: str) -> type[Backend] | None:
     """The installed adapter class for `framework`, or None (absent, or failing to import)."""
     try:
         from bench.engines.backends import registry
@@ -105,7 +106,7 @@ def _registered_backend(framework: str) -> Any:
 
 
 def _backend_runs_kind(framework: str, kind: str) -> bool | None:
-    backend = _registered_backend(framework)
+    backend = registered_backend(framework)
     return None if backend is None else kind in backend.kinds
 
 
@@ -664,7 +665,7 @@ def capacity_mismatch(
                 f"searched with {name} <= {limit:g}" if limit is not None else f"no {name} limit"
             )
             reasons[-1] += f", the stage asks {name} <= {wanted:g}"
-    searched = getattr(config.load, "percentile", "p99")
+    searched = slo.percentile  # a search stored before slo.percentile: its load.percentile
     if PERCENTILE_ORDER[searched] < PERCENTILE_ORDER[stage.slo.percentile]:
         reasons.append(f"judged at {searched}, the stage's SLO is at {stage.slo.percentile}")
     return reasons
@@ -906,6 +907,7 @@ __all__ = [
     "rank_rows",
     "read_reference_folder",
     "reference_runs_and_rows",
+    "registered_backend",
     "rows_from_runs",
     "run_gpu_name",
     "stage_evidence",

@@ -74,7 +74,7 @@ from advisor.estimate import (
     Architecture,
     architecture_for,
 )
-from advisor.evidence import run_gpu_name
+from advisor.evidence import registered_backend, run_gpu_name
 from advisor.gpus import GPUS, GpuSpec
 from advisor.profile import StageProfile
 from bench.core.config import (
@@ -659,10 +659,12 @@ class RunShape:
 
 
 def _engine_args(run: RunResult) -> dict:
+    """The options the run's engine ran with (a launched server's own, as its backend reads
+    them), plus the limits the engine reported where the options left them to it."""
     args = dict(run.config.engine_args)
-    server = args.get("server_args")
-    if isinstance(server, dict):
-        args.update(server)
+    backend = registered_backend(run.config.backend)
+    if backend is not None:
+        args.update(backend.engine_options(run.config.engine_args))
     reported = run.engine.extra if run.engine is not None else {}  # the engine's own names
     for key in ("max_num_batched_tokens", "max_num_seqs"):
         value = reported.get(key)

@@ -146,6 +146,7 @@ RUN_FLAG_NAMES = {
     "slo.ttft_ms": "--slo-ttft-ms",
     "slo.tpot_ms": "--slo-tpot-ms",
     "slo.e2e_ms": "--slo-e2e-ms",
+    "slo.percentile": "--slo-percentile",
     "precision.dtype": "--dtype",
     "device": "--device",
     "workload.prompt_tokens.mean": "--prompt-tokens",
@@ -226,6 +227,13 @@ def run(
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO (ms).")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO (ms).")] = None,
     slo_e2e_ms: Annotated[float | None, typer.Option(help="E2E SLO (ms).")] = None,
+    slo_percentile: Annotated[
+        str | None,
+        typer.Option(
+            help="p50 | p90 | p99 (default p99): the percentile the SLO limits are judged at "
+            "(step ladder knee, capacity search)."
+        ),
+    ] = None,
     dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cuda | cpu")] = None,
     engine_arg: Annotated[
@@ -299,6 +307,7 @@ def run(
         "slo.ttft_ms": slo_ttft_ms,
         "slo.tpot_ms": slo_tpot_ms,
         "slo.e2e_ms": slo_e2e_ms,
+        "slo.percentile": slo_percentile,
         "precision.dtype": dtype,
         "device": device,
         "workload.prompt_tokens.mean": prompt_tokens,

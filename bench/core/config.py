@@ -760,6 +760,8 @@ class ReplayLoad(LoadCommon):
         )
 
 
+SloPercentile = Literal["p50", "p90", "p99"]
+"""The latency percentiles an SLO can be judged at."""
 PERCENTILE_LEVELS = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 TAIL_SAMPLES = 5
 """A probe holds enough requests that at least this many lie beyond its percentile, and that
@@ -798,8 +800,10 @@ class CapacityLoad(LoadCommon):
         "poisson", description="Inter-arrival law of the rate probes."
     )
     seed: Seed = Field(0, description="Seed of the arrival process (each probe adds its index).")
-    percentile: Literal["p50", "p90", "p99"] = Field(
-        "p99", description="Percentile of each SLO metric that must be within its limit."
+    percentile: SloPercentile = Field(
+        "p99",
+        description="Percentile of each SLO metric that must be within its limit: the run's "
+        "slo.percentile (RunConfig keeps the two equal; give it in either, or both alike).",
     )
     attainment_target: float = Field(
         0.99,
@@ -907,7 +911,12 @@ PATTERN_NAMES: tuple[str, ...] = tuple(LOAD_CLASSES)
 
 
 class SLO(StrictInput):
-    """Service-level objectives; a request meets them when every one set is met (goodput)."""
+    """Service-level objectives; a request meets them when every one set is met (goodput).
+
+    `percentile` is the one a run's latency limits are judged at where a pattern judges a
+    distribution against them: the step ladder's knee, the capacity search's probes, the
+    advisor's evidence. Stored runs from before it was a field read as p99 (what the ladder
+    judged at then), or as their capacity search's `load.percentile`."""
 
     ttft_ms: float | None = Field(
         None, gt=0, le=MAX_SLO_MS, description="Time to first token at most (ms)."
@@ -917,6 +926,10 @@ class SLO(StrictInput):
     )
     e2e_ms: float | None = Field(
         None, gt=0, le=MAX_SLO_MS, description="End-to-end latency at most (ms)."
+    )
+    percentile: SloPercentile = Field(
+        "p99",
+        description="Latency percentile that must meet ttft_ms/tpot_ms/e2e_ms (article: P99).",
     )
 
     def is_set(self) -> bool:
@@ -1225,6 +1238,27 @@ class RunConfig(StrictInput):
                 "the capacity pattern needs an SLO to search under: give --slo-ttft-ms, "
                 "--slo-tpot-ms or --slo-e2e-ms (slo.ttft_ms / tpot_ms / e2e_ms)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _one_percentile(self) -> RunConfig:
+        """A capacity search's `load.percentile` and `slo.percentile` are one setting: the
+        one given sets the other (a stored search gave it in the load only); both given and
+        different is refused."""
+        load = self.load
+        if not isinstance(load, CapacityLoad) or load.percentile == self.slo.percentile:
+            return self
+        in_load = "percentile" in load.model_fields_set
+        in_slo = "percentile" in self.slo.model_fields_set
+        if in_load and in_slo:
+            raise ValueError(
+                f"load.percentile {load.percentile} and slo.percentile {self.slo.percentile} "
+                "disagree: give the SLO percentile once, in slo.percentile"
+            )
+        if in_load:
+            self.slo = self.slo.model_copy(update={"percentile": load.percentile})
+        else:
+            self.load = load.model_copy(update={"percentile": self.slo.percentile})
         return self
 
     @model_validator(mode="after")

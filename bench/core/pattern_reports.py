@@ -408,6 +408,14 @@ class CapacityReport(PatternReportBase):
     curve: list[CapacityCurvePoint] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _slo_at_the_searched_percentile(self) -> CapacityReport:
+        # Reports stored before the SLO held its percentile: their search judged at
+        # `percentile`, so their SLO says so.
+        if "percentile" not in self.slo.model_fields_set:
+            self.slo = self.slo.model_copy(update={"percentile": self.percentile})
+        return self
+
 
 class ReplayReport(PatternReportBase):
     """Trace replay (bench/run/load/replay.py): which trace, how it was scheduled."""

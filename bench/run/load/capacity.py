@@ -256,27 +256,29 @@ class _Search:
     def __init__(self, load: CapacityLoad, slo: SLO) -> None:
         self.load = load
         self.slo = slo
+        # Judged at the SLO's percentile (RunConfig keeps load.percentile equal to it).
+        self.percentile = slo.percentile
         self.by_rate = load.over == "rate"
-        derived = min_probe_requests(load.percentile, load.attainment_target)
+        derived = min_probe_requests(self.percentile, load.attainment_target)
         self.planned = load.probe_requests or derived
         self.report = CapacityReport(
             over=load.over,
             arrival=load.arrival,
-            percentile=load.percentile,
+            percentile=self.percentile,
             attainment_target=load.attainment_target,
             precision=load.precision,
             slo=slo,
             probe_requests=self.planned,
             probe_requests_rule=(
                 f"max({MIN_PROBE_REQUESTS_FLOOR}, ceil({TAIL_SAMPLES} / (1 - q)) for "
-                f"{load.percentile}, ceil({TAIL_SAMPLES} / (1 - attainment target))) = {derived}"
+                f"{self.percentile}, ceil({TAIL_SAMPLES} / (1 - attainment target))) = {derived}"
                 + ("" if load.probe_requests is None else f"; given: {load.probe_requests}")
             ),
         )
         if load.probe_requests is not None and load.probe_requests < derived:
             self.report.notes.append(
                 f"probe_requests {load.probe_requests} is below the derived minimum {derived}: "
-                f"the {load.percentile} of a probe rests on fewer than {TAIL_SAMPLES} requests"
+                f"the {self.percentile} of a probe rests on fewer than {TAIL_SAMPLES} requests"
             )
         self.judged = 0
         self.floor = 0.0  # lowest level worth a probe, set once the start is known
@@ -337,7 +339,7 @@ class _Search:
             feasible, reasons, binding = None, [], None
         else:
             feasible, reasons, binding = judge_probe(
-                figures, self.slo, load.percentile, load.attainment_target
+                figures, self.slo, self.percentile, load.attainment_target
             )
             if ended:
                 feasible = False
@@ -351,7 +353,7 @@ class _Search:
             pooled_feasible, pooled_attainment, pooled_reasons = pooled_verdict(
                 [self.figures[repeats.index], (planned, figures)],
                 self.slo,
-                load.percentile,
+                self.percentile,
                 load.attainment_target,
             )
             reasons = [*reasons, *(f"pair: {text}" for text in pooled_reasons)]
@@ -605,7 +607,7 @@ class _Search:
             report.binding_reasons = list(hi_probe.reasons)
         if lo is not None and hi is not None:
             report.relative_gap = (hi - lo) / hi
-        quantile = self.load.percentile
+        quantile = self.percentile
         report.smoothed_boundary_level = smoothed_boundary(report.probes, self.slo, quantile)
         report.curve = [
             CapacityCurvePoint(

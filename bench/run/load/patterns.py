@@ -100,18 +100,20 @@ def planner(
 def slo_breaches(summary: MetricsSummary, slo: SLO, rules: ValidityRules) -> list[str]:
     """Why a stage breaks the latency SLO or error budget (empty list = it does not).
 
-    Rule: the stage's p99 TTFT, p99 TPOT and p99 E2E are each compared with the SLO set for
-    that metric (p99 > SLO breaks it); error_rate > max_error_rate breaks the budget; a stage
-    with no successful request breaks both.
+    Rule: the stage's TTFT, TPOT and E2E at the SLO's percentile (`slo.percentile`, p99 by
+    default) are each compared with the SLO set for that metric (above it breaks it);
+    error_rate > max_error_rate breaks the budget; a stage with no successful request breaks
+    both.
     """
     reasons: list[str] = []
     if summary.successful == 0:
         return ["no successful requests"]
+    percentile = slo.percentile
     for bound in REQUEST_SLO_BOUNDS:
         limit = getattr(slo, bound.field)
-        measured = bound.metric_at("p99").read(summary)
+        measured = bound.metric_at(percentile).read(summary)
         if limit is not None and measured is not None and bound.broken(measured, limit):
-            reasons.append(f"p99 {bound.spec.family} {measured:.1f} ms > SLO {limit:g} ms")
+            reasons.append(f"{percentile} {bound.spec.family} {measured:.1f} ms > SLO {limit:g} ms")
     if summary.error_rate > rules.max_error_rate:
         reasons.append(f"error rate {summary.error_rate:.2%} > budget {rules.max_error_rate:.2%}")
     return reasons
