@@ -31,8 +31,8 @@ from bench.orchestrate.web_policy import check_web_jobs
 from bench.storage.store import Job, ResultStore
 from ui import state
 from ui.components import empty_state, status_badge
+from ui.session_plan import PLAN_KEY, PlanShown
 
-PLAN_KEY = "bench_plan"
 LOG_TAIL_LINES = 60
 POLL_S = 1.0
 RATE_WINDOW_POINTS = 10
@@ -223,7 +223,7 @@ def availability_panel() -> list[dict[str, Any]]:
 
 
 def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -> None:
-    plan = st.session_state.get(PLAN_KEY)
+    plan: PlanShown | None = st.session_state.get(PLAN_KEY)
     buttons = st.container(horizontal=True)
     quick = buttons.button(
         "Quick plan",
@@ -246,24 +246,9 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         except UserError as exc:
             st.error(str(exc))
             return
-        plan = {
-            "digest": profile_digest,
-            "stage": stage.name,
-            "model": stage.model,
-            "quick": bool(quick),
-            "cpu_only": stage_plan.cpu_only,
-            "note": stage_plan.note,
-            "configs": [config.model_dump(mode="json") for config in stage_plan.configs],
-            "capacity_configs": [
-                config.model_dump(mode="json") for config in stage_plan.capacity_configs
-            ],
-            "repeats": stage_plan.repeats,
-            "duration_s": stage_plan.duration_s,
-            "repeats_added_s": stage_plan.repeats_added_s,
-            "capacity_s": stage_plan.capacity_s,
-            "capacity_note": stage_plan.capacity_note,
-            "version": (plan or {}).get("version", 0) + 1,
-        }
+        plan = PlanShown(
+            digest=profile_digest, plan=stage_plan, version=plan.version + 1 if plan else 1
+        )
         st.session_state[PLAN_KEY] = plan
     if not plan:
         empty_state(
@@ -272,33 +257,32 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
             "**Full plan** for longer runs at your load. You can edit every row before running.",
         )
         return
-    stale = plan["digest"] != profile_digest
+    stale = plan.digest != profile_digest
     if stale:  # what is offered is for the profile on screen: an older plan cannot run
         with st.container(key="stale_plan"):
             st.warning(
                 "**This plan was made for another profile — make a new plan.** It was made for "
-                f"stage {plan['stage']} with model {plan.get('model') or '—'}; press "
+                f"stage {plan.plan.stage} with model {plan.plan.profile_model or '—'}; press "
                 "**Quick plan** or **Full plan** to plan the profile shown above. Run stays "
                 "disabled until then.",
                 icon=":material/history:",
             )
-    comparison = [RunConfig.model_validate(data) for data in plan["configs"]]
-    searches = [RunConfig.model_validate(data) for data in plan.get("capacity_configs", [])]
-    repeats = int(plan.get("repeats", 1))
-    configs = [*comparison, *searches]
+    comparison, searches = plan.plan.configs, plan.plan.capacity_configs
+    repeats = plan.plan.repeats
+    configs = plan.plan.all_configs()
     if not configs:
         empty_state("The advisor found no benchmarkable candidate for this stage.")
         return
     st.caption(
-        f"{'Quick' if plan['quick'] else 'Full'} plan for stage **{plan['stage']}**: one "
+        f"{'Quick' if plan.plan.quick else 'Full'} plan for stage **{plan.plan.stage}**: one "
         f"comparison run per candidate{f', each made {repeats} times' if repeats > 1 else ''}, "
         "in the stage's workload shape"
         + (f", then {len(searches)} SLO capacity search(es)" if searches else "")
         + ". Edit the cells; untick a row to skip it."
     )
-    if plan.get("note"):
-        st.info(plan["note"], icon=":material/memory:")
-    plan_summary(plan, repeats, len(searches))
+    if plan.plan.note:
+        st.info(plan.plan.note, icon=":material/memory:")
+    plan_summary(plan.plan)
     from bench.engines.backends import backend_names
 
     engines_missing_notice(
@@ -306,7 +290,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     )
     edited = st.data_editor(
         plan_table(comparison, available, repeats, searches),
-        key=f"plan_editor_{plan['version']}",
+        key=f"plan_editor_{plan.version}",
         hide_index=True,
         num_rows="dynamic",
         column_config={
@@ -355,7 +339,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     chosen, problems = chosen_runs(edited, configs, available)
     for problem in problems:
         st.error(problem, icon=":material/error:")
-    confirmed = plan_cost(chosen, stage, bool(plan.get("cpu_only")))
+    confirmed = plan_cost(chosen, stage, plan.plan.cpu_only)
     # A marker of what the server has taken in from the table (how many runs, each one's
     # duration), so a browser test clicks Run only after its edits arrived.
     durations = "_".join(str(int(config.load.table_duration() or 0)) for config in chosen)
@@ -365,11 +349,11 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         type="primary",
         icon=":material/play_arrow:",
         disabled=stale or bool(problems) or not chosen or not confirmed,
-        key=f"run_plan_{plan['version']}",
+        key=f"run_plan_{plan.version}",
         help="This plan was made for another profile: make a new plan." if stale else None,
     )
     if run and not stale:
-        start_job(chosen, label=f"{stage.name}: {'quick' if plan['quick'] else 'full'} plan")
+        start_job(chosen, label=f"{stage.name}: {'quick' if plan.plan.quick else 'full'} plan")
 
 
 def engines_missing_notice(backends: list[str], cpu_only: bool) -> None:
@@ -408,24 +392,21 @@ def engines_missing_notice(backends: list[str], cpu_only: bool) -> None:
             st.caption(f"**{backend}**: {why}")
 
 
-def plan_summary(plan: dict[str, Any], repeats: int, searches: int) -> None:
+def plan_summary(plan: StagePlan) -> None:
     """The plan's own time, as made (before edits): total, what the repeats add, what the
     capacity searches take, and how the searches are set (or why there is none)."""
-    total = plan.get("duration_s")
-    if total is None:  # a plan made before the page knew repeats and searches
-        return
-    parts = [f"about **{format_duration(total)}** in all"]
-    if repeats > 1:
+    parts = [f"about **{format_duration(plan.duration_s)}** in all"]
+    if plan.repeats > 1:
         parts.append(
-            f"{repeats} repeats of each comparison run add "
-            f"{format_duration(plan.get('repeats_added_s') or 0)}"
+            f"{plan.repeats} repeats of each comparison run add "
+            f"{format_duration(plan.repeats_added_s)}"
         )
-    if searches:
-        parts.append(f"the capacity searches take {format_duration(plan.get('capacity_s') or 0)}")
+    if plan.capacity_configs:
+        parts.append(f"the capacity searches take {format_duration(plan.capacity_s)}")
     with st.container(key="plan_summary"):
         st.caption("The plan as made: " + "; ".join(parts) + " (estimates, not measurements).")
-        if plan.get("capacity_note"):
-            st.caption(f"Capacity search: {plan['capacity_note']}")
+        if plan.capacity_note:
+            st.caption(f"Capacity search: {plan.capacity_note}")
 
 
 def plan_cost(chosen: list[RunConfig], stage: StageProfile, cpu_only: bool) -> bool:

@@ -427,7 +427,7 @@ def verdicts_section() -> None:
     st.subheader("Verdicts for your profile")
     try:
         profile = state.current_profile()
-        report = state.advise(profile.model_dump_json(), state.store_location())
+        report = state.advise(profile, state.store_location())
     except UserError as exc:
         st.error(str(exc))
         return
