@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import altair as alt
 import pandas as pd
@@ -33,6 +33,10 @@ from ui import state
 from ui.components import empty_state, status_badge
 from ui.session_plan import PLAN_KEY, PlanShown
 
+if TYPE_CHECKING:  # the run layer reads NVML: imported when the machine is first read
+    from bench.engines.backends.base import Availability
+    from bench.run.environment import PreflightItem
+
 LOG_TAIL_LINES = 60
 POLL_S = 1.0
 RATE_WINDOW_POINTS = 10
@@ -51,28 +55,20 @@ DURATION_HELP = (
 
 
 @st.cache_data(ttl=30, max_entries=2, show_spinner="Reading the machine (GPU, clocks, memory)…")
-def machine_facts() -> tuple[Fingerprint, list[dict[str, Any]]]:
+def machine_facts() -> tuple[Fingerprint, list[PreflightItem]]:
     """The environment fingerprint and its preflight findings (read-only, refreshed every 30 s)."""
     from bench.run.environment import fingerprint, preflight
 
     facts = fingerprint()
-    return facts, [item.model_dump() for item in preflight(facts)]
+    return facts, preflight(facts)
 
 
 @st.cache_data(ttl=60, max_entries=2, show_spinner="Checking which frameworks are installed…")
-def backend_availability() -> list[dict[str, Any]]:
+def backend_availability() -> list[Availability]:
+    """Each registered backend's own check: installed here or not, and why."""
     from bench.engines.backends import all_availability
 
-    return [
-        {
-            "backend": item.name,
-            "available": item.available,
-            "version": item.version or "—",
-            "reason": item.reason,
-            "test double": bool(item.details.get("test_double")),
-        }
-        for item in all_availability()
-    ]
+    return all_availability()
 
 
 @st.cache_resource(max_entries=1, ttl=3600, show_spinner=False)
@@ -137,7 +133,7 @@ def machine_panel() -> bool:
         if gpu_available and gpus
         else "This machine: CPU only"
     )
-    warnings = sum(1 for item in findings if item["severity"] == "warn")
+    warnings = sum(1 for item in findings if item.severity == "warn")
     if warnings:
         title += f" · {warnings} preflight warning{'s' if warnings != 1 else ''}"
     with st.expander(title, icon=":material/developer_board:"):
@@ -181,13 +177,13 @@ def machine_panel() -> bool:
                 "changes GPU settings; the commands are for an admin."
             )
             for item in findings:
-                text = f"**{item['what']}** — {item['why']}"
-                if item["severity"] == "warn":
+                text = f"**{item.what}** — {item.why}"
+                if item.severity == "warn":
                     st.warning(text, icon=":material/warning:")
                 else:
                     st.info(text, icon=":material/info:")
-                if item.get("admin_command"):
-                    st.code(item["admin_command"], language="bash")
+                if item.admin_command:
+                    st.code(item.admin_command, language="bash")
         else:
             st.success("Preflight: nothing found that would make runs unrepeatable.")
     return gpu_available
@@ -201,13 +197,25 @@ def _on_off(value: Any) -> str:
     return "—" if value is None else ("on" if value else "off")
 
 
-def availability_panel() -> list[dict[str, Any]]:
+def availability_panel() -> list[Availability]:
     items = backend_availability()
-    usable = [item["backend"] for item in items if item["available"] and not item["test double"]]
+    # `test_double` is a fact of the backend's own (Availability.details, its open map).
+    usable = [item.name for item in items if item.available and not item.details.get("test_double")]
     with st.expander(
         f"Frameworks installed here: {', '.join(usable) or 'none'}", icon=":material/extension:"
     ):
-        frame = pd.DataFrame(items)
+        frame = pd.DataFrame(
+            [
+                {
+                    "backend": item.name,
+                    "available": item.available,
+                    "version": item.version or "—",
+                    "reason": item.reason,
+                    "test double": bool(item.details.get("test_double")),
+                }
+                for item in items
+            ]
+        )
         st.dataframe(
             frame,
             hide_index=True,
@@ -364,7 +372,7 @@ def engines_missing_notice(backends: list[str], cpu_only: bool) -> None:
 
     missing = missing_engines(
         backends,
-        {item["backend"]: (item["available"], item["reason"]) for item in backend_availability()},
+        {item.name: (item.available, item.reason) for item in backend_availability()},
         cpu_only=cpu_only,
     )
     if missing is None:
@@ -817,7 +825,7 @@ def render() -> None:
     )
     # The plan is keyed by the profile's content (and the stage): any edit makes it stale.
     digest = hashlib.sha256(f"{profile.model_dump_json()}#{stage_index}".encode()).hexdigest()
-    available = {item["backend"] for item in availability if item["available"]}
+    available = {item.name for item in availability if item.available}
     plan_editor(digest, stage, available)
 
     st.subheader("Jobs")
@@ -854,7 +862,7 @@ def live_job_panel(job_id: str) -> None:
             st.rerun()
 
 
-def availability_panel_and_machine() -> list[dict[str, Any]]:
+def availability_panel_and_machine() -> list[Availability]:
     facts, _ = machine_facts()
     if not facts.gpu_available:
         st.warning(
