@@ -34,6 +34,12 @@ def test_add_stage_gives_a_second_tab_and_advice(app_test):
     assert not at.exception
     assert len(at.tabs) >= 2
     assert any("Stage 2" in s.value for s in at.subheader)
+    from ui import state
+
+    assert [s.name for s in at.session_state[state.PROFILE_KEY].stages] == ["main", "stage 2"]
+    next(b for b in at.button if b.label == "Remove this stage").click().run()  # the first
+    assert not at.exception
+    assert [s.name for s in at.session_state[state.PROFILE_KEY].stages] == ["stage 2"]
 
 
 def test_uploaded_profile_is_size_limited_and_validated():
