@@ -54,6 +54,8 @@ class Preset:
     description: str
     trained: bool = False
     """Written with weights trained on the CPU (`train_tiny_checkpoint`), not random ones."""
+    tokenizer: bool = False
+    """Written with a generated tokenizer though not a generate preset (a text classifier)."""
 
 
 # --------------------------------------------------------------------------- preset configs
@@ -235,6 +237,13 @@ def _tiny_bert() -> PretrainedConfig:
     )
 
 
+def _tiny_bert_classifier() -> PretrainedConfig:
+    config = _tiny_bert()
+    config.num_labels = 2
+    config.architectures = ["BertForSequenceClassification"]
+    return config
+
+
 def _vit(num_labels: int, **overrides: Any) -> PretrainedConfig:
     from transformers import ViTConfig
 
@@ -329,6 +338,14 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset("tiny-resnet", "forward", _tiny_resnet, "Two-stage basic-block ResNet (tests)."),
         Preset("tiny-bert", "forward", _tiny_bert, "BERT, 2 layers, hidden 64 (tests)."),
+        Preset(
+            "tiny-bert-classifier",
+            "forward",
+            _tiny_bert_classifier,
+            "BERT, 2 layers, hidden 64, a 2-class head and a generated tokenizer: encoder "
+            "quality tests (top-1 agreement across precisions), random weights.",
+            tokenizer=True,
+        ),
         Preset("tiny-vit", "forward", _tiny_vit, "ViT, 2 layers, hidden 64, 32 px (tests)."),
     )
 }
@@ -453,7 +470,7 @@ def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
             train_tiny_checkpoint(config, staging_dir, seed=seed, dtype=dtype)
         else:
             _write_random_checkpoint(config, staging_dir, seed=seed, dtype=dtype)
-        if preset.kind == "generate":
+        if preset.kind == "generate" or preset.tokenizer:
             write_tokenizer(staging_dir, config.vocab_size)
         (staging_dir / "advisor_preset.json").write_text(
             json.dumps(
