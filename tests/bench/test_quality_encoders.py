@@ -157,31 +157,34 @@ def test_an_encoder_precision_that_fails_to_load_is_reported_not_scored(tmp_path
 
 
 @pytest.mark.slow
-def test_tiny_bert_classifier_through_pytorch_and_onnxruntime_int8(tmp_path, monkeypatch):
-    """The preset written here (random weights, generated tokenizer), scored on lines of a
-    standard-library module: INT8 moves the logits of both engines by rounding (ONNX Runtime's
-    fp32 export was checked against eager PyTorch before use), a labelled file gives accuracy."""
-    import inspect
-    import tokenize
+def test_trained_classifier_through_pytorch_and_onnxruntime_int8(tmp_path, monkeypatch):
+    """The tiny-bert-classifier preset trained here (seconds, on lines of two standard-library
+    modules), scored on lines it did not train on: accuracy far above chance, and INT8 moves the
+    logits of both engines by rounding (ONNX Runtime's fp32 export was checked against eager
+    PyTorch before use)."""
+    from bench.engines.models import CLASSIFIER_MODULES, classifier_lines
 
-    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path / "cache"))
-    lines = [line.strip() for line in inspect.getsource(tokenize).splitlines()]
-    lines = [line for line in lines if len(line) > 8][:60]
-    (tmp_path / "lines.txt").write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path / "cache"))  # trains here, now
+    held_out = classifier_lines(held_out=True)
+    picked = [  # 40 lines of each module
+        pair for label in (0, 1) for pair in [p for p in held_out if p[1] == label][:40]
+    ]
+    (tmp_path / "lines.txt").write_text("\n".join(line for line, _ in held_out[-40:]) + "\n")
     with (tmp_path / "labelled.jsonl").open("w") as handle:
-        for line in lines[:20]:
-            label = "LABEL_1" if line.startswith(("def ", "class ")) else "LABEL_0"
-            handle.write(json.dumps({"prompt": line, "answer": label}) + "\n")
+        for line, label in picked:
+            handle.write(json.dumps({"prompt": line, "answer": CLASSIFIER_MODULES[label]}) + "\n")
     results = {}
-    for engine, precisions in (("pytorch", ["fp32", "int8"]), ("onnxruntime", ["fp32", "int8"])):
-        args = [item for name in precisions for item in ("--precision", name)]
+    for engine in ("pytorch", "onnxruntime"):
         code, stdout, stderr = bench_in_process(
             "quality",
             "--model",
             "tiny-bert-classifier",
             "--engine",
             engine,
-            *args,
+            "--precision",
+            "fp32",
+            "--precision",
+            "int8",
             "--text",
             str(tmp_path / "lines.txt"),
             "--labelled",
@@ -198,11 +201,11 @@ def test_tiny_bert_classifier_through_pytorch_and_onnxruntime_int8(tmp_path, mon
         assert "top-1 agree" in stdout
     for engine, result in results.items():
         base, int8 = result.precision("fp32"), result.precision("int8")
-        assert base.status == "measured" and base.examples == 80 and base.items == 20
-        assert base.agreement is None and base.accuracy is not None
+        assert base.status == "measured" and base.examples == 120 and base.items == 80
+        assert base.agreement is None and base.accuracy.value > 0.75, engine  # chance: 0.5
         assert int8.status == "measured" and int8.agreement is not None
         assert int8.max_abs_logit_diff > 0  # quantization moved the logits ...
-        assert int8.max_abs_logit_diff < 0.1  # ... by rounding, not by breaking the model
+        assert int8.max_abs_logit_diff < 0.5  # ... by rounding, not by breaking the model
         assert {d.metric for d in int8.deltas} == {"agreement", "accuracy"}
         assert "quantize_dynamic" in int8.method, engine
     assert "onnxruntime.quantization" in results["onnxruntime"].precision("int8").method
