@@ -8,6 +8,7 @@ whether it is the engine's greedy (argmax) pick there. Engines:
 - openai: an OpenAI-compatible server's `/v1/completions` with the prompt as token ids, `echo`
   and `logprobs=1` (vLLM's server returns the prompt tokens' logprobs and top-1 this way).
 A precision an engine cannot run comes back from `open_scorer` as a `NotRun` with the reason.
+Classifiers (encoders with a class head) are scored by bench/engines/encoder_scoring.py.
 """
 
 from __future__ import annotations
@@ -345,6 +346,6 @@ def open_scorer(
         return OpenAIScorer(url, precision)
     return NotRun(
         "ONNX Runtime",
-        "log-likelihood scoring through ONNX Runtime is not built yet (its exports are checked "
-        "against PyTorch outputs, see bench/engines/onnx_export.py)",
+        "ONNX Runtime scores classifiers here (bench/engines/encoder_scoring.py); a causal LM's "
+        "log-likelihoods through it are not built",
     )
