@@ -55,6 +55,7 @@ from advisor.evidence import (
 from advisor.learned import LearnedOpinion, learned_opinion
 from advisor.plan import ENGINE_START_S, bench_plan
 from advisor.profile import Objective, StageProfile, WorkloadProfile
+from advisor.quality import fixed_precision_risk, profile_quality_name, quality_note, stage_quality
 from advisor.serving_model import CapacityPrediction, predict_stage_capacity
 from advisor.speed_class import speed_class_pairs
 from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
@@ -390,6 +391,8 @@ def _recommend_stage(
         )
     if configurations is not None and configurations.best() is not None:
         _add_deployment(recommendation, configurations, calibration)
+    elif configurations is None and stage.quality_result and not decision.refused:
+        _add_fixed_precision_quality(recommendation, stage)
     if not decision.refused:
         measured_here = {c.framework for c in capacities}
         estimated, predicted_notes = (
@@ -444,6 +447,20 @@ def _recommend_stage(
         learned=learned,
         configurations=configurations,
     )
+
+
+def _add_fixed_precision_quality(recommendation: Recommendation, stage: StageProfile) -> None:
+    """A stage without a configuration search (forward kind) runs at the profile's precision:
+    page 1 still names the measured deltas, and a risk when that precision loses more than the
+    tolerance."""
+    quality = stage_quality(stage.quality_result)
+    if quality is None:
+        return
+    recommendation.caveats.append(quality_note(quality, stage.quality_result or ""))
+    name = profile_quality_name(stage.precision.dtype, stage.precision.quantization)
+    risk = fixed_precision_risk(quality, name, stage.max_quality_loss_pct)
+    if risk is not None:
+        recommendation.caveats.append(risk)
 
 
 def _add_deployment(

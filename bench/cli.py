@@ -940,18 +940,27 @@ def quality(
     ],
     out: Annotated[Path, typer.Option(help="Folder for quality.json (the QualityResult).")],
     text: Annotated[
-        Path | None, typer.Option("--text", help="UTF-8 text file: perplexity.")
+        Path | None,
+        typer.Option(
+            "--text",
+            help="UTF-8 text file: perplexity (causal LMs), or one example per line "
+            "(classifiers: top-1 agreement and max abs logit difference vs the baseline).",
+        ),
     ] = None,
     labelled: Annotated[
         Path | None,
         typer.Option(
             "--labelled",
             help="JSONL, one {prompt, answer[, choices]} per line: accuracy (exact match, or the "
-            "log-likelihood pick among choices).",
+            "log-likelihood pick among choices; for a classifier the answer is a label).",
         ),
     ] = None,
     engine: Annotated[
-        str, typer.Option(help="pytorch | vllm | openai | onnxruntime: the engine that scores.")
+        str,
+        typer.Option(
+            help="pytorch | vllm | openai | onnxruntime: the engine that scores (classifiers: "
+            "pytorch or onnxruntime)."
+        ),
     ] = "pytorch",
     endpoint: Annotated[
         list[str] | None,
@@ -969,9 +978,10 @@ def quality(
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the QualityResult JSON.")] = False,
 ) -> None:
-    """Quality per precision: perplexity and accuracy with 95% bootstrap intervals, and each
-    precision's delta vs the first (indistinguishable when the interval covers 0). A precision
-    that cannot run is written as "not run" with the reason; exit code 1 when none ran."""
+    """Quality per precision: perplexity and accuracy (classifiers: top-1 agreement and max abs
+    logit difference) with 95% bootstrap intervals, and each precision's delta vs the first
+    (indistinguishable when the interval covers 0). A precision that cannot run is written as
+    "not run" with the reason; exit code 1 when none ran."""
     from bench.core.outputs import prepare_out_dir, write_atomic
     from bench.core.quality import check_precision, dumps, read_labelled_file, read_text_file
     from bench.engines.scoring import check_engine
