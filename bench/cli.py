@@ -507,9 +507,12 @@ def _print_result(result: Any) -> None:
     for caveat in result.caveats:
         typer.echo(f"  caveat: {caveat}")
     if config.load.capacity_search:  # the search's answer first; run-wide figures mix probes
+        from bench.core.pattern_reports import CapacityReport
         from bench.run.load.capacity import capacity_probe_lines, capacity_summary_line
 
         typer.echo(f"  {capacity_summary_line(result.pattern_report)}")
+        if isinstance(result.pattern_report, CapacityReport) and result.pattern_report.settle_rule:
+            typer.echo(f"    probes settled: {result.pattern_report.settle_rule}")
         for line in capacity_probe_lines(result.pattern_report):
             typer.echo(f"    {line}")
     if s:

@@ -859,6 +859,14 @@ class CapacityLoad(LoadCommon):
         description="Repeat (new seed) a failed probe whose verdict would set the boundary (a "
         "failure above a passing level, a failed re-check) and decide on both probes' requests.",
     )
+    settle_s: Annotated[float, Field(ge=0, le=MAX_DURATION_S)] | Literal["slo"] | None = Field(
+        "slo",
+        description="over=rate: seconds of arrivals at the probe's rate before its judged "
+        "requests (served, not judged), so that the requests in flight have levelled off "
+        "before the probe is judged; slo = the end-to-end time the SLO allows (E2E limit, or "
+        "TTFT limit + (mean output - 1) x TPOT limit); none = judge from the first request "
+        "(a probe on an empty engine passes rates it cannot hold).",
+    )
 
     capacity_search: ClassVar[bool] = True
 
@@ -934,6 +942,21 @@ class SLO(StrictInput):
 
     def is_set(self) -> bool:
         return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
+
+    def e2e_bound_ms(self, output_tokens: float | None) -> tuple[float | None, str]:
+        """(The end-to-end latency a request may take and still meet the SLO, how it follows),
+        None where the SLO bounds no E2E: the E2E limit when set, else TTFT limit + (output
+        tokens - 1) x TPOT limit for a generation of `output_tokens`."""
+        if self.e2e_ms is not None:
+            return self.e2e_ms, f"the E2E limit ({self.percentile} E2E <= {self.e2e_ms:g} ms)"
+        if output_tokens is not None and self.ttft_ms is not None and self.tpot_ms is not None:
+            steps = max(output_tokens - 1, 0)
+            bound = self.ttft_ms + steps * self.tpot_ms
+            return bound, (
+                f"TTFT limit + (output - 1) x TPOT limit = {self.ttft_ms:g} + {steps:g} "
+                f"x {self.tpot_ms:g} = {bound:,.0f} ms at {self.percentile}"
+            )
+        return None, ""
 
 
 class ValidityRules(StrictInput):

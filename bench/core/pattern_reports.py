@@ -333,6 +333,11 @@ class CapacityProbe(ReportModel):
     pooled_attainment: float | None = Field(
         None, description="kind confirm: attainment over both probes' judged requests."
     )
+    settle_s: float | None = Field(
+        None,
+        description="Seconds of arrivals at the probe's rate served before its judged requests "
+        "(not judged); none: judged from its first request.",
+    )
     pooled_feasible: bool | None = Field(
         None,
         description="kind confirm: the verdict of the pair, which the search acted on "
@@ -379,6 +384,11 @@ class CapacityReport(PatternReportBase):
     slo: SLO = Field(default_factory=SLO)
     probe_requests: int = 0
     probe_requests_rule: str = ""
+    settle_rule: str = Field(
+        "",
+        description="How long each rate probe settled before its judged requests, and why "
+        "(empty: stored before probes settled, judged from their first request).",
+    )
     result: Literal["found", "no_feasible_level", "ceiling_reached", "not_converged"] = (
         "not_converged"
     )

@@ -358,6 +358,17 @@ class RunResult(Record):
 
     @model_validator(mode="before")
     @classmethod
+    def _older_search_without_settle(cls, data: Any) -> Any:
+        """Capacity searches stored before probes settled judged from a probe's first request:
+        their config says so (`settle_s: null`) rather than taking today's default."""
+        config = data.get("config") if isinstance(data, dict) else None
+        load = config.get("load") if isinstance(config, dict) else None
+        if isinstance(load, dict) and load.get("pattern") == "capacity" and "settle_s" not in load:
+            data = {**data, "config": {**config, "load": {**load, "settle_s": None}}}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _older_pattern_report(cls, data: Any) -> Any:
         """Results stored before the typed reports: `{}` or a report without `pattern`."""
         if isinstance(data, dict) and isinstance(data.get("pattern_report"), dict):

@@ -56,6 +56,9 @@ class PlanInputs:
     rules: ValidityRules
     vocab_size: int | None = None
     """The model's vocabulary (replay builds its prompts from token IDs); None = not known."""
+    output_tokens: float | None = None
+    """The workload's mean output length (the capacity search settles its probes by the E2E
+    the SLO allows for it); None = not a generation."""
 
 
 Planner = Callable[[Any, PlanInputs], PhasePlan]
@@ -218,7 +221,11 @@ def _find_capacity(
 
 
 def plan(
-    load: LoadCommon, slo: SLO, rules: ValidityRules, vocab_size: int | None = None
+    load: LoadCommon,
+    slo: SLO,
+    rules: ValidityRules,
+    vocab_size: int | None = None,
+    output_tokens: float | None = None,
 ) -> PhasePlan:
     """The phases of a load pattern; send each phase's summary back, get the report at the end.
 
@@ -235,7 +242,7 @@ def plan(
     if found is None:
         known = ", ".join(sorted(load_type.__name__ for load_type in PLANNERS))
         raise ValueError(f"no phase plan for load pattern {type(load).__name__}; known: {known}")
-    return found(load, PlanInputs(slo, rules, vocab_size))
+    return found(load, PlanInputs(slo, rules, vocab_size, output_tokens))
 
 
 def validity_reasons(load: LoadCommon, report: PatternReportBase | None) -> list[str]:
@@ -322,7 +329,7 @@ def _pulse(load: PulseLoad, inputs: PlanInputs) -> PhasePlan:
 
 @planner(CapacityLoad)
 def _capacity(load: CapacityLoad, inputs: PlanInputs) -> PhasePlan:
-    return (yield from capacity_search(load, inputs.slo, inputs.rules))
+    return (yield from capacity_search(load, inputs.slo, inputs.rules, inputs.output_tokens))
 
 
 @planner(ReplayLoad)
