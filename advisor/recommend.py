@@ -576,7 +576,7 @@ def stage_capacities(
         )
         for c in sizing.measured
     ]
-    measured, superseded = _newest_per_configuration(measured, by_id)
+    measured, superseded = _one_per_configuration(measured, by_id)
     notes += superseded
     measured.sort(key=lambda c: _capacity_order(c.capacity))
     estimated = [
@@ -591,31 +591,78 @@ def stage_capacities(
     return measured + estimated, notes
 
 
-def _newest_per_configuration(
+UNSETTLED_NOTE = (
+    "its probes were judged from an empty engine (a search from before settled probes), which "
+    "overstates what a rate holds: an upper bound (on one H200, 500 requests from empty held 24 "
+    "req/s, 1,500 held 22 and not 23; docs/capacity.md, "
+    "data/reference/h200_llama2-7b_capacity_boundary)"
+)
+
+
+def settled(run: RunResult | None) -> bool:
+    """The search judged its rate probes after they settled (`load.settle_s`)."""
+    return run is not None and getattr(run.config.load, "settle_s", None) is not None
+
+
+def _one_per_configuration(
     measured: list[CandidateCapacity], runs: Mapping[str, RunResult]
 ) -> tuple[list[CandidateCapacity], list[str]]:
-    """One search per configuration (framework, precision, layout) and provenance: the newest;
-    an older search of the same configuration is named in a note, not used (a later search,
-    e.g. one with the boundary-confirming rule, supersedes it)."""
-    newest: dict[tuple, CandidateCapacity] = {}
+    """One search per configuration (framework, precision, layout) and provenance; the others
+    are named in a note, not used. A search with settled probes beats one without, and among
+    settled ones the newest stands (a later search, e.g. with the boundary-confirming rule,
+    supersedes it). Searches judged from an empty engine overstate the capacity by chance (a
+    500-request probe ends before the queue of a rate the engine cannot hold has grown), so
+    where only such searches exist the lowest stands, marked as an upper bound."""
+    chosen: dict[tuple, CandidateCapacity] = {}
 
-    def created(candidate: CandidateCapacity) -> str:
-        run = runs.get(candidate.capacity.run_id or "")
-        return run.created_at if run is not None else ""
+    def run_of(candidate: CandidateCapacity) -> RunResult | None:
+        return runs.get(candidate.capacity.run_id or "")
+
+    def rank(candidate: CandidateCapacity) -> tuple:
+        run = run_of(candidate)
+        if settled(run):
+            return (1, run.created_at if run is not None else "")
+        return (0, -candidate.capacity.max_rate_rps)
 
     for candidate in measured:
         key = (candidate.framework, candidate.capacity.label, candidate.provenance)
-        if key not in newest or created(candidate) > created(newest[key]):
-            newest[key] = candidate
-    kept = list(newest.values())
-    notes = [
-        f"capacity run {c.capacity.run_id} ({c.capacity.label}): superseded by the newer search "
-        f"{newest[(c.framework, c.capacity.label, c.provenance)].capacity.run_id} of the same "
-        "configuration"
-        for c in measured
-        if c not in kept
-    ]
-    return [c for c in measured if c in kept], notes
+        if key not in chosen or rank(candidate) > rank(chosen[key]):
+            chosen[key] = candidate
+    notes = []
+    for candidate in measured:
+        kept = chosen[(candidate.framework, candidate.capacity.label, candidate.provenance)]
+        if candidate is kept:
+            continue
+        why = (
+            "superseded by the newer settled search"
+            if settled(run_of(kept)) and settled(run_of(candidate))
+            else "superseded by the settled search"
+            if settled(run_of(kept))
+            else "not used: of searches judged from an empty engine the lowest stands,"
+        )
+        notes.append(
+            f"capacity run {candidate.capacity.run_id} ({candidate.capacity.label}, "
+            f"{candidate.capacity.max_rate_rps:g} req/s): {why} {kept.capacity.run_id} of the "
+            "same configuration"
+        )
+    out = []
+    for candidate in measured:
+        if (
+            candidate
+            is not chosen[(candidate.framework, candidate.capacity.label, candidate.provenance)]
+        ):
+            continue
+        if not settled(run_of(candidate)) and run_of(candidate) is not None:
+            capacity = candidate.capacity
+            candidate = candidate.model_copy(
+                update={
+                    "capacity": capacity.model_copy(
+                        update={"notes": [*capacity.notes, UNSETTLED_NOTE]}
+                    )
+                }
+            )
+        out.append(candidate)
+    return out, notes
 
 
 _PREDICTIONS: dict[tuple, CapacityPrediction | None] = {}
@@ -716,6 +763,11 @@ def sizing_basis(candidate: CandidateCapacity) -> str:
             f"of {capacity.label or candidate.framework} ({where}): "
             f"{_rate(capacity.max_rate_rps)} per {unit} within the SLO"
         )
+        if UNSETTLED_NOTE in capacity.notes:
+            text += (
+                "; an upper bound: its probes were judged from an empty engine, and a search "
+                "with settled probes would measure it (docs/capacity.md)"
+            )
         if capacity.dtype_note:
             text += f"; {capacity.dtype_note}"
         return text

@@ -2,7 +2,8 @@
 timestamp and the fingerprint of the machine that built it.
 
 A refactor must not change what a review reads: this test builds each example profile's report
-in-process (the real `assemble_report`, an empty store, the shipped data/reference) and compares
+in-process (the real `assemble_report`, an empty store, the shipped data/reference: not the
+seed-only folder the other advisor tests get) and compares
 its JSON, field by field, with the recorded one. A change meant to alter reports re-records
 them: `UPDATE_REPORT_SNAPSHOTS=1 python -m pytest tests/advisor/report/test_report_snapshots.py`,
 and the diff of the commit says which profiles moved.
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILES = sorted((REPO / "examples" / "profiles").glob("*.y*ml"))
@@ -75,7 +78,9 @@ def test_report_unchanged(profile: Path, empty_store: str) -> None:
     from advisor.report.build import assemble_report
     from advisor.report.json import render_json
 
-    report = normalised(render_json(assemble_report(profile, [], empty_store)))
+    report = normalised(
+        render_json(assemble_report(profile, [], empty_store, reference_dir=SHIPPED_REFERENCE_DIR))
+    )
     snapshot = SNAPSHOTS / f"{profile.stem}.json.gz"
     if UPDATE:
         SNAPSHOTS.mkdir(exist_ok=True)
