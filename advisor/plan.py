@@ -545,7 +545,12 @@ def estimate_run(
         parts["warm-up"] = request_s  # warm-up requests are sent together
     # measured phases plus the drain of requests in flight when each phase ends
     parts["phases"] = config.load.planned_seconds(request_s, traffic.replay_seconds)
-    run_part = parts.get("warm-up", 0.0) + parts["phases"]
+    if isinstance(config.load, CapacityLoad):  # each judged rate probe settles first
+        output = config.workload.output_tokens.mean if config.workload.kind == "generate" else None
+        settle_s, _ = config.load.settle_for(config.slo, output)
+        if settle_s:
+            parts["settle"] = settle_s * config.load.planned_probes()
+    run_part = parts.get("warm-up", 0.0) + parts["phases"] + parts.get("settle", 0.0)
     if run_part > config.load.max_duration_s:  # the run's hard bound ends it (INVALID)
         parts["phases"] = max(0.0, config.load.max_duration_s - parts.get("warm-up", 0.0))
         if parts.get("warm-up", 0.0) > config.load.max_duration_s:
@@ -738,7 +743,8 @@ def capacity_plan(
     else:
         note = (
             f"Capacity search of {names}: to 5% precision at {slo.percentile}, probes long "
-            "enough for the percentile, boundary re-checked (docs/capacity.md)"
+            "enough for the percentile and judged after settling for the end-to-end time the "
+            "SLO allows, boundary confirmed and re-checked (docs/capacity.md)"
         )
     return planned, note
 

@@ -878,12 +878,32 @@ class CapacityLoad(LoadCommon):
         search typically needs (4 to bracket, log2(1 / precision) to bisect, 1 re-check; at
         most max_probes), each of its probe requests served one after another (`request_s`
         each). An engine that batches is faster; early-ended probes are shorter."""
-        probes = min(self.max_probes, 4 + math.ceil(math.log2(1 / self.precision)) + 1)
         requests = self.probe_requests or min_probe_requests(
             self.percentile, self.attainment_target
         )
         serial = SERIAL_PROBE_REQUESTS if self.over == "rate" and self.start_rps is None else 0
-        return (serial + probes * requests) * request_s
+        return (serial + self.planned_probes() * requests) * request_s
+
+    def planned_probes(self) -> int:
+        """The judged probes a search typically needs (see `planned_seconds`)."""
+        return min(self.max_probes, 4 + math.ceil(math.log2(1 / self.precision)) + 1)
+
+    def settle_for(self, slo: SLO, output_tokens: float | None) -> tuple[float | None, str]:
+        """(Seconds each judged rate probe settles first, the rule in words): `settle_s`, or
+        for `slo` the end-to-end time the SLO allows (`SLO.e2e_bound_ms`) for the workload's
+        mean output; None where nothing settles (a concurrency search, `settle_s: null`, an SLO
+        that bounds no end-to-end time)."""
+        if self.over != "rate" or self.settle_s is None:
+            return None, "none: each probe is judged from its first request"
+        if self.settle_s != "slo":
+            return float(self.settle_s), f"{self.settle_s:g} s (given)"
+        bound, how = slo.e2e_bound_ms(output_tokens)
+        if bound is None:
+            return None, (
+                "none: the SLO bounds no end-to-end time to settle by (set settle_s, or an E2E "
+                "limit, or TTFT and TPOT limits on a generation)"
+            )
+        return bound / 1000, f"{bound / 1000:,.1f} s, the end-to-end time the SLO allows: {how}"
 
     def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
         # The same search, coarse: 10 requests a probe, 25% precision, 6 probes at most,

@@ -92,3 +92,27 @@ def test_stored_searches_read_as_judged_from_their_first_request():
             assert isinstance(run.pattern_report, CapacityReport)
             assert run.pattern_report.settle_rule == ""
             assert all(probe.settle_s is None for probe in run.pattern_report.probes)
+
+
+def test_the_plan_counts_the_settle_time_of_every_judged_probe():
+    from advisor.plan import estimate_run
+    from bench.core.config import GenerateWorkload, LengthDistribution, RunConfig
+
+    def config(settle: float | str | None) -> RunConfig:
+        return RunConfig(
+            backend="vllm",
+            model="llama-2-7b",
+            workload=GenerateWorkload(
+                prompt_tokens=LengthDistribution(mean=512),
+                output_tokens=LengthDistribution(mean=256),
+            ),
+            load=CapacityLoad(settle_s=settle),
+            slo=SLO_CHAT,
+        )
+
+    settled = estimate_run(config("slo"), cpu_only=False, gpu="H200")
+    unsettled = estimate_run(config(None), cpu_only=False, gpu="H200")
+    probes = CapacityLoad().planned_probes()
+    assert settled.parts_s["settle"] == pytest.approx(13.05 * probes)
+    assert "settle" not in unsettled.parts_s
+    assert settled.duration_s == pytest.approx(unsettled.duration_s + 13.05 * probes, abs=0.1)

@@ -656,18 +656,9 @@ class _Search:
 def settle_seconds(
     load: CapacityLoad, slo: SLO, output_tokens: float | None
 ) -> tuple[float | None, str]:
-    """(Seconds a rate probe settles before its judged requests, the rule in words)."""
-    if load.over != "rate" or load.settle_s is None:
-        return None, "none: each probe is judged from its first request"
-    if load.settle_s != "slo":
-        return float(load.settle_s), f"{load.settle_s:g} s (given)"
-    bound, how = slo.e2e_bound_ms(output_tokens)
-    if bound is None:
-        return None, (
-            "none: the SLO bounds no end-to-end time to settle by (set settle_s, or an E2E "
-            "limit, or TTFT and TPOT limits on a generation)"
-        )
-    return bound / 1000, f"{bound / 1000:,.1f} s, the end-to-end time the SLO allows: {how}"
+    """(Seconds a rate probe settles before its judged requests, the rule in words):
+    `CapacityLoad.settle_for`, the one rule the plans' time estimates read too."""
+    return load.settle_for(slo, output_tokens)
 
 
 def capacity_search(
