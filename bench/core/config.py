@@ -906,14 +906,17 @@ class CapacityLoad(LoadCommon):
         return bound / 1000, f"{bound / 1000:,.1f} s, the end-to-end time the SLO allows: {how}"
 
     def rehearsal(self, bounds: RehearsalBounds) -> LoadPattern:
-        # The same search, coarse: 10 requests a probe, 25% precision, 6 probes at most,
-        # concurrency capped (a search of 500-request probes would take the CPU for hours).
+        # The same search, coarse: 10 requests a probe, 25% precision, 6 probes at most, 1 s
+        # of settling, concurrency capped (a search of 500-request probes would take the CPU
+        # for hours).
         return self.model_copy(
             update={
                 **self._rehearsal_common(bounds),
                 "probe_requests": 10,
                 "precision": 0.25,
                 "max_probes": 6,
+                # the settle path runs, briefly (the plan's SLO-long settle would dominate)
+                "settle_s": None if self.settle_s is None else 1.0,
                 "max_concurrency": min(self.max_concurrency, bounds.max_concurrency),
             }
         )
@@ -1183,6 +1186,16 @@ def restated_axis(engine_args: dict[str, Any], prefix: str = "engine_args") -> s
             if nested is not None:
                 return nested
     return None
+
+
+def capacity_before_settle(config: Any) -> Any:
+    """A stored run config (a dict) from before capacity probes settled (`settle_s`): its
+    capacity load says `settle_s: null`, judged from each probe's first request as it was,
+    instead of taking today's default. For reading stored results and campaigns only."""
+    load = config.get("load") if isinstance(config, dict) else None
+    if isinstance(load, dict) and load.get("pattern") == "capacity" and "settle_s" not in load:
+        return {**config, "load": {**load, "settle_s": None}}
+    return config
 
 
 def legacy_axes_moved(data: Any, backend: str | None = None) -> Any:

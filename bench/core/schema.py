@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from bench import SCHEMA_VERSION
-from bench.core.config import RunConfig, legacy_axes_moved
+from bench.core.config import RunConfig, capacity_before_settle, legacy_axes_moved
 from bench.core.engine_facts import EngineFacts, PrometheusSample, RunEngine
 from bench.core.fingerprint import StoredFingerprint
 from bench.core.metric_catalog import (
@@ -361,10 +361,8 @@ class RunResult(Record):
     def _older_search_without_settle(cls, data: Any) -> Any:
         """Capacity searches stored before probes settled judged from a probe's first request:
         their config says so (`settle_s: null`) rather than taking today's default."""
-        config = data.get("config") if isinstance(data, dict) else None
-        load = config.get("load") if isinstance(config, dict) else None
-        if isinstance(load, dict) and load.get("pattern") == "capacity" and "settle_s" not in load:
-            data = {**data, "config": {**config, "load": {**load, "settle_s": None}}}
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            data = {**data, "config": capacity_before_settle(data["config"])}
         return data
 
     @model_validator(mode="before")

@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
-from bench.core.config import MAX_DURATION_S, RepeatPolicy, RunConfig, cpu_dtype
+from bench.core.config import (
+    MAX_DURATION_S,
+    RepeatPolicy,
+    RunConfig,
+    capacity_before_settle,
+    cpu_dtype,
+)
 from bench.core.errors import UserError
 from bench.core.fingerprint import StoredFingerprint
 from bench.core.outputs import prepare_out_dir, write_atomic
@@ -298,6 +304,32 @@ class CampaignResult(Strict):
         default_factory=list, description="Steps whose outcome the folder already held."
     )
     skipped: list[SkippedStep] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_searches_without_settle(cls, data: Any) -> Any:
+        """A campaign stored before capacity probes settled ran its searches without settling:
+        its plan's and outcomes' run steps say `settle_s: null` (`capacity_before_settle`)."""
+        if not isinstance(data, dict):
+            return data
+
+        def step_of(step: Any) -> Any:
+            if isinstance(step, dict) and isinstance(step.get("config"), dict):
+                return {**step, "config": capacity_before_settle(step["config"])}
+            return step
+
+        plan = data.get("plan")
+        if isinstance(plan, dict) and isinstance(plan.get("steps"), list):
+            data = {**data, "plan": {**plan, "steps": [step_of(s) for s in plan["steps"]]}}
+        if isinstance(data.get("steps"), list):
+            data = {
+                **data,
+                "steps": [
+                    {**o, "step": step_of(o.get("step"))} if isinstance(o, dict) else o
+                    for o in data["steps"]
+                ],
+            }
+        return data
 
     @property
     def failed(self) -> list[StepOutcome]:
