@@ -247,13 +247,13 @@ def test_an_upward_import_is_found() -> None:
         "bench.storage.store": {"bench.engines.models"},
         "bench.run.api": {"bench.core.config", "bench.storage.store", "bench", "bench.run.x"},
         "bench.engines.models": {"bench.storage.store"},
-        "bench.cli": {"bench.orchestrate.jobs", "advisor.plan"},
-        "advisor.plan": {"bench.run.api", "ui.state"},
-        "ui.state": {"advisor.plan", "bench.cli"},
+        "bench.cli": {"bench.orchestrate.jobs", "advisor.plan.stage_plan"},
+        "advisor.plan.stage_plan": {"bench.run.api", "ui.state"},
+        "ui.state": {"advisor.plan.stage_plan", "bench.cli"},
     }
     assert upward_imports(graph) == [
-        "advisor.plan -> ui.state (advisor is below it)",
-        "bench.cli -> advisor.plan (bench is below it)",
+        "advisor.plan.stage_plan -> ui.state (advisor is below it)",
+        "bench.cli -> advisor.plan.stage_plan (bench is below it)",
         "bench.core.config -> bench.run.api (core may not import run)",
         "bench.engines.models -> bench.storage.store (engines may not import storage)",
         "bench.storage.store -> bench.engines.models (storage may not import engines)",

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 import yaml
 
-from advisor.profile import StageProfile, WorkloadProfile, profile_from_dict
+from advisor.workload.profile import StageProfile, WorkloadProfile, profile_from_dict
 from bench.core.errors import UserError
 from bench.core.schema import RunResult
 from bench.storage.store import ResultStore
 
 if TYPE_CHECKING:  # the advisor's modules load scikit-learn: imported when first asked
-    from advisor.evidence import ReferenceFiles
-    from advisor.recommend import Report as AdvisorReport
+    from advisor.decide.recommend import Report as AdvisorReport
+    from advisor.evidence.rows import ReferenceFiles
 
 PROFILE_KEY = "profile"
 """Session key of the current workload profile, as a JSON-ready dict."""
@@ -103,7 +103,7 @@ def stored_runs(store_location: str | None) -> list[RunResult]:
 
 @st.cache_data(ttl=30, max_entries=2, show_spinner=False)
 def availability_map() -> dict[str, str]:
-    from advisor.recommend import availability_map as read_availability
+    from advisor.decide.recommend import availability_map as read_availability
 
     return read_availability()
 
@@ -111,16 +111,16 @@ def availability_map() -> dict[str, str]:
 @st.cache_resource(ttl=600, max_entries=1, show_spinner=False)
 def reference_files() -> ReferenceFiles:
     """data/reference read once (measured runs and published tables), shared by every page."""
-    from advisor.evidence import read_reference_folder
+    from advisor.evidence.rows import read_reference_folder
 
     return read_reference_folder()
 
 
 @st.cache_data(ttl=10, max_entries=32, show_spinner="Walking the decision tree…")
 def advise(profile_json: str, store_location: str | None) -> AdvisorReport:
-    """`advisor.recommend.recommend` on the profile and the stored runs (re-read every 10 s).
+    """`advisor.decide.recommend.recommend` on the profile and the stored runs (re-read every 10 s).
     Every page asks through here, so one view runs the advisor once whatever uses the answer."""
-    from advisor.recommend import recommend
+    from advisor.decide.recommend import recommend
 
     profile = WorkloadProfile.model_validate_json(profile_json)
     return recommend(

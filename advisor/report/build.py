@@ -1,7 +1,7 @@
 """Assemble a `Report` from the advisor's own answer, stored runs and their request records.
 
 `build_report` is pure: it takes the advisor's pydantic objects (the `WorkloadProfile` and the
-`advisor.recommend.Report` that `recommend()` returned) and reads their fields by name, so a
+`advisor.decide.recommend.Report` that `recommend()` returned) and reads their fields by name, so a
 field renamed in the advisor fails the type check and the tests instead of dropping text.
 `assemble_report` loads what it needs (profile file, store, advisor, environment, reference
 table) for the CLI and the app.
@@ -15,16 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from advisor import evidence
-from advisor.diagnose import Diagnostic as AdvisorDiagnostic
-from advisor.estimate import Estimate as AdvisorEstimate
-from advisor.evidence import SOURCE_RANK
-from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
-from advisor.evidence import Provenance as AdvisorProvenance
-from advisor.gpus import find_gpu
-from advisor.learned import LearnedOpinion
-from advisor.profile import WorkloadProfile
-from advisor.recommend import (
+from advisor.decide.diagnose import Diagnostic as AdvisorDiagnostic
+from advisor.decide.learned import LearnedOpinion
+from advisor.decide.recommend import (
     NO_PEAK_NOTE,
     REFUSED,
     RecordsLookup,
@@ -32,7 +25,11 @@ from advisor.recommend import (
     slo_text,
     verdict_text,
 )
-from advisor.recommend import Report as AdvisorReport
+from advisor.decide.recommend import Report as AdvisorReport
+from advisor.evidence import rows as evidence
+from advisor.evidence.rows import SOURCE_RANK
+from advisor.evidence.rows import EvidenceRow as AdvisorEvidenceRow
+from advisor.evidence.rows import Provenance as AdvisorProvenance
 from advisor.report.aggregate import RequestColumns
 from advisor.report.capacity import capacity_view, probe_table
 from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
@@ -62,6 +59,9 @@ from advisor.report.model import (
 )
 from advisor.report.numbers import scalar_text
 from advisor.report.workload import workload_tables
+from advisor.sizing.estimate import Estimate as AdvisorEstimate
+from advisor.workload.gpus import find_gpu
+from advisor.workload.profile import WorkloadProfile
 from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
 from bench.core.metric_catalog import METRICS_BY_NAME
@@ -471,7 +471,7 @@ def run_source(
     in the profile, a run whose fingerprint digest and host match this machine is measured-here."""
     if run.run_id in marks:
         return marks[run.run_id]
-    from advisor.evidence import run_gpu_name, same_gpu_type
+    from advisor.evidence.rows import run_gpu_name, same_gpu_type
 
     wanted = [gpu for gpu in profile_gpus if gpu]
     if wanted:
@@ -486,7 +486,7 @@ def run_source(
 
 
 def _gpu_name(run: RunResult) -> str | None:
-    from advisor.evidence import run_gpu_name
+    from advisor.evidence.rows import run_gpu_name
 
     return run_gpu_name(run)
 
@@ -499,7 +499,7 @@ def evidence_row(
 ) -> EvidenceRow:
     """The run's figures; for a ladder with a level at `concurrency` (the stage's load), that
     level's figures, as the decision cites them: a ladder's whole-run figures mix its levels."""
-    from advisor.evidence import phase_at_concurrency, run_gpu_name
+    from advisor.evidence.rows import phase_at_concurrency, run_gpu_name
 
     phase = phase_at_concurrency(run, concurrency) if len(run.phases) > 1 else None
     summary = phase.summary if phase is not None else run.summary
@@ -1171,8 +1171,8 @@ def assemble_report(
 
     `quality_result` and `max_quality_loss_pct` override the profile's stage fields as the
     CLI's flags do (None = not given; `stage` names the stage in a multi-stage profile)."""
-    from advisor.profile import load_profile, profile_from_flags
-    from advisor.recommend import availability_map, recommend
+    from advisor.decide.recommend import availability_map, recommend
+    from advisor.workload.profile import load_profile, profile_from_flags
     from bench.storage.store import open_store, parse_store_url
 
     profile_path = Path(profile_path)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from advisor.configurations import RecommendedDeployment
+from advisor.sizing.configurations import RecommendedDeployment
 from bench.core.metric_catalog import Metric
 from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.strict import Strict
@@ -30,8 +30,8 @@ EVIDENCE_SOURCES: tuple[str, ...] = ("measured-here", "measured-elsewhere", "pub
 who measured it is `Provenance`, a separate question."""
 
 Provenance = Literal["yours", "published", "article"]
-"""Who measured a figure (advisor.evidence's vocabulary): your runs (this store), this project's
-published runs (data/reference, with host and date), the article's figures."""
+"""Who measured a figure (advisor.evidence.rows's vocabulary): your runs (this store), this
+project's published runs (data/reference, with host and date), the article's figures."""
 PROVENANCE_LABELS: dict[str, str] = {
     "yours": "your run",
     "published": "published run",

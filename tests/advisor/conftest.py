@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor import evidence
+from advisor.evidence import rows as evidence
 
 SHIPPED_REFERENCE_DIR = evidence.DEFAULT_REFERENCE_DIR
 SEED_FILE = "seed_a100_llama2_13b.json"

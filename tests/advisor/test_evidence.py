@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.estimate import estimate_stage
-from advisor.evidence import (
+from advisor.evidence.rows import (
     DEFAULT_REFERENCE_DIR,
     gather_evidence,
     rank_rows,
@@ -16,9 +15,10 @@ from advisor.evidence import (
     rows_from_runs,
     same_gpu_type,
 )
-from advisor.plan import bench_plan
-from advisor.profile import profile_from_dict
-from advisor.tree import evaluate, load_tree
+from advisor.plan.stage_plan import bench_plan
+from advisor.plan.tree import evaluate, load_tree
+from advisor.sizing.estimate import estimate_stage
+from advisor.workload.profile import profile_from_dict
 from bench.core.config import (
     ConcurrencyLoad,
     ForwardWorkload,

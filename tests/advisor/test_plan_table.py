@@ -1,4 +1,5 @@
-"""The plan <-> table conversions (advisor/plan_table.py) on real plans of the shipped profiles."""
+"""The plan <-> table conversions (advisor/plan/plan_table.py) on real plans of the shipped
+profiles."""
 
 from __future__ import annotations
 
@@ -6,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from advisor.plan import plan_for_stage
-from advisor.plan_table import CAPACITY_SEARCH, PLAN_ROW, chosen_runs, config_from_row, plan_table
-from advisor.profile import load_profile
+from advisor.plan.plan_table import (
+    CAPACITY_SEARCH,
+    PLAN_ROW,
+    chosen_runs,
+    config_from_row,
+    plan_table,
+)
+from advisor.plan.stage_plan import plan_for_stage
+from advisor.workload.profile import load_profile
 from bench.core.config import RunConfig
 from bench.core.errors import UserError
 

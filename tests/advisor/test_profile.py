@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.profile import (
+from advisor.workload.profile import (
     Objective,
     WorkloadProfile,
     load_profile,

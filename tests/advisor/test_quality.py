@@ -11,9 +11,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from advisor.configurations import FP8_ACCURACY_NOTE
-from advisor.quality import QUALITY_NOTE_PREFIX, beyond_tolerance, quality_cell, stage_quality
 from advisor.report.build import assemble_report
+from advisor.sizing.configurations import FP8_ACCURACY_NOTE
+from advisor.workload.quality import (
+    QUALITY_NOTE_PREFIX,
+    beyond_tolerance,
+    quality_cell,
+    stage_quality,
+)
 from bench.core.config import PrecisionConfig
 from bench.core.errors import UserError
 from bench.storage.store import ResultStore

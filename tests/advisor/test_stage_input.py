@@ -1,4 +1,5 @@
-"""The Advisor form's stage building (advisor/stage_input.py) on the shipped example profiles."""
+"""The Advisor form's stage building (advisor/workload/stage_input.py) on the shipped example
+profiles."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.profile import StageProfile, load_profile
-from advisor.stage_input import (
+from advisor.workload.profile import StageProfile, load_profile
+from advisor.workload.stage_input import (
     DRAFT_FIELDS,
     StageFormValues,
     draft_data,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.calibration import calibration_from
-from advisor.configurations import search_configurations
-from advisor.evidence import read_reference_folder
-from advisor.profile import profile_from_flags
+from advisor.evidence.rows import read_reference_folder
 from advisor.report.charts import PARETO_MAX_CONFIGURATIONS, pareto_chart, render_svg
+from advisor.sizing.calibration import calibration_from
+from advisor.sizing.configurations import search_configurations
+from advisor.workload.profile import profile_from_flags
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 
@@ -63,8 +63,8 @@ def test_report_formats_carry_the_search_the_chart_and_the_calibration(
 
     from typer.testing import CliRunner
 
-    from advisor import evidence
     from advisor.cli import app
+    from advisor.evidence import rows as evidence
     from bench.storage.store import ResultStore
 
     monkeypatch.setattr(evidence, "DEFAULT_REFERENCE_DIR", SHIPPED_REFERENCE_DIR)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from advisor.gpus import GPUS, find_gpu
+from advisor.workload.gpus import GPUS, find_gpu
 from bench.core.config import (
     MAX_BATCH,
     MAX_CONCURRENCY,
@@ -42,7 +42,7 @@ MAX_PARAMETERS_B = 100_000.0
 """100 trillion parameters: far above any model, low enough that byte counts stay finite."""
 MAX_GPU_MEMORY_GB = 100_000.0
 QUANTIZATION_SCHEMES = ("awq", "gptq", "int4", "fp8", "int8", "w8a8")
-"""Weight quantisations the memory estimate sizes (advisor/estimate.py QUANTIZATION_BYTES); a
+"""Weight quantisations the memory estimate sizes (advisor/sizing/estimate.py QUANTIZATION_BYTES); a
 name containing one (`gptq-int4`, `awq-marlin`) is that scheme."""
 
 
@@ -274,7 +274,7 @@ class StageProfile(StrictInput):
         gt=0,
         le=MAX_RATE_RPS,
         description="Peak traffic to serve within the SLO (requests/s); sizes the GPU fleet "
-        "(advisor/capacity.py). None = request_rate_rps.",
+        "(advisor/sizing/capacity.py). None = request_rate_rps.",
     )
     headroom_fraction: float = Field(
         0.2,
@@ -466,7 +466,7 @@ def check_traffic_files(profile: WorkloadProfile, source: str = "profile") -> No
     (bounded, binary refused, columns and timestamp order checked), so that a bad file is one
     line now, not a failed benchmark later. Relative paths are from the working directory.
     A stage's quality_result is read too (a QualityResult from `bench quality`)."""
-    from advisor.traffic import check_files
+    from advisor.workload.traffic import check_files
     from bench.core.quality import load_quality_result
 
     single = len(profile.stages) == 1

@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from advisor.gpus import GPUS, GpuSpec
-from advisor.stage_load import stage_load
+from advisor.workload.gpus import GPUS, GpuSpec
+from advisor.workload.stage_load import stage_load
 from bench.core.config import LengthDistribution
 from bench.core.strict import Strict
 
 if TYPE_CHECKING:  # annotations only: loading a profile checks its context window through here
-    from advisor.profile import StageProfile
+    from advisor.workload.profile import StageProfile
 
 GB = 1e9
 RUNTIME_OVERHEAD_GB_PER_GPU = 1.0
@@ -630,7 +630,8 @@ def estimate_stage(stage: StageProfile) -> Estimate:
 
 
 def _concurrency(stage: StageProfile) -> tuple[int, str]:
-    """The stage's one load rule (`advisor.stage_load`): its in-flight count and the rule."""
+    """The stage's one load rule (`advisor.workload.stage_load`): its in-flight count and the
+    rule."""
     load = stage_load(stage)
     return load.per_engine, load.rule
 

@@ -33,7 +33,7 @@ from pydantic import Field
 from bench.core.strict import Strict
 
 if TYPE_CHECKING:  # annotations only: the estimate (below the profile's checks) reads the load
-    from advisor.profile import StageProfile
+    from advisor.workload.profile import StageProfile
 
 LoadSource = Literal["concurrency", "little's law", "not given"]
 DEFAULT_IN_FLIGHT = 8

@@ -25,7 +25,7 @@ from bench.core.config import (
 from bench.core.errors import UserError
 
 if TYPE_CHECKING:
-    from advisor.profile import StageProfile
+    from advisor.workload.profile import StageProfile
 
 PREFIX_CACHING_ENGINES = ("vllm", "tensorrt_llm")
 """Engines with automatic prefix caching (vLLM's APC, TensorRT-LLM's KV-cache block reuse)."""
@@ -156,7 +156,7 @@ def check_history(stage: StageProfile) -> None:
     how much, before any run (the engine would refuse those turns)."""
     if stage.conversation is None or stage.model is None:
         return
-    from advisor.estimate import architecture_for, check_context
+    from advisor.sizing.estimate import architecture_for, check_context
 
     sized = sized_for_engine(stage)
     architecture, _ = architecture_for(stage.model)

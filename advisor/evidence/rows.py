@@ -1,5 +1,5 @@
 """Evidence: each framework's expert engine settings for a stage, and ranked evidence rows from
-the store and the references (the plan itself is built in advisor/plan.py).
+the store and the references (the plan itself is built in advisor/plan/stage_plan.py).
 
 Sources, strongest first: `measured-here` (a stored run whose fingerprinted GPU is the profile's
 GPU type), `measured-elsewhere` (another GPU, or a CPU), `published` (figures from an article,
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, computed_field
 
-from advisor.capacity import run_gpu_type
-from advisor.estimate import architecture_for, context_limits, estimate_stage, upper_tokens
-from advisor.gpus import find_gpu
-from advisor.profile import Objective, StageProfile
-from advisor.speed_class import SpeedClassPair, same_speed_class, speed_class_pairs
-from advisor.stage_load import stage_load
+from advisor.sizing.capacity import run_gpu_type
+from advisor.sizing.estimate import architecture_for, context_limits, estimate_stage, upper_tokens
+from advisor.sizing.speed_class import SpeedClassPair, same_speed_class, speed_class_pairs
+from advisor.workload.gpus import find_gpu
+from advisor.workload.profile import Objective, StageProfile
+from advisor.workload.stage_load import stage_load
 from bench.core.config import (
     GenerateWorkload,
     ParallelismConfig,
@@ -41,7 +41,7 @@ from bench.run.api import run_caveats
 if TYPE_CHECKING:  # the store module pulls in SQLAlchemy; the advisor only needs its type here
     from bench.storage.store import Store
 
-DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "reference"
+DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "reference"
 Source = Literal["measured-here", "measured-elsewhere", "published"]
 SOURCE_RANK: dict[str, int] = {"measured-here": 0, "measured-elsewhere": 1, "published": 2}
 SHAPE_TOLERANCE = 0.25
@@ -414,8 +414,8 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
         if stage.request_rate_rps is not None:
             wanted.append(("rate", float(stage.request_rate_rps)))
         if not wanted and stage.peak_request_rate_rps is not None:
-            # Only a peak is given: the stage's one load (advisor/stage_load.py) is that rate
-            # open loop, or its in-flight count per engine closed loop.
+            # Only a peak is given: the stage's one load (advisor/workload/stage_load.py) is that
+            # rate open loop, or its in-flight count per engine closed loop.
             wanted.append(("rate", float(stage.peak_request_rate_rps)))
             wanted.append(("concurrency", float(stage_load(stage).per_engine)))
         if wanted:
@@ -634,8 +634,8 @@ def capacity_mismatch(
     within MATCH_BAND, same precision (the match rule without its traffic part: the search
     varies the traffic), and an SLO at least as strict as the stage's on every metric the stage
     limits, judged at the stage's percentile or a higher one. float16 and bfloat16 count as the
-    same precision where one of `pairs` (advisor.speed_class) measured them as one speed class
-    for the run's engine on its GPU type."""
+    same precision where one of `pairs` (advisor.sizing.speed_class) measured them as one speed
+    class for the run's engine on its GPU type."""
     config = run.config
     if not config.load.capacity_search:
         return ["not a capacity search"]
