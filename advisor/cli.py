@@ -65,7 +65,7 @@ def build_profile(
     profile: Path | None, stage: str | None, flags: dict[str, Any]
 ) -> WorkloadProfile:
     """A profile from --profile, overridden by flags; flags alone build a single-stage profile."""
-    from advisor.workload.profile import load_profile, profile_from_flags
+    from advisor.workload.profile_input import load_profile, profile_from_flags
 
     base = load_profile(profile) if profile is not None else None
     given = {key: value for key, value in flags.items() if value is not None}

@@ -928,7 +928,7 @@ def serving_validation(reference_dir: Path = REFERENCE_DIR):  # -> advisor Valid
     (advisor/sizing/serving_validation.py), the rows of docs/capacity-model.md."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from advisor.evidence.rows import measured_reference_runs
+    from advisor.sizing.measured import measured_reference_runs
     from advisor.sizing.serving_validation import validate
 
     runs = measured_reference_runs(reference_dir)

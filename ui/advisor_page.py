@@ -936,7 +936,7 @@ def provenance_caption(rows: list[Any]) -> str:
 @st.cache_data(ttl=600, show_spinner=False)
 def shipped_gpus() -> list[str]:
     """GPU types of the measured runs shipped in data/reference (catalogue names, e.g. H200)."""
-    from advisor.evidence.rows import run_gpu_name
+    from advisor.sizing.measured import run_gpu_name
 
     runs = [run for runs in state.reference_files().runs.values() for run in runs]
     return sorted({gpu for gpu in map(run_gpu_name, runs) if gpu})
@@ -956,7 +956,7 @@ def evidence_gpu_notice(
 ) -> None:
     """When no measurement counts for the stage's GPU, say which GPU the shipped measurements
     were taken on and offer a view of what they say (the answer here is the tree's alone)."""
-    from advisor.evidence.rows import same_gpu_type
+    from advisor.sizing.measured import same_gpu_type
 
     gpus = shipped_gpus()
     covered = any(same_gpu_type(gpu, stage.gpu.type) for gpu in gpus)

@@ -53,8 +53,8 @@ def request_columns(run_id: str, store_location: str | None) -> RequestColumns:
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)
 def reference_table() -> tuple[Any, str | None]:
     """The article's published table (advisor.report's loader) or why it is missing."""
-    from advisor.evidence.rows import DEFAULT_REFERENCE_DIR
     from advisor.report.build import SEED_REFERENCE_FILE, load_reference
+    from advisor.sizing.measured import DEFAULT_REFERENCE_DIR
 
     path = DEFAULT_REFERENCE_DIR / SEED_REFERENCE_FILE
     if not path.is_file():
@@ -65,7 +65,7 @@ def reference_table() -> tuple[Any, str | None]:
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)
 def shipped_measurements() -> dict[str, list[RunResult]]:
     """Measured runs shipped in data/reference (the advisor's own loader)."""
-    from advisor.evidence.rows import measured_reference_runs
+    from advisor.sizing.measured import measured_reference_runs
 
     return measured_reference_runs()
 

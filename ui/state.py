@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 import yaml
 
-from advisor.workload.profile import StageProfile, WorkloadProfile, profile_from_dict
+from advisor.workload.profile import StageProfile, WorkloadProfile
+from advisor.workload.profile_input import profile_from_dict
 from bench.core.errors import UserError
 from bench.core.schema import RunResult
 from bench.storage.store import ResultStore
 
 if TYPE_CHECKING:  # the advisor's modules load scikit-learn: imported when first asked
     from advisor.decide.recommend import Report as AdvisorReport
-    from advisor.evidence.rows import ReferenceFiles
+    from advisor.sizing.measured import ReferenceFiles
 
 PROFILE_KEY = "profile"
 """Session key of the current workload profile, as a JSON-ready dict."""
@@ -111,7 +112,7 @@ def availability_map() -> dict[str, str]:
 @st.cache_resource(ttl=600, max_entries=1, show_spinner=False)
 def reference_files() -> ReferenceFiles:
     """data/reference read once (measured runs and published tables), shared by every page."""
-    from advisor.evidence.rows import read_reference_folder
+    from advisor.sizing.measured import read_reference_folder
 
     return read_reference_folder()
 

@@ -23,8 +23,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from advisor.evidence.rows import run_gpu_name
-from advisor.sizing.estimate import ARCHITECTURES, DTYPE_BYTES
+from advisor.sizing.estimate import DTYPE_BYTES
+from advisor.sizing.measured import run_gpu_name
+from advisor.workload.architectures import ARCHITECTURES
 from advisor.workload.gpus import GPUS
 from advisor.workload.profile import StageProfile
 from bench.core.config import GenerateWorkload

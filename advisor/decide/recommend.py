@@ -34,14 +34,11 @@ from advisor.decide.diagnose import Diagnostic, diagnose
 from advisor.decide.learned import LearnedOpinion, learned_opinion
 from advisor.evidence.rows import (
     EvidenceRow,
-    ReferenceFiles,
     _phase_at_stage_concurrency,
     capacity_runs_for,
     dtype_stand_in,
     rank_rows,
-    read_reference_folder,
     stage_evidence,
-    stored_runs,
 )
 from advisor.plan.stage_plan import ENGINE_START_S, bench_plan
 from advisor.plan.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
@@ -55,6 +52,7 @@ from advisor.sizing.configurations import (
     search_configurations,
 )
 from advisor.sizing.estimate import Estimate, estimate_stage
+from advisor.sizing.measured import ReferenceFiles, read_reference_folder, stored_runs
 from advisor.sizing.serving_model import CapacityPrediction, predict_stage_capacity
 from advisor.sizing.speed_class import speed_class_pairs
 from advisor.workload.profile import Objective, StageProfile, WorkloadProfile

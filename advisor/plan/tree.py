@@ -220,7 +220,7 @@ def known_fields() -> set[str]:
                 walk(annotation, prefix + name + ".")
 
     walk(StageProfile, "")
-    from advisor.sizing.estimate import ContextWindow
+    from advisor.workload.architectures import ContextWindow
     from advisor.workload.profile import GpuProfile, ProfileSLO
 
     walk(GpuProfile, "gpu.")

@@ -26,7 +26,6 @@ from advisor.decide.recommend import (
     verdict_text,
 )
 from advisor.decide.recommend import Report as AdvisorReport
-from advisor.evidence import rows as evidence
 from advisor.evidence.rows import SOURCE_RANK
 from advisor.evidence.rows import EvidenceRow as AdvisorEvidenceRow
 from advisor.evidence.rows import Provenance as AdvisorProvenance
@@ -59,6 +58,7 @@ from advisor.report.model import (
 )
 from advisor.report.numbers import scalar_text
 from advisor.report.workload import workload_tables
+from advisor.sizing import measured
 from advisor.sizing.estimate import Estimate as AdvisorEstimate
 from advisor.workload.gpus import find_gpu
 from advisor.workload.profile import WorkloadProfile
@@ -133,7 +133,7 @@ def readable(items: list[KeyValue]) -> list[KeyValue]:
     return [KeyValue(key=readable_key(item.key), value=item.value) for item in items]
 
 
-REPO_ROOT = evidence.DEFAULT_REFERENCE_DIR.resolve().parents[1]
+REPO_ROOT = measured.DEFAULT_REFERENCE_DIR.resolve().parents[1]
 
 
 def repo_relative(text: str) -> str:
@@ -471,7 +471,7 @@ def run_source(
     in the profile, a run whose fingerprint digest and host match this machine is measured-here."""
     if run.run_id in marks:
         return marks[run.run_id]
-    from advisor.evidence.rows import run_gpu_name, same_gpu_type
+    from advisor.sizing.measured import run_gpu_name, same_gpu_type
 
     wanted = [gpu for gpu in profile_gpus if gpu]
     if wanted:
@@ -486,7 +486,7 @@ def run_source(
 
 
 def _gpu_name(run: RunResult) -> str | None:
-    from advisor.evidence.rows import run_gpu_name
+    from advisor.sizing.measured import run_gpu_name
 
     return run_gpu_name(run)
 
@@ -499,7 +499,8 @@ def evidence_row(
 ) -> EvidenceRow:
     """The run's figures; for a ladder with a level at `concurrency` (the stage's load), that
     level's figures, as the decision cites them: a ladder's whole-run figures mix its levels."""
-    from advisor.evidence.rows import phase_at_concurrency, run_gpu_name
+    from advisor.evidence.rows import phase_at_concurrency
+    from advisor.sizing.measured import run_gpu_name
 
     phase = phase_at_concurrency(run, concurrency) if len(run.phases) > 1 else None
     summary = phase.summary if phase is not None else run.summary
@@ -1112,7 +1113,7 @@ def report_for(
     profile: WorkloadProfile,
     answer: AdvisorReport,
     store: Store | None,
-    reference: evidence.ReferenceFiles,
+    reference: measured.ReferenceFiles,
     run_ids: Sequence[str] = (),
     profile_file: str | None = None,
 ) -> Report:
@@ -1172,7 +1173,7 @@ def assemble_report(
     `quality_result` and `max_quality_loss_pct` override the profile's stage fields as the
     CLI's flags do (None = not given; `stage` names the stage in a multi-stage profile)."""
     from advisor.decide.recommend import availability_map, recommend
-    from advisor.workload.profile import load_profile, profile_from_flags
+    from advisor.workload.profile_input import load_profile, profile_from_flags
     from bench.storage.store import open_store, parse_store_url
 
     profile_path = Path(profile_path)
@@ -1190,7 +1191,7 @@ def assemble_report(
     default_absent = store_location is None and location.path is not None
     default_absent = default_absent and not location.path.exists()
     store = None if default_absent else open_store(location, create=False)
-    reference = evidence.read_reference_folder(reference_dir or evidence.DEFAULT_REFERENCE_DIR)
+    reference = measured.read_reference_folder(reference_dir or measured.DEFAULT_REFERENCE_DIR)
     answer = recommend(profile, store=store, reference=reference, availability=availability_map())
     return report_for(profile, answer, store, reference, run_ids, profile_path.name)
 

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import Field
 
-from advisor.evidence.rows import SHAPE_TOLERANCE, run_gpu_name
 from advisor.sizing.configurations import (
     DEFAULT_MAX_BATCH,
     OUTPUT_WORDS,
@@ -37,7 +36,9 @@ from advisor.sizing.configurations import (
     ShapeInputs,
     step_floor_ms,
 )
-from advisor.sizing.estimate import architecture_for
+from advisor.sizing.engine_shape import SHAPE_TOLERANCE
+from advisor.sizing.measured import run_gpu_name
+from advisor.workload.architectures import architecture_for
 from advisor.workload.gpus import GPUS
 from advisor.workload.profile import StageProfile
 from bench.core.config import GenerateWorkload

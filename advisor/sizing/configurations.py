@@ -30,16 +30,15 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from advisor.evidence.rows import stage_tensor_parallel
+from advisor.sizing.engine_shape import stage_tensor_parallel
 from advisor.sizing.estimate import (
     ACTIVATION_MARGIN_FRACTION,
     DTYPE_BYTES,
     GB,
     RUNTIME_OVERHEAD_GB_PER_GPU,
     TP_DEGREES,
-    Architecture,
-    architecture_for,
 )
+from advisor.workload.architectures import Architecture, architecture_for
 from advisor.workload.gpus import GPUS, GpuSpec
 from advisor.workload.profile import Objective, StageProfile
 from advisor.workload.quality import beyond_tolerance, quality_cell, quality_note, stage_quality

@@ -61,7 +61,6 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from advisor.evidence.rows import run_gpu_name
 from advisor.sizing.configurations import (
     TP_EFFICIENCY_ASSUMED,
     Deployment,
@@ -69,13 +68,9 @@ from advisor.sizing.configurations import (
     peak_tflops,
     weight_bytes_per_parameter,
 )
-from advisor.sizing.estimate import (
-    ACTIVATION_MARGIN_FRACTION,
-    GB,
-    RUNTIME_OVERHEAD_GB_PER_GPU,
-    Architecture,
-    architecture_for,
-)
+from advisor.sizing.estimate import ACTIVATION_MARGIN_FRACTION, GB, RUNTIME_OVERHEAD_GB_PER_GPU
+from advisor.sizing.measured import run_gpu_name
+from advisor.workload.architectures import Architecture, architecture_for
 from advisor.workload.gpus import GPUS, GpuSpec
 from advisor.workload.profile import StageProfile
 from bench.core.config import (

@@ -10,8 +10,8 @@ the suffix here is the profile's distribution shifted down by the prefix length.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from advisor.workload.architectures import architecture_for, check_context
+from advisor.workload.profile import StageProfile
 from bench.core.config import (
     ConversationSpec,
     CpuReplayClip,
@@ -23,9 +23,6 @@ from bench.core.config import (
     RunConfig,
 )
 from bench.core.errors import UserError
-
-if TYPE_CHECKING:
-    from advisor.workload.profile import StageProfile
 
 PREFIX_CACHING_ENGINES = ("vllm", "tensorrt_llm")
 """Engines with automatic prefix caching (vLLM's APC, TensorRT-LLM's KV-cache block reuse)."""
@@ -156,8 +153,6 @@ def check_history(stage: StageProfile) -> None:
     how much, before any run (the engine would refuse those turns)."""
     if stage.conversation is None or stage.model is None:
         return
-    from advisor.sizing.estimate import architecture_for, check_context
-
     sized = sized_for_engine(stage)
     architecture, _ = architecture_for(stage.model)
     check = check_context(sized, architecture)

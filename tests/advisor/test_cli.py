@@ -254,7 +254,7 @@ def test_recommend_prints_each_diagnostic_advice_once_with_its_runs(tmp_path: Pa
     """The shipped H200 runs trip the same rules on many runs: the advice paragraph appears once
     per rule with the run count, and every diagnosed run id is still listed."""
     from advisor.decide.diagnose import diagnose
-    from advisor.evidence.rows import measured_reference_runs
+    from advisor.sizing.measured import measured_reference_runs
 
     result = advisor(
         "recommend",
@@ -282,7 +282,7 @@ def test_recommend_prints_each_diagnostic_advice_once_with_its_runs(tmp_path: Pa
 
 def test_group_identical_merges_same_findings_and_keeps_every_run_id() -> None:
     from advisor.decide.diagnose import diagnose, group_identical
-    from advisor.evidence.rows import measured_reference_runs
+    from advisor.sizing.measured import measured_reference_runs
 
     runs = [
         run for group in measured_reference_runs(SHIPPED_REFERENCE_DIR).values() for run in group

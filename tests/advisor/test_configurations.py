@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.evidence.rows import read_reference_folder
 from advisor.sizing.calibration import calibration_from
 from advisor.sizing.configurations import (
     FP8_ACCURACY_NOTE,
@@ -14,8 +13,9 @@ from advisor.sizing.configurations import (
     search_configurations,
     stage_inputs,
 )
-from advisor.sizing.estimate import ARCHITECTURES, _architecture_from_config
-from advisor.workload.profile import profile_from_flags
+from advisor.sizing.measured import read_reference_folder
+from advisor.workload.architectures import ARCHITECTURES, _architecture_from_config
+from advisor.workload.profile_input import profile_from_flags
 from bench.core.config import ParallelismConfig, PrecisionConfig
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor.sizing.estimate import ARCHITECTURES, GB, estimate_stage
+from advisor.sizing.estimate import GB, estimate_stage
+from advisor.workload.architectures import ARCHITECTURES
 from advisor.workload.gpus import GPUS, find_gpu, get_gpu
-from advisor.workload.profile import profile_from_dict
+from advisor.workload.profile_input import profile_from_dict
 from bench.core.errors import UserError
 
 LLAMA_2_13B_PARAMETERS = 13_015_864_320
@@ -244,7 +245,7 @@ def test_only_the_tail_past_the_window_warns() -> None:
 def test_rope_scaling_extends_the_serving_window_not_transformers(tmp_path: Path) -> None:
     """vLLM's rule: linear x4 on 4,096 positions is a 16,384 window; llama3-type already states
     it in max_position_embeddings; the bench's transformers adapters keep the raw positions."""
-    from advisor.sizing.estimate import architecture_for, context_limits
+    from advisor.workload.architectures import architecture_for, context_limits
 
     config = {
         "hidden_size": 64,

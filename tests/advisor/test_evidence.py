@@ -8,17 +8,16 @@ from pathlib import Path
 import pytest
 
 from advisor.evidence.rows import (
-    DEFAULT_REFERENCE_DIR,
     gather_evidence,
     rank_rows,
     reference_runs_and_rows,
     rows_from_runs,
-    same_gpu_type,
 )
 from advisor.plan.stage_plan import bench_plan
 from advisor.plan.tree import evaluate, load_tree
 from advisor.sizing.estimate import estimate_stage
-from advisor.workload.profile import profile_from_dict
+from advisor.sizing.measured import DEFAULT_REFERENCE_DIR, same_gpu_type
+from advisor.workload.profile_input import profile_from_dict
 from bench.core.config import (
     ConcurrencyLoad,
     ForwardWorkload,

@@ -15,9 +15,10 @@ import math
 import pytest
 
 from advisor.decide.recommend import recommend
-from advisor.evidence.rows import capacity_runs_for, read_reference_folder
+from advisor.evidence.rows import capacity_runs_for
+from advisor.sizing.measured import read_reference_folder
 from advisor.sizing.speed_class import SAME_CLASS_TOLERANCE, speed_class_pairs
-from advisor.workload.profile import profile_from_dict
+from advisor.workload.profile_input import profile_from_dict
 from advisor.workload.stage_load import DEFAULT_IN_FLIGHT, ENGINE_SEQUENCE_LIMIT, stage_load
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
@@ -65,9 +66,9 @@ def test_the_one_load_rule():
 
 def test_every_part_reads_the_one_load():
     """The memory fit, the configuration search and the plan all use the stage's load."""
-    from advisor.evidence.rows import workload_shape
     from advisor.sizing.calibration import calibration_from
     from advisor.sizing.configurations import search_configurations
+    from advisor.sizing.engine_shape import workload_shape
     from advisor.sizing.estimate import estimate_stage
 
     stage = stage_of(CHAT_40)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from advisor.decide.learned import MIN_GROUPS, labelled_groups, learned_opinion
 from advisor.decide.recommend import recommend
-from advisor.workload.profile import profile_from_dict
+from advisor.workload.profile_input import profile_from_dict
 from bench.storage.store import ResultStore
 from tests.advisor.synthetic import SYNTHETIC_LABEL, synthetic_run
 
@@ -153,7 +153,7 @@ def test_no_better_than_guessing_is_one_line_and_nothing_else() -> None:
 
 def test_shipped_reference_data_gives_no_learned_opinion() -> None:
     """The H200 reference runs: 0.89 accuracy against a 0.89 baseline is no opinion."""
-    from advisor.evidence.rows import measured_reference_runs
+    from advisor.sizing.measured import measured_reference_runs
     from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
     shipped = measured_reference_runs(SHIPPED_REFERENCE_DIR)

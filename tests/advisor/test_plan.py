@@ -13,7 +13,7 @@ from advisor.cli import app
 from advisor.plan.stage_plan import bench_plan, plan_for_stage
 from advisor.plan.tree import evaluate, load_tree
 from advisor.sizing.estimate import estimate_stage
-from advisor.workload.profile import load_profile, profile_from_dict
+from advisor.workload.profile_input import load_profile, profile_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_PROFILES = sorted((ROOT / "examples" / "profiles").glob("*.yaml"))
@@ -78,7 +78,7 @@ def empty_model_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def default_stage():
-    from advisor.workload.profile import profile_from_dict
+    from advisor.workload.profile_input import profile_from_dict
     from ui.state import default_profile
 
     return profile_from_dict(default_profile()).primary
@@ -141,7 +141,7 @@ def test_estimate_is_in_the_range_of_a_measured_quick_plan() -> None:
 def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> None:
     """The plan's engine options come from the backend (`recommended_args` of the stage's
     shape), not from a list of framework names in the advisor."""
-    from advisor.evidence.rows import workload_shape
+    from advisor.sizing.engine_shape import workload_shape
     from advisor.workload.stage_load import stage_load
     from advisor.workload.traffic import sized_for_engine
     from bench.core.engine_facts import prefix_caching_setting
@@ -189,7 +189,7 @@ def test_a_busy_host_stretches_cpu_estimates(empty_model_cache) -> None:
 
 
 def _stage(**data):
-    from advisor.workload.profile import profile_from_dict
+    from advisor.workload.profile_input import profile_from_dict
 
     return profile_from_dict(data).primary
 

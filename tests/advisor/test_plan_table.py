@@ -15,7 +15,7 @@ from advisor.plan.plan_table import (
     plan_table,
 )
 from advisor.plan.stage_plan import plan_for_stage
-from advisor.workload.profile import load_profile
+from advisor.workload.profile_input import load_profile
 from bench.core.config import RunConfig
 from bench.core.errors import UserError
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.evidence.rows import measured_reference_runs
 from advisor.sizing.configurations import Deployment
+from advisor.sizing.measured import measured_reference_runs
 from advisor.sizing.serving_model import (
     CapacityPrediction,
     in_flight,
@@ -159,8 +159,8 @@ def test_a_model_too_large_for_the_gpu_gets_zero_bound_by_memory(runs):
 
 
 def _h200_shape(**args):
-    from advisor.sizing.estimate import architecture_for
     from advisor.sizing.serving_model import engine_shape
+    from advisor.workload.architectures import architecture_for
     from advisor.workload.gpus import GPUS
 
     architecture, _ = architecture_for("llama-2-7b")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.workload.profile import StageProfile, load_profile
+from advisor.workload.profile import StageProfile
+from advisor.workload.profile_input import load_profile
 from advisor.workload.stage_input import (
     DRAFT_FIELDS,
     StageFormValues,

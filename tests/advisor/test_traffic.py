@@ -15,7 +15,7 @@ from advisor.plan.stage_plan import plan_for_stage
 from advisor.plan.tree import DEFAULT_TREE_PATH, evaluate, load_tree
 from advisor.sizing.estimate import estimate_stage
 from advisor.workload import traffic
-from advisor.workload.profile import load_profile, profile_from_dict, profile_from_flags
+from advisor.workload.profile_input import load_profile, profile_from_dict, profile_from_flags
 from bench.core.config import (
     ConcurrencyLoad,
     ConversationSpec,

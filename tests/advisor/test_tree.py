@@ -16,7 +16,7 @@ from advisor.plan.tree import (
     what_would_change,
 )
 from advisor.sizing.estimate import estimate_stage
-from advisor.workload.profile import profile_from_dict
+from advisor.workload.profile_input import profile_from_dict
 from bench.core.errors import UserError
 
 TREE = load_tree()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor.evidence.rows import _slo_check, measured_reference_runs, objective_metric
+from advisor.evidence.rows import _slo_check, objective_metric
 from advisor.report.model import REPORT_METRICS, RESOURCE_COLUMNS, SPEED_COLUMNS, EvidenceRow
+from advisor.sizing.measured import measured_reference_runs
 from advisor.workload.profile import Objective, ProfileSLO, StageProfile
 from bench.core.config import SLO, ValidityRules
 from bench.core.metric_catalog import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from advisor.report.json import read_report_json
-from advisor.workload.profile import load_profile
+from advisor.workload.profile_input import load_profile
 from tests.e2e.test_app_flow import edit_profile, full_page, no_exceptions, wait_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

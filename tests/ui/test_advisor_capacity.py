@@ -59,7 +59,7 @@ def stored_capacity_runs(store_path):
 
 
 def capacity_page(app_test, profile: dict):
-    from advisor.workload.profile import profile_from_dict
+    from advisor.workload.profile_input import profile_from_dict
     from ui import state
 
     at = app_test()

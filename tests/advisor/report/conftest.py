@@ -244,8 +244,8 @@ def make_synthetic_report(folder: Path, title: str = XSS_TITLE):
     """A Report built by the real pipeline (store -> `recommend()` over the shipped
     data/reference -> `report_for`) from synthetic (test double) runs: step + pulse on CPU and a
     GPU concurrency run with CUDA graphs off (so the advisor's diagnostics have a finding)."""
-    from advisor.evidence.rows import read_reference_folder
     from advisor.report.build import report_for
+    from advisor.sizing.measured import read_reference_folder
 
     step = synthetic_run("pytorch", "step", seed=1)
     pulse = synthetic_run("pytorch", "pulse", seed=2)

@@ -24,8 +24,8 @@ from tests.advisor.report.conftest import (
 @pytest.fixture
 def answer_and_report(tmp_path: Path):
     """The advisor's real answer and the report built from it, over one store of doubles."""
-    from advisor.evidence.rows import read_reference_folder
     from advisor.report.build import report_for
+    from advisor.sizing.measured import read_reference_folder
 
     gpu = synthetic_run(
         "vllm", "concurrency", gpu=True, seed=3, engine_args={"enforce_eager": True}
@@ -317,9 +317,9 @@ def test_the_seed_reference_file_loads_with_its_four_frameworks() -> None:
 
 
 def test_same_advice_is_grouped_and_printed_once(tmp_path: Path) -> None:
-    from advisor.evidence.rows import read_reference_folder
     from advisor.report.build import report_for
     from advisor.report.markdown import render_markdown
+    from advisor.sizing.measured import read_reference_folder
 
     eager = {"enforce_eager": True}
     first = synthetic_run("vllm", "concurrency", gpu=True, seed=21, engine_args=eager)
