@@ -26,8 +26,7 @@ from advisor.decide.recommend import (
     verdict_text,
 )
 from advisor.decide.recommend import Report as AdvisorReport
-from advisor.evidence.rows import SOURCE_RANK
-from advisor.evidence.rows import EvidenceRow as AdvisorEvidenceRow
+from advisor.evidence.rows import SOURCE_RANK, EvidenceRow
 from advisor.evidence.rows import Provenance as AdvisorProvenance
 from advisor.report.aggregate import RequestColumns
 from advisor.report.capacity import capacity_view, probe_table
@@ -44,7 +43,7 @@ from advisor.report.model import (
     Diagnostic,
     EnvironmentSection,
     Estimate,
-    EvidenceRow,
+    EvidenceFigures,
     FloorDistance,
     KeyValue,
     PreflightWarning,
@@ -352,9 +351,9 @@ def _primary_estimate(answer: AdvisorReport) -> Estimate:
     return estimate_section((with_model or stages)[0].estimate)
 
 
-def advisor_rows(answer: AdvisorReport) -> list[AdvisorEvidenceRow]:
+def advisor_rows(answer: AdvisorReport) -> list[EvidenceRow]:
     """Every evidence row of every stage, once."""
-    rows: list[AdvisorEvidenceRow] = []
+    rows: list[EvidenceRow] = []
     for stage in answer.stages:
         for row in [*stage.evidence, *stage.recommendation.evidence]:
             if row not in rows:
@@ -496,7 +495,7 @@ def evidence_row(
     source: str,
     provenance: AdvisorProvenance | None = None,
     concurrency: int | None = None,
-) -> EvidenceRow:
+) -> EvidenceFigures:
     """The run's figures; for a ladder with a level at `concurrency` (the stage's load), that
     level's figures, as the decision cites them: a ladder's whole-run figures mix its levels."""
     from advisor.evidence.rows import phase_at_concurrency
@@ -512,7 +511,7 @@ def evidence_row(
         )
     telemetry = run.telemetry
     provenance = provenance or AdvisorProvenance(kind="yours")
-    return EvidenceRow(
+    return EvidenceFigures(
         provenance=provenance.kind,
         provenance_words=_provenance_words(provenance),
         gpu=run_gpu_name(run),
@@ -532,9 +531,9 @@ REPORT_FIELD_OF_METRIC = {metric.name: metric.report_field for metric in REPORT_
 """The advisor's metric names (bench metric + statistic) -> the report's evidence columns."""
 
 
-def published_rows(answer: AdvisorReport) -> list[EvidenceRow]:
+def published_rows(answer: AdvisorReport) -> list[EvidenceFigures]:
     """Published figures the advisor used, except the article's table (shown apart as reference)."""
-    rows: list[EvidenceRow] = []
+    rows: list[EvidenceFigures] = []
     for row in advisor_rows(answer):
         if row.source != "published" or (row.reference or "").startswith(SEED_REFERENCE_FILE):
             continue
@@ -545,7 +544,7 @@ def published_rows(answer: AdvisorReport) -> list[EvidenceRow]:
         }
         context = ", ".join(part for part in (row.model, row.gpu, row.shape, row.reference) if part)
         provenance = row.provenance or AdvisorProvenance(kind="article", file=row.reference)
-        report_row = EvidenceRow(
+        report_row = EvidenceFigures(
             framework=row.framework,
             source="published",
             context=context,
@@ -878,8 +877,8 @@ def _phase_intervals(
 
 
 def _with_interval(
-    row: EvidenceRow, run: RunResult, found: Mapping[str | None, tuple[float, float]]
-) -> EvidenceRow:
+    row: EvidenceFigures, run: RunResult, found: Mapping[str | None, tuple[float, float]]
+) -> EvidenceFigures:
     group = run.group
     if group is not None and group.planned > 1:
         note = f"repeat {group.index + 1} of {group.planned} (group {group.group_id})"

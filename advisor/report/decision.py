@@ -19,7 +19,7 @@ from advisor.decide.recommend import (
     StageRecommendation,
     slo_text,
 )
-from advisor.evidence.rows import EvidenceRow as AdvisorEvidenceRow
+from advisor.evidence.rows import EvidenceRow
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
 from advisor.sizing.configurations import RecommendedDeployment
@@ -194,16 +194,16 @@ def configuration_phrase(
 # --------------------------------------------------------------------------- facts
 
 
-def _row_shape(row: AdvisorEvidenceRow) -> str:
+def _row_shape(row: EvidenceRow) -> str:
     parts = [part for part in (row.model, row.shape) if part]
     return ", ".join(parts)
 
 
-def _repeats(row: AdvisorEvidenceRow) -> str:
+def _repeats(row: EvidenceRow) -> str:
     return "1 run" if row.repeats <= 1 else f"{row.repeats} repeats"
 
 
-def _measured_fact(row: AdvisorEvidenceRow, prefix: str = "") -> Fact:
+def _measured_fact(row: EvidenceRow, prefix: str = "") -> Fact:
     label, unit = metric_words(row.objective_metric)
     value = figure(row.objective_value, unit)
     where = f" on {row.gpu}" if row.gpu else " on a CPU"
@@ -218,7 +218,7 @@ def _measured_fact(row: AdvisorEvidenceRow, prefix: str = "") -> Fact:
     return Fact(text=text, source=kind, source_words=detail)
 
 
-def settling_row(chosen: Recommendation) -> AdvisorEvidenceRow | None:
+def settling_row(chosen: Recommendation) -> EvidenceRow | None:
     """The recommended framework's measurement that settled the answer (its runs are among
     `settled_by_runs`), else its first matching eligible row."""
     settled = set(chosen.settled_by_runs)
