@@ -1,5 +1,6 @@
-"""Evidence: each framework's expert engine settings for a stage, and ranked evidence rows from
-the store and the references (the plan itself is built in advisor/plan/stage_plan.py).
+"""Evidence: ranked evidence rows for a stage from the store and the references (read by
+advisor/sizing/measured.py; each engine's expert settings are in advisor/sizing/engine_shape.py,
+the plan in advisor/plan/stage_plan.py).
 
 Sources, strongest first: `measured-here` (a stored run whose fingerprinted GPU is the profile's
 GPU type), `measured-elsewhere` (another GPU, or a CPU), `published` (figures from an article,

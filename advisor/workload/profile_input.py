@@ -53,10 +53,7 @@ def check_traffic_files(profile: WorkloadProfile, source: str = "profile") -> No
 
 
 _YES = {"yes", "y", "true", "1", "on"}
-
-
 _NO = {"no", "n", "false", "0", "off"}
-
 
 FLAG_FIELDS: dict[str, tuple[str, ...]] = {
     # flag keyword -> path inside a stage mapping
