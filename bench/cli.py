@@ -146,6 +146,7 @@ RUN_FLAG_NAMES = {
     "slo.ttft_ms": "--slo-ttft-ms",
     "slo.tpot_ms": "--slo-tpot-ms",
     "slo.e2e_ms": "--slo-e2e-ms",
+    "slo.percentile": "--slo-percentile",
     "precision.dtype": "--dtype",
     "device": "--device",
     "workload.prompt_tokens.mean": "--prompt-tokens",
@@ -226,6 +227,13 @@ def run(
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO (ms).")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO (ms).")] = None,
     slo_e2e_ms: Annotated[float | None, typer.Option(help="E2E SLO (ms).")] = None,
+    slo_percentile: Annotated[
+        str | None,
+        typer.Option(
+            help="p50 | p90 | p99 (default p99): the percentile the SLO limits are judged at "
+            "(step ladder knee, capacity search)."
+        ),
+    ] = None,
     dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cuda | cpu")] = None,
     engine_arg: Annotated[
@@ -299,6 +307,7 @@ def run(
         "slo.ttft_ms": slo_ttft_ms,
         "slo.tpot_ms": slo_tpot_ms,
         "slo.e2e_ms": slo_e2e_ms,
+        "slo.percentile": slo_percentile,
         "precision.dtype": dtype,
         "device": device,
         "workload.prompt_tokens.mean": prompt_tokens,
@@ -498,9 +507,12 @@ def _print_result(result: Any) -> None:
     for caveat in result.caveats:
         typer.echo(f"  caveat: {caveat}")
     if config.load.capacity_search:  # the search's answer first; run-wide figures mix probes
+        from bench.core.pattern_reports import CapacityReport
         from bench.run.load.capacity import capacity_probe_lines, capacity_summary_line
 
         typer.echo(f"  {capacity_summary_line(result.pattern_report)}")
+        if isinstance(result.pattern_report, CapacityReport) and result.pattern_report.settle_rule:
+            typer.echo(f"    probes settled: {result.pattern_report.settle_rule}")
         for line in capacity_probe_lines(result.pattern_report):
             typer.echo(f"    {line}")
     if s:
@@ -931,18 +943,27 @@ def quality(
     ],
     out: Annotated[Path, typer.Option(help="Folder for quality.json (the QualityResult).")],
     text: Annotated[
-        Path | None, typer.Option("--text", help="UTF-8 text file: perplexity.")
+        Path | None,
+        typer.Option(
+            "--text",
+            help="UTF-8 text file: perplexity (causal LMs), or one example per line "
+            "(classifiers: top-1 agreement and max abs logit difference vs the baseline).",
+        ),
     ] = None,
     labelled: Annotated[
         Path | None,
         typer.Option(
             "--labelled",
             help="JSONL, one {prompt, answer[, choices]} per line: accuracy (exact match, or the "
-            "log-likelihood pick among choices).",
+            "log-likelihood pick among choices; for a classifier the answer is a label).",
         ),
     ] = None,
     engine: Annotated[
-        str, typer.Option(help="pytorch | vllm | openai | onnxruntime: the engine that scores.")
+        str,
+        typer.Option(
+            help="pytorch | vllm | openai | onnxruntime: the engine that scores (classifiers: "
+            "pytorch or onnxruntime)."
+        ),
     ] = "pytorch",
     endpoint: Annotated[
         list[str] | None,
@@ -960,9 +981,10 @@ def quality(
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the QualityResult JSON.")] = False,
 ) -> None:
-    """Quality per precision: perplexity and accuracy with 95% bootstrap intervals, and each
-    precision's delta vs the first (indistinguishable when the interval covers 0). A precision
-    that cannot run is written as "not run" with the reason; exit code 1 when none ran."""
+    """Quality per precision: perplexity and accuracy (classifiers: top-1 agreement and max abs
+    logit difference) with 95% bootstrap intervals, and each precision's delta vs the first
+    (indistinguishable when the interval covers 0). A precision that cannot run is written as
+    "not run" with the reason; exit code 1 when none ran."""
     from bench.core.outputs import prepare_out_dir, write_atomic
     from bench.core.quality import check_precision, dumps, read_labelled_file, read_text_file
     from bench.engines.scoring import check_engine

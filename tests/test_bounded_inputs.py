@@ -414,3 +414,249 @@ def test_campaign_refuses_a_step_that_would_not_fit_in_memory(tmp_path: Path) ->
     code, stderr = bench("campaign", str(path), "--out", str(out))
     one_line(code, stderr, "step 'second': the load generator would hold about 40,000")
     assert not out.exists()
+
+
+# ----------------------------------------------------------------- the model's context window
+
+
+def test_trace_row_over_the_models_context_is_refused_naming_it(tmp_path: Path) -> None:
+    """tiny-llama takes 4,096 positions: a row of 4,000 + 200 tokens, far under MAX_TOKENS, is
+    refused before the run (it failed at the engine, request by request); clipped with
+    max_input_tokens it fits."""
+    rows = [json.loads(line) for line in EXAMPLE_TRACE.read_text().splitlines() if line.strip()]
+    rows[1].update(input_length=4000, output_length=200)
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = _run_config(tmp_path, load={"pattern": "replay", "trace": str(trace)})
+    one_line(
+        *bench("run", "--config", config, "--no-store"),
+        f"trace {trace} row 2: input_length + output_length = 4,000 + 200 = 4,200 tokens, over "
+        "model tiny-llama's context of 4,096 tokens (max_position_embeddings); clip the rows",
+    )
+
+    from bench.core.config import ReplayLoad, RunConfig
+    from bench.run.api import check_traffic_files
+
+    load = ReplayLoad(trace=str(trace), max_input_tokens=3800)
+    check_traffic_files(RunConfig(backend="fake", model="tiny-llama", load=load))
+
+
+def test_length_distribution_over_the_models_context_is_refused(tmp_path: Path) -> None:
+    """A distribution is checked at its longest draw: uniform 3,000 +- 1,000 clipped at 3,900
+    plus 128 output tokens fits tiny-llama's 4,096; clipped at 4,000 it does not."""
+    from bench.core.config import RunConfig
+    from bench.core.errors import UserError
+    from bench.run.context_check import check_context
+
+    workload = {
+        "kind": "generate",
+        "prompt_tokens": {"kind": "uniform", "mean": 3000, "spread": 1000, "max": 3900},
+    }
+    check_context(RunConfig(backend="fake", model="tiny-llama", workload=workload))
+    workload["prompt_tokens"]["max"] = 4000
+    one_line(
+        *bench("run", "--config", _run_config(tmp_path, workload=workload), "--no-store"),
+        "workload.prompt_tokens + workload.output_tokens at their longest = 4,000 + 128 = "
+        "4,128 tokens, over model tiny-llama's context of 4,096 tokens (max_position_embeddings)",
+    )
+    # A conversation's last turn resends the history: 4 turns of 512 + 256 + 512 tokens.
+    talk = {
+        "kind": "generate",
+        "prompt_tokens": {"mean": 512},
+        "output_tokens": {"mean": 512},
+        "conversation": {"turns": {"mean": 4}, "user_tokens": {"mean": 256}},
+    }
+    data = {"backend": "fake", "model": "tiny-llama", "workload": talk}
+    with pytest.raises(UserError, match=r"= 512 \+ 3 x 512 \+ 3 x 256 \+ 512 = 3,328 tokens"):
+        check_context(RunConfig.model_validate({**data, "model": "tiny-llama-trained"}))
+    check_context(RunConfig.model_validate(data))  # 3,328 fit 4,096
+
+
+def test_prompt_file_output_over_the_models_context_is_refused(tmp_path: Path) -> None:
+    from bench.core.config import RunConfig
+    from bench.core.errors import UserError
+    from bench.run.api import check_traffic_files
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        '{"text": "hello", "output_tokens": 4}\n{"text": "hi", "output_tokens": 4096}\n'
+    )
+    workload = {"kind": "generate", "prompt_file": {"path": str(prompts)}}
+    config = RunConfig(backend="fake", model="tiny-llama", workload=workload)
+    with pytest.raises(
+        UserError,
+        match=rf"^prompt file {prompts} prompt 2: its prompt \+ "
+        r"output_tokens = 1 \+ 4,096 = 4,097 tokens, over model tiny-llama's",
+    ):
+        check_traffic_files(config)
+
+
+def test_forward_sequence_length_over_an_encoders_positions_is_refused() -> None:
+    from bench.core.config import RunConfig
+    from bench.core.errors import UserError
+    from bench.run.context_check import check_context
+
+    workload = {"kind": "forward", "sequence_length": {"mean": 512}}
+    check_context(RunConfig(backend="onnxruntime", model="bert-base", workload=workload))
+    workload["sequence_length"] = {"mean": 600}
+    with pytest.raises(UserError, match=r"^workload.sequence_length at its longest = 600 tokens, "):
+        check_context(RunConfig(backend="onnxruntime", model="bert-base", workload=workload))
+
+
+def test_a_local_checkpoints_window_follows_the_engines_rope_rule(tmp_path: Path) -> None:
+    """A config.json with yarn x4 over 32,768 original positions: vLLM takes 131,072 tokens,
+    the transformers engines the position table (32,768)."""
+    from bench.core.errors import UserError
+    from bench.engines.models import model_context
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "max_position_embeddings": 32768,
+                "rope_scaling": {
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 32768,
+                },
+            }
+        )
+    )
+    context = model_context(str(folder))
+    assert context is not None
+    assert (context.tokens_for("vllm"), context.tokens_for("pytorch")) == (131_072, 32_768)
+    assert model_context("tiny-vit") is None and model_context("served-name") is None
+
+    from bench.core.context_window import Term, check_fits
+
+    terms = [Term(field="a", tokens=100_000)]
+    check_fits("", terms, context, "vllm", "")
+    with pytest.raises(UserError, match=r"context of 32,768 tokens \(max_position_embeddings\)"):
+        check_fits("", terms, context, "pytorch", "")
+
+
+def test_longest_tokens_is_the_advisors_upper_tokens() -> None:
+    """The bench refuses a run on the rule the advisor clips its plans to: a planned run passes."""
+    from advisor.workload.architectures import upper_tokens
+    from bench.core.config import LengthDistribution
+    from bench.core.context_window import longest_tokens
+
+    for kind in ("fixed", "uniform", "normal", "lognormal"):
+        for spread, clip in ((0, None), (300, None), (300, 2000)):
+            dist = LengthDistribution(kind=kind, mean=1000, spread=spread, max=clip)
+            assert longest_tokens(dist) == upper_tokens(dist), dist
+
+
+def test_quality_window_over_the_models_context_is_refused() -> None:
+    from bench.core.errors import UserError
+    from bench.run.quality import check_window_fits
+
+    check_window_fits("tiny-llama-trained", 1023)
+    with pytest.raises(UserError, match=r"--window \+ its BOS token = 1,024 \+ 1 = 1,025 tokens, "):
+        check_window_fits("tiny-llama-trained", 1024)
+
+
+class _CharTokenizer:
+    """TEST DOUBLE: one token per character, BOS id 1 (item_tokens only counts tokens)."""
+
+    bos_token_id = 1
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [ord(character) for character in text]}
+
+
+def test_labelled_item_over_the_models_context_names_its_lengths() -> None:
+    from bench.core.errors import UserError
+    from bench.core.quality import LabelledItem
+    from bench.run.quality import item_tokens
+
+    items = [LabelledItem(prompt="x" * 9, answer="yy"), LabelledItem(prompt="x" * 10, answer="yy")]
+    with pytest.raises(UserError) as raised:
+        item_tokens(_CharTokenizer(), items, max_len=12)
+    assert str(raised.value) == (
+        "labelled item 2: prompt + longest answer = 11 + 2 = 13 tokens, over the model's "
+        "context of 12 tokens (max_position_embeddings); shorten it (docs/limits.md)"
+    )
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        None,
+        {"rope_type": "linear", "factor": 2.0},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
+        {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+        {"type": "dynamic", "factor": 2.0},
+    ],
+    ids=["none", "linear", "yarn", "llama3", "dynamic"],
+)
+def test_the_bench_and_the_advisor_read_one_window(tmp_path: Path, rope: dict | None) -> None:
+    """A checkpoint's window per engine is the same for the advisor's profile check
+    (advisor/workload/architectures.py) and the bench's run check."""
+    from advisor.workload.architectures import architecture_for, context_limits
+    from bench.engines.models import model_context
+
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 1000,
+        "max_position_embeddings": 16384,
+        "rope_scaling": rope,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    architecture, _ = architecture_for(str(tmp_path))
+    assert architecture is not None
+    _, per_engine, _ = context_limits(architecture)
+    context = model_context(str(tmp_path))
+    assert context is not None
+    assert per_engine == {engine: context.tokens_for(engine) for engine in per_engine}
+
+
+# ----------------------------------------------------------------- out-of-range wording
+
+
+@pytest.mark.parametrize(
+    ("sections", "line"),
+    [
+        (
+            {"load": {**CAPACITY, "start_rps": 1e300}},
+            "load.start_rps: 1e+300 is over the limit of 1,000,000 requests/s "
+            "(MAX_RATE_RPS in docs/limits.md)",
+        ),
+        (
+            {"workload": {"prompt_tokens": {"mean": 10**9}}},
+            "workload.prompt_tokens.mean: 1,000,000,000 is over the limit of 10,000,000 tokens "
+            "(MAX_TOKENS in docs/limits.md)",
+        ),
+        (
+            {"workload": {"seed": -1}},
+            "workload.seed: -1 is under the minimum of 0 (MAX_SEED in docs/limits.md)",
+        ),
+    ],
+    ids=["rate", "tokens", "seed"],
+)
+def test_out_of_range_names_the_field_the_limit_its_unit_and_the_docs(
+    tmp_path: Path, sections: dict, line: str
+) -> None:
+    one_line(*bench("run", "--config", _run_config(tmp_path, **sections), "--no-store"), line)
+
+
+def test_a_bound_outside_the_table_keeps_pydantics_words() -> None:
+    """Only a field the table bounds, at its figure, gets its unit: the telemetry interval's
+    3,600 s bound is not MAX_ENGINE_DELAY_S's, and `turns` are not tokens."""
+    from bench.core.limits import out_of_range
+
+    assert out_of_range(["telemetry_interval_s"], "less_than_equal", 3600, 5000) is None
+    assert out_of_range(["conversation", "turns", "mean"], "less_than_equal", 10**7, 10**8) is None
+    assert "MAX_TOKENS" in (
+        out_of_range(["conversation", "user_tokens", "mean"], "less_than_equal", 10**7, 10**8) or ""
+    )
+    assert out_of_range(["price_per_hour"], "less_than_equal", 1000, "1e300") == (
+        "1e+300 is over the limit of 1,000 USD per GPU-hour (MAX_PRICE_PER_GPU_HOUR in "
+        "docs/limits.md)"
+    )

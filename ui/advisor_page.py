@@ -32,9 +32,9 @@ from advisor.workload.profile import (
 )
 from advisor.workload.stage_input import (
     StageFormValues,
-    draft_data,
+    draft_stage,
     load_kind_shown,
-    stage_data,
+    profile_from_form,
 )
 from bench.core.config import GenerateWorkload, LengthDistribution
 from bench.core.errors import UserError
@@ -81,12 +81,11 @@ def _key(stage_index: int, name: str) -> str:
 # --------------------------------------------------------------------------- the form
 
 
-def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
-    """Widgets for one stage; returns the stage's data for StageProfile to validate
-    (advisor.workload.stage_input.stage_data turns the widget values into it)."""
+def stage_form(index: int, previous: StageProfile, name: str) -> StageFormValues:
+    """Widgets for one stage, each starting at the stage's own value; returns what they hold
+    (advisor.workload.stage_input.profile_from_form writes it over the stage)."""
     presets = model_presets()
-    stage = previous.model_dump(mode="json")
-    out: dict[str, Any] = {"name": name or f"stage {index + 1}"}  # StageFormValues fields
+    values = StageFormValues(name=name or f"stage {index + 1}")
 
     st.markdown("##### 1 · The four questions of the article's decision tree")
     traits = st.columns(2)
@@ -97,21 +96,22 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
         (1, "multi_backend", "Must it run on several backends / vendors?"),
     ):
         with traits[position]:
-            out[trait] = yes_no(
+            answer = yes_no(
                 label,
-                bool(stage.get(trait)),
+                getattr(previous, trait),
                 key=_key(index, trait),
                 help=field_help(StageProfile, trait),
             )
+            setattr(values, trait, answer)
 
     st.markdown("##### 2 · Model and workload shape")
     left, right = st.columns(2)
     with left:
         kinds = ["generate", "forward"]
-        out["kind"] = st.radio(
+        values.kind = st.radio(
             "Kind of inference",
             kinds,
-            index=kinds.index(stage.get("kind") or "generate"),
+            index=kinds.index(previous.kind),
             format_func={
                 "generate": "generate (LLM decoding)",
                 "forward": "forward (encoder / CV batches)",
@@ -120,9 +120,9 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
             key=_key(index, "kind"),
             help=field_help(StageProfile, "kind"),
         )
-        names = [name for name, (kind, _) in presets.items() if kind == out["kind"]]
+        names = [name for name, (kind, _) in presets.items() if kind == values.kind]
         options = [*names, CUSTOM_MODEL]
-        current = stage.get("model")
+        current = previous.model
         choice = st.selectbox(
             "Model",
             options,
@@ -131,78 +131,74 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
             key=_key(index, "model_choice"),
             help=field_help(StageProfile, "model"),
         )
-        out["custom_model"] = choice == CUSTOM_MODEL
+        values.custom_model = choice == CUSTOM_MODEL
         if choice == CUSTOM_MODEL:
-            out["model"] = st.text_input(
+            values.model = st.text_input(
                 "Checkpoint folder",
                 value=current if current and current not in presets else "",
                 placeholder="/models/my-llama (a local Hugging Face checkpoint)",
                 key=_key(index, "model_path"),
             )
-            out["parameters_b"] = st.number_input(
+            values.parameters_b = st.number_input(
                 "Parameters (billions)",
                 min_value=0.001,
-                value=stage.get("parameters_b"),
+                value=previous.parameters_b,
                 step=1.0,
                 key=_key(index, "parameters_b"),
                 help=field_help(StageProfile, "parameters_b"),
             )
         else:
-            out["model"] = choice
+            values.model = choice
     with right:
-        if out["kind"] == "generate":
-            prompt, output = previous.prompt_tokens, previous.output_tokens
+        if values.kind == "generate":
             lengths = st.columns(2)
-            out["prompt_mean"] = lengths[0].number_input(
+            values.prompt_mean = lengths[0].number_input(
                 "Prompt length (tokens)",
                 min_value=1,
                 max_value=1_000_000,
-                value=prompt.mean,
+                value=previous.prompt_tokens.mean,
                 step=64,
                 key=_key(index, "prompt_mean"),
                 help=field_help(StageProfile, "prompt_tokens"),
             )
-            out["output_mean"] = lengths[1].number_input(
+            values.output_mean = lengths[1].number_input(
                 "Output length (tokens)",
                 min_value=1,
                 max_value=1_000_000,
-                value=output.mean,
+                value=previous.output_tokens.mean,
                 step=64,
                 key=_key(index, "output_mean"),
                 help=field_help(StageProfile, "output_tokens"),
             )
-            out.update(_traffic_fields(index, stage))
+            _traffic_fields(index, previous, values)
         else:
             shape = st.columns(2)
-            out["batch_size"] = shape[0].number_input(
+            values.batch_size = shape[0].number_input(
                 "Batch size",
                 min_value=1,
-                value=int(stage.get("batch_size") or 1),
+                value=previous.batch_size,
                 key=_key(index, "batch_size"),
                 help=field_help(StageProfile, "batch_size"),
             )
-            out["image_size"] = shape[1].number_input(
+            values.image_size = shape[1].number_input(
                 "Image side (px, CV models)",
                 min_value=1,
-                value=stage.get("image_size"),
+                value=previous.image_size,
                 placeholder="text model: leave empty",
                 key=_key(index, "image_size"),
                 help=field_help(StageProfile, "image_size"),
             )
-            sequence = stage.get("sequence_length") or {}
-            out["sequence_mean"] = st.number_input(
+            values.sequence_mean = st.number_input(
                 "Sequence length (tokens, text encoders)",
                 min_value=1,
-                value=sequence.get("mean"),
+                value=previous.sequence_length.mean if previous.sequence_length else None,
                 placeholder="CV model: leave empty",
                 key=_key(index, "sequence_mean"),
                 help=field_help(StageProfile, "sequence_length"),
             )
-        show_field_problems(  # the context window, at the length fields
-            draft_data(stage_data(previous, StageFormValues.model_validate(out)))
-        )
+        show_field_problems(draft_stage(previous, values))  # the context window, at the lengths
         load_kinds = ["concurrency", "rate", "peak"]
-        out["load_kind"] = load_kind = st.radio(
+        values.load_kind = load_kind = st.radio(
             "Load is described by",
             load_kinds,
             index=load_kinds.index(load_kind_shown(previous)),
@@ -215,73 +211,73 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
             key=_key(index, "load_kind"),
         )
         if load_kind == "concurrency":
-            out["concurrency"] = st.number_input(
+            values.concurrency = st.number_input(
                 "Requests in flight at peak",
                 min_value=1,
                 max_value=100_000,
-                value=int(stage.get("concurrency") or 16),
+                value=previous.concurrency or 16,
                 key=_key(index, "concurrency"),
                 help=field_help(StageProfile, "concurrency"),
             )
         elif load_kind == "rate":
-            out["request_rate_rps"] = st.number_input(
+            values.request_rate_rps = st.number_input(
                 "Arrival rate (requests/s)",
                 min_value=0.01,
-                value=float(stage.get("request_rate_rps") or 10.0),
+                value=float(previous.request_rate_rps or 10.0),
                 key=_key(index, "rate"),
                 help=field_help(StageProfile, "request_rate_rps"),
             )
         else:
-            out["peak_request_rate_rps"] = st.number_input(
+            values.peak_request_rate_rps = st.number_input(
                 "Peak arrival rate (requests/s)",
                 min_value=0.01,
-                value=float(stage.get("peak_request_rate_rps") or 10.0),
+                value=float(previous.peak_request_rate_rps or 10.0),
                 key=_key(index, "peak"),
                 help=field_help(StageProfile, "peak_request_rate_rps"),
             )
 
     st.markdown("##### 3 · Service-level objectives")
-    slo = stage.get("slo") or {}
+    slo = previous.slo
     slo_cols = st.columns(4)
-    percentile = slo.get("percentile") or "p99"
     for column, name in zip(
         slo_cols, ("ttft_ms", "tpot_ms", "e2e_ms", "min_output_throughput_tok_s"), strict=True
     ):
-        out[name] = column.number_input(
-            SLO_BOUNDS_BY_FIELD[name].form_label(percentile),
+        bound = column.number_input(
+            SLO_BOUNDS_BY_FIELD[name].form_label(slo.percentile),
             min_value=0.001,
-            value=slo.get(name),
+            value=getattr(slo, name),
             placeholder="no limit",
             key=_key(index, f"slo_{name}"),
             help=field_help(ProfileSLO, name),
         )
+        setattr(values, name, bound)
     with st.expander("More SLO options"):
         more = st.columns(2)
-        out["slo_percentile"] = more[0].selectbox(
+        values.slo_percentile = more[0].selectbox(
             "Percentile judged",
             ["p99", "p90", "p50"],
-            index=["p99", "p90", "p50"].index(percentile),
+            index=["p99", "p90", "p50"].index(slo.percentile),
             key=_key(index, "slo_percentile"),
             help=field_help(ProfileSLO, "percentile"),
         )
-        out["min_request_throughput_rps"] = more[1].number_input(
-            SLO_BOUNDS_BY_FIELD["min_request_throughput_rps"].form_label(percentile),
+        values.min_request_throughput_rps = more[1].number_input(
+            SLO_BOUNDS_BY_FIELD["min_request_throughput_rps"].form_label(slo.percentile),
             min_value=0.001,
-            value=slo.get("min_request_throughput_rps"),
+            value=slo.min_request_throughput_rps,
             placeholder="no limit",
             key=_key(index, "slo_min_rps"),
             help=field_help(ProfileSLO, "min_request_throughput_rps"),
         )
 
     st.markdown("##### 4 · Deployment")
-    gpu = stage.get("gpu") or {}
-    precision = stage.get("precision") or {}
+    gpu = previous.gpu
+    precision = previous.precision
     deploy = st.columns(4)
     objectives = list(OBJECTIVE_LABELS)
-    out["objective"] = deploy[0].selectbox(
+    values.objective = deploy[0].selectbox(
         "Objective",
         objectives,
-        index=objectives.index(stage.get("objective") or objectives[0]),
+        index=objectives.index(previous.objective.value),
         format_func=OBJECTIVE_LABELS.get,
         key=_key(index, "objective"),
         help=field_help(StageProfile, "objective"),
@@ -290,160 +286,153 @@ def stage_form(index: int, previous: StageProfile, name: str) -> dict[str, Any]:
     gpu_type = deploy[1].selectbox(
         "GPU type",
         gpu_options,
-        index=gpu_options.index(gpu.get("type")) if gpu.get("type") in GPUS else 0,
+        index=gpu_options.index(gpu.type) if gpu.type in GPUS else 0,
         key=_key(index, "gpu_type"),
         help=field_help(GpuProfile, "type"),
     )
-    gpu_count = deploy[2].number_input(
+    values.gpu_count = deploy[2].number_input(
         "GPU count",
         min_value=1,
         max_value=64,
-        value=int(gpu.get("count") or 1),
+        value=gpu.count,
         key=_key(index, "gpu_count"),
         help=field_help(GpuProfile, "count"),
     )
-    out["gpu_type"] = None if gpu_type == NO_GPU else gpu_type
-    out["gpu_count"] = gpu_count
+    values.gpu_type = None if gpu_type == NO_GPU else gpu_type
     if gpu_type == NO_GPU:
-        out["gpu_memory_gb"] = deploy[3].number_input(
+        values.gpu_memory_gb = deploy[3].number_input(
             "GPU memory (GB each)",
             min_value=1.0,
             # A memory derived from the GPU type chosen before is not the user's: start empty.
-            value=gpu.get("memory_gb") if gpu.get("type") is None else None,
+            value=gpu.memory_gb if gpu.type is None else None,
             placeholder="unknown",
             key=_key(index, "gpu_memory"),
             help=field_help(GpuProfile, "memory_gb"),
         )
     dtypes = ["float16", "bfloat16", "float32"]
     more_deploy = st.columns(4)
-    out["dtype"] = more_deploy[0].selectbox(
+    values.dtype = more_deploy[0].selectbox(
         "Precision",
         dtypes,
-        index=dtypes.index(precision.get("dtype") or "float16"),
+        index=dtypes.index(precision.dtype),
         key=_key(index, "dtype"),
         help=field_help(ProfilePrecision, "dtype"),
     )
-    out["quantization"] = more_deploy[1].selectbox(
+    values.quantization = more_deploy[1].selectbox(
         "Weight quantisation",
         QUANTIZATIONS,
-        index=QUANTIZATIONS.index(precision.get("quantization"))
-        if precision.get("quantization") in QUANTIZATIONS
+        index=QUANTIZATIONS.index(precision.quantization)
+        if precision.quantization in QUANTIZATIONS
         else 0,
         format_func=lambda q: "none" if q is None else q,
         key=_key(index, "quantization"),
         help=field_help(ProfilePrecision, "quantization"),
     )
     kv_options = ["auto", "fp8"]
-    out["kv_cache_dtype"] = st.selectbox(
+    values.kv_cache_dtype = st.selectbox(
         "KV cache",
         kv_options,
-        index=kv_options.index(precision.get("kv_cache_dtype") or "auto"),
+        index=kv_options.index(precision.kv_cache_dtype),
         format_func=lambda kv: "as the model dtype" if kv == "auto" else "FP8 (vLLM)",
         key=_key(index, "kv_cache_dtype"),
         help=field_help(ProfilePrecision, "kv_cache_dtype"),
     )
     with more_deploy[2]:
-        out["determinism_required"] = yes_no(
+        values.determinism_required = yes_no(
             "Identical outputs run to run?",
-            bool(stage.get("determinism_required")),
+            previous.determinism_required,
             key=_key(index, "determinism"),
             help=field_help(StageProfile, "determinism_required"),
         )
     build_options = list(BUILD_TIME_LABELS)
-    out["build_time_tolerance"] = more_deploy[3].selectbox(
+    values.build_time_tolerance = more_deploy[3].selectbox(
         "Build / compile time acceptable",
         build_options,
-        index=build_options.index(stage.get("build_time_tolerance")),
+        index=build_options.index(previous.build_time_tolerance),
         format_func=BUILD_TIME_LABELS.get,
         key=_key(index, "build_time"),
         help=field_help(StageProfile, "build_time_tolerance"),
     )
-    out["constraints"] = st.multiselect(
+    values.constraints = st.multiselect(
         "Deployment constraints",
         [c.value for c in Constraint],
-        default=[c for c in stage.get("constraints") or [] if c in {x.value for x in Constraint}],
+        default=[c.value for c in previous.constraints],
         format_func=lambda c: c.replace("_", " "),
         key=_key(index, "constraints"),
         help=field_help(StageProfile, "constraints"),
     )
-    out.update(_quality_fields(index, stage))
-    return stage_data(previous, StageFormValues.model_validate(out))
+    _quality_fields(index, previous, values)
+    return values
 
 
-def _traffic_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
+def _traffic_fields(index: int, previous: StageProfile, values: StageFormValues) -> None:
     """The traffic the benchmarks send (advisor/workload/traffic.py): a shared context,
     conversations, or a trace / prompt file on the machine that runs the app (a path)."""
-    out: dict[str, Any] = {}
-    prefix = stage.get("shared_prefix") or {}
-    conversation = stage.get("conversation") or {}
-    files = stage.get("trace_file") or stage.get("prompt_file")
+    prefix, conversation = previous.shared_prefix, previous.conversation
+    files = previous.trace_file or previous.prompt_file
     with st.expander(
         "Traffic: shared prompts, conversations, trace",
         expanded=bool(prefix or conversation or files),
     ):
         cols = st.columns(2)
-        tokens = cols[0].number_input(
+        values.shared_prefix_tokens = cols[0].number_input(
             "Shared context (tokens, inside the prompt)",
             min_value=1,
             max_value=1_000_000,
-            value=prefix.get("tokens"),
+            value=prefix.tokens if prefix else None,
             placeholder="none: prompts unrelated",
             key=_key(index, "shared_prefix_tokens"),
             help=field_help(StageProfile, "shared_prefix"),
         )
-        count = cols[1].number_input(
+        values.shared_prefix_count = cols[1].number_input(
             "Distinct shared contexts",
             min_value=1,
             max_value=100_000,
-            value=int(prefix.get("count") or 1),
+            value=prefix.count if prefix else 1,
             key=_key(index, "shared_prefix_count"),
         )
-        out["shared_prefix_tokens"], out["shared_prefix_count"] = tokens, count
         cols = st.columns(2)
-        turns = cols[0].number_input(
+        values.conversation_turns = cols[0].number_input(
             "Turns per conversation",
             min_value=1,
             max_value=1_000,
-            value=conversation.get("turns"),
+            value=conversation.turns if conversation else None,
             placeholder="none: single-turn",
             key=_key(index, "conversation_turns"),
             help=field_help(StageProfile, "conversation"),
         )
-        user = cols[1].number_input(
+        values.user_message_tokens = cols[1].number_input(
             "User message (tokens, later turns)",
             min_value=1,
             max_value=1_000_000,
-            value=int(conversation.get("user_tokens") or 64),
+            value=conversation.user_tokens if conversation else 64,
             key=_key(index, "user_message_tokens"),
         )
-        out["conversation_turns"], out["user_message_tokens"] = turns, user
-        out["trace_file"] = st.text_input(
+        values.trace_file = st.text_input(
             "Trace file to replay (path)",
-            value=stage.get("trace_file") or "",
+            value=previous.trace_file or "",
             placeholder="examples/traces/mooncake_small.jsonl",
             key=_key(index, "trace_file"),
             help=field_help(StageProfile, "trace_file"),
         )
-        out["prompt_file"] = st.text_input(
+        values.prompt_file = st.text_input(
             "Prompt file (path)",
-            value=stage.get("prompt_file") or "",
+            value=previous.prompt_file or "",
             placeholder="examples/traces/prompts.jsonl",
             key=_key(index, "prompt_file"),
             help=field_help(StageProfile, "prompt_file"),
         )
-    return out
 
 
-def _quality_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
+def _quality_fields(index: int, previous: StageProfile, values: StageFormValues) -> None:
     """Your model's measured quality per precision (the quality.json of `python -m bench
     quality`, uploaded or a path) and the loss tolerated: a precision losing more is not
     recommended. Without a file the precision risks stay worded as unchecked."""
     from bench.core.quality import load_quality_result
 
-    out: dict[str, Any] = {}
     with st.expander(
         "Quality: your evaluation result and the loss you tolerate",
-        expanded=bool(stage.get("quality_result")),
+        expanded=bool(previous.quality_result),
     ):
         st.caption(
             "Measure it with `python -m bench quality --model M --precision bf16 --precision fp8 "
@@ -460,17 +449,17 @@ def _quality_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             )
             path = st.text_input(
                 "…or its path",
-                value=stage.get("quality_result") or "",
+                value=previous.quality_result or "",
                 placeholder="none: FP8/INT8 accuracy unchecked",
                 key=_key(index, "quality_result"),
                 help=field_help(StageProfile, "quality_result"),
                 disabled=upload is not None,
             )
-        out["max_quality_loss_pct"] = cols[1].number_input(
+        values.max_quality_loss_pct = cols[1].number_input(
             "Tolerated quality loss (%)",
             min_value=0.0,
             max_value=100.0,
-            value=float(stage.get("max_quality_loss_pct", 1.0)),
+            value=float(previous.max_quality_loss_pct),
             step=0.1,
             key=_key(index, "max_quality_loss_pct"),
             help=field_help(StageProfile, "max_quality_loss_pct"),
@@ -481,58 +470,57 @@ def _quality_fields(index: int, stage: dict[str, Any]) -> dict[str, Any]:
             except UserError as exc:
                 st.error(f"{exc}. Not used.")
                 path = ""
-        out["quality_result"] = path.strip()
-        if out["quality_result"]:
+        values.quality_result = path.strip()
+        if values.quality_result:
             try:
-                result = load_quality_result(out["quality_result"])
+                result = load_quality_result(values.quality_result)
             except UserError as exc:
                 st.error(f"{exc}. Not used: the advice below is without it.")
-                out["quality_result"] = ""
+                values.quality_result = ""
             else:
                 measured = [r.precision for r in result.precisions if r.status == "measured"]
                 st.caption(
                     f"Read: {result.model} on {result.engine}, baseline {result.baseline}; "
                     f"measured {', '.join(measured) or 'none'}."
                 )
-    return out
 
 
 # --------------------------------------------------------------------------- profile actions
 
 
-def show_field_problems(draft_fields: dict[str, Any]) -> None:
+def show_field_problems(draft: StageProfile | None) -> None:
     """The advisor's per-field feasibility problems (advisor.sizing.estimate.feasibility_problems)
-    for the lengths just entered, shown under those fields; nothing until the draft is valid."""
+    for the lengths just entered, shown under those fields; nothing until the draft is valid
+    (None: the form's own validation message says what is missing)."""
     from advisor.sizing.estimate import feasibility_problems
 
-    try:
-        draft = StageProfile.model_validate(draft_fields)
-    except ValidationError:
-        return  # the form's own validation message says what is missing
+    if draft is None:
+        return
     for problem in feasibility_problems([draft]):
         show = st.error if problem.severity == "error" else st.warning
         show(f"**{problem.field}**: {problem.message}")
 
 
 def _add_stage() -> None:
-    profile = state.current_profile().model_dump(mode="json")
-    names = {stage["name"] for stage in profile["stages"]}
-    number = len(profile["stages"]) + 1
+    profile = state.current_profile()
+    names = {stage.name for stage in profile.stages}
+    number = len(profile.stages) + 1
     while f"stage {number}" in names:
         number += 1
-    profile["stages"].append(state.default_stage(f"stage {number}"))
-    state.replace_profile(WorkloadProfile.model_validate(profile))
+    stages = [*profile.stages, state.default_stage(f"stage {number}")]
+    # Validated again as a whole: the profile's own limits (number of stages) still hold.
+    state.replace_profile(WorkloadProfile.model_validate({**dict(profile), "stages": stages}))
 
 
 def _remove_stage(index: int) -> None:
-    profile = state.current_profile().model_dump(mode="json")
-    if len(profile["stages"]) > 1:
-        profile["stages"].pop(index)
-        state.replace_profile(WorkloadProfile.model_validate(profile))
+    profile = state.current_profile()
+    if len(profile.stages) > 1:
+        stages = [stage for position, stage in enumerate(profile.stages) if position != index]
+        state.replace_profile(profile.model_copy(update={"stages": stages}))
 
 
 def _reset_profile() -> None:
-    state.replace_profile(WorkloadProfile.model_validate(state.default_profile()))
+    state.replace_profile(state.default_profile())
 
 
 def _profile_file_panel(profile: WorkloadProfile) -> None:
@@ -945,10 +933,11 @@ def shipped_gpus() -> list[str]:
 def published_gpu_view(profile: WorkloadProfile, index: int, gpu: str) -> WorkloadProfile:
     """The profile as it would read on `gpu`, for a view only: the session's profile is not
     touched (the user's GPU stays theirs)."""
-    data = profile.model_dump(mode="json")
-    count = data["stages"][index]["gpu"].get("count", 1)
-    data["stages"][index]["gpu"] = {"type": gpu, "count": count}
-    return WorkloadProfile.model_validate(data)
+    stage = profile.stages[index]
+    # Only the type and count: memory, bandwidth and price follow the view's GPU, not the user's.
+    viewed = stage.model_copy(update={"gpu": GpuProfile(type=gpu, count=stage.gpu.count)})
+    stages = [viewed if position == index else s for position, s in enumerate(profile.stages)]
+    return profile.model_copy(update={"stages": stages})
 
 
 def evidence_gpu_notice(
@@ -981,7 +970,7 @@ def evidence_gpu_notice(
         return
     view = published_gpu_view(profile, index, gpus[0])
     try:
-        answer = state.advise(view.model_dump_json(), state.store_location())
+        answer = state.advise(view, state.store_location())
     except UserError as exc:
         st.error(str(exc))
         return
@@ -1340,18 +1329,16 @@ def render() -> None:
         help=field_help(WorkloadProfile, "title"),
     )
 
-    stages_data = [stage.model_dump(mode="json") for stage in profile.stages]
-    names = [stage["name"] for stage in stages_data]
-    stage_outputs: list[dict[str, Any]] = []
-    tabs = st.tabs([f"Stage {i + 1}: {name}" for i, name in enumerate(names)])
-    for index, (tab, stage) in enumerate(zip(tabs, stages_data, strict=True)):
-        stage_name = stage["name"]
+    stage_forms: list[StageFormValues] = []
+    tabs = st.tabs([f"Stage {i + 1}: {stage.name}" for i, stage in enumerate(profile.stages)])
+    for index, (tab, stage) in enumerate(zip(tabs, profile.stages, strict=True)):
+        stage_name = stage.name
         with tab:
-            if len(stages_data) > 1:
+            if len(profile.stages) > 1:
                 row = st.columns([3, 1])
                 stage_name = row[0].text_input(
                     "Stage name",
-                    value=stage["name"],
+                    value=stage.name,
                     key=_key(index, "name"),
                     help=field_help(StageProfile, "name"),
                 )
@@ -1362,7 +1349,7 @@ def render() -> None:
                     args=(index,),
                     icon=":material/delete:",
                 )
-            stage_outputs.append(stage_form(index, profile.stages[index], stage_name))
+            stage_forms.append(stage_form(index, stage, stage_name))
     st.button(
         "Add a stage",
         on_click=_add_stage,
@@ -1372,17 +1359,17 @@ def render() -> None:
     )
 
     try:
-        profile = WorkloadProfile.model_validate({"title": title, "stages": stage_outputs})
+        profile = profile_from_form(profile, title, stage_forms)
     except ValidationError as exc:
         st.error(f"The profile is not complete: {describe_validation_error(exc)}")
         return
-    st.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    state.keep_profile(profile)
     _profile_file_panel(profile)
 
     st.divider()
     st.header("Advice")
     try:  # one advice for the whole profile; each stage shows its part
-        report = state.advise(profile.model_dump_json(), state.store_location())
+        report = state.advise(profile, state.store_location())
     except UserError as exc:
         st.error(str(exc))
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import altair as alt
 import pandas as pd
@@ -31,8 +31,12 @@ from bench.orchestrate.web_policy import check_web_jobs
 from bench.storage.store import Job, ResultStore
 from ui import state
 from ui.components import empty_state, status_badge
+from ui.session_plan import PLAN_KEY, PlanShown
 
-PLAN_KEY = "bench_plan"
+if TYPE_CHECKING:  # the run layer reads NVML: imported when the machine is first read
+    from bench.engines.backends.base import Availability
+    from bench.run.environment import PreflightItem
+
 LOG_TAIL_LINES = 60
 POLL_S = 1.0
 RATE_WINDOW_POINTS = 10
@@ -51,28 +55,20 @@ DURATION_HELP = (
 
 
 @st.cache_data(ttl=30, max_entries=2, show_spinner="Reading the machine (GPU, clocks, memory)…")
-def machine_facts() -> tuple[Fingerprint, list[dict[str, Any]]]:
+def machine_facts() -> tuple[Fingerprint, list[PreflightItem]]:
     """The environment fingerprint and its preflight findings (read-only, refreshed every 30 s)."""
     from bench.run.environment import fingerprint, preflight
 
     facts = fingerprint()
-    return facts, [item.model_dump() for item in preflight(facts)]
+    return facts, preflight(facts)
 
 
 @st.cache_data(ttl=60, max_entries=2, show_spinner="Checking which frameworks are installed…")
-def backend_availability() -> list[dict[str, Any]]:
+def backend_availability() -> list[Availability]:
+    """Each registered backend's own check: installed here or not, and why."""
     from bench.engines.backends import all_availability
 
-    return [
-        {
-            "backend": item.name,
-            "available": item.available,
-            "version": item.version or "—",
-            "reason": item.reason,
-            "test double": bool(item.details.get("test_double")),
-        }
-        for item in all_availability()
-    ]
+    return all_availability()
 
 
 @st.cache_resource(max_entries=1, ttl=3600, show_spinner=False)
@@ -137,7 +133,7 @@ def machine_panel() -> bool:
         if gpu_available and gpus
         else "This machine: CPU only"
     )
-    warnings = sum(1 for item in findings if item["severity"] == "warn")
+    warnings = sum(1 for item in findings if item.severity == "warn")
     if warnings:
         title += f" · {warnings} preflight warning{'s' if warnings != 1 else ''}"
     with st.expander(title, icon=":material/developer_board:"):
@@ -181,13 +177,13 @@ def machine_panel() -> bool:
                 "changes GPU settings; the commands are for an admin."
             )
             for item in findings:
-                text = f"**{item['what']}** — {item['why']}"
-                if item["severity"] == "warn":
+                text = f"**{item.what}** — {item.why}"
+                if item.severity == "warn":
                     st.warning(text, icon=":material/warning:")
                 else:
                     st.info(text, icon=":material/info:")
-                if item.get("admin_command"):
-                    st.code(item["admin_command"], language="bash")
+                if item.admin_command:
+                    st.code(item.admin_command, language="bash")
         else:
             st.success("Preflight: nothing found that would make runs unrepeatable.")
     return gpu_available
@@ -201,13 +197,25 @@ def _on_off(value: Any) -> str:
     return "—" if value is None else ("on" if value else "off")
 
 
-def availability_panel() -> list[dict[str, Any]]:
+def availability_panel() -> list[Availability]:
     items = backend_availability()
-    usable = [item["backend"] for item in items if item["available"] and not item["test double"]]
+    # `test_double` is a fact of the backend's own (Availability.details, its open map).
+    usable = [item.name for item in items if item.available and not item.details.get("test_double")]
     with st.expander(
         f"Frameworks installed here: {', '.join(usable) or 'none'}", icon=":material/extension:"
     ):
-        frame = pd.DataFrame(items)
+        frame = pd.DataFrame(
+            [
+                {
+                    "backend": item.name,
+                    "available": item.available,
+                    "version": item.version or "—",
+                    "reason": item.reason,
+                    "test double": bool(item.details.get("test_double")),
+                }
+                for item in items
+            ]
+        )
         st.dataframe(
             frame,
             hide_index=True,
@@ -223,7 +231,7 @@ def availability_panel() -> list[dict[str, Any]]:
 
 
 def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -> None:
-    plan = st.session_state.get(PLAN_KEY)
+    plan: PlanShown | None = st.session_state.get(PLAN_KEY)
     buttons = st.container(horizontal=True)
     quick = buttons.button(
         "Quick plan",
@@ -246,24 +254,9 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         except UserError as exc:
             st.error(str(exc))
             return
-        plan = {
-            "digest": profile_digest,
-            "stage": stage.name,
-            "model": stage.model,
-            "quick": bool(quick),
-            "cpu_only": stage_plan.cpu_only,
-            "note": stage_plan.note,
-            "configs": [config.model_dump(mode="json") for config in stage_plan.configs],
-            "capacity_configs": [
-                config.model_dump(mode="json") for config in stage_plan.capacity_configs
-            ],
-            "repeats": stage_plan.repeats,
-            "duration_s": stage_plan.duration_s,
-            "repeats_added_s": stage_plan.repeats_added_s,
-            "capacity_s": stage_plan.capacity_s,
-            "capacity_note": stage_plan.capacity_note,
-            "version": (plan or {}).get("version", 0) + 1,
-        }
+        plan = PlanShown(
+            digest=profile_digest, plan=stage_plan, version=plan.version + 1 if plan else 1
+        )
         st.session_state[PLAN_KEY] = plan
     if not plan:
         empty_state(
@@ -272,33 +265,32 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
             "**Full plan** for longer runs at your load. You can edit every row before running.",
         )
         return
-    stale = plan["digest"] != profile_digest
+    stale = plan.digest != profile_digest
     if stale:  # what is offered is for the profile on screen: an older plan cannot run
         with st.container(key="stale_plan"):
             st.warning(
                 "**This plan was made for another profile — make a new plan.** It was made for "
-                f"stage {plan['stage']} with model {plan.get('model') or '—'}; press "
+                f"stage {plan.plan.stage} with model {plan.plan.profile_model or '—'}; press "
                 "**Quick plan** or **Full plan** to plan the profile shown above. Run stays "
                 "disabled until then.",
                 icon=":material/history:",
             )
-    comparison = [RunConfig.model_validate(data) for data in plan["configs"]]
-    searches = [RunConfig.model_validate(data) for data in plan.get("capacity_configs", [])]
-    repeats = int(plan.get("repeats", 1))
-    configs = [*comparison, *searches]
+    comparison, searches = plan.plan.configs, plan.plan.capacity_configs
+    repeats = plan.plan.repeats
+    configs = plan.plan.all_configs()
     if not configs:
         empty_state("The advisor found no benchmarkable candidate for this stage.")
         return
     st.caption(
-        f"{'Quick' if plan['quick'] else 'Full'} plan for stage **{plan['stage']}**: one "
+        f"{'Quick' if plan.plan.quick else 'Full'} plan for stage **{plan.plan.stage}**: one "
         f"comparison run per candidate{f', each made {repeats} times' if repeats > 1 else ''}, "
         "in the stage's workload shape"
         + (f", then {len(searches)} SLO capacity search(es)" if searches else "")
         + ". Edit the cells; untick a row to skip it."
     )
-    if plan.get("note"):
-        st.info(plan["note"], icon=":material/memory:")
-    plan_summary(plan, repeats, len(searches))
+    if plan.plan.note:
+        st.info(plan.plan.note, icon=":material/memory:")
+    plan_summary(plan.plan)
     from bench.engines.backends import backend_names
 
     engines_missing_notice(
@@ -306,7 +298,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     )
     edited = st.data_editor(
         plan_table(comparison, available, repeats, searches),
-        key=f"plan_editor_{plan['version']}",
+        key=f"plan_editor_{plan.version}",
         hide_index=True,
         num_rows="dynamic",
         column_config={
@@ -355,7 +347,7 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
     chosen, problems = chosen_runs(edited, configs, available)
     for problem in problems:
         st.error(problem, icon=":material/error:")
-    confirmed = plan_cost(chosen, stage, bool(plan.get("cpu_only")))
+    confirmed = plan_cost(chosen, stage, plan.plan.cpu_only)
     # A marker of what the server has taken in from the table (how many runs, each one's
     # duration), so a browser test clicks Run only after its edits arrived.
     durations = "_".join(str(int(config.load.table_duration() or 0)) for config in chosen)
@@ -365,11 +357,11 @@ def plan_editor(profile_digest: str, stage: StageProfile, available: set[str]) -
         type="primary",
         icon=":material/play_arrow:",
         disabled=stale or bool(problems) or not chosen or not confirmed,
-        key=f"run_plan_{plan['version']}",
+        key=f"run_plan_{plan.version}",
         help="This plan was made for another profile: make a new plan." if stale else None,
     )
     if run and not stale:
-        start_job(chosen, label=f"{stage.name}: {'quick' if plan['quick'] else 'full'} plan")
+        start_job(chosen, label=f"{stage.name}: {'quick' if plan.plan.quick else 'full'} plan")
 
 
 def engines_missing_notice(backends: list[str], cpu_only: bool) -> None:
@@ -380,7 +372,7 @@ def engines_missing_notice(backends: list[str], cpu_only: bool) -> None:
 
     missing = missing_engines(
         backends,
-        {item["backend"]: (item["available"], item["reason"]) for item in backend_availability()},
+        {item.name: (item.available, item.reason) for item in backend_availability()},
         cpu_only=cpu_only,
     )
     if missing is None:
@@ -408,24 +400,21 @@ def engines_missing_notice(backends: list[str], cpu_only: bool) -> None:
             st.caption(f"**{backend}**: {why}")
 
 
-def plan_summary(plan: dict[str, Any], repeats: int, searches: int) -> None:
+def plan_summary(plan: StagePlan) -> None:
     """The plan's own time, as made (before edits): total, what the repeats add, what the
     capacity searches take, and how the searches are set (or why there is none)."""
-    total = plan.get("duration_s")
-    if total is None:  # a plan made before the page knew repeats and searches
-        return
-    parts = [f"about **{format_duration(total)}** in all"]
-    if repeats > 1:
+    parts = [f"about **{format_duration(plan.duration_s)}** in all"]
+    if plan.repeats > 1:
         parts.append(
-            f"{repeats} repeats of each comparison run add "
-            f"{format_duration(plan.get('repeats_added_s') or 0)}"
+            f"{plan.repeats} repeats of each comparison run add "
+            f"{format_duration(plan.repeats_added_s)}"
         )
-    if searches:
-        parts.append(f"the capacity searches take {format_duration(plan.get('capacity_s') or 0)}")
+    if plan.capacity_configs:
+        parts.append(f"the capacity searches take {format_duration(plan.capacity_s)}")
     with st.container(key="plan_summary"):
         st.caption("The plan as made: " + "; ".join(parts) + " (estimates, not measurements).")
-        if plan.get("capacity_note"):
-            st.caption(f"Capacity search: {plan['capacity_note']}")
+        if plan.capacity_note:
+            st.caption(f"Capacity search: {plan.capacity_note}")
 
 
 def plan_cost(chosen: list[RunConfig], stage: StageProfile, cpu_only: bool) -> bool:
@@ -836,7 +825,7 @@ def render() -> None:
     )
     # The plan is keyed by the profile's content (and the stage): any edit makes it stale.
     digest = hashlib.sha256(f"{profile.model_dump_json()}#{stage_index}".encode()).hexdigest()
-    available = {item["backend"] for item in availability if item["available"]}
+    available = {item.name for item in availability if item.available}
     plan_editor(digest, stage, available)
 
     st.subheader("Jobs")
@@ -873,7 +862,7 @@ def live_job_panel(job_id: str) -> None:
             st.rerun()
 
 
-def availability_panel_and_machine() -> list[dict[str, Any]]:
+def availability_panel_and_machine() -> list[Availability]:
     facts, _ = machine_facts()
     if not facts.gpu_available:
         st.warning(

@@ -88,7 +88,7 @@ def run_title(run: RunResult) -> str:
 
 def runs_frame(runs: Iterable[RunResult]) -> pd.DataFrame:
     """One row per run with its headline figures (the stored summaries, nothing recomputed)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []  # a DataFrame's rows: column heading -> cell, for display
     for run in runs:
         summary = run.summary
         rows.append(

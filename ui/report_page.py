@@ -31,14 +31,19 @@ PDF_REQUEST_KEY = "report_pdf_for"
 
 
 @st.cache_data(ttl=60, max_entries=16, show_spinner="Assembling the report…")
-def build(profile_json: str, run_ids: tuple[str, ...], store_location: str | None) -> Report:
+def build(
+    profile_json: str,
+    run_ids: tuple[str, ...],
+    store_location: str | None,
+    _profile: WorkloadProfile,
+) -> Report:
     """The report for this profile and these runs, from the advisor's answer the page already
-    asked for (`state.advise` is cached: the advisor runs once per view, not once per use)."""
+    asked for (`state.advise` is cached: the advisor runs once per view, not once per use).
+    The profile's JSON is the cache key; the report is built from the model."""
     from advisor.report.build import report_for
 
-    profile = WorkloadProfile.model_validate_json(profile_json)
-    answer = state.advise(profile_json, store_location)
-    return report_for(profile, answer, state.get_store(), state.reference_files(), run_ids)
+    answer = state.advise(_profile, store_location)
+    return report_for(_profile, answer, state.get_store(), state.reference_files(), run_ids)
 
 
 @st.cache_data(ttl=60, max_entries=16, show_spinner=False)
@@ -200,10 +205,10 @@ def render() -> None:
     preview.caption("The preview appears when the report for this profile is built.")
     location = state.store_location()
     try:
-        answer = state.advise(profile_json, location)
+        answer = state.advise(profile, location)
         with runs_box:
             run_ids = tuple(choose_runs(answer))
-        report = build(profile_json, run_ids, location)
+        report = build(profile_json, run_ids, location, profile)
     except UserError as exc:
         downloads.error(str(exc))
         return

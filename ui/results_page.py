@@ -30,6 +30,7 @@ from ui.components import (
 )
 
 if TYPE_CHECKING:
+    from advisor.decide.diagnose import Diagnostic
     from advisor.report.aggregate import RequestColumns
 
 MAX_COMPARED = 8
@@ -71,10 +72,10 @@ def shipped_measurements() -> dict[str, list[RunResult]]:
 
 
 @st.cache_data(ttl=60, max_entries=64, show_spinner=False)
-def run_diagnostics(run_id: str, store_location: str | None) -> list[dict[str, Any]]:
+def run_diagnostics(run_id: str, store_location: str | None) -> list[Diagnostic]:
     from advisor.decide.diagnose import diagnose
 
-    return [item.model_dump() for item in diagnose(state.get_store().get_run(run_id))]
+    return diagnose(state.get_store().get_run(run_id))
 
 
 # --------------------------------------------------------------------------- sections
@@ -320,12 +321,10 @@ def diagnostics(runs: list[RunResult]) -> None:
             if not findings:
                 st.success("No rule fired: nothing measured here calls for troubleshooting.")
             for item in findings:
-                show = {"error": st.error, "warning": st.warning}.get(item["severity"], st.info)
-                show(
-                    f"**{item['rule'].replace('_', ' ')}** — {item['finding']}  \n{item['advice']}"
-                )
-                if item.get("command"):
-                    st.code(item["command"], language="bash")
+                show = {"error": st.error, "warning": st.warning}.get(item.severity, st.info)
+                show(f"**{item.rule.replace('_', ' ')}** — {item.finding}  \n{item.advice}")
+                if item.command:
+                    st.code(item.command, language="bash")
 
 
 def shipped_measurements_section() -> None:
@@ -427,7 +426,7 @@ def verdicts_section() -> None:
     st.subheader("Verdicts for your profile")
     try:
         profile = state.current_profile()
-        report = state.advise(profile.model_dump_json(), state.store_location())
+        report = state.advise(profile, state.store_location())
     except UserError as exc:
         st.error(str(exc))
         return

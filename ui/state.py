@@ -8,13 +8,19 @@ is looking at.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import streamlit as st
 import yaml
 
-from advisor.workload.profile import StageProfile, WorkloadProfile
+from advisor.workload.profile import (
+    GpuProfile,
+    ProfileSLO,
+    StageProfile,
+    WorkloadProfile,
+)
 from advisor.workload.profile_input import profile_from_dict
+from bench.core.config import LengthDistribution
 from bench.core.errors import UserError
 from bench.core.schema import RunResult
 from bench.storage.store import ResultStore
@@ -24,7 +30,7 @@ if TYPE_CHECKING:  # the advisor's modules load scikit-learn: imported when firs
     from advisor.sizing.measured import ReferenceFiles
 
 PROFILE_KEY = "profile"
-"""Session key of the current workload profile, as a JSON-ready dict."""
+"""Session key of the current workload profile: the `WorkloadProfile` model itself."""
 FORM_VERSION_KEY = "form_version"
 """Bumped when the profile is replaced (upload, reset) so every form widget starts afresh."""
 ACTIVE_JOB_KEY = "active_job_id"
@@ -40,43 +46,56 @@ on, so a new user's first answer rests on measurements of that workload, not on 
 (the Advisor page says which GPU the evidence is on whenever the profile names another)."""
 
 
-def default_stage(name: str = "main") -> dict[str, Any]:
+def default_stage(name: str = "main") -> StageProfile:
     """A first-visit stage: llama-2-7b chat on one H200 at the shape the shipped H200 runs
     measured (128 prompt / 128 output tokens, 16 in flight), with the article's TTFT target."""
-    stage = StageProfile(
+    return StageProfile(
         name=name,
         model="llama-2-7b",
         long_sequence_generation=True,
-        prompt_tokens={"mean": 128},
-        output_tokens={"mean": 128},
+        prompt_tokens=LengthDistribution(mean=128),
+        output_tokens=LengthDistribution(mean=128),
         concurrency=16,
-        slo={"ttft_ms": 300, "e2e_ms": 5000},
-        gpu={"type": DEFAULT_GPU, "count": 1},
+        slo=ProfileSLO(ttft_ms=300, e2e_ms=5000),
+        gpu=GpuProfile(type=DEFAULT_GPU, count=1),
     )
-    return stage.model_dump(mode="json")
 
 
-def default_profile() -> dict[str, Any]:
-    return WorkloadProfile(title="Chat assistant", stages=[default_stage()]).model_dump(mode="json")
+def default_profile() -> WorkloadProfile:
+    return WorkloadProfile(title="Chat assistant", stages=[default_stage()])
 
 
 def init_session() -> None:
     """Fill the session defaults once per browser session (called by app.py on every run)."""
-    st.session_state.setdefault(PROFILE_KEY, default_profile())
+    if PROFILE_KEY not in st.session_state:
+        st.session_state[PROFILE_KEY] = default_profile()
     st.session_state.setdefault(FORM_VERSION_KEY, 0)
     st.session_state.setdefault(ACTIVE_JOB_KEY, None)
     st.session_state.setdefault(SELECTED_RUNS_KEY, [])
 
 
 def current_profile() -> WorkloadProfile:
-    """The profile the Advisor page last validated (the default one before any edit)."""
+    """The profile the Advisor page last validated (the default one before any edit). Pages
+    read it and never change it in place: a new profile goes in through `keep_profile` or
+    `replace_profile`."""
     init_session()
-    return WorkloadProfile.model_validate(st.session_state[PROFILE_KEY])
+    profile = st.session_state[PROFILE_KEY]
+    if not isinstance(profile, WorkloadProfile):
+        # Streamlit reloads an edited module while the app runs (development): a model of the
+        # class before the reload is read again, field by field, as the current class.
+        profile = WorkloadProfile.model_validate(profile, from_attributes=True)
+        st.session_state[PROFILE_KEY] = profile
+    return profile
+
+
+def keep_profile(profile: WorkloadProfile) -> None:
+    """The profile the form just built: kept, with the form's widgets as they are."""
+    st.session_state[PROFILE_KEY] = profile
 
 
 def replace_profile(profile: WorkloadProfile) -> None:
     """Swap the whole profile (upload, reset, stage added) and restart the form widgets."""
-    st.session_state[PROFILE_KEY] = profile.model_dump(mode="json")
+    st.session_state[PROFILE_KEY] = profile
     st.session_state[FORM_VERSION_KEY] = st.session_state.get(FORM_VERSION_KEY, 0) + 1
 
 
@@ -117,15 +136,21 @@ def reference_files() -> ReferenceFiles:
     return read_reference_folder()
 
 
-@st.cache_data(ttl=10, max_entries=32, show_spinner="Walking the decision tree…")
-def advise(profile_json: str, store_location: str | None) -> AdvisorReport:
+def advise(profile: WorkloadProfile, store_location: str | None) -> AdvisorReport:
     """`advisor.decide.recommend.recommend` on the profile and the stored runs (re-read every 10 s).
     Every page asks through here, so one view runs the advisor once whatever uses the answer."""
+    return _advise(profile.model_dump_json(), store_location, profile)
+
+
+@st.cache_data(ttl=10, max_entries=32, show_spinner="Walking the decision tree…")
+def _advise(
+    profile_json: str, store_location: str | None, _profile: WorkloadProfile
+) -> AdvisorReport:
+    # The profile's JSON is only the cache key (its content); the advisor reads the model.
     from advisor.decide.recommend import recommend
 
-    profile = WorkloadProfile.model_validate_json(profile_json)
     return recommend(
-        profile, store=get_store(), availability=availability_map(), reference=reference_files()
+        _profile, store=get_store(), availability=availability_map(), reference=reference_files()
     )
 
 

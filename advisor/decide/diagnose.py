@@ -20,6 +20,7 @@ from bench.core.config import GenerateWorkload
 from bench.core.engine_facts import prefix_caching_setting
 from bench.core.metric_catalog import SPECS_BY_KEY, Metric
 from bench.core.schema import RunResult, RunStatus, ValidityStatus
+from bench.engines.backends import registry
 
 GPU_UTILIZATION_TARGET_PCT = 90.0
 """Article section 5.1: throughput below expectation -> check GPU-Util reaches 90%."""
@@ -166,10 +167,13 @@ def _low_hit_rate(run: RunResult, on_cpu: bool) -> tuple[str, str, str] | None:
             "Expected: this run has enable_prefix_caching = false (the off half of a caching "
             "on/off pair); compare it with the run that has caching on.",
         )
-    engine_block = run.config.engine_args.get("block_size")
-    server = run.config.engine_args.get("server_args") or {}
-    default_block = VLLM_BLOCK_TOKENS["cpu" if on_cpu else "gpu"]
-    block = engine_block or server.get("block_size") or default_block
+    backend = registry().get(run.config.backend)
+    options = (
+        backend.engine_options(run.config.engine_args)
+        if backend is not None
+        else run.config.engine_args
+    )  # a launched server's own arguments, as its backend reads them
+    block = options.get("block_size") or VLLM_BLOCK_TOKENS["cpu" if on_cpu else "gpu"]
     causes = [
         "caching off: check that the engine runs with prefix caching (vLLM "
         "enable_prefix_caching, on by default in vLLM V1; TensorRT-LLM enable_block_reuse)"

@@ -56,6 +56,12 @@ from advisor.sizing.measured import ReferenceFiles, read_reference_folder, store
 from advisor.sizing.serving_model import CapacityPrediction, predict_stage_capacity
 from advisor.sizing.speed_class import speed_class_pairs
 from advisor.workload.profile import Objective, StageProfile, WorkloadProfile
+from advisor.workload.quality import (
+    fixed_precision_risk,
+    profile_quality_name,
+    quality_note,
+    stage_quality,
+)
 from bench.core.config import ParallelismConfig
 from bench.core.errors import UserError
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
@@ -388,6 +394,8 @@ def _recommend_stage(
         )
     if configurations is not None and configurations.best() is not None:
         _add_deployment(recommendation, configurations, calibration)
+    elif configurations is None and stage.quality_result and not decision.refused:
+        _add_fixed_precision_quality(recommendation, stage)
     if not decision.refused:
         measured_here = {c.framework for c in capacities}
         estimated, predicted_notes = (
@@ -442,6 +450,20 @@ def _recommend_stage(
         learned=learned,
         configurations=configurations,
     )
+
+
+def _add_fixed_precision_quality(recommendation: Recommendation, stage: StageProfile) -> None:
+    """A stage without a configuration search (forward kind) runs at the profile's precision:
+    page 1 still names the measured deltas, and a risk when that precision loses more than the
+    tolerance."""
+    quality = stage_quality(stage.quality_result)
+    if quality is None:
+        return
+    recommendation.caveats.append(quality_note(quality, stage.quality_result or ""))
+    name = profile_quality_name(stage.precision.dtype, stage.precision.quantization)
+    risk = fixed_precision_risk(quality, name, stage.max_quality_loss_pct)
+    if risk is not None:
+        recommendation.caveats.append(risk)
 
 
 def _add_deployment(

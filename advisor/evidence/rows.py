@@ -585,7 +585,7 @@ def capacity_mismatch(
                 f"searched with {name} <= {limit:g}" if limit is not None else f"no {name} limit"
             )
             reasons[-1] += f", the stage asks {name} <= {wanted:g}"
-    searched = getattr(config.load, "percentile", "p99")
+    searched = slo.percentile  # a search stored before slo.percentile: its load.percentile
     if PERCENTILE_ORDER[searched] < PERCENTILE_ORDER[stage.slo.percentile]:
         reasons.append(f"judged at {searched}, the stage's SLO is at {stage.slo.percentile}")
     return reasons

@@ -1,21 +1,26 @@
 """The benchmark plan as an editable table and back: one row per run of the plan, and the run
 configs a user's edited rows stand for (the Benchmark page shows the table; this module has no UI).
 
-A row is a plain mapping of column name to cell value, the shape `st.data_editor` hands back.
+The edited table is read at its edge: each record `st.data_editor` hands back (column name to
+cell, numpy scalars and NaN for an empty cell) becomes a `PlanRow`, and only the typed row
+reaches `config_from_row`.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from advisor.plan.stage_plan import workload_lengths
 from advisor.workload.profile import describe_validation_error
 from bench.core.config import LOAD_CLASSES, RunConfig
 from bench.core.errors import UserError
 from bench.core.keyvalue import format_pairs, parse_pairs_text
+from bench.core.strict import Strict
 from bench.engines.backends import get_backend
 from bench.orchestrate.web_policy import check_web_jobs
 
@@ -70,35 +75,71 @@ def plan_table(
     )
 
 
-def config_from_row(base: RunConfig, row: dict[str, Any]) -> RunConfig:
+class PlanRow(Strict):
+    """One row of the edited plan table, typed (every cell may be empty: None)."""
+
+    plan_row: int | None = Field(None, alias=PLAN_ROW, description="The plan config it edits.")
+    run: bool | None = Field(None, description="Ticked; None on a row just added.")
+    role: str | None = None
+    repeats: int | None = None
+    backend: str | None = None
+    model: str | None = None
+    prompt_output: str | None = Field(None, alias="prompt / output")
+    pattern: str | None = None
+    load: float | None = None
+    duration_s: float | None = Field(None, alias="duration (s)")
+    engine_args: str | None = Field(None, alias="engine args")
+    device: str | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _plain_cell(cls, value: Any) -> Any:
+        # A pandas cell: numpy scalars become Python values; NaN / NA (an emptied cell) is None.
+        if hasattr(value, "item") and not isinstance(value, str | bytes):
+            value = value.item()
+        if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+            return None
+        return value
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, object]) -> PlanRow:
+        """The edge: one record of `st.data_editor`'s frame (`DataFrame.to_dict("records")`);
+        UserError names the cell that is not of its column's type."""
+        try:
+            return cls.model_validate(dict(record))
+        except ValidationError as exc:
+            raise UserError(describe_validation_error(exc)) from None
+
+
+def config_from_row(base: RunConfig, row: PlanRow) -> RunConfig:
     """The plan's RunConfig with the table's edits applied; UserError names what is wrong."""
-    backend = str(row.get("backend") or "").strip()
+    backend = (row.backend or "").strip()
     backend_cls = get_backend(backend)  # UserError lists the known names
     engine_args = backend_cls.validate_engine_args(
-        parse_pairs_text(row.get("engine args"), "engine argument")
+        parse_pairs_text(row.engine_args, "engine argument")
     )
-    pattern = row.get("pattern") or base.load.pattern
+    pattern = row.pattern or base.load.pattern
     if pattern not in LOAD_CLASSES:
         raise UserError(f"unknown load pattern {pattern!r}; known: {', '.join(LOAD_CLASSES)}")
-    level = row.get("load")
-    level = None if level is None or pd.isna(level) else float(level)
-    duration = row.get("duration (s)")
-    duration = None if duration is None or pd.isna(duration) else float(duration)
     common = {
         key: getattr(base.load, key)
         for key in ("warmup_requests", "request_timeout_s", "max_duration_s")
     }
+    # The validation input of the load union (its variant is picked by `pattern`): a mapping,
+    # so that a pattern change starts from that pattern's own defaults.
     load: dict[str, Any] = (
         base.load.model_dump() if pattern == base.load.pattern else {"pattern": pattern, **common}
     )
-    load.update(LOAD_CLASSES[pattern].table_update(level, duration, base.load.table_level()))
+    load.update(
+        LOAD_CLASSES[pattern].table_update(row.load, row.duration_s, base.load.table_level())
+    )
     data = base.model_dump(mode="json")
     data.update(
         backend=backend,
-        model=str(row.get("model") or base.model).strip(),
+        model=(row.model or base.model).strip(),
         engine_args=engine_args,
         load=load,
-        device=row.get("device") or base.device,
+        device=row.device or base.device,
     )
     try:
         return RunConfig.model_validate(data)
@@ -115,17 +156,21 @@ def chosen_runs(
     rows below it up. A row the user added starts from the plan's first config."""
     chosen: list[RunConfig] = []
     problems: list[str] = []
-    for position, row in enumerate(edited.to_dict("records")):
-        if not row.get("run"):
+    for position, record in enumerate(edited.to_dict("records")):
+        try:
+            row = PlanRow.from_record(record)
+        except UserError as exc:
+            problems.append(f"Row {position + 1}: {exc}")
             continue
-        source = row.get(PLAN_ROW)
-        known = source is not None and not pd.isna(source) and 0 <= int(source) < len(configs)
-        base = configs[int(source)] if known else configs[0]
+        if not row.run:
+            continue
+        source = row.plan_row
+        base = configs[source] if source is not None and 0 <= source < len(configs) else configs[0]
         try:
             config = config_from_row(base, row)
             check_web_jobs([config])  # the server's rules for code and paths from the form
         except UserError as exc:
-            problems.append(f"Row {position + 1} ({row.get('backend')}): {exc}")
+            problems.append(f"Row {position + 1} ({row.backend}): {exc}")
             continue
         if config.backend not in available:
             problems.append(
@@ -133,8 +178,7 @@ def chosen_runs(
                 "(see *Frameworks installed here*); untick the row or pick another backend."
             )
             continue
-        count = row.get("repeats")
-        count = 1 if count is None or pd.isna(count) else max(1, int(count))
+        count = 1 if row.repeats is None else max(1, row.repeats)
         # The job runner makes each config once: repeats are queued as consecutive runs of
         # the same config (the advisor pools matching runs into one sample).
         chosen.extend([config] * count)

@@ -681,7 +681,10 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
                 workload=_workload(stage),
                 load=_load(stage, quick),
                 slo=SLO(
-                    ttft_ms=stage.slo.ttft_ms, tpot_ms=stage.slo.tpot_ms, e2e_ms=stage.slo.e2e_ms
+                    ttft_ms=stage.slo.ttft_ms,
+                    tpot_ms=stage.slo.tpot_ms,
+                    e2e_ms=stage.slo.e2e_ms,
+                    percentile=stage.slo.percentile,
                 ),
                 validity=ValidityRules(min_duration_s=10, min_requests=10)
                 if quick

@@ -320,7 +320,8 @@ def probe_table(run: RunResult) -> ReferenceTable | None:
         title=f"Capacity search {run.run_id} ({run.config.backend}, {report.over})",
         source=run.command or f"run {run.run_id}",
         conditions=f"result {report.result}, {percentile}, attainment target "
-        f"{report.attainment_target:g}, {report.probe_requests} requests a probe",
+        f"{report.attainment_target:g}, {report.probe_requests} requests a probe"
+        + (f"; settled {report.settle_rule}" if report.settle_rule else ""),
         note=f"max rate {report.max_rate_rps if report.max_rate_rps is not None else '—'} req/s; "
         f"binding {report.binding_constraint or '—'}",
         keys=[

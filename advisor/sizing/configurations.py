@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from advisor.sizing.engine_shape import stage_tensor_parallel
+from advisor.sizing.engine_shape import registered_backend, stage_tensor_parallel
 from advisor.sizing.estimate import (
     ACTIVATION_MARGIN_FRACTION,
     DTYPE_BYTES,
@@ -44,6 +44,7 @@ from advisor.workload.profile import Objective, StageProfile
 from advisor.workload.quality import beyond_tolerance, quality_cell, quality_note, stage_quality
 from advisor.workload.stage_load import stage_load
 from bench.core.config import LoadPattern, ParallelismConfig, PrecisionConfig, RunConfig, Workload
+from bench.core.errors import UserError
 from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.strict import Strict
 
@@ -97,11 +98,6 @@ class Deployment(Strict):
         return f"{self.framework} {self.parallelism.label()} {self.precision.label()}"
 
 
-TENSOR_PARALLEL_AS_ENGINE_ARG = frozenset({"vllm", "openai", "tensorrt_llm"})
-"""Frameworks whose users set the tensor-parallel degree as an engine argument (vLLM
-EngineArgs / `vllm serve`, TensorRT-LLM LlmArgs): the deploy instructions name it there."""
-
-
 class DeploymentFigures(Strict):
     """What the recommended configuration is expected to do, and on what basis."""
 
@@ -144,18 +140,21 @@ class RecommendedDeployment(Strict):
 
     def typed_engine_args(self) -> dict[str, Any]:
         """The engine arguments as an engineer types them into the framework: its options plus,
-        for a chosen configuration, the parallelism and precision under the framework's names
-        (`tensor_parallel_size` for the frameworks that take it as an argument)."""
+        for a chosen configuration, the parallelism and precision under the framework's names,
+        as its backend maps them (`Backend.framework_args`: vLLM's `tensor_parallel_size`,
+        `quantization`, `kv_cache_dtype`; TensorRT-LLM's `tensor_parallel_size`)."""
         args = dict(self.engine_args)
         if self.parallelism is None or self.precision is None:
             return args
-        if self.framework in TENSOR_PARALLEL_AS_ENGINE_ARG:
-            args["tensor_parallel_size"] = self.parallelism.tensor_parallel_size
-        if self.precision.quantization:
-            args["quantization"] = self.precision.quantization
-        if self.precision.kv_cache_dtype != "auto":
-            args["kv_cache_dtype"] = self.precision.kv_cache_dtype
-        return args
+        backend = registered_backend(self.framework or "")
+        if backend is None:
+            return args
+        try:
+            return backend.framework_args(args, self.parallelism, self.precision)
+        except UserError:
+            # Options that contradict the chosen precision (a measured run's awq beside an FP8
+            # choice): the options as measured; the GPUs and precision rows say the choice.
+            return args
 
     def deployment(self) -> Deployment | None:
         """The typed (framework, parallelism, precision) triple, when all three are known."""
@@ -340,20 +339,13 @@ def stage_inputs(stage: StageProfile) -> ShapeInputs | None:
 
 def supports(deployment: Deployment) -> str | None:
     """None when the framework's adapter can run the configuration, else its one-line reason."""
-    from bench.core.errors import UserError
-
-    try:
-        from bench.engines.backends import registry
-
-        backend = registry().get(deployment.framework)
-    except Exception:  # an adapter failing to import must not break the search
-        backend = None
+    backend = registered_backend(deployment.framework)
     if backend is None:
         if deployment.gpus == 1 and not deployment.precision.uses_fp8:
             return None
         return f"no {deployment.framework} adapter here to say whether it runs this"
     try:
-        backend.engine_args_for({}, deployment.parallelism, deployment.precision)
+        backend.framework_args({}, deployment.parallelism, deployment.precision)
     except UserError as exc:
         return str(exc)
     return None

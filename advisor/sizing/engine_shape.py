@@ -12,7 +12,7 @@ from advisor.sizing.estimate import estimate_stage
 from advisor.workload.architectures import architecture_for, context_limits, upper_tokens
 from advisor.workload.profile import StageProfile
 from advisor.workload.stage_load import stage_load
-from bench.engines.backends.base import WorkloadShape
+from bench.engines.backends.base import Backend, WorkloadShape
 
 SHAPE_TOLERANCE = 0.25
 """Prompt/output means and load level within 25% of the profile's count as the same shape."""
@@ -57,11 +57,11 @@ def expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
     """Each framework at its own experts' usual settings for this stage's shape: the backend's
     `recommended_args`, checked against its options (an unknown option is an error); {} for a
     framework the bench does not run."""
-    backend = _registered_backend(framework)
+    backend = registered_backend(framework)
     return {} if backend is None else backend.expert_args(workload_shape(stage, framework))
 
 
-def _registered_backend(framework: str) -> Any:
+def registered_backend(framework: str) -> type[Backend] | None:
     """The installed adapter class for `framework`, or None (absent, or failing to import)."""
     try:
         from bench.engines.backends import registry
@@ -72,7 +72,7 @@ def _registered_backend(framework: str) -> Any:
 
 
 def backend_runs_kind(framework: str, kind: str) -> bool | None:
-    backend = _registered_backend(framework)
+    backend = registered_backend(framework)
     return None if backend is None else kind in backend.kinds
 
 
@@ -80,6 +80,7 @@ __all__ = [
     "SHAPE_TOLERANCE",
     "backend_runs_kind",
     "expert_engine_args",
+    "registered_backend",
     "stage_tensor_parallel",
     "workload_shape",
 ]

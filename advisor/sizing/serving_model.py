@@ -68,6 +68,7 @@ from advisor.sizing.configurations import (
     peak_tflops,
     weight_bytes_per_parameter,
 )
+from advisor.sizing.engine_shape import registered_backend
 from advisor.sizing.estimate import ACTIVATION_MARGIN_FRACTION, GB, RUNTIME_OVERHEAD_GB_PER_GPU
 from advisor.sizing.measured import run_gpu_name
 from advisor.workload.architectures import Architecture, architecture_for
@@ -655,10 +656,12 @@ class RunShape:
 
 
 def _engine_args(run: RunResult) -> dict:
+    """The options the run's engine ran with (a launched server's own, as its backend reads
+    them), plus the limits the engine reported where the options left them to it."""
     args = dict(run.config.engine_args)
-    server = args.get("server_args")
-    if isinstance(server, dict):
-        args.update(server)
+    backend = registered_backend(run.config.backend)
+    if backend is not None:
+        args.update(backend.engine_options(run.config.engine_args))
     reported = run.engine.extra if run.engine is not None else {}  # the engine's own names
     for key in ("max_num_batched_tokens", "max_num_seqs"):
         value = reported.get(key)

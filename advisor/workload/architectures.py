@@ -76,6 +76,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("vit-base", "forward", 86_567_656, 12, 768, 12, None, None, patch_size=16),
         Architecture("resnet-50", "forward", 25_557_032, gflops_per_image_224=8.2),
         Architecture("tiny-bert", "forward", 169_664, 2, 64, 4, None, 512),
+        Architecture("tiny-bert-classifier", "forward", 169_794, 2, 64, 4, None, 512),
         Architecture("tiny-vit", "forward", 81_226, 2, 64, 4, None, None, patch_size=8),
         Architecture("tiny-resnet", "forward", 75_290),
     )

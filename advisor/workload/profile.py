@@ -150,12 +150,9 @@ class GpuProfile(StrictInput):
 
 
 class ProfileSLO(SLO):
-    """Service-level objectives (bench's SLO) plus minimum throughputs and the percentile judged."""
+    """Service-level objectives (bench's SLO, its percentile included) plus minimum
+    throughputs."""
 
-    percentile: Literal["p50", "p90", "p99"] = Field(
-        "p99",
-        description="Latency percentile that must meet ttft_ms/tpot_ms/e2e_ms (article: P99).",
-    )
     min_request_throughput_rps: float | None = Field(
         None, gt=0, le=MAX_RATE_RPS, description="Successful requests per second at least."
     )
@@ -428,7 +425,8 @@ class WorkloadProfile(StrictInput):
 
 
 def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
-    """A stage's own values over the shared defaults; nested dicts (gpu, slo) merge one level."""
+    """A stage's own values over the shared defaults; nested dicts (gpu, slo) merge one level.
+    Mappings, as read from a YAML or JSON profile: this runs before validation."""
     merged = dict(defaults)
     for key, value in own.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):

@@ -24,7 +24,8 @@ def load_profile(path: str | Path) -> WorkloadProfile:
 
 
 def profile_from_dict(data: dict[str, Any], source: str = "profile") -> WorkloadProfile:
-    """Validate a profile mapping; errors name the field (`stages[1].gpu.type`) and the fix."""
+    """Validate a profile mapping (a parsed YAML or JSON file: the edge where the typed profile
+    begins); errors name the field (`stages[1].gpu.type`) and the fix."""
     try:
         profile = WorkloadProfile.model_validate(data)
     except ValidationError as exc:
@@ -124,15 +125,18 @@ def profile_from_flags(
     if unknown:
         raise UserError(f"unknown flag(s): {', '.join(unknown)}; known: {', '.join(FLAG_FIELDS)}")
     data = base.model_dump(mode="json") if base is not None else {"title": "Workload from flags"}
+    # The flags are written into the profile's data (the validation input, so that an error
+    # names the field by its path and the flag), then the whole profile is validated again.
     stages = data.setdefault("stages", [{}])
+    names = [s.name for s in base.stages] if base is not None else ["main"]
     if stage is not None:
-        names = [s.get("name", "main") for s in stages]
         if stage not in names:
             raise UserError(f"--stage {stage!r} is not in the profile; stages: {', '.join(names)}")
         target = stages[names.index(stage)]
     elif given and len(stages) > 1:
-        names = ", ".join(s.get("name", "main") for s in stages)
-        raise UserError(f"the profile has {len(stages)} stages; choose one with --stage ({names})")
+        raise UserError(
+            f"the profile has {len(stages)} stages; choose one with --stage ({', '.join(names)})"
+        )
     else:
         target = stages[0]
     single = len(stages) == 1

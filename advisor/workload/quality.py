@@ -71,6 +71,33 @@ def beyond_tolerance(
     )
 
 
+def profile_quality_name(dtype: str, quantization: str | None) -> str:
+    """The `bench quality` precision name of a stage's own precision, for a stage the advisor
+    runs at the profile's precision (a forward stage: no configuration search): int8 when the
+    weight quantisation names int8 (ONNX Runtime's quantize_dynamic or torch's dynamic INT8),
+    fp8 when it names fp8, else the dtype's."""
+    scheme = (quantization or "").lower()
+    if "int8" in scheme or "w8a8" in scheme:
+        return "int8"
+    if "fp8" in scheme:
+        return "fp8"
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[dtype]
+
+
+def fixed_precision_risk(result: QualityResult, name: str, tolerance_pct: float) -> str | None:
+    """For a stage whose precision is the profile's own: a risk when that precision's measured
+    loss exceeds the tolerance (page 1 shows it), or None."""
+    row = result.precision(name)
+    loss = row.loss_pct() if row is not None and row.status == "measured" else None
+    if loss is None or loss <= tolerance_pct:
+        return None
+    return (
+        f"{QUALITY_NOTE_PREFIX} beyond tolerance at the profile's precision {name}: loss "
+        f"{loss:.2f}% vs {result.baseline} {BEYOND_TOLERANCE} {tolerance_pct:g}% "
+        f"({row.summary()}); choose another precision"
+    )
+
+
 def quality_note(result: QualityResult, source: str) -> str:
     """The caveat naming each measured delta vs the baseline (page 1 shows it)."""
     parts = [

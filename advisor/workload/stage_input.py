@@ -1,17 +1,19 @@
-"""One stage of the Advisor form, from the values its widgets return to the data of a
-`StageProfile` (the page keeps the widgets; this module has no UI and is tested on its own).
+"""The Advisor form's edit of the typed profile: the values its widgets return (`StageFormValues`)
+written over the session's `StageProfile`s, giving the next `WorkloadProfile` (the page keeps the
+widgets; this module has no UI and is tested on its own).
 
-The result is the mapping `StageProfile.model_validate` reads, not a model: a half-filled form is
-normal while the user types, and the page shows the profile's one validation line for it.
+A half-filled form is normal while the user types: the edit raises pydantic's ValidationError,
+whose paths (`stages[0].prompt_tokens.mean`) the page shows on one line, and the session keeps
+the last valid profile.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, ValidationError
 
-from advisor.workload.profile import StageProfile
+from advisor.workload.profile import StageProfile, WorkloadProfile
 from bench.core.strict import StrictInput
 
 FIELDS_KEPT_AS_GIVEN = ("peak_request_rate_rps", "headroom_fraction", "practical_threshold")
@@ -30,7 +32,10 @@ fields, before the rest of the form is filled in."""
 
 
 class StageFormValues(StrictInput):
-    """What one stage's widgets returned, as entered (None where a number field is empty)."""
+    """What one stage's widgets returned, as entered (None where a number field is empty). The
+    page fills it widget by widget; each assignment is checked against the field's type."""
+
+    model_config = ConfigDict(**StrictInput.model_config, validate_assignment=True)
 
     name: str
     dynamic_control_flow: bool = False
@@ -93,86 +98,122 @@ def load_kind_shown(previous: StageProfile) -> Literal["concurrency", "rate", "p
     return "concurrency"
 
 
-def stage_data(previous: StageProfile, values: StageFormValues) -> dict[str, Any]:
-    """The stage the form describes, for `StageProfile.model_validate`. A length (prompt,
-    output, sequence) keeps the stage's distribution with the mean entered; fields without
-    widgets (FIELDS_KEPT_AS_GIVEN, the GPU price) keep their values; a GPU memory is read only
-    with no GPU type."""
-    out: dict[str, Any] = {
-        "name": values.name,
-        "dynamic_control_flow": values.dynamic_control_flow,
-        "fixed_input_shapes": values.fixed_input_shapes,
-        "long_sequence_generation": values.long_sequence_generation,
-        "multi_backend": values.multi_backend,
-        "kind": values.kind,
-        "model": (values.model or "").strip() or None if values.custom_model else values.model,
-    }
-    if values.custom_model:
-        out["parameters_b"] = values.parameters_b
+def _edited(previous: StageProfile, values: StageFormValues) -> dict[str, Any]:
+    """`previous` as data with the form's fields written over it.
+
+    A mapping, not a model, and it never leaves this module: it is the validation input, so that
+    pydantic checks the edited stage as a whole and names a bad field by its path, which the page
+    shows. A length (prompt, output, sequence) keeps the stage's distribution with the mean
+    entered; fields without widgets (FIELDS_KEPT_AS_GIVEN, notes, the GPU price, the precision's
+    TF32 switch, a conversation's think time) keep their values; a GPU memory is read only with
+    no GPU type, and a measured memory bandwidth only while the GPU type stays the same."""
+    data = previous.model_dump(mode="json")
+    data.update(
+        name=values.name,
+        dynamic_control_flow=values.dynamic_control_flow,
+        fixed_input_shapes=values.fixed_input_shapes,
+        long_sequence_generation=values.long_sequence_generation,
+        multi_backend=values.multi_backend,
+        kind=values.kind,
+        model=(values.model or "").strip() or None if values.custom_model else values.model,
+        # A preset knows its own size: a count typed for a checkpoint does not follow it.
+        parameters_b=values.parameters_b if values.custom_model else None,
+    )
     if values.kind == "generate":
         for field, shown, mean in (
             ("prompt_tokens", previous.prompt_tokens, values.prompt_mean),
             ("output_tokens", previous.output_tokens, values.output_mean),
         ):
-            out[field] = {**shown.model_dump(), "mean": shown.mean if mean is None else mean}
-        out["shared_prefix"] = (
+            data[field] = {**shown.model_dump(), "mean": shown.mean if mean is None else mean}
+        data["shared_prefix"] = (
             {"tokens": values.shared_prefix_tokens, "count": values.shared_prefix_count}
             if values.shared_prefix_tokens
             else None
         )
-        out["conversation"] = (
-            {"turns": values.conversation_turns, "user_tokens": values.user_message_tokens}
+        think_time_ms = previous.conversation.think_time_ms if previous.conversation else None
+        data["conversation"] = (
+            {
+                "turns": values.conversation_turns,
+                "user_tokens": values.user_message_tokens,
+                "think_time_ms": think_time_ms,
+            }
             if values.conversation_turns
             else None
         )
-        out["trace_file"] = values.trace_file.strip() or None
-        out["prompt_file"] = values.prompt_file.strip() or None
+        data["trace_file"] = values.trace_file.strip() or None
+        data["prompt_file"] = values.prompt_file.strip() or None
     else:
-        out["batch_size"] = values.batch_size
-        out["image_size"] = values.image_size
+        data["batch_size"] = values.batch_size
+        data["image_size"] = values.image_size
         # The stage's distribution with the mean entered (the form once kept the mean only, so
         # showing a profile with a uniform sequence length turned it fixed).
         known = previous.sequence_length.model_dump() if previous.sequence_length else {}
-        out["sequence_length"] = (
+        data["sequence_length"] = (
             {**known, "mean": values.sequence_mean} if values.sequence_mean else None
         )
-    if values.load_kind == "concurrency":
-        out["concurrency"] = values.concurrency
-    elif values.load_kind == "rate":
-        out["request_rate_rps"] = values.request_rate_rps
-    out["slo"] = {
-        "percentile": values.slo_percentile,
-        "ttft_ms": values.ttft_ms,
-        "tpot_ms": values.tpot_ms,
-        "e2e_ms": values.e2e_ms,
-        "min_output_throughput_tok_s": values.min_output_throughput_tok_s,
-        "min_request_throughput_rps": values.min_request_throughput_rps,
-    }
-    out["objective"] = values.objective
-    out["gpu"] = {"type": values.gpu_type, "count": values.gpu_count}
-    if values.gpu_type is None:
-        out["gpu"]["memory_gb"] = values.gpu_memory_gb
-    if previous.gpu.price_per_hour is not None:
-        out["gpu"]["price_per_hour"] = previous.gpu.price_per_hour
-    out["precision"] = {
-        **previous.precision.model_dump(mode="json"),
-        "dtype": values.dtype,
-        "quantization": values.quantization,
-        "kv_cache_dtype": values.kv_cache_dtype,
-    }
-    out["determinism_required"] = values.determinism_required
-    out["build_time_tolerance"] = values.build_time_tolerance
-    out["constraints"] = list(values.constraints)
-    out["quality_result"] = values.quality_result.strip() or None
-    out["max_quality_loss_pct"] = values.max_quality_loss_pct
-    for name in FIELDS_KEPT_AS_GIVEN:
-        if getattr(previous, name) is not None:
-            out[name] = previous.model_dump(mode="json", include={name})[name]
+        # The LLM traffic belongs to the generate kind (StageProfile refuses it otherwise).
+        data.update(shared_prefix=None, conversation=None, trace_file=None, prompt_file=None)
+    data["concurrency"] = values.concurrency if values.load_kind == "concurrency" else None
+    data["request_rate_rps"] = values.request_rate_rps if values.load_kind == "rate" else None
     if values.load_kind == "peak" and values.peak_request_rate_rps is not None:
-        out["peak_request_rate_rps"] = values.peak_request_rate_rps  # the form's own widget
-    return out
+        data["peak_request_rate_rps"] = values.peak_request_rate_rps  # the form's own widget
+    data["slo"].update(
+        percentile=values.slo_percentile,
+        ttft_ms=values.ttft_ms,
+        tpot_ms=values.tpot_ms,
+        e2e_ms=values.e2e_ms,
+        min_output_throughput_tok_s=values.min_output_throughput_tok_s,
+        min_request_throughput_rps=values.min_request_throughput_rps,
+    )
+    data["objective"] = values.objective
+    same_gpu = values.gpu_type == previous.gpu.type
+    data["gpu"].update(
+        type=values.gpu_type,
+        count=values.gpu_count,
+        memory_gb=values.gpu_memory_gb if values.gpu_type is None else None,
+        memory_bandwidth_tb_s=previous.gpu.memory_bandwidth_tb_s if same_gpu else None,
+    )
+    data["precision"].update(
+        dtype=values.dtype, quantization=values.quantization, kv_cache_dtype=values.kv_cache_dtype
+    )
+    data.update(
+        determinism_required=values.determinism_required,
+        build_time_tolerance=values.build_time_tolerance,
+        constraints=list(values.constraints),
+        quality_result=values.quality_result.strip() or None,
+        max_quality_loss_pct=values.max_quality_loss_pct,
+    )
+    return data
 
 
-def draft_data(out: dict[str, Any]) -> dict[str, Any]:
-    """The draft-stage fields of `stage_data`'s result (DRAFT_FIELDS), for the early check."""
-    return {key: out[key] for key in DRAFT_FIELDS if key in out}
+def stage_from_form(previous: StageProfile, values: StageFormValues) -> StageProfile:
+    """The stage the form describes: `previous` edited by the widgets' values (see `_edited`
+    for what is kept). ValidationError names the stage's field."""
+    return StageProfile.model_validate(_edited(previous, values))
+
+
+def profile_from_form(
+    previous: WorkloadProfile, title: str, stages: list[StageFormValues]
+) -> WorkloadProfile:
+    """The profile the form describes: `previous` with its title and each stage edited by that
+    stage's form (in order; owner and notes, which have no widget, are kept). ValidationError
+    names the field by its path in the profile (`stages[1].slo.ttft_ms`)."""
+    if len(stages) != len(previous.stages):
+        raise ValueError(f"{len(stages)} stage forms for {len(previous.stages)} stages")
+    data = previous.model_dump(mode="json")
+    data["title"] = title
+    data["stages"] = [
+        _edited(stage, values) for stage, values in zip(previous.stages, stages, strict=True)
+    ]
+    return WorkloadProfile.model_validate(data)
+
+
+def draft_stage(previous: StageProfile, values: StageFormValues) -> StageProfile | None:
+    """The stage with only the form's DRAFT_FIELDS (the rest at their defaults), for the early
+    context-window check at the length fields; None while those fields are not valid yet (the
+    profile's own validation line says why)."""
+    data = _edited(previous, values)
+    try:
+        return StageProfile.model_validate({key: data[key] for key in DRAFT_FIELDS})
+    except ValidationError:
+        return None

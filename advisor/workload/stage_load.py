@@ -57,18 +57,11 @@ class StageLoad(Strict):
 
 
 def slo_e2e_bound_ms(stage: StageProfile) -> tuple[float | None, str]:
-    """(E2E the SLO allows at its percentile, how it follows from the SLO), None if unbounded."""
-    slo = stage.slo
-    if slo.e2e_ms is not None:
-        return slo.e2e_ms, f"the E2E limit ({slo.percentile} E2E <= {slo.e2e_ms:g} ms)"
-    if stage.kind == "generate" and slo.ttft_ms is not None and slo.tpot_ms is not None:
-        output = stage.output_tokens.mean
-        bound = slo.ttft_ms + max(output - 1, 0) * slo.tpot_ms
-        return bound, (
-            f"TTFT limit + (output - 1) x TPOT limit = {slo.ttft_ms:g} + {max(output - 1, 0):g} "
-            f"x {slo.tpot_ms:g} = {bound:,.0f} ms at {slo.percentile}"
-        )
-    return None, ""
+    """(E2E the SLO allows at its percentile, how it follows from the SLO), None if unbounded:
+    the run's own rule (`SLO.e2e_bound_ms`, which the capacity search settles its probes by),
+    at the stage's mean output length."""
+    output = stage.output_tokens.mean if stage.kind == "generate" else None
+    return stage.slo.e2e_bound_ms(output)
 
 
 def stage_load(stage: StageProfile) -> StageLoad:

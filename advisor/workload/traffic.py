@@ -23,13 +23,14 @@ from bench.core.config import (
     RunConfig,
 )
 from bench.core.errors import UserError
+from bench.engines.backends import get_backend
 
 PREFIX_CACHING_ENGINES = ("vllm", "tensorrt_llm")
 """Engines with automatic prefix caching (vLLM's APC, TensorRT-LLM's KV-cache block reuse)."""
-PAIRED_ENGINES = ("vllm",)
-"""Of those, the ones whose caching the plan can switch off and on here (`enable_prefix_caching`);
-TensorRT-LLM's block reuse is an engine-build option and TensorRT-LLM does not run on this
-project's CPU machines, so it is ranked but not paired."""
+UNPAIRED_ENGINES = ("tensorrt_llm",)
+"""Engines whose caching the plan ranks but does not run twice (on and off): TensorRT-LLM does
+not run on this project's CPU machines. Every other engine whose backend can switch its caching
+(`Backend.framework_args(..., prefix_caching=...)`: vllm, openai with launch=vllm) is paired."""
 QUICK_REPLAY_REQUESTS = 200
 """The quick plan replays at most this many trace rows (a first answer in minutes)."""
 CPU_REPLAY = CpuReplayClip(max_requests=8, max_input_tokens=64, max_output_tokens=16)
@@ -193,23 +194,25 @@ def replay_seconds(load: ReplayLoad) -> float:
 
 
 def _with_caching(config: RunConfig, on: bool) -> RunConfig:
-    """The run with prefix caching switched explicitly, hit rates reported, and labelled."""
-    args = dict(config.engine_args)
+    """The run with prefix caching switched explicitly under the engine's own name (its
+    backend's mapping, which also asks for the hit rate where the engine reports it only on
+    request), and labelled."""
+    backend = get_backend(config.backend)
+    args = backend.framework_args(config.engine_args, prefix_caching=on)
     state = CACHING_ON if on else CACHING_OFF
-    if config.backend == "openai":
-        server = dict(args.get("server_args") or {})
-        server["enable_prefix_caching"] = on
-        args["server_args"] = server
-    else:
-        args["enable_prefix_caching"] = on
-        args["prefix_cache_stats"] = True  # the in-process engine's hit rate (opt-in)
     return config.model_copy(update={"engine_args": args, "label": f"{config.label}, {state}"})
 
 
 def _pairable(config: RunConfig) -> bool:
-    if config.backend in PAIRED_ENGINES:
-        return True
-    return config.backend == "openai" and config.engine_args.get("launch") == "vllm"
+    """Whether the plan runs this engine twice, caching on and off: its backend can switch the
+    caching (no UserError from the mapping) and it is not one of UNPAIRED_ENGINES."""
+    if config.backend in UNPAIRED_ENGINES:
+        return False
+    try:
+        get_backend(config.backend).framework_args(config.engine_args, prefix_caching=True)
+    except UserError:
+        return False
+    return True
 
 
 def caching_pair(configs: list[RunConfig], stage: StageProfile) -> list[RunConfig]:
@@ -229,8 +232,8 @@ def caching_pair(configs: list[RunConfig], stage: StageProfile) -> list[RunConfi
 __all__ = [
     "CACHING_OFF",
     "CACHING_ON",
-    "PAIRED_ENGINES",
     "PREFIX_CACHING_ENGINES",
+    "UNPAIRED_ENGINES",
     "caching_pair",
     "check_files",
     "check_history",

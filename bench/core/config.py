@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, get_args
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
@@ -760,6 +760,8 @@ class ReplayLoad(LoadCommon):
         )
 
 
+SloPercentile = Literal["p50", "p90", "p99"]
+"""The latency percentiles an SLO can be judged at."""
 PERCENTILE_LEVELS = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 TAIL_SAMPLES = 5
 """A probe holds enough requests that at least this many lie beyond its percentile, and that
@@ -798,8 +800,10 @@ class CapacityLoad(LoadCommon):
         "poisson", description="Inter-arrival law of the rate probes."
     )
     seed: Seed = Field(0, description="Seed of the arrival process (each probe adds its index).")
-    percentile: Literal["p50", "p90", "p99"] = Field(
-        "p99", description="Percentile of each SLO metric that must be within its limit."
+    percentile: SloPercentile = Field(
+        "p99",
+        description="Percentile of each SLO metric that must be within its limit: the run's "
+        "slo.percentile (RunConfig keeps the two equal; give it in either, or both alike).",
     )
     attainment_target: float = Field(
         0.99,
@@ -855,6 +859,14 @@ class CapacityLoad(LoadCommon):
         description="Repeat (new seed) a failed probe whose verdict would set the boundary (a "
         "failure above a passing level, a failed re-check) and decide on both probes' requests.",
     )
+    settle_s: Annotated[float, Field(ge=0, le=MAX_DURATION_S)] | Literal["slo"] | None = Field(
+        "slo",
+        description="over=rate: seconds of arrivals at the probe's rate before its judged "
+        "requests (served, not judged), so that the requests in flight have levelled off "
+        "before the probe is judged; slo = the end-to-end time the SLO allows (E2E limit, or "
+        "TTFT limit + (mean output - 1) x TPOT limit); none = judge from the first request "
+        "(a probe on an empty engine passes rates it cannot hold).",
+    )
 
     capacity_search: ClassVar[bool] = True
 
@@ -891,27 +903,28 @@ LoadPattern = Annotated[
     ConcurrencyLoad | RateLoad | StepLoad | SteadyLoad | PulseLoad | CapacityLoad | ReplayLoad,
     Field(discriminator="pattern"),
 ]
-PATTERN_NAMES = ("concurrency", "rate", "step", "steady", "pulse", "capacity", "replay")
+"""Every load pattern: the one registration of a pattern's config class. The names below, the
+`--pattern` help (bench/cli.py), the web form's choices and the accepted `load.pattern` values
+are all read from this union; its phase plan is registered beside it (`@planner`,
+bench/run/load/patterns.py), checked by tests/bench/test_load_config.py."""
 LOAD_CLASSES: dict[str, type[LoadCommon]] = {
-    str(cls.model_fields["pattern"].default): cls
-    for cls in (
-        ConcurrencyLoad,
-        RateLoad,
-        StepLoad,
-        SteadyLoad,
-        PulseLoad,
-        CapacityLoad,
-        ReplayLoad,
-    )
+    str(cls.model_fields["pattern"].default): cls for cls in get_args(get_args(LoadPattern)[0])
 }
-"""Each pattern's config class by its name (the `pattern` discriminator)."""
+"""Each pattern's config class by its name (the `pattern` discriminator), in union order."""
+PATTERN_NAMES: tuple[str, ...] = tuple(LOAD_CLASSES)
+"""The pattern names, in union order (the web form's choices)."""
 
 
 # --------------------------------------------------------------------------- SLOs and validity
 
 
 class SLO(StrictInput):
-    """Service-level objectives; a request meets them when every one set is met (goodput)."""
+    """Service-level objectives; a request meets them when every one set is met (goodput).
+
+    `percentile` is the one a run's latency limits are judged at where a pattern judges a
+    distribution against them: the step ladder's knee, the capacity search's probes, the
+    advisor's evidence. Stored runs from before it was a field read as p99 (what the ladder
+    judged at then), or as their capacity search's `load.percentile`."""
 
     ttft_ms: float | None = Field(
         None, gt=0, le=MAX_SLO_MS, description="Time to first token at most (ms)."
@@ -922,9 +935,28 @@ class SLO(StrictInput):
     e2e_ms: float | None = Field(
         None, gt=0, le=MAX_SLO_MS, description="End-to-end latency at most (ms)."
     )
+    percentile: SloPercentile = Field(
+        "p99",
+        description="Latency percentile that must meet ttft_ms/tpot_ms/e2e_ms (article: P99).",
+    )
 
     def is_set(self) -> bool:
         return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
+
+    def e2e_bound_ms(self, output_tokens: float | None) -> tuple[float | None, str]:
+        """(The end-to-end latency a request may take and still meet the SLO, how it follows),
+        None where the SLO bounds no E2E: the E2E limit when set, else TTFT limit + (output
+        tokens - 1) x TPOT limit for a generation of `output_tokens`."""
+        if self.e2e_ms is not None:
+            return self.e2e_ms, f"the E2E limit ({self.percentile} E2E <= {self.e2e_ms:g} ms)"
+        if output_tokens is not None and self.ttft_ms is not None and self.tpot_ms is not None:
+            steps = max(output_tokens - 1, 0)
+            bound = self.ttft_ms + steps * self.tpot_ms
+            return bound, (
+                f"TTFT limit + (output - 1) x TPOT limit = {self.ttft_ms:g} + {steps:g} "
+                f"x {self.tpot_ms:g} = {bound:,.0f} ms at {self.percentile}"
+            )
+        return None, ""
 
 
 class ValidityRules(StrictInput):
@@ -1229,6 +1261,27 @@ class RunConfig(StrictInput):
                 "the capacity pattern needs an SLO to search under: give --slo-ttft-ms, "
                 "--slo-tpot-ms or --slo-e2e-ms (slo.ttft_ms / tpot_ms / e2e_ms)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _one_percentile(self) -> RunConfig:
+        """A capacity search's `load.percentile` and `slo.percentile` are one setting: the
+        one given sets the other (a stored search gave it in the load only); both given and
+        different is refused."""
+        load = self.load
+        if not isinstance(load, CapacityLoad) or load.percentile == self.slo.percentile:
+            return self
+        in_load = "percentile" in load.model_fields_set
+        in_slo = "percentile" in self.slo.model_fields_set
+        if in_load and in_slo:
+            raise ValueError(
+                f"load.percentile {load.percentile} and slo.percentile {self.slo.percentile} "
+                "disagree: give the SLO percentile once, in slo.percentile"
+            )
+        if in_load:
+            self.slo = self.slo.model_copy(update={"percentile": load.percentile})
+        else:
+            self.load = load.model_copy(update={"percentile": self.slo.percentile})
         return self
 
     @model_validator(mode="after")

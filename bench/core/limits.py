@@ -9,20 +9,34 @@ from.
 
 from __future__ import annotations
 
-from pydantic import Field
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from bench.core.strict import Strict
+LIMITS_DOC = "docs/limits.md"
 
 
-class Limit(Strict):
-    """One bounded input: the allowed range, its unit and the reason for the figure."""
+@dataclass(frozen=True)
+class Limit:
+    """One bounded input: the allowed range, its unit and the reason for the figure.
 
-    name: str = Field(description="Python name of the bound (MAX_RATE_RPS ...).")
-    applies_to: str = Field(description="The fields and options it bounds.")
-    low: float | None = Field(description="Smallest allowed value; none = any positive value.")
-    high: float = Field(description="Largest allowed value.")
+    A plain dataclass, not a `Strict` model: bench/core/strict.py words its out-of-range errors
+    from this table, so this module must not import it."""
+
+    name: str
+    """Python name of the bound (MAX_RATE_RPS ...)."""
+    applies_to: str
+    """The fields and options it bounds, in words (the docs' table)."""
+    low: float | None
+    """Smallest allowed value; None = any positive value."""
+    high: float
+    """Largest allowed value."""
     unit: str
     why: str
+    fields: tuple[str, ...] = ()
+    """The model fields bounded by it, by their name or their last two names
+    (`prefix.count`): an error on such a field at exactly this bound is worded with the
+    unit and the docs (`out_of_range`)."""
 
     def allowed(self) -> str:
         """The range as the docs and error lines write it: `(0, 1,000,000]`, `[0.01, 100]`."""
@@ -34,6 +48,26 @@ def _figure(value: float) -> str:
     return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
+_TOKEN_FIELDS = (
+    *(
+        f"{distribution}.{bound}"
+        for distribution in (
+            "prompt_tokens",
+            "output_tokens",
+            "tokens",
+            "user_tokens",
+            "sequence_length",
+        )
+        for bound in ("mean", "spread", "min", "max")
+    ),
+    "max_input_tokens",
+    "max_output_tokens",
+    "shared_prefix.tokens",
+    "user_tokens",
+)
+"""Token-length fields: a length distribution's bounds (not turns or think_time_ms, which are
+counts and milliseconds), the replay clips, a profile's prefix and message lengths."""
+
 LIMITS: tuple[Limit, ...] = (
     Limit(
         name="MAX_RATE_RPS",
@@ -44,6 +78,15 @@ LIMITS: tuple[Limit, ...] = (
         unit="requests/s",
         why="a million requests a second is a large fleet's whole front door; the bench's "
         "client sends from one process",
+        fields=(
+            "rate_rps",
+            "capacity_rps",
+            "start_rps",
+            "max_rps",
+            "min_request_throughput_rps",
+            "request_rate_rps",
+            "peak_request_rate_rps",
+        ),
     ),
     Limit(
         name="MAX_PRICE_PER_GPU_HOUR",
@@ -53,6 +96,7 @@ LIMITS: tuple[Limit, ...] = (
         unit="USD per GPU-hour",
         why="250 times the dearest on-demand price in data/gpu_prices.yaml (3.99 USD, "
         "H200 and H100 SXM); a cluster contract is far below it",
+        fields=("price_per_hour",),
     ),
     Limit(
         name="BANDWIDTH_TB_S",
@@ -62,15 +106,19 @@ LIMITS: tuple[Limit, ...] = (
         unit="TB/s",
         why="10 GB/s is one DDR4 channel (below it the roofline floor is meaningless); 100 TB/s "
         "is about 20 times the fastest GPU in advisor/workload/gpus.py (H200, 4.8 TB/s)",
+        fields=("memory_bandwidth_tb_s",),
     ),
     Limit(
         name="MAX_TOKENS",
         applies_to="every token length: prompt and output length distributions, shared "
-        "prefixes, conversation messages, trace rows, prompt-file output lengths, replay clips",
+        "prefixes, conversation messages, trace rows, prompt-file output lengths, replay clips; "
+        "where the run's model is known, prompt + output must also fit its context window "
+        "(below)",
         low=1,
         high=10_000_000,
         unit="tokens",
         why="the longest context window of a released model (10M tokens)",
+        fields=_TOKEN_FIELDS,
     ),
     Limit(
         name="MAX_CONCURRENCY",
@@ -81,6 +129,15 @@ LIMITS: tuple[Limit, ...] = (
         unit="requests in flight",
         why="each request in flight is a task holding its prompt; 100,000 is far past any "
         "one engine's batch",
+        fields=(
+            "concurrency",
+            "start_concurrency",
+            "max_concurrency",
+            "start",
+            "step",
+            "max",
+            "levels",
+        ),
     ),
     Limit(
         name="MAX_PROBE_REQUESTS",
@@ -90,6 +147,7 @@ LIMITS: tuple[Limit, ...] = (
         unit="requests per probe",
         why="200 times the largest derived probe (p99 at 0.99 attainment: 500 requests); a "
         "search runs up to max_probes of them",
+        fields=("probe_requests",),
     ),
     Limit(
         name="MAX_BLOCK_SIZE",
@@ -99,6 +157,7 @@ LIMITS: tuple[Limit, ...] = (
         unit="tokens",
         why="128 times the Mooncake trace's 512; a block's token IDs are generated whole each "
         "time a request uses it",
+        fields=("block_size",),
     ),
     Limit(
         name="MAX_PREFIXES",
@@ -107,6 +166,7 @@ LIMITS: tuple[Limit, ...] = (
         high=100_000,
         unit="distinct prefixes",
         why="each prefix's token IDs are generated up front and held for the run",
+        fields=("prefix.count", "shared_prefix.count"),
     ),
     Limit(
         name="MAX_SEED",
@@ -115,6 +175,7 @@ LIMITS: tuple[Limit, ...] = (
         high=2**32 - 1,
         unit="",
         why="numpy's legacy seeding takes 0 .. 2**32 - 1; a negative seed fails every generator",
+        fields=("seed",),
     ),
     Limit(
         name="BOOTSTRAP_DRAWS",
@@ -141,6 +202,7 @@ LIMITS: tuple[Limit, ...] = (
         high=3600,
         unit="s",
         why="a test double's service time; `inf` would hold every request forever",
+        fields=("ttft_s", "itl_s", "ttft_jitter_s", "ttft_growth_s_per_s"),
     ),
 )
 
@@ -161,6 +223,43 @@ MAX_STAGES = int(BY_NAME["MAX_STAGES"].high)
 MAX_ENGINE_DELAY_S = BY_NAME["MAX_ENGINE_DELAY_S"].high
 
 
+def out_of_range(loc: Sequence[Any], error_type: str, bound: Any, value: Any) -> str | None:
+    """The words for a pydantic bound error on a field this table bounds, at exactly its
+    figure: `1e+300 is over the limit of 1,000,000 requests/s (MAX_RATE_RPS in
+    docs/limits.md)`; None for any other field or bound (pydantic's own words stay).
+
+    `loc` is the field's location as the user wrote it, `error_type` pydantic's
+    (`less_than_equal` for an `le` bound, `greater_than_equal` for `ge`), `bound` its figure."""
+    names = [part for part in loc if isinstance(part, str)]
+    if not names or isinstance(bound, bool) or not isinstance(bound, int | float):
+        return None
+    tails = {names[-1], ".".join(names[-2:])}
+    for limit in LIMITS:
+        if not tails & set(limit.fields):
+            continue
+        unit = f" {limit.unit}" if limit.unit else ""
+        where = f"({limit.name} in {LIMITS_DOC})"
+        if error_type == "less_than_equal" and bound == limit.high:
+            return f"{_shown(value)} is over the limit of {_figure(limit.high)}{unit} {where}"
+        if error_type == "greater_than_equal" and bound == limit.low:
+            return f"{_shown(value)} is under the minimum of {_figure(bound)}{unit} {where}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A refused value as the user would recognise it: `1,000,000,000`, `1e+300`, `-1`."""
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
 def limits_table() -> str:
     """The Markdown table docs/limits.md holds (a test compares the two)."""
     rows = [
@@ -177,6 +276,7 @@ def limits_table() -> str:
 
 __all__ = [
     "LIMITS",
+    "LIMITS_DOC",
     "MAX_BANDWIDTH_TB_S",
     "MAX_BLOCK_SIZE",
     "MAX_BOOTSTRAP_DRAWS",
@@ -193,4 +293,5 @@ __all__ = [
     "MIN_BOOTSTRAP_DRAWS",
     "Limit",
     "limits_table",
+    "out_of_range",
 ]

@@ -9,16 +9,24 @@ stored files use (a report's `ttft_p99_ms`, a step ladder's `p99_ttft_ms`) are d
 renamed, so old files load unchanged. SLO limits are declared here as bounds on a spec: a latency
 SLO is a maximum because its metric is lower-is-better, a throughput SLO a minimum.
 
-Adding a metric is one `MetricSpec` in `SPECS` (and, for a new stored field, that field): evidence
-rows (`read_all`), metric words, column headings and SLO directions pick it up; a table or the
-bootstrap (`bench.core.stats.GROUP_METRICS`) that should show it names it in its own selection.
+Adding a metric is one `MetricSpec` in `SPECS`; a stored one gets its field on the summary model
+as `name: type = SPEC.stored_field(...)` (description, unit and direction come from the spec, and
+`stored_field_problems` fails a test on any mismatch). Evidence rows (`read_all`), metric words,
+column headings and SLO directions pick it up; a table or the bootstrap
+(`bench.core.stats.GROUP_METRICS`) that should show it names it in its own selection.
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+
+from pydantic import BaseModel, Field
+from pydantic_core import PydanticUndefined
+
+from bench.core.percentiles import Percentiles
 
 if TYPE_CHECKING:
     from bench.core.schema import MetricsSummary, RunResult
@@ -68,6 +76,18 @@ class MetricSpec:
     @property
     def higher_is_better(self) -> bool:
         return self.better == "higher"
+
+    def stored_field(self, default: Any = PydanticUndefined) -> Any:
+        """The pydantic field that stores this metric on a summary model, named `key`:
+        `ttft_ms: Percentiles | None = TTFT_MS.stored_field(None)`. Its description is the
+        definition and its JSON schema names the metric, unit and direction, so the model
+        restates only the name and the type (which readers and type checkers see);
+        `stored_field_problems` checks both against the spec. No default = required."""
+        return Field(
+            default,
+            description=self.definition,
+            json_schema_extra={"metric": self.key, "unit": self.unit, "better": self.better},
+        )
 
 
 @dataclass(frozen=True)
@@ -187,115 +207,138 @@ def _latency(key: str, label: str, definition: str) -> MetricSpec:
     )
 
 
-SPECS: tuple[MetricSpec, ...] = (
-    MetricSpec(
-        "request_throughput_rps",
-        "request rate",
-        "req/s",
-        "higher",
-        "Successful requests / measured window.",
-        family="rate",
-        words="request throughput",
-        heading="Requests/s",
-    ),
-    MetricSpec(
-        "output_throughput_tok_s",
-        "output throughput",
-        "tok/s",
-        "higher",
-        "Output tokens of successful requests / measured window.",
-        family="rate",
-        heading="Output tok/s",
-    ),
-    MetricSpec(
-        "error_rate",
-        "error rate",
-        "",
-        "lower",
-        "Failed requests / measured requests.",
-        heading="Errors",
-    ),
-    MetricSpec(
-        "goodput_rps",
-        "goodput",
-        "req/s",
-        "higher",
-        "Successful requests meeting every SLO set / measured window (only with an SLO).",
-        family="rate",
-    ),
-    MetricSpec(
-        "prefix_cache_hit_rate",
-        "prefix-cache hit rate",
-        "",
-        "higher",
-        "Prefix-cache hit tokens / query tokens over the measured window (vLLM's "
-        "prefix_cache_hits and prefix_cache_queries counters, or the in-process engine's own).",
-        heading="Prefix-cache hits",
-    ),
-    _latency("ttft_ms", "TTFT", "Time to first token: first chunk - request start."),
-    _latency(
-        "tpot_ms",
-        "TPOT",
-        "Time per output token: (E2E - TTFT) / (output tokens - 1); <= 1 token left out.",
-    ),
-    _latency("itl_ms", "ITL", "Inter-token latency: every gap between chunks, pooled."),
-    _latency("e2e_ms", "E2E", "End-to-end latency: end - request start."),
-    MetricSpec(
-        "tok_s_per_user",
-        "tok/s per user",
-        "tok/s",
-        "higher",
-        "1000 / TPOT p50 (ms): the decode speed one user sees.",
-    ),
-    MetricSpec(
-        "tok_s_per_user_mean",
-        "tok/s per user (mean)",
-        "tok/s",
-        "higher",
-        "Mean over requests of 1000 / TPOT (ms).",
-    ),
-    MetricSpec(
-        "output_throughput_tok_s_per_gpu",
-        "output tok/s per GPU",
-        "tok/s",
-        "higher",
-        "Output throughput / GPUs used (tensor_parallel_size x replicas).",
-    ),
-    MetricSpec(
-        "gpu_s_per_million_tokens",
-        "GPU time per million tokens",
-        "GPU-s",
-        "lower",
-        "GPUs x 1e6 / throughput (output tok/s; requests/s for forward runs).",
-        source="derived",
-        reader=_gpu_s_per_million_tokens,
-    ),
-    MetricSpec(
-        "peak_gpu_memory_gb",
-        "peak GPU memory",
-        "GB",
-        "lower",
-        "Peak GPU memory of the run (NVML, the engine's processes or the device).",
-        source="telemetry",
-        heading="GPU memory (GB)",
-    ),
-    MetricSpec(
-        "energy_per_output_token_j",
-        "energy per output token",
-        "J",
-        "lower",
-        "GPU energy over the window (NVML) / output tokens.",
-        source="telemetry",
-    ),
-    MetricSpec(
-        "mean_gpu_utilization_pct",
-        "mean GPU utilisation",
-        "%",
-        "higher",
-        "Mean NVML GPU utilisation over the run.",
-        source="telemetry",
-    ),
+# One constant per metric: the summary models declare their fields with `stored_field` of
+# these (bench/core/schema.py), so a field's words, unit and direction are written here only.
+REQUEST_THROUGHPUT_RPS = MetricSpec(
+    "request_throughput_rps",
+    "request rate",
+    "req/s",
+    "higher",
+    "Successful requests / measured window.",
+    family="rate",
+    words="request throughput",
+    heading="Requests/s",
 )
+OUTPUT_THROUGHPUT_TOK_S = MetricSpec(
+    "output_throughput_tok_s",
+    "output throughput",
+    "tok/s",
+    "higher",
+    "Output tokens of successful requests / measured window.",
+    family="rate",
+    heading="Output tok/s",
+)
+ERROR_RATE = MetricSpec(
+    "error_rate",
+    "error rate",
+    "",
+    "lower",
+    "Failed requests / (measured requests - cancelled ones).",
+    heading="Errors",
+)
+GOODPUT_RPS = MetricSpec(
+    "goodput_rps",
+    "goodput",
+    "req/s",
+    "higher",
+    "Successful requests meeting every SLO set / measured window (only with an SLO).",
+    family="rate",
+)
+PREFIX_CACHE_HIT_RATE = MetricSpec(
+    "prefix_cache_hit_rate",
+    "prefix-cache hit rate",
+    "",
+    "higher",
+    "Prefix-cache hit tokens / query tokens over the measured window (vLLM's "
+    "prefix_cache_hits and prefix_cache_queries counters, or the in-process engine's own); "
+    "none when the engine does not report them.",
+    heading="Prefix-cache hits",
+)
+TTFT_MS = _latency("ttft_ms", "TTFT", "Time to first token: first chunk - request start.")
+TPOT_MS = _latency(
+    "tpot_ms",
+    "TPOT",
+    "Time per output token: (E2E - TTFT) / (output tokens - 1); <= 1 token left out.",
+)
+ITL_MS = _latency("itl_ms", "ITL", "Inter-token latency: every gap between chunks, pooled.")
+E2E_MS = _latency("e2e_ms", "E2E", "End-to-end latency: end - request start.")
+TOK_S_PER_USER = MetricSpec(
+    "tok_s_per_user",
+    "tok/s per user",
+    "tok/s",
+    "higher",
+    "1000 / TPOT p50 (ms): the decode speed one user sees after the first token (the y axis "
+    "of a throughput/interactivity Pareto).",
+)
+TOK_S_PER_USER_MEAN = MetricSpec(
+    "tok_s_per_user_mean",
+    "tok/s per user (mean)",
+    "tok/s",
+    "higher",
+    "Mean over requests of 1000 / TPOT (ms).",
+)
+OUTPUT_THROUGHPUT_TOK_S_PER_GPU = MetricSpec(
+    "output_throughput_tok_s_per_gpu",
+    "output tok/s per GPU",
+    "tok/s",
+    "higher",
+    "Output throughput / GPUs used (tensor_parallel_size x replicas): the x axis of the "
+    "Pareto chart.",
+)
+GPU_S_PER_MILLION_TOKENS = MetricSpec(
+    "gpu_s_per_million_tokens",
+    "GPU time per million tokens",
+    "GPU-s",
+    "lower",
+    "GPUs x 1e6 / throughput (output tok/s; requests/s for forward runs).",
+    source="derived",
+    reader=_gpu_s_per_million_tokens,
+)
+PEAK_GPU_MEMORY_GB = MetricSpec(
+    "peak_gpu_memory_gb",
+    "peak GPU memory",
+    "GB",
+    "lower",
+    "Peak GPU memory of the run (NVML, the engine's processes or the device).",
+    source="telemetry",
+    heading="GPU memory (GB)",
+)
+ENERGY_PER_OUTPUT_TOKEN_J = MetricSpec(
+    "energy_per_output_token_j",
+    "energy per output token",
+    "J",
+    "lower",
+    "GPU energy over the window (NVML) / output tokens.",
+    source="telemetry",
+)
+MEAN_GPU_UTILIZATION_PCT = MetricSpec(
+    "mean_gpu_utilization_pct",
+    "mean GPU utilisation",
+    "%",
+    "higher",
+    "Mean NVML GPU utilisation over the run.",
+    source="telemetry",
+)
+
+SPECS: tuple[MetricSpec, ...] = (
+    REQUEST_THROUGHPUT_RPS,
+    OUTPUT_THROUGHPUT_TOK_S,
+    ERROR_RATE,
+    GOODPUT_RPS,
+    PREFIX_CACHE_HIT_RATE,
+    TTFT_MS,
+    TPOT_MS,
+    ITL_MS,
+    E2E_MS,
+    TOK_S_PER_USER,
+    TOK_S_PER_USER_MEAN,
+    OUTPUT_THROUGHPUT_TOK_S_PER_GPU,
+    GPU_S_PER_MILLION_TOKENS,
+    PEAK_GPU_MEMORY_GB,
+    ENERGY_PER_OUTPUT_TOKEN_J,
+    MEAN_GPU_UTILIZATION_PCT,
+)
+"""Every metric, in the order evidence rows and `read_all` list them."""
 SPECS_BY_KEY: dict[str, MetricSpec] = {spec.key: spec for spec in SPECS}
 
 METRICS: tuple[Metric, ...] = tuple(
@@ -362,6 +405,46 @@ class CataloguedFields:
                 f"catalogued fields: {', '.join(cls.field_metrics) or 'none'}"
             )
         return metric(name)
+
+
+def stored_field_problems(
+    model: type[BaseModel], source: Source, *, every_spec: bool = True
+) -> list[str]:
+    """How `model`'s metric fields differ from the catalogue; empty when they agree.
+
+    A field declared with `MetricSpec.stored_field` must be named as its spec's key, belong to
+    `source`, and have the spec's shape (`Percentiles | None` for a distribution, `float` or
+    `float | None` for one figure). With `every_spec`, each spec of `source` must be such a
+    field (MetricsSummary holds every `summary` spec, TelemetrySummary every `telemetry` one);
+    a field holding a spec's key but not declared from it is a copy that could drift."""
+    problems: list[str] = []
+    where = model.__name__
+    for name, info in model.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        key = extra.get("metric")
+        spec = SPECS_BY_KEY.get(str(key)) if key is not None else None
+        if key is None:
+            if name in SPECS_BY_KEY and SPECS_BY_KEY[name].source == source:
+                problems.append(f"{where}.{name} restates a catalogued metric: use stored_field")
+            continue
+        if spec is None or key != name:
+            problems.append(f"{where}.{name} is declared from the metric {key!r}")
+            continue
+        if spec.source != source:
+            problems.append(f"{where}.{name} is a {spec.source} metric, not {source}")
+        if info.description != spec.definition:
+            problems.append(f"{where}.{name}'s description is not the catalogue's definition")
+        shape = {arg for arg in get_args(info.annotation) if arg is not types.NoneType} or {
+            info.annotation
+        }
+        expected = Percentiles if spec.is_distribution else float
+        if shape != {expected}:
+            problems.append(f"{where}.{name} is {info.annotation}, its spec needs {expected}")
+    if every_spec:
+        for spec in SPECS:
+            if spec.source == source and spec.key not in model.model_fields:
+                problems.append(f"{where} has no field for the catalogued metric {spec.key!r}")
+    return problems
 
 
 # --------------------------------------------------------------------------- SLO bounds

@@ -333,6 +333,11 @@ class CapacityProbe(ReportModel):
     pooled_attainment: float | None = Field(
         None, description="kind confirm: attainment over both probes' judged requests."
     )
+    settle_s: float | None = Field(
+        None,
+        description="Seconds of arrivals at the probe's rate served before its judged requests "
+        "(not judged); none: judged from its first request.",
+    )
     pooled_feasible: bool | None = Field(
         None,
         description="kind confirm: the verdict of the pair, which the search acted on "
@@ -379,6 +384,11 @@ class CapacityReport(PatternReportBase):
     slo: SLO = Field(default_factory=SLO)
     probe_requests: int = 0
     probe_requests_rule: str = ""
+    settle_rule: str = Field(
+        "",
+        description="How long each rate probe settled before its judged requests, and why "
+        "(empty: stored before probes settled, judged from their first request).",
+    )
     result: Literal["found", "no_feasible_level", "ceiling_reached", "not_converged"] = (
         "not_converged"
     )
@@ -407,6 +417,14 @@ class CapacityReport(PatternReportBase):
     probes: list[CapacityProbe] = Field(default_factory=list)
     curve: list[CapacityCurvePoint] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _slo_at_the_searched_percentile(self) -> CapacityReport:
+        # Reports stored before the SLO held its percentile: their search judged at
+        # `percentile`, so their SLO says so.
+        if "percentile" not in self.slo.model_fields_set:
+            self.slo = self.slo.model_copy(update={"percentile": self.percentile})
+        return self
 
 
 class ReplayReport(PatternReportBase):

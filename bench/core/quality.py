@@ -8,12 +8,16 @@ What is measured, per precision of one checkpoint (docs/quality.md):
   is right when the answer is the choice of highest summed log-likelihood after the prompt (the
   log-likelihood pick of lm-evaluation-harness's multiple-choice tasks); without, when every
   answer token is the model's greedy (argmax) next token after the prompt and the answer tokens
-  before it (lm-evaluation-harness's `is_greedy`, i.e. greedy decoding reproduces the answer).
+  before it (lm-evaluation-harness's `is_greedy`, i.e. greedy decoding reproduces the answer);
+- for a classifier (an encoder with a classification head), per example of the text file (one a
+  line) or the labelled file: the top-1 class agreement with the baseline precision and the
+  maximum absolute difference of the class logits from the baseline's; with labels, accuracy.
 
 Intervals are percentile bootstraps over the evaluation units (windows, items), seeded. The delta
 of a precision vs the baseline is paired: each draw resamples the same units for both, so the
 spread of the data set itself cancels. The delta is "indistinguishable" when its interval covers
-0, else "worse" or "better" for that precision.
+0, else "worse" or "better" for that precision. Agreement is itself a comparison with the baseline:
+its delta is agreement - 1 (0 when every example keeps its class), with the agreement's interval.
 """
 
 from __future__ import annotations
@@ -122,7 +126,7 @@ class Estimate(Strict):
 class QualityDelta(Strict):
     """A precision minus the baseline on one metric, paired over the same units."""
 
-    metric: Literal["perplexity", "accuracy"]
+    metric: Literal["perplexity", "accuracy", "agreement"]
     baseline: str
     value: float = Field(description="This precision's figure minus the baseline's.")
     relative: float | None = Field(
@@ -135,7 +139,9 @@ class QualityDelta(Strict):
     )
 
     def loss_pct(self) -> float:
-        """Quality lost, in percent: perplexity's relative increase, or accuracy points lost."""
+        """Quality lost, in percent: perplexity's relative increase, accuracy points lost, or the
+        share of examples whose top-1 class changed (agreement: an upper bound on the accuracy
+        points a changed class can cost)."""
         if self.metric == "perplexity":
             return 100.0 * (self.relative or 0.0)
         return -100.0 * self.value
@@ -152,6 +158,17 @@ class PrecisionQuality(Strict):
     tokens_scored: int | None = None
     accuracy: Estimate | None = None
     items: int | None = None
+    agreement: Estimate | None = Field(
+        None,
+        description="Classifiers: share of examples whose top-1 class equals the baseline's "
+        "(None for the baseline itself).",
+    )
+    max_abs_logit_diff: float | None = Field(
+        None,
+        description="Classifiers: the largest |logit - baseline logit| over every example and "
+        "class (None for the baseline itself).",
+    )
+    examples: int | None = Field(None, description="Classifiers: examples scored.")
     deltas: list[QualityDelta] = Field(default_factory=list)
     seconds: float | None = Field(None, description="Load and scoring wall time.")
 
@@ -165,7 +182,7 @@ class PrecisionQuality(Strict):
 
     def summary(self) -> str:
         """One short cell: `ppl 12.3 (+0.15, +1.2%, indistinguishable)`, `acc 80.0% (-2.0 pts,
-        worse)`, or `not run: reason`."""
+        worse)`, `top-1 agree 99.0% (worse), max |dlogit| 0.012`, or `not run: reason`."""
         if self.status != "measured":
             return f"not run: {self.reason}"
         parts: list[str] = []
@@ -183,6 +200,16 @@ class PrecisionQuality(Strict):
             if delta is not None:
                 text += f" ({100 * delta.value:+.1f} pts, {delta.verdict})"
             parts.append(text)
+        if self.agreement is not None:
+            text = f"top-1 agree {100 * self.agreement.value:.1f}%"
+            delta = self.delta("agreement")
+            if delta is not None:
+                text += f" ({delta.verdict})"
+            if self.max_abs_logit_diff is not None:
+                text += f", max |dlogit| {self.max_abs_logit_diff:.3g}"
+            parts.append(text)
+        elif self.examples is not None and not parts:
+            parts.append(f"{self.examples} examples")
         return "; ".join(parts)
 
 
@@ -196,7 +223,10 @@ class QualityResult(Strict):
     baseline: QualityPrecisionName
     text_file: str | None = None
     labelled_file: str | None = None
-    window: int = Field(description="Tokens per perplexity window.")
+    window: int = Field(
+        description="Causal LMs: tokens per perplexity window; classifiers: the most tokens of "
+        "any example."
+    )
     bootstrap: int
     seed: int
     confidence: float = CONFIDENCE
@@ -361,10 +391,40 @@ def accuracy_delta(
     )
 
 
+def agreement_delta(
+    agree: Sequence[bool], baseline_name: str, bootstrap: int = BOOTSTRAP, seed: int = SEED
+) -> tuple[Estimate, QualityDelta]:
+    """Top-1 agreement with the baseline (the share of examples whose class is the baseline's)
+    and its delta, agreement - 1, with the same interval shifted: "indistinguishable" while the
+    interval reaches full agreement, "worse" when it stays below."""
+    estimate = accuracy_estimate(agree, bootstrap, seed)
+    interval = estimate.interval
+    shifted = (
+        Interval(low=interval.low - 1.0, high=interval.high - 1.0) if interval is not None else None
+    )
+    delta = QualityDelta(
+        metric="agreement",
+        baseline=baseline_name,
+        value=estimate.value - 1.0,
+        relative=estimate.value - 1.0,
+        interval=shifted,
+        verdict=_verdict(shifted, higher_is_worse=False),
+    )
+    return estimate, delta
+
+
+def max_abs_difference(logits: np.ndarray, baseline: np.ndarray) -> float:
+    """The largest |logit - baseline logit| over every example and class."""
+    if logits.shape != baseline.shape:
+        raise ValueError("logits of both precisions must have the same shape")
+    return float(np.max(np.abs(logits.astype(np.float64) - baseline.astype(np.float64))))
+
+
 def method_text(bootstrap: int, seed: int) -> str:
     return (
         f"{CONFIDENCE:.0%} percentile bootstrap ({bootstrap} draws, seed {seed}) over windows "
-        "(perplexity) and items (accuracy); deltas vs the baseline paired (the same units "
+        "(perplexity), items (accuracy) and examples (top-1 agreement); deltas vs the baseline "
+        "paired (the same units "
         "resampled for both precisions in each draw); indistinguishable when the delta's "
         "interval covers 0"
     )

@@ -17,6 +17,23 @@ from bench import SCHEMA_VERSION
 from bench.core.config import RunConfig, legacy_axes_moved
 from bench.core.engine_facts import EngineFacts, PrometheusSample, RunEngine
 from bench.core.fingerprint import StoredFingerprint
+from bench.core.metric_catalog import (
+    E2E_MS,
+    ENERGY_PER_OUTPUT_TOKEN_J,
+    ERROR_RATE,
+    GOODPUT_RPS,
+    ITL_MS,
+    MEAN_GPU_UTILIZATION_PCT,
+    OUTPUT_THROUGHPUT_TOK_S,
+    OUTPUT_THROUGHPUT_TOK_S_PER_GPU,
+    PEAK_GPU_MEMORY_GB,
+    PREFIX_CACHE_HIT_RATE,
+    REQUEST_THROUGHPUT_RPS,
+    TOK_S_PER_USER,
+    TOK_S_PER_USER_MEAN,
+    TPOT_MS,
+    TTFT_MS,
+)
 from bench.core.pattern_reports import PatternReport, older_report
 from bench.core.percentiles import Percentiles
 from bench.core.strict import Strict
@@ -65,12 +82,16 @@ class TurnMetrics(Record):
     turn: int = Field(ge=0, description="Turn index (0 = first turn).")
     requests: int = Field(ge=0, description="Successful requests at this turn.")
     input_tokens_mean: float = Field(description="Mean prompt length at this turn (tokens).")
-    ttft_ms: Percentiles | None = None
-    e2e_ms: Percentiles | None = None
+    ttft_ms: Percentiles | None = TTFT_MS.stored_field(None)
+    e2e_ms: Percentiles | None = E2E_MS.stored_field(None)
 
 
 class MetricsSummary(Record):
-    """Summary of a set of records; formulas in bench/core/metrics.py (vLLM's definitions)."""
+    """Summary of a set of records; formulas in bench/core/metrics.py (vLLM's definitions).
+
+    A metric field is declared from its catalogue entry (`SPEC.stored_field`,
+    bench/core/metric_catalog.py): the name and type here, the definition, unit and direction
+    there; the counts beside them are the summary's own."""
 
     requests: int = Field(description="Measured requests: successful + failed + cancelled.")
     successful: int
@@ -84,29 +105,23 @@ class MetricsSummary(Record):
         "stored before this count existed have 0 here and their cancellations among `failed`.",
     )
     duration_s: float
-    request_throughput_rps: float
-    output_throughput_tok_s: float
+    request_throughput_rps: float = REQUEST_THROUGHPUT_RPS.stored_field()
+    output_throughput_tok_s: float = OUTPUT_THROUGHPUT_TOK_S.stored_field()
     input_tokens: int = 0
     output_tokens: int = 0
-    goodput_rps: float | None = None
-    error_rate: float = Field(description="failed / (requests - cancelled).")
-    ttft_ms: Percentiles | None = None
-    tpot_ms: Percentiles | None = None
-    itl_ms: Percentiles | None = None
-    e2e_ms: Percentiles | None = None
-    tok_s_per_user: float | None = Field(
-        None,
-        description="Per-user decode speed = 1000 / TPOT p50 (ms): output tokens per second one "
-        "request sees after its first token (the y axis of a throughput/interactivity Pareto).",
-    )
-    tok_s_per_user_mean: float | None = Field(
-        None, description="Mean over requests of 1000 / TPOT (ms) of each request."
-    )
+    goodput_rps: float | None = GOODPUT_RPS.stored_field(None)
+    error_rate: float = ERROR_RATE.stored_field()
+    ttft_ms: Percentiles | None = TTFT_MS.stored_field(None)
+    tpot_ms: Percentiles | None = TPOT_MS.stored_field(None)
+    itl_ms: Percentiles | None = ITL_MS.stored_field(None)
+    e2e_ms: Percentiles | None = E2E_MS.stored_field(None)
+    tok_s_per_user: float | None = TOK_S_PER_USER.stored_field(None)
+    tok_s_per_user_mean: float | None = TOK_S_PER_USER_MEAN.stored_field(None)
     gpus: int | None = Field(
         None, description="GPUs the run used (tensor_parallel_size x replicas); none on CPU."
     )
-    output_throughput_tok_s_per_gpu: float | None = Field(
-        None, description="output_throughput_tok_s / gpus (the x axis of the Pareto chart)."
+    output_throughput_tok_s_per_gpu: float | None = OUTPUT_THROUGHPUT_TOK_S_PER_GPU.stored_field(
+        None
     )
     prefix_tokens: int = Field(
         0, ge=0, description="Input tokens of successful requests that are a shared prefix."
@@ -117,12 +132,7 @@ class MetricsSummary(Record):
     by_turn: list[TurnMetrics] = Field(
         default_factory=list, description="Multi-turn runs: TTFT and E2E per turn index."
     )
-    prefix_cache_hit_rate: float | None = Field(
-        None,
-        description="Engine prefix-cache hits / queries (tokens) over the run, from the "
-        "server's counters (vllm:prefix_cache_hits / vllm:prefix_cache_queries) or the "
-        "in-process engine's stats; none when the engine does not report them.",
-    )
+    prefix_cache_hit_rate: float | None = PREFIX_CACHE_HIT_RATE.stored_field(None)
     prefix_cache_queries: float | None = Field(
         None, description="Prefix-cache query tokens over the run (the hit rate's denominator)."
     )
@@ -216,13 +226,13 @@ class GpuTelemetry(Record):
 class TelemetrySummary(Record):
     gpu_available: bool = False
     reason: str | None = Field(None, description="Why GPU readings are missing, if they are.")
-    peak_gpu_memory_gb: float | None = None
+    peak_gpu_memory_gb: float | None = PEAK_GPU_MEMORY_GB.stored_field(None)
     peak_gpu_memory_source: Literal["process", "device"] | None = Field(
         None,
         description="process = memory NVML attributes to the engine's processes; "
         "device = all memory used on the GPU(s) (per-process figures unavailable).",
     )
-    mean_gpu_utilization_pct: float | None = None
+    mean_gpu_utilization_pct: float | None = MEAN_GPU_UTILIZATION_PCT.stored_field(None)
     mean_power_w: float | None = None
     energy_j: float | None = None
     energy_source: Literal["counter", "power_integral"] | None = Field(
@@ -230,7 +240,7 @@ class TelemetrySummary(Record):
         description="counter = NVML total-energy counter delta; power_integral = power "
         "samples integrated over time (the counter is unsupported).",
     )
-    energy_per_output_token_j: float | None = None
+    energy_per_output_token_j: float | None = ENERGY_PER_OUTPUT_TOKEN_J.stored_field(None)
     memory_efficiency_gb_per_b_params: float | None = None
     peak_host_rss_gb: float | None = None
     gpu_indices: list[int] = Field(
@@ -344,6 +354,17 @@ class RunResult(Record):
         `tensor_parallel_size` (and vLLM's fp8 options) in the config's engine args."""
         if isinstance(data, dict) and isinstance(data.get("config"), dict):
             data = {**data, "config": legacy_axes_moved(data["config"])}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_search_without_settle(cls, data: Any) -> Any:
+        """Capacity searches stored before probes settled judged from a probe's first request:
+        their config says so (`settle_s: null`) rather than taking today's default."""
+        config = data.get("config") if isinstance(data, dict) else None
+        load = config.get("load") if isinstance(config, dict) else None
+        if isinstance(load, dict) and load.get("pattern") == "capacity" and "settle_s" not in load:
+            data = {**data, "config": {**config, "load": {**load, "settle_s": None}}}
         return data
 
     @model_validator(mode="before")

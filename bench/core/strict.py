@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bench.core.errors import UserError
+from bench.core.limits import out_of_range
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -81,6 +82,10 @@ def describe_validation_error(
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "missing":
             message = "required field is missing"
+        # A bound of bench/core/limits.py: its unit and the docs, not "Input should be ...".
+        bounds = error.get("ctx") or {}
+        bound = bounds.get("le", bounds.get("ge"))
+        message = out_of_range(shown, error["type"], bound, error.get("input")) or message
         problem = f"{path}: {message}"
         if problem not in problems:
             problems.append(problem)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from bench.core.context_window import ModelContext, context_from_config
 from bench.core.errors import UserError
 from bench.core.schema import ModelInfo
 
@@ -54,6 +55,11 @@ class Preset:
     description: str
     trained: bool = False
     """Written with weights trained on the CPU (`train_tiny_checkpoint`), not random ones."""
+    positions: int | None = None
+    """Its config's max_position_embeddings (None: no position limit), stated here so that the
+    context check before a run needs no transformers import; a test compares the two."""
+    tokenizer: bool = False
+    """Written with a generated tokenizer though not a generate preset (a text classifier)."""
 
 
 # --------------------------------------------------------------------------- preset configs
@@ -235,6 +241,14 @@ def _tiny_bert() -> PretrainedConfig:
     )
 
 
+def _tiny_bert_classifier() -> PretrainedConfig:
+    config = _tiny_bert()
+    config.id2label = dict(enumerate(CLASSIFIER_MODULES))
+    config.label2id = {name: index for index, name in enumerate(CLASSIFIER_MODULES)}
+    config.architectures = ["BertForSequenceClassification"]
+    return config
+
+
 def _vit(num_labels: int, **overrides: Any) -> PretrainedConfig:
     from transformers import ViTConfig
 
@@ -269,6 +283,7 @@ PRESETS: dict[str, Preset] = {
             "generate",
             _tiny_llama,
             "Llama, 2 layers, hidden 64, vocab 32000 (~4M params): tests and CPU smoke runs.",
+            positions=4096,
         ),
         Preset(
             "tiny-llama-trained",
@@ -277,18 +292,21 @@ PRESETS: dict[str, Preset] = {
             "Llama, 2 layers, hidden 64, vocab 2048, trained for seconds on the CPU on Python "
             "standard-library sources: a meaningful perplexity for quality tests.",
             trained=True,
+            positions=1024,
         ),
         Preset(
             "llama-2-7b",
             "generate",
             _llama_2_7b,
             "Llama-2-7B architecture (32 layers, hidden 4096, MHA, vocab 32000), random weights.",
+            positions=4096,
         ),
         Preset(
             "llama-2-13b",
             "generate",
             _llama_2_13b,
             "Llama-2-13B architecture (40 layers, hidden 5120, MHA): the article's model.",
+            positions=4096,
         ),
         Preset(
             "llama-2-70b",
@@ -296,18 +314,21 @@ PRESETS: dict[str, Preset] = {
             _llama_2_70b,
             "Llama-2-70B architecture (80 layers, hidden 8192, GQA 8 KV heads), random weights "
             "(~138 GB in bf16: multi-GPU hosts).",
+            positions=4096,
         ),
         Preset(
             "llama-3-8b",
             "generate",
             _llama_3_8b,
             "Llama-3-8B architecture (32 layers, GQA 8 KV heads, vocab 128256), random weights.",
+            positions=8192,
         ),
         Preset(
             "mistral-7b",
             "generate",
             _mistral_7b,
             "Mistral-7B-v0.1 architecture (GQA 8 KV heads, sliding window 4096), random weights.",
+            positions=32768,
         ),
         Preset(
             "resnet-50",
@@ -320,6 +341,7 @@ PRESETS: dict[str, Preset] = {
             "forward",
             _bert_base,
             "BERT-base encoder (BertModel, 12 layers, hidden 768, up to 512 tokens).",
+            positions=512,
         ),
         Preset(
             "vit-base",
@@ -328,7 +350,23 @@ PRESETS: dict[str, Preset] = {
             "ViT-B/16 image classifier (ViTForImageClassification, 224 px), random weights.",
         ),
         Preset("tiny-resnet", "forward", _tiny_resnet, "Two-stage basic-block ResNet (tests)."),
-        Preset("tiny-bert", "forward", _tiny_bert, "BERT, 2 layers, hidden 64 (tests)."),
+        Preset(
+            "tiny-bert",
+            "forward",
+            _tiny_bert,
+            "BERT, 2 layers, hidden 64 (tests).",
+            positions=512,
+        ),
+        Preset(
+            "tiny-bert-classifier",
+            "forward",
+            _tiny_bert_classifier,
+            "BERT, 2 layers, hidden 64, a 2-class head, trained for seconds on the CPU to tell "
+            "which standard-library module a line of source comes from: encoder quality tests.",
+            trained=True,
+            tokenizer=True,
+            positions=512,
+        ),
         Preset("tiny-vit", "forward", _tiny_vit, "ViT, 2 layers, hidden 64, 32 px (tests)."),
     )
 }
@@ -449,11 +487,13 @@ def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
     staging_dir.mkdir()
     try:
         config = preset.build_config()
-        if preset.trained:
+        if preset.trained and preset.kind == "forward":
+            train_tiny_classifier(config, staging_dir, seed=seed, dtype=dtype)
+        elif preset.trained:
             train_tiny_checkpoint(config, staging_dir, seed=seed, dtype=dtype)
         else:
             _write_random_checkpoint(config, staging_dir, seed=seed, dtype=dtype)
-        if preset.kind == "generate":
+        if preset.kind == "generate" or preset.tokenizer:
             write_tokenizer(staging_dir, config.vocab_size)
         (staging_dir / "advisor_preset.json").write_text(
             json.dumps(
@@ -778,6 +818,94 @@ def train_tiny_checkpoint(
     _write_config(config, out_dir, dtype)
 
 
+CLASSIFIER_MODULES = ("argparse", "collections")
+"""The trained classifier's task: which of these standard-library modules a line of source comes
+from (its labels, in this order)."""
+CLASSIFIER_HOLD_OUT = 5
+"""Every fifth line of each module is held out of training (`classifier_lines(held_out=True)`)."""
+CLASSIFIER_STEPS = 300
+CLASSIFIER_BATCH = 32
+CLASSIFIER_MAX_TOKENS = 64
+CLASSIFIER_LEARNING_RATE = 2e-3
+
+
+def classifier_lines(held_out: bool) -> list[tuple[str, int]]:
+    """(line, label) of every stripped source line longer than 8 characters of the
+    CLASSIFIER_MODULES: the held-out fifth (line numbers divisible by CLASSIFIER_HOLD_OUT among
+    those) or the rest, which the preset trains on."""
+    import importlib
+    import inspect
+
+    pairs = []
+    for label, name in enumerate(CLASSIFIER_MODULES):
+        lines = inspect.getsource(importlib.import_module(name)).splitlines()
+        kept = [line.strip() for line in lines if len(line.strip()) > 8]
+        pairs += [
+            (line, label)
+            for number, line in enumerate(kept)
+            if (number % CLASSIFIER_HOLD_OUT == 0) == held_out
+        ]
+    return pairs
+
+
+def train_tiny_classifier(
+    config: PretrainedConfig, out_dir: Path, *, seed: int, dtype: str
+) -> None:
+    """Train a sequence classifier from scratch on `classifier_lines(held_out=False)` (cross
+    entropy, AdamW, float32, balanced batches, a few seconds on two CPU cores), save at `dtype`."""
+    import torch
+
+    tokenizer = train_bpe_tokenizer(config.vocab_size)
+    by_label: list[list[list[int]]] = [[] for _ in CLASSIFIER_MODULES]
+    for line, label in classifier_lines(held_out=False):
+        ids = [BOS_ID, *tokenizer.encode(line, add_special_tokens=False).ids]
+        by_label[label].append(ids[:CLASSIFIER_MAX_TOKENS])
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    threads = torch.get_num_threads()
+    # One thread: matrices this small gain nothing from more, and on a busy host the extra
+    # threads' synchronisation made each step ~10x slower (measured: 0.5 s vs 0.05 s a step).
+    torch.set_num_threads(1)
+    try:
+        model = _train_classifier_steps(config, by_label, generator)
+    finally:
+        torch.set_num_threads(threads)
+    model.eval().to(getattr(torch, dtype))
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    _write_config(config, out_dir, dtype)
+
+
+def _train_classifier_steps(
+    config: PretrainedConfig, by_label: list[list[list[int]]], generator: torch.Generator
+) -> torch.nn.Module:
+    import torch
+
+    model = model_class_for(config)(config).float().train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CLASSIFIER_LEARNING_RATE)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=CLASSIFIER_LEARNING_RATE, total_steps=CLASSIFIER_STEPS, pct_start=0.1
+    )
+    per_label = CLASSIFIER_BATCH // len(by_label)  # balanced: the modules differ in size
+    for _ in range(CLASSIFIER_STEPS):
+        rows, labels = [], []
+        for label, pool in enumerate(by_label):
+            picks = torch.randint(0, len(pool), (per_label,), generator=generator).tolist()
+            rows += [pool[index] for index in picks]
+            labels += [label] * per_label
+        width = max(len(ids) for ids in rows)
+        input_ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, ids in enumerate(rows):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            mask[row, : len(ids)] = 1
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=torch.tensor(labels)).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    return model
+
+
 # --------------------------------------------------------------------------- resolution
 
 
@@ -813,6 +941,29 @@ def check_model_name(name_or_path: str) -> None:
         raise UserError(f"model path {name_or_path} is not a directory")
     if not (path / "config.json").exists():
         raise UserError(f"model path {name_or_path} has no config.json")
+
+
+def model_context(name_or_path: str) -> ModelContext | None:
+    """The context window of a preset (its stated `positions`) or of a local checkpoint (its
+    config.json, read bounded); None when no model is known by that name or its config states
+    no position limit: then only MAX_TOKENS bounds the lengths. Imports nothing heavy."""
+    if name_or_path in PRESETS:
+        positions = PRESETS[name_or_path].positions
+        if positions is None:
+            return None
+        return ModelContext(
+            model=name_or_path,
+            positions=positions,
+            key="max_position_embeddings",
+            scaled_tokens=positions,
+        )
+    config_file = Path(name_or_path).expanduser() / "config.json"
+    if not config_file.is_file():
+        return None  # resolve_model says what is wrong with the name
+    from bench.core.files import load_user_json
+
+    document = load_user_json(config_file, "checkpoint config")
+    return context_from_config(name_or_path, document) if isinstance(document, dict) else None
 
 
 def resolve_model(
@@ -895,6 +1046,7 @@ __all__ = [
     "load_config",
     "model_cache_dir",
     "model_class_for",
+    "model_context",
     "parameter_count",
     "preset_info",
     "resolve_model",

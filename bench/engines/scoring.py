@@ -8,6 +8,7 @@ whether it is the engine's greedy (argmax) pick there. Engines:
 - openai: an OpenAI-compatible server's `/v1/completions` with the prompt as token ids, `echo`
   and `logprobs=1` (vLLM's server returns the prompt tokens' logprobs and top-1 this way).
 A precision an engine cannot run comes back from `open_scorer` as a `NotRun` with the reason.
+Classifiers (encoders with a class head) are scored by bench/engines/encoder_scoring.py.
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ def _simulate_fp8(model: torch.nn.Module) -> int:
     return changed
 
 
-def _int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
-    """torch's dynamic INT8 quantization of the Linear layers except the LM head."""
+def int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
+    """torch's dynamic INT8 quantization of the Linear layers except the LM head (a model
+    without one, such as a classifier, has every Linear quantized)."""
     import warnings
 
     import torch
@@ -134,7 +136,7 @@ class PyTorchScorer:
         if precision == "fp8" and not _simulate_fp8(self.model):
             raise UserError(f"model {model_dir}: no Linear layers to round to FP8")
         if precision == "int8":
-            self.model = _int8_dynamic(self.model)
+            self.model = int8_dynamic(self.model)
 
     def score(self, sequences: Sequence[list[int]]) -> list[list[TokenScore]]:
         import torch
@@ -190,6 +192,17 @@ VLLM_PRECISIONS: dict[str, tuple[str, dict[str, Any]]] = {
         {"dtype": "bfloat16", "quantization": "fp8", "kv_cache_dtype": "fp8"},
     ),
 }
+
+
+def vllm_refusal(precision: str) -> str | None:
+    """Why vLLM cannot score `precision` of a plain checkpoint, or None when it can."""
+    if precision != "int8":
+        return None
+    return (
+        "int8 on vllm: vLLM does not cast a plain checkpoint to INT8; it serves INT8 only from "
+        "a pre-quantized checkpoint (e.g. W8A8 compressed-tensors). Use --engine pytorch for "
+        "dynamic INT8 of this checkpoint"
+    )
 
 
 class VllmScorer:
@@ -318,12 +331,8 @@ def open_scorer(
             )
         return PyTorchScorer(model_dir, precision)
     if engine == "vllm":
-        if precision not in VLLM_PRECISIONS:
-            return NotRun(
-                "vLLM",
-                f"vLLM runs {precision} only from a pre-quantized checkpoint (e.g. W8A8 "
-                "compressed-tensors), not by casting this one",
-            )
+        if precision not in VLLM_PRECISIONS:  # int8: refused up front (vllm_refusal)
+            return NotRun("vLLM", vllm_refusal(precision) or f"vLLM does not run {precision}")
         from bench.engines.backends.vllm import VllmBackend
 
         availability = VllmBackend.availability()
@@ -337,6 +346,6 @@ def open_scorer(
         return OpenAIScorer(url, precision)
     return NotRun(
         "ONNX Runtime",
-        "log-likelihood scoring through ONNX Runtime is not built yet (its exports are checked "
-        "against PyTorch outputs, see bench/engines/onnx_export.py)",
+        "ONNX Runtime scores classifiers here (bench/engines/encoder_scoring.py); a causal LM's "
+        "log-likelihoods through it are not built",
     )

@@ -10,9 +10,11 @@ step with `repeats: N` runs each config N times as one measurement group
 `steps/<step>/outcome.json` per step with its run folders, and `results.sqlite` (the runs).
 
 Steps are independent: each says what it needs (`step_resources`: GPUs = tensor parallel size x
-replicas) and an executor (bench/orchestrate/executors.py: "run this step, give back its outcome")
-runs it. A step whose outcome DIR already holds, for the same definition, is not run again. With a
-budget, a step is started only when its estimate still fits; the skipped ones are listed.
+replicas) and an executor (bench/orchestrate/executors.py) runs it as a `StepJob` (`step_job`:
+name, resources, folder, the step as JSON), the executor's own type; the body it runs, here or
+on a node, is `run_step_job`, and `step_outcome` reads the `StepJobResult` back. A step whose
+outcome DIR already holds, for the same definition, is not run again. With a budget, a step is
+started only when its estimate still fits; the skipped ones are listed.
 
 The `advisor-plan` step gets its RunConfigs from `python -m advisor bench-plan --json` in a
 subprocess, not by importing advisor: bench never imports advisor (ARCHITECTURE.md), the
@@ -33,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
 from bench.core.config import MAX_DURATION_S, RepeatPolicy, RunConfig, cpu_dtype
 from bench.core.errors import UserError
@@ -43,7 +45,13 @@ from bench.core.progress import RunProgress
 from bench.core.quality import QualityPrecisionName, QualityResult
 from bench.core.schema import RunResult
 from bench.core.strict import Strict, StrictInput, describe_validation_error
-from bench.orchestrate.executors import Resources, job_resources
+from bench.orchestrate.executors import (
+    Resources,
+    StepContext,
+    StepJob,
+    StepJobResult,
+    job_resources,
+)
 from bench.orchestrate.fidelity import FidelityCheck, FidelityResult, VllmFidelityCheck
 from bench.run.environment import PreflightItem
 
@@ -174,6 +182,7 @@ class QualityStep(StepCommon):
 CampaignStep = Annotated[
     RunStep | FidelityStep | AdvisorPlanStep | QualityStep, Field(discriminator="kind")
 ]
+_STEP = TypeAdapter(CampaignStep)
 
 
 class CampaignPlan(StrictInput):
@@ -305,15 +314,6 @@ class CampaignResult(Strict):
         ]
 
 
-class StepContext(Strict):
-    """Where a step writes: its own folder and the results store (a location string, so a
-    remote executor can pass it on)."""
-
-    out_dir: Path
-    store: str | None = None
-    plan_dir: Path = Field(description="Folder of the plan file; relative profile paths.")
-
-
 # --------------------------------------------------------------------------- one step
 
 
@@ -379,6 +379,54 @@ def run_step(
         error=error,
         traceback=trace,
         **fields,
+    )
+
+
+# --------------------------------------------------------------------------- a step as a job
+
+
+def step_job(step: CampaignStep, context: StepContext) -> StepJob:
+    """The job an executor runs for `step` (executors take their own job type, not the step)."""
+    return StepJob(
+        name=step.name,
+        resources=step_resources(step),
+        context=context,
+        definition=step.model_dump_json(),
+    )
+
+
+def run_step_job(
+    job: StepJob,
+    executor_name: str = "local",
+    on_progress: Callable[[RunProgress], None] | None = None,
+    store_handle: RunWriter | None = None,
+) -> StepJobResult:
+    """The step body every executor runs, here or on a node: the job's definition read back as
+    its step, run by `run_step`, the outcome handed back as JSON."""
+    step = _STEP.validate_json(job.definition)
+    outcome = run_step(step, job.context, executor_name, on_progress, store_handle)
+    return StepJobResult(
+        executor=executor_name,
+        started_at=outcome.started_at,
+        wall_s=outcome.wall_s,
+        outcome_json=outcome.model_dump_json(),
+    )
+
+
+def step_outcome(step: CampaignStep, result: StepJobResult) -> StepOutcome:
+    """The step's outcome from its executor's result: the body's own, or `failed` with the
+    executor's reason when the body never returned one."""
+    if result.outcome_json is not None:
+        return StepOutcome.model_validate_json(result.outcome_json)
+    return StepOutcome(
+        name=step.name,
+        kind=step.kind,
+        step=step,
+        status="failed",
+        executor=result.executor,
+        started_at=result.started_at,
+        wall_s=result.wall_s,
+        error=result.error,
     )
 
 
@@ -593,7 +641,7 @@ def run_campaign(
     # An executor that runs several steps at once (ray) gets every step up front; the outcomes
     # are gathered in plan order. The budget then counts the estimates of the steps started.
     pool = ThreadPoolExecutor(executor.max_jobs) if getattr(executor, "max_jobs", 1) > 1 else None
-    pending: list[tuple[Path, Future[StepOutcome]]] = []
+    pending: list[tuple[Path, CampaignStep, Future[StepJobResult]]] = []
     committed_s = 0.0
     for index, step in enumerate(plan.steps):
         step_dir = out_dir / STEPS_DIR / step_folder(step.name)
@@ -615,16 +663,17 @@ def run_campaign(
             reporter.step_skipped(skipped)
             continue
         reporter.step_started(index, len(plan.steps), step)
-        context = StepContext(out_dir=step_dir, store=store, plan_dir=plan_dir)
+        job = step_job(step, StepContext(out_dir=step_dir, store=store, plan_dir=plan_dir))
         if pool is not None:
             committed_s += estimate
-            pending.append((step_dir, pool.submit(executor.run, step, context, None)))
+            pending.append((step_dir, step, pool.submit(executor.run, job, None)))
             continue
-        _record_outcome(result, step_dir, executor.run(step, context, reporter.step_progress))
+        done = executor.run(job, reporter.step_progress)
+        _record_outcome(result, step_dir, step_outcome(step, done))
         reporter.step_finished(result.steps[-1])
         _write_result(result, out_dir, started)
-    for step_dir, future in pending:
-        _record_outcome(result, step_dir, future.result())
+    for step_dir, step, future in pending:
+        _record_outcome(result, step_dir, step_outcome(step, future.result()))
         reporter.step_finished(result.steps[-1])
         _write_result(result, out_dir, started)
     if pool is not None:
@@ -640,8 +689,9 @@ def check_steps(
     plan_dir: Path | None = None,
 ) -> None:
     """Every run step still to run checked before the first one starts: its backend is a known
-    name, its engine arguments are the backend's, its trace and prompt files read and, when
-    the steps run `here` (the local executor), its load generator fits this machine's memory.
+    name, its engine arguments are the backend's, when the steps run `here` (the local
+    executor) its load generator fits this machine's memory, its trace and prompt files read
+    and every token length fits its model's context window.
     A quality step's text and labelled files are read (from `plan_dir`, default the working
     directory) and its model named a preset or an existing checkpoint.
     A typo in step 5 is one line now, not a failed step after steps 1 to 4 have run.
@@ -660,9 +710,9 @@ def check_steps(
             continue
         try:
             get_backend(step.config.backend).validate_engine_args(step.config.engine_args)
-            check_traffic_files(step.config)
             if here:
                 check_memory_fits(step.config)
+            check_traffic_files(step.config)
         except UserError as exc:
             raise UserError(f"step {step.name!r}: {exc}") from None
 
@@ -670,9 +720,11 @@ def check_steps(
 def _check_quality_step(step: QualityStep, plan_dir: Path) -> None:
     from bench.core.quality import read_labelled_file, read_text_file
     from bench.engines.models import check_model_name
+    from bench.run.quality import check_window_fits
 
     try:
         check_model_name(step.model)
+        check_window_fits(step.model, step.window)
         if step.text is not None:
             read_text_file(str(plan_dir / step.text))
         if step.labelled is not None:

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING
 from bench.core.errors import UserError
 from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
-from bench.orchestrate.campaign import run_step
-from bench.orchestrate.executors import Executor, ExecutorSettings
+from bench.orchestrate.campaign import run_step_job
+from bench.orchestrate.executors import Executor, ExecutorSettings, StepJob, StepJobResult
 from bench.orchestrate.job_run import run_job
 
 if TYPE_CHECKING:
-    from bench.orchestrate.campaign import CampaignStep, StepContext, StepOutcome
     from bench.storage.store import Job, Store
 
 
@@ -31,12 +30,9 @@ class LocalExecutor:
     max_jobs = 1
 
     def run(
-        self,
-        step: CampaignStep,
-        context: StepContext,
-        on_progress: Callable[[RunProgress], None] | None = None,
-    ) -> StepOutcome:
-        return run_step(step, context, executor_name=self.name, on_progress=on_progress)
+        self, job: StepJob, on_progress: Callable[[RunProgress], None] | None = None
+    ) -> StepJobResult:
+        return run_step_job(job, executor_name=self.name, on_progress=on_progress)
 
     def run_job(self, store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
         return run_job(store, job, log_dir=log_dir)

@@ -11,9 +11,11 @@ instance is started for the command and stopped when it ends. Other executors (t
 register under a name with `register_executor`.
 
 This module holds what every layer may import: the settings, the `Resources` a job asks for
-(the model is in bench/core/resources.py: the job row records it) and the `Executor` protocol.
-The executors themselves and their registry (which import the campaign, the job body and Ray)
-are in bench/orchestrate/executor_registry.py, above them.
+(the model is in bench/core/resources.py: the job row records it), the executor's own job types
+(`StepJob` in, `StepJobResult` out: a campaign step as an executor sees it, so an executor needs
+none of the campaign's step models) and the `Executor` protocol. The executors themselves and
+their registry (which import the campaign, the job body and Ray) are in
+bench/orchestrate/executor_registry.py, above them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bench.core.config import RunConfig
 from bench.core.errors import UserError
@@ -34,7 +36,6 @@ from bench.core.schema import RunStatus
 from bench.core.strict import Strict
 
 if TYPE_CHECKING:
-    from bench.orchestrate.campaign import CampaignStep, StepContext, StepOutcome
     from bench.storage.store import Job, Store
 
 SETTINGS_NAMES = ("local", "ray")
@@ -125,6 +126,50 @@ def describe_placement(placement: JobPlacement | None) -> str | None:
     return "Never started on the Ray cluster."
 
 
+# --------------------------------------------------------------------------- a step as a job
+
+
+class StepContext(Strict):
+    """Where a step writes: its own folder and the results store (a location string, so a
+    remote executor can pass it on)."""
+
+    out_dir: Path
+    store: str | None = None
+    plan_dir: Path = Field(description="Folder of the plan file; relative profile paths.")
+
+
+class StepJob(Strict):
+    """One campaign step as an executor runs it: what to call it, what it asks for, where it
+    writes, and its definition. The executor never reads the definition: it hands it to the
+    step body (`bench.orchestrate.campaign.run_step_job`, here or on a Ray node), which reads it
+    back as the campaign's step."""
+
+    name: str = Field(min_length=1, description="The step's name (a Ray task is named after it).")
+    resources: Resources = Field(description="GPUs, GPU type and CPUs the step asks for.")
+    context: StepContext
+    definition: str = Field(
+        min_length=2, description="The step as JSON, as the plan defined it (a CampaignStep)."
+    )
+
+
+class StepJobResult(Strict):
+    """What an executor hands back for a step: the step body's outcome (a StepOutcome as JSON,
+    read back by the campaign), or, when the executor got none, why (a lost node, a node that
+    refused the step) with when it started and how long it took."""
+
+    executor: str
+    started_at: str
+    wall_s: float = Field(ge=0)
+    outcome_json: str | None = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _outcome_or_error(self) -> StepJobResult:
+        if (self.outcome_json is None) == (self.error is None):
+            raise ValueError("a step job's result is either its outcome or an error, not both")
+        return self
+
+
 # --------------------------------------------------------------------------- the seam
 
 
@@ -136,12 +181,9 @@ class Executor(Protocol):
     max_jobs: int
 
     def run(
-        self,
-        step: CampaignStep,
-        context: StepContext,
-        on_progress: Callable[[RunProgress], None] | None = None,
-    ) -> StepOutcome:
-        """Run one campaign step and return its outcome."""
+        self, job: StepJob, on_progress: Callable[[RunProgress], None] | None = None
+    ) -> StepJobResult:
+        """Run one campaign step and return its result."""
 
     def run_job(self, store: Store, job: Job, log_dir: Path | None = None) -> RunStatus:
         """Run every RunConfig of a claimed job and leave the job finished in the store."""

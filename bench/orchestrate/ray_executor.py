@@ -29,7 +29,13 @@ from bench.core.job_progress import JobPlacement, JobProgressState
 from bench.core.progress import RunProgress
 from bench.core.resources import NORMAL_PRIORITY_RUNTIME_ENV
 from bench.core.schema import Failure, RunStatus
-from bench.orchestrate.executors import ExecutorSettings, Resources, job_resources
+from bench.orchestrate.executors import (
+    ExecutorSettings,
+    Resources,
+    StepJob,
+    StepJobResult,
+    job_resources,
+)
 from bench.orchestrate.ray_node import FORWARDED_JOB_WRITES, FORWARDED_WRITES
 
 if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
@@ -231,16 +237,12 @@ class RayExecutor:
     # ------------------------------------------------------------------ one campaign step
 
     def run(
-        self,
-        step: Any,
-        context: Any,
-        on_progress: Callable[[RunProgress], None] | None = None,
-    ) -> Any:
+        self, job: StepJob, on_progress: Callable[[RunProgress], None] | None = None
+    ) -> StepJobResult:
         """Run one campaign step as a Ray task; its folder's files and runs come back here."""
-        from bench.orchestrate.campaign import StepOutcome, step_resources
-
         ray = self.ray
-        resources = step_resources(step).model_copy(update={"cpus": self.settings.cpus_per_job})
+        context = job.context
+        resources = job.resources.model_copy(update={"cpus": self.settings.cpus_per_job})
         shared = is_shared_store(context.store)
         channel = None if shared else self.open_channel()
         store = None
@@ -266,10 +268,9 @@ class RayExecutor:
                     getattr(store, name)(*args, **kwargs)
 
         ref = self.remote_step.options(
-            name=f"bench-step-{step.name}"[:120], **resources.ray_options()
+            name=f"bench-step-{job.name}"[:120], **resources.ray_options()
         ).remote(
-            step.model_dump_json(),
-            context.model_dump_json(),
+            job.model_dump_json(),
             channel,
             context.store if shared else None,
             self.versions,
@@ -287,11 +288,7 @@ class RayExecutor:
             reason = f"{_what_ended_it(ray, error, where)} mid-step; no automatic retry"
             for run_id in created if store is not None else []:
                 fail_run(store, run_id, RunStatus.FAILED, reason)
-            return StepOutcome(
-                name=step.name,
-                kind=step.kind,
-                step=step,
-                status="failed",
+            return StepJobResult(
                 executor=self.name,
                 started_at=started_at,
                 wall_s=round(time.monotonic() - started, 1),
@@ -303,22 +300,18 @@ class RayExecutor:
                     ray.kill(channel)
             if store is not None:
                 store.close()
-        if on_node.refused:
-            return StepOutcome(
-                name=step.name,
-                kind=step.kind,
-                step=step,
-                status="failed",
+        if on_node.refused or on_node.result is None:
+            return StepJobResult(
                 executor=self.name,
                 started_at=started_at,
                 wall_s=round(time.monotonic() - started, 1),
-                error=on_node.refused,
+                error=on_node.refused or "the node returned no result",
             )
         for relative, data in on_node.files.items():
             path = Path(context.out_dir) / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        return StepOutcome.model_validate_json(on_node.outcome_json)
+        return on_node.result
 
     # ------------------------------------------------------------------ one job
 

@@ -27,6 +27,7 @@ from bench.core.fingerprint import COMPARABILITY_LIBRARIES, ExecutorFacts
 from bench.core.job_progress import JobPlacement, JobProgressState
 from bench.core.progress import RunProgress
 from bench.core.strict import Strict
+from bench.orchestrate.executors import StepJob, StepJobResult
 from bench.run.environment import library_versions, node_placement
 
 if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
@@ -337,32 +338,29 @@ def run_job_on_node(
 
 
 class StepOnNode(Strict):
-    """A campaign step's result from its node: the outcome and the files of its folder."""
+    """A campaign step's result from its node: the step body's result and its folder's files."""
 
     placement: ExecutorFacts
     refused: str | None = None
-    outcome_json: str | None = None
+    result: StepJobResult | None = None
     files: dict[str, bytes] = Field(default_factory=dict, description="Step folder, by path.")
 
 
 def run_step_on_node(
-    step_json: str,
-    context_json: str,
+    job_json: str,
     channel: Any,
     store_location: str | None,
     submitter_versions: dict[str, str | None],
 ) -> StepOnNode:
-    """The Ray task of a campaign step: `bench.orchestrate.campaign.run_step` in a node-local folder
-    whose files go back to the submitter (paths in the outcome name the submitter's folder)."""
-    from pydantic import TypeAdapter
-
-    from bench.orchestrate.campaign import CampaignStep, StepContext, run_step
+    """The Ray task of a campaign step: `bench.orchestrate.campaign.run_step_job` in a node-local
+    folder whose files go back to the submitter (paths in the outcome name the submitter's
+    folder)."""
+    from bench.orchestrate.campaign import run_step_job
 
     placement, refused = _start(channel, submitter_versions)
     if refused:
         return StepOnNode(placement=placement, refused=refused)
-    step = TypeAdapter(CampaignStep).validate_json(step_json)
-    context = StepContext.model_validate_json(context_json)
+    job = StepJob.model_validate_json(job_json)
 
     def on_progress(progress: RunProgress) -> None:
         channel.put.remote(("progress", (progress.model_dump(mode="json"),), {}))
@@ -371,18 +369,19 @@ def run_step_on_node(
         node_store(channel, store_location) as store,
         tempfile.TemporaryDirectory(prefix="bench-ray-step-") as folder,
     ):
-        local = context.model_copy(update={"out_dir": Path(folder) / "step"})
-        outcome = run_step(
-            step,
-            local,
+        here = job.context.model_copy(update={"out_dir": Path(folder) / "step"})
+        result = run_step_job(
+            job.model_copy(update={"context": here}),
             executor_name="ray",
             on_progress=on_progress if channel is not None else None,
             store_handle=store,
         )
         files = {
-            str(path.relative_to(local.out_dir)): path.read_bytes()
-            for path in sorted(local.out_dir.rglob("*"))
+            str(path.relative_to(here.out_dir)): path.read_bytes()
+            for path in sorted(here.out_dir.rglob("*"))
             if path.is_file()
         }
-        text = outcome.model_dump_json().replace(str(local.out_dir), str(context.out_dir))
-    return StepOnNode(placement=placement, outcome_json=text, files=files)
+        if result.outcome_json is not None:
+            text = result.outcome_json.replace(str(here.out_dir), str(job.context.out_dir))
+            result = result.model_copy(update={"outcome_json": text})
+    return StepOnNode(placement=placement, result=result, files=files)

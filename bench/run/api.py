@@ -66,9 +66,10 @@ HEARTBEAT_S = 5.0
 
 
 def check_runnable(config: RunConfig) -> Placement:
-    """Raise a UserError for an unknown/unavailable backend, bad engine arguments, a missing
-    model path or a parallelism the visible GPUs cannot hold, before anything is stored or
-    started; return where the run's replicas go."""
+    """Raise a UserError for an unknown/unavailable backend, bad engine arguments, a load
+    generator past this machine's memory, a bad trace or prompt file, a token length past the
+    model's context window, a missing model path or a parallelism the visible GPUs cannot
+    hold, before anything is stored or started; return where the run's replicas go."""
     backend_cls = get_backend(config.backend)
     availability = backend_cls.availability()
     if not availability.available:
@@ -81,8 +82,9 @@ def check_runnable(config: RunConfig) -> Placement:
             f"workload kind (it runs: {', '.join(sorted(backend_cls.kinds))})"
         )
     backend_cls.validate_engine_args(config.engine_args)
-    check_traffic_files(config)
+    # The memory estimate first: lengths that multiply past memory are that, whatever the model.
     check_memory_fits(config)
+    check_traffic_files(config)
     placement = place(config, backend_cls)
     if config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
         raise UserError("event_loop 'uvloop' asked for but uvloop is not installed")
@@ -110,14 +112,20 @@ def with_explicit_prompt_form(config: RunConfig) -> RunConfig:
 
 def check_traffic_files(config: RunConfig) -> None:
     """Read the run's trace and prompt file now, so a bad file (missing, binary, too large, a
-    missing column, timestamps going backwards) is one UserError line before anything starts."""
+    missing column, timestamps going backwards) is one UserError line before anything starts;
+    then every token length (the workload's, each row's) against the model's context window
+    (bench/run/context_check.py)."""
     from bench.core.config import GenerateWorkload
+    from bench.run.context_check import check_context
     from bench.run.traffic_files import read_prompt_file, read_trace
 
-    config.load.check_input_files(read_trace)
+    read: dict[str, Any] = {}
+    config.load.check_input_files(lambda load: read.setdefault("trace", read_trace(load)))
     workload = config.workload
+    prompts = None
     if isinstance(workload, GenerateWorkload) and workload.prompt_file is not None:
-        read_prompt_file(workload.prompt_file)
+        prompts = read_prompt_file(workload.prompt_file)
+    check_context(config, read.get("trace"), prompts)
 
 
 def run_caveats(config: RunConfig, random_weights: bool) -> list[str]:

@@ -345,7 +345,8 @@ async def execute(
         if not stop.is_set():  # a served engine's counters where the measured window starts
             await backend.sample_counters()
 
-        generator = plan(load, config.slo, config.validity, model.vocab_size)
+        output = config.workload.output_tokens.mean if config.workload.kind == "generate" else None
+        generator = plan(load, config.slo, config.validity, model.vocab_size, output)
         index = 0
         summary: MetricsSummary | None = None
         while not (stopped or deadline_reached):

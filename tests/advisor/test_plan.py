@@ -78,10 +78,9 @@ def empty_model_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def default_stage():
-    from advisor.workload.profile_input import profile_from_dict
     from ui.state import default_profile
 
-    return profile_from_dict(default_profile()).primary
+    return default_profile().primary
 
 
 def test_cpu_quick_plan_of_the_default_profile_runs_the_cpu_sized_model(empty_model_cache) -> None:

@@ -171,3 +171,74 @@ def test_report_flags_set_the_quality_fields(tmp_path, store):
         app, [*args, "--out", str(tmp_path / "o2"), "--quality-result", str(tmp_path)]
     )
     assert bad.exit_code == 2 and bad.output.strip().count("\n") == 0
+
+
+CLASSIFIER = REPO / "data" / "reference" / "quality" / "cpu_tiny-bert-classifier" / "quality.json"
+
+
+def _encoder_report(tmp_path: Path, store: str, quantization: str | None, tolerance: float):
+    profile = yaml.safe_load(
+        (REPO / "examples" / "profiles" / "multi_backend_edge.yaml").read_text()
+    )
+    profile["quality_result"] = str(CLASSIFIER)
+    profile["max_quality_loss_pct"] = tolerance
+    if quantization:
+        profile["precision"]["quantization"] = quantization
+    path = tmp_path / f"encoder-{quantization}-{tolerance}.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return assemble_report(path, store_location=store)
+
+
+def test_an_encoder_stage_names_the_classifier_quality_on_page_1(tmp_path, store):
+    """The shipped ONNX Runtime classifier measurement (fp32 baseline, fp16, quantize_dynamic
+    INT8) on the ONNX Runtime encoder example, which runs at the profile's own precision (no
+    configuration search): page 1 names every delta, INT8's included; INT8 weights in the
+    profile are looked up as the int8 row, within a 0% tolerance since no class changed."""
+    result = stage_quality(str(CLASSIFIER))
+    fp16 = PrecisionConfig(dtype="float16")
+    assert result.precision("int8").loss_pct() == 0.0  # 642 of 642 kept their class
+    assert quality_cell(result, fp16).startswith("acc 94.4% (+0.0 pts, indistinguishable); top-1")
+    assert beyond_tolerance(result, fp16, tolerance_pct=0.0) is None
+    for quantization in (None, "int8"):
+        report = _encoder_report(tmp_path, store, quantization, tolerance=0.0)
+        (decision,) = report.decisions
+        measured = [risk for risk in decision.risks if risk.startswith(QUALITY_NOTE_PREFIX)]
+        assert len(measured) == 1, measured  # the deltas; no beyond-tolerance risk
+        assert "int8 acc 94.4%" in measured[0] and "max |dlogit| 0.0324" in measured[0]
+
+
+def test_a_fixed_precision_beyond_tolerance_is_a_page_1_risk():
+    """A TEST DOUBLE: the shipped classifier's int8 row with its agreement replaced by 9 of 10
+    examples kept (through the real agreement_delta): a 10% loss at the profile's INT8, beyond
+    a 1% tolerance, is named; fp16 (measured, no loss) is not."""
+    from advisor.workload.quality import fixed_precision_risk, profile_quality_name
+    from bench.core.quality import agreement_delta
+
+    result = stage_quality(str(CLASSIFIER))
+    agreement, delta = agreement_delta([True] * 9 + [False], "fp32", bootstrap=200)
+    int8 = result.precision("int8").model_copy(update={"agreement": agreement, "deltas": [delta]})
+    changed = result.model_copy(
+        update={"precisions": [int8 if p.precision == "int8" else p for p in result.precisions]}
+    )
+    assert profile_quality_name("float16", "int8") == "int8"
+    assert profile_quality_name("float16", None) == "fp16"
+    risk = fixed_precision_risk(changed, "int8", tolerance_pct=1.0)
+    assert risk.startswith(QUALITY_NOTE_PREFIX) and "loss 10.00% vs fp32" in risk
+    assert fixed_precision_risk(changed, "fp16", tolerance_pct=1.0) is None
+    assert fixed_precision_risk(changed, "int8", tolerance_pct=20.0) is None
+
+
+def test_a_changed_class_counts_as_quality_lost():
+    """A TEST DOUBLE: the shipped classifier's int8 row with its agreement replaced by 9 of 10
+    examples kept (through the real agreement_delta): 10% of classes changed is a 10% loss,
+    beyond a 1% tolerance."""
+    from bench.core.quality import agreement_delta
+
+    result = stage_quality(str(CLASSIFIER))
+    agreement, delta = agreement_delta([True] * 9 + [False], "fp32", bootstrap=200)
+    fp16 = result.precision("fp16").model_copy(update={"agreement": agreement, "deltas": [delta]})
+    changed = result.model_copy(
+        update={"precisions": [fp16 if p.precision == "fp16" else p for p in result.precisions]}
+    )
+    reason = beyond_tolerance(changed, PrecisionConfig(dtype="float16"), tolerance_pct=1.0)
+    assert reason is not None and "measured quality loss 10.00% vs fp32" in reason

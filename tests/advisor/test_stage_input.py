@@ -1,20 +1,23 @@
-"""The Advisor form's stage building (advisor/workload/stage_input.py) on the shipped example
-profiles."""
+"""The Advisor form's edit of the typed profile (advisor/workload/stage_input.py) on the shipped
+example profiles."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from advisor.workload.profile import StageProfile
 from advisor.workload.profile_input import load_profile
 from advisor.workload.stage_input import (
     DRAFT_FIELDS,
+    FIELDS_KEPT_AS_GIVEN,
     StageFormValues,
-    draft_data,
+    draft_stage,
     load_kind_shown,
-    stage_data,
+    profile_from_form,
+    stage_from_form,
 )
 from bench.engines.models import PRESETS
 
@@ -24,8 +27,6 @@ STAGES = [
     for path in PROFILES
     for stage in load_profile(path).stages
 ]
-NOT_ON_THE_FORM = {"notes"}
-"""Stage fields the form has no widget for and does not keep (a YAML profile's free text)."""
 
 
 def unedited(stage: StageProfile) -> StageFormValues:
@@ -74,15 +75,37 @@ def unedited(stage: StageProfile) -> StageFormValues:
     )
 
 
-def _form_fields(stage: StageProfile) -> dict:
-    return stage.model_dump(mode="json", exclude=NOT_ON_THE_FORM)
-
-
 @pytest.mark.parametrize("stage", STAGES)
 def test_an_unedited_form_gives_back_the_stage(stage):
     assert len(STAGES) >= 12, "every shipped profile's stages"
-    rebuilt = StageProfile.model_validate(stage_data(stage, unedited(stage)))
-    assert _form_fields(rebuilt) == _form_fields(stage)
+    assert stage_from_form(stage, unedited(stage)) == stage
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[path.stem for path in PROFILES])
+def test_an_unedited_form_gives_back_the_profile(path):
+    profile = load_profile(path)
+    rebuilt = profile_from_form(profile, profile.title, [unedited(s) for s in profile.stages])
+    assert rebuilt == profile
+
+
+def test_fields_without_widgets_are_kept_by_an_edit():
+    shipped = next(s.values[0] for s in STAGES if s.values[0].kind == "generate")
+    stage = shipped.model_copy(
+        update={
+            "notes": "free text of a YAML profile",
+            "peak_request_rate_rps": 40.0,
+            "headroom_fraction": 0.5,
+            "practical_threshold": 0.1,
+            "gpu": shipped.gpu.model_copy(update={"memory_bandwidth_tb_s": 4.0}),
+        }
+    )
+    edited = stage_from_form(stage, unedited(stage).model_copy(update={"output_mean": 99}))
+    assert edited.output_tokens.mean == 99
+    for name in (*FIELDS_KEPT_AS_GIVEN, "notes"):
+        assert getattr(edited, name) == getattr(stage, name), name
+    assert edited.gpu.memory_bandwidth_tb_s == 4.0  # measured on this GPU type: kept
+    other_gpu = unedited(stage).model_copy(update={"gpu_type": "L40S"})
+    assert stage_from_form(stage, other_gpu).gpu.memory_bandwidth_tb_s is None  # not this GPU's
 
 
 def test_edits_land_on_the_stage_and_fields_without_widgets_are_kept():
@@ -103,7 +126,7 @@ def test_edits_land_on_the_stage_and_fields_without_widgets_are_kept():
             "dtype": "bfloat16",
         }
     )
-    rebuilt = StageProfile.model_validate(stage_data(stage, values))
+    rebuilt = stage_from_form(stage, values)
     assert rebuilt.prompt_tokens.mean == 4000
     assert rebuilt.prompt_tokens.kind == stage.prompt_tokens.kind  # the distribution is kept
     assert rebuilt.request_rate_rps == 3.5 and rebuilt.concurrency is None
@@ -114,21 +137,42 @@ def test_edits_land_on_the_stage_and_fields_without_widgets_are_kept():
     assert rebuilt.precision.dtype == "bfloat16"
     assert rebuilt.headroom_fraction == stage.headroom_fraction
     typed = values.model_copy(update={"gpu_type": "H200", "gpu_memory_gb": 24.0})
-    assert "memory_gb" not in stage_data(stage, typed)["gpu"]  # the type's own memory counts
+    assert stage_from_form(stage, typed).gpu.memory_gb == 141.0  # the type's own memory counts
 
 
 def test_a_custom_checkpoint_path_is_trimmed_and_a_blank_one_is_no_model():
     stage = STAGES[0].values[0]
     custom = unedited(stage).model_copy(update={"custom_model": True, "parameters_b": 7.0})
-    data = stage_data(stage, custom.model_copy(update={"model": "  /models/mine "}))
-    assert (data["model"], data["parameters_b"]) == ("/models/mine", 7.0)
-    assert stage_data(stage, custom.model_copy(update={"model": "   "}))["model"] is None
+    edited = stage_from_form(stage, custom.model_copy(update={"model": "  /models/mine "}))
+    assert (edited.model, edited.parameters_b) == ("/models/mine", 7.0)
+    assert stage_from_form(stage, custom.model_copy(update={"model": "   "})).model is None
     preset = unedited(stage).model_copy(update={"custom_model": False, "model": "tiny-llama"})
-    assert "parameters_b" not in stage_data(stage, preset)  # a preset knows its own size
+    assert stage_from_form(stage, preset).parameters_b is None  # a preset knows its own size
 
 
 def test_the_draft_is_the_length_fields_only():
     stage = STAGES[0].values[0]
-    draft = draft_data(stage_data(stage, unedited(stage)))
-    assert set(draft) <= set(DRAFT_FIELDS) and {"kind", "model"} <= set(draft)
-    StageProfile.model_validate(draft)
+    values = unedited(stage).model_copy(update={"ttft_ms": -1.0, "prompt_mean": 300})
+    draft = draft_stage(stage, values)  # a bad SLO is not the draft's business
+    assert draft is not None and draft.prompt_tokens.mean == 300
+    assert (
+        draft.model_fields_set <= set(DRAFT_FIELDS) and {"kind", "model"} <= draft.model_fields_set
+    )
+    assert draft_stage(stage, values.model_copy(update={"prompt_mean": 0})) is None
+
+
+def test_a_bad_field_is_named_by_its_path_in_the_profile():
+    path = next(p for p in PROFILES if len(load_profile(p).stages) > 1)
+    profile = load_profile(path)
+    forms = [unedited(s) for s in profile.stages]
+    forms[1] = forms[1].model_copy(update={"ttft_ms": -1.0})
+    with pytest.raises(ValidationError) as caught:
+        profile_from_form(profile, profile.title, forms)
+    assert [error["loc"] for error in caught.value.errors()] == [("stages", 1, "slo", "ttft_ms")]
+
+
+def test_the_form_values_are_checked_as_the_widgets_fill_them():
+    values = StageFormValues(name="main")
+    values.prompt_mean = 300
+    with pytest.raises(ValidationError):
+        values.load_kind = "bursty"  # not one of the form's load descriptions

@@ -23,7 +23,7 @@ def page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     main = sys.modules.get("__main__")
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     profile = load_profile(REPO / "examples/profiles/rag_chat_7b_h200.yaml")
-    at.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    at.session_state[state.PROFILE_KEY] = profile
     yield at.run()
     if main is not None:  # AppTest replaces __main__ (see tests/ui/conftest.py)
         sys.modules["__main__"] = main
@@ -52,6 +52,6 @@ def test_form_shows_the_traffic_and_the_tree_follows_it(page) -> None:
     assert not at.exception
     from ui import state
 
-    stage = at.session_state[state.PROFILE_KEY]["stages"][0]  # the profile the form built
-    assert stage["shared_prefix"] == {"tokens": 512, "count": 8}
-    assert stage["conversation"]["turns"] == 2 and stage["conversation"]["user_tokens"] == 128
+    stage = at.session_state[state.PROFILE_KEY].stages[0]  # the profile the form built
+    assert (stage.shared_prefix.tokens, stage.shared_prefix.count) == (512, 8)
+    assert stage.conversation.turns == 2 and stage.conversation.user_tokens == 128

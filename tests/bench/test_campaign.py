@@ -25,6 +25,7 @@ from bench.orchestrate.campaign import (
     step_resources,
 )
 from bench.orchestrate.executor_registry import LocalExecutor, get_executor, register_executor
+from bench.orchestrate.executors import StepJob, StepJobResult
 from bench.storage.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,16 +201,16 @@ def test_cli_exits_1_and_names_a_run_that_failed_inside_a_step(
 
 
 class RecordingExecutor:
-    """TEST DOUBLE executor: records what the campaign hands over, then runs it locally."""
+    """TEST DOUBLE executor: records the jobs the campaign hands over, then runs them locally."""
 
     name = "recording"
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, StepContext]] = []
+        self.jobs: list[StepJob] = []
 
-    def run(self, step, context, on_progress=None):
-        self.calls.append((step.name, context))
-        return LocalExecutor().run(step, context, on_progress)
+    def run(self, job: StepJob, on_progress=None) -> StepJobResult:
+        self.jobs.append(job)
+        return LocalExecutor().run(job, on_progress)
 
 
 def test_executor_seam_gets_each_step_and_its_own_folder(
@@ -225,18 +226,49 @@ def test_executor_seam_gets_each_step_and_its_own_folder(
     recorder = RecordingExecutor()
     register_executor("recording", lambda: recorder)
     plan_file = write_plan(tmp_path, [fake_step("one"), fake_step("two")])
-    result = run_campaign(load_plan(plan_file), tmp_path / "out", get_executor("recording"))
-    assert [name for name, _ in recorder.calls] == ["one", "two"]
-    assert [context.out_dir for _, context in recorder.calls] == [
+    plan = load_plan(plan_file)
+    result = run_campaign(plan, tmp_path / "out", get_executor("recording"))
+    assert [job.name for job in recorder.jobs] == ["one", "two"]
+    assert [job.context.out_dir for job in recorder.jobs] == [
         tmp_path / "out" / "steps" / "one",
         tmp_path / "out" / "steps" / "two",
     ]
-    assert {context.store for _, context in recorder.calls} == {
+    assert {job.context.store for job in recorder.jobs} == {
         str(tmp_path / "out" / "results.sqlite")
     }
+    # The job is the executor's own type: what it asks for, and the step as the plan has it.
+    for job, step in zip(recorder.jobs, plan.steps, strict=True):
+        assert job.resources == step_resources(step)
+        assert RunStep.model_validate_json(job.definition) == step
     assert result.executor == "recording"
     # The double hands each step to the local executor, which signs the outcome.
     assert {outcome.executor for outcome in result.steps} == {"local"}
+    assert [outcome.status for outcome in result.steps] == ["completed", "completed"]
+
+
+class LostNodeExecutor:
+    """TEST DOUBLE executor whose node is lost before the step body returns: it hands back the
+    executor's reason and no outcome, as the ray executor does for a lost node."""
+
+    name = "lost-node"
+    max_jobs = 1
+
+    def run(self, job: StepJob, on_progress=None) -> StepJobResult:
+        return StepJobResult(
+            executor=self.name, started_at="2026-01-01T00:00:00+00:00", wall_s=1.5, error="lost"
+        )
+
+
+def test_an_executor_error_is_the_steps_failed_outcome(tmp_path: Path) -> None:
+    plan = load_plan(write_plan(tmp_path, [fake_step("one")]))
+    result = run_campaign(plan, tmp_path / "out", LostNodeExecutor())
+    (outcome,) = result.steps
+    assert (outcome.name, outcome.status, outcome.error) == ("one", "failed", "lost")
+    assert (outcome.executor, outcome.wall_s, outcome.step) == ("lost-node", 1.5, plan.steps[0])
+    with pytest.raises(ValueError, match="either its outcome or an error"):
+        StepJobResult(executor="x", started_at="t", wall_s=0)
+    with pytest.raises(ValueError, match="either its outcome or an error"):
+        StepJobResult(executor="x", started_at="t", wall_s=0, outcome_json="{}", error="e")
 
 
 # --------------------------------------------------------------------------- advisor-plan

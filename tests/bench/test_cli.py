@@ -286,9 +286,9 @@ RUN = ("run", "--backend", "fake", "--model", "tiny-llama")
         ((*RUN, "--pattern", "rate", "--rate", "inf"), "finite number"),
         ((*RUN, "--duration-s", "nan"), "finite number"),
         ((*RUN, "--option", "load.duration_s=.inf"), "finite number"),
-        ((*RUN, "--option", "workload.seed=-1"), "greater than or equal to 0"),
-        ((*RUN, "--pattern", "rate", "--option", "load.seed=-1"), "greater than or equal to 0"),
-        ((*RUN, "--concurrency", "1000000000"), "less than or equal to 100000"),
+        ((*RUN, "--option", "workload.seed=-1"), "-1 is under the minimum of 0 (MAX_SEED"),
+        ((*RUN, "--pattern", "rate", "--option", "load.seed=-1"), "-1 is under the minimum of 0"),
+        ((*RUN, "--concurrency", "1000000000"), "over the limit of 100,000 requests in flight"),
         ((*RUN, "--slo-ttft-ms", "1e300"), "less than or equal to"),
         (("run", "--backend", "fake", "--model", "m" * 100_000), "at most 4096 characters"),
         (("run", "--backend", "fake", "--model", "m" * 300), "at most 255"),
@@ -373,7 +373,7 @@ def test_validation_of_a_config_file_lists_every_problem(tmp_path):
     assert_one_line_exit_2(code, stderr, f"run config {config}: 5 problems:")
     for problem in (
         "model: required field is missing",
-        "workload.seed: Input should be greater than or equal to 0",
+        "workload.seed: -1 is under the minimum of 0 (MAX_SEED in docs/limits.md)",
         "load.start: Input should be greater than 0",
         "load.levels[1]: Input should be greater than 0",
         "modle: unknown field; allowed: backend, model,",

@@ -3,6 +3,8 @@ the phases its registered plan really yields (bench/run/load/patterns.py) and th
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 from bench.core.config import (
@@ -12,6 +14,7 @@ from bench.core.config import (
     CapacityLoad,
     ConcurrencyLoad,
     CpuReplayClip,
+    LoadPattern,
     PulseLoad,
     RateLoad,
     ReplayLoad,
@@ -36,6 +39,27 @@ KNOWN_LENGTH = [  # loads whose phases are fixed in advance (no knee, no capacit
 def test_every_pattern_has_a_config_class_and_a_phase_plan():
     assert set(LOAD_CLASSES) == set(PATTERN_NAMES)
     assert set(PLANNERS) == set(LOAD_CLASSES.values())
+
+
+def test_the_load_pattern_union_is_the_one_pattern_registry():
+    """The names a run config accepts (pydantic's discriminator tags), the registry, the web
+    form's choices and `bench run --pattern`'s help are one list, read from `LoadPattern`."""
+    import typer.main
+    from pydantic import TypeAdapter, ValidationError
+
+    from bench.cli import app as bench_app
+
+    with pytest.raises(ValidationError) as refused:
+        TypeAdapter(LoadPattern).validate_python({"pattern": "no-such-pattern"})
+    (error,) = refused.value.errors()
+    accepted = [tag.strip().strip("'") for tag in error["ctx"]["expected_tags"].split(",")]
+    assert accepted == list(LOAD_CLASSES) == list(PATTERN_NAMES)
+    assert len(PATTERN_NAMES) == 7
+    for name, load_class in LOAD_CLASSES.items():
+        assert load_class.model_fields["pattern"].annotation == Literal[name]
+    run = typer.main.get_command(bench_app).commands["run"]
+    (option,) = [param for param in run.params if "--pattern" in param.opts]
+    assert option.help.removeprefix("Load pattern: ").split(" | ") == list(PATTERN_NAMES)
 
 
 @pytest.mark.parametrize("load", KNOWN_LENGTH, ids=lambda load: load.pattern)

@@ -201,3 +201,11 @@ def test_llama_3_tokenizer_size_matches_exactly() -> None:
     assert tokenizer.get_vocab_size() == 128256
     ids = tokenizer.encode(PYTHON_SNIPPET).ids
     assert max(ids) < 128256 and tokenizer.decode(ids) == PYTHON_SNIPPET
+
+
+def test_preset_positions_are_their_configs_max_position_embeddings() -> None:
+    """The context check before a run reads `Preset.positions` (no transformers import): it
+    must be what the written checkpoint's config says."""
+    for name, preset in PRESETS.items():
+        config = preset.build_config()
+        assert preset.positions == getattr(config, "max_position_embeddings", None), name

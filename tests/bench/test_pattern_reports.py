@@ -277,9 +277,10 @@ def shipped_results() -> list[tuple[str, dict]]:
     return found
 
 
-DERIVED_ON_LOAD = frozenset({"attainment_low", "attainment_high"})
+DERIVED_ON_LOAD = frozenset({"attainment_low", "attainment_high", "percentile"})
 """Fields added since that a stored report gets on load from what it stored (CapacityProbe's
-attainment interval, from its attainment and request count)."""
+attainment interval, from its attainment and request count; the SLO's percentile, from the
+search's)."""
 
 
 def holds(dumped: Any, stored: Any) -> bool:

@@ -32,7 +32,7 @@ def test_default_profile_quick_plan_on_the_cpu_finishes_with_results(app_url, pa
     shots.mkdir(parents=True, exist_ok=True)
     from ui.state import default_profile
 
-    profile_model = default_profile()["stages"][0]["model"]
+    profile_model = default_profile().primary.model
     assert profile_model != "tiny-llama"
 
     page.goto(f"{app_url}/benchmark_page")

@@ -63,7 +63,7 @@ def capacity_page(app_test, profile: dict):
     from ui import state
 
     at = app_test()
-    at.session_state[state.PROFILE_KEY] = profile_from_dict(profile).model_dump(mode="json")
+    at.session_state[state.PROFILE_KEY] = profile_from_dict(profile)
     return at.run()
 
 
@@ -104,7 +104,7 @@ def test_capacity_panel_resizes_when_the_peak_doubles_without_a_new_run(
     store.close()
     from ui import state
 
-    assert at.session_state[state.PROFILE_KEY]["stages"][0].get("peak_request_rate_rps") != 70.0
+    assert at.session_state[state.PROFILE_KEY].stages[0].peak_request_rate_rps != 70.0
 
 
 def test_without_a_capacity_search_the_panel_says_why_and_what_measures_it(app_test):

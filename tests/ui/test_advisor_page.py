@@ -34,6 +34,12 @@ def test_add_stage_gives_a_second_tab_and_advice(app_test):
     assert not at.exception
     assert len(at.tabs) >= 2
     assert any("Stage 2" in s.value for s in at.subheader)
+    from ui import state
+
+    assert [s.name for s in at.session_state[state.PROFILE_KEY].stages] == ["main", "stage 2"]
+    next(b for b in at.button if b.label == "Remove this stage").click().run()  # the first
+    assert not at.exception
+    assert [s.name for s in at.session_state[state.PROFILE_KEY].stages] == ["stage 2"]
 
 
 def test_uploaded_profile_is_size_limited_and_validated():
@@ -83,7 +89,7 @@ def test_another_gpu_is_told_where_the_evidence_is_and_can_view_it(app_test):
     view.set_value(True).run()
     assert not at.exception
     assert next(s for s in at.selectbox if s.label == "GPU type").value == "H100-SXM"
-    assert at.session_state[state.PROFILE_KEY]["stages"][0]["gpu"]["type"] == "H100-SXM"
+    assert at.session_state[state.PROFILE_KEY].stages[0].gpu.type == "H100-SXM"
     successes = [s.value for s in at.success]
     assert any("the decision tree's first choice" in text for text in successes)  # yours
     # the view: this project's published runs on H200, never the user's GPU (issue 23)
@@ -111,7 +117,7 @@ def test_configuration_search_shows_table_chart_and_accuracy(app_test):
         long_sequence_generation="yes",
     )
     at = app_test()
-    at.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    at.session_state[state.PROFILE_KEY] = profile
     at.run()
     assert not at.exception
     headings = [m.value for m in at.markdown]
@@ -128,7 +134,7 @@ def _seeded(app_test, **stage):
 
     at = app_test()
     profile = WorkloadProfile.model_validate({"title": "seeded", **stage})
-    at.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    at.session_state[state.PROFILE_KEY] = profile
     return at.run()
 
 
@@ -173,7 +179,7 @@ def test_a_model_that_does_not_fit_reads_plainly(app_test):
         long_sequence_generation="yes",
     )
     at = app_test()
-    at.session_state[state.PROFILE_KEY] = profile.model_dump(mode="json")
+    at.session_state[state.PROFILE_KEY] = profile
     at.run()
     assert not at.exception
     memory = next(m for m in at.metric if m.label == "Memory")
@@ -226,10 +232,10 @@ def test_an_edit_keeps_the_fields_the_form_does_not_show(app_test):
     assert not at.exception
     next(n for n in at.number_input if n.label == "GPU count").set_value(2).run()
     assert not at.exception
-    stage = at.session_state[state.PROFILE_KEY]["stages"][0]
-    assert stage["gpu"]["count"] == 2 and stage["gpu"]["price_per_hour"] == 4.5
-    assert stage["peak_request_rate_rps"] == 40 and stage["headroom_fraction"] == 0.3
-    assert stage["practical_threshold"] == 0.1
+    stage = at.session_state[state.PROFILE_KEY].stages[0]
+    assert stage.gpu.count == 2 and stage.gpu.price_per_hour == 4.5
+    assert stage.peak_request_rate_rps == 40 and stage.headroom_fraction == 0.3
+    assert stage.practical_threshold == 0.1
 
 
 def test_configuration_rows_read_the_typed_configuration():

@@ -42,8 +42,8 @@ def test_the_path_and_tolerance_set_the_profile_and_the_quality_column(app_test)
     at = _fp8_page(app_test)
     next(t for t in at.text_input if t.label == "…or its path").set_value(str(SHIPPED)).run()
     assert not at.exception
-    stage = at.session_state[state.PROFILE_KEY]["stages"][0]
-    assert stage["quality_result"] == str(SHIPPED) and stage["max_quality_loss_pct"] == 1.0
+    stage = at.session_state[state.PROFILE_KEY].stages[0]
+    assert stage.quality_result == str(SHIPPED) and stage.max_quality_loss_pct == 1.0
     assert any("Read: tiny-llama-trained on pytorch, baseline bf16" in c.value for c in at.caption)
     cells = _quality_column(at)
     assert any("ppl 296.1 (+0.0817" in cell for cell in cells)  # fp8 within 1%
@@ -53,7 +53,7 @@ def test_the_path_and_tolerance_set_the_profile_and_the_quality_column(app_test)
     loss = next(n for n in at.number_input if n.label == "Tolerated quality loss (%)")
     loss.set_value(0.01).run()  # below FP8's measured +0.03%
     assert not at.exception
-    assert at.session_state[state.PROFILE_KEY]["stages"][0]["max_quality_loss_pct"] == 0.01
+    assert at.session_state[state.PROFILE_KEY].stages[0].max_quality_loss_pct == 0.01
     assert not any("(+0.0817" in cell for cell in _quality_column(at))  # fp8 rows left out
     warning = next(w.value for w in at.warning if w.value.startswith("Not recommended"))
     assert "measured quality loss 0.03% vs bf16 exceeds the tolerated 0.01%" in warning
@@ -69,7 +69,7 @@ def test_a_bad_file_is_one_message_and_the_advice_goes_on_without_it(app_test, t
     assert not at.exception
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "quality result" in errors[0] and "Not used" in errors[0]
-    assert at.session_state[state.PROFILE_KEY]["stages"][0]["quality_result"] is None
+    assert at.session_state[state.PROFILE_KEY].stages[0].quality_result is None
     assert any("accuracy is yours to check" in c.value for c in at.caption)
 
 

@@ -7,15 +7,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from advisor.workload.profile import StageProfile, WorkloadProfile
+from bench.core.config import LengthDistribution
 from ui.state import PROFILE_KEY, default_profile
 
 PAGE = "ui/benchmark_page.py"
 
 
-def _tiny_profile() -> dict:
+def _tiny_profile(**changes: object) -> WorkloadProfile:
+    """The first-visit profile with tiny-llama at 2 in flight (and any other stage changes)."""
     profile = default_profile()
-    profile["stages"][0].update(model="tiny-llama", dynamic_control_flow=True, concurrency=2)
-    return profile
+    stage = profile.primary.model_copy(
+        update={"model": "tiny-llama", "dynamic_control_flow": True, "concurrency": 2, **changes}
+    )
+    return profile.model_copy(update={"stages": [StageProfile.model_validate(dict(stage))]})
 
 
 @pytest.fixture(autouse=True)
@@ -82,8 +87,7 @@ def test_a_plan_made_for_another_profile_cannot_run(app_test, store_path, no_run
     next(b for b in at.button if b.label == "Quick plan").click().run()
     run_button = next(b for b in at.button if b.label.startswith("Run "))
     assert not run_button.disabled and not any("another profile" in w.value for w in at.warning)
-    changed = _tiny_profile()
-    changed["stages"][0]["prompt_tokens"] = {"mean": 64}  # any edit, not only another model
+    changed = _tiny_profile(prompt_tokens=LengthDistribution(mean=64))  # any edit, not a model
     at.session_state[PROFILE_KEY] = changed
     at.run()
     assert not at.exception
@@ -226,7 +230,7 @@ def test_plan_shows_its_cost_and_a_long_plan_asks_for_confirmation(
     if fingerprint().gpu_available:
         pytest.skip("the CPU sizing applies to machines without a GPU")
     monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path / "models"))  # nothing written yet
-    model = default_profile()["stages"][0]["model"]
+    model = default_profile().primary.model
     at = app_test(PAGE).run()
     next(b for b in at.button if b.label == "Quick plan").click().run()
     assert not at.exception
@@ -255,8 +259,7 @@ def test_checkpoint_path_outside_the_model_roots_is_refused_naming_the_setting(
     from bench.engines.models import resolve_model
 
     checkpoint = resolve_model("tiny-llama", dtype="float32").path
-    profile = _tiny_profile()
-    profile["stages"][0]["model"] = str(checkpoint)
+    profile = _tiny_profile(model=str(checkpoint))
     monkeypatch.delenv("ADVISOR_MODEL_ROOTS", raising=False)
     at = app_test(PAGE)
     at.session_state[PROFILE_KEY] = profile
@@ -322,9 +325,8 @@ def test_a_deleted_plan_row_leaves_every_other_row_on_its_own_config():
 
     from advisor.plan.plan_table import PLAN_ROW, chosen_runs, plan_table
     from advisor.plan.stage_plan import plan_for_stage
-    from advisor.workload.profile import WorkloadProfile
 
-    stage = WorkloadProfile.model_validate(_tiny_profile()).stages[0]
+    stage = _tiny_profile().primary
     plan = plan_for_stage(stage, quick=False, cpu_only=True)
     assert plan.configs and plan.capacity_configs, "the full plan has comparisons and searches"
     configs = [*plan.configs, *plan.capacity_configs]

@@ -42,13 +42,12 @@ def test_report_formatters_produce_the_files(store_path):
     import json
     import zipfile
 
-    from advisor.workload.profile import WorkloadProfile
     from ui.report_page import build, html_text, json_text, markdown_zip, pdf_bytes
     from ui.state import default_profile
 
     run = stored_run(store_path)
-    profile = WorkloadProfile.model_validate(default_profile())
-    report = build.__wrapped__(profile.model_dump_json(), (run.run_id,), str(store_path))
+    profile = default_profile()
+    report = build.__wrapped__(profile.model_dump_json(), (run.run_id,), str(store_path), profile)
     report_json = report.model_dump_json()
     assert "<html" in html_text(report_json).lower()
     data = json.loads(json_text(report_json))

@@ -43,7 +43,7 @@ def test_verdicts_show_the_interval_and_single_run(app_test, store_path):
 
     store_pairs(store_path, made_runs())
     at = app_test(PAGE)
-    at.session_state[state.PROFILE_KEY] = profile_from_dict(speed_profile()).model_dump(mode="json")
+    at.session_state[state.PROFILE_KEY] = profile_from_dict(speed_profile())
     at.run()
     assert not at.exception
     assert any(s.value == "Verdicts for your profile" for s in at.subheader)

@@ -195,32 +195,63 @@ class Backend(ABC):
         return parsed
 
     @classmethod
-    def engine_args_for(
-        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    def framework_args(
+        cls,
+        engine_args: dict[str, Any],
+        parallelism: ParallelismConfig | None = None,
+        precision: Precision | None = None,
+        prefix_caching: bool | None = None,
     ) -> dict[str, Any]:
-        """The engine arguments one replica of this run is built with; UserError (one line)
-        when the framework cannot run this parallelism or precision.
+        """The engine's arguments under the framework's own names, with the run settings given
+        mapped into them: `parallelism` and `precision` (None: left out, as a RunConfig's
+        engine_args never hold them) and automatic prefix caching switched on or off (None: the
+        engine's default). UserError (one line) when the framework cannot take a setting given.
 
-        Parallelism and precision are never put into the engine arguments: `load` receives
-        them typed and maps them to the framework's own arguments. An engine argument that
-        restates them is refused (`bench.core.config.restated_axis`, the one check; RunConfig makes
-        it at config time, this repeats it for callers that build a backend directly).
+        The one mapping of these settings: `load` builds its engine from it, `engine_args_for`
+        checks a run with it, and the advisor names a deployment's arguments and switches a
+        planned run's caching through it; a new engine option is added here, in the backend.
         The default, for engines that hold a model on one device per process: replicas yes
-        (one worker process each), tensor parallelism and FP8 refused. Frameworks that split a
-        model over GPUs or run FP8 say so in an override.
+        (one worker process each); tensor parallelism, FP8 and prefix caching refused.
+        Frameworks that split a model over GPUs, run FP8 or cache prefixes override it.
         """
         refuse_restated_axes(engine_args)
-        if parallelism.tensor_parallel_size > 1:
+        if parallelism is not None and parallelism.tensor_parallel_size > 1:
             raise UserError(
                 f"backend {cls.name!r} runs one engine on one device: tensor_parallel_size "
                 f"{parallelism.tensor_parallel_size} is not implemented for it; use "
                 f"parallelism.replicas to spread independent engines over GPUs instead"
             )
-        if precision.quantization is not None or precision.kv_cache_dtype != "auto":
+        if precision is not None and precision.uses_fp8:
             raise UserError(
                 f"backend {cls.name!r} does not map precision.quantization / kv_cache_dtype "
                 f"(FP8 weights and FP8 KV cache are vLLM options here: backend vllm or openai)"
             )
+        if prefix_caching is not None:
+            raise UserError(
+                f"backend {cls.name!r} has no automatic prefix caching to switch on or off "
+                f"(vllm and openai with launch=vllm have; tensorrt_llm as enable_block_reuse)"
+            )
+        return dict(engine_args)
+
+    @classmethod
+    def engine_options(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
+        """The options the engine itself runs with, under its framework's names, read from a
+        run's engine_args (stored ones included, unchecked): the reading side of
+        `framework_args`. An in-process engine's are its engine_args."""
+        return dict(engine_args)
+
+    @classmethod
+    def engine_args_for(
+        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    ) -> dict[str, Any]:
+        """The engine arguments one replica of this run is built with; UserError (one line)
+        when the framework cannot run this parallelism or precision (`framework_args` decides).
+
+        Parallelism and precision are never put into the engine arguments: `load` receives
+        them typed and maps them with `framework_args`. An engine argument that restates them
+        is refused (`bench.core.config.restated_axis`, the one check; RunConfig makes it at
+        config time, this repeats it for callers that build a backend directly)."""
+        cls.framework_args(engine_args, parallelism, precision)
         return dict(engine_args)
 
     @classmethod

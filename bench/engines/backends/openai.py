@@ -284,35 +284,65 @@ class OpenAIBackend(Backend):
         )
 
     @classmethod
-    def engine_args_for(
-        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    def framework_args(
+        cls,
+        engine_args: dict[str, Any],
+        parallelism: ParallelismConfig | None = None,
+        precision: Precision | None = None,
+        prefix_caching: bool | None = None,
     ) -> dict[str, Any]:
-        """A launched server gets the run's parallelism and precision as its own options (mapped
-        in `load`, from the typed axes); a server given by base_url was configured where it was
-        started, so the run cannot set them (refused rather than recorded as something it did
-        not do)."""
+        """The client's options as given, with a launched server's own arguments
+        (`server_args`) carrying the run settings under its framework's names: vLLM's as the
+        vllm backend names them (`vllm_args`), trtllm-serve's tensor-parallel degree. A server
+        given by base_url was configured where it was started, so the run cannot set them
+        (refused rather than recorded as something it did not do)."""
         options = cls.parse_options(engine_args)
         assert isinstance(options, OpenAIOptions)
         refuse_restated_axes(engine_args)
-        asks_gpus = parallelism.tensor_parallel_size > 1 or precision.uses_fp8
+        tensor_parallel = parallelism.tensor_parallel_size if parallelism is not None else 1
+        replicas = parallelism.replicas if parallelism is not None else 1
+        fp8 = precision is not None and precision.uses_fp8
         if options.launch is None:
-            if asks_gpus or parallelism.replicas > 1:
+            if tensor_parallel > 1 or replicas > 1 or fp8 or prefix_caching is not None:
                 raise UserError(
                     "the openai backend with base_url measures a server started elsewhere: its "
-                    "tensor parallelism, replicas and FP8 are set where it runs; use "
-                    "launch=vllm (or trtllm) to have the run start and configure the server"
+                    "tensor parallelism, replicas, FP8 and prefix caching are set where it runs; "
+                    "use launch=vllm (or trtllm) to have the run start and configure the server"
                 )
             return dict(engine_args)
+        args = dict(engine_args)
         if options.launch == "vllm":
-            from bench.engines.backends.vllm import vllm_parallel_args
+            from bench.engines.backends.vllm import vllm_args
 
-            vllm_parallel_args(options.server_args, parallelism, precision)  # contradictions
-        elif precision.uses_fp8:
+            args["server_args"] = vllm_args(
+                options.server_args, parallelism, precision, prefix_caching
+            )
+            return args
+        if fp8:
             raise UserError(
                 "launch=trtllm: FP8 is not mapped for trtllm-serve here; quantise the "
                 "checkpoint with TensorRT-LLM's tools and pass its directory as the model"
             )
-        return dict(engine_args)
+        if prefix_caching is not None:
+            raise UserError(
+                "launch=trtllm: prefix caching (KV-cache block reuse) is not mapped for "
+                "trtllm-serve here; set kv_cache_config.enable_block_reuse in its options"
+            )
+        if parallelism is not None:
+            args["server_args"] = {
+                **options.server_args,
+                "tensor_parallel_size": parallelism.tensor_parallel_size,
+            }
+        return args
+
+    @classmethod
+    def engine_options(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
+        """A launched server's own arguments (`server_args`); {} for a server started
+        elsewhere (its options were set where it runs, not recorded here)."""
+        server_args = engine_args.get("server_args")
+        if engine_args.get("launch") is None or not isinstance(server_args, dict):
+            return {}
+        return dict(server_args)
 
     @classmethod
     def uses_local_gpus(cls, engine_args: dict[str, Any]) -> bool:
@@ -400,15 +430,14 @@ class OpenAIBackend(Backend):
     def launched_server_args(
         self, precision: Precision, parallelism: ParallelismConfig
     ) -> dict[str, Any]:
-        """The launched server's own arguments: `server_args` plus the run's parallelism and
-        precision under the server's names (vLLM's as the vllm backend maps them)."""
+        """The launched server's own arguments: `server_args` with the run's parallelism and
+        precision under the server's names (`framework_args`); a vLLM server splitting a model
+        over GPUs also gets this harness's executor choice (`vllm_parallel_args`)."""
+        server_args = self.framework_args(self.engine_args, parallelism, precision)["server_args"]
         if self.options.launch == "vllm":
-            from bench.engines.backends.vllm import vllm_parallel_args
+            from bench.engines.backends.vllm import with_harness_executor
 
-            return vllm_parallel_args(self.options.server_args, parallelism, precision)
-        server_args = dict(self.options.server_args)
-        if parallelism.tensor_parallel_size > 1:
-            server_args["tensor_parallel_size"] = parallelism.tensor_parallel_size
+            return with_harness_executor(server_args, parallelism)
         return server_args
 
     def _launch_server(

@@ -111,15 +111,23 @@ class TensorRTLLMBackend(Backend):
         self._sampling_params_cls: Any = None
 
     @classmethod
-    def engine_args_for(
-        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    def framework_args(
+        cls,
+        engine_args: dict[str, Any],
+        parallelism: ParallelismConfig | None = None,
+        precision: Precision | None = None,
+        prefix_caching: bool | None = None,
     ) -> dict[str, Any]:
-        """TensorRT-LLM splits one engine over GPUs itself (`LLM(..., tensor_parallel_size=N)`
-        starts one MPI rank per GPU; `llm_kwargs` maps it at load). FP8 is not mapped (refused
-        by the base class's rule)."""
-        return super().engine_args_for(
-            engine_args, ParallelismConfig(replicas=parallelism.replicas), precision
-        )
+        """TensorRT-LLM splits one engine over GPUs itself (LlmArgs `tensor_parallel_size`: one
+        MPI rank per GPU, `llm_kwargs` passes it at load) and caches prefixes as KV-cache block
+        reuse (`enable_block_reuse`); FP8 is not mapped (refused by the base class's rule)."""
+        replicas = None if parallelism is None else ParallelismConfig(replicas=parallelism.replicas)
+        args = super().framework_args(engine_args, replicas, precision)
+        if parallelism is not None:
+            args["tensor_parallel_size"] = parallelism.tensor_parallel_size
+        if prefix_caching is not None:
+            args["enable_block_reuse"] = prefix_caching
+        return args
 
     @classmethod
     def availability(cls) -> Availability:

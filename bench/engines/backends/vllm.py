@@ -152,38 +152,62 @@ def _engine_arg_fields_from_source() -> set[str]:
     return names
 
 
+def vllm_args(
+    engine_args: dict[str, Any],
+    parallelism: ParallelismConfig | None = None,
+    precision: Precision | None = None,
+    prefix_caching: bool | None = None,
+) -> dict[str, Any]:
+    """vLLM EngineArgs (in-process engine and `vllm serve` alike) with the run settings under
+    vLLM's names; `engine_args` never holds them (`bench.core.config.restated_axis` refuses
+    that at config time). None leaves a setting out.
+
+    - parallelism -> `tensor_parallel_size=N` (1 included: the degree is always said);
+    - precision.quantization fp8 -> `quantization="fp8"` (dynamic FP8 weights, no calibration);
+      precision.kv_cache_dtype fp8 -> `kv_cache_dtype="fp8"`. A checkpoint's own format given as
+      an engine argument (`quantization: awq`) beside FP8 precision is a contradiction, refused;
+    - prefix_caching -> `enable_prefix_caching` (vLLM's automatic prefix caching).
+    """
+    args = dict(engine_args)
+    if parallelism is not None:
+        args["tensor_parallel_size"] = parallelism.tensor_parallel_size
+    if precision is not None:
+        wanted = {
+            "quantization": precision.quantization,
+            "kv_cache_dtype": (
+                None if precision.kv_cache_dtype == "auto" else precision.kv_cache_dtype
+            ),
+        }
+        for name, value in wanted.items():
+            if value is None:
+                continue
+            given = args.setdefault(name, value)
+            if given != value:
+                raise UserError(
+                    f"engine argument {name}={given!r} contradicts the run's precision.{name} "
+                    f"({value!r}); say the precision once, in precision"
+                )
+    if prefix_caching is not None:
+        args["enable_prefix_caching"] = prefix_caching
+    return args
+
+
 def vllm_parallel_args(
     engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
 ) -> dict[str, Any]:
-    """vLLM EngineArgs for one replica of this parallelism and precision (in-process engine
-    and `vllm serve` alike), built from the typed axes at load time; `engine_args` never holds
-    them (`bench.core.config.restated_axis` refuses that at config time).
+    """What this harness starts vLLM with for one replica: `vllm_args`, plus, for
+    tensor_parallel_size > 1, `distributed_executor_backend="mp"` (unless given): vLLM's
+    multiprocessing executor, one worker process per GPU on this node. Left to itself vLLM picks
+    Ray when it runs inside a Ray task (the `ray` executor's jobs), which would ask Ray for GPUs
+    the job already holds; a deployment outside Ray does not need it."""
+    return with_harness_executor(vllm_args(engine_args, parallelism, precision), parallelism)
 
-    - tensor_parallel_size > 1 -> `tensor_parallel_size=N` and `distributed_executor_backend=
-      "mp"` (unless given): vLLM's multiprocessing executor, one worker process per GPU on this
-      node. Left to itself vLLM picks Ray when it runs inside a Ray task (the `ray` executor's
-      jobs), which would ask Ray for GPUs the job already holds.
-    - precision.quantization fp8 -> `quantization="fp8"` (dynamic FP8 weights, no calibration);
-      precision.kv_cache_dtype fp8 -> `kv_cache_dtype="fp8"`. A checkpoint's own format given as
-      an engine argument (`quantization: awq`) beside FP8 precision is a contradiction, refused.
-    """
-    args = dict(engine_args)
+
+def with_harness_executor(args: dict[str, Any], parallelism: ParallelismConfig) -> dict[str, Any]:
+    """`args` with `distributed_executor_backend="mp"` set (unless given) when one engine spans
+    GPUs: the harness's executor choice (`vllm_parallel_args`), not a deployment's."""
     if parallelism.tensor_parallel_size > 1:
-        args["tensor_parallel_size"] = parallelism.tensor_parallel_size
         args.setdefault("distributed_executor_backend", "mp")
-    wanted = {
-        "quantization": precision.quantization,
-        "kv_cache_dtype": None if precision.kv_cache_dtype == "auto" else precision.kv_cache_dtype,
-    }
-    for name, value in wanted.items():
-        if value is None:
-            continue
-        given = args.setdefault(name, value)
-        if given != value:
-            raise UserError(
-                f"engine argument {name}={given!r} contradicts the run's precision.{name} "
-                f"({value!r}); say the precision once, in precision"
-            )
     return args
 
 
@@ -357,14 +381,22 @@ class VllmBackend(Backend):
         return dict(engine_args)
 
     @classmethod
-    def engine_args_for(
-        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    def framework_args(
+        cls,
+        engine_args: dict[str, Any],
+        parallelism: ParallelismConfig | None = None,
+        precision: Precision | None = None,
+        prefix_caching: bool | None = None,
     ) -> dict[str, Any]:
-        """vLLM runs tensor parallelism, FP8 weights and FP8 KV cache: nothing refused here
-        beyond a restated axis; `load` maps them (`vllm_parallel_args`)."""
+        """vLLM runs tensor parallelism, FP8 weights, FP8 KV cache and automatic prefix
+        caching: `vllm_args` names them. Caching switched explicitly is also measured: the
+        in-process engine then reports its hit rate (`prefix_cache_stats`, an option of this
+        backend, off by default because its stat logger costs front-end CPU per step)."""
         refuse_restated_axes(engine_args)
-        vllm_parallel_args(engine_args, parallelism, precision)  # a contradiction fails here
-        return dict(engine_args)
+        args = vllm_args(engine_args, parallelism, precision, prefix_caching)
+        if prefix_caching is not None:
+            args["prefix_cache_stats"] = True
+        return args
 
     @classmethod
     def availability(cls) -> Availability:

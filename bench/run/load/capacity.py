@@ -23,6 +23,16 @@ shipped H200 bf16 search (data/reference/h200_llama2-7b_capacity_chat_slo) faile
 14 requests, all sent in the last 0.3 s of the probe. A failure that no repeat could turn (the
 pair is already over its miss budget, or a request failed) is not repeated.
 
+A rate probe is judged once the engine has settled (`settle_s`): before its judged requests it
+sends arrivals at the same rate for the end-to-end time the SLO allows (`SLO.e2e_bound_ms`: a
+request that meets the SLO is done by then, so the requests in flight have levelled off at what
+that rate holds), served as warm-up and not judged; the judged requests follow without a gap.
+A probe started on an empty engine judges its first requests on a half-filled batch, and a rate
+the engine cannot hold passes while its queue is still growing: on one H200 (llama-2-7b, bf16,
+512/256, TTFT p99 <= 300 ms, TPOT p99 <= 50 ms), 500 requests from empty held at 24 req/s and
+1,500 did not (every miss from the 494th request on), while 22 req/s held for 1,500
+(data/reference/h200_llama2-7b_capacity_boundary, `vllm bench serve` on `vllm serve`).
+
 A probe ends early (GuideLLM's over-saturation stop, here as a certain bound rather than a
 slope test) once more of its planned requests have missed the SLO than the attainment target
 allows, or one failed: it can no longer pass, so waiting for the rest only costs time.
@@ -56,6 +66,8 @@ from bench.core.pattern_reports import (
 from bench.core.schema import MetricsSummary, Percentiles, PhaseResult, Validity, ValidityStatus
 from bench.run.load.driver import PhaseOutcome, PhaseSpec, PlanInterrupted
 
+SETTLE_SEED_OFFSET = 100_000
+"""Settle phases draw their arrivals from seeds apart from the judged probes' (seed + index)."""
 SLO_METRICS = tuple(bound.field for bound in REQUEST_SLO_BOUNDS)
 """The per-request SLO limits a probe is judged on (bench.core.metric_catalog: all maximums)."""
 
@@ -253,30 +265,34 @@ def pooled_verdict(
 class _Search:
     """State of one search; `run()` is the phase generator (see the module docstring)."""
 
-    def __init__(self, load: CapacityLoad, slo: SLO) -> None:
+    def __init__(self, load: CapacityLoad, slo: SLO, output_tokens: float | None = None) -> None:
         self.load = load
         self.slo = slo
+        self.settle_s, settle_rule = settle_seconds(load, slo, output_tokens)
+        # Judged at the SLO's percentile (RunConfig keeps load.percentile equal to it).
+        self.percentile = slo.percentile
         self.by_rate = load.over == "rate"
-        derived = min_probe_requests(load.percentile, load.attainment_target)
+        derived = min_probe_requests(self.percentile, load.attainment_target)
         self.planned = load.probe_requests or derived
         self.report = CapacityReport(
             over=load.over,
             arrival=load.arrival,
-            percentile=load.percentile,
+            percentile=self.percentile,
             attainment_target=load.attainment_target,
             precision=load.precision,
             slo=slo,
             probe_requests=self.planned,
             probe_requests_rule=(
                 f"max({MIN_PROBE_REQUESTS_FLOOR}, ceil({TAIL_SAMPLES} / (1 - q)) for "
-                f"{load.percentile}, ceil({TAIL_SAMPLES} / (1 - attainment target))) = {derived}"
+                f"{self.percentile}, ceil({TAIL_SAMPLES} / (1 - attainment target))) = {derived}"
                 + ("" if load.probe_requests is None else f"; given: {load.probe_requests}")
             ),
         )
+        self.report.settle_rule = settle_rule
         if load.probe_requests is not None and load.probe_requests < derived:
             self.report.notes.append(
                 f"probe_requests {load.probe_requests} is below the derived minimum {derived}: "
-                f"the {load.percentile} of a probe rests on fewer than {TAIL_SAMPLES} requests"
+                f"the {self.percentile} of a probe rests on fewer than {TAIL_SAMPLES} requests"
             )
         self.judged = 0
         self.floor = 0.0  # lowest level worth a probe, set once the start is known
@@ -315,6 +331,19 @@ class _Search:
         else:
             planned = self.planned
             name = f"capacity-{index:02d}-r{level:.4g}"
+            if self.settle_s:
+                # Served, not judged (warm-up records); no drain: the judged requests start on
+                # the engine this rate has filled.
+                yield PhaseSpec(
+                    f"{name}-settle",
+                    "rate",
+                    level,
+                    self.settle_s,
+                    arrival=load.arrival,
+                    seed=load.seed + SETTLE_SEED_OFFSET + index,
+                    warmup=True,
+                    drain=False,
+                )
             guard = (
                 EndEarly(self.slo, planned, load.attainment_target, budget)
                 if load.end_early
@@ -337,7 +366,7 @@ class _Search:
             feasible, reasons, binding = None, [], None
         else:
             feasible, reasons, binding = judge_probe(
-                figures, self.slo, load.percentile, load.attainment_target
+                figures, self.slo, self.percentile, load.attainment_target
             )
             if ended:
                 feasible = False
@@ -351,7 +380,7 @@ class _Search:
             pooled_feasible, pooled_attainment, pooled_reasons = pooled_verdict(
                 [self.figures[repeats.index], (planned, figures)],
                 self.slo,
-                load.percentile,
+                self.percentile,
                 load.attainment_target,
             )
             reasons = [*reasons, *(f"pair: {text}" for text in pooled_reasons)]
@@ -379,6 +408,7 @@ class _Search:
             repeats=None if repeats is None else repeats.index,
             pooled_attainment=pooled_attainment,
             pooled_feasible=pooled_feasible,
+            settle_s=self.settle_s if spec.strategy == "rate" and not serial else None,
         )
         self.report.probes.append(probe)
         return probe
@@ -605,7 +635,7 @@ class _Search:
             report.binding_reasons = list(hi_probe.reasons)
         if lo is not None and hi is not None:
             report.relative_gap = (hi - lo) / hi
-        quantile = self.load.percentile
+        quantile = self.percentile
         report.smoothed_boundary_level = smoothed_boundary(report.probes, self.slo, quantile)
         report.curve = [
             CapacityCurvePoint(
@@ -623,17 +653,35 @@ class _Search:
         return report
 
 
+def settle_seconds(
+    load: CapacityLoad, slo: SLO, output_tokens: float | None
+) -> tuple[float | None, str]:
+    """(Seconds a rate probe settles before its judged requests, the rule in words)."""
+    if load.over != "rate" or load.settle_s is None:
+        return None, "none: each probe is judged from its first request"
+    if load.settle_s != "slo":
+        return float(load.settle_s), f"{load.settle_s:g} s (given)"
+    bound, how = slo.e2e_bound_ms(output_tokens)
+    if bound is None:
+        return None, (
+            "none: the SLO bounds no end-to-end time to settle by (set settle_s, or an E2E "
+            "limit, or TTFT and TPOT limits on a generation)"
+        )
+    return bound / 1000, f"{bound / 1000:,.1f} s, the end-to-end time the SLO allows: {how}"
+
+
 def capacity_search(
-    load: CapacityLoad, slo: SLO, rules: ValidityRules
+    load: CapacityLoad, slo: SLO, rules: ValidityRules, output_tokens: float | None = None
 ) -> Generator[PhaseSpec, MetricsSummary, dict]:
     """The capacity pattern's phases; returns its `CapacityReport` as a JSON-ready dict.
 
     `rules` are not used by the search itself (the SLO allows no errors at all); the run's
-    validity is `capacity_validity` of the report.
+    validity is `capacity_validity` of the report. `output_tokens`: the workload's mean output
+    length, for settling by the SLO's end-to-end bound (None: not a generation).
     """
     if not slo.is_set():
         raise ValueError("the capacity pattern needs an SLO (ttft_ms, tpot_ms or e2e_ms)")
-    return (yield from _Search(load, slo).run())
+    return (yield from _Search(load, slo, output_tokens).run())
 
 
 def capacity_validity(

@@ -56,6 +56,9 @@ class PlanInputs:
     rules: ValidityRules
     vocab_size: int | None = None
     """The model's vocabulary (replay builds its prompts from token IDs); None = not known."""
+    output_tokens: float | None = None
+    """The workload's mean output length (the capacity search settles its probes by the E2E
+    the SLO allows for it); None = not a generation."""
 
 
 Planner = Callable[[Any, PlanInputs], PhasePlan]
@@ -100,18 +103,20 @@ def planner(
 def slo_breaches(summary: MetricsSummary, slo: SLO, rules: ValidityRules) -> list[str]:
     """Why a stage breaks the latency SLO or error budget (empty list = it does not).
 
-    Rule: the stage's p99 TTFT, p99 TPOT and p99 E2E are each compared with the SLO set for
-    that metric (p99 > SLO breaks it); error_rate > max_error_rate breaks the budget; a stage
-    with no successful request breaks both.
+    Rule: the stage's TTFT, TPOT and E2E at the SLO's percentile (`slo.percentile`, p99 by
+    default) are each compared with the SLO set for that metric (above it breaks it);
+    error_rate > max_error_rate breaks the budget; a stage with no successful request breaks
+    both.
     """
     reasons: list[str] = []
     if summary.successful == 0:
         return ["no successful requests"]
+    percentile = slo.percentile
     for bound in REQUEST_SLO_BOUNDS:
         limit = getattr(slo, bound.field)
-        measured = bound.metric_at("p99").read(summary)
+        measured = bound.metric_at(percentile).read(summary)
         if limit is not None and measured is not None and bound.broken(measured, limit):
-            reasons.append(f"p99 {bound.spec.family} {measured:.1f} ms > SLO {limit:g} ms")
+            reasons.append(f"{percentile} {bound.spec.family} {measured:.1f} ms > SLO {limit:g} ms")
     if summary.error_rate > rules.max_error_rate:
         reasons.append(f"error rate {summary.error_rate:.2%} > budget {rules.max_error_rate:.2%}")
     return reasons
@@ -216,7 +221,11 @@ def _find_capacity(
 
 
 def plan(
-    load: LoadCommon, slo: SLO, rules: ValidityRules, vocab_size: int | None = None
+    load: LoadCommon,
+    slo: SLO,
+    rules: ValidityRules,
+    vocab_size: int | None = None,
+    output_tokens: float | None = None,
 ) -> PhasePlan:
     """The phases of a load pattern; send each phase's summary back, get the report at the end.
 
@@ -233,7 +242,7 @@ def plan(
     if found is None:
         known = ", ".join(sorted(load_type.__name__ for load_type in PLANNERS))
         raise ValueError(f"no phase plan for load pattern {type(load).__name__}; known: {known}")
-    return found(load, PlanInputs(slo, rules, vocab_size))
+    return found(load, PlanInputs(slo, rules, vocab_size, output_tokens))
 
 
 def validity_reasons(load: LoadCommon, report: PatternReportBase | None) -> list[str]:
@@ -320,7 +329,7 @@ def _pulse(load: PulseLoad, inputs: PlanInputs) -> PhasePlan:
 
 @planner(CapacityLoad)
 def _capacity(load: CapacityLoad, inputs: PlanInputs) -> PhasePlan:
-    return (yield from capacity_search(load, inputs.slo, inputs.rules))
+    return (yield from capacity_search(load, inputs.slo, inputs.rules, inputs.output_tokens))
 
 
 @planner(ReplayLoad)

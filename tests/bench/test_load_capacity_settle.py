@@ -1,0 +1,94 @@
+"""A rate probe is judged once the engine has settled: arrivals at the probe's rate for the
+end-to-end time the SLO allows are served first (warm-up, not judged, no drain), then the judged
+requests; stored searches from before say they were judged from their first request.
+
+The search generator is driven directly; every phase is answered by the same summary (a test
+double's figures: the verdicts are not what these tests check, the phases are).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.core.config import SLO, CapacityLoad, ValidityRules
+from bench.core.pattern_reports import CapacityReport
+from bench.core.schema import RunResult
+from bench.run.load.capacity import capacity_search, settle_seconds
+from bench.run.load.driver import PhaseSpec
+from tests.bench.test_load_capacity_confirm import summary
+
+SLO_CHAT = SLO(ttft_ms=300, tpot_ms=50)
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
+
+
+def phases_of(load: CapacityLoad, slo: SLO, output_tokens: float | None):
+    """Every phase the search asks for (all answered: 0 misses below 24 req/s, 120 above)."""
+    plan = capacity_search(load, slo, ValidityRules(), output_tokens)
+    specs: list[PhaseSpec] = []
+    spec = next(plan)
+    try:
+        while True:
+            specs.append(spec)
+            spec = plan.send(summary(0 if spec.target < 24 else 120))
+    except StopIteration as done:
+        return specs, CapacityReport.model_validate(done.value)
+
+
+LOAD = CapacityLoad(start_rps=16, growth_factor=1.5, precision=0.1, warmup_requests=0)
+
+
+def test_every_judged_rate_probe_follows_a_settle_phase_at_its_rate():
+    specs, report = phases_of(LOAD, SLO_CHAT, 256)
+    bound_s = (300 + 255 * 50) / 1000  # TTFT limit + (output - 1) x TPOT limit
+    judged = [spec for spec in specs if not spec.name.endswith("-settle")]
+    assert len(judged) == len(report.probes) and len(specs) == 2 * len(judged)
+    for settle, probe_spec in zip(specs[::2], specs[1::2], strict=True):
+        assert settle.name == f"{probe_spec.name}-settle"
+        assert settle.warmup and not settle.drain  # not judged; the probe starts on its load
+        assert settle.duration_s == pytest.approx(bound_s) and settle.max_requests is None
+        assert settle.target == probe_spec.target and settle.strategy == "rate"
+        assert not probe_spec.warmup and probe_spec.max_requests == report.probe_requests
+    seeds = [spec.seed for spec in specs]
+    assert len(set(seeds)) == len(seeds)  # fresh arrivals for every phase
+    assert all(probe.settle_s == pytest.approx(bound_s) for probe in report.probes)
+    assert "13.1 s" in report.settle_rule and "300 + 255 x 50" in report.settle_rule
+
+
+def test_settle_can_be_given_or_turned_off():
+    specs, report = phases_of(LOAD.model_copy(update={"settle_s": 5.0}), SLO_CHAT, 256)
+    assert {spec.duration_s for spec in specs[::2]} == {5.0} and "given" in report.settle_rule
+    specs, report = phases_of(LOAD.model_copy(update={"settle_s": None}), SLO_CHAT, 256)
+    assert not [spec for spec in specs if spec.warmup]
+    assert all(probe.settle_s is None for probe in report.probes)
+    assert report.settle_rule.startswith("none")
+
+
+def test_no_settle_without_an_end_to_end_bound_and_it_says_why():
+    seconds, rule = settle_seconds(LOAD, SLO(ttft_ms=300), 256)
+    assert seconds is None and "bounds no end-to-end time" in rule
+    # An E2E limit bounds it whatever the output length; a concurrency search never settles.
+    assert settle_seconds(LOAD, SLO(e2e_ms=2000), None)[0] == pytest.approx(2.0)
+    assert settle_seconds(CapacityLoad(over="concurrency"), SLO_CHAT, 256)[0] is None
+
+
+def test_settle_is_bounded_like_any_duration():
+    for bad in (-1, 1e12, "always"):
+        with pytest.raises(ValueError):
+            CapacityLoad(settle_s=bad)
+
+
+def test_stored_searches_read_as_judged_from_their_first_request():
+    files = sorted(REFERENCE.glob("*capacity*_runs.json"))
+    assert files
+    for path in files:
+        for data in json.loads(path.read_text(encoding="utf-8"))["runs"]:
+            run = RunResult.model_validate(data)
+            if run.config.load.pattern != "capacity":
+                continue
+            assert run.config.load.settle_s is None, path.name
+            assert isinstance(run.pattern_report, CapacityReport)
+            assert run.pattern_report.settle_rule == ""
+            assert all(probe.settle_s is None for probe in run.pattern_report.probes)
