@@ -20,8 +20,8 @@ from bench.cli_errors import OneLineErrorsGroup
 from bench.core.errors import UserError
 
 if TYPE_CHECKING:
-    from advisor.profile import WorkloadProfile
-    from advisor.recommend import Report
+    from advisor.decide.recommend import Report
+    from advisor.workload.profile import WorkloadProfile
 
 app = typer.Typer(
     cls=OneLineErrorsGroup,
@@ -65,7 +65,7 @@ def build_profile(
     profile: Path | None, stage: str | None, flags: dict[str, Any]
 ) -> WorkloadProfile:
     """A profile from --profile, overridden by flags; flags alone build a single-stage profile."""
-    from advisor.profile import load_profile, profile_from_flags
+    from advisor.workload.profile_input import load_profile, profile_from_flags
 
     base = load_profile(profile) if profile is not None else None
     given = {key: value for key, value in flags.items() if value is not None}
@@ -95,7 +95,8 @@ def open_store(store: str | None) -> Any:
 # --------------------------------------------------------------------------- commands
 
 
-# The traffic flags of `recommend` and `bench-plan` (advisor/traffic.py maps them onto the stage).
+# The traffic flags of `recommend` and `bench-plan` (advisor/workload/traffic.py maps them onto the
+# stage).
 SharedPrefixTokens = Annotated[
     int | None, _flag("Shared system prompt / context length (tokens, inside the prompt).")
 ]
@@ -106,7 +107,7 @@ TraceFile = Annotated[
     str | None, _flag("Request trace to replay (Mooncake .jsonl or Azure-layout .csv).")
 ]
 PromptFileFlag = Annotated[str | None, _flag("Your prompts (JSONL or CSV).")]
-# The quality flags of `recommend` and `report` (advisor/quality.py applies the rule).
+# The quality flags of `recommend` and `report` (advisor/workload/quality.py applies the rule).
 QualityResultFlag = Annotated[
     str | None,
     _flag(
@@ -189,8 +190,8 @@ def recommend(
         if not check_user_path(reference_dir, "--reference-dir").is_dir():
             raise UserError(f"--reference-dir {reference_dir} is not a folder")
     workload = build_profile(profile, stage, flags)
-    from advisor.recommend import recommend as run_recommend
-    from advisor.tree import load_tree
+    from advisor.decide.recommend import recommend as run_recommend
+    from advisor.plan.tree import load_tree
 
     report = run_recommend(
         workload,
@@ -233,8 +234,8 @@ def bench_plan_command(
     """Print one run configuration per candidate (and its `python -m bench run` command)."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
     workload = build_profile(profile, stage, flags)
-    from advisor.plan import plan_for_stage
-    from advisor.tree import load_tree
+    from advisor.plan.stage_plan import plan_for_stage
+    from advisor.plan.tree import load_tree
     from bench.engines.models import check_model_name
     from bench.run.api import reproduce_command
 
@@ -355,7 +356,7 @@ def _number(value: float | None, unit: str = "", digits: int = 3) -> str:
 def _diagnostic_lines(diagnostics: list) -> list[str]:
     """Identical advice once per rule with the run count; each distinct finding once, with the
     ids of the runs it was seen on (a campaign's runs otherwise repeat one paragraph per run)."""
-    from advisor.diagnose import Diagnostic, group_identical
+    from advisor.decide.diagnose import Diagnostic, group_identical
 
     lines = []
     typed = [Diagnostic.model_validate(d, from_attributes=True) for d in diagnostics]

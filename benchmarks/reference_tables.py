@@ -694,11 +694,11 @@ def ratios(
 
 
 def decode_floor(model: str, gpu: str = "H200", dtype: str = "float16"):
-    """advisor/estimate.py's Estimate for batch-1 decode of `model` on one `gpu`: its
+    """advisor/sizing/estimate.py's Estimate for batch-1 decode of `model` on one `gpu`: its
     `decode_floor_ms_per_token` = weight bytes / datasheet memory bandwidth."""
     sys.path.insert(0, str(ROOT))
-    from advisor.estimate import estimate_stage
-    from advisor.profile import StageProfile
+    from advisor.sizing.estimate import estimate_stage
+    from advisor.workload.profile import StageProfile
 
     stage = StageProfile.model_validate(
         {"name": "floor", "model": model, "gpu": {"type": gpu}, "precision": {"dtype": dtype}}
@@ -925,11 +925,11 @@ def headline_table(runs: list[dict], model: str = "llama-2-7b") -> str:
 
 def serving_validation(reference_dir: Path = REFERENCE_DIR):  # -> advisor Validation
     """The serving model's leave-one-out check over the shipped runs
-    (advisor/serving_validation.py), the rows of docs/capacity-model.md."""
+    (advisor/sizing/serving_validation.py), the rows of docs/capacity-model.md."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from advisor.evidence import measured_reference_runs
-    from advisor.serving_validation import validate
+    from advisor.sizing.measured import measured_reference_runs
+    from advisor.sizing.serving_validation import validate
 
     runs = measured_reference_runs(reference_dir)
     return validate((run, name) for name, file_runs in runs.items() for run in file_runs)

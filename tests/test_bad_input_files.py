@@ -272,7 +272,7 @@ def test_broken_reference_file_is_skipped_with_a_note(tmp_path: Path, monkeypatc
         "recommend", "--model", "llama-2-7b", "--reference-dir", str(folder), "--json"
     )
     assert code == 0
-    from advisor.evidence import read_reference_folder
+    from advisor.sizing.measured import read_reference_folder
 
     loaded = read_reference_folder(folder)
     assert list(loaded.runs) == ["good_runs.json"]
@@ -297,7 +297,7 @@ def test_checkpoint_with_a_broken_config_json(tmp_path: Path, monkeypatch, break
     for command in ("recommend", "bench-plan"):
         code, stderr = advisor(command, "--model", str(checkpoint), "--json")
         assert code == 0 and "Traceback" not in stderr
-    from advisor.estimate import architecture_for
+    from advisor.workload.architectures import architecture_for
 
     architecture, note = architecture_for(str(checkpoint))
     assert architecture is None and "config.json" in note
@@ -404,7 +404,7 @@ def test_unbounded_reference_file_is_a_note(
     bad = make(folder, ".json")
     code, _ = advisor("recommend", "--model", "llama-2-7b", "--reference-dir", str(folder))
     assert code == 0
-    from advisor.evidence import read_reference_folder
+    from advisor.sizing.measured import read_reference_folder
 
     loaded = read_reference_folder(folder)
     assert list(loaded.runs) == ["good_runs.json"]

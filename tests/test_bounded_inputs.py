@@ -539,7 +539,7 @@ def test_a_local_checkpoints_window_follows_the_engines_rope_rule(tmp_path: Path
 
 def test_longest_tokens_is_the_advisors_upper_tokens() -> None:
     """The bench refuses a run on the rule the advisor clips its plans to: a planned run passes."""
-    from advisor.estimate import upper_tokens
+    from advisor.workload.architectures import upper_tokens
     from bench.core.config import LengthDistribution
     from bench.core.context_window import longest_tokens
 
@@ -594,8 +594,8 @@ def test_labelled_item_over_the_models_context_names_its_lengths() -> None:
 )
 def test_the_bench_and_the_advisor_read_one_window(tmp_path: Path, rope: dict | None) -> None:
     """A checkpoint's window per engine is the same for the advisor's profile check
-    (advisor/estimate.py) and the bench's run check."""
-    from advisor.estimate import architecture_for, context_limits
+    (advisor/workload/architectures.py) and the bench's run check."""
+    from advisor.workload.architectures import architecture_for, context_limits
     from bench.engines.models import model_context
 
     config = {

@@ -1,7 +1,7 @@
 """Advisor page: the workload questionnaire, the decision path, candidates and the recommendation.
 
-The form builds an `advisor.profile.WorkloadProfile`; `advisor.recommend.recommend` does all the
-thinking. Help texts are the profile's Field descriptions.
+The form builds an `advisor.workload.profile.WorkloadProfile`; `advisor.decide.recommend.recommend`
+does all the thinking. Help texts are the profile's Field descriptions.
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
 
-from advisor.capacity import choose_price
-from advisor.configurations import PREDICTED_OUTPUT, PREDICTED_TPOT, RecommendedDeployment
-from advisor.gpus import GPUS
-from advisor.profile import (
+from advisor.decide.recommend import NO_PEAK_NOTE
+from advisor.report.capacity import CapacityView, capacity_view, capacity_view_for_runs
+from advisor.report.numbers import figure, fixed
+from advisor.sizing.capacity import choose_price
+from advisor.sizing.configurations import PREDICTED_OUTPUT, PREDICTED_TPOT, RecommendedDeployment
+from advisor.workload.gpus import GPUS
+from advisor.workload.profile import (
     Constraint,
     GpuProfile,
     Objective,
@@ -27,10 +30,7 @@ from advisor.profile import (
     WorkloadProfile,
     describe_validation_error,
 )
-from advisor.recommend import NO_PEAK_NOTE
-from advisor.report.capacity import CapacityView, capacity_view, capacity_view_for_runs
-from advisor.report.numbers import figure, fixed
-from advisor.stage_input import (
+from advisor.workload.stage_input import (
     StageFormValues,
     draft_stage,
     load_kind_shown,
@@ -83,7 +83,7 @@ def _key(stage_index: int, name: str) -> str:
 
 def stage_form(index: int, previous: StageProfile, name: str) -> StageFormValues:
     """Widgets for one stage, each starting at the stage's own value; returns what they hold
-    (advisor.stage_input.profile_from_form writes it over the stage)."""
+    (advisor.workload.stage_input.profile_from_form writes it over the stage)."""
     presets = model_presets()
     values = StageFormValues(name=name or f"stage {index + 1}")
 
@@ -366,8 +366,8 @@ def stage_form(index: int, previous: StageProfile, name: str) -> StageFormValues
 
 
 def _traffic_fields(index: int, previous: StageProfile, values: StageFormValues) -> None:
-    """The traffic the benchmarks send (advisor/traffic.py): a shared context, conversations, or
-    a trace / prompt file on the machine that runs the app (a path)."""
+    """The traffic the benchmarks send (advisor/workload/traffic.py): a shared context,
+    conversations, or a trace / prompt file on the machine that runs the app (a path)."""
     prefix, conversation = previous.shared_prefix, previous.conversation
     files = previous.trace_file or previous.prompt_file
     with st.expander(
@@ -489,10 +489,10 @@ def _quality_fields(index: int, previous: StageProfile, values: StageFormValues)
 
 
 def show_field_problems(draft: StageProfile | None) -> None:
-    """The advisor's per-field feasibility problems (advisor.estimate.feasibility_problems) for
-    the lengths just entered, shown under those fields; nothing until the draft is valid (None:
-    the form's own validation message says what is missing)."""
-    from advisor.estimate import feasibility_problems
+    """The advisor's per-field feasibility problems (advisor.sizing.estimate.feasibility_problems)
+    for the lengths just entered, shown under those fields; nothing until the draft is valid
+    (None: the form's own validation message says what is missing)."""
+    from advisor.sizing.estimate import feasibility_problems
 
     if draft is None:
         return
@@ -895,7 +895,7 @@ def show_evidence(stage_result: Any, view_gpu: str | None = None) -> None:
 def provenance_caption(rows: list[Any]) -> str:
     """What the sources in the evidence table are, in the advisor's provenance words (your
     runs / this project's published runs / the article's figures), for the kinds present."""
-    from advisor.evidence import PROVENANCE_WORDS
+    from advisor.evidence.rows import PROVENANCE_WORDS
 
     kinds = {row.provenance.kind for row in rows if row.provenance is not None}
     parts = []
@@ -924,7 +924,7 @@ def provenance_caption(rows: list[Any]) -> str:
 @st.cache_data(ttl=600, show_spinner=False)
 def shipped_gpus() -> list[str]:
     """GPU types of the measured runs shipped in data/reference (catalogue names, e.g. H200)."""
-    from advisor.evidence import run_gpu_name
+    from advisor.sizing.measured import run_gpu_name
 
     runs = [run for runs in state.reference_files().runs.values() for run in runs]
     return sorted({gpu for gpu in map(run_gpu_name, runs) if gpu})
@@ -945,7 +945,7 @@ def evidence_gpu_notice(
 ) -> None:
     """When no measurement counts for the stage's GPU, say which GPU the shipped measurements
     were taken on and offer a view of what they say (the answer here is the tree's alone)."""
-    from advisor.evidence import same_gpu_type
+    from advisor.sizing.measured import same_gpu_type
 
     gpus = shipped_gpus()
     covered = any(same_gpu_type(gpu, stage.gpu.type) for gpu in gpus)
@@ -1048,7 +1048,7 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
     )
     with st.container(key=f"configurations_table_{scope}"):
         st.dataframe(pd.DataFrame(rows), hide_index=True)
-    from advisor.quality import BEYOND_TOLERANCE
+    from advisor.workload.quality import BEYOND_TOLERANCE
 
     beyond = [why for why in search.excluded if BEYOND_TOLERANCE in why]
     if beyond:
@@ -1283,7 +1283,7 @@ def show_capacity(stage: StageProfile, stage_result: Any, scope: str = "s0") -> 
 def _stage_capacity_runs(stage: StageProfile) -> tuple[list[Any], set[str]]:
     """The stored and shipped capacity searches that match the stage (its workload, SLO and
     GPU type), with the shipped ones' ids, for a profile without a peak rate."""
-    from advisor.evidence import capacity_runs_for
+    from advisor.evidence.rows import capacity_runs_for
 
     reference = state.reference_files()
     published = [run for runs in reference.runs.values() for run in runs]

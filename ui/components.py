@@ -184,7 +184,7 @@ def ratio_with_interval(verdict: Any) -> str:
 
 
 def verdict_rows(verdicts: Iterable[Any]) -> pd.DataFrame:
-    """The recommendation's verdicts (advisor.recommend.Recommendation.verdicts) as a table:
+    """The recommendation's verdicts (advisor.decide.recommend.Recommendation.verdicts) as a table:
     who against whom, on what, the ratio with its interval, the verdict, and how many runs
     ("single run" where either side is one: its interval is within-run only)."""
     return pd.DataFrame(

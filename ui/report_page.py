@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from advisor.profile import WorkloadProfile
 from advisor.report.model import Report
+from advisor.workload.profile import WorkloadProfile
 from bench.core.errors import UserError
 from ui import state
 from ui.components import empty_state, run_title
 
 if TYPE_CHECKING:
-    from advisor.recommend import Report as AdvisorReport
+    from advisor.decide.recommend import Report as AdvisorReport
 
 PREVIEW_HEIGHT_PX = 900
 PDF_REQUEST_KEY = "report_pdf_for"

@@ -30,7 +30,7 @@ from ui.components import (
 )
 
 if TYPE_CHECKING:
-    from advisor.diagnose import Diagnostic
+    from advisor.decide.diagnose import Diagnostic
     from advisor.report.aggregate import RequestColumns
 
 MAX_COMPARED = 8
@@ -54,8 +54,8 @@ def request_columns(run_id: str, store_location: str | None) -> RequestColumns:
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)
 def reference_table() -> tuple[Any, str | None]:
     """The article's published table (advisor.report's loader) or why it is missing."""
-    from advisor.evidence import DEFAULT_REFERENCE_DIR
     from advisor.report.build import SEED_REFERENCE_FILE, load_reference
+    from advisor.sizing.measured import DEFAULT_REFERENCE_DIR
 
     path = DEFAULT_REFERENCE_DIR / SEED_REFERENCE_FILE
     if not path.is_file():
@@ -66,14 +66,14 @@ def reference_table() -> tuple[Any, str | None]:
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)
 def shipped_measurements() -> dict[str, list[RunResult]]:
     """Measured runs shipped in data/reference (the advisor's own loader)."""
-    from advisor.evidence import measured_reference_runs
+    from advisor.sizing.measured import measured_reference_runs
 
     return measured_reference_runs()
 
 
 @st.cache_data(ttl=60, max_entries=64, show_spinner=False)
 def run_diagnostics(run_id: str, store_location: str | None) -> list[Diagnostic]:
-    from advisor.diagnose import diagnose
+    from advisor.decide.diagnose import diagnose
 
     return diagnose(state.get_store().get_run(run_id))
 

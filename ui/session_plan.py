@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from advisor.plan import StagePlan
+from advisor.plan.stage_plan import StagePlan
 from bench.core.strict import Strict
 
 PLAN_KEY = "bench_plan"

@@ -13,21 +13,21 @@ from typing import TYPE_CHECKING
 import streamlit as st
 import yaml
 
-from advisor.profile import (
+from advisor.workload.profile import (
     GpuProfile,
     ProfileSLO,
     StageProfile,
     WorkloadProfile,
-    profile_from_dict,
 )
+from advisor.workload.profile_input import profile_from_dict
 from bench.core.config import LengthDistribution
 from bench.core.errors import UserError
 from bench.core.schema import RunResult
 from bench.storage.store import ResultStore
 
 if TYPE_CHECKING:  # the advisor's modules load scikit-learn: imported when first asked
-    from advisor.evidence import ReferenceFiles
-    from advisor.recommend import Report as AdvisorReport
+    from advisor.decide.recommend import Report as AdvisorReport
+    from advisor.sizing.measured import ReferenceFiles
 
 PROFILE_KEY = "profile"
 """Session key of the current workload profile: the `WorkloadProfile` model itself."""
@@ -123,7 +123,7 @@ def stored_runs(store_location: str | None) -> list[RunResult]:
 
 @st.cache_data(ttl=30, max_entries=2, show_spinner=False)
 def availability_map() -> dict[str, str]:
-    from advisor.recommend import availability_map as read_availability
+    from advisor.decide.recommend import availability_map as read_availability
 
     return read_availability()
 
@@ -131,13 +131,13 @@ def availability_map() -> dict[str, str]:
 @st.cache_resource(ttl=600, max_entries=1, show_spinner=False)
 def reference_files() -> ReferenceFiles:
     """data/reference read once (measured runs and published tables), shared by every page."""
-    from advisor.evidence import read_reference_folder
+    from advisor.sizing.measured import read_reference_folder
 
     return read_reference_folder()
 
 
 def advise(profile: WorkloadProfile, store_location: str | None) -> AdvisorReport:
-    """`advisor.recommend.recommend` on the profile and the stored runs (re-read every 10 s).
+    """`advisor.decide.recommend.recommend` on the profile and the stored runs (re-read every 10 s).
     Every page asks through here, so one view runs the advisor once whatever uses the answer."""
     return _advise(profile.model_dump_json(), store_location, profile)
 
@@ -147,7 +147,7 @@ def _advise(
     profile_json: str, store_location: str | None, _profile: WorkloadProfile
 ) -> AdvisorReport:
     # The profile's JSON is only the cache key (its content); the advisor reads the model.
-    from advisor.recommend import recommend
+    from advisor.decide.recommend import recommend
 
     return recommend(
         _profile, store=get_store(), availability=availability_map(), reference=reference_files()

@@ -1,7 +1,7 @@
 """Assemble a `Report` from the advisor's own answer, stored runs and their request records.
 
 `build_report` is pure: it takes the advisor's pydantic objects (the `WorkloadProfile` and the
-`advisor.recommend.Report` that `recommend()` returned) and reads their fields by name, so a
+`advisor.decide.recommend.Report` that `recommend()` returned) and reads their fields by name, so a
 field renamed in the advisor fails the type check and the tests instead of dropping text.
 `assemble_report` loads what it needs (profile file, store, advisor, environment, reference
 table) for the CLI and the app.
@@ -15,16 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from advisor import evidence
-from advisor.diagnose import Diagnostic as AdvisorDiagnostic
-from advisor.estimate import Estimate as AdvisorEstimate
-from advisor.evidence import SOURCE_RANK
-from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
-from advisor.evidence import Provenance as AdvisorProvenance
-from advisor.gpus import find_gpu
-from advisor.learned import LearnedOpinion
-from advisor.profile import WorkloadProfile
-from advisor.recommend import (
+from advisor.decide.diagnose import Diagnostic as AdvisorDiagnostic
+from advisor.decide.learned import LearnedOpinion
+from advisor.decide.recommend import (
     NO_PEAK_NOTE,
     REFUSED,
     RecordsLookup,
@@ -32,7 +25,9 @@ from advisor.recommend import (
     slo_text,
     verdict_text,
 )
-from advisor.recommend import Report as AdvisorReport
+from advisor.decide.recommend import Report as AdvisorReport
+from advisor.evidence.rows import SOURCE_RANK, EvidenceRow
+from advisor.evidence.rows import Provenance as AdvisorProvenance
 from advisor.report.aggregate import RequestColumns
 from advisor.report.capacity import capacity_view, probe_table
 from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
@@ -48,7 +43,7 @@ from advisor.report.model import (
     Diagnostic,
     EnvironmentSection,
     Estimate,
-    EvidenceRow,
+    EvidenceFigures,
     FloorDistance,
     KeyValue,
     PreflightWarning,
@@ -62,6 +57,10 @@ from advisor.report.model import (
 )
 from advisor.report.numbers import scalar_text
 from advisor.report.workload import workload_tables
+from advisor.sizing import measured
+from advisor.sizing.estimate import Estimate as AdvisorEstimate
+from advisor.workload.gpus import find_gpu
+from advisor.workload.profile import WorkloadProfile
 from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
 from bench.core.metric_catalog import METRICS_BY_NAME
@@ -133,7 +132,7 @@ def readable(items: list[KeyValue]) -> list[KeyValue]:
     return [KeyValue(key=readable_key(item.key), value=item.value) for item in items]
 
 
-REPO_ROOT = evidence.DEFAULT_REFERENCE_DIR.resolve().parents[1]
+REPO_ROOT = measured.DEFAULT_REFERENCE_DIR.resolve().parents[1]
 
 
 def repo_relative(text: str) -> str:
@@ -352,9 +351,9 @@ def _primary_estimate(answer: AdvisorReport) -> Estimate:
     return estimate_section((with_model or stages)[0].estimate)
 
 
-def advisor_rows(answer: AdvisorReport) -> list[AdvisorEvidenceRow]:
+def advisor_rows(answer: AdvisorReport) -> list[EvidenceRow]:
     """Every evidence row of every stage, once."""
-    rows: list[AdvisorEvidenceRow] = []
+    rows: list[EvidenceRow] = []
     for stage in answer.stages:
         for row in [*stage.evidence, *stage.recommendation.evidence]:
             if row not in rows:
@@ -471,7 +470,7 @@ def run_source(
     in the profile, a run whose fingerprint digest and host match this machine is measured-here."""
     if run.run_id in marks:
         return marks[run.run_id]
-    from advisor.evidence import run_gpu_name, same_gpu_type
+    from advisor.sizing.measured import run_gpu_name, same_gpu_type
 
     wanted = [gpu for gpu in profile_gpus if gpu]
     if wanted:
@@ -486,7 +485,7 @@ def run_source(
 
 
 def _gpu_name(run: RunResult) -> str | None:
-    from advisor.evidence import run_gpu_name
+    from advisor.sizing.measured import run_gpu_name
 
     return run_gpu_name(run)
 
@@ -496,10 +495,11 @@ def evidence_row(
     source: str,
     provenance: AdvisorProvenance | None = None,
     concurrency: int | None = None,
-) -> EvidenceRow:
+) -> EvidenceFigures:
     """The run's figures; for a ladder with a level at `concurrency` (the stage's load), that
     level's figures, as the decision cites them: a ladder's whole-run figures mix its levels."""
-    from advisor.evidence import phase_at_concurrency, run_gpu_name
+    from advisor.evidence.rows import phase_at_concurrency
+    from advisor.sizing.measured import run_gpu_name
 
     phase = phase_at_concurrency(run, concurrency) if len(run.phases) > 1 else None
     summary = phase.summary if phase is not None else run.summary
@@ -511,7 +511,7 @@ def evidence_row(
         )
     telemetry = run.telemetry
     provenance = provenance or AdvisorProvenance(kind="yours")
-    return EvidenceRow(
+    return EvidenceFigures(
         provenance=provenance.kind,
         provenance_words=_provenance_words(provenance),
         gpu=run_gpu_name(run),
@@ -531,9 +531,9 @@ REPORT_FIELD_OF_METRIC = {metric.name: metric.report_field for metric in REPORT_
 """The advisor's metric names (bench metric + statistic) -> the report's evidence columns."""
 
 
-def published_rows(answer: AdvisorReport) -> list[EvidenceRow]:
+def published_rows(answer: AdvisorReport) -> list[EvidenceFigures]:
     """Published figures the advisor used, except the article's table (shown apart as reference)."""
-    rows: list[EvidenceRow] = []
+    rows: list[EvidenceFigures] = []
     for row in advisor_rows(answer):
         if row.source != "published" or (row.reference or "").startswith(SEED_REFERENCE_FILE):
             continue
@@ -544,7 +544,7 @@ def published_rows(answer: AdvisorReport) -> list[EvidenceRow]:
         }
         context = ", ".join(part for part in (row.model, row.gpu, row.shape, row.reference) if part)
         provenance = row.provenance or AdvisorProvenance(kind="article", file=row.reference)
-        report_row = EvidenceRow(
+        report_row = EvidenceFigures(
             framework=row.framework,
             source="published",
             context=context,
@@ -877,8 +877,8 @@ def _phase_intervals(
 
 
 def _with_interval(
-    row: EvidenceRow, run: RunResult, found: Mapping[str | None, tuple[float, float]]
-) -> EvidenceRow:
+    row: EvidenceFigures, run: RunResult, found: Mapping[str | None, tuple[float, float]]
+) -> EvidenceFigures:
     group = run.group
     if group is not None and group.planned > 1:
         note = f"repeat {group.index + 1} of {group.planned} (group {group.group_id})"
@@ -1112,7 +1112,7 @@ def report_for(
     profile: WorkloadProfile,
     answer: AdvisorReport,
     store: Store | None,
-    reference: evidence.ReferenceFiles,
+    reference: measured.ReferenceFiles,
     run_ids: Sequence[str] = (),
     profile_file: str | None = None,
 ) -> Report:
@@ -1171,8 +1171,8 @@ def assemble_report(
 
     `quality_result` and `max_quality_loss_pct` override the profile's stage fields as the
     CLI's flags do (None = not given; `stage` names the stage in a multi-stage profile)."""
-    from advisor.profile import load_profile, profile_from_flags
-    from advisor.recommend import availability_map, recommend
+    from advisor.decide.recommend import availability_map, recommend
+    from advisor.workload.profile_input import load_profile, profile_from_flags
     from bench.storage.store import open_store, parse_store_url
 
     profile_path = Path(profile_path)
@@ -1190,7 +1190,7 @@ def assemble_report(
     default_absent = store_location is None and location.path is not None
     default_absent = default_absent and not location.path.exists()
     store = None if default_absent else open_store(location, create=False)
-    reference = evidence.read_reference_folder(reference_dir or evidence.DEFAULT_REFERENCE_DIR)
+    reference = measured.read_reference_folder(reference_dir or measured.DEFAULT_REFERENCE_DIR)
     answer = recommend(profile, store=store, reference=reference, availability=availability_map())
     return report_for(profile, answer, store, reference, run_ids, profile_path.name)
 

@@ -2,8 +2,8 @@
 
 `capacity_view` is the one function the report and the app call: given a stage's capacities
 (`Recommendation.capacities`, from the capacity searches) and a peak rate, headroom and GPU
-price, it re-sizes every candidate with advisor.capacity's arithmetic and returns the table and
-the chart data. Moving the peak or the price only calls it again: no benchmark is re-run.
+price, it re-sizes every candidate with advisor.sizing.capacity's arithmetic and returns the table
+and the chart data. Moving the peak or the price only calls it again: no benchmark is re-run.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from advisor.capacity import Capacity, size_fleet
-from advisor.profile import StageProfile
-from advisor.recommend import CandidateCapacity, stage_capacities
+from advisor.decide.recommend import CandidateCapacity, stage_capacities
 from advisor.report.model import Chart, Marker, ReferenceTable, Series
+from advisor.sizing.capacity import Capacity, size_fleet
+from advisor.workload.profile import StageProfile
 from bench.core.metric_catalog import SPECS_BY_KEY, Metric
 from bench.core.pattern_reports import CapacityProbe, CapacityReport
 from bench.core.schema import RunResult
@@ -123,7 +123,7 @@ def _money(value: float | None, digits: int = 0) -> str:
 def _table(rows: Sequence[CapacityRow], title: str, conditions: str, note: str) -> ReferenceTable:
     return ReferenceTable(
         title=title,
-        source="capacity searches (bench run --pattern capacity) and advisor/capacity.py",
+        source="capacity searches (bench run --pattern capacity) and advisor/sizing/capacity.py",
         conditions=conditions,
         note=note,
         keys=[
@@ -268,7 +268,7 @@ def capacity_view(
             estimated,
             "Predicted (not measured: no capacity search of it on this GPU type)",
             conditions,
-            "From the serving model (advisor/serving_model.py), not a capacity search: the "
+            "From the serving model (advisor/sizing/serving_model.py), not a capacity search: the "
             "predicted rate with its interval, and the GPUs at the interval's ends; its error "
             "against every shipped search is in docs/capacity-model.md.",
         )
@@ -288,7 +288,7 @@ def capacity_view_for_runs(
     published_ids: frozenset[str] = frozenset(),
 ) -> CapacityView:
     """`capacity_view` straight from stored capacity runs (their CapacityReports): the stage's
-    matching searches on its GPU type (`advisor.recommend.stage_capacities`) at this peak and
+    matching searches on its GPU type (`advisor.decide.recommend.stage_capacities`) at this peak and
     price; the searches left out and why are in the view's notes."""
     headroom = stage.headroom_fraction if headroom_fraction is None else headroom_fraction
     sized = stage.model_copy(

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from advisor.configurations import ConfigurationSearch
 from advisor.report.aggregate import (
     NS_PER_S,
     RequestColumns,
@@ -23,6 +22,7 @@ from advisor.report.aggregate import (
     windowed_percentile,
 )
 from advisor.report.model import MAX_CHART_POINTS, Chart, Marker, Series
+from advisor.sizing.configurations import ConfigurationSearch
 from bench.core.config import PulseLoad, SteadyLoad
 from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.pattern_reports import StepReport

@@ -8,9 +8,9 @@ and where the predictor stands against the 10%-per-partition gate in its note.
 
 from __future__ import annotations
 
-from advisor.calibration import Calibration
-from advisor.configurations import FP8_ACCURACY_NOTE, ConfigurationSearch
 from advisor.report.model import ReferenceTable
+from advisor.sizing.calibration import Calibration
+from advisor.sizing.configurations import FP8_ACCURACY_NOTE, ConfigurationSearch
 from bench.core.metric_catalog import metric as catalogue_metric
 
 TPOT_P50, OUTPUT = catalogue_metric("tpot_ms_p50"), catalogue_metric("output_throughput_tok_s")

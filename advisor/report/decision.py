@@ -2,9 +2,9 @@
 their provenance, the runner-up, what would change the answer and the risks; plus the
 configuration to deploy in words and the commands that reproduce the report.
 
-Everything here reads the advisor's answer (`advisor.recommend.StageRecommendation`) by field;
-provenance words come from `advisor.evidence.Provenance` (your runs / this project's published
-runs / the article's figures), never re-derived from a GPU name.
+Everything here reads the advisor's answer (`advisor.decide.recommend.StageRecommendation`) by
+field; provenance words come from `advisor.evidence.rows.Provenance` (your runs / this project's
+published runs / the article's figures), never re-derived from a GPU name.
 """
 
 from __future__ import annotations
@@ -12,13 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from advisor.configurations import RecommendedDeployment
-from advisor.evidence import EvidenceRow as AdvisorEvidenceRow
-from advisor.profile import StageProfile
-from advisor.quality import QUALITY_NOTE_PREFIX
-from advisor.recommend import BASIS_WORDS, REFUSED, Recommendation, StageRecommendation, slo_text
+from advisor.decide.recommend import (
+    BASIS_WORDS,
+    REFUSED,
+    Recommendation,
+    StageRecommendation,
+    slo_text,
+)
+from advisor.evidence.rows import EvidenceRow
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
+from advisor.sizing.configurations import RecommendedDeployment
+from advisor.workload.profile import StageProfile
+from advisor.workload.quality import QUALITY_NOTE_PREFIX
 from bench.core.config import (
     ForwardWorkload,
     GenerateWorkload,
@@ -188,16 +194,16 @@ def configuration_phrase(
 # --------------------------------------------------------------------------- facts
 
 
-def _row_shape(row: AdvisorEvidenceRow) -> str:
+def _row_shape(row: EvidenceRow) -> str:
     parts = [part for part in (row.model, row.shape) if part]
     return ", ".join(parts)
 
 
-def _repeats(row: AdvisorEvidenceRow) -> str:
+def _repeats(row: EvidenceRow) -> str:
     return "1 run" if row.repeats <= 1 else f"{row.repeats} repeats"
 
 
-def _measured_fact(row: AdvisorEvidenceRow, prefix: str = "") -> Fact:
+def _measured_fact(row: EvidenceRow, prefix: str = "") -> Fact:
     label, unit = metric_words(row.objective_metric)
     value = figure(row.objective_value, unit)
     where = f" on {row.gpu}" if row.gpu else " on a CPU"
@@ -212,7 +218,7 @@ def _measured_fact(row: AdvisorEvidenceRow, prefix: str = "") -> Fact:
     return Fact(text=text, source=kind, source_words=detail)
 
 
-def settling_row(chosen: Recommendation) -> AdvisorEvidenceRow | None:
+def settling_row(chosen: Recommendation) -> EvidenceRow | None:
     """The recommended framework's measurement that settled the answer (its runs are among
     `settled_by_runs`), else its first matching eligible row."""
     settled = set(chosen.settled_by_runs)

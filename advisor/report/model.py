@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from advisor.configurations import RecommendedDeployment
+from advisor.sizing.configurations import RecommendedDeployment
 from bench.core.metric_catalog import Metric
 from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.strict import Strict
@@ -30,8 +30,8 @@ EVIDENCE_SOURCES: tuple[str, ...] = ("measured-here", "measured-elsewhere", "pub
 who measured it is `Provenance`, a separate question."""
 
 Provenance = Literal["yours", "published", "article"]
-"""Who measured a figure (advisor.evidence's vocabulary): your runs (this store), this project's
-published runs (data/reference, with host and date), the article's figures."""
+"""Who measured a figure (advisor.evidence.rows's vocabulary): your runs (this store), this
+project's published runs (data/reference, with host and date), the article's figures."""
 PROVENANCE_LABELS: dict[str, str] = {
     "yours": "your run",
     "published": "published run",
@@ -200,7 +200,7 @@ REPORT_METRICS: tuple[Metric, ...] = tuple(
     )
 )
 """The catalogue's metrics an evidence row carries, in the Speed table's column order; each
-fills the EvidenceRow field named by its `report_field` (`ttft_p99_ms`)."""
+fills the EvidenceFigures field named by its `report_field` (`ttft_p99_ms`)."""
 SPEED_COLUMNS: tuple[str, ...] = tuple(metric.column for metric in REPORT_METRICS[:7])
 """Headings of the Speed table's metric columns (Requests/s ... Errors)."""
 RESOURCE_COLUMNS: tuple[str, ...] = (
@@ -213,9 +213,13 @@ token (J)), in the order of the row's `peak_gpu_memory_gb`, `gb_per_billion_para
 `energy_per_output_token_j`."""
 
 
-class EvidenceRow(ReportPart):
-    """One framework's figures; `source` says whether they were measured here, elsewhere or
-    published (published figures never outrank a measurement and are shown as such)."""
+class EvidenceFigures(ReportPart):
+    """One framework's figures as the report's evidence table shows them: a stored run's (its
+    level at the stage's load) or a published row's. A rendering, not a second evidence model:
+    the evidence itself (grouping, matching, ranking) is `advisor.evidence.rows.EvidenceRow`,
+    which the report cites by run id and turns into these lines. `source` says whether they were
+    measured here, elsewhere or published (published figures never outrank a measurement and are
+    shown as such)."""
 
     framework: str
     source: EvidenceSource
@@ -456,7 +460,7 @@ class Report(ReportPart):
         default_factory=list, description="What each command reproduces -> the command."
     )
     stages: list[StageReport] = Field(default_factory=list)
-    evidence: list[EvidenceRow] = Field(default_factory=list)
+    evidence: list[EvidenceFigures] = Field(default_factory=list)
     reference: ReferenceTable | None = None
     reference_absent_reason: str | None = None
     charts: list[Chart] = Field(default_factory=list)

@@ -6,10 +6,10 @@ asked, not model keys like `stages[0].prompt_tokens.spread`.
 
 from __future__ import annotations
 
-from advisor.profile import StageProfile, WorkloadProfile
 from advisor.report.model import StageWorkload, WorkloadAnswer
 from advisor.report.numbers import number, percent
-from advisor.stage_load import stage_load
+from advisor.workload.profile import StageProfile, WorkloadProfile
+from advisor.workload.stage_load import stage_load
 from bench.core.config import LengthDistribution
 from bench.core.metric_catalog import SLO_BOUNDS
 
@@ -77,7 +77,7 @@ def stage_answers(stage: StageProfile) -> list[WorkloadAnswer]:
     if stage.concurrency is not None:
         rows.append(("Requests in flight at peak", number(stage.concurrency)))
     elif stage.kind == "generate":
-        # The one load every figure of the answer was sized at (advisor/stage_load.py).
+        # The one load every figure of the answer was sized at (advisor/workload/stage_load.py).
         rows.append(("Requests in flight at peak", stage_load(stage).rule))
     if stage.request_rate_rps is not None:
         rows.append(("Arrival rate", f"{number(stage.request_rate_rps)} req/s"))

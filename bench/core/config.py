@@ -254,7 +254,7 @@ bench.run.traffic_files.read_trace: bench/core reads no files of the run layer).
 
 @dataclass(frozen=True)
 class CpuReplayClip:
-    """How a plan for a machine without a GPU clips a replay (advisor/traffic.py sets the
+    """How a plan for a machine without a GPU clips a replay (advisor/workload/traffic.py sets the
     values): the trace's first rows, with short prompts and outputs."""
 
     max_requests: int

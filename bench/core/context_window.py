@@ -6,7 +6,7 @@ a local checkpoint's config.json) prompt + output must fit its window. The windo
 engines' own rule: vLLM, TensorRT-LLM and an OpenAI-compatible server (vLLM here) accept
 max_position_embeddings scaled by rope_scaling (vLLM `_get_and_verify_max_len`); the
 transformers and ONNX engines hold to max_position_embeddings itself. The same rules decide the
-advisor's profile check (advisor/estimate.py); tests keep the two equal.
+advisor's profile check (advisor/workload/architectures.py); tests keep the two equal.
 """
 
 from __future__ import annotations

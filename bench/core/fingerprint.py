@@ -140,7 +140,9 @@ class GpuInventory(Strict):
 
 
 class ExecutorFacts(Strict):
-    """Where the run executed: this process's machine, or the Ray node of its task."""
+    """Where the run executed: this process's machine, or the Ray node of its task and the GPUs
+    Ray gave it. The one model of a node placement: the fingerprint of every run, a job's
+    `JobPlacement.node`, and what a Ray task reports back to the submitter."""
 
     name: Literal["local", "ray"] = "local"
     node_id: str | None = None
@@ -148,6 +150,15 @@ class ExecutorFacts(Strict):
     hostname: str | None = None
     gpu_ids: list[str] | None = Field(None, description="Ray's accelerator ids (ray only).")
     gpu_uuids: list[str] | None = Field(None, description="NVML UUIDs of those GPUs.")
+
+    def describe(self) -> str:
+        """`node gpu-7 (10.0.0.7, 5f2c9a1b3d4e) / GPUs GPU-21ff…, GPU-36bb…` for a Ray node;
+        `this machine` for a local run."""
+        if self.name == "local":
+            return "this machine"
+        text = f"node {self.hostname} ({self.node_ip}, {(self.node_id or '')[:12]})"
+        gpus = self.gpu_uuids or self.gpu_ids or []
+        return text + (f" / GPUs {', '.join(gpus)}" if gpus else "")
 
 
 class Fingerprint(Strict):

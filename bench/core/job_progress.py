@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from bench.core.fingerprint import ExecutorFacts
 from bench.core.progress import ProgressPoint, RunProgress
 from bench.core.resources import Resources
 from bench.core.schema import RunStatus
@@ -56,11 +57,19 @@ class JobPlacement(Strict):
     resources: Resources | None = Field(default=None, description="What the job asks a node for.")
     waiting_for: str | None = Field(default=None, description="`Resources.describe()`, queued.")
     reason: str | None = Field(default=None, description="Why it waits (the cluster's answer).")
-    node_id: str | None = None
-    node_ip: str | None = None
-    hostname: str | None = None
-    gpu_ids: list[str] = Field(default_factory=list, description="Ray's accelerator ids.")
-    gpu_uuids: list[str] = Field(default_factory=list, description="NVML UUIDs of those GPUs.")
+    node: ExecutorFacts | None = Field(
+        default=None, description="The Ray node and GPUs once a node took it; None while queued."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_rows(cls, data: Any) -> Any:
+        return _node_of_older_rows(data)
+
+    @classmethod
+    def on_node(cls, node: ExecutorFacts, state: PlacementState) -> JobPlacement:
+        """A job a node took (`bench.run.environment.node_placement()`), in `state`."""
+        return cls(executor=node.name, state=state, node=node)
 
     def over(self, base: JobPlacement | None) -> JobPlacement:
         """`base` with every field this placement has set replacing its own (the submitter's
@@ -73,7 +82,25 @@ class JobPlacement(Strict):
 
     @classmethod
     def from_stored(cls, data: Any) -> JobPlacement | None:
-        return read_leniently(cls, data)
+        return read_leniently(cls, _node_of_older_rows(data))
+
+
+NODE_FIELDS = ("node_id", "node_ip", "hostname", "gpu_ids", "gpu_uuids")
+"""The node's fields as rows written before `JobPlacement.node` held them: flat, beside state."""
+
+
+def _node_of_older_rows(data: Any) -> Any:
+    """A stored placement whose node fields are flat (the layout before `node`): those fields
+    become `node` (a Ray node: the only executor that places; an unreadable field is left at its
+    default), or are dropped when no node took the job (`node_id` empty)."""
+    if not isinstance(data, dict) or not any(key in data for key in NODE_FIELDS):
+        return data
+    data = dict(data)
+    flat = {key: data.pop(key) for key in NODE_FIELDS if key in data}
+    node = read_leniently(ExecutorFacts, {"name": "ray", **flat}) if flat.get("node_id") else None
+    if node is not None and "node" not in data:
+        data["node"] = node.model_dump()
+    return data
 
 
 class JobRunProgress(Strict):

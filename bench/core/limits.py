@@ -105,7 +105,7 @@ LIMITS: tuple[Limit, ...] = (
         high=100,
         unit="TB/s",
         why="10 GB/s is one DDR4 channel (below it the roofline floor is meaningless); 100 TB/s "
-        "is about 20 times the fastest GPU in advisor/gpus.py (H200, 4.8 TB/s)",
+        "is about 20 times the fastest GPU in advisor/workload/gpus.py (H200, 4.8 TB/s)",
         fields=("memory_bandwidth_tb_s",),
     ),
     Limit(

@@ -498,6 +498,6 @@ THROUGHPUT_SLO_BOUNDS: tuple[SloBound, ...] = (
         "min_output_throughput_tok_s", SPECS_BY_KEY["output_throughput_tok_s"], "Output throughput"
     ),
 )
-"""Run-wide minimums (advisor.profile.ProfileSLO)."""
+"""Run-wide minimums (advisor.workload.profile.ProfileSLO)."""
 SLO_BOUNDS: tuple[SloBound, ...] = REQUEST_SLO_BOUNDS + THROUGHPUT_SLO_BOUNDS
 SLO_BOUNDS_BY_FIELD: dict[str, SloBound] = {bound.field: bound for bound in SLO_BOUNDS}

@@ -34,7 +34,6 @@ from bench.core.progress import RunProgress
 from bench.core.resources import Resources
 from bench.core.schema import RunStatus
 from bench.core.strict import Strict
-from bench.run.environment import node_text
 
 if TYPE_CHECKING:
     from bench.storage.store import Job, Store
@@ -112,17 +111,18 @@ def describe_placement(placement: JobPlacement | None) -> str | None:
     None for a job of the local executor (it runs here)."""
     if placement is None or placement.executor != "ray":
         return None
-    node = placement.model_dump()
+    node = placement.node
     if placement.state == "queued":
         waiting = f"waiting for a node with {placement.waiting_for}"
         reason = placement.reason or waiting
         return f"Queued on the Ray cluster: {reason}."
+    where = node.describe() if node is not None else "a node of the Ray cluster"
     if placement.state == "running":
-        return f"Running on {node_text(node)}."
+        return f"Running on {where}."
     if placement.state == "refused":
-        return f"Refused by {node_text(node)}."
-    if placement.node_id:
-        return f"Ran on {node_text(node)}."
+        return f"Refused by {where}."
+    if node is not None:
+        return f"Ran on {where}."
     return "Never started on the Ray cluster."
 
 

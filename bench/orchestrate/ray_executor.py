@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.core.errors import UserError
+from bench.core.fingerprint import ExecutorFacts
 from bench.core.job_progress import JobPlacement, JobProgressState
 from bench.core.progress import RunProgress
 from bench.core.resources import NORMAL_PRIORITY_RUNTIME_ENV
@@ -350,7 +351,8 @@ class _JobSupervisor:
         """Apply the node's store writes to the submitter's store, in the order they were made."""
         for name, args, kwargs in events:
             if name == "placement":
-                self.placement = JobPlacement.model_validate({**args[0], "state": "running"})
+                node = ExecutorFacts.model_validate(args[0])
+                self.placement = JobPlacement.on_node(node, "running")
                 self.progress.flush(force=True)
             elif name in FORWARDED_WRITES or name in FORWARDED_JOB_WRITES:
                 getattr(self.store, name)(*args, **kwargs)
@@ -433,17 +435,16 @@ class _JobSupervisor:
             self._apply(reader.read_to_the_end())  # everything the node sent before it went
             if stopped or isinstance(error, ray.exceptions.TaskCancelledError):
                 return self._end(RunStatus.STOPPED, "stopped on request")
-            where = self._stored_placement().hostname or "its node"
+            node = self._stored_placement().node
+            where = (node.hostname if node is not None else None) or "its node"
             reason = f"{_what_ended_it(ray, error, where)} mid-job; no automatic retry"
             return self._end(RunStatus.FAILED, reason)
         self._apply(reader.read_to_the_end())
         if outcome.refused:
-            self.placement = JobPlacement.model_validate(
-                {**outcome.placement.model_dump(), "state": "refused"}
-            )
+            self.placement = JobPlacement.on_node(outcome.placement, "refused")
             return self._end(RunStatus.FAILED, outcome.refused)
         stored = self.store.get_job(self.job.job_id).progress
-        placement = stored.placement or JobPlacement.model_validate(outcome.placement.model_dump())
+        placement = stored.placement or JobPlacement.on_node(outcome.placement, "finished")
         finished = placement.model_copy(update={"state": "finished"})
         self.store.update_job(
             self.job.job_id, progress=stored.model_copy(update={"placement": finished})

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from bench.core.fingerprint import COMPARABILITY_LIBRARIES
+from bench.core.fingerprint import COMPARABILITY_LIBRARIES, ExecutorFacts
 from bench.core.job_progress import JobPlacement, JobProgressState
 from bench.core.progress import RunProgress
 from bench.core.strict import Strict
 from bench.orchestrate.executors import StepJob, StepJobResult
-from bench.run.environment import NodePlacement, library_versions, node_placement
+from bench.run.environment import library_versions, node_placement
 
 if TYPE_CHECKING:  # bench.storage.store pulls in SQLAlchemy; only its types are needed here
     from bench.core.schema import Failure, RequestRecord, RunResult
@@ -219,9 +219,9 @@ class PlacedStore:
     """Wraps the store a node writes to: every job progress write carries the node placement,
     so the app shows where the job runs. Everything else goes to `base` as it is."""
 
-    def __init__(self, base: JobRunStore, placement: NodePlacement) -> None:
+    def __init__(self, base: JobRunStore, placement: ExecutorFacts) -> None:
         self.base = base
-        self.placement = JobPlacement.model_validate(placement.model_dump() | {"state": "running"})
+        self.placement = JobPlacement.on_node(placement, "running")
 
     def update_job(self, job_id: str, **fields: Any) -> None:
         progress = fields.get("progress")
@@ -289,7 +289,7 @@ def node_store(
 
 def _start(
     channel: Any, submitter_versions: dict[str, str | None]
-) -> tuple[NodePlacement, str | None]:
+) -> tuple[ExecutorFacts, str | None]:
     """Announce where the task runs; the refusal text when versions differ, else None."""
     placement = node_placement()
     if placement is None:
@@ -308,7 +308,7 @@ def _start(
 class NodeOutcome(Strict):
     """What the task returns to the submitter (the runs themselves went through the store)."""
 
-    placement: NodePlacement
+    placement: ExecutorFacts
     status: str | None = Field(None, description="The job's final status; None when refused.")
     refused: str | None = Field(None, description="Why the node refused the job.")
 
@@ -340,7 +340,7 @@ def run_job_on_node(
 class StepOnNode(Strict):
     """A campaign step's result from its node: the step body's result and its folder's files."""
 
-    placement: NodePlacement
+    placement: ExecutorFacts
     refused: str | None = None
     result: StepJobResult | None = None
     files: dict[str, bytes] = Field(default_factory=dict, description="Step folder, by path.")

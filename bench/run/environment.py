@@ -328,28 +328,6 @@ def fingerprint(nvml: Any = None) -> Fingerprint:
 # --------------------------------------------------------------------------- where we run
 
 
-def node_text(placement: dict[str, Any]) -> str:
-    """`node gpu-7 (10.0.0.7, 5f2c9a1b3d4e) / GPUs GPU-21ff…, GPU-36bb…` for a Ray placement."""
-    node_id = str(placement.get("node_id") or "")
-    text = f"node {placement.get('hostname')} ({placement.get('node_ip')}, {node_id[:12]})"
-    gpus = placement.get("gpu_uuids") or placement.get("gpu_ids") or []
-    return text + (f" / GPUs {', '.join(map(str, gpus))}" if gpus else "")
-
-
-class NodePlacement(Strict):
-    """Where a job runs: the Ray node and the GPUs Ray gave its task."""
-
-    executor: str = "ray"
-    node_id: str
-    node_ip: str
-    hostname: str
-    gpu_ids: list[str] = Field(default_factory=list, description="Ray's accelerator ids.")
-    gpu_uuids: list[str] = Field(default_factory=list, description="NVML UUIDs of those GPUs.")
-
-    def describe(self) -> str:
-        return node_text(self.model_dump())
-
-
 def _gpu_uuids(gpu_ids: list[str]) -> list[str]:
     """NVML UUIDs of Ray's accelerator ids (NVML indices, or UUIDs already)."""
     if not gpu_ids:
@@ -360,7 +338,7 @@ def _gpu_uuids(gpu_ids: list[str]) -> list[str]:
     return [by_index.get(gpu_id) or f"index {gpu_id}" for gpu_id in gpu_ids]
 
 
-def node_placement() -> NodePlacement | None:
+def node_placement() -> ExecutorFacts | None:
     """This process's Ray node and GPUs when it runs inside a Ray task or actor, else None."""
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():
@@ -369,7 +347,8 @@ def node_placement() -> NodePlacement | None:
     if context.worker.mode != ray.WORKER_MODE:  # the driver (submitter) is not "on a node"
         return None
     gpu_ids = [str(gpu_id) for gpu_id in context.get_accelerator_ids().get("GPU", [])]
-    return NodePlacement(
+    return ExecutorFacts(
+        name="ray",
         node_id=context.get_node_id(),
         node_ip=ray.util.get_node_ip_address(),
         hostname=socket.gethostname(),
@@ -380,10 +359,7 @@ def node_placement() -> NodePlacement | None:
 
 def executor_facts() -> ExecutorFacts:
     """For the environment fingerprint: `local`, or the Ray node the run ran on."""
-    placement = node_placement()
-    if placement is None:
-        return ExecutorFacts(name="local")
-    return ExecutorFacts(name="ray", **placement.model_dump(exclude={"executor"}))
+    return node_placement() or ExecutorFacts(name="local")
 
 
 # --------------------------------------------------------------------------- preflight

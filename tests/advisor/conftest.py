@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor import evidence
+from advisor.sizing import measured
 
-SHIPPED_REFERENCE_DIR = evidence.DEFAULT_REFERENCE_DIR
+SHIPPED_REFERENCE_DIR = measured.DEFAULT_REFERENCE_DIR
 SEED_FILE = "seed_a100_llama2_13b.json"
 
 
@@ -22,5 +22,5 @@ SEED_FILE = "seed_a100_llama2_13b.json"
 def seed_only_reference(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> Path:
     folder = tmp_path_factory.mktemp("reference")
     shutil.copy(SHIPPED_REFERENCE_DIR / SEED_FILE, folder / SEED_FILE)
-    monkeypatch.setattr(evidence, "DEFAULT_REFERENCE_DIR", folder)
+    monkeypatch.setattr(measured, "DEFAULT_REFERENCE_DIR", folder)
     return folder

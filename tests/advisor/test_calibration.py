@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from advisor.calibration import GATE_MAPE, calibration_from, efficiency_for, points_from_runs
-from advisor.configurations import Deployment
-from advisor.evidence import read_reference_folder
-from advisor.profile import profile_from_flags
+from advisor.sizing.calibration import GATE_MAPE, calibration_from, efficiency_for, points_from_runs
+from advisor.sizing.configurations import Deployment
+from advisor.sizing.measured import read_reference_folder
+from advisor.workload.profile_input import profile_from_flags
 from bench.core.config import ParallelismConfig
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 

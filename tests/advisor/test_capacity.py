@@ -3,7 +3,7 @@
 Each report comes from `bench.run.load.capacity`'s search driven through bench.run.runner.execute in
 virtual time against the fake backend (a test double with a known capacity: 4 slots x 0.2 s
 per request = 20 req/s; see tests/bench/test_load_capacity.py); the arithmetic under test is
-advisor/capacity.py's.
+advisor/sizing/capacity.py's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from advisor.capacity import (
+from advisor.sizing.capacity import (
     HOURS_PER_MONTH,
     EstimatedCapacity,
     capacity_from_report,
@@ -22,8 +22,8 @@ from advisor.capacity import (
     load_price_catalogue,
     size_fleet,
 )
-from advisor.gpus import GPUS
-from advisor.profile import StageProfile
+from advisor.workload.gpus import GPUS
+from advisor.workload.profile import StageProfile
 from bench.core.config import SLO, CapacityLoad
 from bench.core.errors import UserError
 from bench.core.schema import RunResult, RunStatus

@@ -253,8 +253,8 @@ def test_bench_plan_json_and_text() -> None:
 def test_recommend_prints_each_diagnostic_advice_once_with_its_runs(tmp_path: Path) -> None:
     """The shipped H200 runs trip the same rules on many runs: the advice paragraph appears once
     per rule with the run count, and every diagnosed run id is still listed."""
-    from advisor.diagnose import diagnose
-    from advisor.evidence import measured_reference_runs
+    from advisor.decide.diagnose import diagnose
+    from advisor.sizing.measured import measured_reference_runs
 
     result = advisor(
         "recommend",
@@ -281,8 +281,8 @@ def test_recommend_prints_each_diagnostic_advice_once_with_its_runs(tmp_path: Pa
 
 
 def test_group_identical_merges_same_findings_and_keeps_every_run_id() -> None:
-    from advisor.diagnose import diagnose, group_identical
-    from advisor.evidence import measured_reference_runs
+    from advisor.decide.diagnose import diagnose, group_identical
+    from advisor.sizing.measured import measured_reference_runs
 
     runs = [
         run for group in measured_reference_runs(SHIPPED_REFERENCE_DIR).values() for run in group

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.calibration import calibration_from
-from advisor.configurations import (
+from advisor.sizing.calibration import calibration_from
+from advisor.sizing.configurations import (
     FP8_ACCURACY_NOTE,
     Deployment,
     candidate_deployments,
@@ -13,9 +13,9 @@ from advisor.configurations import (
     search_configurations,
     stage_inputs,
 )
-from advisor.estimate import ARCHITECTURES, _architecture_from_config
-from advisor.evidence import read_reference_folder
-from advisor.profile import profile_from_flags
+from advisor.sizing.measured import read_reference_folder
+from advisor.workload.architectures import ARCHITECTURES, _architecture_from_config
+from advisor.workload.profile_input import profile_from_flags
 from bench.core.config import ParallelismConfig, PrecisionConfig
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
@@ -118,8 +118,8 @@ def test_cli_recommend_70b_names_unmeasured_configurations() -> None:
 
 
 def test_plan_runs_carry_parallelism_and_precision(calibration) -> None:
-    from advisor.configurations import plan_runs
-    from advisor.plan import plan_for_stage
+    from advisor.plan.stage_plan import plan_for_stage
+    from advisor.sizing.configurations import plan_runs
 
     stage = profile_from_flags(
         model="llama-2-13b", gpu="H200", gpu_count=2, concurrency=256
@@ -141,7 +141,7 @@ def test_plan_runs_carry_parallelism_and_precision(calibration) -> None:
 
 
 def test_a_tp2_run_is_not_evidence_for_the_tp1_stage() -> None:
-    from advisor.evidence import rows_from_runs
+    from advisor.evidence.rows import rows_from_runs
 
     runs = read_reference_folder(SHIPPED_REFERENCE_DIR).runs
     run = next(
@@ -208,7 +208,7 @@ def test_a_tiny_model_is_said_to_be_outside_the_step_model(calibration) -> None:
 
 
 def test_cpu_plans_never_add_gpu_configurations() -> None:
-    from advisor.plan import plan_for_stage
+    from advisor.plan.stage_plan import plan_for_stage
 
     stage = profile_from_flags(model="llama-2-13b", gpu="H200", gpu_count=2).primary
     cpu = plan_for_stage(stage, cpu_only=True, configurations=True)

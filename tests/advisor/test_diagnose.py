@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import advisor.diagnose as diagnose_module
-from advisor.diagnose import diagnose, profiling_command
+import advisor.decide.diagnose as diagnose_module
+from advisor.decide.diagnose import diagnose, profiling_command
 from bench.core.schema import RunStatus
 from tests.advisor.synthetic import synthetic_run
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from advisor import traffic
-from advisor.calibration import calibration_from
-from advisor.configurations import RecommendedDeployment, search_configurations
-from advisor.evidence import read_reference_folder
-from advisor.plan import plan_for_stage
-from advisor.profile import profile_from_dict, profile_from_flags
+from advisor.plan.stage_plan import plan_for_stage
+from advisor.sizing.calibration import calibration_from
+from advisor.sizing.configurations import RecommendedDeployment, search_configurations
+from advisor.sizing.measured import read_reference_folder
+from advisor.workload import traffic
+from advisor.workload.profile_input import profile_from_dict, profile_from_flags
 from bench.core.config import ParallelismConfig, PrecisionConfig, RunConfig
 from bench.core.engine_facts import prefix_caching_setting
 from bench.engines.backends import get_backend

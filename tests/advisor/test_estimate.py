@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor.estimate import ARCHITECTURES, GB, estimate_stage
-from advisor.gpus import GPUS, find_gpu, get_gpu
-from advisor.profile import profile_from_dict
+from advisor.sizing.estimate import GB, estimate_stage
+from advisor.workload.architectures import ARCHITECTURES
+from advisor.workload.gpus import GPUS, find_gpu, get_gpu
+from advisor.workload.profile_input import profile_from_dict
 from bench.core.errors import UserError
 
 LLAMA_2_13B_PARAMETERS = 13_015_864_320
@@ -114,8 +115,8 @@ def test_weight_bytes_per_precision(precision: dict, bytes_per_param: float) -> 
 def test_unknown_quantisation_is_refused_listing_the_known() -> None:
     """An unknown scheme (int3) was sized as 16-bit weights with a note; the profile now refuses
     it, and the names it allows are exactly the ones the estimate sizes."""
-    from advisor.estimate import QUANTIZATION_BYTES
-    from advisor.profile import QUANTIZATION_SCHEMES
+    from advisor.sizing.estimate import QUANTIZATION_BYTES
+    from advisor.workload.profile import QUANTIZATION_SCHEMES
     from bench.core.errors import UserError
 
     assert set(QUANTIZATION_SCHEMES) == set(QUANTIZATION_BYTES)
@@ -220,7 +221,7 @@ def test_llama_2_70b_6000_prompt_is_not_fits_on_four_h200() -> None:
 
 
 def test_200k_prompt_on_llama_2_7b_is_refused_with_the_field() -> None:
-    from advisor.estimate import feasibility_problems
+    from advisor.sizing.estimate import feasibility_problems
 
     refused = stage(model="llama-2-7b", prompt_tokens={"mean": 200_000})
     (problem,) = feasibility_problems([refused])
@@ -231,7 +232,7 @@ def test_200k_prompt_on_llama_2_7b_is_refused_with_the_field() -> None:
 
 def test_only_the_tail_past_the_window_warns() -> None:
     """Normal 3,000 ± 300 + 256: near-worst 3,856 fits 4,096; mean + 5 std (4,756) does not."""
-    from advisor.estimate import feasibility_problems
+    from advisor.sizing.estimate import feasibility_problems
 
     tail = stage(model="llama-2-7b", prompt_tokens={"kind": "normal", "mean": 3000, "spread": 300})
     estimate = estimate_stage(tail)
@@ -244,7 +245,7 @@ def test_only_the_tail_past_the_window_warns() -> None:
 def test_rope_scaling_extends_the_serving_window_not_transformers(tmp_path: Path) -> None:
     """vLLM's rule: linear x4 on 4,096 positions is a 16,384 window; llama3-type already states
     it in max_position_embeddings; the bench's transformers adapters keep the raw positions."""
-    from advisor.estimate import architecture_for, context_limits
+    from advisor.workload.architectures import architecture_for, context_limits
 
     config = {
         "hidden_size": 64,

@@ -7,18 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from advisor.estimate import estimate_stage
-from advisor.evidence import (
-    DEFAULT_REFERENCE_DIR,
+from advisor.evidence.rows import (
     gather_evidence,
     rank_rows,
     reference_runs_and_rows,
     rows_from_runs,
-    same_gpu_type,
 )
-from advisor.plan import bench_plan
-from advisor.profile import profile_from_dict
-from advisor.tree import evaluate, load_tree
+from advisor.plan.stage_plan import bench_plan
+from advisor.plan.tree import evaluate, load_tree
+from advisor.sizing.estimate import estimate_stage
+from advisor.sizing.measured import DEFAULT_REFERENCE_DIR, same_gpu_type
+from advisor.workload.profile_input import profile_from_dict
 from bench.core.config import (
     ConcurrencyLoad,
     ForwardWorkload,

@@ -16,11 +16,12 @@ import math
 
 import pytest
 
-from advisor.evidence import capacity_runs_for, read_reference_folder
-from advisor.profile import profile_from_dict
-from advisor.recommend import recommend
-from advisor.speed_class import SAME_CLASS_TOLERANCE, speed_class_pairs
-from advisor.stage_load import DEFAULT_IN_FLIGHT, ENGINE_SEQUENCE_LIMIT, stage_load
+from advisor.decide.recommend import recommend
+from advisor.evidence.rows import capacity_runs_for
+from advisor.sizing.measured import read_reference_folder
+from advisor.sizing.speed_class import SAME_CLASS_TOLERANCE, speed_class_pairs
+from advisor.workload.profile_input import profile_from_dict
+from advisor.workload.stage_load import DEFAULT_IN_FLIGHT, ENGINE_SEQUENCE_LIMIT, stage_load
 from bench.core.schema import RunResult
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
@@ -71,10 +72,10 @@ def test_the_one_load_rule():
 
 def test_every_part_reads_the_one_load():
     """The memory fit, the configuration search and the plan all use the stage's load."""
-    from advisor.calibration import calibration_from
-    from advisor.configurations import search_configurations
-    from advisor.estimate import estimate_stage
-    from advisor.evidence import workload_shape
+    from advisor.sizing.calibration import calibration_from
+    from advisor.sizing.configurations import search_configurations
+    from advisor.sizing.engine_shape import workload_shape
+    from advisor.sizing.estimate import estimate_stage
 
     stage = stage_of(CHAT_40)
     per_engine = stage_load(stage).per_engine
@@ -234,7 +235,7 @@ def test_your_own_search_sizes_the_fleet_before_a_published_one(reference):
 def test_a_peak_only_stage_matches_evidence_at_its_one_load(reference):
     """A stage that gives only its peak is matched at that load (the rate open loop, its
     in-flight count per engine closed loop), not at any level a run happened to measure."""
-    from advisor.evidence import workload_match
+    from advisor.evidence.rows import workload_match
 
     stage = stage_of(CHAT_40)
     quick = [
@@ -252,7 +253,7 @@ def test_a_peak_only_stage_matches_evidence_at_its_one_load(reference):
 def test_a_settled_search_supersedes_searches_judged_from_an_empty_engine():
     """A search whose probes settled (`load.settle_s`) stands over unsettled ones of the same
     configuration, though it found more: the unsettled ones are upper bounds by chance."""
-    from advisor.recommend import settled, stage_capacities
+    from advisor.decide.recommend import settled, stage_capacities
 
     stage = profile_from_dict({**CHAT_40, "precision": {"dtype": "bfloat16"}}).stages[0]
     data = json.loads((SHIPPED_REFERENCE_DIR / LOWEST_SEARCH).read_text(encoding="utf-8"))

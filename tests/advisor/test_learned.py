@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from advisor.learned import MIN_GROUPS, labelled_groups, learned_opinion
-from advisor.profile import profile_from_dict
-from advisor.recommend import recommend
+from advisor.decide.learned import MIN_GROUPS, labelled_groups, learned_opinion
+from advisor.decide.recommend import recommend
+from advisor.workload.profile_input import profile_from_dict
 from bench.storage.store import ResultStore
 from tests.advisor.synthetic import SYNTHETIC_LABEL, synthetic_run
 
@@ -153,7 +153,7 @@ def test_no_better_than_guessing_is_one_line_and_nothing_else() -> None:
 
 def test_shipped_reference_data_gives_no_learned_opinion() -> None:
     """The H200 reference runs: 0.89 accuracy against a 0.89 baseline is no opinion."""
-    from advisor.evidence import measured_reference_runs
+    from advisor.sizing.measured import measured_reference_runs
     from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
     shipped = measured_reference_runs(SHIPPED_REFERENCE_DIR)
@@ -164,7 +164,7 @@ def test_shipped_reference_data_gives_no_learned_opinion() -> None:
 
 
 def test_wilson_interval() -> None:
-    from advisor.learned import wilson_interval
+    from advisor.decide.learned import wilson_interval
 
     low, high = wilson_interval(8, 9)
     assert 0.5 < low < 8 / 9 < high <= 1.0

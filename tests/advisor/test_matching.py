@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.evidence import MATCH_BAND, read_reference_folder, workload_match
-from advisor.profile import profile_from_dict
-from advisor.recommend import recommend
+from advisor.decide.recommend import recommend
+from advisor.evidence.rows import MATCH_BAND, workload_match
+from advisor.sizing.measured import read_reference_folder
+from advisor.workload.profile_input import profile_from_dict
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 SHIPPED = read_reference_folder(SHIPPED_REFERENCE_DIR)

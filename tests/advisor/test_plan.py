@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from advisor.cli import app
-from advisor.estimate import estimate_stage
-from advisor.plan import bench_plan, plan_for_stage
-from advisor.profile import load_profile, profile_from_dict
-from advisor.tree import evaluate, load_tree
+from advisor.plan.stage_plan import bench_plan, plan_for_stage
+from advisor.plan.tree import evaluate, load_tree
+from advisor.sizing.estimate import estimate_stage
+from advisor.workload.profile_input import load_profile, profile_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_PROFILES = sorted((ROOT / "examples" / "profiles").glob("*.yaml"))
@@ -57,10 +57,10 @@ def test_cli_bench_plan_prints_plan_for_stage(monkeypatch: pytest.MonkeyPatch, t
 
 
 def test_benchmark_page_plans_with_plan_for_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    import advisor.plan
+    import advisor.plan.stage_plan
     from ui.benchmark_page import plan_for
 
-    monkeypatch.setattr(advisor.plan, "host_busy_factor", lambda: 1.0)  # an idle machine
+    monkeypatch.setattr(advisor.plan.stage_plan, "host_busy_factor", lambda: 1.0)  # an idle machine
 
     stage = load_profile(ROOT / "examples" / "profiles" / "chat_7b_h200.yaml").primary
     shown = plan_for(stage, quick=True)
@@ -121,7 +121,7 @@ def test_estimate_is_in_the_range_of_a_measured_quick_plan() -> None:
     """The H200 quick plan (vLLM + PyTorch, llama-2-7b, checkpoint on disk) took 171 s end to
     end (the quick_plan step in data/reference/h200_llama2-7b_fidelity_quick_plan_onnx_genai/
     campaign-fidelity-rounds-quick-plan.json); the estimate must be in range."""
-    from advisor.plan import estimate_run
+    from advisor.plan.stage_plan import estimate_run
     from bench.core.config import RunConfig
 
     folder = ROOT / "data/reference/h200_llama2-7b_fidelity_quick_plan_onnx_genai"
@@ -140,9 +140,9 @@ def test_estimate_is_in_the_range_of_a_measured_quick_plan() -> None:
 def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> None:
     """The plan's engine options come from the backend (`recommended_args` of the stage's
     shape), not from a list of framework names in the advisor."""
-    from advisor.evidence import workload_shape
-    from advisor.stage_load import stage_load
-    from advisor.traffic import sized_for_engine
+    from advisor.sizing.engine_shape import workload_shape
+    from advisor.workload.stage_load import stage_load
+    from advisor.workload.traffic import sized_for_engine
     from bench.core.engine_facts import prefix_caching_setting
     from bench.engines.backends import registry
 
@@ -165,7 +165,7 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
 
 
 def test_a_busy_host_stretches_cpu_estimates(empty_model_cache) -> None:
-    from advisor.plan import host_busy_factor
+    from advisor.plan.stage_plan import host_busy_factor
 
     assert host_busy_factor() >= 1.0
     stage = default_stage()
@@ -188,7 +188,7 @@ def test_a_busy_host_stretches_cpu_estimates(empty_model_cache) -> None:
 
 
 def _stage(**data):
-    from advisor.profile import profile_from_dict
+    from advisor.workload.profile_input import profile_from_dict
 
     return profile_from_dict(data).primary
 
@@ -216,7 +216,7 @@ def test_max_model_len_never_passes_the_window() -> None:
 
 def test_cpu_quick_plan_scales_a_long_prompt_to_the_substitute_and_says_so() -> None:
     """mistral-7b takes 6,000 + 200 tokens; its CPU stand-in tiny-llama takes 4,096."""
-    from advisor.plan import workload_lengths
+    from advisor.plan.stage_plan import workload_lengths
 
     stage = _stage(
         model="mistral-7b",
@@ -250,7 +250,7 @@ def test_only_the_tail_past_the_window_is_clipped_and_said() -> None:
 
 def test_cpu_runs_use_one_dtype_rule_and_say_so() -> None:
     """The CLI's CPU runs are bfloat16 (bench run's default); the quick plan on the CPU too."""
-    from advisor.plan import CPU_HALF_DTYPE
+    from advisor.plan.stage_plan import CPU_HALF_DTYPE
     from bench.core.config import PrecisionConfig
 
     assert PrecisionConfig().dtype == CPU_HALF_DTYPE == "bfloat16"
@@ -274,7 +274,7 @@ def test_cpu_runs_use_one_dtype_rule_and_say_so() -> None:
 
 def test_a_replay_run_is_estimated_from_its_traces_span() -> None:
     """A replay run's phase lasts the trace's span (times time_scale): the shipped example."""
-    from advisor.traffic import replay_seconds
+    from advisor.workload.traffic import replay_seconds
     from bench.core.config import ReplayLoad
     from bench.run.traffic_files import read_trace
 
@@ -303,7 +303,7 @@ def test_the_cpu_quick_plan_is_sized_to_end_valid():
     """A 1024/256 chat on a machine without a GPU: before, 8 in flight for a fixed 15 s gave 8
     requests (INVALID every time); now at most 4 in flight, the window runs on until the
     validity minimum + 20% were sent, and the time bound fits the estimated waves."""
-    from advisor.plan import CPU_QUICK_CONCURRENCY, CPU_QUICK_MAX_S, VALID_MARGIN
+    from advisor.plan.stage_plan import CPU_QUICK_CONCURRENCY, CPU_QUICK_MAX_S, VALID_MARGIN
 
     stage = profile_from_dict(
         {

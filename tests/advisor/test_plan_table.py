@@ -1,4 +1,5 @@
-"""The plan <-> table conversions (advisor/plan_table.py) on real plans of the shipped profiles."""
+"""The plan <-> table conversions (advisor/plan/plan_table.py) on real plans of the shipped
+profiles."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.plan import plan_for_stage
-from advisor.plan_table import (
+from advisor.plan.plan_table import (
     CAPACITY_SEARCH,
     PLAN_ROW,
     PlanRow,
@@ -15,7 +15,8 @@ from advisor.plan_table import (
     config_from_row,
     plan_table,
 )
-from advisor.profile import load_profile
+from advisor.plan.stage_plan import plan_for_stage
+from advisor.workload.profile_input import load_profile
 from bench.core.config import RunConfig
 from bench.core.errors import UserError
 

@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.profile import (
-    Objective,
-    WorkloadProfile,
-    load_profile,
-    profile_from_dict,
-    profile_from_flags,
-)
+from advisor.workload.profile import Objective, WorkloadProfile
+from advisor.workload.profile_input import load_profile, profile_from_dict, profile_from_flags
 from bench.core.errors import UserError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "profiles"

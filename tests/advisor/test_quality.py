@@ -11,9 +11,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from advisor.configurations import FP8_ACCURACY_NOTE
-from advisor.quality import QUALITY_NOTE_PREFIX, beyond_tolerance, quality_cell, stage_quality
 from advisor.report.build import assemble_report
+from advisor.sizing.configurations import FP8_ACCURACY_NOTE
+from advisor.workload.quality import (
+    QUALITY_NOTE_PREFIX,
+    beyond_tolerance,
+    quality_cell,
+    stage_quality,
+)
 from bench.core.config import PrecisionConfig
 from bench.core.errors import UserError
 from bench.storage.store import ResultStore
@@ -206,7 +211,7 @@ def test_a_fixed_precision_beyond_tolerance_is_a_page_1_risk():
     """A TEST DOUBLE: the shipped classifier's int8 row with its agreement replaced by 9 of 10
     examples kept (through the real agreement_delta): a 10% loss at the profile's INT8, beyond
     a 1% tolerance, is named; fp16 (measured, no loss) is not."""
-    from advisor.quality import fixed_precision_risk, profile_quality_name
+    from advisor.workload.quality import fixed_precision_risk, profile_quality_name
     from bench.core.quality import agreement_delta
 
     result = stage_quality(str(CLASSIFIER))

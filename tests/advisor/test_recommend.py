@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.profile import load_profile, profile_from_dict
-from advisor.recommend import MEASUREMENT_RULE, Report, recommend
+from advisor.decide.recommend import MEASUREMENT_RULE, Report, recommend
+from advisor.workload.profile_input import load_profile, profile_from_dict
 from bench.core.schema import RunStatus
 from tests.advisor.synthetic import synthetic_run
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.capacity import HOURS_PER_MONTH
-from advisor.plan import FULL_REPEATS, plan_for_stage
-from advisor.profile import profile_from_dict
-from advisor.recommend import recommend
+from advisor.decide.recommend import recommend
+from advisor.plan.stage_plan import FULL_REPEATS, plan_for_stage
 from advisor.report.capacity import capacity_view
+from advisor.sizing.capacity import HOURS_PER_MONTH
+from advisor.workload.profile_input import profile_from_dict
 from bench.core.config import (
     SLO,
     CapacityLoad,

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from advisor.configurations import Deployment
-from advisor.evidence import measured_reference_runs
-from advisor.profile import StageProfile
-from advisor.serving_model import (
+from advisor.sizing.configurations import Deployment
+from advisor.sizing.measured import measured_reference_runs
+from advisor.sizing.serving_model import (
     CapacityPrediction,
     in_flight,
     predict_latency,
     predict_stage_capacity,
     run_shape,
 )
-from advisor.serving_validation import validate
+from advisor.sizing.serving_validation import validate
+from advisor.workload.profile import StageProfile
 from bench.core.config import PrecisionConfig
 from bench.core.pattern_reports import CapacityReport
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
@@ -159,16 +159,16 @@ def test_a_model_too_large_for_the_gpu_gets_zero_bound_by_memory(runs):
 
 
 def _h200_shape(**args):
-    from advisor.estimate import architecture_for
-    from advisor.gpus import GPUS
-    from advisor.serving_model import engine_shape
+    from advisor.sizing.serving_model import engine_shape
+    from advisor.workload.architectures import architecture_for
+    from advisor.workload.gpus import GPUS
 
     architecture, _ = architecture_for("llama-2-7b")
     return engine_shape(architecture.parameters, architecture, GPUS["H200"], VLLM_16, args)
 
 
 def test_one_request_alone_takes_one_prefill_step_then_one_decode_step_per_token():
-    from advisor.serving_model import Factors, Workload, simulate
+    from advisor.sizing.serving_model import Factors, Workload, simulate
     from bench.core.config import LengthDistribution
 
     shape = _h200_shape()
@@ -187,7 +187,7 @@ def test_one_request_alone_takes_one_prefill_step_then_one_decode_step_per_token
 
 
 def test_the_batch_never_exceeds_max_num_seqs_or_the_kv_cache():
-    from advisor.serving_model import Factors, Workload, simulate
+    from advisor.sizing.serving_model import Factors, Workload, simulate
     from bench.core.config import LengthDistribution
 
     workload = Workload(LengthDistribution(mean=512), LengthDistribution(mean=256), 600)
@@ -200,8 +200,8 @@ def test_the_batch_never_exceeds_max_num_seqs_or_the_kv_cache():
 
 
 def test_jumping_decode_stretches_gives_the_step_by_step_result(monkeypatch):
-    from advisor import serving_model
-    from advisor.serving_model import Factors, Workload, simulate
+    from advisor.sizing import serving_model
+    from advisor.sizing.serving_model import Factors, Workload, simulate
     from bench.core.config import LengthDistribution
 
     shape = _h200_shape()

@@ -1,5 +1,5 @@
-"""The Advisor form's edit of the typed profile (advisor/stage_input.py) on the shipped example
-profiles."""
+"""The Advisor form's edit of the typed profile (advisor/workload/stage_input.py) on the shipped
+example profiles."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from advisor.profile import StageProfile, load_profile
-from advisor.stage_input import (
+from advisor.workload.profile import StageProfile
+from advisor.workload.profile_input import load_profile
+from advisor.workload.stage_input import (
     DRAFT_FIELDS,
     FIELDS_KEPT_AS_GIVEN,
     StageFormValues,

@@ -9,13 +9,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from advisor import traffic
 from advisor.cli import app
-from advisor.diagnose import VLLM_BLOCK_TOKENS, diagnose, ran_on_cpu
-from advisor.estimate import estimate_stage
-from advisor.plan import plan_for_stage
-from advisor.profile import load_profile, profile_from_dict, profile_from_flags
-from advisor.tree import DEFAULT_TREE_PATH, evaluate, load_tree
+from advisor.decide.diagnose import VLLM_BLOCK_TOKENS, diagnose, ran_on_cpu
+from advisor.plan.stage_plan import plan_for_stage
+from advisor.plan.tree import DEFAULT_TREE_PATH, evaluate, load_tree
+from advisor.sizing.estimate import estimate_stage
+from advisor.workload import traffic
+from advisor.workload.profile_input import load_profile, profile_from_dict, profile_from_flags
 from bench.core.config import (
     ConcurrencyLoad,
     ConversationSpec,

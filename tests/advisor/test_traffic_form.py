@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 def page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from streamlit.testing.v1 import AppTest
 
-    from advisor.profile import load_profile
+    from advisor.workload.profile_input import load_profile
     from ui import state
 
     monkeypatch.setenv("ADVISOR_STORE", str(tmp_path / "store.sqlite"))

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 import yaml
 
-from advisor.estimate import estimate_stage
-from advisor.profile import profile_from_dict
-from advisor.tree import (
+from advisor.plan.tree import (
     DEFAULT_TREE_PATH,
     Condition,
     evaluate,
     load_tree,
     what_would_change,
 )
+from advisor.sizing.estimate import estimate_stage
+from advisor.workload.profile_input import profile_from_dict
 from bench.core.errors import UserError
 
 TREE = load_tree()

@@ -312,7 +312,7 @@ def test_advisor_plan_step_gets_the_advisors_configs(tmp_path: Path) -> None:
 def test_advisor_plan_step_takes_the_full_plans_searches_and_repeats(tmp_path: Path) -> None:
     """The full plan's capacity searches run too, and its repeats apply unless the step sets
     its own (`python -m advisor bench-plan --json` is the real planner here)."""
-    from advisor.plan import FULL_REPEATS
+    from advisor.plan.stage_plan import FULL_REPEATS
     from bench.orchestrate.campaign import advisor_plan_runs
 
     profile = {

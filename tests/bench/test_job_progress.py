@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import update
 
 from bench.core.config import RunConfig
+from bench.core.fingerprint import ExecutorFacts
 from bench.core.job_progress import JobPlacement, JobProgressState, JobRunProgress
 from bench.core.progress import ProgressPoint, RunProgress
 from bench.core.resources import Resources
@@ -116,7 +117,7 @@ def test_unknown_keys_and_unreadable_values_are_dropped_not_fatal():
     assert first.history[0].completed is None
     assert first.history[0].elapsed_s == run["history"][0]["elapsed_s"]
     assert first.history[-1].completed == run["history"][-2]["completed"]
-    assert state.placement is not None and state.placement.gpu_ids == []
+    assert state.placement is not None and state.placement.node is None  # queued: no node
     assert state.placement.waiting_for == "1 × GPU, 1 CPU"
     for junk in (None, [], "text", {"runs": "not a list", "current": "x"}):
         assert JobProgressState.from_stored(junk) == JobProgressState()
@@ -204,17 +205,21 @@ def test_the_submitters_placement_over_what_the_node_wrote():
     node = JobPlacement(
         executor="ray",
         state="running",
-        node_id="5f2c9a1b3d4e77",
-        node_ip="10.0.0.7",
-        hostname="gpu-7",
-        gpu_uuids=["GPU-21ff"],
+        node=ExecutorFacts(
+            name="ray",
+            node_id="5f2c9a1b3d4e77",
+            node_ip="10.0.0.7",
+            hostname="gpu-7",
+            gpu_uuids=["GPU-21ff"],
+        ),
     )
     submitter = JobPlacement(
         executor="ray", state="queued", resources=resources, waiting_for=resources.describe()
     )
     submitter.reason = "waiting for a node with 1 × H200, 1 CPU to be free"
     merged = submitter.over(node)
-    assert merged.hostname == "gpu-7" and merged.gpu_uuids == ["GPU-21ff"]
+    assert merged.node is not None
+    assert merged.node.hostname == "gpu-7" and merged.node.gpu_uuids == ["GPU-21ff"]
     assert merged.resources == resources and merged.reason == submitter.reason
     merged.state = "finished"
     assert describe_placement(merged) == (
@@ -223,6 +228,31 @@ def test_the_submitters_placement_over_what_the_node_wrote():
     assert node.state == "running"  # `over` copies
     assert describe_placement(None) is None
     assert describe_placement(JobPlacement(state="running")) is None  # not the ray executor
+
+
+def test_a_placement_stored_with_flat_node_fields_reads_back_with_its_node():
+    """Job rows written before `JobPlacement.node` held the node's fields beside the state: a
+    placed job's become its node (described as before), a queued job's nulls no node."""
+    placed = {
+        "executor": "ray",
+        "state": "finished",
+        "resources": None,
+        "waiting_for": "1 × H200, 1 CPU",
+        "reason": None,
+        "node_id": "5f2c9a1b3d4e77",
+        "node_ip": "10.0.0.7",
+        "hostname": "gpu-7",
+        "gpu_ids": ["0"],
+        "gpu_uuids": ["GPU-21ff"],
+    }
+    read = JobPlacement.from_stored(placed)
+    assert read is not None and read.node is not None
+    assert (read.node.name, read.node.hostname, read.node.gpu_ids) == ("ray", "gpu-7", ["0"])
+    assert describe_placement(read) == "Ran on node gpu-7 (10.0.0.7, 5f2c9a1b3d4e) / GPUs GPU-21ff."
+    queued = {**placed, "state": "queued", "node_id": None, "node_ip": None, "hostname": None}
+    waiting = JobPlacement.from_stored({**queued, "gpu_ids": [], "gpu_uuids": []})
+    assert waiting is not None and waiting.node is None and waiting.state == "queued"
+    assert JobPlacement.model_validate_json(read.model_dump_json()) == read
 
 
 @pytest.mark.parametrize("status", list(RunStatus))

@@ -95,7 +95,7 @@ def test_stored_searches_read_as_judged_from_their_first_request():
 
 
 def test_the_plan_counts_the_settle_time_of_every_judged_probe():
-    from advisor.plan import estimate_run
+    from advisor.plan.stage_plan import estimate_run
     from bench.core.config import GenerateWorkload, LengthDistribution, RunConfig
 
     def config(settle: float | str | None) -> RunConfig:

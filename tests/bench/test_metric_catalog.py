@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor.evidence import _slo_check, measured_reference_runs, objective_metric
-from advisor.profile import Objective, ProfileSLO, StageProfile
-from advisor.report.model import REPORT_METRICS, RESOURCE_COLUMNS, SPEED_COLUMNS, EvidenceRow
+from advisor.evidence.rows import _slo_check, objective_metric
+from advisor.report.model import REPORT_METRICS, RESOURCE_COLUMNS, SPEED_COLUMNS, EvidenceFigures
+from advisor.sizing.measured import measured_reference_runs
+from advisor.workload.profile import Objective, ProfileSLO, StageProfile
 from bench.core.config import SLO, ValidityRules
 from bench.core.metric_catalog import (
     LADDER_LATENCIES,
@@ -134,7 +135,7 @@ def test_names_are_unique_and_the_stored_spellings_are_fields() -> None:
             )
         assert spec.definition
     for item in REPORT_METRICS:
-        assert item.report_field in EvidenceRow.model_fields, item.report_field
+        assert item.report_field in EvidenceFigures.model_fields, item.report_field
     for item in LADDER_LATENCIES:
         assert item.ladder_field in LadderStage.model_fields, item.ladder_field
     assert metric("ttft_ms_p99").report_field == "ttft_p99_ms"

@@ -175,7 +175,8 @@ def test_jobs_land_on_the_node_of_their_gpu_type(cluster, store, tmp_path):
         job = store.get_job(job_id)
         assert job.status == RunStatus.COMPLETED, job.error
         where = placement(store, job_id)
-        assert where.node_id == nodes[name].node_id, f"job for {name} ran elsewhere"
+        assert where.node is not None, f"job for {name} has no node"
+        assert where.node.node_id == nodes[name].node_id, f"job for {name} ran elsewhere"
         run = store.get_run(job.run_ids[0])
         assert run.summary is not None and run.summary.successful > 0
         assert store.count_records(run.run_id) >= run.summary.successful
@@ -199,7 +200,8 @@ def test_team_store_is_written_by_the_node_itself(cluster, tmp_path, postgres):
         wait_for(lambda: store.get_job(job_id).finished, 300, "the job on the team store")
     job = store.get_job(job_id)
     assert job.status == RunStatus.COMPLETED, job.error
-    assert placement(store, job_id).node_id == nodes[TYPE_A].node_id
+    node = placement(store, job_id).node
+    assert node is not None and node.node_id == nodes[TYPE_A].node_id
     run = store.get_run(job.run_ids[0])
     assert run.environment.executor.node_id == nodes[TYPE_A].node_id
     assert run.summary is not None and store.count_records(run.run_id) >= run.summary.successful

@@ -16,6 +16,7 @@ from typing import Protocol
 import pytest
 
 from bench.core.config import RunConfig
+from bench.core.fingerprint import ExecutorFacts
 from bench.core.job_progress import JobPlacement, JobProgressState
 from bench.core.schema import Failure, RequestRecord, RunResult, RunStatus
 from bench.orchestrate.ray_node import (
@@ -24,7 +25,6 @@ from bench.orchestrate.ray_node import (
     ForwardingStore,
     PlacedStore,
 )
-from bench.run.environment import NodePlacement
 from bench.storage.store import JobRunStore, JobWriter, ResultStore, RunWriter, Store
 
 
@@ -164,7 +164,7 @@ def test_forwarding_store_mirrors_run_writes_and_forwards_them_in_order(tmp_path
 def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
     channel = RecordingChannel()
     base = ForwardingStore(channel, None, tmp_path, wait=answered)
-    placement = NodePlacement(node_id="n1", hostname="host-a", node_ip="127.0.0.1")
+    placement = ExecutorFacts(name="ray", node_id="n1", hostname="host-a", node_ip="127.0.0.1")
     placed = PlacedStore(base, placement)
     result = make_result()
     try:
@@ -178,8 +178,8 @@ def test_placed_store_adds_the_placement_to_job_progress_only(tmp_path):
         base.close()
     calls = [event for event in channel.events if event[0] == "update_job"]
     first, second = (kwargs for _name, _args, kwargs in calls)
-    assert first["progress"].placement == JobPlacement.model_validate(
-        placement.model_dump() | {"state": "running"}
+    assert first["progress"].placement == JobPlacement(
+        executor="ray", state="running", node=placement
     )
     assert first["progress"].current == 0 and first["status"] == "RUNNING"
     assert second == {"run_ids": [result.run_id]}
@@ -205,7 +205,9 @@ def test_job_progress_written_on_a_node_reaches_the_submitters_job_row(tmp_path)
     job_id = submitter.create_job([config])
     channel = RecordingChannel()
     base = ForwardingStore(channel, None, tmp_path, wait=answered)
-    placement = NodePlacement(node_id="n1", hostname="host-a", node_ip="127.0.0.1", gpu_ids=["0"])
+    placement = ExecutorFacts(
+        name="ray", node_id="n1", hostname="host-a", node_ip="127.0.0.1", gpu_ids=["0"]
+    )
     placed = PlacedStore(base, placement)
     try:
         progress = JobProgress([config], lambda state: placed.update_job(job_id, progress=state))
@@ -225,9 +227,7 @@ def test_job_progress_written_on_a_node_reaches_the_submitters_job_row(tmp_path)
     assert stored.runs == progress.state.runs
     assert stored.runs[0].status == RunStatus.COMPLETED
     assert stored.runs[0].history[0].completed == 3
-    assert stored.placement == JobPlacement.model_validate(
-        placement.model_dump() | {"state": "running"}
-    )
+    assert stored.placement == JobPlacement(executor="ray", state="running", node=placement)
     assert (
         describe_placement(stored.placement) == "Running on node host-a (127.0.0.1, n1) / GPUs 0."
     )

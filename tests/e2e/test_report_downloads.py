@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.profile import load_profile
 from advisor.report.json import read_report_json
+from advisor.workload.profile_input import load_profile
 from tests.e2e.test_app_flow import edit_profile, full_page, no_exceptions, wait_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -59,7 +59,7 @@ def stored_capacity_runs(store_path):
 
 
 def capacity_page(app_test, profile: dict):
-    from advisor.profile import profile_from_dict
+    from advisor.workload.profile_input import profile_from_dict
     from ui import state
 
     at = app_test()
@@ -80,7 +80,7 @@ def test_capacity_panel_resizes_when_the_peak_doubles_without_a_new_run(
     at = capacity_page(app_test, capacity_profile())
     assert not at.exception
     assert any(m.value == "#### Capacity and cost" for m in at.markdown)
-    # The stage's one-sentence answer sits under the framework (advisor.recommend.headline).
+    # The stage's one-sentence answer sits under the framework (advisor.decide.recommend.headline).
     assert any(m.value.startswith("**main: ") for m in at.markdown)
     peak = next(n for n in at.number_input if n.label == "Peak rate (req/s)")
     headroom = next(n for n in at.number_input if n.label == "Headroom")

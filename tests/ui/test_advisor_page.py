@@ -104,7 +104,7 @@ def test_another_gpu_is_told_where_the_evidence_is_and_can_view_it(app_test):
 def test_configuration_search_shows_table_chart_and_accuracy(app_test):
     """A two-H200 llama-2-7b profile: the configurations, the Pareto chart over the shipped
     runs, and the estimate's leave-one-out error."""
-    from advisor.profile import profile_from_flags
+    from advisor.workload.profile_input import profile_from_flags
     from ui import state
 
     profile = profile_from_flags(
@@ -129,7 +129,7 @@ def test_configuration_search_shows_table_chart_and_accuracy(app_test):
 
 
 def _seeded(app_test, **stage):
-    from advisor.profile import WorkloadProfile
+    from advisor.workload.profile import WorkloadProfile
     from ui import state
 
     at = app_test()
@@ -166,7 +166,7 @@ def test_no_gpu_decided_says_there_is_no_gpu_to_fit_against(app_test):
 def test_a_model_that_does_not_fit_reads_plainly(app_test):
     """llama-2-70b on one L4: a red (negative) headroom, "needs N GPUs; the profile has 1", and
     a configuration to deploy as setting/value rows without None; tables without None."""
-    from advisor.profile import profile_from_flags
+    from advisor.workload.profile_input import profile_from_flags
     from ui import state
 
     profile = profile_from_flags(
@@ -242,7 +242,7 @@ def test_configuration_rows_read_the_typed_configuration():
     """The page's setting/value rows come from the typed configuration's fields: the layout
     from parallelism, the precision from precision, the TP degree and FP8 shown as the vLLM
     engine arguments an engineer types (they are not in engine_args themselves)."""
-    from advisor.configurations import DeploymentFigures, RecommendedDeployment
+    from advisor.sizing.configurations import DeploymentFigures, RecommendedDeployment
     from bench.core.config import ParallelismConfig, PrecisionConfig
     from ui.advisor_page import configuration_rows
 

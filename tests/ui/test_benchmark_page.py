@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from advisor.profile import StageProfile, WorkloadProfile
+from advisor.workload.profile import StageProfile, WorkloadProfile
 from bench.core.config import LengthDistribution
 from ui.state import PROFILE_KEY, default_profile
 
@@ -28,9 +28,9 @@ def idle_machine(monkeypatch):
     """Plan estimates as on an idle machine: a stand-in for the load average, which other work
     on a shared test host moves from minute to minute (a busy host would make a plan ask for
     confirmation and keep Run disabled)."""
-    import advisor.plan
+    import advisor.plan.stage_plan
 
-    monkeypatch.setattr(advisor.plan, "host_busy_factor", lambda: 1.0)
+    monkeypatch.setattr(advisor.plan.stage_plan, "host_busy_factor", lambda: 1.0)
 
 
 @pytest.fixture
@@ -282,7 +282,7 @@ def test_full_plan_lists_its_capacity_searches_and_repeats_and_runs_them_all(
     """The Full plan's table has each comparison run with the plan's repeats and the SLO
     capacity searches after them; the plan's time parts show before Run; Run queues every
     comparison run `repeats` times (consecutive runs of one job) and each search once."""
-    from advisor.plan import FULL_REPEATS
+    from advisor.plan.stage_plan import FULL_REPEATS
     from bench.storage.store import ResultStore
 
     at = app_test(PAGE)
@@ -323,8 +323,8 @@ def test_a_deleted_plan_row_leaves_every_other_row_on_its_own_config():
     first config. The deletion is applied by Streamlit's own data-editor function."""
     from streamlit.elements.widgets.data_editor import _apply_row_deletions
 
-    from advisor.plan import plan_for_stage
-    from advisor.plan_table import PLAN_ROW, chosen_runs, plan_table
+    from advisor.plan.plan_table import PLAN_ROW, chosen_runs, plan_table
+    from advisor.plan.stage_plan import plan_for_stage
 
     stage = _tiny_profile().primary
     plan = plan_for_stage(stage, quick=False, cpu_only=True)

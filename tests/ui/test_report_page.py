@@ -8,16 +8,16 @@ PAGE = "ui/report_page.py"
 
 
 def test_report_page_offers_every_format_and_the_pdf_when_asked(app_test, store_path, monkeypatch):
-    import advisor.recommend
+    import advisor.decide.recommend
 
     calls = []
-    real_recommend = advisor.recommend.recommend
+    real_recommend = advisor.decide.recommend.recommend
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real_recommend(*args, **kwargs)
 
-    monkeypatch.setattr(advisor.recommend, "recommend", counted)
+    monkeypatch.setattr(advisor.decide.recommend, "recommend", counted)
     run = stored_run(store_path)
     at = app_test(PAGE)
     at.session_state["selected_run_ids"] = [run.run_id]

@@ -38,7 +38,7 @@ def made_runs():
 
 
 def test_verdicts_show_the_interval_and_single_run(app_test, store_path):
-    from advisor.profile import profile_from_dict
+    from advisor.workload.profile_input import profile_from_dict
     from ui import state
 
     store_pairs(store_path, made_runs())

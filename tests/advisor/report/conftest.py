@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from advisor.profile import GpuProfile, StageProfile, WorkloadProfile
+from advisor.workload.profile import GpuProfile, StageProfile, WorkloadProfile
 from bench.core.config import (
     ConcurrencyLoad,
     GenerateWorkload,
@@ -228,7 +228,7 @@ def store_with(path: Path, runs: list[tuple[RunResult, list[RequestRecord]]]) ->
 
 def real_answer(profile: WorkloadProfile, store: ResultStore, reference_dir: Path):
     """The advisor's real answer (`recommend()`) over the store and a reference folder."""
-    from advisor.recommend import availability_map, recommend
+    from advisor.decide.recommend import availability_map, recommend
 
     return recommend(
         profile, store=store, reference_dir=reference_dir, availability=availability_map()
@@ -244,8 +244,8 @@ def make_synthetic_report(folder: Path, title: str = XSS_TITLE):
     """A Report built by the real pipeline (store -> `recommend()` over the shipped
     data/reference -> `report_for`) from synthetic (test double) runs: step + pulse on CPU and a
     GPU concurrency run with CUDA graphs off (so the advisor's diagnostics have a finding)."""
-    from advisor.evidence import read_reference_folder
     from advisor.report.build import report_for
+    from advisor.sizing.measured import read_reference_folder
 
     step = synthetic_run("pytorch", "step", seed=1)
     pulse = synthetic_run("pytorch", "pulse", seed=2)

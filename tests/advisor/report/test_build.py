@@ -24,8 +24,8 @@ from tests.advisor.report.conftest import (
 @pytest.fixture
 def answer_and_report(tmp_path: Path):
     """The advisor's real answer and the report built from it, over one store of doubles."""
-    from advisor.evidence import read_reference_folder
     from advisor.report.build import report_for
+    from advisor.sizing.measured import read_reference_folder
 
     gpu = synthetic_run(
         "vllm", "concurrency", gpu=True, seed=3, engine_args={"enforce_eager": True}
@@ -202,7 +202,7 @@ def test_advisors_other_published_rows_are_marked_but_seed_rows_are_not_repeated
 
 
 def test_floor_distance_uses_datasheet_bandwidth_for_gpu_runs(synthetic_report: Report) -> None:
-    from advisor.gpus import find_gpu
+    from advisor.workload.gpus import find_gpu
 
     spec = find_gpu("NVIDIA H100 80GB HBM3")
     assert spec is not None
@@ -317,9 +317,9 @@ def test_the_seed_reference_file_loads_with_its_four_frameworks() -> None:
 
 
 def test_same_advice_is_grouped_and_printed_once(tmp_path: Path) -> None:
-    from advisor.evidence import read_reference_folder
     from advisor.report.build import report_for
     from advisor.report.markdown import render_markdown
+    from advisor.sizing.measured import read_reference_folder
 
     eager = {"enforce_eager": True}
     first = synthetic_run("vllm", "concurrency", gpu=True, seed=21, engine_args=eager)

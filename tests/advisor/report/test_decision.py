@@ -181,9 +181,9 @@ def test_a_failed_run_reads_run_failed_not_zero_errors(reports) -> None:
     'run failed' in every format, never as 'Errors 0%'."""
     from advisor.report.html import render_html
     from advisor.report.markdown import render_markdown
-    from advisor.report.model import EvidenceRow
+    from advisor.report.model import EvidenceFigures
 
-    failed = EvidenceRow(
+    failed = EvidenceFigures(
         framework="vllm",
         source="measured-here",
         run_id="run-that-crashed",

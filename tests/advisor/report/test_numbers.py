@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from advisor.evidence import read_reference_folder
 from advisor.report.numbers import MISSING, figure, fixed, number
+from advisor.sizing.measured import read_reference_folder
 from bench.core.metric_catalog import METRICS_BY_NAME, read_all
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 

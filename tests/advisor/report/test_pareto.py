@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.calibration import calibration_from
-from advisor.configurations import search_configurations
-from advisor.evidence import read_reference_folder
-from advisor.profile import profile_from_flags
 from advisor.report.charts import PARETO_MAX_CONFIGURATIONS, pareto_chart, render_svg
+from advisor.sizing.calibration import calibration_from
+from advisor.sizing.configurations import search_configurations
+from advisor.sizing.measured import read_reference_folder
+from advisor.workload.profile_input import profile_from_flags
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 
@@ -63,11 +63,11 @@ def test_report_formats_carry_the_search_the_chart_and_the_calibration(
 
     from typer.testing import CliRunner
 
-    from advisor import evidence
     from advisor.cli import app
+    from advisor.sizing import measured
     from bench.storage.store import ResultStore
 
-    monkeypatch.setattr(evidence, "DEFAULT_REFERENCE_DIR", SHIPPED_REFERENCE_DIR)
+    monkeypatch.setattr(measured, "DEFAULT_REFERENCE_DIR", SHIPPED_REFERENCE_DIR)
     ResultStore(tmp_path / "empty.sqlite").close()
     profile = Path(__file__).resolve().parents[3] / "examples" / "profiles" / "chat_7b_h200.yaml"
     out = tmp_path / "out"

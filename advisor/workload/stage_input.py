@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from advisor.profile import StageProfile, WorkloadProfile
+from advisor.workload.profile import StageProfile, WorkloadProfile
 from bench.core.strict import StrictInput
 
 FIELDS_KEPT_AS_GIVEN = ("peak_request_rate_rps", "headroom_fraction", "practical_threshold")
@@ -89,8 +89,8 @@ class StageFormValues(StrictInput):
 
 def load_kind_shown(previous: StageProfile) -> Literal["concurrency", "rate", "peak"]:
     """How the form first describes the stage's load: by its rate when it has a rate and no
-    concurrency, by its peak rate when that is all it gives (advisor/stage_load.py reads either),
-    else by requests in flight."""
+    concurrency, by its peak rate when that is all it gives (advisor/workload/stage_load.py reads
+    either), else by requests in flight."""
     if previous.request_rate_rps and not previous.concurrency:
         return "rate"
     if previous.peak_request_rate_rps and not previous.concurrency:

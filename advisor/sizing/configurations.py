@@ -5,7 +5,7 @@ degrees that divide the GPU count (and the model's KV heads), replicas = GPUs / 
 profile's dtype or FP8, KV cache at the dtype or FP8 — and each is estimated per GPU:
 
 - weights per GPU = parameters x weight bytes / TP; KV per GPU = KV bytes per token / TP x
-  context x the sequences one replica holds; fit as in `advisor.estimate` (10% margin, 1 GB
+  context x the sequences one replica holds; fit as in `advisor.sizing.estimate` (10% margin, 1 GB
   runtime per GPU);
 - one decode step of a replica at batch b (the floor, no overlap assumed between reading and
   computing): read (weights + b x mean in-flight context x KV per token) / TP at the memory
@@ -13,7 +13,7 @@ profile's dtype or FP8, KV cache at the dtype or FP8 — and each is estimated p
   admits per step, b x prompt / output) / TP at the dense tensor peak (FP8 weights on a GPU with
   FP8 tensor cores: twice the 16-bit peak; without: weight-only FP8, the 16-bit peak);
 - TPOT = step floor / efficiency, where efficiency is calibrated per engine, TP degree and
-  precision from stored measurements (`advisor.calibration`); output tok/s = replicas x b x
+  precision from stored measurements (`advisor.sizing.calibration`); output tok/s = replicas x b x
   1000 / TPOT; tok/s per GPU = that / GPUs; tok/s per user = 1000 / TPOT.
 
 The assumed TP efficiencies below stand only until a measurement of that TP degree replaces them.
@@ -30,20 +30,19 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from advisor.estimate import (
+from advisor.sizing.engine_shape import registered_backend, stage_tensor_parallel
+from advisor.sizing.estimate import (
     ACTIVATION_MARGIN_FRACTION,
     DTYPE_BYTES,
     GB,
     RUNTIME_OVERHEAD_GB_PER_GPU,
     TP_DEGREES,
-    Architecture,
-    architecture_for,
 )
-from advisor.evidence import registered_backend, stage_tensor_parallel
-from advisor.gpus import GPUS, GpuSpec
-from advisor.profile import Objective, StageProfile
-from advisor.quality import beyond_tolerance, quality_cell, quality_note, stage_quality
-from advisor.stage_load import stage_load
+from advisor.workload.architectures import Architecture, architecture_for
+from advisor.workload.gpus import GPUS, GpuSpec
+from advisor.workload.profile import Objective, StageProfile
+from advisor.workload.quality import beyond_tolerance, quality_cell, quality_note, stage_quality
+from advisor.workload.stage_load import stage_load
 from bench.core.config import LoadPattern, ParallelismConfig, PrecisionConfig, RunConfig, Workload
 from bench.core.errors import UserError
 from bench.core.metric_catalog import metric as catalogue_metric

@@ -26,14 +26,12 @@ deployment holds and is used as it is.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
+from advisor.workload.profile import StageProfile
 from bench.core.strict import Strict
-
-if TYPE_CHECKING:  # annotations only: the estimate (below the profile's checks) reads the load
-    from advisor.profile import StageProfile
 
 LoadSource = Literal["concurrency", "little's law", "not given"]
 DEFAULT_IN_FLIGHT = 8

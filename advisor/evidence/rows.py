@@ -1,5 +1,6 @@
-"""Evidence: each framework's expert engine settings for a stage, and ranked evidence rows from
-the store and the references (the plan itself is built in advisor/plan.py).
+"""Evidence: ranked evidence rows for a stage from the store and the references (read by
+advisor/sizing/measured.py; each engine's expert settings are in advisor/sizing/engine_shape.py,
+the plan in advisor/plan/stage_plan.py).
 
 Sources, strongest first: `measured-here` (a stored run whose fingerprinted GPU is the profile's
 GPU type), `measured-elsewhere` (another GPU, or a CPU), `published` (figures from an article,
@@ -13,19 +14,24 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, computed_field
+from pydantic import BaseModel, Field, computed_field
 
-from advisor.capacity import run_gpu_type
-from advisor.estimate import architecture_for, context_limits, estimate_stage, upper_tokens
-from advisor.gpus import find_gpu
-from advisor.profile import Objective, StageProfile
-from advisor.speed_class import SpeedClassPair, same_speed_class, speed_class_pairs
-from advisor.stage_load import stage_load
+from advisor.sizing.capacity import run_gpu_type
+from advisor.sizing.engine_shape import SHAPE_TOLERANCE, stage_tensor_parallel
+from advisor.sizing.measured import (
+    ReferenceFiles,
+    read_reference_folder,
+    run_gpu_name,
+    same_gpu_type,
+    stored_runs,
+)
+from advisor.sizing.speed_class import SpeedClassPair, same_speed_class, speed_class_pairs
+from advisor.workload.profile import Objective, StageProfile
+from advisor.workload.stage_load import stage_load
 from bench.core.config import (
     GenerateWorkload,
     ParallelismConfig,
@@ -34,80 +40,13 @@ from bench.core.config import (
 )
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS, SLO_BOUNDS, higher_is_better, read_all
 from bench.core.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
-from bench.core.strict import describe_validation_error
-from bench.engines.backends.base import WorkloadShape
 from bench.run.api import run_caveats
 
-if TYPE_CHECKING:  # types only: the store module pulls in SQLAlchemy
-    from bench.engines.backends.base import Backend
+if TYPE_CHECKING:  # the store module pulls in SQLAlchemy; the advisor only needs its type here
     from bench.storage.store import Store
 
-DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "reference"
 Source = Literal["measured-here", "measured-elsewhere", "published"]
 SOURCE_RANK: dict[str, int] = {"measured-here": 0, "measured-elsewhere": 1, "published": 2}
-SHAPE_TOLERANCE = 0.25
-"""Prompt/output means and load level within 25% of the profile's count as the same shape."""
-
-
-# --------------------------------------------------------------------------- expert settings
-
-
-def workload_shape(stage: StageProfile, framework: str | None = None) -> WorkloadShape:
-    """The stage as the shape an engine is tuned for (bench's WorkloadShape); `framework` caps
-    the sequence limit at what that engine accepts for the model (vLLM refuses a max_model_len
-    past the model's window)."""
-    # Engine limits cover the longest sequence the generator can send, rounded up to 256, but
-    # never past the model's window: 4,000 tokens on a 4,096-position model is max_model_len
-    # 4096, not 4352.
-    context = upper_tokens(stage.prompt_tokens) + upper_tokens(stage.output_tokens)
-    limit = int(math.ceil(context / 256) * 256)
-    architecture, _ = architecture_for(stage.model)
-    if architecture is not None:
-        window, engine_limits, _ = context_limits(architecture)
-        cap = engine_limits.get(framework or "", window)
-        if cap is not None:
-            limit = min(limit, cap)
-    return WorkloadShape(
-        kind=stage.kind,
-        max_sequence_tokens=limit,
-        concurrency=stage_load(stage).per_engine,
-        fixed_input_shapes=stage.fixed_input_shapes,
-        build_time_tolerance=stage.build_time_tolerance,
-        quantization=stage.precision.quantization,
-    )
-
-
-def stage_tensor_parallel(stage: StageProfile) -> int:
-    """GPUs one engine spans in the stage's own configuration: the fewest that hold the model at
-    the profile's precision (the estimate; more GPUs are the configuration search's to weigh as
-    TP or replicas), or the GPU count when the GPU memory is unknown."""
-    estimate = estimate_stage(stage)
-    if estimate.fits is None:
-        return stage.gpu.count
-    return estimate.tensor_parallel_needed or stage.gpu.count
-
-
-def _expert_engine_args(framework: str, stage: StageProfile) -> dict[str, Any]:
-    """Each framework at its own experts' usual settings for this stage's shape: the backend's
-    `recommended_args`, checked against its options (an unknown option is an error); {} for a
-    framework the bench does not run."""
-    backend = registered_backend(framework)
-    return {} if backend is None else backend.expert_args(workload_shape(stage, framework))
-
-
-def registered_backend(framework: str) -> type[Backend] | None:
-    """The installed adapter class for `framework`, or None (absent, or failing to import)."""
-    try:
-        from bench.engines.backends import registry
-
-        return registry().get(framework)
-    except Exception:  # an adapter failing to import must not break planning
-        return None
-
-
-def _backend_runs_kind(framework: str, kind: str) -> bool | None:
-    backend = registered_backend(framework)
-    return None if backend is None else kind in backend.kinds
 
 
 # --------------------------------------------------------------------------- evidence rows
@@ -278,25 +217,6 @@ def objective_metric(stage: StageProfile, published: bool = False) -> str:
     return "output_throughput_tok_s"
 
 
-def run_gpu_name(run: RunResult) -> str | None:
-    """The canonical catalogue name of the GPU a run used, the raw name, or None: a run on the
-    CPU (also on a machine that has a GPU) used none."""
-    raw = run.environment.primary_gpu_name if run.environment else None
-    if raw is None or run.config.device == "cpu":
-        return None
-    spec = find_gpu(raw)
-    return spec.name if spec is not None else raw
-
-
-def same_gpu_type(gpu_name: str | None, gpu_type: str | None) -> bool:
-    """Whether evidence from `gpu_name` counts as measured on the profile's `gpu_type`: the one
-    rule for evidence rows and reports (catalogue aliases match; unknown names must be equal)."""
-    if not gpu_name or not gpu_type:
-        return False
-    spec = find_gpu(gpu_name)
-    return (spec is not None and spec == find_gpu(gpu_type)) or gpu_name == gpu_type
-
-
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= SHAPE_TOLERANCE * max(abs(b), 1e-9)
 
@@ -415,8 +335,8 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
         if stage.request_rate_rps is not None:
             wanted.append(("rate", float(stage.request_rate_rps)))
         if not wanted and stage.peak_request_rate_rps is not None:
-            # Only a peak is given: the stage's one load (advisor/stage_load.py) is that rate
-            # open loop, or its in-flight count per engine closed loop.
+            # Only a peak is given: the stage's one load (advisor/workload/stage_load.py) is that
+            # rate open loop, or its in-flight count per engine closed loop.
             wanted.append(("rate", float(stage.peak_request_rate_rps)))
             wanted.append(("concurrency", float(stage_load(stage).per_engine)))
         if wanted:
@@ -635,8 +555,8 @@ def capacity_mismatch(
     within MATCH_BAND, same precision (the match rule without its traffic part: the search
     varies the traffic), and an SLO at least as strict as the stage's on every metric the stage
     limits, judged at the stage's percentile or a higher one. float16 and bfloat16 count as the
-    same precision where one of `pairs` (advisor.speed_class) measured them as one speed class
-    for the run's engine on its GPU type."""
+    same precision where one of `pairs` (advisor.sizing.speed_class) measured them as one speed
+    class for the run's engine on its GPU type."""
     config = run.config
     if not config.load.capacity_search:
         return ["not a capacity search"]
@@ -771,73 +691,13 @@ def published_rows(stage: StageProfile, data: dict[str, Any], reference: str) ->
     return rows
 
 
-def _reference_files(folder: Path) -> Iterator[tuple[str, Any, str | None]]:
-    """(file name, parsed JSON or None, note) for every *.json file in the reference folder."""
-    from bench.core.errors import UserError
-    from bench.core.files import load_user_json
-
-    for file in sorted(folder.glob("*.json")):
-        try:  # bounded: a FIFO, a device, a huge or deeply nested file is a note, not a hang
-            yield file.name, load_user_json(file, "reference file"), None
-        except UserError as exc:
-            yield file.name, None, f"{file.name}: unreadable ({exc})"
-
-
-def _measured_runs(name: str, data: Any) -> tuple[list[RunResult], str | None]:
-    """RunResults in one measured reference file (a result, a list, or {"runs": [...]})."""
-    items = data.get("runs", [data]) if isinstance(data, dict) else data
-    runs: list[RunResult] = []
-    for item in items if isinstance(items, list) else []:
-        try:
-            runs.append(RunResult.model_validate(item))
-        except ValidationError as exc:
-            return runs, f"{name}: not a RunResult ({describe_validation_error(exc, RunResult)})"
-    return runs, None
-
-
-@dataclass(frozen=True)
-class ReferenceFiles:
-    """The reference folder, read once: measured runs and published tables by file name, plus
-    notes on files that could not be used."""
-
-    folder: Path
-    runs: dict[str, list[RunResult]] = field(default_factory=dict)
-    published: dict[str, dict[str, Any]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def published_rows(self, stage: StageProfile) -> list[EvidenceRow]:
-        return [
-            row
-            for name, data in self.published.items()
-            for row in published_rows(stage, data, name)
-        ]
-
-
-def read_reference_folder(reference_dir: str | Path | None = None) -> ReferenceFiles:
-    """Parse every *.json file in the reference folder (data/reference when None)."""
-    folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
-    reference = ReferenceFiles(folder)
-    if not folder.is_dir():
-        reference.notes.append(f"reference folder {folder} does not exist")
-        return reference
-    for name, data, note in _reference_files(folder):
-        if data is None:
-            reference.notes.append(note or name)
-            continue
-        if isinstance(data, dict) and data.get("kind") == "published":
-            reference.published[name] = data
-            continue
-        found, note = _measured_runs(name, data)
-        if found:
-            reference.runs[name] = found
-        if note:
-            reference.notes.append(note)
-    return reference
-
-
-def measured_reference_runs(reference_dir: str | Path | None = None) -> dict[str, list[RunResult]]:
-    """The measured RunResults shipped in the reference folder, by file name."""
-    return read_reference_folder(reference_dir).runs
+def reference_published_rows(reference: ReferenceFiles, stage: StageProfile) -> list[EvidenceRow]:
+    """The rows of every published table in the already-read reference folder."""
+    return [
+        row
+        for name, data in reference.published.items()
+        for row in published_rows(stage, data, name)
+    ]
 
 
 def reference_runs_and_rows(
@@ -845,16 +705,7 @@ def reference_runs_and_rows(
 ) -> tuple[dict[str, list[RunResult]], list[EvidenceRow], list[str]]:
     """Measured RunResults (by file name) and published rows in the reference folder, plus notes."""
     reference = read_reference_folder(reference_dir)
-    return reference.runs, reference.published_rows(stage), reference.notes
-
-
-def stored_runs(store: Store | None) -> list[RunResult]:
-    """Every finished run in the store, or [] for None."""
-    if store is None:
-        return []
-    return [
-        run for run in store.list_runs() if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
-    ]
+    return reference.runs, reference_published_rows(reference, stage), reference.notes
 
 
 def stage_evidence(
@@ -864,7 +715,7 @@ def stage_evidence(
     rows = rows_from_runs(stage, runs)
     for file_name, file_runs in reference.runs.items():
         rows += rows_from_runs(stage, file_runs, reference=str(reference.folder / file_name))
-    return rank_rows(rows + reference.published_rows(stage))
+    return rank_rows(rows + reference_published_rows(reference, stage))
 
 
 def gather_evidence(
@@ -893,24 +744,19 @@ def rank_rows(rows: list[EvidenceRow]) -> list[EvidenceRow]:
 
 
 __all__ = [
-    "DEFAULT_REFERENCE_DIR",
     "MATCH_BAND",
     "Closeness",
     "EvidenceRow",
     "Provenance",
-    "ReferenceFiles",
     "WorkloadMatch",
     "capacity_mismatch",
     "capacity_runs_for",
     "gather_evidence",
     "objective_metric",
     "rank_rows",
-    "read_reference_folder",
+    "reference_published_rows",
     "reference_runs_and_rows",
-    "registered_backend",
     "rows_from_runs",
-    "run_gpu_name",
     "stage_evidence",
-    "stored_runs",
     "workload_match",
 ]

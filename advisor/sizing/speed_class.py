@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
-from advisor.capacity import run_gpu_type
+from advisor.sizing.capacity import run_gpu_type
 from bench.core.schema import RunResult
 from bench.core.strict import Strict
 

@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 from pydantic import Field, ValidationError, field_validator
 
-from advisor.plan import workload_lengths
-from advisor.profile import describe_validation_error
+from advisor.plan.stage_plan import workload_lengths
+from advisor.workload.profile import describe_validation_error
 from bench.core.config import LOAD_CLASSES, RunConfig
 from bench.core.errors import UserError
 from bench.core.keyvalue import format_pairs, parse_pairs_text

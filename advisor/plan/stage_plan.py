@@ -20,21 +20,20 @@ import math
 
 from pydantic import Field, computed_field
 
-from advisor import traffic
-from advisor.configurations import expert_parallelism
-from advisor.estimate import (
+from advisor.plan.tree import BENCHMARKABLE_FRAMEWORKS, Decision, DecisionTree, evaluate, load_tree
+from advisor.sizing.configurations import expert_parallelism
+from advisor.sizing.engine_shape import backend_runs_kind, expert_engine_args
+from advisor.sizing.estimate import bytes_per_parameter, estimate_stage
+from advisor.workload import traffic
+from advisor.workload.architectures import (
     ContextWindow,
     architecture_for,
-    bytes_per_parameter,
     check_context,
-    estimate_stage,
     upper_tokens,
 )
-from advisor.evidence import _backend_runs_kind, _expert_engine_args
-from advisor.gpus import find_gpu
-from advisor.profile import StageProfile
-from advisor.stage_load import stage_load
-from advisor.tree import BENCHMARKABLE_FRAMEWORKS, Decision, DecisionTree, evaluate, load_tree
+from advisor.workload.gpus import find_gpu
+from advisor.workload.profile import StageProfile
+from advisor.workload.stage_load import stage_load
 from bench.core.config import (
     CPU_FORWARD_DTYPE,
     CPU_HALF_DTYPE,
@@ -224,7 +223,8 @@ def plan_for_stage(
     CPU-sized preset of the same family, vLLM eager (no compile warm-up), on the CPU; `busy`
     scales the CPU estimates (`host_busy_factor()` for this machine).
     `configurations` (GPU plans): the configuration search's most promising TP x replicas x
-    precision layouts of the first candidate join the plan (`advisor.configurations.plan_runs`).
+    precision layouts of the first candidate join the plan
+    (`advisor.sizing.configurations.plan_runs`).
     """
     decision = evaluate(tree or load_tree(), stage, estimate_stage(stage))
     if decision.refused:
@@ -278,9 +278,9 @@ def plan_for_stage(
             )
     note = " ".join(notes) or None
     if configurations and not cpu_only and configs and stage.kind == "generate":
-        from advisor.calibration import calibration_from
-        from advisor.configurations import plan_runs, search_configurations
-        from advisor.evidence import read_reference_folder
+        from advisor.sizing.calibration import calibration_from
+        from advisor.sizing.configurations import plan_runs, search_configurations
+        from advisor.sizing.measured import read_reference_folder
 
         calibration = calibration_from([], read_reference_folder().runs)
         search = search_configurations(stage, configs[0].backend, calibration.efficiency)
@@ -669,7 +669,7 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
     for candidate in decision.candidates:
         if candidate.framework not in BENCHMARKABLE_FRAMEWORKS:
             continue
-        if _backend_runs_kind(candidate.framework, stage.kind) is False:
+        if backend_runs_kind(candidate.framework, stage.kind) is False:
             continue
         if _engine_limit(stage, candidate.framework) is not None:
             continue  # this engine's position limit is below the stage's longest request
@@ -677,7 +677,7 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
             RunConfig(
                 backend=candidate.framework,
                 model=stage.model,
-                engine_args=_expert_engine_args(
+                engine_args=expert_engine_args(
                     candidate.framework, traffic.sized_for_engine(stage)
                 ),
                 parallelism=expert_parallelism(

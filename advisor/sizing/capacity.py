@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from advisor.profile import StageProfile
+from advisor.workload.profile import StageProfile
 from bench.core.errors import UserError
 from bench.core.pattern_reports import CapacityReport
 from bench.core.schema import RunResult
@@ -33,7 +33,7 @@ from bench.core.strict import Strict, describe_validation_error
 
 HOURS_PER_MONTH = 730
 """Hours in the average month (8760 / 12), the unit cloud providers bill a month in."""
-DEFAULT_PRICES_PATH = Path(__file__).resolve().parent.parent / "data" / "gpu_prices.yaml"
+DEFAULT_PRICES_PATH = Path(__file__).resolve().parents[2] / "data" / "gpu_prices.yaml"
 
 
 # --------------------------------------------------------------------------- price catalogue
@@ -42,7 +42,7 @@ DEFAULT_PRICES_PATH = Path(__file__).resolve().parent.parent / "data" / "gpu_pri
 class GpuPrice(Strict):
     """One reference on-demand price: what, how much, and where and when it was published."""
 
-    gpu: str = Field(description="GPU type as advisor/gpus.py names it.")
+    gpu: str = Field(description="GPU type as advisor/workload/gpus.py names it.")
     usd_per_gpu_hour: float = Field(gt=0)
     provider: str
     product: str
@@ -132,7 +132,7 @@ class Capacity(Strict):
     dtype_note: str | None = Field(
         None,
         description="Why a search at the other 16-bit dtype stands for the stage's (the "
-        "measured pair, advisor.speed_class).",
+        "measured pair, advisor.sizing.speed_class).",
     )
     notes: list[str] = Field(default_factory=list)
 
@@ -159,7 +159,7 @@ class FleetSizing(Strict):
 
 
 class EstimatedCapacity(Strict):
-    """A capacity from a model, not a measurement (advisor/serving_model.py's prediction)."""
+    """A capacity from a model, not a measurement (advisor/sizing/serving_model.py's prediction)."""
 
     label: str
     max_rate_rps: float = Field(gt=0)
@@ -344,7 +344,7 @@ def run_label(run: RunResult) -> str:
 
 def run_gpu_type(run: RunResult) -> str | None:
     """The catalogue GPU type a run ran on: its config's gpu_type, else its fingerprint."""
-    from advisor.gpus import find_gpu
+    from advisor.workload.gpus import find_gpu
 
     name = run.config.gpu_type or (run.environment.primary_gpu_name if run.environment else None)
     spec = find_gpu(name) if name else None

@@ -1,5 +1,5 @@
 """The serving model's check against measurement: predicted vs measured capacity and latency for
-every stored run the model covers (`advisor.serving_model.run_shape`), leave-one-out.
+every stored run the model covers (`advisor.sizing.serving_model.run_shape`), leave-one-out.
 
 For each run: the factors are fitted on every other run (`calibrate` without it), then
 - each steady level (a closed-loop concurrency, an open-loop rate; pulse bursts and recoveries
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from pydantic import Field
 
-from advisor.serving_model import (
+from advisor.sizing.serving_model import (
     CONTINUOUS_BATCHING,
     Factors,
     RunShape,

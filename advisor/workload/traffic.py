@@ -10,8 +10,8 @@ the suffix here is the profile's distribution shifted down by the prefix length.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from advisor.workload.architectures import architecture_for, check_context
+from advisor.workload.profile import StageProfile
 from bench.core.config import (
     ConversationSpec,
     CpuReplayClip,
@@ -24,9 +24,6 @@ from bench.core.config import (
 )
 from bench.core.errors import UserError
 from bench.engines.backends import get_backend
-
-if TYPE_CHECKING:
-    from advisor.profile import StageProfile
 
 PREFIX_CACHING_ENGINES = ("vllm", "tensorrt_llm")
 """Engines with automatic prefix caching (vLLM's APC, TensorRT-LLM's KV-cache block reuse)."""
@@ -157,8 +154,6 @@ def check_history(stage: StageProfile) -> None:
     how much, before any run (the engine would refuse those turns)."""
     if stage.conversation is None or stage.model is None:
         return
-    from advisor.estimate import architecture_for, check_context
-
     sized = sized_for_engine(stage)
     architecture, _ = architecture_for(stage.model)
     check = check_context(sized, architecture)

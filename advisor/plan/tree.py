@@ -13,12 +13,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from advisor.estimate import Estimate
-from advisor.profile import StageProfile
+from advisor.sizing.estimate import Estimate
+from advisor.workload.profile import StageProfile
 from bench.core.errors import UserError
 from bench.core.strict import Strict, describe_validation_error
 
-DEFAULT_TREE_PATH = Path(__file__).resolve().parent.parent / "data" / "decision_tree.yaml"
+DEFAULT_TREE_PATH = Path(__file__).resolve().parents[2] / "data" / "decision_tree.yaml"
 BENCHMARKABLE_FRAMEWORKS = (
     "pytorch",
     "torch_compile",
@@ -220,8 +220,8 @@ def known_fields() -> set[str]:
                 walk(annotation, prefix + name + ".")
 
     walk(StageProfile, "")
-    from advisor.estimate import ContextWindow
-    from advisor.profile import GpuProfile, ProfileSLO
+    from advisor.workload.architectures import ContextWindow
+    from advisor.workload.profile import GpuProfile, ProfileSLO
 
     walk(GpuProfile, "gpu.")
     walk(ProfileSLO, "slo.")

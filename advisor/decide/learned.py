@@ -23,10 +23,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from advisor.estimate import ARCHITECTURES, DTYPE_BYTES
-from advisor.evidence import run_gpu_name
-from advisor.gpus import GPUS
-from advisor.profile import StageProfile
+from advisor.sizing.estimate import DTYPE_BYTES
+from advisor.sizing.measured import run_gpu_name
+from advisor.workload.architectures import ARCHITECTURES
+from advisor.workload.gpus import GPUS
+from advisor.workload.profile import StageProfile
 from bench.core.config import GenerateWorkload
 from bench.core.schema import RunResult, RunStatus, ValidityStatus
 

@@ -8,7 +8,7 @@ budget, `max_num_batched_tokens`) takes
                        + compute x 2 x parameters x (decode + prefill tokens) / peak
 
 with the bytes and FLOPs divided by the tensor-parallel degree, FP8 weights/KV at one byte and
-FP8 GEMMs at twice the 16-bit peak on GPUs with FP8 tensor cores (`advisor.configurations`).
+FP8 GEMMs at twice the 16-bit peak on GPUs with FP8 tensor cores (`advisor.sizing.configurations`).
 `overhead`, `memory` and `compute` are the calibration factors; uncalibrated they take the
 defaults below (about 80% of the datasheet bandwidth and 60% of the tensor peak) and say so.
 Attention FLOPs of the prompt (about 1% of the GEMMs at 512 tokens on a 7B model) are left out.
@@ -43,7 +43,8 @@ defaults. The interval: each calibration level's step time is predicted from fac
 without its own run (leave-one-out); the 10th/90th percentiles of log(measured / predicted)
 scale the step time to give the low and high capacity, widened to the spread of the request
 streams. The capacity's expected error is the median |error| of the leave-one-out check over
-the measured capacity searches given (`capacity_error`; the table is advisor.serving_validation).
+the measured capacity searches given (`capacity_error`; the table is
+advisor.sizing.serving_validation).
 """
 
 from __future__ import annotations
@@ -60,23 +61,19 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from advisor.configurations import (
+from advisor.sizing.configurations import (
     TP_EFFICIENCY_ASSUMED,
     Deployment,
     kv_bytes_per_token,
     peak_tflops,
     weight_bytes_per_parameter,
 )
-from advisor.estimate import (
-    ACTIVATION_MARGIN_FRACTION,
-    GB,
-    RUNTIME_OVERHEAD_GB_PER_GPU,
-    Architecture,
-    architecture_for,
-)
-from advisor.evidence import registered_backend, run_gpu_name
-from advisor.gpus import GPUS, GpuSpec
-from advisor.profile import StageProfile
+from advisor.sizing.engine_shape import registered_backend
+from advisor.sizing.estimate import ACTIVATION_MARGIN_FRACTION, GB, RUNTIME_OVERHEAD_GB_PER_GPU
+from advisor.sizing.measured import run_gpu_name
+from advisor.workload.architectures import Architecture, architecture_for
+from advisor.workload.gpus import GPUS, GpuSpec
+from advisor.workload.profile import StageProfile
 from bench.core.config import (
     SLO,
     GenerateWorkload,
@@ -1134,7 +1131,7 @@ def predict_stage_capacity(
     type (every stored and shipped run may be passed: the others are left out); None when the
     stage cannot be predicted (no GPU type, not generate, unknown model size or layer shapes, an
     engine that does not batch continuously). `expected_error` = the validation's median
-    |relative error| of capacity (advisor.serving_validation); None = computed from `runs`.
+    |relative error| of capacity (advisor.sizing.serving_validation); None = computed from `runs`.
     A deployment whose KV cache cannot hold one request of the stage gets 0 req/s, bound by
     memory."""
     setup = _setup(stage, deployment, runs)

@@ -2,8 +2,8 @@
 
 Every closed-loop level of a stored generate run on a catalogued GPU (a concurrency run, or each
 phase of a step ladder) is one point: its configuration (engine, TP, replicas, precision), its
-shape and load, the step floor `advisor.configurations` computes for it, and the measured TPOT p50
-and output tok/s. A point's observed efficiency = step floor / measured TPOT p50.
+shape and load, the step floor `advisor.sizing.configurations` computes for it, and the measured
+TPOT p50 and output tok/s. A point's observed efficiency = step floor / measured TPOT p50.
 
 The efficiency used for a configuration is the median observed efficiency of the closest points,
 taken from the first level that has any:
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import Field
 
-from advisor.configurations import (
+from advisor.sizing.configurations import (
     DEFAULT_MAX_BATCH,
     OUTPUT_WORDS,
     TP_EFFICIENCY_ASSUMED,
@@ -36,10 +36,11 @@ from advisor.configurations import (
     ShapeInputs,
     step_floor_ms,
 )
-from advisor.estimate import architecture_for
-from advisor.evidence import SHAPE_TOLERANCE, run_gpu_name
-from advisor.gpus import GPUS
-from advisor.profile import StageProfile
+from advisor.sizing.engine_shape import SHAPE_TOLERANCE
+from advisor.sizing.measured import run_gpu_name
+from advisor.workload.architectures import architecture_for
+from advisor.workload.gpus import GPUS
+from advisor.workload.profile import StageProfile
 from bench.core.config import GenerateWorkload
 from bench.core.schema import MetricsSummary, RunResult, RunStatus, ValidityStatus
 from bench.core.strict import Strict

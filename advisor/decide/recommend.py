@@ -7,8 +7,8 @@ The rule (also in every report as `rule`):
    refused before any of this (framework `none`, the reason stated).
 2. Measurements that MATCH the stage settle the order among the candidates: on the user's GPU
    type, same model and configuration, and a workload within the match rule
-   (`advisor.evidence.WorkloadMatch`: same kind, prompt/output lengths within ±25%, same traffic
-   shape, same precision). Your runs and this project's published runs (data/reference) both
+   (`advisor.evidence.rows.WorkloadMatch`: same kind, prompt/output lengths within ±25%, same
+   traffic shape, same precision). Your runs and this project's published runs (data/reference) both
    count, and the answer says which settled it; the best VALID run meeting every SLO on the
    user's objective wins, even over the tree's first choice; the report says so.
 3. Without a matching measurement the tree's order stands and the answer says it rests on the
@@ -30,35 +30,38 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from advisor.calibration import Calibration, calibration_from
-from advisor.capacity import Capacity, EstimatedCapacity, fleet_for_stage
-from advisor.configurations import (
+from advisor.decide.diagnose import Diagnostic, diagnose
+from advisor.decide.learned import LearnedOpinion, learned_opinion
+from advisor.evidence.rows import (
+    EvidenceRow,
+    _phase_at_stage_concurrency,
+    capacity_runs_for,
+    dtype_stand_in,
+    rank_rows,
+    stage_evidence,
+)
+from advisor.plan.stage_plan import ENGINE_START_S, bench_plan
+from advisor.plan.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
+from advisor.sizing.calibration import Calibration, calibration_from
+from advisor.sizing.capacity import Capacity, EstimatedCapacity, fleet_for_stage
+from advisor.sizing.configurations import (
     ConfigurationSearch,
     Deployment,
     DeploymentFigures,
     RecommendedDeployment,
     search_configurations,
 )
-from advisor.diagnose import Diagnostic, diagnose
-from advisor.estimate import Estimate, estimate_stage
-from advisor.evidence import (
-    EvidenceRow,
-    ReferenceFiles,
-    _phase_at_stage_concurrency,
-    capacity_runs_for,
-    dtype_stand_in,
-    rank_rows,
-    read_reference_folder,
-    stage_evidence,
-    stored_runs,
+from advisor.sizing.estimate import Estimate, estimate_stage
+from advisor.sizing.measured import ReferenceFiles, read_reference_folder, stored_runs
+from advisor.sizing.serving_model import CapacityPrediction, predict_stage_capacity
+from advisor.sizing.speed_class import speed_class_pairs
+from advisor.workload.profile import Objective, StageProfile, WorkloadProfile
+from advisor.workload.quality import (
+    fixed_precision_risk,
+    profile_quality_name,
+    quality_note,
+    stage_quality,
 )
-from advisor.learned import LearnedOpinion, learned_opinion
-from advisor.plan import ENGINE_START_S, bench_plan
-from advisor.profile import Objective, StageProfile, WorkloadProfile
-from advisor.quality import fixed_precision_risk, profile_quality_name, quality_note, stage_quality
-from advisor.serving_model import CapacityPrediction, predict_stage_capacity
-from advisor.speed_class import speed_class_pairs
-from advisor.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
 from bench.core.config import ParallelismConfig
 from bench.core.errors import UserError
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
@@ -510,7 +513,7 @@ def _add_deployment(
     if search.quality_note is not None:  # the stage measured quality: name the deltas
         recommendation.caveats.append(search.quality_note)
     elif any(e.deployment.precision.uses_fp8 for e in search.estimates[: len(search.plan)]):
-        from advisor.configurations import FP8_ACCURACY_NOTE
+        from advisor.sizing.configurations import FP8_ACCURACY_NOTE
 
         recommendation.caveats.append(FP8_ACCURACY_NOTE)
 
@@ -693,7 +696,7 @@ def _predicted_capacity(
     search: ConfigurationSearch | None,
     runs: Sequence[RunResult],
 ) -> tuple[list[tuple[str, EstimatedCapacity]], list[str]]:
-    """The serving model's SLO capacity (advisor/serving_model.py) of the recommended
+    """The serving model's SLO capacity (advisor/sizing/serving_model.py) of the recommended
     configuration (the configuration search's best, else one engine on the stage's GPUs at
     its precision), calibrated on the runs of the stage's GPU type, with its interval and the
     model's expected error: what sizes the fleet when no search of it is measured."""
