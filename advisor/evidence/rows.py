@@ -24,6 +24,7 @@ from advisor.sizing.capacity import run_gpu_type
 from advisor.sizing.engine_shape import SHAPE_TOLERANCE, stage_tensor_parallel
 from advisor.sizing.measured import (
     ReferenceFiles,
+    cited_file,
     read_reference_folder,
     run_gpu_name,
     same_gpu_type,
@@ -714,7 +715,7 @@ def stage_evidence(
     """Ranked evidence for a stage from RunResults and the already-read reference folder."""
     rows = rows_from_runs(stage, runs)
     for file_name, file_runs in reference.runs.items():
-        rows += rows_from_runs(stage, file_runs, reference=str(reference.folder / file_name))
+        rows += rows_from_runs(stage, file_runs, reference=cited_file(reference.folder, file_name))
     return rank_rows(rows + reference_published_rows(reference, stage))
 
 

@@ -20,7 +20,15 @@ if TYPE_CHECKING:  # the store module pulls in SQLAlchemy; the advisor only need
     from bench.storage.store import Store
 
 
-DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "reference"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_REFERENCE_DIR = REPO_ROOT / "data" / "reference"
+
+
+def cited_file(folder: Path, file_name: str) -> str:
+    """How a reference file is cited in the advisor's text: relative to this checkout when it
+    lies inside it (`data/reference/x_runs.json`, the same on every machine), else its path."""
+    path = (folder / file_name).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def run_gpu_name(run: RunResult) -> str | None:
