@@ -261,9 +261,9 @@ def step_resources(step: CampaignStep) -> Resources:
 def stored_step_moved(step: Any) -> Any:
     """A run step (a dict) of a campaign record from before a run setting was said once: its
     config through `legacy_axes_moved` (stored records only; a plan given now is refused)."""
-    if isinstance(step, dict) and step.get("kind", "run") == "run":
-        if isinstance(step.get("config"), dict):
-            return {**step, "config": legacy_axes_moved(step["config"])}
+    is_run = isinstance(step, dict) and step.get("kind", "run") == "run"
+    if is_run and isinstance(step.get("config"), dict):
+        return {**step, "config": legacy_axes_moved(step["config"])}
     return step
 
 
