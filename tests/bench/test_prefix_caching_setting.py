@@ -166,3 +166,13 @@ def test_the_setting_is_read_first_then_what_the_engine_reported() -> None:
     assert prefix_caching_setting(off, reported) is False
     assert options_with_caching(off) == {"enable_prefix_caching": False, "prefix_cache_stats": True}
     assert options_with_caching(config) == {}
+
+
+def test_a_vllm_fidelity_check_refuses_a_caching_switch_never_drops_it() -> None:
+    """Both sides of the check run vLLM's default caching: a switch given (or stored) is refused,
+    not moved out of the check's engine args and lost."""
+    from bench.orchestrate.fidelity import VllmFidelityCheck
+
+    given = {"model": "tiny-llama", "engine_args": {"enable_prefix_caching": False}}
+    with pytest.raises(ValidationError, match="default prefix caching; leave it out"):
+        VllmFidelityCheck.model_validate(given)
