@@ -149,6 +149,7 @@ RUN_FLAG_NAMES = {
     "slo.percentile": "--slo-percentile",
     "precision.dtype": "--dtype",
     "device": "--device",
+    "prefix_caching": "--prefix-caching",
     "workload.prompt_tokens.mean": "--prompt-tokens",
     "workload.output_tokens.mean": "--output-tokens",
 }
@@ -236,6 +237,13 @@ def run(
     ] = None,
     dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
     device: Annotated[str | None, typer.Option(help="auto | cuda | cpu")] = None,
+    prefix_caching: Annotated[
+        str | None,
+        typer.Option(
+            help="on | off: the engine's automatic prefix caching (vllm, openai with "
+            "launch=vllm, tensorrt_llm); not given = the engine's default.",
+        ),
+    ] = None,
     engine_arg: Annotated[
         list[str] | None,
         typer.Option(
@@ -310,6 +318,7 @@ def run(
         "slo.percentile": slo_percentile,
         "precision.dtype": dtype,
         "device": device,
+        "prefix_caching": prefix_caching,
         "workload.prompt_tokens.mean": prompt_tokens,
         "workload.output_tokens.mean": output_tokens,
     }

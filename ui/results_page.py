@@ -107,6 +107,9 @@ def compare(runs: list[RunResult]) -> None:
             f"{run.validity.status.value if run.validity else '—'}",
             "precision": run.config.precision.label(),
             "GPUs": run.config.parallelism.label(),
+            "prefix caching": {True: "on", False: "off", None: "engine default"}[
+                run.config.prefix_caching
+            ],
             "engine args": ", ".join(f"{k}={v}" for k, v in run.config.engine_args.items()) or "—",
             "successful requests": str(summary.successful) if summary else "—",
             **{

@@ -159,13 +159,13 @@ def _low_hit_rate(run: RunResult, on_cpu: bool) -> tuple[str, str, str] | None:
         else "the workload declares multi-turn conversations (each turn resends the history)"
     )
     finding = f"prefix-cache hit rate {rate:.1%} is low: {declared} (flagged below {threshold:.1%})"
-    switch = prefix_caching_setting(run.config)
+    switch = prefix_caching_setting(run.config, run.engine)
     if switch is False:
         return (
             "info",
-            finding + "; prefix caching is off in this run's config",
-            "Expected: this run has enable_prefix_caching = false (the off half of a caching "
-            "on/off pair); compare it with the run that has caching on.",
+            finding + "; prefix caching is off in this run",
+            "Expected: this run has prefix caching off (prefix_caching: false, the off half of a "
+            "caching on/off pair); compare it with the run that has caching on.",
         )
     backend = registry().get(run.config.backend)
     options = (

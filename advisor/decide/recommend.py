@@ -67,6 +67,7 @@ from bench.core.errors import UserError
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
 from bench.core.schema import RequestRecord, RunResult
 from bench.core.stats import PRACTICAL_THRESHOLD, CandidateVerdict, MeasuredRun, candidate_verdict
+from bench.engines.backends import options_with_caching
 
 if TYPE_CHECKING:
     from bench.engines.backends.base import Availability
@@ -1484,7 +1485,7 @@ def _configuration(
     return RecommendedDeployment(
         source="benchmark plan defaults (not yet measured)",
         framework=framework,
-        engine_args=config.engine_args,
+        engine_args=options_with_caching(config),
         precision=config.precision,
         workload=config.workload,
         load=config.load,

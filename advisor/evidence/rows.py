@@ -41,6 +41,7 @@ from bench.core.config import (
 )
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS, SLO_BOUNDS, higher_is_better, read_all
 from bench.core.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
+from bench.engines.backends import options_with_caching
 from bench.run.api import run_caveats
 
 if TYPE_CHECKING:  # the store module pulls in SQLAlchemy; the advisor only needs its type here
@@ -506,7 +507,7 @@ def rows_from_runs(
                 failure=first_run.failure.cause if first_run.failure is not None else None,
                 reference=reference,
                 caveats=caveats,
-                engine_args=dict(first_run.config.engine_args),
+                engine_args=options_with_caching(first_run.config),
                 run_precision=first_run.config.precision,
                 parallelism=first_run.config.parallelism,
                 provenance=_provenance(first_run, reference),

@@ -43,7 +43,14 @@ from advisor.workload.gpus import GPUS, GpuSpec
 from advisor.workload.profile import Objective, StageProfile
 from advisor.workload.quality import beyond_tolerance, quality_cell, quality_note, stage_quality
 from advisor.workload.stage_load import stage_load
-from bench.core.config import LoadPattern, ParallelismConfig, PrecisionConfig, RunConfig, Workload
+from bench.core.config import (
+    RESTATED_AXES,
+    LoadPattern,
+    ParallelismConfig,
+    PrecisionConfig,
+    RunConfig,
+    Workload,
+)
 from bench.core.errors import UserError
 from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.strict import Strict
@@ -142,15 +149,18 @@ class RecommendedDeployment(Strict):
         """The engine arguments as an engineer types them into the framework: its options plus,
         for a chosen configuration, the parallelism and precision under the framework's names,
         as its backend maps them (`Backend.framework_args`: vLLM's `tensor_parallel_size`,
-        `quantization`, `kv_cache_dtype`; TensorRT-LLM's `tensor_parallel_size`)."""
+        `quantization`, `kv_cache_dtype`; TensorRT-LLM's `tensor_parallel_size`). A prefix
+        caching the options already name (`options_with_caching`) stays where it is."""
         args = dict(self.engine_args)
         if self.parallelism is None or self.precision is None:
             return args
         backend = registered_backend(self.framework or "")
         if backend is None:
             return args
+        caching = {k for k, axis in RESTATED_AXES.items() if axis == "prefix_caching"}
+        options = {k: v for k, v in args.items() if k not in caching}
         try:
-            return backend.framework_args(args, self.parallelism, self.precision)
+            return {**args, **backend.framework_args(options, self.parallelism, self.precision)}
         except UserError:
             # Options that contradict the chosen precision (a measured run's awq beside an FP8
             # choice): the options as measured; the GPUs and precision rows say the choice.

@@ -6,6 +6,7 @@ typo in a profile or plan is an error, not a silently ignored option.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -1145,9 +1146,10 @@ class RepeatPolicy(StrictInput):
 
 
 # --------------------------------------------------------------------------- axes said once
-# Parallelism and precision are run axes (RunConfig.parallelism / .precision): the backends get
-# them typed and map them to their framework's own arguments. An engine argument that says one
-# of them again is refused here, at config time, so a run never carries two values for one axis.
+# Parallelism, precision and prefix caching are run settings (RunConfig.parallelism / .precision
+# / .prefix_caching): the backends get them typed and map them to their framework's own
+# arguments. An engine argument that says one of them again is refused here, at config time, so
+# a run never carries two values for one setting.
 
 RESTATED_AXES: dict[str, str] = {
     "tensor_parallel_size": "parallelism.tensor_parallel_size",
@@ -1158,8 +1160,18 @@ RESTATED_AXES: dict[str, str] = {
     "tensor_parallel_size x replicas GPUs)",
     "dtype": "precision.dtype",
     "torch_dtype": "precision.dtype",
+    "enable_prefix_caching": "prefix_caching",
+    "enable_block_reuse": "prefix_caching",
 }
-"""Engine-argument names (any backend, any framework's spelling) -> the run axis that says it."""
+"""Engine-argument names (any backend, any framework's spelling) -> the run axis that says it
+(vLLM's `enable_prefix_caching` and TensorRT-LLM's `enable_block_reuse` are prefix caching)."""
+
+PREFIX_CACHING_ARGS: dict[str, str] = {
+    "vllm": "enable_prefix_caching",
+    "tensorrt_llm": "enable_block_reuse",
+}
+"""Backend -> the engine argument its prefix caching was given as before it was a run setting
+(an openai backend's launched vLLM server took vLLM's, in `server_args`)."""
 
 RESTATED_PRECISION_VALUES: dict[str, tuple[str, ...]] = {
     "quantization": ("fp8",),
@@ -1174,9 +1186,16 @@ NESTED_ENGINE_ARGS = ("server_args",)
 
 def restated_axis(engine_args: dict[str, Any], prefix: str = "engine_args") -> str | None:
     """One line naming the first engine argument (as the user wrote it) that restates the
-    run's parallelism or precision, and where to say it instead; None when none does."""
+    run's parallelism, precision or prefix caching, and where to say it instead; None when none
+    does."""
     for name, value in engine_args.items():
         where = f"{prefix}.{name}"
+        if RESTATED_AXES.get(name) == "prefix_caching":
+            setting = json.dumps(value) if isinstance(value, bool) else "true or false"
+            return (
+                f"{where} restates the run's prefix caching: give it once, as the run setting "
+                f"`prefix_caching: {setting}`"
+            )
         if name in RESTATED_AXES:
             return f"{where} restates the run's {RESTATED_AXES[name]}: give it once, there"
         if name in RESTATED_PRECISION_VALUES and value in RESTATED_PRECISION_VALUES[name]:
@@ -1199,11 +1218,13 @@ def capacity_before_settle(config: Any) -> Any:
 
 
 def legacy_axes_moved(data: Any, backend: str | None = None) -> Any:
-    """A stored config (a dict) from before parallelism and precision were said once: its
-    engine args' `tensor_parallel_size` moves to `parallelism`, and, for vLLM, `quantization:
-    fp8` / `kv_cache_dtype: fp8` move to `precision`. For reading stored results, jobs and
-    campaigns only; a config given now is refused instead (`restated_axis`). A value that
-    disagrees with the one in the axis is left in place (the config is then refused)."""
+    """A stored config (a dict) from before parallelism, precision and prefix caching were said
+    once: its engine args' `tensor_parallel_size` moves to `parallelism`; for vLLM,
+    `quantization: fp8` / `kv_cache_dtype: fp8` move to `precision`; vLLM's
+    `enable_prefix_caching` (also in an openai backend's `server_args` with `launch: vllm`) and
+    TensorRT-LLM's `enable_block_reuse` move to `prefix_caching`. For reading stored results,
+    jobs and campaigns only; a config given now is refused instead (`restated_axis`). A value
+    that disagrees with the one in the axis is left in place (the config is then refused)."""
     if not isinstance(data, dict) or not isinstance(data.get("engine_args"), dict):
         return data
     backend = backend if backend is not None else data.get("backend")
@@ -1240,8 +1261,33 @@ def legacy_axes_moved(data: Any, backend: str | None = None) -> Any:
             engine_args["server_args"] = {
                 k: v for k, v in server_args.items() if k != "tensor_parallel_size"
             }
-    data["engine_args"] = engine_args
+    data["engine_args"] = _prefix_caching_moved(data, engine_args, backend)
     return data
+
+
+def _prefix_caching_moved(
+    data: dict[str, Any], engine_args: dict[str, Any], backend: str | None
+) -> dict[str, Any]:
+    """`legacy_axes_moved` for prefix caching: the engine argument that switched it (the
+    backend's, `PREFIX_CACHING_ARGS`) moves from `engine_args` into `data["prefix_caching"]`;
+    the engine args without it are returned."""
+    server_args = engine_args.get("server_args")
+    if (
+        backend == "openai"
+        and engine_args.get("launch") == "vllm"
+        and isinstance(server_args, dict)
+    ):
+        name, source = PREFIX_CACHING_ARGS["vllm"], server_args
+    elif backend in PREFIX_CACHING_ARGS:
+        name, source = PREFIX_CACHING_ARGS[backend], engine_args
+    else:
+        return engine_args
+    given = source.get(name)
+    if not isinstance(given, bool) or data.get("prefix_caching") not in (None, given):
+        return engine_args
+    data["prefix_caching"] = given
+    moved = {k: v for k, v in source.items() if k != name}
+    return {**engine_args, "server_args": moved} if source is server_args else moved
 
 
 class RunConfig(StrictInput):
@@ -1260,6 +1306,11 @@ class RunConfig(StrictInput):
     validity: ValidityRules = Field(default_factory=ValidityRules)
     precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
+    prefix_caching: bool | None = Field(
+        None,
+        description="Automatic prefix caching on or off (vLLM enable_prefix_caching, TensorRT-LLM "
+        "KV-cache block reuse); none = the engine's default.",
+    )
     device: Literal["auto", "cuda", "cpu"] = Field("auto", description="Where the engine runs.")
     telemetry_interval_s: float = Field(
         0.5, gt=0, le=3600, description="NVML/RSS sampling interval (s)."

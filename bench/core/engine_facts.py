@@ -144,15 +144,16 @@ class RunEngine(EngineFacts):
     wall_s: float | None = Field(None, ge=0, description="The run's wall time, load included.")
 
 
-def prefix_caching_setting(config: RunConfig) -> bool | None:
-    """Whether the run switched the engine's automatic prefix caching on or off explicitly
-    (`enable_prefix_caching`, in a launched server's `server_args` for the openai backend);
-    None = the engine's default. The one reading the caching pair and the diagnostics share."""
-    args = config.engine_args
-    if config.backend == "openai":
-        args = args.get("server_args") or {}
-    value = args.get("enable_prefix_caching")
-    return value if isinstance(value, bool) else None
+def prefix_caching_setting(config: RunConfig, engine: EngineFacts | None = None) -> bool | None:
+    """Whether the run switched the engine's automatic prefix caching on or off explicitly (the
+    run setting `RunConfig.prefix_caching`; stored configs that said it as an engine argument
+    load into it); None = the engine's default. Where the run left it to the engine and its
+    engine reported the setting in force (vLLM's `enable_prefix_caching`, in `engine.extra`),
+    that. The one reading the caching pair and the diagnostics share."""
+    if config.prefix_caching is not None:
+        return config.prefix_caching
+    reported = None if engine is None else engine.extra.get("enable_prefix_caching")
+    return reported if isinstance(reported, bool) else None
 
 
 __all__ = [

@@ -43,6 +43,7 @@ from bench.core.config import (
     RunConfig,
     capacity_before_settle,
     cpu_dtype,
+    legacy_axes_moved,
 )
 from bench.core.errors import UserError
 from bench.core.fingerprint import StoredFingerprint
@@ -258,6 +259,15 @@ def step_resources(step: CampaignStep) -> Resources:
 # --------------------------------------------------------------------------- outcomes
 
 
+def stored_step_moved(step: Any) -> Any:
+    """A run step (a dict) of a campaign record from before a run setting was said once: its
+    config through `legacy_axes_moved` (stored records only; a plan given now is refused)."""
+    is_run = isinstance(step, dict) and step.get("kind", "run") == "run"
+    if is_run and isinstance(step.get("config"), dict):
+        return {**step, "config": legacy_axes_moved(step["config"])}
+    return step
+
+
 class StepOutcome(Strict):
     """What one step produced. `completed` = the step ran to its end (a run inside it may still
     be FAILED, with its cause, as any run); `failed` = the step itself raised."""
@@ -279,6 +289,13 @@ class StepOutcome(Strict):
     quality: QualityResult | None = Field(
         None, description="quality: the QualityResult (also the step's quality.json)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_step(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "step" in data:
+            return {**data, "step": stored_step_moved(data["step"])}
+        return data
 
 
 class SkippedStep(Strict):
@@ -329,6 +346,16 @@ class CampaignResult(Strict):
                     for o in data["steps"]
                 ],
             }
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_plan(cls, data: Any) -> Any:
+        """A record's plan from before a run setting was said once (`stored_step_moved`)."""
+        plan = data.get("plan") if isinstance(data, dict) else None
+        if isinstance(plan, dict) and isinstance(plan.get("steps"), list):
+            steps = [stored_step_moved(step) for step in plan["steps"]]
+            return {**data, "plan": {**plan, "steps": steps}}
         return data
 
     @property

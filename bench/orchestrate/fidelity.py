@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from bench.core.config import (
+    RESTATED_AXES,
     ConcurrencyLoad,
     GenerateWorkload,
     LengthDistribution,
@@ -128,6 +129,8 @@ class VllmFidelityCheck(CheckCommon):
             },
             backend="vllm",
         )
+        if "prefix_caching" in moved:  # not a setting of the check: left in place, refused below
+            moved["engine_args"] = data.get("engine_args") or {}
         if moved["engine_args"] == (data.get("engine_args") or {}):
             return data
         return {
@@ -139,6 +142,14 @@ class VllmFidelityCheck(CheckCommon):
 
     @model_validator(mode="after")
     def _axes_said_once(self) -> VllmFidelityCheck:
+        caching = [name for name in self.engine_args if RESTATED_AXES.get(name) == "prefix_caching"]
+        if caching:
+            # Switched explicitly, the harness's engine also counts its hit rate (a stat logger
+            # per step) that the offline LLM does not: the two sides would differ.
+            raise ValueError(
+                f"engine_args.{caching[0]}: a vLLM fidelity check runs both sides with vLLM's "
+                "default prefix caching; leave it out"
+            )
         restated = restated_axis(self.engine_args)
         if restated is not None:
             raise ValueError(restated)

@@ -106,7 +106,9 @@ def place(config: RunConfig, backend_cls: Any = None, nvml: Any = None) -> Place
     """
     parallelism = config.parallelism
     if backend_cls is not None:
-        backend_cls.engine_args_for(config.engine_args, parallelism, config.precision)
+        backend_cls.engine_args_for(
+            config.engine_args, parallelism, config.precision, config.prefix_caching
+        )
         if not backend_cls.uses_local_gpus(config.engine_args):
             return Placement(
                 device="cpu" if config.device == "cpu" else "cuda",

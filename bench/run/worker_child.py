@@ -112,16 +112,17 @@ async def load_backend(config: RunConfig, model: ModelInfo, events: Any) -> Any:
     from bench.engines.backends import get_backend
 
     backend_cls = get_backend(config.backend)
-    # Refuses what this framework cannot run; parallelism and precision reach load() typed.
+    # Refuses what this framework cannot run; parallelism and precision reach load() typed,
+    # prefix caching the backend's constructor.
     engine_args = backend_cls.engine_args_for(
-        dict(config.engine_args), config.parallelism, config.precision
+        dict(config.engine_args), config.parallelism, config.precision, config.prefix_caching
     )
     options = backend_cls.options_model
     if config.trust_remote_code and (
         options is None or "trust_remote_code" in options.model_fields
     ):
         engine_args.setdefault("trust_remote_code", True)  # the run-level opt-in reaches the engine
-    backend = backend_cls(engine_args)
+    backend = backend_cls(engine_args, config.prefix_caching)
     events.put(Progress(progress=RunProgress(stage="loading")))
     info = await backend.load(
         model, config.workload, config.precision, config.device, parallelism=config.parallelism

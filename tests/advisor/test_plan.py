@@ -143,7 +143,6 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     from advisor.sizing.engine_shape import workload_shape
     from advisor.workload.stage_load import stage_load
     from advisor.workload.traffic import sized_for_engine
-    from bench.core.engine_facts import prefix_caching_setting
     from bench.engines.backends import registry
 
     for stage in load_profile(path).stages:
@@ -155,13 +154,8 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
         assert shape.max_sequence_tokens % 256 == 0
         for config in plan_for_stage(stage).configs:
             backend = registry()[config.backend]
-            args = dict(config.engine_args)
-            if (
-                prefix_caching_setting(config) is not None
-            ):  # the caching on/off pair adds its switch
-                assert args.pop("enable_prefix_caching") in (True, False)
-                assert args.pop("prefix_cache_stats") is True
-            assert args == backend.recommended_args(shape)
+            # the caching on/off pair switches the run setting, never an engine argument
+            assert config.engine_args == backend.recommended_args(shape)
 
 
 def test_a_busy_host_stretches_cpu_estimates(empty_model_cache) -> None:

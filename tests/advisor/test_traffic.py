@@ -27,6 +27,7 @@ from bench.core.config import (
 )
 from bench.core.engine_facts import PrometheusSample, prefix_caching_setting
 from bench.core.errors import UserError
+from bench.engines.backends import get_backend
 from bench.engines.models import resolve_model
 
 RAG = Path("examples/profiles/rag_chat_7b_h200.yaml")
@@ -124,13 +125,16 @@ def test_every_rag_run_sends_the_profiles_traffic_and_vllm_is_paired() -> None:
     off = [c for c in plan.configs if c.label.endswith(traffic.CACHING_OFF)]
     assert len(on) == 1 and len(off) == 1
     assert on[0].backend == off[0].backend == "vllm"
-    assert on[0].engine_args["enable_prefix_caching"] is True
-    assert off[0].engine_args["enable_prefix_caching"] is False
-    assert on[0].engine_args["prefix_cache_stats"] is True  # the hit rate is reported
+    assert on[0].prefix_caching is True and off[0].prefix_caching is False  # the run setting
+    assert "enable_prefix_caching" not in on[0].engine_args | off[0].engine_args
+    # the engine gets vLLM's own switch, and the in-process engine reports the hit rate
+    vllm = get_backend("vllm")
+    args = vllm.framework_args(on[0].engine_args, prefix_caching=on[0].prefix_caching)
+    assert args["enable_prefix_caching"] is True and args["prefix_cache_stats"] is True
     index = plan.configs.index(on[0])
     assert plan.configs[index + 1] is off[0]  # the pair sits together
     # the pair differs only in the switch and the label
-    strip = {"label", "engine_args"}
+    strip = {"label", "prefix_caching"}
     assert on[0].model_dump(exclude=strip) == off[0].model_dump(exclude=strip)
     # later turns resend the history: the engine is sized for the last turn's prompt
     assert on[0].engine_args["max_model_len"] >= 1152 + 3 * 256 + 128
@@ -149,6 +153,7 @@ def test_plain_profile_gets_no_pair_and_plain_workloads() -> None:
     plan = plan_for_stage(profile_from_dict(BASE).primary, quick=True)
     assert all(c.workload.prefix is None for c in plan.configs)
     assert all("prefix caching" not in c.label for c in plan.configs)
+    assert all(c.prefix_caching is None for c in plan.configs)
     assert all("enable_prefix_caching" not in c.engine_args for c in plan.configs)
 
 
@@ -294,8 +299,8 @@ def test_low_hit_rate_on_shared_prefixes_is_flagged(tmp_path, blocks, cause) -> 
 
 def test_caching_off_run_is_an_expected_low_hit_rate(tmp_path) -> None:
     run = _fake_run(tmp_path, 32)
-    # the fake backend has no caching switch: the off half of a pair is the vLLM config's flag
-    run.config = run.config.model_copy(update={"engine_args": {"enable_prefix_caching": False}})
+    # the fake backend has no caching switch: the off half of a pair is the vLLM config's setting
+    run.config = run.config.model_copy(update={"prefix_caching": False})
     finding = next(
         d
         for d in diagnose(_with_hit_rate(run, hits=0, queries=1000))

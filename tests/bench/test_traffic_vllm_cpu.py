@@ -31,13 +31,13 @@ def _config(model_path: str, caching: bool, log: Path) -> RunConfig:
     return RunConfig(
         backend="openai",
         model=model_path,
+        prefix_caching=caching,  # the launched server's enable_prefix_caching
         engine_args={
             "launch": "vllm",
             "server_args": {
                 "max_model_len": 1024,
                 "max_num_seqs": 4,
                 "enforce_eager": True,
-                "enable_prefix_caching": caching,
             },
             "server_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
             "server_log_path": str(log),
@@ -86,9 +86,8 @@ def test_in_process_vllm_reports_the_prefix_cache_hit_rate(tiny_llama: ModelInfo
                 "max_model_len": 1024,
                 "max_num_seqs": 4,
                 "enforce_eager": True,
-                "enable_prefix_caching": True,
-                "prefix_cache_stats": True,
             },
+            "prefix_caching": True,  # the in-process engine then reports its hit rate
         }
     )
     result = launch(RunConfig.model_validate(config.model_dump()))

@@ -159,9 +159,19 @@ class Backend(ABC):
     """The parsed `options_model` instance (None for a free-form backend); subclasses narrow the
     annotation to their own options model."""
 
-    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
+    prefix_caching: bool | None
+    """The run's prefix caching (`RunConfig.prefix_caching`; None = the engine's default): a
+    backend that caches prefixes maps it to its framework's argument where it builds its engine
+    (`framework_args`); the others refuse a value at construction."""
+
+    def __init__(
+        self, engine_args: dict[str, Any] | None = None, prefix_caching: bool | None = None
+    ) -> None:
         engine_args = engine_args or {}
         refuse_restated_axes(engine_args)
+        if prefix_caching is not None:
+            type(self).framework_args(engine_args, prefix_caching=prefix_caching)
+        self.prefix_caching = prefix_caching
         # Parse once: typed backends read `self.options`; free-form ones keep the checked dict.
         self.options = self.parse_options(engine_args)
         self.engine_args = (
@@ -242,16 +252,22 @@ class Backend(ABC):
 
     @classmethod
     def engine_args_for(
-        cls, engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+        cls,
+        engine_args: dict[str, Any],
+        parallelism: ParallelismConfig,
+        precision: Precision,
+        prefix_caching: bool | None = None,
     ) -> dict[str, Any]:
         """The engine arguments one replica of this run is built with; UserError (one line)
-        when the framework cannot run this parallelism or precision (`framework_args` decides).
+        when the framework cannot run this parallelism, precision or prefix caching
+        (`framework_args` decides).
 
-        Parallelism and precision are never put into the engine arguments: `load` receives
-        them typed and maps them with `framework_args`. An engine argument that restates them
-        is refused (`bench.core.config.restated_axis`, the one check; RunConfig makes it at
-        config time, this repeats it for callers that build a backend directly)."""
-        cls.framework_args(engine_args, parallelism, precision)
+        These run settings are never put into the engine arguments: the backend receives them
+        typed (parallelism and precision at `load`, prefix caching at construction) and maps
+        them with `framework_args`. An engine argument that restates them is refused
+        (`bench.core.config.restated_axis`, the one check; RunConfig makes it at config time,
+        this repeats it for callers that build a backend directly)."""
+        cls.framework_args(engine_args, parallelism, precision, prefix_caching)
         return dict(engine_args)
 
     @classmethod

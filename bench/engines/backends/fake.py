@@ -115,8 +115,10 @@ class FakeBackend(Backend):
     options_model: ClassVar[type[BaseModel] | None] = FakeOptions
     options: FakeOptions
 
-    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
-        super().__init__(engine_args)
+    def __init__(
+        self, engine_args: dict[str, Any] | None = None, prefix_caching: bool | None = None
+    ) -> None:
+        super().__init__(engine_args, prefix_caching)
         self._failure_rng = random.Random(self.options.seed)
         # Its own stream, so adding jitter leaves the failure draws of a seed unchanged.
         self._jitter_rng = random.Random(f"jitter-{self.options.seed}")

@@ -138,8 +138,10 @@ class OnnxRuntimeBackend(Backend):
 
     options: OnnxRuntimeOptions
 
-    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
-        super().__init__(engine_args)
+    def __init__(
+        self, engine_args: dict[str, Any] | None = None, prefix_caching: bool | None = None
+    ) -> None:
+        super().__init__(engine_args, prefix_caching)
         self._runner: _ForwardRunner | _GenerateRunner | None = None
 
     @classmethod

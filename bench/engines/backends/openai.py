@@ -265,8 +265,10 @@ class OpenAIBackend(Backend):
     options_model = OpenAIOptions
     options: OpenAIOptions
 
-    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
-        super().__init__(engine_args)
+    def __init__(
+        self, engine_args: dict[str, Any] | None = None, prefix_caching: bool | None = None
+    ) -> None:
+        super().__init__(engine_args, prefix_caching)
         self.base_url = (self.options.base_url or "").rstrip("/")
         self.served_model: str | None = self.options.model
         self._session: Any = None
@@ -430,10 +432,13 @@ class OpenAIBackend(Backend):
     def launched_server_args(
         self, precision: Precision, parallelism: ParallelismConfig
     ) -> dict[str, Any]:
-        """The launched server's own arguments: `server_args` with the run's parallelism and
-        precision under the server's names (`framework_args`); a vLLM server splitting a model
-        over GPUs also gets this harness's executor choice (`vllm_parallel_args`)."""
-        server_args = self.framework_args(self.engine_args, parallelism, precision)["server_args"]
+        """The launched server's own arguments: `server_args` with the run's parallelism,
+        precision and prefix caching under the server's names (`framework_args`); a vLLM server
+        splitting a model over GPUs also gets this harness's executor choice
+        (`vllm_parallel_args`)."""
+        server_args = self.framework_args(
+            self.engine_args, parallelism, precision, self.prefix_caching
+        )["server_args"]
         if self.options.launch == "vllm":
             from bench.engines.backends.vllm import with_harness_executor
 

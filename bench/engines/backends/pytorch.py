@@ -230,8 +230,10 @@ class PyTorchBackend(Backend):
 
     options: PyTorchOptions
 
-    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
-        super().__init__(engine_args)
+    def __init__(
+        self, engine_args: dict[str, Any] | None = None, prefix_caching: bool | None = None
+    ) -> None:
+        super().__init__(engine_args, prefix_caching)
         self.model: Any = None
         self.device = "cpu"
         self.kind: str = "generate"

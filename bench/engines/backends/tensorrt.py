@@ -106,8 +106,10 @@ class TensorRTBackend(Backend):
     options_model = TensorRTOptions
     options: TensorRTOptions
 
-    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
-        super().__init__(engine_args)
+    def __init__(
+        self, engine_args: dict[str, Any] | None = None, prefix_caching: bool | None = None
+    ) -> None:
+        super().__init__(engine_args, prefix_caching)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensorrt")
         self._engine: Any = None
         self._context: Any = None

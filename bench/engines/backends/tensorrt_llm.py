@@ -70,9 +70,6 @@ class TensorRTLLMOptions(Strict):
     kv_cache_free_gpu_memory_fraction: float | None = Field(
         None, gt=0, le=1, description="KvCacheConfig.free_gpu_memory_fraction."
     )
-    enable_block_reuse: bool | None = Field(
-        None, description="KvCacheConfig.enable_block_reuse (prefix caching)."
-    )
     enable_chunked_prefill: bool | None = Field(None, description="LlmArgs.enable_chunked_prefill.")
 
     @model_validator(mode="after")
@@ -105,8 +102,10 @@ class TensorRTLLMBackend(Backend):
 
     options: TensorRTLLMOptions
 
-    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
-        super().__init__(engine_args)
+    def __init__(
+        self, engine_args: dict[str, Any] | None = None, prefix_caching: bool | None = None
+    ) -> None:
+        super().__init__(engine_args, prefix_caching)
         self._llm: Any = None
         self._sampling_params_cls: Any = None
 
@@ -159,8 +158,8 @@ class TensorRTLLMBackend(Backend):
         kv_cache: dict[str, Any] = {}
         if options.kv_cache_free_gpu_memory_fraction is not None:
             kv_cache["free_gpu_memory_fraction"] = options.kv_cache_free_gpu_memory_fraction
-        if options.enable_block_reuse is not None:
-            kv_cache["enable_block_reuse"] = options.enable_block_reuse
+        if self.prefix_caching is not None:  # the run's setting (`framework_args` names it)
+            kv_cache["enable_block_reuse"] = self.prefix_caching
         if kv_cache:
             kwargs["kv_cache_config"] = llmapi.KvCacheConfig(**kv_cache)
         if options.enable_chunked_prefill is not None:

@@ -127,8 +127,10 @@ class TorchCompileBackend(PyTorchBackend):
 
     options: TorchCompileOptions
 
-    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
-        super().__init__(engine_args)
+    def __init__(
+        self, engine_args: dict[str, Any] | None = None, prefix_caching: bool | None = None
+    ) -> None:
+        super().__init__(engine_args, prefix_caching)
         self.buckets: list[int] = []
         self.max_cache_len = 0
         self.compiled_graphs = 0

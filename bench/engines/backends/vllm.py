@@ -193,14 +193,18 @@ def vllm_args(
 
 
 def vllm_parallel_args(
-    engine_args: dict[str, Any], parallelism: ParallelismConfig, precision: Precision
+    engine_args: dict[str, Any],
+    parallelism: ParallelismConfig,
+    precision: Precision,
+    prefix_caching: bool | None = None,
 ) -> dict[str, Any]:
     """What this harness starts vLLM with for one replica: `vllm_args`, plus, for
     tensor_parallel_size > 1, `distributed_executor_backend="mp"` (unless given): vLLM's
     multiprocessing executor, one worker process per GPU on this node. Left to itself vLLM picks
     Ray when it runs inside a Ray task (the `ray` executor's jobs), which would ask Ray for GPUs
     the job already holds; a deployment outside Ray does not need it."""
-    return with_harness_executor(vllm_args(engine_args, parallelism, precision), parallelism)
+    args = vllm_args(engine_args, parallelism, precision, prefix_caching)
+    return with_harness_executor(args, parallelism)
 
 
 def with_harness_executor(args: dict[str, Any], parallelism: ParallelismConfig) -> dict[str, Any]:
@@ -327,8 +331,10 @@ class VllmBackend(Backend):
             args["quantization"] = shape.quantization
         return args
 
-    def __init__(self, engine_args: dict[str, Any] | None = None) -> None:
-        super().__init__(engine_args)
+    def __init__(
+        self, engine_args: dict[str, Any] | None = None, prefix_caching: bool | None = None
+    ) -> None:
+        super().__init__(engine_args, prefix_caching)
         self._engine: Any = None
         self._api: dict[str, Any] = {}
         self._detokenize = bool(self.engine_args.get("detokenize", True))
@@ -438,11 +444,11 @@ class VllmBackend(Backend):
         # unless asked for. AsyncEngineArgs defaults it on, which costs front-end CPU per engine
         # step that nothing here reads (an in-process engine exposes no /metrics).
         kwargs.setdefault("disable_log_stats", True)
-        kwargs = vllm_parallel_args(kwargs, parallelism, precision)
+        kwargs = vllm_parallel_args(kwargs, parallelism, precision, self.prefix_caching)
         kv_sized_by = size_cpu_kv_cache(kwargs, model.path, workload, precision)
         start_ns = CLOCK.now_ns()
         engine_args = api["AsyncEngineArgs"](model=model.path, dtype=precision.dtype, **kwargs)
-        if self.engine_args.get("prefix_cache_stats"):
+        if self.engine_args.get("prefix_cache_stats") or self.prefix_caching is not None:
             # Opt-in: a stat logger turns vLLM's per-step stats on (front-end CPU per step), so
             # the default measurement stays as vLLM's offline LLM runs.
             self._prefix_counter = PrefixCacheCounter()

@@ -116,6 +116,18 @@ def test_pytorch_flow_gets_limits_as_llm_args(standin) -> None:
     assert "kv_cache_config" not in kwargs
 
 
+def test_the_run_prefix_caching_becomes_kv_cache_block_reuse(standin) -> None:
+    """RunConfig.prefix_caching reaches the engine as KvCacheConfig.enable_block_reuse; the
+    engine argument itself is refused (said once, as the run setting)."""
+    backend = get_backend("tensorrt_llm")({}, prefix_caching=False)
+    asyncio.run(backend.load(MODEL, GenerateWorkload(), Precision(), "cuda"))
+    _, kwargs = _init_event(standin)
+    assert kwargs["kv_cache_config"].enable_block_reuse is False
+    asyncio.run(backend.close())
+    with pytest.raises(UserError, match="prefix_caching: true"):
+        get_backend("tensorrt_llm")({"enable_block_reuse": True})
+
+
 @pytest.mark.parametrize("tokens_per_output", [1, 3])
 def test_streaming_counts_new_tokens_of_cumulative_outputs(standin, tokens_per_output) -> None:
     standin.tokens_per_output = tokens_per_output
