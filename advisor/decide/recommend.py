@@ -604,8 +604,14 @@ UNSETTLED_NOTE = (
 
 
 def settled(run: RunResult | None) -> bool:
-    """The search judged its rate probes after they settled (`load.settle_s`)."""
-    return run is not None and getattr(run.config.load, "settle_s", None) is not None
+    """The search judged its rate probes after they settled (`load.settle_s`); a search over
+    concurrency counts as settled (a closed loop holds its level from the first request)."""
+    if run is None:
+        return False
+    load = run.config.load
+    return (
+        getattr(load, "over", None) == "concurrency" or getattr(load, "settle_s", None) is not None
+    )
 
 
 def _one_per_configuration(
