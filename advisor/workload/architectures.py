@@ -20,6 +20,11 @@ from pydantic import Field
 
 from advisor.workload.profile import StageProfile
 from bench.core.config import LengthDistribution
+from bench.core.context_window import (
+    POSITION_KEYS,
+    ROPE_TYPES_ALREADY_IN_POSITIONS,
+    longest_draw,
+)
 from bench.core.strict import Strict
 
 
@@ -30,11 +35,6 @@ class RopeScaling:
     rope_type: str
     factor: float = 1.0
     original_max_positions: int | None = None
-
-
-ROPE_TYPES_ALREADY_IN_POSITIONS = frozenset({"su", "longrope", "llama3"})
-"""rope_scaling types whose config already states the extended window in
-max_position_embeddings (vLLM's and TensorRT-LLM's max-length rule leaves them unscaled)."""
 
 
 @dataclass(frozen=True)
@@ -134,19 +134,8 @@ def high_tokens(distribution: LengthDistribution) -> int:
 
 def upper_tokens(distribution: LengthDistribution) -> int:
     """The longest length the workload generator can produce (engine limits such as
-    max_model_len must cover it): the `max` clip when set; else fixed = mean, uniform =
-    mean + spread, normal = mean + 5 std, lognormal = its 1-in-3.5-million quantile (5 sigma)."""
-    if distribution.max is not None:
-        return distribution.max
-    if distribution.kind == "fixed" or distribution.spread == 0:
-        return distribution.mean
-    if distribution.kind == "uniform":
-        return math.ceil(distribution.mean + distribution.spread)
-    if distribution.kind == "normal":
-        return math.ceil(distribution.mean + 5 * distribution.spread)
-    sigma = math.sqrt(math.log1p((distribution.spread / distribution.mean) ** 2))
-    mu = math.log(distribution.mean) - sigma**2 / 2
-    return math.ceil(math.exp(mu + 5 * sigma))
+    max_model_len must cover it): the bench's rule, `longest_draw`."""
+    return longest_draw(distribution)
 
 
 def architecture_for(model: str | None) -> tuple[Architecture | None, str]:
@@ -198,19 +187,6 @@ def _architecture_from_config(model: str, config: dict) -> tuple[Architecture | 
         rope_scaling=_rope_scaling(config),
     )
     return architecture, "config.json, Llama-style formula (approximate)"
-
-
-POSITION_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "model_max_length",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
-)
-"""config.json keys that bound the sequence length; vLLM takes the smallest one present."""
 
 
 def _config_positions(config: dict) -> int | None:

@@ -113,11 +113,13 @@ def longest_tokens(distribution: LengthDistribution) -> int:
     """The longest length the workload generator produces: the `max` clip when set; else fixed
     = mean, uniform = mean + spread, normal = mean + 5 std, lognormal = its 5-sigma quantile
     (1 draw in 3.5 million beyond); never below the `min` clip (the sampler applies it last).
-    The advisor's `upper_tokens` is this rule (a test compares them)."""
-    return max(distribution.min, _longest_draw(distribution))
+    The advisor's `upper_tokens` is `longest_draw`, this rule before the `min` clip."""
+    return max(distribution.min, longest_draw(distribution))
 
 
-def _longest_draw(distribution: LengthDistribution) -> int:
+def longest_draw(distribution: LengthDistribution) -> int:
+    """The longest length a distribution draws before the sampler's `min` clip (see
+    `longest_tokens`)."""
     if distribution.max is not None:
         return distribution.max
     if distribution.kind == "fixed" or distribution.spread == 0:
