@@ -546,8 +546,7 @@ def estimate_run(
     # measured phases plus the drain of requests in flight when each phase ends
     parts["phases"] = config.load.planned_seconds(request_s, traffic.replay_seconds)
     if isinstance(config.load, CapacityLoad):  # each judged rate probe settles first
-        output = config.workload.output_tokens.mean if config.workload.kind == "generate" else None
-        settle_s, _ = config.load.settle_for(config.slo, output)
+        settle_s, _ = config.load.settle_for(config.slo, config.workload.mean_output_tokens())
         if settle_s:
             parts["settle"] = settle_s * config.load.planned_probes()
     run_part = parts.get("warm-up", 0.0) + parts["phases"] + parts.get("settle", 0.0)

@@ -198,6 +198,10 @@ class GenerateWorkload(StrictInput):
             tokens += later_turns * (self.output_tokens.mean + self.conversation.user_tokens.mean)
         return tokens
 
+    def mean_output_tokens(self) -> float | None:
+        """The mean generated length (what the SLO's end-to-end bound is taken for)."""
+        return self.output_tokens.mean
+
     @model_validator(mode="after")
     def _check_shapes(self) -> GenerateWorkload:
         if self.prompt_file is not None and self.prefix is not None:
@@ -222,6 +226,10 @@ class ForwardWorkload(StrictInput):
         False, description="Export/compile with dynamic axes (batch and sequence) instead of fixed."
     )
     seed: Seed = Field(0, description="Seed of the input generator.")
+
+    def mean_output_tokens(self) -> float | None:
+        """None: a forward pass generates nothing."""
+        return None
 
 
 Workload = Annotated[GenerateWorkload | ForwardWorkload, Field(discriminator="kind")]

@@ -345,7 +345,7 @@ async def execute(
         if not stop.is_set():  # a served engine's counters where the measured window starts
             await backend.sample_counters()
 
-        output = config.workload.output_tokens.mean if config.workload.kind == "generate" else None
+        output = config.workload.mean_output_tokens()
         generator = plan(load, config.slo, config.validity, model.vocab_size, output)
         index = 0
         summary: MetricsSummary | None = None

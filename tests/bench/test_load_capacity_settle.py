@@ -16,7 +16,7 @@ import pytest
 from bench.core.config import SLO, CapacityLoad, ValidityRules
 from bench.core.pattern_reports import CapacityReport
 from bench.core.schema import RunResult
-from bench.run.load.capacity import capacity_search, settle_seconds
+from bench.run.load.capacity import capacity_search
 from bench.run.load.driver import PhaseSpec
 from tests.bench.test_load_capacity_confirm import summary
 
@@ -67,11 +67,11 @@ def test_settle_can_be_given_or_turned_off():
 
 
 def test_no_settle_without_an_end_to_end_bound_and_it_says_why():
-    seconds, rule = settle_seconds(LOAD, SLO(ttft_ms=300), 256)
+    seconds, rule = LOAD.settle_for(SLO(ttft_ms=300), 256)
     assert seconds is None and "bounds no end-to-end time" in rule
     # An E2E limit bounds it whatever the output length; a concurrency search never settles.
-    assert settle_seconds(LOAD, SLO(e2e_ms=2000), None)[0] == pytest.approx(2.0)
-    assert settle_seconds(CapacityLoad(over="concurrency"), SLO_CHAT, 256)[0] is None
+    assert LOAD.settle_for(SLO(e2e_ms=2000), None)[0] == pytest.approx(2.0)
+    assert CapacityLoad(over="concurrency").settle_for(SLO_CHAT, 256)[0] is None
 
 
 def test_settle_is_bounded_like_any_duration():

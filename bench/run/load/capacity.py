@@ -268,7 +268,7 @@ class _Search:
     def __init__(self, load: CapacityLoad, slo: SLO, output_tokens: float | None = None) -> None:
         self.load = load
         self.slo = slo
-        self.settle_s, settle_rule = settle_seconds(load, slo, output_tokens)
+        self.settle_s, settle_rule = load.settle_for(slo, output_tokens)
         # Judged at the SLO's percentile (RunConfig keeps load.percentile equal to it).
         self.percentile = slo.percentile
         self.by_rate = load.over == "rate"
@@ -651,14 +651,6 @@ class _Search:
             if probe.feasible is not None
         ]
         return report
-
-
-def settle_seconds(
-    load: CapacityLoad, slo: SLO, output_tokens: float | None
-) -> tuple[float | None, str]:
-    """(Seconds a rate probe settles before its judged requests, the rule in words):
-    `CapacityLoad.settle_for`, the one rule the plans' time estimates read too."""
-    return load.settle_for(slo, output_tokens)
 
 
 def capacity_search(
