@@ -1225,6 +1225,14 @@ def capacity_before_settle(config: Any) -> Any:
     return config
 
 
+def stored_config(data: Any) -> Any:
+    """A stored run config (a dict) from an earlier version, read as it ran: its axes moved out
+    of the engine args (`legacy_axes_moved`) and a capacity search from before settled probes
+    judged from each probe's first request (`capacity_before_settle`). For stored results,
+    jobs' records and campaign records only."""
+    return capacity_before_settle(legacy_axes_moved(data))
+
+
 def legacy_axes_moved(data: Any, backend: str | None = None) -> Any:
     """A stored config (a dict) from before parallelism, precision and prefix caching were said
     once: its engine args' `tensor_parallel_size` moves to `parallelism`; for vLLM,

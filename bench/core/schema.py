@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from bench import SCHEMA_VERSION
-from bench.core.config import RunConfig, capacity_before_settle, legacy_axes_moved
+from bench.core.config import RunConfig, stored_config
 from bench.core.engine_facts import EngineFacts, PrometheusSample, RunEngine
 from bench.core.fingerprint import StoredFingerprint
 from bench.core.metric_catalog import (
@@ -349,20 +349,11 @@ class RunResult(Record):
 
     @model_validator(mode="before")
     @classmethod
-    def _older_axes_in_engine_args(cls, data: Any) -> Any:
-        """Results stored before parallelism and precision were said once kept
-        `tensor_parallel_size` (and vLLM's fp8 options) in the config's engine args."""
+    def _older_config(cls, data: Any) -> Any:
+        """Results stored by an earlier version read as they ran (`stored_config`): axes kept
+        in the engine args, capacity searches from before probes settled."""
         if isinstance(data, dict) and isinstance(data.get("config"), dict):
-            data = {**data, "config": legacy_axes_moved(data["config"])}
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
-    def _older_search_without_settle(cls, data: Any) -> Any:
-        """Capacity searches stored before probes settled judged from a probe's first request:
-        their config says so (`settle_s: null`) rather than taking today's default."""
-        if isinstance(data, dict) and isinstance(data.get("config"), dict):
-            data = {**data, "config": capacity_before_settle(data["config"])}
+            data = {**data, "config": stored_config(data["config"])}
         return data
 
     @model_validator(mode="before")

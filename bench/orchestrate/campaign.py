@@ -41,9 +41,8 @@ from bench.core.config import (
     MAX_DURATION_S,
     RepeatPolicy,
     RunConfig,
-    capacity_before_settle,
     cpu_dtype,
-    legacy_axes_moved,
+    stored_config,
 )
 from bench.core.errors import UserError
 from bench.core.fingerprint import StoredFingerprint
@@ -260,11 +259,12 @@ def step_resources(step: CampaignStep) -> Resources:
 
 
 def stored_step_moved(step: Any) -> Any:
-    """A run step (a dict) of a campaign record from before a run setting was said once: its
-    config through `legacy_axes_moved` (stored records only; a plan given now is refused)."""
+    """A run step (a dict) of a campaign record from an earlier version: its config through
+    `stored_config` (stored records only; a plan given now is refused or takes today's
+    defaults)."""
     is_run = isinstance(step, dict) and step.get("kind", "run") == "run"
     if is_run and isinstance(step.get("config"), dict):
-        return {**step, "config": legacy_axes_moved(step["config"])}
+        return {**step, "config": stored_config(step["config"])}
     return step
 
 
@@ -324,34 +324,8 @@ class CampaignResult(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _older_searches_without_settle(cls, data: Any) -> Any:
-        """A campaign stored before capacity probes settled ran its searches without settling:
-        its plan's and outcomes' run steps say `settle_s: null` (`capacity_before_settle`)."""
-        if not isinstance(data, dict):
-            return data
-
-        def step_of(step: Any) -> Any:
-            if isinstance(step, dict) and isinstance(step.get("config"), dict):
-                return {**step, "config": capacity_before_settle(step["config"])}
-            return step
-
-        plan = data.get("plan")
-        if isinstance(plan, dict) and isinstance(plan.get("steps"), list):
-            data = {**data, "plan": {**plan, "steps": [step_of(s) for s in plan["steps"]]}}
-        if isinstance(data.get("steps"), list):
-            data = {
-                **data,
-                "steps": [
-                    {**o, "step": step_of(o.get("step"))} if isinstance(o, dict) else o
-                    for o in data["steps"]
-                ],
-            }
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
     def _older_plan(cls, data: Any) -> Any:
-        """A record's plan from before a run setting was said once (`stored_step_moved`)."""
+        """A record's plan from an earlier version (`stored_step_moved`)."""
         plan = data.get("plan") if isinstance(data, dict) else None
         if isinstance(plan, dict) and isinstance(plan.get("steps"), list):
             steps = [stored_step_moved(step) for step in plan["steps"]]
