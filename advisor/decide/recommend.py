@@ -625,6 +625,9 @@ def _one_per_configuration(
     where only such searches exist the lowest stands, marked as an upper bound."""
     chosen: dict[tuple, CandidateCapacity] = {}
 
+    def key(candidate: CandidateCapacity) -> tuple:
+        return (candidate.framework, candidate.capacity.label, candidate.provenance)
+
     def run_of(candidate: CandidateCapacity) -> RunResult | None:
         return runs.get(candidate.capacity.run_id or "")
 
@@ -635,43 +638,35 @@ def _one_per_configuration(
         return (0, -candidate.capacity.max_rate_rps)
 
     for candidate in measured:
-        key = (candidate.framework, candidate.capacity.label, candidate.provenance)
-        if key not in chosen or rank(candidate) > rank(chosen[key]):
-            chosen[key] = candidate
+        if key(candidate) not in chosen or rank(candidate) > rank(chosen[key(candidate)]):
+            chosen[key(candidate)] = candidate
     notes = []
-    for candidate in measured:
-        kept = chosen[(candidate.framework, candidate.capacity.label, candidate.provenance)]
-        if candidate is kept:
-            continue
-        why = (
-            "superseded by the newer settled search"
-            if settled(run_of(kept)) and settled(run_of(candidate))
-            else "superseded by the settled search"
-            if settled(run_of(kept))
-            else "not used: of searches judged from an empty engine the lowest stands,"
-        )
-        notes.append(
-            f"capacity run {candidate.capacity.run_id} ({candidate.capacity.label}, "
-            f"{candidate.capacity.max_rate_rps:g} req/s): {why} {kept.capacity.run_id} of the "
-            "same configuration"
-        )
     out = []
     for candidate in measured:
-        if (
-            candidate
-            is not chosen[(candidate.framework, candidate.capacity.label, candidate.provenance)]
-        ):
-            continue
-        if not settled(run_of(candidate)) and run_of(candidate) is not None:
-            capacity = candidate.capacity
-            candidate = candidate.model_copy(
-                update={
-                    "capacity": capacity.model_copy(
-                        update={"notes": [*capacity.notes, UNSETTLED_NOTE]}
-                    )
-                }
+        kept = chosen[key(candidate)]
+        if candidate is not kept:
+            why = (
+                "superseded by the newer settled search"
+                if settled(run_of(kept)) and settled(run_of(candidate))
+                else "superseded by the settled search"
+                if settled(run_of(kept))
+                else "not used: of searches judged from an empty engine the lowest stands,"
             )
-        out.append(candidate)
+            notes.append(
+                f"capacity run {candidate.capacity.run_id} ({candidate.capacity.label}, "
+                f"{candidate.capacity.max_rate_rps:g} req/s): {why} {kept.capacity.run_id} of "
+                "the same configuration"
+            )
+        elif run_of(candidate) is not None and not settled(run_of(candidate)):
+            capacity = candidate.capacity
+            notes_with = [*capacity.notes, UNSETTLED_NOTE]
+            out.append(
+                candidate.model_copy(
+                    update={"capacity": capacity.model_copy(update={"notes": notes_with})}
+                )
+            )
+        else:
+            out.append(candidate)
     return out, notes
 
 
