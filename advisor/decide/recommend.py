@@ -597,8 +597,8 @@ def stage_capacities(
 
 UNSETTLED_NOTE = (
     "its probes were judged from an empty engine (a search from before settled probes), which "
-    "overstates what a rate holds: an upper bound (on one H200, 500 requests from empty held 24 "
-    "req/s, 1,500 held 22 and not 23; docs/capacity.md, "
+    "can overstate what a rate holds: read it as an upper bound (on one H200, 500 requests from "
+    "empty held 24 req/s, 1,500 held 22 and not 23; docs/capacity.md, "
     "data/reference/h200_llama2-7b_capacity_boundary)"
 )
 
@@ -770,8 +770,9 @@ def sizing_basis(candidate: CandidateCapacity) -> str:
         )
         if UNSETTLED_NOTE in capacity.notes:
             text += (
-                "; an upper bound: its probes were judged from an empty engine, and a search "
-                "with settled probes would measure it (docs/capacity.md)"
+                "; read as an upper bound: its probes were judged from an empty engine, which can "
+                "overstate a capacity; a search with settled probes would measure it "
+                "(docs/capacity.md)"
             )
         if capacity.dtype_note:
             text += f"; {capacity.dtype_note}"
