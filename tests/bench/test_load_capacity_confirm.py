@@ -20,6 +20,7 @@ from bench.core.schema import MetricsSummary, RunResult
 from bench.run.load.capacity import (
     capacity_probe_lines,
     capacity_search,
+    pair_target,
     pooled_verdict,
     probe_attainment_text,
 )
@@ -127,6 +128,28 @@ def test_pooled_verdict_counts_both_probes_and_any_failure():
         [(500, summary(0)), (500, summary(0, failed=1))], SLO_CHAT, "p99", 0.99
     )
     assert not ok and "failed" in reasons[0]
+
+
+def test_pooled_verdict_is_the_miss_count_not_the_mean_of_two_percentiles():
+    # The H200 case (data/reference/h200_llama2-7b_capacity_settled, probes #4 and #5): the
+    # first probe ended early at 6 misses of 258 judged (its own p99 TTFT over the limit), the
+    # repeat missed none; 6 of 1,000 planned is within the pair's 10.
+    ended_early = summary(6, requests=258)
+    assert ended_early.ttft_ms is not None and ended_early.ttft_ms.p99 > SLO_CHAT.ttft_ms
+    ok, attainment, reasons = pooled_verdict(
+        [(500, ended_early), (500, summary(0))], SLO_CHAT, "p99", 0.99
+    )
+    assert ok and not reasons and attainment == pytest.approx(752 / 758)
+
+
+def test_pair_budget_follows_the_stricter_of_target_and_percentile():
+    assert pair_target("p99", 0.9) == pytest.approx(0.99)
+    assert pair_target("p90", 0.99) == pytest.approx(0.99)
+    # A 90% target alone would allow 100 misses of 1,000; the SLO's p99 allows 10.
+    ok, _, reasons = pooled_verdict([(500, summary(30)), (500, summary(0))], SLO_CHAT, "p99", 0.9)
+    assert not ok and "30 of 1000 planned requests" in reasons[0] and "allow 10" in reasons[0]
+    ok, _, _ = pooled_verdict([(500, summary(30)), (500, summary(0))], SLO_CHAT, "p90", 0.9)
+    assert ok
 
 
 def test_wilson_interval_of_a_probe():

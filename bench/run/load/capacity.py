@@ -47,6 +47,7 @@ from typing import Literal
 
 from bench.core.config import (
     MIN_PROBE_REQUESTS_FLOOR,
+    PERCENTILE_LEVELS,
     SERIAL_PROBE_REQUESTS,
     SLO,
     TAIL_SAMPLES,
@@ -220,17 +221,27 @@ def _meeting(summary: MetricsSummary) -> int:
     return round((summary.goodput_rps or 0.0) * summary.duration_s)
 
 
+def pair_target(percentile: str, attainment_target: float) -> float:
+    """The share of a confirmed pair's requests that must meet the SLO: the attainment target,
+    or the SLO's percentile where that is stricter (p99.9 with a 99% target: 99.9%)."""
+    return max(attainment_target, PERCENTILE_LEVELS[percentile])
+
+
 def pooled_verdict(
     pair: list[tuple[int, MetricsSummary]], slo: SLO, percentile: str, attainment_target: float
 ) -> tuple[bool, float | None, list[str]]:
     """(feasible, pooled attainment, reasons) of one level probed twice.
 
     `pair` holds (planned requests, judged summary) of each probe (an ended-early probe's
-    summary as it was when it ended). Feasible when no request failed, the requests that missed
-    the SLO over both probes are within `allowed_misses` of both probes' planned requests, and
-    each SLO metric's percentile, averaged over the two probes, is within its limit. With the
-    usual p99 and 99% target the miss count is the binding part: it is the percentile rule on
-    twice the requests.
+    summary as it was when it ended). Feasible when no request failed and the requests that
+    missed the SLO over both probes are within `allowed_misses` of both probes' planned
+    requests at `pair_target`. That count is the percentile rule on the pooled requests: a
+    metric's requests over its limit are among the misses, so at most (1 - q) of the pair lie
+    above it. The two probes' own percentiles are not averaged: an ended-early probe's p99 rests
+    on the few requests it judged (on one H200 a 22 req/s probe ended at 6 misses of 258 judged
+    with p99 TTFT 498 ms, its repeat missed none of 500, and the mean of the two p99s, 324 ms,
+    failed a pair with 6 misses of 1,000 planned;
+    data/reference/h200_llama2-7b_capacity_settled).
     """
     failed = sum(summary.failed for _, summary in pair)
     judged = sum(summary.requests for _, summary in pair)
@@ -240,22 +251,12 @@ def pooled_verdict(
     reasons: list[str] = []
     if failed:
         reasons.append(f"{failed} request(s) failed over the two probes")
-    allowed = allowed_misses(planned, attainment_target)
+    allowed = allowed_misses(planned, pair_target(percentile, attainment_target))
     if judged - meeting > allowed:
         reasons.append(
             f"{judged - meeting} of {planned} planned requests of the two probes missed the SLO "
-            f"(the attainment target allows {allowed})"
+            f"(the attainment target and the SLO's {percentile} allow {allowed})"
         )
-    for metric in SLO_METRICS:
-        limit = getattr(slo, metric)
-        values = [getattr(summary, metric) for _, summary in pair]
-        if limit is None or any(value is None for value in values):
-            continue
-        mean = sum(getattr(value, percentile) for value in values) / len(values)
-        if mean > limit:
-            reasons.append(
-                f"{percentile} {metric[:-3]} {mean:.1f} ms (mean of the two probes) > {limit:g} ms"
-            )
     return not reasons, attainment, reasons
 
 
@@ -311,7 +312,8 @@ class _Search:
         budget = None  # a repeat may miss only what the pair's budget leaves
         if repeats is not None:
             first_planned, first = self.figures[repeats.index]
-            budget = allowed_misses(first_planned + self.planned, self.load.attainment_target) - (
+            target = pair_target(self.percentile, self.load.attainment_target)
+            budget = allowed_misses(first_planned + self.planned, target) - (
                 first.requests - _meeting(first)
             )
         load = self.load
@@ -790,6 +792,7 @@ __all__ = [
     "capacity_summary_line",
     "capacity_validity",
     "judge_probe",
+    "pair_target",
     "pooled_verdict",
     "probe_attainment_text",
     "smoothed_boundary",
