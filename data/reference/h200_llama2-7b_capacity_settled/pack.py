@@ -17,7 +17,16 @@ with tarfile.open("/tmp/pack.tgz", "w:gz") as tar:
     tar.add(out, "vbs")
     for path in (exp / "vbs").glob("*.log"):
         tar.add(path, f"vbs/{path.name}")
-    for name in ("log", "nvidia-smi.txt", "bench-env.txt", "vllm-serve.log", "ckpt.err",
-                 "cap-inproc.log", "cap-openai.log", "cap-inproc", "cap-openai"):
+    for name in (
+        "log",
+        "nvidia-smi.txt",
+        "bench-env.txt",
+        "vllm-serve.log",
+        "ckpt.err",
+        "cap-inproc.log",
+        "cap-openai.log",
+        "cap-inproc",
+        "cap-openai",
+    ):
         if (exp / name).exists():
             tar.add(exp / name, name)
