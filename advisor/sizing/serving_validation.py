@@ -76,6 +76,9 @@ class CapacityRow(Strict):
     measured_rps: float
     first_infeasible_rps: float | None
     smoothed_boundary_rps: float | None
+    settled: bool = Field(
+        False, description="The search's probes settled first (`load.settle_s`): a sustained rate."
+    )
     predicted_rps: float
     low_rps: float
     high_rps: float
@@ -84,6 +87,12 @@ class CapacityRow(Strict):
     uncalibrated_rps: float
     uncalibrated_error: float
     calibration_runs: int
+
+    @property
+    def above_bracket(self) -> bool:
+        """The whole interval lies above the rate the search saw fail."""
+        upper = self.first_infeasible_rps or self.measured_rps
+        return self.low_rps > upper
 
 
 class Validation(Strict):
@@ -200,6 +209,7 @@ def validate(runs: Iterable[tuple[RunResult, str | None]]) -> Validation:
                     measured_rps=measured,
                     first_infeasible_rps=report.first_infeasible_rps,
                     smoothed_boundary_rps=report.smoothed_boundary_level,
+                    settled=item.run.config.load.settle_s is not None,
                     predicted_rps=rate,
                     low_rps=low,
                     high_rps=high,

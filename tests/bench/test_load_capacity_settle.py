@@ -80,10 +80,16 @@ def test_settle_is_bounded_like_any_duration():
             CapacityLoad(settle_s=bad)
 
 
+SETTLED_FILE = "h200_llama2-7b_capacity_settled_runs.json"
+"""The one shipped search made with settled probes; the others ran before settling existed."""
+
+
 def test_stored_searches_read_as_judged_from_their_first_request():
     files = sorted(REFERENCE.glob("*capacity*_runs.json"))
-    assert files
+    assert len(files) > 1
     for path in files:
+        if path.name == SETTLED_FILE:
+            continue
         for data in json.loads(path.read_text(encoding="utf-8"))["runs"]:
             run = RunResult.model_validate(data)
             if run.config.load.pattern != "capacity":
@@ -92,6 +98,20 @@ def test_stored_searches_read_as_judged_from_their_first_request():
             assert isinstance(run.pattern_report, CapacityReport)
             assert run.pattern_report.settle_rule == ""
             assert all(probe.settle_s is None for probe in run.pattern_report.probes)
+
+
+def test_the_settled_search_shipped_keeps_its_rule_and_each_probes_settle():
+    data = json.loads((REFERENCE / SETTLED_FILE).read_text(encoding="utf-8"))
+    (run,) = [RunResult.model_validate(raw) for raw in data["runs"]]
+    assert run.config.load.settle_s == "slo"
+    report = run.pattern_report
+    assert isinstance(report, CapacityReport)
+    assert report.settle_rule.startswith("13.1 s, the end-to-end time the SLO allows")
+    assert all(probe.settle_s == pytest.approx(13.05) for probe in report.probes)
+    # each judged probe's settle phase ran before it, at its rate
+    for probe in report.probes:
+        settle = report.phase_windows[f"{probe.phase}-settle"]
+        assert settle[1] <= report.phase_windows[probe.phase][0]
 
 
 def test_the_plan_counts_the_settle_time_of_every_judged_probe():
