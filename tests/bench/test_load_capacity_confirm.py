@@ -118,15 +118,11 @@ def test_a_repeat_gets_only_what_is_left_of_the_pairs_miss_budget():
 
 
 def test_pooled_verdict_counts_both_probes_and_any_failure():
-    ok, attainment, reasons = pooled_verdict(
-        [(500, summary(6)), (500, summary(4))], SLO_CHAT, "p99", 0.99
-    )
+    ok, attainment, reasons = pooled_verdict([(500, summary(6)), (500, summary(4))], "p99", 0.99)
     assert ok and attainment == pytest.approx(0.99) and not reasons
-    ok, _, reasons = pooled_verdict([(500, summary(6)), (500, summary(5))], SLO_CHAT, "p99", 0.99)
+    ok, _, reasons = pooled_verdict([(500, summary(6)), (500, summary(5))], "p99", 0.99)
     assert not ok and "11 of 1000 planned requests" in reasons[0]
-    ok, _, reasons = pooled_verdict(
-        [(500, summary(0)), (500, summary(0, failed=1))], SLO_CHAT, "p99", 0.99
-    )
+    ok, _, reasons = pooled_verdict([(500, summary(0)), (500, summary(0, failed=1))], "p99", 0.99)
     assert not ok and "failed" in reasons[0]
 
 
@@ -136,9 +132,7 @@ def test_pooled_verdict_is_the_miss_count_not_the_mean_of_two_percentiles():
     # repeat missed none; 6 of 1,000 planned is within the pair's 10.
     ended_early = summary(6, requests=258)
     assert ended_early.ttft_ms is not None and ended_early.ttft_ms.p99 > SLO_CHAT.ttft_ms
-    ok, attainment, reasons = pooled_verdict(
-        [(500, ended_early), (500, summary(0))], SLO_CHAT, "p99", 0.99
-    )
+    ok, attainment, reasons = pooled_verdict([(500, ended_early), (500, summary(0))], "p99", 0.99)
     assert ok and not reasons and attainment == pytest.approx(752 / 758)
 
 
@@ -146,9 +140,9 @@ def test_pair_budget_follows_the_stricter_of_target_and_percentile():
     assert pair_target("p99", 0.9) == pytest.approx(0.99)
     assert pair_target("p90", 0.99) == pytest.approx(0.99)
     # A 90% target alone would allow 100 misses of 1,000; the SLO's p99 allows 10.
-    ok, _, reasons = pooled_verdict([(500, summary(30)), (500, summary(0))], SLO_CHAT, "p99", 0.9)
+    ok, _, reasons = pooled_verdict([(500, summary(30)), (500, summary(0))], "p99", 0.9)
     assert not ok and "30 of 1000 planned requests" in reasons[0] and "allow 10" in reasons[0]
-    ok, _, _ = pooled_verdict([(500, summary(30)), (500, summary(0))], SLO_CHAT, "p90", 0.9)
+    ok, _, _ = pooled_verdict([(500, summary(30)), (500, summary(0))], "p90", 0.9)
     assert ok
 
 

@@ -223,21 +223,22 @@ def _meeting(summary: MetricsSummary) -> int:
 
 def pair_target(percentile: str, attainment_target: float) -> float:
     """The share of a confirmed pair's requests that must meet the SLO: the attainment target,
-    or the SLO's percentile where that is stricter (p99.9 with a 99% target: 99.9%)."""
+    or the SLO's percentile where that is stricter (p99 with a 90% target: 99%)."""
     return max(attainment_target, PERCENTILE_LEVELS[percentile])
 
 
 def pooled_verdict(
-    pair: list[tuple[int, MetricsSummary]], slo: SLO, percentile: str, attainment_target: float
+    pair: list[tuple[int, MetricsSummary]], percentile: str, attainment_target: float
 ) -> tuple[bool, float | None, list[str]]:
     """(feasible, pooled attainment, reasons) of one level probed twice.
 
     `pair` holds (planned requests, judged summary) of each probe (an ended-early probe's
     summary as it was when it ended). Feasible when no request failed and the requests that
     missed the SLO over both probes are within `allowed_misses` of both probes' planned
-    requests at `pair_target`. That count is the percentile rule on the pooled requests: a
-    metric's requests over its limit are among the misses, so at most (1 - q) of the pair lie
-    above it. The two probes' own percentiles are not averaged: an ended-early probe's p99 rests
+    requests at `pair_target`. Where both probes ran to the end that count is the percentile
+    rule on the pooled requests (a metric's requests over its limit are among the misses, so at
+    most 1 - q of the pair lie above it); an ended-early probe's unsent requests count toward
+    neither side. The two probes' own percentiles are not averaged: an ended-early probe's p99 rests
     on the few requests it judged (on one H200 a 22 req/s probe ended at 6 misses of 258 judged
     with p99 TTFT 498 ms, its repeat missed none of 500, and the mean of the two p99s, 324 ms,
     failed a pair with 6 misses of 1,000 planned;
@@ -381,7 +382,6 @@ class _Search:
         if repeats is not None:
             pooled_feasible, pooled_attainment, pooled_reasons = pooled_verdict(
                 [self.figures[repeats.index], (planned, figures)],
-                self.slo,
                 self.percentile,
                 load.attainment_target,
             )
