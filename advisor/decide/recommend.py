@@ -62,7 +62,7 @@ from advisor.workload.quality import (
     quality_note,
     stage_quality,
 )
-from bench.core.config import ParallelismConfig
+from bench.core.config import CapacityLoad, ParallelismConfig
 from bench.core.errors import UserError
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
 from bench.core.schema import RequestRecord, RunResult
@@ -604,13 +604,12 @@ UNSETTLED_NOTE = (
 
 
 def settled(run: RunResult | None) -> bool:
-    """The search judged its rate probes after they settled (`load.settle_s`); a search over
-    concurrency counts as settled (a closed loop holds its level from the first request)."""
-    if run is None:
-        return False
-    load = run.config.load
+    """A capacity search whose probes held their level before being judged
+    (`CapacityLoad.probes_settled`)."""
     return (
-        getattr(load, "over", None) == "concurrency" or getattr(load, "settle_s", None) is not None
+        run is not None
+        and isinstance(run.config.load, CapacityLoad)
+        and run.config.load.probes_settled
     )
 
 

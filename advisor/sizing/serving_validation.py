@@ -35,7 +35,7 @@ from advisor.sizing.serving_model import (
     step_errors,
     uncalibrated_step_errors,
 )
-from bench.core.config import GenerateWorkload
+from bench.core.config import CapacityLoad, GenerateWorkload
 from bench.core.pattern_reports import CapacityReport
 from bench.core.schema import RunResult
 from bench.core.strict import Strict
@@ -77,7 +77,9 @@ class CapacityRow(Strict):
     first_infeasible_rps: float | None
     smoothed_boundary_rps: float | None
     settled: bool = Field(
-        False, description="The search's probes settled first (`load.settle_s`): a sustained rate."
+        False,
+        description="The search's probes held their level before being judged "
+        "(`CapacityLoad.probes_settled`): a sustained rate.",
     )
     predicted_rps: float
     low_rps: float
@@ -191,8 +193,9 @@ def validate(runs: Iterable[tuple[RunResult, str | None]]) -> Validation:
             plain, _, _ = run_capacity(item, Factors(), ())
             measured = report.max_rate_rps
             slo = item.run.config.slo
+            load = item.run.config.load
             limits = [
-                f"{name} {item.run.config.load.percentile} <= {value:g} ms"
+                f"{name} {load.percentile} <= {value:g} ms"
                 for name, value in (
                     ("TTFT", slo.ttft_ms),
                     ("TPOT", slo.tpot_ms),
@@ -209,7 +212,7 @@ def validate(runs: Iterable[tuple[RunResult, str | None]]) -> Validation:
                     measured_rps=measured,
                     first_infeasible_rps=report.first_infeasible_rps,
                     smoothed_boundary_rps=report.smoothed_boundary_level,
-                    settled=item.run.config.load.settle_s is not None,
+                    settled=isinstance(load, CapacityLoad) and load.probes_settled,
                     predicted_rps=rate,
                     low_rps=low,
                     high_rps=high,

@@ -897,6 +897,13 @@ class CapacityLoad(LoadCommon):
         """The judged probes a search typically needs (see `planned_seconds`)."""
         return min(self.max_probes, 4 + math.ceil(math.log2(1 / self.precision)) + 1)
 
+    @property
+    def probes_settled(self) -> bool:
+        """Each judged probe holds its level before it is judged: a rate probe after its
+        `settle_s`, a concurrency probe always (a closed loop holds its level from the first
+        request). A search without it passes rates it cannot sustain."""
+        return self.over == "concurrency" or self.settle_s is not None
+
     def settle_for(self, slo: SLO, output_tokens: float | None) -> tuple[float | None, str]:
         """(Seconds each judged rate probe settles first, the rule in words): `settle_s`, or
         for `slo` the end-to-end time the SLO allows (`SLO.e2e_bound_ms`) for the workload's

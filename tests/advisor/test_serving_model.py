@@ -141,10 +141,10 @@ def test_every_shipped_search_is_in_the_table_and_its_interval_meets_the_measure
 ):
     searches = {run.run_id for run in _searches(runs)}
     assert {row.run_id for row in validation.capacities} == searches and searches
-    stated = re.search(r"covers the measured `max_rate_rps` in\s+(\d+) of (\d+)", DOC.read_text())
+    text = DOC.read_text()
+    stated = re.search(r"covers the measured `max_rate_rps` in\s+(\d+) of (\d+)", text)
     assert stated is not None
     assert int(stated.group(1)) == sum(row.covered for row in validation.capacities)
-    text = DOC.read_text()
     for row in validation.capacities:
         # The search only places its boundary in [max_rate_rps, first infeasible rate).
         assert row.high_rps >= row.measured_rps

@@ -108,7 +108,7 @@ def test_the_settled_search_shipped_keeps_its_rule_and_each_probes_settle():
     assert isinstance(report, CapacityReport)
     assert report.settle_rule.startswith("13.1 s, the end-to-end time the SLO allows")
     assert all(probe.settle_s == pytest.approx(13.05) for probe in report.probes)
-    # each judged probe's settle phase ran before it, at its rate
+    # each judged probe's settle phase ended before its judged requests began
     for probe in report.probes:
         settle = report.phase_windows[f"{probe.phase}-settle"]
         assert settle[1] <= report.phase_windows[probe.phase][0]
