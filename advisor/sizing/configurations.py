@@ -30,14 +30,24 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from advisor.sizing.engine_shape import registered_backend, stage_tensor_parallel
-from advisor.sizing.estimate import (
+from advisor.sizing.engine_model.facts import ModelFacts, model_facts
+from advisor.sizing.engine_model.formats import Formats, formats_for, gemm_peak_tflops
+from advisor.sizing.engine_model.prefix import (
+    PrefixReuse,
+    caches_prefixes,
+    prefix_reuse,
+    served_prompt,
+)
+from advisor.sizing.engine_model.replica import (
     ACTIVATION_MARGIN_FRACTION,
-    DTYPE_BYTES,
     GB,
     RUNTIME_OVERHEAD_GB_PER_GPU,
-    TP_DEGREES,
+    replica_shape,
 )
+from advisor.sizing.engine_model.replica import kv_bytes_per_token as model_kv_bytes_per_token
+from advisor.sizing.engine_model.step import FLOOR, TP_EFFICIENCY_ASSUMED
+from advisor.sizing.engine_shape import registered_backend, stage_tensor_parallel
+from advisor.sizing.estimate import TP_DEGREES
 from advisor.workload.architectures import Architecture, architecture_for
 from advisor.workload.gpus import GPUS, GpuSpec
 from advisor.workload.profile import Objective, StageProfile
@@ -56,9 +66,8 @@ from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.strict import Strict
 
 FP8_BYTES = 1.0
-TP_EFFICIENCY_ASSUMED: dict[int, float] = {1: 1.0, 2: 0.9, 4: 0.8, 8: 0.7}
-"""Assumed share of the TP=1 efficiency kept at each TP degree (all-reduce per layer, smaller
-GEMMs), used only where no run of that engine at that degree is stored."""
+_DENSE = ModelFacts(parameters=1, active_parameters=1)
+"""A dense stand-in where a model's facts are unknown: every weight read each step."""
 DEFAULT_MAX_BATCH = 256
 """vLLM's default max_num_seqs: sequences one engine decodes together when not set."""
 PLAN_SIZE = 3
@@ -246,59 +255,77 @@ class ShapeInputs:
     bandwidth_tb_s: float
     prompt_tokens: float
     output_tokens: float
+    scheme: str | None = None
+    """The profile's pre-quantised weight scheme (awq, gptq, int8...), None: none."""
+    stage: StageProfile | None = None
+    """The stage whose traffic gives the prefix reuse (None: a measured run's plain prompts)."""
 
 
-def weight_bytes_per_parameter(deployment: Deployment) -> float:
-    if deployment.precision.quantization == "fp8":
-        return FP8_BYTES
-    return DTYPE_BYTES[deployment.precision.dtype]
+def deployment_formats(deployment: Deployment, scheme: str | None = None) -> Formats:
+    """The weight and KV formats a deployment reads (engine_model/formats.py)."""
+    precision = deployment.precision
+    return formats_for(precision.dtype, precision.quantization, precision.kv_cache_dtype, scheme)
+
+
+def weight_bytes_per_parameter(deployment: Deployment, scheme: str | None = None) -> float:
+    return deployment_formats(deployment, scheme).weight_bytes
 
 
 def kv_bytes_per_token(architecture: Architecture | None, deployment: Deployment) -> float | None:
     """2 (K, V) x layers x KV heads x head dim x KV bytes, for the whole model (all TP ranks)."""
-    if architecture is None or not architecture.layers or not architecture.head_dim:
+    facts = model_facts(architecture)
+    if facts is None:
         return None
-    kv_heads = architecture.kv_heads or architecture.attention_heads or 0
-    element = (
-        FP8_BYTES
-        if deployment.precision.kv_cache_dtype == "fp8"
-        else DTYPE_BYTES[deployment.precision.dtype]
-    )
-    return 2 * architecture.layers * kv_heads * architecture.head_dim * element
+    return model_kv_bytes_per_token(facts, deployment_formats(deployment))
 
 
-def peak_tflops(gpu: GpuSpec, deployment: Deployment) -> float | None:
-    """Dense tensor peak for the configuration: FP8 GEMMs run at twice the 16-bit rate on GPUs
-    with FP8 tensor cores (Hopper/Ada datasheets); elsewhere FP8 is weight-only."""
-    base = gpu.peak_tflops(deployment.precision.dtype)
-    if base is None:
-        return None
-    if deployment.precision.quantization == "fp8" and gpu.fp8:
-        return 2 * base
-    return base
+def peak_tflops(gpu: GpuSpec, deployment: Deployment, scheme: str | None = None) -> float | None:
+    """Dense tensor peak the configuration's GEMMs run at (engine_model/formats.py)."""
+    return gemm_peak_tflops(gpu, deployment_formats(deployment, scheme))
+
+
+def deployment_reuse(inputs: ShapeInputs, deployment: Deployment) -> PrefixReuse:
+    """What prefix caching saves for this deployment on the stage's traffic."""
+    if inputs.stage is None:
+        return PrefixReuse.none()
+    return prefix_reuse(inputs.stage, caches_prefixes(deployment.framework))
 
 
 def step_floor_ms(
     inputs: ShapeInputs, deployment: Deployment, batch: int
 ) -> tuple[float, float | None]:
-    """(floor of one decode step of one replica at `batch` sequences, KV GB per sequence)."""
-    tp = deployment.parallelism.tensor_parallel_size
-    weights = inputs.parameters * weight_bytes_per_parameter(deployment)
-    per_token = kv_bytes_per_token(inputs.architecture, deployment)
-    in_flight_context = inputs.prompt_tokens + inputs.output_tokens / 2
-    kv_read = batch * in_flight_context * per_token if per_token else 0.0
-    read_ms = (weights + kv_read) / tp / (inputs.bandwidth_tb_s * 1e12) * 1e3
-    compute_ms = 0.0
-    tflops = peak_tflops(inputs.gpu, deployment)
-    if tflops:
-        # Closed loop: b sequences finish every output_tokens steps, so b x prompt / output
-        # prompt tokens are prefilled per step on average besides the b decoded tokens.
-        tokens = batch * (1 + inputs.prompt_tokens / max(inputs.output_tokens, 1))
-        compute_ms = 2 * inputs.parameters * tokens / tp / (tflops * 1e12) * 1e3
-    kv_per_sequence_gb = (
-        per_token * (inputs.prompt_tokens + inputs.output_tokens) / GB if per_token else None
+    """(floor of one decode step of one replica at `batch` sequences, KV GB per sequence):
+    the engine model's step at the physical floor (engine_model/step.py), in a closed loop
+    (b sequences finish every output_tokens steps, so b x uncached prompt / output tokens are
+    prefilled per step on average besides the b decoded tokens)."""
+    facts = model_facts(inputs.architecture, inputs.parameters)
+    reuse = deployment_reuse(inputs, deployment)
+    shape = (
+        replica_shape(
+            facts,
+            deployment_formats(deployment, inputs.scheme),
+            inputs.gpu,
+            deployment.parallelism.tensor_parallel_size,
+            bandwidth_tb_s=inputs.bandwidth_tb_s,
+            reuse=reuse,
+            prompt_tokens=inputs.prompt_tokens,
+        )
+        if facts is not None
+        else None
     )
-    return read_ms + compute_ms, kv_per_sequence_gb
+    if shape is None:  # no layer sizes or no tensor peak: the weight read alone
+        weights = inputs.parameters * weight_bytes_per_parameter(deployment, inputs.scheme)
+        tp = deployment.parallelism.tensor_parallel_size
+        return weights / tp / (inputs.bandwidth_tb_s * 1e12) * 1e3, None
+    output = max(inputs.output_tokens, 1)
+    uncached = max(inputs.prompt_tokens - shape.cached_prompt_tokens, 1.0)
+    prefill = batch * uncached / output
+    context = batch * (inputs.prompt_tokens + inputs.output_tokens / 2)
+    # The floor is pure physics: the assumed TP efficiency is the calibration's to apply.
+    floor = shape.step_ms(FLOOR, batch, prefill, context) * shape.tp_efficiency
+    per_token = shape.kv_bytes_per_token * deployment.parallelism.tensor_parallel_size
+    own = inputs.prompt_tokens + inputs.output_tokens - shape.pooled_prompt_tokens
+    return floor, per_token * own / GB
 
 
 def predict(
@@ -342,8 +369,10 @@ def stage_inputs(stage: StageProfile) -> ShapeInputs | None:
         architecture=architecture,
         gpu=gpu,
         bandwidth_tb_s=stage.gpu.memory_bandwidth_tb_s or gpu.memory_bandwidth_tb_s,
-        prompt_tokens=stage.prompt_tokens.mean,
+        prompt_tokens=served_prompt(stage).mean,
         output_tokens=stage.output_tokens.mean,
+        scheme=stage.precision.quantization,
+        stage=stage,
     )
 
 
@@ -404,19 +433,24 @@ def estimate_deployment(
     tp = deployment.parallelism.tensor_parallel_size
     replicas = deployment.parallelism.replicas
     memory = stage.gpu.memory_gb or inputs.gpu.memory_gb
-    weights_gpu = inputs.parameters * weight_bytes_per_parameter(deployment) / tp
+    weights_gpu = inputs.parameters * weight_bytes_per_parameter(deployment, inputs.scheme) / tp
     concurrency = stage_load(stage).per_engine
     per_replica = math.ceil(concurrency / replicas)
     _, kv_per_sequence = step_floor_ms(inputs, deployment, 1)
-    kv_gpu = kv_per_sequence * GB * per_replica / tp if kv_per_sequence else None
+    reuse = deployment_reuse(inputs, deployment)
+    per_token = kv_bytes_per_token(inputs.architecture, deployment)
+    shared_gb = reuse.shared_kv_tokens * per_token / GB if per_token else 0.0
+    kv_gpu = (kv_per_sequence * per_replica + shared_gb) * GB / tp if kv_per_sequence else None
     margin = 1 + ACTIVATION_MARGIN_FRACTION
     overhead = RUNTIME_OVERHEAD_GB_PER_GPU * GB
     required = (weights_gpu + (kv_gpu or 0.0)) * margin + overhead
     max_per_replica = None
     if kv_per_sequence:
-        free = memory * GB - overhead - weights_gpu * margin
+        free = memory * GB - overhead - weights_gpu * margin - shared_gb * GB / tp * margin
         max_per_replica = max(0, int(free // (kv_per_sequence * GB / tp * margin)))
     notes: list[str] = []
+    if reuse.words:
+        notes.append(reuse.words)
     if kv_gpu is None:
         notes.append("KV cache not estimated: layer/head sizes unknown for this model")
     if deployment.precision.uses_fp8:
@@ -442,7 +476,10 @@ def estimate_deployment(
         memory_per_gpu_gb=memory,
         fits=required <= memory * GB,
         max_concurrency_per_replica=max_per_replica,
-        decode_floor_ms_per_token=weights_gpu / (inputs.bandwidth_tb_s * 1e12) * 1e3,
+        decode_floor_ms_per_token=weights_gpu
+        * (model_facts(inputs.architecture, inputs.parameters) or _DENSE).weight_fraction_read(1)
+        / (inputs.bandwidth_tb_s * 1e12)
+        * 1e3,
         efficiency=efficiency,
         efficiency_source=efficiency_source,
         prediction=prediction,

@@ -61,15 +61,15 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from advisor.sizing.configurations import (
-    TP_EFFICIENCY_ASSUMED,
-    Deployment,
-    kv_bytes_per_token,
-    peak_tflops,
-    weight_bytes_per_parameter,
+from advisor.sizing.configurations import Deployment, deployment_formats
+from advisor.sizing.engine_model.facts import model_facts
+from advisor.sizing.engine_model.prefix import PrefixReuse
+from advisor.sizing.engine_model.replica import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    replica_shape,
 )
+from advisor.sizing.engine_model.step import EngineShape
 from advisor.sizing.engine_shape import registered_backend
-from advisor.sizing.estimate import ACTIVATION_MARGIN_FRACTION, GB, RUNTIME_OVERHEAD_GB_PER_GPU
 from advisor.sizing.measured import run_gpu_name
 from advisor.workload.architectures import Architecture, architecture_for
 from advisor.workload.gpus import GPUS, GpuSpec
@@ -89,11 +89,6 @@ from bench.run.load.capacity import judge_probe
 CONTINUOUS_BATCHING = frozenset({"vllm", "openai", "tensorrt_llm"})
 """Engines that schedule vLLM-style (iteration-level batching, chunked prefill): the ones this
 model describes. `openai` is a served engine (vllm serve in every shipped run)."""
-DEFAULT_MAX_NUM_SEQS = 256
-DEFAULT_TOKEN_BUDGET = 2048
-"""max_num_batched_tokens the shipped H200 vLLM runs recorded (run.engine) when not set."""
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-"""vLLM's default share of GPU memory for weights, activations and the KV cache."""
 DEFAULT_OVERHEAD_MS = 0.5
 DEFAULT_MEMORY_FACTOR = 1.25
 DEFAULT_COMPUTE_FACTOR = 1.6
@@ -127,37 +122,6 @@ class Factors(Strict):
     )
 
 
-@dataclass(frozen=True)
-class EngineShape:
-    """The physics of one replica: bytes and FLOPs per GPU, the GPU's rates, the limits."""
-
-    weight_bytes: float
-    kv_bytes_per_token: float
-    flops_per_token: float
-    bandwidth_bytes_per_ms: float
-    peak_flops_per_ms: float
-    tp_efficiency: float
-    max_num_seqs: int
-    token_budget: int
-    kv_capacity_tokens: int
-
-    def read_ms(self, context_tokens: float) -> float:
-        raw = (self.weight_bytes + self.kv_bytes_per_token * context_tokens) / (
-            self.bandwidth_bytes_per_ms
-        )
-        return raw / self.tp_efficiency
-
-    def compute_ms(self, tokens: float) -> float:
-        return self.flops_per_token * tokens / self.peak_flops_per_ms / self.tp_efficiency
-
-    def step_ms(self, factors: Factors, decode: float, prefill: float, context: float) -> float:
-        return (
-            factors.overhead_ms
-            + factors.memory * self.read_ms(context)
-            + factors.compute * self.compute_ms(decode + prefill)
-        )
-
-
 def engine_shape(
     parameters: int,
     architecture: Architecture | None,
@@ -166,34 +130,26 @@ def engine_shape(
     engine_args: dict | None = None,
     memory_gb: float | None = None,
     bandwidth_tb_s: float | None = None,
+    reuse: PrefixReuse | None = None,
+    prompt_tokens: float = 0.0,
+    scheme: str | None = None,
 ) -> EngineShape | None:
-    """The replica's shape; None when the KV size or the GPU's 16-bit peak is unknown."""
-    per_token = kv_bytes_per_token(architecture, deployment)
-    tflops = peak_tflops(gpu, deployment)
-    if per_token is None or tflops is None:
+    """The replica's shape (advisor/sizing/engine_model/replica.py); None when the KV size or
+    the GPU's tensor peak is unknown. `scheme` is the profile's pre-quantised weight scheme."""
+    facts = model_facts(architecture, parameters)
+    if facts is None:
         return None
-    args = engine_args or {}
-    tp = deployment.parallelism.tensor_parallel_size
-    weights = parameters * weight_bytes_per_parameter(deployment) / tp
-    kv_token = per_token / tp
-    utilization = _positive(args.get("gpu_memory_utilization"), DEFAULT_GPU_MEMORY_UTILIZATION)
-    memory = (memory_gb or gpu.memory_gb) * GB * utilization
-    free = memory - RUNTIME_OVERHEAD_GB_PER_GPU * GB - weights * (1 + ACTIVATION_MARGIN_FRACTION)
-    return EngineShape(
-        weight_bytes=weights,
-        kv_bytes_per_token=kv_token,
-        flops_per_token=2 * parameters / tp,
-        bandwidth_bytes_per_ms=(bandwidth_tb_s or gpu.memory_bandwidth_tb_s) * 1e12 / 1e3,
-        peak_flops_per_ms=tflops * 1e12 / 1e3,
-        tp_efficiency=TP_EFFICIENCY_ASSUMED.get(tp, 0.6),
-        max_num_seqs=int(_positive(args.get("max_num_seqs"), DEFAULT_MAX_NUM_SEQS)),
-        token_budget=int(_positive(args.get("max_num_batched_tokens"), DEFAULT_TOKEN_BUDGET)),
-        kv_capacity_tokens=max(0, int(free // kv_token)),
+    return replica_shape(
+        facts,
+        deployment_formats(deployment, scheme),
+        gpu,
+        deployment.parallelism.tensor_parallel_size,
+        engine_args,
+        memory_gb=memory_gb,
+        bandwidth_tb_s=bandwidth_tb_s,
+        reuse=reuse,
+        prompt_tokens=prompt_tokens,
     )
-
-
-def _positive(value: object, default: float) -> float:
-    return float(value) if isinstance(value, int | float) and value > 0 else default
 
 
 # --------------------------------------------------------------------------- the simulation
@@ -273,6 +229,10 @@ def _simulate(
     batch_steps = 0.0
     steps = 0
     budget_full = shape.token_budget
+    cached = shape.cached_prompt_tokens
+    # Python numbers in the loop: numpy scalars make every step's arithmetic several times slower.
+    prompt_of, output_of = prompts.tolist(), outputs.tolist()
+    pooled = shape.pooled_prompt_tokens
     while True:
         if arrivals_ms is not None:
             while next_arrival < n and arrival[next_arrival] <= t:
@@ -300,16 +260,20 @@ def _simulate(
             request = waiting[0]
             if busy and eligible[request] > step:
                 break
-            need = int(prompts[request] + outputs[request])
+            need = int(prompt_of[request] + output_of[request] - pooled)
             if reserved + need > shape.kv_capacity_tokens and running > 0:
                 break
             waiting.popleft()
             running += 1
             reserved += need
-            chunk = min(int(prompts[request]), budget)
+            # A prefix found in the cache joins the context at once and is not prefilled.
+            prompt = prompt_of[request]
+            uncached = max(1, int(prompt - cached))
+            context += prompt - uncached
+            chunk = min(uncached, budget)
             budget -= chunk
             prefill += chunk
-            prefilling.append([request, int(prompts[request]) - chunk])
+            prefilling.append([request, uncached - chunk])
         if running == 0:
             waiting.popleft()  # a request larger than the whole KV cache: never admitted
             continue
@@ -326,7 +290,7 @@ def _simulate(
             if horizon > 1 and JUMP_DECODE_STRETCHES:
                 jump = horizon - 1
                 d0 = shape.step_ms(factors, decoding, 0, context)
-                slope = factors.memory * (shape.read_ms(decoding) - shape.read_ms(0))
+                slope = shape.context_slope_ms(factors, decoding)
                 t += jump * d0 + slope * jump * (jump - 1) / 2
                 context += decoding * jump
                 step += jump
@@ -351,8 +315,8 @@ def _simulate(
             end[request] = t
             decoding -= 1
             running -= 1
-            context -= prompts[request] + outputs[request] - 1
-            reserved -= int(prompts[request] + outputs[request])
+            context -= prompt_of[request] + output_of[request] - 1
+            reserved -= int(prompt_of[request] + output_of[request] - pooled)
             if arrivals_ms is None and next_arrival < n:
                 arrival[next_arrival] = t
                 eligible[next_arrival] = step + lag
@@ -360,11 +324,11 @@ def _simulate(
                 next_arrival += 1
         for request in completed:
             first[request] = t
-            if outputs[request] <= 1:
+            if output_of[request] <= 1:
                 end[request] = t
                 running -= 1
-                context -= prompts[request]
-                reserved -= int(prompts[request] + outputs[request])
+                context -= prompt_of[request]
+                reserved -= int(prompt_of[request] + output_of[request] - pooled)
                 if arrivals_ms is None and next_arrival < n:
                     arrival[next_arrival] = t
                     eligible[next_arrival] = step + lag
@@ -372,7 +336,7 @@ def _simulate(
                     next_arrival += 1
             else:
                 decoding += 1
-                heapq.heappush(finishes, (step + int(outputs[request]) - 1, request))
+                heapq.heappush(finishes, (step + int(output_of[request]) - 1, request))
         if steps > MAX_SIM_STEPS:
             break
     done = ~np.isnan(end)
@@ -395,7 +359,7 @@ def _steps_within(
     if gap_ms <= 0:
         return 1
     d0 = shape.step_ms(factors, decoding, 0, context)
-    slope = factors.memory * (shape.read_ms(decoding) - shape.read_ms(0))
+    slope = shape.context_slope_ms(factors, decoding)
     if slope <= 1e-12:
         return int(gap_ms // d0) + 1
     # j steps take j d0 + slope j (j - 1) / 2 <= gap
@@ -748,8 +712,8 @@ def observations(run_shape_: RunShape) -> list[StepObservation]:
                 decode=decode,
                 prefill=prefill,
                 context=context,
-                read_ms=shape.read_ms(context),
-                compute_ms=shape.compute_ms(decode + prefill),
+                read_ms=shape.read_ms(context, decode + prefill),
+                compute_ms=shape.compute_ms(decode + prefill, context, prefill),
                 measured_step_ms=tpot,
                 front_end_ms=front,
             )
