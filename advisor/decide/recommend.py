@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from advisor.decide.capacity_words import UNSETTLED_NOTE, settled
 from advisor.decide.diagnose import Diagnostic, diagnose
+from advisor.decide.fleet_answer import basis_words, deployed_parallelism, stage_fleet
 from advisor.decide.learned import LearnedOpinion, learned_opinion
 from advisor.evidence.rows import (
     EvidenceRow,
@@ -52,6 +54,7 @@ from advisor.sizing.configurations import (
     search_configurations,
 )
 from advisor.sizing.estimate import Estimate, estimate_stage
+from advisor.sizing.fleet import FleetAnswer, FleetOption
 from advisor.sizing.measured import ReferenceFiles, read_reference_folder, stored_runs
 from advisor.sizing.serving_model import CapacityPrediction, predict_stage_capacity
 from advisor.sizing.speed_class import speed_class_pairs
@@ -62,7 +65,7 @@ from advisor.workload.quality import (
     quality_note,
     stage_quality,
 )
-from bench.core.config import CapacityLoad, ParallelismConfig
+from bench.core.config import ParallelismConfig
 from bench.core.errors import UserError
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
 from bench.core.schema import RequestRecord, RunResult
@@ -181,6 +184,11 @@ class Recommendation(BaseModel):
         description="What is missing for a GPU count or a cost, and capacity runs left out.",
     )
     headline: str = Field("", description="The stage's answer in one sentence, with GPUs and $.")
+    fleet: FleetAnswer | None = Field(
+        None,
+        description="The one fleet answer: the chosen configuration for the peak (what "
+        "`configuration`, `capacity` and the headline say), the next two, and a tie.",
+    )
 
     @property
     def basis(self) -> str:
@@ -398,24 +406,19 @@ def _recommend_stage(
     elif configurations is None and stage.quality_result and not decision.refused:
         _add_fixed_precision_quality(recommendation, stage)
     if not decision.refused:
-        measured_here = {c.framework for c in capacities}
-        estimated, predicted_notes = (
-            ([], [])
-            if recommendation.framework in measured_here
-            else _predicted_capacity(stage, recommendation.framework, configurations, runs)
-        )
-        extra, extra_notes = stage_capacities(stage, [], set(), estimated)
-        extra_notes += predicted_notes
-        capacities = capacities + extra
-        capacity_notes += [note for note in extra_notes if note not in capacity_notes]
+        answer = stage_fleet(stage, recommendation.framework, capacities, runs_by_id, runs)
+        predicted = [
+            CandidateCapacity(framework=o.framework, capacity=o.capacity, provenance="estimate")
+            for o in [answer.chosen, *answer.alternatives]
+            if o is not None and not o.basis.measured
+        ]
+        capacities = capacities + predicted
+        capacity_notes += [note for note in answer.excluded if note not in capacity_notes]
         recommendation.capacities = capacities
         recommendation.capacity_notes = capacity_notes
-        # The fleet's basis, in order: the user's own matching search, a published one, the
-        # prediction (within each, `capacities` has the fewest GPUs first).
-        own = [c for c in capacities if c.framework == recommendation.framework]
-        sizing = next((c for basis in SIZING_ORDER for c in own if c.provenance == basis), None)
-        recommendation.capacity = sizing.capacity if sizing is not None else None
-        recommendation.capacity_basis = sizing_basis(sizing) if sizing is not None else ""
+        if answer.chosen is not None:
+            recommendation.fleet = answer
+            _apply_fleet(recommendation, answer.chosen, stage)
         for alternative in recommendation.alternatives:
             alternative.capacity = next(
                 (
@@ -451,6 +454,31 @@ def _recommend_stage(
         learned=learned,
         configurations=configurations,
     )
+
+
+def _apply_fleet(recommendation: Recommendation, chosen: FleetOption, stage: StageProfile) -> None:
+    """The fleet answer's configuration is what the recommendation deploys: its layout over
+    the fleet's GPUs, its precision and engine settings, its capacity and basis."""
+    recommendation.capacity = chosen.capacity
+    recommendation.capacity_basis = basis_words(chosen, stage.gpu.type or "GPU")
+    configuration = recommendation.configuration
+    same = (
+        configuration.parallelism is not None
+        and configuration.parallelism.tensor_parallel_size
+        == chosen.parallelism.tensor_parallel_size
+        and configuration.precision == chosen.precision
+    )
+    update: dict = {
+        "framework": chosen.framework,
+        "label": chosen.label,
+        "parallelism": deployed_parallelism(chosen),
+        "precision": chosen.precision,
+        "engine_args": {**configuration.engine_args, **chosen.engine_args},
+    }
+    if not same:
+        # The configuration search's figures were for another layout or precision.
+        update["figures"] = None
+    recommendation.configuration = configuration.model_copy(update=update)
 
 
 def _add_fixed_precision_quality(recommendation: Recommendation, stage: StageProfile) -> None:
@@ -593,24 +621,6 @@ def stage_capacities(
             if note.startswith("no GPU price") and note not in notes:
                 notes.append(note + " (set gpu.price_per_hour in the profile)")
     return measured + estimated, notes
-
-
-UNSETTLED_NOTE = (
-    "its probes were judged from an empty engine (a search from before settled probes), which "
-    "can overstate what a rate holds: read it as an upper bound (on one H200, 500 requests from "
-    "empty held 24 req/s, 1,500 held 22 and not 23; docs/capacity.md, "
-    "data/reference/h200_llama2-7b_capacity_boundary)"
-)
-
-
-def settled(run: RunResult | None) -> bool:
-    """A capacity search whose probes held their level before being judged
-    (`CapacityLoad.probes_settled`)."""
-    return (
-        run is not None
-        and isinstance(run.config.load, CapacityLoad)
-        and run.config.load.probes_settled
-    )
 
 
 def _one_per_configuration(

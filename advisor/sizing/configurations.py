@@ -34,9 +34,9 @@ from advisor.sizing.engine_model.facts import ModelFacts, model_facts
 from advisor.sizing.engine_model.formats import Formats, formats_for, gemm_peak_tflops
 from advisor.sizing.engine_model.prefix import (
     PrefixReuse,
+    TrafficShape,
     caches_prefixes,
     prefix_reuse,
-    served_prompt,
 )
 from advisor.sizing.engine_model.replica import (
     ACTIVATION_MARGIN_FRACTION,
@@ -288,7 +288,7 @@ def deployment_reuse(inputs: ShapeInputs, deployment: Deployment) -> PrefixReuse
     """What prefix caching saves for this deployment on the stage's traffic."""
     if inputs.stage is None:
         return PrefixReuse.none()
-    return prefix_reuse(inputs.stage, caches_prefixes(deployment.framework))
+    return prefix_reuse(TrafficShape.of_stage(inputs.stage), caches_prefixes(deployment.framework))
 
 
 def step_floor_ms(
@@ -369,7 +369,7 @@ def stage_inputs(stage: StageProfile) -> ShapeInputs | None:
         architecture=architecture,
         gpu=gpu,
         bandwidth_tb_s=stage.gpu.memory_bandwidth_tb_s or gpu.memory_bandwidth_tb_s,
-        prompt_tokens=served_prompt(stage).mean,
+        prompt_tokens=TrafficShape.of_stage(stage).served_prompt().mean,
         output_tokens=stage.output_tokens.mean,
         scheme=stage.precision.quantization,
         stage=stage,

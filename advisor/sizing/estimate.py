@@ -32,6 +32,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from advisor.sizing.engine_model.facts import ModelFacts, model_facts
+from advisor.sizing.engine_model.formats import formats_for
+from advisor.sizing.engine_model.prefix import TrafficShape, prefix_reuse
+from advisor.sizing.engine_model.replica import kv_bytes_per_token as model_kv_bytes_per_token
 from advisor.workload.architectures import (
     Architecture,
     ContextWindow,
@@ -101,6 +105,11 @@ class Estimate(Strict):
     memory_per_gpu_gb: float | None = None
     available_gb: float | None = None
     fits: bool | None = Field(None, description="None when the GPU or model size is unknown.")
+    kv_limited: bool = Field(
+        False,
+        description="The model fits, but one engine's KV cache holds fewer of the peak's "
+        "requests in flight than arrive (max_concurrency_that_fits): replicas take the rest.",
+    )
     headroom_gb: float | None = None
     max_concurrency_that_fits: int | None = None
     tensor_parallel_needed: int | None = Field(
@@ -146,6 +155,8 @@ class Estimate(Strict):
             if self.memory_per_gpu_gb is None:
                 return "no GPU to fit against"
             return "unknown"
+        if self.fits and self.kv_limited:
+            return f"fits, {self.max_concurrency_that_fits} in flight per engine"
         return "fits" if self.fits else "does not fit"
 
 
@@ -245,20 +256,31 @@ def estimate_stage(stage: StageProfile) -> Estimate:
     kv_per_sequence = 0.0
     concurrency, estimate.concurrency_source = _concurrency(stage)
     estimate.concurrency = concurrency
+    facts = model_facts(architecture, parameters)
+    traffic = TrafficShape.of_stage(stage)
+    # Traffic that shares prefixes is served by engines with automatic prefix caching (the
+    # tree's candidates for it): shared contexts sit once in the KV pool.
+    reuse = prefix_reuse(traffic, caching=stage.declares_shared_prefixes())
     if stage.kind == "generate":
-        context = stage.prompt_tokens.mean + stage.output_tokens.mean
-        max_context = high_tokens(stage.prompt_tokens) + high_tokens(stage.output_tokens)
+        served = traffic.served_prompt()
+        context = served.mean + stage.output_tokens.mean
+        max_context = high_tokens(served) + high_tokens(stage.output_tokens)
         estimate.context_tokens = context
         estimate.max_context_tokens = max_context
-        if architecture is not None and architecture.layers and architecture.head_dim:
-            kv_heads = architecture.kv_heads or architecture.attention_heads or 0
-            kv_per_token = int(
-                2 * architecture.layers * kv_heads * architecture.head_dim * DTYPE_BYTES[dtype]
-            )
+        formats = formats_for(dtype, None, stage.precision.kv_cache_dtype)
+        per_token = model_kv_bytes_per_token(facts, formats) if facts is not None else None
+        if per_token is not None:
+            kv_per_token = int(per_token)
             estimate.kv_cache_bytes_per_token = kv_per_token
-            kv_per_sequence = kv_per_token * context
-            kv_bytes = kv_per_sequence * concurrency
+            kv_per_sequence = kv_per_token * (context - reuse.per_sequence_shared_tokens)
+            kv_bytes = kv_per_sequence * concurrency + kv_per_token * reuse.shared_kv_tokens
             estimate.kv_cache_gb = kv_bytes / GB
+            if reuse.shared_kv_tokens:
+                notes.append(
+                    f"KV cache: the shared context ({reuse.shared_kv_tokens:,.0f} tokens) is "
+                    "counted once, as engines with automatic prefix caching hold it (vLLM, "
+                    "SGLang, TensorRT-LLM block reuse)"
+                )
         else:
             notes.append("KV cache not estimated: layer/head sizes unknown for this model")
     estimate.context = check_context(stage, architecture)
@@ -281,7 +303,12 @@ def estimate_stage(stage: StageProfile) -> Estimate:
             estimate.fits = required <= available
             estimate.headroom_gb = (available - required) / GB
             if kv_per_sequence > 0:
-                free_for_kv = available - overhead - weight_bytes * (1 + ACTIVATION_MARGIN_FRACTION)
+                shared = kv_bytes - kv_per_sequence * concurrency
+                free_for_kv = (
+                    available
+                    - overhead
+                    - (weight_bytes + shared) * (1 + ACTIVATION_MARGIN_FRACTION)
+                )
                 per_sequence = kv_per_sequence * (1 + ACTIVATION_MARGIN_FRACTION)
                 estimate.max_concurrency_that_fits = max(0, int(free_for_kv // per_sequence))
             estimate.tensor_parallel_needed = _tp_needed(
@@ -307,7 +334,9 @@ def estimate_stage(stage: StageProfile) -> Estimate:
                 f"no dense tensor-core peak for {dtype} in the catalogue: no compute floor"
             )
     if weight_bytes is not None and bandwidth is not None:
-        weight_read_ms = weight_bytes / (bandwidth * 1e12 * gpu_count) * 1e3
+        # A mixture-of-experts token reads its router's experts only (engine_model/facts.py).
+        read_share = facts.weight_fraction_read(1) if facts is not None else 1.0
+        weight_read_ms = weight_bytes * read_share / (bandwidth * 1e12 * gpu_count) * 1e3
         if stage.kind == "generate":
             estimate.decode_floor_ms_per_token = weight_read_ms
             estimate.decode_ceiling_tok_s_per_sequence = 1e3 / weight_read_ms
@@ -315,7 +344,9 @@ def estimate_stage(stage: StageProfile) -> Estimate:
         flops_per_s = estimate.peak_tflops * 1e12 * gpu_count
         if stage.kind == "generate":
             estimate.prefill_floor_ms = (
-                2 * parameters * stage.prompt_tokens.mean / flops_per_s * 1e3
+                _prefill_flops(facts, traffic.served_prompt().mean, reuse.cached_tokens)
+                / flops_per_s
+                * 1e3
             )
         else:
             batch_flops = _forward_flops(stage, architecture, parameters)
@@ -325,6 +356,24 @@ def estimate_stage(stage: StageProfile) -> Estimate:
                 estimate.forward_floor_ms = max(compute_ms, read_ms)
             else:
                 notes.append("forward floor not estimated: set sequence_length or image_size")
+    load = stage_load(stage)
+    if (
+        estimate.fits is False
+        and load.source == "little's law"
+        and (estimate.max_concurrency_that_fits or 0) >= 1
+    ):
+        # A rate's in-flight count is the whole fleet's: an engine that holds the weights and
+        # some of those sequences fits, and replicas (the fleet answer) take the rest; tensor
+        # parallelism is for a model that does not fit at all.
+        estimate.fits = True
+        estimate.kv_limited = True
+        estimate.tensor_parallel_needed = 1 if gpu_count == 1 else estimate.tensor_parallel_needed
+        notes.append(
+            f"at the peak {concurrency} requests are in flight per engine ({load.rule}); their "
+            f"KV cache needs {estimate.required_gb:.0f} GB, so one engine on {gpu_count} "
+            f"{stage.gpu.type or 'GPU'} holds {estimate.max_concurrency_that_fits} of them and "
+            "replicas take the rest (the fleet answer counts them)"
+        )
     if estimate.refused:
         # A memory fit of sequences no engine accepts would be a false "fits": not judged.
         estimate.fits = None
@@ -341,6 +390,15 @@ def _concurrency(stage: StageProfile) -> tuple[int, str]:
     rule."""
     load = stage_load(stage)
     return load.per_engine, load.rule
+
+
+def _prefill_flops(facts: ModelFacts | None, prompt: float, cached: float) -> float:
+    """One prompt's prefill: 2 x active parameters per uncached token plus its causal
+    attention (engine_model/facts.py); a cached prefix is not prefilled."""
+    if facts is None:
+        return 0.0
+    uncached = max(prompt - cached, 1.0)
+    return 2 * facts.active_parameters * uncached + facts.prefill_attention_flops(prompt, cached)
 
 
 def _tp_needed(weight_bytes: float, kv_bytes: float, memory_per_gpu: float) -> int | None:

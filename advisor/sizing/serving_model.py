@@ -53,7 +53,7 @@ import heapq
 import math
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -63,7 +63,12 @@ from pydantic import Field
 
 from advisor.sizing.configurations import Deployment, deployment_formats
 from advisor.sizing.engine_model.facts import model_facts
-from advisor.sizing.engine_model.prefix import PrefixReuse
+from advisor.sizing.engine_model.prefix import (
+    PrefixReuse,
+    TrafficShape,
+    caches_prefixes,
+    prefix_reuse,
+)
 from advisor.sizing.engine_model.replica import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     replica_shape,
@@ -654,7 +659,18 @@ def run_shape(run: RunResult) -> RunShape | None:
     deployment = Deployment(
         framework=config.backend, parallelism=config.parallelism, precision=config.precision
     )
-    shape = engine_shape(architecture.parameters, architecture, gpu, deployment, _engine_args(run))
+    traffic = TrafficShape.of_workload(config.workload)
+    prompt = traffic.served_prompt()
+    reuse = prefix_reuse(traffic, caches_prefixes(config.backend, config.prefix_caching))
+    shape = engine_shape(
+        architecture.parameters,
+        architecture,
+        gpu,
+        deployment,
+        _engine_args(run),
+        reuse=reuse,
+        prompt_tokens=float(prompt.mean),
+    )
     if shape is None:
         return None
     return RunShape(
@@ -663,7 +679,7 @@ def run_shape(run: RunResult) -> RunShape | None:
         family=engine_family(config.backend),
         precision_class=deployment.precision_key,
         shape=shape,
-        prompt=config.workload.prompt_tokens,
+        prompt=prompt,
         output=config.workload.output_tokens,
         replicas=config.parallelism.replicas,
     )
@@ -997,7 +1013,24 @@ class _Setup:
     replicas: int
 
 
-def _setup(stage: StageProfile, deployment: Deployment, runs: Sequence[RunResult]) -> _Setup | None:
+def stage_traffic(stage: StageProfile, deployment: Deployment) -> tuple[TrafficShape, PrefixReuse]:
+    """The stage's traffic and what the deployment's prefix caching saves on it."""
+    traffic = TrafficShape.of_stage(stage)
+    return traffic, prefix_reuse(traffic, caches_prefixes(engine_family(deployment.framework)))
+
+
+def weight_scheme(stage: StageProfile, deployment: Deployment) -> str | None:
+    """The profile's pre-quantised weight scheme where the deployment keeps the profile's
+    weights (a deployment at FP8 reads FP8)."""
+    return None if deployment.precision.quantization else stage.precision.quantization
+
+
+def _setup(
+    stage: StageProfile,
+    deployment: Deployment,
+    runs: Sequence[RunResult],
+    engine_args: Mapping[str, object] | None = None,
+) -> _Setup | None:
     if stage.kind != "generate" or stage.gpu.type is None:
         return None
     family = engine_family(deployment.framework)
@@ -1010,14 +1043,18 @@ def _setup(stage: StageProfile, deployment: Deployment, runs: Sequence[RunResult
     if not parameters:
         return None
     gpu = GPUS[stage.gpu.type]
+    traffic, reuse = stage_traffic(stage, deployment)
     shape = engine_shape(
         parameters,
         architecture,
         gpu,
         deployment,
-        {"gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION},
+        {"gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION, **(engine_args or {})},
         memory_gb=stage.gpu.memory_gb,
         bandwidth_tb_s=stage.gpu.memory_bandwidth_tb_s,
+        reuse=reuse,
+        prompt_tokens=float(traffic.served_prompt().mean),
+        scheme=weight_scheme(stage, deployment),
     )
     if shape is None:
         return None
@@ -1044,12 +1081,11 @@ def _stage_slo(stage: StageProfile) -> tuple[SLO, list[str]]:
     ]
 
 
-def _workloads(stage: StageProfile, requests: int) -> list[Workload]:
+def _workloads(stage: StageProfile, requests: int, seeds: int = SEEDS) -> list[Workload]:
+    prompt = TrafficShape.of_stage(stage).served_prompt()
     return [
-        Workload(
-            stage.prompt_tokens, stage.output_tokens, requests=requests, seed=seed, warmup=requests
-        )
-        for seed in range(SEEDS)
+        Workload(prompt, stage.output_tokens, requests=requests, seed=seed, warmup=requests)
+        for seed in range(seeds)
     ]
 
 
@@ -1090,6 +1126,9 @@ def predict_stage_capacity(
     runs: Sequence[RunResult],
     attainment_target: float = 0.99,
     expected_error: float | None = None,
+    engine_args: Mapping[str, object] | None = None,
+    seeds: int = SEEDS,
+    interval: bool = True,
 ) -> CapacityPrediction | None:
     """The SLO capacity of `deployment` for the stage, calibrated on `runs` of the stage's GPU
     type (every stored and shipped run may be passed: the others are left out); None when the
@@ -1098,11 +1137,15 @@ def predict_stage_capacity(
     |relative error| of capacity (advisor.sizing.serving_validation); None = computed from `runs`.
     A deployment whose KV cache cannot hold one request of the stage gets 0 req/s, bound by
     memory."""
-    setup = _setup(stage, deployment, runs)
+    setup = _setup(stage, deployment, runs, engine_args)
     if setup is None:
         return None
     slo, notes = _stage_slo(stage)
-    one_request = stage.prompt_tokens.mean + stage.output_tokens.mean
+    one_request = (
+        TrafficShape.of_stage(stage).served_prompt().mean
+        + stage.output_tokens.mean
+        - setup.shape.pooled_prompt_tokens
+    )
     if setup.shape.kv_capacity_tokens < one_request:
         return CapacityPrediction(
             max_rate_rps=0.0,
@@ -1126,20 +1169,33 @@ def predict_stage_capacity(
         )
     percentile = stage.slo.percentile
     requests = min_probe_requests(percentile, attainment_target)
-    workloads = _workloads(stage, requests)
+    workloads = _workloads(stage, requests, seeds)
     factors = setup.calibration.factors
     errors = interval_errors(setup)
     slow, fast = error_scales(errors)
-    rate, low, high, searches = capacity_with_interval(
-        setup.shape,
-        factors,
-        workloads,
-        slo,
-        percentile,
-        attainment_target,
-        setup.replicas,
-        errors,
-    )
+    if interval:
+        rate, low, high, searches = capacity_with_interval(
+            setup.shape,
+            factors,
+            workloads,
+            slo,
+            percentile,
+            attainment_target,
+            setup.replicas,
+            errors,
+        )
+    else:  # a screen: the capacity alone, to 2%
+        rate, searches = median_capacity(
+            setup.shape,
+            factors,
+            workloads,
+            slo,
+            percentile,
+            attainment_target,
+            setup.replicas,
+            precision=2 * CAPACITY_PRECISION,
+        )
+        low = high = rate
     seeds = [s.max_rate_rps for s in searches]
     bindings = [s.binding_constraint for s in searches if s.binding_constraint]
     binding = statistics.mode(bindings) if bindings else None
@@ -1160,7 +1216,7 @@ def predict_stage_capacity(
             if setup.calibration.calibrated
             else "step errors of the default factors on the measured runs"
         )
-        + f") and the spread of {SEEDS} request streams"
+        + f") and the spread of {seeds} request stream(s)"
     )
     notes.append(
         f"sustained load: {requests} requests per level after {requests} warm-up requests at "
@@ -1169,7 +1225,7 @@ def predict_stage_capacity(
     curve = [
         simulate(setup.shape, factors, workloads[0], setup.replicas, rate_rps=rate * f, slo=slo)
         for f in (0.5, 0.75, 0.9, 1.0, 1.1)
-        if rate > 0
+        if rate > 0 and interval
     ]
     return CapacityPrediction(
         max_rate_rps=rate,
@@ -1214,7 +1270,7 @@ def predict_latency(
     slo, _ = _stage_slo(stage)
     requests = min_probe_requests(stage.slo.percentile, 0.99)
     workload = Workload(
-        stage.prompt_tokens,
+        TrafficShape.of_stage(stage).served_prompt(),
         stage.output_tokens,
         requests=requests,
         warmup=requests if rate_rps is not None else (concurrency or 1),

@@ -1,13 +1,13 @@
 """Prefix caching on a stage's traffic: the prompt tokens each request finds in the cache (not
 prefilled again) and the KV held once for every sequence that shares it.
 
-- A shared context (`shared_prefix`: a system prompt, N documents) is prefilled on first use and
-  then found by every request that starts with it, in whole KV blocks (16 tokens, vLLM's default
-  `block_size`): each request prefills only its own suffix, and the pool holds each context once
-  (N x its tokens) however many sequences read it.
-- A conversation resends its whole history each turn; the earlier turns' prompt and answer are in
-  the cache, so a later turn prefills only its new user message. The history is private to its
-  conversation, so nothing is held once for many.
+- A shared context (a profile's `shared_prefix`, a run's prefix pool: a system prompt, N
+  documents) is prefilled on first use and then found by every request that starts with it, in
+  whole KV blocks (16 tokens, vLLM's default `block_size`): each request prefills only its own
+  suffix, and the pool holds each context once (N x its tokens) however many sequences read it.
+- A conversation resends its whole history each turn; the earlier turns' prompt and answer are
+  in the cache, so a later turn prefills only its new user message. The history is private to
+  its conversation, so nothing is held once for many.
 Engines without automatic prefix caching, or with it switched off, prefill every prompt whole
 and hold every sequence's context in full (`PrefixReuse.none`).
 """
@@ -17,13 +17,81 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.workload.profile import StageProfile
-from bench.core.config import LengthDistribution
+from bench.core.config import GenerateWorkload, LengthDistribution
 
 BLOCK_TOKENS = 16
 """vLLM's default KV block size: a cached prefix is found in whole blocks."""
 CACHING_ENGINES = frozenset({"vllm", "openai", "tensorrt_llm", "sglang"})
 """Engine families whose automatic prefix caching is on by default (vLLM V1's APC, SGLang's
 RadixAttention, TensorRT-LLM's KV-cache block reuse); `openai` stands for `vllm serve`."""
+
+
+@dataclass(frozen=True)
+class TrafficShape:
+    """The traffic facts prefix caching depends on, from a profile stage or a run's workload."""
+
+    first_prompt: LengthDistribution
+    """A conversation's first prompt, or every prompt; shared prefix included."""
+    output_tokens: float
+    prefix_tokens: float = 0.0
+    prefix_count: int = 0
+    turns: float = 1.0
+    user_tokens: float = 0.0
+
+    @classmethod
+    def of_stage(cls, stage: StageProfile) -> TrafficShape:
+        conversation = stage.conversation
+        return cls(
+            first_prompt=stage.prompt_tokens,
+            output_tokens=float(stage.output_tokens.mean),
+            prefix_tokens=float(stage.shared_prefix.tokens) if stage.shared_prefix else 0.0,
+            prefix_count=stage.shared_prefix.count if stage.shared_prefix else 0,
+            turns=float(conversation.turns) if conversation else 1.0,
+            user_tokens=float(conversation.user_tokens) if conversation else 0.0,
+        )
+
+    @classmethod
+    def of_workload(cls, workload: GenerateWorkload) -> TrafficShape:
+        """A bench workload: its `prompt_tokens` is the suffix after a pool's prefix."""
+        prefix = workload.prefix
+        prefix_mean = float(prefix.tokens.mean) if prefix else 0.0
+        prompt = workload.prompt_tokens
+        if prefix_mean:
+            prompt = prompt.model_copy(
+                update={
+                    "mean": prompt.mean + prefix_mean,
+                    "min": prompt.min + int(prefix_mean),
+                    "max": None if prompt.max is None else prompt.max + int(prefix_mean),
+                }
+            )
+        conversation = workload.conversation
+        return cls(
+            first_prompt=prompt,
+            output_tokens=float(workload.output_tokens.mean),
+            prefix_tokens=prefix_mean,
+            prefix_count=prefix.count if prefix else 0,
+            turns=float(conversation.turns.mean) if conversation else 1.0,
+            user_tokens=float(conversation.user_tokens.mean) if conversation else 0.0,
+        )
+
+    @property
+    def history_tokens(self) -> float:
+        """Mean tokens of earlier turns a request resends (0 without conversations): turn i
+        carries (i - 1) x (answer + next user message) before its new message."""
+        return max(self.turns - 1, 0.0) / 2 * (self.output_tokens + self.user_tokens)
+
+    def served_prompt(self) -> LengthDistribution:
+        """The prompt lengths the engine sees: the first prompt plus the mean history."""
+        history = self.history_tokens
+        if history <= 0:
+            return self.first_prompt
+        prompt = self.first_prompt
+        return prompt.model_copy(
+            update={
+                "mean": prompt.mean + history,
+                "max": None if prompt.max is None else prompt.max + int(2 * history),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -44,33 +112,7 @@ class PrefixReuse:
 
 
 def _blocks(tokens: float) -> float:
-    return (int(tokens) // BLOCK_TOKENS) * BLOCK_TOKENS
-
-
-def history_tokens(stage: StageProfile) -> float:
-    """Mean tokens of earlier turns a conversation's request resends (0 without one): turn i
-    carries (i - 1) x (answer + next user message) before its new message."""
-    if stage.conversation is None:
-        return 0.0
-    turns = stage.conversation.turns
-    per_turn = stage.output_tokens.mean + stage.conversation.user_tokens
-    return (turns - 1) / 2 * per_turn
-
-
-def served_prompt(stage: StageProfile) -> LengthDistribution:
-    """The prompt lengths the engine sees: the profile's first-turn prompt plus, for
-    conversations, the mean history a turn resends."""
-    history = history_tokens(stage)
-    if history <= 0:
-        return stage.prompt_tokens
-    prompt = stage.prompt_tokens
-    return prompt.model_copy(
-        update={
-            "mean": prompt.mean + history,
-            "min": prompt.min,
-            "max": None if prompt.max is None else prompt.max + 2 * history,
-        }
-    )
+    return float((int(tokens) // BLOCK_TOKENS) * BLOCK_TOKENS)
 
 
 def caches_prefixes(framework: str, prefix_caching: bool | None = None) -> bool:
@@ -81,31 +123,30 @@ def caches_prefixes(framework: str, prefix_caching: bool | None = None) -> bool:
     return framework in CACHING_ENGINES
 
 
-def prefix_reuse(stage: StageProfile, caching: bool) -> PrefixReuse:
-    """The cache's effect on the stage's traffic (module docstring); `caching` False = none."""
+def prefix_reuse(traffic: TrafficShape, caching: bool) -> PrefixReuse:
+    """The cache's effect on the traffic (module docstring); `caching` False = none."""
     if not caching:
         return PrefixReuse.none()
-    if stage.shared_prefix is not None:
-        shared = _blocks(stage.shared_prefix.tokens)
-        count = stage.shared_prefix.count
+    if traffic.prefix_tokens > 0:
+        shared = _blocks(traffic.prefix_tokens)
+        count = max(traffic.prefix_count, 1)
         return PrefixReuse(
             cached_tokens=shared,
             shared_kv_tokens=shared * count,
             per_sequence_shared_tokens=shared,
-            words=f"{shared:,.0f} of each prompt's tokens served from the prefix cache "
+            words=f"prefix caching: {shared:,.0f} of each prompt's tokens served from the cache "
             f"({count} shared context{'s' if count > 1 else ''} held once)",
         )
-    if stage.conversation is not None and stage.conversation.turns > 1:
-        turns = stage.conversation.turns
-        history = history_tokens(stage)
+    if traffic.turns > 1:
+        turns = traffic.turns
         # Turn 1 has nothing cached; turn i >= 2 finds all but its new user message:
         # first prompt - user message + (i - 1) x (answer + user message), averaged over turns.
-        first = max(stage.prompt_tokens.mean - stage.conversation.user_tokens, 0.0)
-        cached = (turns - 1) / turns * first + history
+        first = max(traffic.first_prompt.mean - traffic.user_tokens, 0.0)
+        cached = (turns - 1) / turns * first + traffic.history_tokens
         return PrefixReuse(
             cached_tokens=cached,
-            words=f"about {cached:,.0f} history tokens per turn served from the prefix cache "
-            f"({turns} turns per conversation)",
+            words=f"prefix caching: about {cached:,.0f} history tokens per turn served from the "
+            f"cache ({turns:g} turns per conversation)",
         )
     return PrefixReuse.none()
 
@@ -114,7 +155,7 @@ __all__ = [
     "BLOCK_TOKENS",
     "CACHING_ENGINES",
     "PrefixReuse",
+    "TrafficShape",
     "caches_prefixes",
     "prefix_reuse",
-    "served_prompt",
 ]

@@ -1,0 +1,136 @@
+"""The stage's one fleet answer: measured capacity searches of the recommended framework
+(yours, then shipped) beside the serving model's prediction of every other viable
+configuration, the cheapest chosen (advisor/sizing/fleet.py), and the recommendation's
+configuration, capacity and basis set from that one choice so that the decision line, the
+fleet and the JSON never disagree."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from advisor.decide.capacity_words import UNSETTLED_NOTE, settled
+from advisor.sizing.configurations import Deployment, deployment_formats
+from advisor.sizing.fleet import (
+    CapacityBasis,
+    FleetAnswer,
+    FleetOption,
+    _departures,
+    _quality,
+    choose,
+    predicted_options,
+)
+from advisor.sizing.serving_model import weight_scheme
+from advisor.workload.profile import StageProfile
+from bench.core.config import ParallelismConfig
+from bench.core.schema import RunResult
+
+
+def measured_option(
+    stage: StageProfile,
+    framework: str,
+    capacity,
+    provenance: str,
+    run: RunResult | None,
+) -> tuple[FleetOption | None, str | None]:
+    """A measured capacity search as a fleet option; (None, why) when its precision is beyond
+    the stage's quality tolerance."""
+    if run is None:
+        return None, None
+    config = run.config
+    quality, reason = _quality(stage, config.precision)
+    label = capacity.label or framework
+    if reason is not None:
+        return None, f"{label}: {reason}"
+    deployment = Deployment(
+        framework=framework, parallelism=config.parallelism, precision=config.precision
+    )
+    budget = config.engine_args.get("max_num_batched_tokens")
+    return (
+        FleetOption(
+            framework=framework,
+            label=label,
+            parallelism=config.parallelism,
+            precision=config.precision,
+            weights=deployment_formats(deployment, weight_scheme(stage, deployment)).label(),
+            engine_args={"max_num_batched_tokens": budget} if isinstance(budget, int) else {},
+            prefix_caching=bool(config.prefix_caching),
+            capacity=capacity,
+            basis=CapacityBasis(
+                source="yours" if provenance == "yours" else "shipped",
+                run_id=capacity.run_id,
+                reference=capacity.reference,
+                settled=settled(run),
+            ),
+            quality=quality,
+            departures=_departures(stage, config.precision),
+        ),
+        None,
+    )
+
+
+def stage_fleet(
+    stage: StageProfile,
+    framework: str,
+    measured: Sequence,
+    runs_by_id: Mapping[str, RunResult],
+    runs: Sequence[RunResult],
+) -> FleetAnswer:
+    """Every viable configuration of `framework` for the stage's peak, the cheapest chosen.
+    `measured` are the stage's CandidateCapacity rows (measured searches, one per config)."""
+    options: list[FleetOption] = []
+    excluded: list[str] = []
+    for candidate in measured:
+        if candidate.framework != framework or candidate.capacity.source != "measured":
+            continue
+        run = runs_by_id.get(candidate.capacity.run_id or "")
+        option, reason = measured_option(
+            stage, framework, candidate.capacity, candidate.provenance, run
+        )
+        if reason:
+            excluded.append(reason)
+        if option is not None and all(o.key() != option.key() for o in options):
+            options.append(option)
+    predicted, out = predicted_options(stage, framework, runs, {o.key() for o in options})
+    answer = choose([*options, *predicted], stage.gpu.type or "GPU")
+    answer.excluded = excluded + out
+    return answer
+
+
+def basis_words(option: FleetOption, gpu: str) -> str:
+    """Which capacity sized the fleet, in words, with its interval and error."""
+    capacity = option.capacity
+    unit = f"{capacity.gpus_per_replica} GPU" + ("s" if capacity.gpus_per_replica > 1 else "")
+    if option.basis.measured:
+        text = (
+            f"sized from {option.basis.words()} of {option.label}: "
+            f"{capacity.max_rate_rps:.3g} req/s per {unit} within the SLO"
+        )
+        if UNSETTLED_NOTE in capacity.notes:
+            text += (
+                "; read as an upper bound: its probes were judged from an empty engine, which "
+                "can overstate a capacity; a search with settled probes would measure it "
+                "(docs/capacity.md)"
+            )
+        if capacity.dtype_note:
+            text += f"; {capacity.dtype_note}"
+        return text
+    text = f"predicted, not measured: {capacity.max_rate_rps:.3g} req/s per {unit}"
+    if capacity.low_rate_rps is not None and capacity.high_rate_rps is not None:
+        text += f" ({capacity.low_rate_rps:.3g}-{capacity.high_rate_rps:.3g} req/s"
+        if capacity.gpus_range is not None and capacity.gpus_range[0] != capacity.gpus_range[1]:
+            text += f", so {capacity.gpus_range[0]}-{capacity.gpus_range[1]} GPUs"
+        text += ")"
+    text += f" for {option.label}, {option.basis.words()}"
+    return text + "; run its capacity search to measure it"
+
+
+def deployed_parallelism(option: FleetOption) -> ParallelismConfig:
+    """The whole fleet as one layout: the unit's TP degree, replicas for the peak."""
+    unit = option.parallelism
+    return ParallelismConfig(
+        tensor_parallel_size=unit.tensor_parallel_size,
+        replicas=option.capacity.replicas_needed * unit.replicas,
+    )
+
+
+__all__ = ["basis_words", "deployed_parallelism", "measured_option", "stage_fleet"]

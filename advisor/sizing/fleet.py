@@ -1,0 +1,405 @@
+"""One fleet answer: every viable configuration of a framework for a stage's peak, each with its
+GPU count, interval, cost, quality note and the basis of its capacity, and the cheapest that
+meets the SLO within the quality tolerance chosen.
+
+A configuration is a unit (tensor-parallel degree, one replica), a precision (the profile's:
+its dtype and any pre-quantised scheme such as AWQ; FP8 weights, with and without an FP8 KV
+cache, on GPUs with FP8 tensor cores), the engine's prefix caching where it has one, and for
+long prompts the chunked-prefill token budget (`max_num_batched_tokens`). Its capacity comes, in
+order, from a matching measured capacity search (yours, else shipped) or the serving model's
+prediction (calibrated on runs of the engine on this GPU type, else the uncalibrated defaults);
+fleet = ceil(peak x (1 + headroom) / capacity) x GPUs per unit (advisor/sizing/capacity.py).
+
+The choice: fewest GPUs, then lowest monthly cost, then a measured basis over a prediction, then
+the profile's own precision. Where the chosen configuration's GPU interval reaches the count of
+the next one, the two are a tie within the prediction's error, and the answer says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import Field
+
+from advisor.sizing.capacity import Capacity, EstimatedCapacity, fleet_for_stage
+from advisor.sizing.configurations import Deployment, deployment_formats, supports
+from advisor.sizing.engine_model.prefix import caches_prefixes
+from advisor.sizing.estimate import TP_DEGREES
+from advisor.sizing.serving_model import (
+    CapacityPrediction,
+    engine_family,
+    predict_stage_capacity,
+    weight_scheme,
+)
+from advisor.workload.architectures import architecture_for
+from advisor.workload.gpus import GPUS
+from advisor.workload.profile import StageProfile
+from advisor.workload.quality import beyond_tolerance, quality_cell, stage_quality
+from bench.core.config import ParallelismConfig, PrecisionConfig
+from bench.core.strict import Strict
+
+BasisSource = Literal["yours", "shipped", "calibrated", "uncalibrated"]
+BASIS_RANK: dict[str, int] = {"yours": 0, "shipped": 1, "calibrated": 2, "uncalibrated": 3}
+LONG_PROMPT_TOKENS = 4096
+"""From this mean prompt on, the chunked-prefill budget is a configuration axis."""
+TOKEN_BUDGETS = (2048, 8192)
+"""max_num_batched_tokens tried for long prompts: vLLM's serving default and a larger chunk
+(fewer steps per long prefill, longer decode stalls while it runs)."""
+LAYOUTS_TRIED = 2
+"""Tensor-parallel degrees tried per precision: the smallest that holds the model and the next
+(a larger degree costs GPUs a replica of the smaller one would serve with)."""
+PUBLISHED_FP8_RECOVERY = (
+    "published: FP8 (dynamic W8A8) Llama-3.1-8B/70B-Instruct keep 99.7% of the bf16 score on "
+    "OpenLLM v1 (Neural Magic model cards, huggingface.co/neuralmagic/"
+    "Meta-Llama-3.1-8B-Instruct-FP8-dynamic); not measured on this model"
+)
+
+
+class CapacityBasis(Strict):
+    """Where a configuration's capacity comes from, and how far it can be trusted."""
+
+    source: BasisSource
+    run_id: str | None = Field(None, description="The measured capacity search.")
+    reference: str | None = Field(None, description="Its data/reference file (shipped).")
+    settled: bool | None = Field(None, description="A search with settled probes.")
+    calibration: str | None = Field(None, description="What the prediction was fitted on.")
+    low_rps: float | None = None
+    high_rps: float | None = None
+    expected_error: float | None = Field(
+        None, description="The prediction's median capacity error where it was validated."
+    )
+    error_words: str = Field("", description="What the expected error was measured on.")
+
+    @property
+    def measured(self) -> bool:
+        return self.source in ("yours", "shipped")
+
+    def words(self) -> str:
+        """`your capacity search (run r1)`, `predicted (calibrated on 7 runs of vllm on H200),
+        median error 12% on ...`."""
+        if self.source == "yours":
+            return f"your capacity search (run {self.run_id})"
+        if self.source == "shipped":
+            where = f"run {self.run_id}" + (f", {self.reference}" if self.reference else "")
+            return f"this project's published capacity search ({where})"
+        text = f"predicted ({self.calibration})" if self.calibration else "predicted"
+        if self.error_words:
+            text += f"; {self.error_words}"
+        return text
+
+
+class FleetOption(Strict):
+    """One configuration's fleet for the stage's peak."""
+
+    framework: str
+    label: str = Field(description="Framework, precision, layout and engine settings, in words.")
+    parallelism: ParallelismConfig = Field(description="One unit: TP degree, one replica.")
+    precision: PrecisionConfig
+    weights: str = Field(description="The weight and KV formats a step reads, in words.")
+    engine_args: dict[str, int] = Field(
+        default_factory=dict, description="Engine limits this configuration sets."
+    )
+    prefix_caching: bool = False
+    capacity: Capacity
+    basis: CapacityBasis
+    quality: str | None = Field(None, description="Measured or published quality at it.")
+    departures: int = Field(0, description="How many of weights/KV differ from the profile's.")
+
+    @property
+    def gpus(self) -> int:
+        return self.capacity.gpus_needed
+
+    def order(self) -> tuple:
+        cost = self.capacity.monthly_cost if self.capacity.monthly_cost is not None else 0.0
+        return (self.gpus, cost, BASIS_RANK[self.basis.source], self.departures)
+
+    def key(self) -> tuple:
+        """The configuration, whatever its basis."""
+        return (
+            self.framework,
+            self.parallelism.tensor_parallel_size,
+            self.precision.quantization,
+            self.precision.kv_cache_dtype,
+        )
+
+    def line(self, gpu: str) -> str:
+        """One line: `vllm, bfloat16 + fp8 weights, TP=1: 2 x H200, $5,825/month (predicted)`."""
+        cost = (
+            f"${self.capacity.monthly_cost:,.0f}/month"
+            if self.capacity.monthly_cost is not None
+            else "cost not known"
+        )
+        return (
+            f"{self.label}: {self.capacity.count_words(gpu)}, {cost} "
+            f"({'measured' if self.basis.measured else 'predicted'})"
+        )
+
+
+class FleetAnswer(Strict):
+    """The fleet for the stage's peak: the chosen configuration, the next ones, and a tie."""
+
+    chosen: FleetOption | None = None
+    alternatives: list[FleetOption] = Field(default_factory=list)
+    tie: str | None = Field(None, description="Why the first two cannot be told apart.")
+    excluded: list[str] = Field(default_factory=list, description="Configurations left out.")
+    notes: list[str] = Field(default_factory=list)
+
+
+def _departures(stage: StageProfile, precision: PrecisionConfig) -> int:
+    wants_fp8 = (stage.precision.quantization or "").lower() == "fp8"
+    return int((precision.quantization == "fp8") != wants_fp8) + int(
+        (precision.kv_cache_dtype == "fp8") != (stage.precision.kv_cache_dtype == "fp8")
+    )
+
+
+def candidate_precisions(stage: StageProfile) -> list[PrecisionConfig]:
+    """The profile's precision, then FP8 weights (and FP8 weights + KV) where the GPU has FP8
+    tensor cores and the profile keeps 16-bit weights (a 4-bit or INT8 checkpoint is smaller
+    than FP8 already)."""
+    asked = stage.precision.run_precision()
+    out = [asked]
+    gpu = GPUS.get(stage.gpu.type or "")
+    scheme = (stage.precision.quantization or "").lower()
+    if gpu is not None and gpu.fp8 and scheme in ("", "fp8"):
+        for kv in ("auto", "fp8"):
+            option = asked.model_copy(update={"quantization": "fp8", "kv_cache_dtype": kv})
+            if option not in out:
+                out.append(option)
+    return out
+
+
+def _quality(stage: StageProfile, precision: PrecisionConfig) -> tuple[str | None, str | None]:
+    """(quality note, why excluded): the stage's measured quality where given, else the
+    published FP8 recovery for FP8."""
+    measured = stage_quality(stage.quality_result)
+    if measured is not None:
+        reason = beyond_tolerance(measured, precision, stage.max_quality_loss_pct)
+        return quality_cell(measured, precision), reason
+    if precision.quantization == "fp8":
+        return PUBLISHED_FP8_RECOVERY, None
+    return None, None
+
+
+def _layouts(stage: StageProfile, framework: str) -> list[int]:
+    architecture, _ = architecture_for(stage.model)
+    heads = (architecture.kv_heads or architecture.attention_heads) if architecture else None
+    return [
+        tp
+        for tp in TP_DEGREES
+        if not (heads and heads % tp)
+        and supports(
+            Deployment(framework=framework, parallelism=ParallelismConfig(tensor_parallel_size=tp))
+        )
+        is None
+    ]
+
+
+def _basis(prediction: CapacityPrediction) -> CapacityBasis:
+    if prediction.calibrated:
+        calibration = (
+            f"calibrated on {len(prediction.calibration_runs)} run(s) of "
+            f"{prediction.framework} on {prediction.gpu}"
+        )
+        error_words = (
+            f"median capacity error {prediction.expected_error:.0%} in the serving model's "
+            "validation (docs/capacity-model.md)"
+            if prediction.expected_error is not None
+            else ""
+        )
+        expected = prediction.expected_error
+    else:
+        calibration = f"uncalibrated: no run of {prediction.framework} on {prediction.gpu}"
+        error_words = (
+            f"its error on {prediction.gpu} is not measured (run `python -m bench calibrate` "
+            f"on one to calibrate it)"
+        )
+        expected = None
+    return CapacityBasis(
+        source="calibrated" if prediction.calibrated else "uncalibrated",
+        calibration=calibration,
+        low_rps=prediction.low_rps or None,
+        high_rps=prediction.high_rps or None,
+        expected_error=expected,
+        error_words=error_words,
+    )
+
+
+SHORTLIST = 3
+"""Configurations predicted in full (every request stream) after a one-stream screen."""
+
+
+def _prediction_key(stage: StageProfile, deployment: Deployment, args: dict, runs) -> tuple:
+    return (
+        stage.model_dump_json(),
+        deployment.model_dump_json(),
+        tuple(sorted(args.items())),
+        tuple(sorted((run.run_id, run.status.value) for run in runs)),
+    )
+
+
+_PREDICTIONS: dict[tuple, CapacityPrediction | None] = {}
+PREDICTION_CACHE_SIZE = 256
+
+
+def _predict(
+    stage: StageProfile, deployment: Deployment, runs: Sequence, args: dict, seeds: int | None
+) -> CapacityPrediction | None:
+    """`predict_stage_capacity`, remembered: the app and the report ask again for one stage."""
+    key = (*_prediction_key(stage, deployment, args, runs), seeds)
+    if key not in _PREDICTIONS:
+        if len(_PREDICTIONS) >= PREDICTION_CACHE_SIZE:
+            _PREDICTIONS.pop(next(iter(_PREDICTIONS)))
+        extra = {} if seeds is None else {"seeds": seeds, "interval": False}
+        _PREDICTIONS[key] = predict_stage_capacity(
+            stage, deployment, runs, engine_args=args, **extra
+        )
+    return _PREDICTIONS[key]
+
+
+def predicted_options(
+    stage: StageProfile,
+    framework: str,
+    runs: Sequence,
+    skip: set[tuple] | None = None,
+) -> tuple[list[FleetOption], list[str]]:
+    """The serving model's fleet for every viable configuration of a continuous-batching
+    framework not in `skip` (configurations measured already); (options, why others are out).
+    Every configuration is screened on one request stream; the best few (fewest GPUs) are
+    predicted on every stream, with the interval."""
+    peak = stage.peak_request_rate_rps or stage.request_rate_rps
+    if stage.kind != "generate" or stage.gpu.type is None or peak is None:
+        return [], []
+    skip = skip or set()
+    excluded: list[str] = []
+    long_prompt = stage.prompt_tokens.mean >= LONG_PROMPT_TOKENS
+    budgets = TOKEN_BUDGETS if long_prompt else (None,)
+    caching = caches_prefixes(engine_family(framework))
+    screened: list[tuple[float, Deployment, dict[str, int], str | None]] = []
+    for precision in candidate_precisions(stage):
+        quality, reason = _quality(stage, precision)
+        if reason is not None:
+            excluded.append(f"{framework}, {precision.label()}: {reason}")
+            continue
+        tried = 0
+        for tp in _layouts(stage, framework):
+            if tried >= LAYOUTS_TRIED:
+                break
+            deployment = Deployment(
+                framework=framework,
+                parallelism=ParallelismConfig(tensor_parallel_size=tp),
+                precision=precision,
+            )
+            best: tuple[CapacityPrediction, dict[str, int]] | None = None
+            for budget in budgets:
+                args = {"max_num_batched_tokens": budget} if budget else {}
+                prediction = _predict(stage, deployment, runs, args, seeds=1)
+                if prediction is None:
+                    break
+                if best is None or prediction.max_rate_rps > best[0].max_rate_rps:
+                    best = (prediction, args)
+            if best is None:
+                break  # the engine model does not cover this framework or model
+            prediction, args = best
+            if prediction.max_rate_rps <= 0:
+                excluded.append(
+                    f"{framework}, {precision.label()}, TP={tp}: "
+                    + ("; ".join(prediction.notes[:1]) or str(prediction.binding_constraint))
+                )
+                continue  # too little KV at this degree: try the next
+            tried += 1
+            if (framework, tp, precision.quantization, precision.kv_cache_dtype) in skip:
+                continue
+            per_gpu = prediction.max_rate_rps / tp
+            screened.append((per_gpu, deployment, args, quality))
+    screened.sort(key=lambda item: -item[0])
+    options = [
+        option
+        for _, deployment, args, quality in screened[:SHORTLIST]
+        if (option := _full_option(stage, deployment, args, quality, runs, caching)) is not None
+    ]
+    return options, excluded
+
+
+def _full_option(
+    stage: StageProfile,
+    deployment: Deployment,
+    args: dict[str, int],
+    quality: str | None,
+    runs: Sequence,
+    caching: bool,
+) -> FleetOption | None:
+    """One configuration predicted on every request stream and sized for the peak."""
+    prediction = _predict(stage, deployment, runs, args, seeds=None)
+    if prediction is None or prediction.max_rate_rps <= 0:
+        return None
+    tp = deployment.parallelism.tensor_parallel_size
+    precision = deployment.precision
+    label = f"{deployment.framework}, {precision.label()}, TP={tp}"
+    if args:
+        label += f", max_num_batched_tokens={args['max_num_batched_tokens']}"
+    basis = _basis(prediction)
+    sized = fleet_for_stage(
+        stage,
+        [],
+        [
+            EstimatedCapacity(
+                label=label,
+                max_rate_rps=prediction.max_rate_rps,
+                low_rate_rps=prediction.low_rps or None,
+                high_rate_rps=prediction.high_rps or None,
+                expected_error=basis.expected_error,
+                gpus_per_replica=tp,
+                binding_constraint=prediction.binding_constraint,
+                notes=list(prediction.notes),
+            )
+        ],
+    ).estimates[0]
+    return FleetOption(
+        framework=deployment.framework,
+        label=label,
+        parallelism=deployment.parallelism,
+        precision=precision,
+        weights=deployment_formats(deployment, weight_scheme(stage, deployment)).label(),
+        engine_args=args,
+        prefix_caching=caching and stage.declares_shared_prefixes(),
+        capacity=sized,
+        basis=basis,
+        quality=quality,
+        departures=_departures(stage, precision),
+    )
+
+
+def choose(options: Sequence[FleetOption], gpu: str) -> FleetAnswer:
+    """The cheapest option (module docstring) and the next two; a tie where the chosen one's
+    GPU interval reaches the next one's count."""
+    ranked = sorted(options, key=FleetOption.order)
+    if not ranked:
+        return FleetAnswer()
+    chosen, rest = ranked[0], ranked[1:]
+    tie = None
+    if rest:
+        runner = rest[0]
+        high = chosen.capacity.gpus_range[1] if chosen.capacity.gpus_range else chosen.gpus
+        low = runner.capacity.gpus_range[0] if runner.capacity.gpus_range else runner.gpus
+        if (
+            runner.gpus == chosen.gpus
+            or (not chosen.basis.measured and high >= runner.gpus)
+            or (not runner.basis.measured and low <= chosen.gpus)
+        ):
+            tie = (
+                f"{chosen.label} and {runner.label} are within the prediction's error of each "
+                f"other ({chosen.capacity.count_words(gpu)} vs "
+                f"{runner.capacity.count_words(gpu)}): measure both before committing"
+            )
+    return FleetAnswer(chosen=chosen, alternatives=rest[:2], tie=tie)
+
+
+__all__ = [
+    "CapacityBasis",
+    "FleetAnswer",
+    "FleetOption",
+    "candidate_precisions",
+    "choose",
+    "predicted_options",
+]
