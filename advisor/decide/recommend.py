@@ -848,6 +848,10 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
             text += " (the capacity search did not converge: the count is not settled)"
         if chosen.capacity_basis:
             text += f" [{chosen.capacity_basis}]"
+        if chosen.fleet is not None and chosen.fleet.alternatives:
+            text += "; next: " + "; ".join(o.line(gpu) for o in chosen.fleet.alternatives)
+        if chosen.fleet is not None and chosen.fleet.tie:
+            text += f"; a tie: {chosen.fleet.tie}"
         return text
     if stage.gpu.type is None:
         return text + "; no GPU type in the profile: the GPU count is not known"

@@ -155,7 +155,12 @@ def deploy_rows(
             parts.append(f"{figure(figures.predicted_tok_s_per_user, unit)} per user")
         if figures.at_concurrency is not None:
             parts.append(f"at {figures.at_concurrency} requests in flight")
-        what = "measured" if figures.basis == "measured" else "estimated, not measured"
+        # The figures are the engine model's, also where the configuration has measured runs.
+        what = (
+            "the engine model's estimate; this configuration has measured runs"
+            if figures.basis == "measured"
+            else "estimated, not measured"
+        )
         rows.append(KeyValue(key=f"Expected figures ({what})", value=", ".join(parts)))
     if configuration.source:
         rows.append(KeyValue(key="Settings come from", value=configuration.source))
@@ -457,9 +462,29 @@ def _sizing(stage_profile: StageProfile | None, chosen: Recommendation) -> str:
             text += "; the capacity search did not converge, so the count is not settled"
         if chosen.capacity_basis:
             text += f". Basis: {chosen.capacity_basis}"
+        fleet = chosen.fleet
+        if fleet is not None and fleet.alternatives:
+            gpu = stage_profile.gpu.type or "GPU"
+            text += ". Next: " + "; ".join(o.line(gpu) for o in fleet.alternatives)
+        if fleet is not None and fleet.tie:
+            text += f". A tie: {fleet.tie}"
         return text
     head = chosen.headline
     return head.split("; ", 1)[1] if "; " in head else "GPU count not computed"
+
+
+def _basis_sentence(chosen: Recommendation) -> str:
+    """What settled the framework, and, where no comparison of candidates did but a capacity
+    search sized the fleet, that measurement too (never "no measurement" beside one)."""
+    text = chosen.basis[0].upper() + chosen.basis[1:]
+    capacity = chosen.capacity
+    if chosen.settled_by == "tree" and capacity is not None and capacity.source == "measured":
+        text = (
+            "The decision tree's first choice: no side-by-side measurement of the candidates "
+            "matches this workload yet; the fleet below is sized from a measured capacity "
+            "search of it"
+        )
+    return text + "."
 
 
 def stage_decision(
@@ -504,7 +529,7 @@ def stage_decision(
         framework=chosen.framework,
         framework_label=framework_label(chosen.framework),
         sentence=sentence,
-        basis=chosen.basis[0].upper() + chosen.basis[1:] + ".",
+        basis=_basis_sentence(chosen),
         settled_by=chosen.settled_by,
         confidence=chosen.confidence.level,
         confidence_why=chosen.confidence.why,

@@ -265,8 +265,8 @@ def estimate_stage(stage: StageProfile) -> Estimate:
         served = traffic.served_prompt()
         context = served.mean + stage.output_tokens.mean
         max_context = high_tokens(served) + high_tokens(stage.output_tokens)
-        estimate.context_tokens = context
-        estimate.max_context_tokens = max_context
+        estimate.context_tokens = round(context)
+        estimate.max_context_tokens = round(max_context)
         formats = formats_for(dtype, None, stage.precision.kv_cache_dtype)
         per_token = model_kv_bytes_per_token(facts, formats) if facts is not None else None
         if per_token is not None:

@@ -313,9 +313,14 @@ def predicted_options(
             per_gpu = prediction.max_rate_rps / tp
             screened.append((per_gpu, deployment, args, quality))
     screened.sort(key=lambda item: -item[0])
+    shortlist = screened[:SHORTLIST]
+    # The profile's own precision is always predicted in full: the answer says what it costs.
+    asked = [item for item in screened if _departures(stage, item[1].precision) == 0]
+    if asked and asked[0] not in shortlist:
+        shortlist = [*shortlist[: SHORTLIST - 1], asked[0]]
     options = [
         option
-        for _, deployment, args, quality in screened[:SHORTLIST]
+        for _, deployment, args, quality in shortlist
         if (option := _full_option(stage, deployment, args, quality, runs, caching)) is not None
     ]
     return options, excluded
@@ -371,28 +376,32 @@ def _full_option(
 
 
 def choose(options: Sequence[FleetOption], gpu: str) -> FleetAnswer:
-    """The cheapest option (module docstring) and the next two; a tie where the chosen one's
-    GPU interval reaches the next one's count."""
+    """The cheapest option (module docstring), and as alternatives the best of each other
+    precision and basis (a second layout of the chosen precision tells the reader little); a
+    tie where the first alternative's GPU count lies within the chosen one's interval."""
     ranked = sorted(options, key=FleetOption.order)
     if not ranked:
         return FleetAnswer()
-    chosen, rest = ranked[0], ranked[1:]
+    chosen = ranked[0]
+    seen = {(chosen.precision.label(), chosen.basis.measured)}
+    alternatives: list[FleetOption] = []
+    for option in ranked[1:]:
+        group = (option.precision.label(), option.basis.measured)
+        if group not in seen:
+            seen.add(group)
+            alternatives.append(option)
     tie = None
-    if rest:
-        runner = rest[0]
-        high = chosen.capacity.gpus_range[1] if chosen.capacity.gpus_range else chosen.gpus
-        low = runner.capacity.gpus_range[0] if runner.capacity.gpus_range else runner.gpus
-        if (
-            runner.gpus == chosen.gpus
-            or (not chosen.basis.measured and high >= runner.gpus)
-            or (not runner.basis.measured and low <= chosen.gpus)
-        ):
+    if alternatives:
+        runner = alternatives[0]
+        chosen_high = chosen.capacity.gpus_range[1] if chosen.capacity.gpus_range else chosen.gpus
+        runner_low = runner.capacity.gpus_range[0] if runner.capacity.gpus_range else runner.gpus
+        if runner.gpus <= chosen_high or runner_low <= chosen.gpus:
             tie = (
-                f"{chosen.label} and {runner.label} are within the prediction's error of each "
-                f"other ({chosen.capacity.count_words(gpu)} vs "
-                f"{runner.capacity.count_words(gpu)}): measure both before committing"
+                f"{chosen.label} ({chosen.capacity.count_words(gpu)}) and {runner.label} "
+                f"({runner.capacity.count_words(gpu)}) are within the prediction's error of each "
+                "other: measure both before committing"
             )
-    return FleetAnswer(chosen=chosen, alternatives=rest[:2], tie=tie)
+    return FleetAnswer(chosen=chosen, alternatives=alternatives[:2], tie=tie)
 
 
 __all__ = [

@@ -1,0 +1,208 @@
+"""The one engine model (advisor/sizing/engine_model) on the functions the product calls: the
+memory fit, the floors, the serving model's replica shape and the fleet answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from advisor.sizing.configurations import Deployment
+from advisor.sizing.engine_model.facts import ModelFacts
+from advisor.sizing.engine_model.formats import FOUR_BIT_BYTES, formats_for, gemm_peak_tflops
+from advisor.sizing.engine_model.prefix import TrafficShape, prefix_reuse
+from advisor.sizing.estimate import estimate_stage
+from advisor.sizing.serving_model import _setup
+from advisor.workload.gpus import GPUS
+from advisor.workload.profile_input import profile_from_dict
+from bench.core.config import ParallelismConfig, PrecisionConfig
+
+LLAMA_31_8B = {  # meta-llama/Llama-3.1-8B config.json (the sizes the model reads)
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "tie_word_embeddings": False,
+}
+
+
+def stage_of(data: dict):
+    return profile_from_dict({"title": "t", "kind": "generate", **data}).stages[0]
+
+
+@pytest.fixture
+def llama31(tmp_path):
+    folder = tmp_path / "llama31-8b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_31_8B))
+    return str(folder)
+
+
+def test_a_110k_prefill_floor_includes_attention(llama31):
+    stage = stage_of(
+        {
+            "model": llama31,
+            "prompt_tokens": {"mean": 110_000},
+            "output_tokens": {"mean": 200},
+            "gpu": {"type": "H100-SXM"},
+        }
+    )
+    estimate = estimate_stage(stage)
+    parameters = estimate.parameters
+    peak = GPUS["H100-SXM"].dense_bf16_tflops * 1e12
+    gemm_only_ms = 2 * parameters * 110_000 / peak * 1e3
+    # causal attention: 2 x layers x (heads x head size) x prompt^2
+    attention_ms = 2 * 32 * 4096 * 110_000**2 / peak * 1e3
+    assert estimate.prefill_floor_ms == pytest.approx(gemm_only_ms + attention_ms, rel=1e-6)
+    assert attention_ms > gemm_only_ms  # about two thirds of the work at 110k tokens
+    assert 4_500 < estimate.prefill_floor_ms < 5_500  # the issue's "about 5 s", not 1.8
+
+
+def test_an_awq_profile_is_sized_at_4_bits():
+    stage = stage_of(
+        {
+            "model": "llama-2-13b",
+            "prompt_tokens": {"mean": 512},
+            "output_tokens": {"mean": 256},
+            "peak_request_rate_rps": 2,
+            "slo": {"ttft_ms": 500, "tpot_ms": 40},
+            "gpu": {"type": "L40S"},
+            "precision": {"dtype": "float16", "quantization": "awq"},
+        }
+    )
+    estimate = estimate_stage(stage)
+    assert estimate.weights_gb == pytest.approx(estimate.parameters * FOUR_BIT_BYTES / 1e9)
+    deployment = Deployment(framework="vllm", precision=stage.precision.run_precision())
+    setup = _setup(stage, deployment, [])
+    assert setup is not None
+    # the serving model reads the 4-bit checkpoint, not fp16 weights
+    assert setup.shape.weight_bytes == pytest.approx(estimate.parameters * FOUR_BIT_BYTES)
+    fp16 = _setup(
+        stage.model_copy(
+            update={"precision": stage.precision.model_copy(update={"quantization": None})}
+        ),
+        deployment,
+        [],
+    )
+    assert fp16.shape.weight_bytes == pytest.approx(estimate.parameters * 2)
+
+
+def test_formats_and_their_gemm_peaks():
+    h100, a100 = GPUS["H100-SXM"], GPUS["A100-80GB-SXM"]
+    assert formats_for("bfloat16", "fp8", "fp8").label() == "fp8 weights + fp8 KV"
+    assert gemm_peak_tflops(h100, formats_for("bfloat16", "fp8", "auto")) == 2 * 989
+    # no FP8 tensor cores: weight-only FP8 at the 16-bit peak
+    assert gemm_peak_tflops(a100, formats_for("bfloat16", "fp8", "auto")) == 312
+    # 4-bit weights are dequantised into 16-bit GEMMs; INT8 W8A8 runs at twice the peak
+    assert gemm_peak_tflops(a100, formats_for("float16", None, "auto", "awq")) == 312
+    assert gemm_peak_tflops(a100, formats_for("float16", None, "auto", "w8a8")) == 624
+
+
+def test_a_mixture_of_experts_step_reads_the_experts_its_tokens_chose():
+    # Mixtral-8x7B: 46.7B parameters, 12.9B active (8 experts, top-2; Mistral AI's release)
+    facts = ModelFacts(
+        parameters=46_700_000_000,
+        active_parameters=12_900_000_000,
+        experts=8,
+        experts_per_token=2,
+    )
+    assert facts.weight_fraction_read(1) == pytest.approx(12.9 / 46.7, rel=1e-6)
+    assert facts.weight_fraction_read(64) == pytest.approx(1.0, abs=1e-6)
+    assert facts.weight_fraction_read(4) < facts.weight_fraction_read(16) < 1
+    dense = ModelFacts(parameters=7_000_000_000, active_parameters=7_000_000_000)
+    assert dense.weight_fraction_read(1) == 1.0
+
+
+def test_a_shared_prefix_is_cached_and_held_once():
+    stage = stage_of(
+        {
+            "model": "llama-2-13b",
+            "prompt_tokens": {"mean": 3400},
+            "output_tokens": {"mean": 300},
+            "shared_prefix": {"tokens": 3000, "count": 2},
+        }
+    )
+    reuse = prefix_reuse(TrafficShape.of_stage(stage), caching=True)
+    assert reuse.cached_tokens == 2992  # whole 16-token blocks: 187 of 187.5
+    assert reuse.shared_kv_tokens == 2 * 2992
+    assert prefix_reuse(TrafficShape.of_stage(stage), caching=False).cached_tokens == 0
+    conversation = stage_of(
+        {
+            "model": "llama-2-13b",
+            "prompt_tokens": {"mean": 500},
+            "output_tokens": {"mean": 200},
+            "conversation": {"turns": 4, "user_tokens": 100},
+        }
+    )
+    traffic = TrafficShape.of_stage(conversation)
+    # turns 2..4 find all but their new user message: (3/4) x (500 - 100) + 1.5 x 300
+    assert prefix_reuse(traffic, caching=True).cached_tokens == pytest.approx(300 + 450)
+    assert traffic.served_prompt().mean == 500 + 1.5 * 300
+
+
+def test_a_shared_prefix_fits_where_its_copies_would_not():
+    """The issue's 8B case: every request opens with the same 3,000 tokens; one copy in the
+    pool, not one per sequence, so the model fits one 80 GB GPU (no tensor-parallel branch)."""
+    data = {
+        "model": "llama-3-8b",
+        "prompt_tokens": {"mean": 3300},
+        "output_tokens": {"mean": 300},
+        "shared_prefix": {"tokens": 3000},
+        "concurrency": 200,
+        "gpu": {"type": "H100-SXM"},
+    }
+    shared = estimate_stage(stage_of(data))
+    copies = estimate_stage(stage_of({k: v for k, v in data.items() if k != "shared_prefix"}))
+    assert shared.fits is True and copies.fits is False
+    per_token = 2 * 32 * 8 * 128 * 2
+    pooled = 2992  # the shared 3,000 tokens in whole 16-token blocks
+    assert shared.kv_cache_gb == pytest.approx(per_token * (200 * (3600 - pooled) + pooled) / 1e9)
+
+
+def test_a_rate_beyond_one_engine_is_replicas_not_tensor_parallelism():
+    stage = stage_of(
+        {
+            "model": "llama-2-13b",
+            "prompt_tokens": {"mean": 3400},
+            "output_tokens": {"mean": 300},
+            "peak_request_rate_rps": 20,
+            "slo": {"ttft_ms": 1000, "tpot_ms": 60},
+            "gpu": {"type": "H100-SXM"},
+        }
+    )
+    estimate = estimate_stage(stage)
+    assert estimate.fits is True and estimate.kv_limited
+    assert estimate.tensor_parallel_needed == 1
+    assert 0 < estimate.max_concurrency_that_fits < estimate.concurrency
+    assert "replicas take the rest" in " ".join(estimate.notes)
+
+
+def test_tensor_parallel_shape_splits_bytes_and_flops():
+    stage = stage_of(
+        {"model": "llama-2-7b", "prompt_tokens": {"mean": 512}, "gpu": {"type": "H200"}}
+    )
+    one = _setup(stage, Deployment(framework="vllm"), [])
+    two = _setup(
+        stage,
+        Deployment(framework="vllm", parallelism=ParallelismConfig(tensor_parallel_size=2)),
+        [],
+    )
+    assert two.shape.weight_bytes == pytest.approx(one.shape.weight_bytes / 2)
+    assert two.shape.flops_per_token == pytest.approx(one.shape.flops_per_token / 2)
+    fp8 = _setup(
+        stage,
+        Deployment(framework="vllm", precision=PrecisionConfig(quantization="fp8")),
+        [],
+    )
+    assert fp8.shape.weight_bytes == pytest.approx(one.shape.weight_bytes / 2)
