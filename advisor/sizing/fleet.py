@@ -11,7 +11,7 @@ prediction (calibrated on runs of the engine on this GPU type, else the uncalibr
 fleet = ceil(peak x (1 + headroom) / capacity) x GPUs per unit (advisor/sizing/capacity.py).
 
 The choice: fewest GPUs, then lowest monthly cost, then a measured basis over a prediction, then
-the profile's own precision. Where the chosen configuration's GPU interval reaches the count of
+the profile's own precision, then the smaller unit (replicas over tensor parallelism). Where the chosen configuration's GPU interval reaches the count of
 the next one, the two are a tie within the prediction's error, and the answer says so.
 """
 
@@ -112,7 +112,15 @@ class FleetOption(Strict):
 
     def order(self) -> tuple:
         cost = self.capacity.monthly_cost if self.capacity.monthly_cost is not None else 0.0
-        return (self.gpus, cost, BASIS_RANK[self.basis.source], self.departures)
+        # At equal cost: a measurement over a prediction, the profile's own precision, then
+        # replicas over tensor parallelism (smaller units: simpler, and a failure takes less).
+        return (
+            self.gpus,
+            cost,
+            BASIS_RANK[self.basis.source],
+            self.departures,
+            self.parallelism.tensor_parallel_size,
+        )
 
     def key(self) -> tuple:
         """The configuration, whatever its basis."""
