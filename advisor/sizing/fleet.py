@@ -11,8 +11,9 @@ prediction (calibrated on runs of the engine on this GPU type, else the uncalibr
 fleet = ceil(peak x (1 + headroom) / capacity) x GPUs per unit (advisor/sizing/capacity.py).
 
 The choice: fewest GPUs, then lowest monthly cost, then a measured basis over a prediction, then
-the profile's own precision, then the smaller unit (replicas over tensor parallelism). Where the chosen configuration's GPU interval reaches the count of
-the next one, the two are a tie within the prediction's error, and the answer says so.
+the profile's own precision, then the smaller unit (replicas over tensor parallelism). Where the
+first alternative's GPU count lies within the chosen configuration's interval, the two are a tie
+within the prediction's error, and the answer says so.
 """
 
 from __future__ import annotations
