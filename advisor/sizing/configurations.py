@@ -37,6 +37,7 @@ from advisor.sizing.estimate import (
     GB,
     RUNTIME_OVERHEAD_GB_PER_GPU,
     TP_DEGREES,
+    bytes_per_parameter,
 )
 from advisor.workload.architectures import Architecture, architecture_for
 from advisor.workload.gpus import GPUS, GpuSpec
@@ -246,11 +247,31 @@ class ShapeInputs:
     bandwidth_tb_s: float
     prompt_tokens: float
     output_tokens: float
+    profile_weight_bytes: float | None = None
+    """Bytes per parameter of the profile's own pre-quantised weights (AWQ, GPTQ, INT4, INT8:
+    `profile_weight_bytes`); None = the dtype's. A deployment cast to FP8 still takes FP8's."""
 
 
-def weight_bytes_per_parameter(deployment: Deployment) -> float:
+def profile_weight_bytes(stage: StageProfile) -> float | None:
+    """The bytes per parameter of the weights the profile says it serves when they are
+    pre-quantised (AWQ 4-bit: 0.53 with its group scales, estimate.QUANTIZATION_BYTES); None for
+    16-bit weights and for fp8, which the configurations model as a deployment of their own."""
+    quantization = (stage.precision.quantization or "").lower()
+    if not quantization or quantization == "fp8":
+        return None
+    size, unknown = bytes_per_parameter(stage.precision.dtype, quantization)
+    return None if unknown else size
+
+
+def weight_bytes_per_parameter(
+    deployment: Deployment, profile_weight_bytes: float | None = None
+) -> float:
+    """FP8 for a deployment cast to FP8; else the profile's pre-quantised weights where it has
+    them (`profile_weight_bytes`); else the dtype."""
     if deployment.precision.quantization == "fp8":
         return FP8_BYTES
+    if profile_weight_bytes is not None:
+        return profile_weight_bytes
     return DTYPE_BYTES[deployment.precision.dtype]
 
 
@@ -283,7 +304,9 @@ def step_floor_ms(
 ) -> tuple[float, float | None]:
     """(floor of one decode step of one replica at `batch` sequences, KV GB per sequence)."""
     tp = deployment.parallelism.tensor_parallel_size
-    weights = inputs.parameters * weight_bytes_per_parameter(deployment)
+    weights = inputs.parameters * weight_bytes_per_parameter(
+        deployment, inputs.profile_weight_bytes
+    )
     per_token = kv_bytes_per_token(inputs.architecture, deployment)
     in_flight_context = inputs.prompt_tokens + inputs.output_tokens / 2
     kv_read = batch * in_flight_context * per_token if per_token else 0.0
@@ -344,6 +367,7 @@ def stage_inputs(stage: StageProfile) -> ShapeInputs | None:
         bandwidth_tb_s=stage.gpu.memory_bandwidth_tb_s or gpu.memory_bandwidth_tb_s,
         prompt_tokens=stage.prompt_tokens.mean,
         output_tokens=stage.output_tokens.mean,
+        profile_weight_bytes=profile_weight_bytes(stage),
     )
 
 
@@ -404,7 +428,9 @@ def estimate_deployment(
     tp = deployment.parallelism.tensor_parallel_size
     replicas = deployment.parallelism.replicas
     memory = stage.gpu.memory_gb or inputs.gpu.memory_gb
-    weights_gpu = inputs.parameters * weight_bytes_per_parameter(deployment) / tp
+    weights_gpu = (
+        inputs.parameters * weight_bytes_per_parameter(deployment, inputs.profile_weight_bytes) / tp
+    )
     concurrency = stage_load(stage).per_engine
     per_replica = math.ceil(concurrency / replicas)
     _, kv_per_sequence = step_floor_ms(inputs, deployment, 1)

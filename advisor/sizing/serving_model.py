@@ -66,6 +66,7 @@ from advisor.sizing.configurations import (
     Deployment,
     kv_bytes_per_token,
     peak_tflops,
+    profile_weight_bytes,
     weight_bytes_per_parameter,
 )
 from advisor.sizing.engine_shape import registered_backend
@@ -166,6 +167,7 @@ def engine_shape(
     engine_args: dict | None = None,
     memory_gb: float | None = None,
     bandwidth_tb_s: float | None = None,
+    profile_weight_bytes: float | None = None,
 ) -> EngineShape | None:
     """The replica's shape; None when the KV size or the GPU's 16-bit peak is unknown."""
     per_token = kv_bytes_per_token(architecture, deployment)
@@ -174,7 +176,7 @@ def engine_shape(
         return None
     args = engine_args or {}
     tp = deployment.parallelism.tensor_parallel_size
-    weights = parameters * weight_bytes_per_parameter(deployment) / tp
+    weights = parameters * weight_bytes_per_parameter(deployment, profile_weight_bytes) / tp
     kv_token = per_token / tp
     utilization = _positive(args.get("gpu_memory_utilization"), DEFAULT_GPU_MEMORY_UTILIZATION)
     memory = (memory_gb or gpu.memory_gb) * GB * utilization
@@ -1054,6 +1056,7 @@ def _setup(stage: StageProfile, deployment: Deployment, runs: Sequence[RunResult
         {"gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION},
         memory_gb=stage.gpu.memory_gb,
         bandwidth_tb_s=stage.gpu.memory_bandwidth_tb_s,
+        profile_weight_bytes=profile_weight_bytes(stage),
     )
     if shape is None:
         return None
