@@ -668,6 +668,24 @@ def _get_preset(name: str) -> Preset:
         ) from None
 
 
+DISK_MARGIN_FRACTION = 0.05
+"""Room left beside the weights for the tokenizer, config files and the file system's own use."""
+
+
+def _check_disk(name: str, folder: Path, weight_bytes: int) -> None:
+    """A UserError before writing when the cache's disk cannot hold the checkpoint (the big
+    presets, llama-2-70b, llama-3.1-70b and mixtral-8x7b, take 90-141 GB in 16 bits): a write
+    that fails half-way would cost minutes and leave the disk full."""
+    free = shutil.disk_usage(folder).free
+    needed = weight_bytes * (1 + DISK_MARGIN_FRACTION)
+    if free < needed:
+        raise UserError(
+            f"preset {name} needs {needed / 1e9:,.1f} GB of disk and {folder} has "
+            f"{free / 1e9:,.1f} GB free: choose a smaller preset, or set ADVISOR_MODEL_CACHE to "
+            "a folder on a larger disk"
+        )
+
+
 def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
     """Write preset `name` with random weights (once) and return its checkpoint directory.
 
@@ -680,10 +698,11 @@ def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
     if (final_dir / "config.json").exists():
         return final_dir
     final_dir.parent.mkdir(parents=True, exist_ok=True)
+    config = preset.build_config()
+    _check_disk(name, final_dir.parent, parameter_count(config) * DTYPE_BYTES[dtype])
     staging_dir = final_dir.parent / f".tmp-{final_dir.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging_dir.mkdir()
     try:
-        config = preset.build_config()
         if preset.trained and preset.kind == "forward":
             train_tiny_classifier(config, staging_dir, seed=seed, dtype=dtype)
         elif preset.trained:

@@ -246,3 +246,16 @@ def test_a_hugging_face_id_resolves_to_its_preset(tmp_path, monkeypatch) -> None
     assert context is not None and context.positions == 131072
     with pytest.raises(UserError, match=r"unknown model 'acme/x'.*config\.json"):
         resolve_model("acme/x")
+
+
+def test_a_preset_too_big_for_the_disk_is_refused_before_writing(tmp_path, monkeypatch) -> None:
+    """mixtral-8x7b takes 93 GB in bf16: on a disk with 10 GB free it is refused in one line
+    naming both figures, and nothing is left in the cache."""
+    import shutil
+
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path))
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(models.shutil, "disk_usage", lambda _: usage._replace(free=10 * 1000**3))
+    with pytest.raises(UserError, match=r"preset mixtral-8x7b needs 98\.1 GB .* 10\.0 GB free"):
+        models.ensure_preset("mixtral-8x7b")
+    assert list(tmp_path.iterdir()) == []
