@@ -781,6 +781,58 @@ def _tensor_specs(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...], st
     return specs
 
 
+_HUB_EXPERT_NAMES = {
+    # model_type: (the block's name on the Hub, gate, up, down names of one expert)
+    "mixtral": ("block_sparse_moe", "w1", "w3", "w2"),
+    "qwen2_moe": ("mlp", "gate_proj", "up_proj", "down_proj"),
+    "qwen3_moe": ("mlp", "gate_proj", "up_proj", "down_proj"),
+}
+
+
+def _hub_expert_layout(
+    specs: list[tuple[str, tuple[int, ...], str, Any]], model_type: str
+) -> list[tuple[str, tuple[int, ...], str, Any]]:
+    """Mixture-of-experts tensors under the names the Hub's checkpoints use (one matrix per
+    expert: `block_sparse_moe.experts.3.w1.weight`), not transformers 5's fused in-memory ones
+    (`mlp.experts.gate_up_proj`, experts x 2 FFN x hidden): vLLM loads only the Hub's, and
+    transformers 5 converts them on load as it does every real checkpoint. transformers 4.x
+    already names them so: then nothing changes."""
+    if model_type not in _HUB_EXPERT_NAMES:
+        return specs
+    block, gate, up, down = _HUB_EXPERT_NAMES[model_type]
+    out: list[tuple[str, tuple[int, ...], str, Any]] = []
+    for name, shape, rule, keep_dtype in specs:
+        prefix, _, leaf = name.partition(".mlp.")
+        if not leaf:
+            out.append((name, shape, rule, keep_dtype))
+        elif leaf == "experts.gate_up_proj":  # (experts, gate rows then up rows, hidden)
+            experts, rows, hidden = shape
+            for expert in range(experts):
+                for part in (gate, up):
+                    out.append(
+                        (
+                            f"{prefix}.{block}.experts.{expert}.{part}.weight",
+                            (rows // 2, hidden),
+                            rule,
+                            keep_dtype,
+                        )
+                    )
+        elif leaf == "experts.down_proj":  # (experts, hidden, ffn)
+            experts, hidden, ffn = shape
+            for expert in range(experts):
+                out.append(
+                    (
+                        f"{prefix}.{block}.experts.{expert}.{down}.weight",
+                        (hidden, ffn),
+                        rule,
+                        keep_dtype,
+                    )
+                )
+        else:  # the router and any shared expert keep their names under the Hub's block
+            out.append((f"{prefix}.{block}.{leaf}", shape, rule, keep_dtype))
+    return out
+
+
 def _write_random_checkpoint(
     config: PretrainedConfig, out_dir: Path, *, seed: int, dtype: str
 ) -> None:
@@ -790,7 +842,7 @@ def _write_random_checkpoint(
 
     torch_dtype = getattr(torch, dtype)
     model = _meta_model(config)
-    specs = _tensor_specs(model)
+    specs = _hub_expert_layout(_tensor_specs(model), getattr(config, "model_type", ""))
     del model
     element_bytes = DTYPE_BYTES[dtype]
 

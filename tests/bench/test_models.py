@@ -231,7 +231,20 @@ def test_tiny_mixtral_writes_loads_and_routes_tokens(tmp_path, monkeypatch) -> N
     info = resolve_model("tiny-mixtral", dtype="float32")
     assert info.architecture == "MixtralForCausalLM" and info.random_weights
     assert info.parameters == parameter_count(PRESETS["tiny-mixtral"].build_config())
-    model = AutoModelForCausalLM.from_pretrained(info.path, dtype=torch.float32)
+    # The experts are stored one matrix each under the Hub's names (what vLLM loads), and
+    # transformers reads every tensor back (nothing missing, nothing left over).
+    header = json.loads(
+        (Path(info.path) / "model.safetensors").read_bytes()[8:][
+            : int.from_bytes((Path(info.path) / "model.safetensors").read_bytes()[:8], "little")
+        ]
+    )
+    assert "model.layers.0.block_sparse_moe.experts.3.w2.weight" in header
+    assert "model.layers.1.block_sparse_moe.gate.weight" in header
+    assert safetensors_parameter_count(Path(info.path)) == info.parameters
+    model, loading = AutoModelForCausalLM.from_pretrained(
+        info.path, dtype=torch.float32, output_loading_info=True
+    )
+    assert not loading["missing_keys"] and not loading["unexpected_keys"], loading
     assert model.config.num_local_experts == 4 and model.config.num_experts_per_tok == 2
     with torch.no_grad():
         out = model.generate(torch.tensor([[1, 5, 9, 13]]), max_new_tokens=4, do_sample=False)
