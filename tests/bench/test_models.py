@@ -272,3 +272,30 @@ def test_a_preset_too_big_for_the_disk_is_refused_before_writing(tmp_path, monke
     with pytest.raises(UserError, match=r"preset mixtral-8x7b needs 98\.1 GB .* 10\.0 GB free"):
         models.ensure_preset("mixtral-8x7b")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_qwen3_moe_checkpoint_is_written_in_the_hub_layout_and_loads(tmp_path) -> None:
+    """The Qwen-MoE expert renaming (mlp.experts.N.gate_proj/up_proj/down_proj) round-trips
+    through transformers with nothing missing, on a 2-layer Qwen3-MoE config."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+
+    config = Qwen3MoeConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+    )
+    config.architectures = ["Qwen3MoeForCausalLM"]
+    models._write_random_checkpoint(config, tmp_path, seed=0, dtype="float32")
+    assert safetensors_parameter_count(tmp_path) == parameter_count(config)
+    _, loading = AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), dtype=torch.float32, output_loading_info=True
+    )
+    assert not loading["missing_keys"] and not loading["unexpected_keys"], loading
