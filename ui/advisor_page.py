@@ -74,6 +74,36 @@ def model_presets() -> dict[str, tuple[str, str]]:
     return {name: (preset.kind, preset.description) for name, preset in PRESETS.items()}
 
 
+def unknown_model(model: str | None) -> str | None:
+    """Why a typed model is refused (bench.engines.models.check_model_name: a preset, a known
+    Hugging Face id or a local folder with a config.json), or None when it is known or empty.
+    As for a profile file, a model whose size is typed (parameters) is not checked."""
+    from bench.engines.models import check_model_name
+
+    if not model or not model.strip():
+        return None
+    try:
+        check_model_name(model.strip())
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
+def optional_number(
+    column: Any, label: str, current: float | None, *, key: str, help: str
+) -> float | None:
+    """A number field that may be left empty (None: no limit) and stays as the person left it.
+
+    Streamlit lets a number field be emptied only when it was created with value=None; one
+    created with a number snaps back to it when cleared. So the field is created empty and the
+    profile's value is put in its session state once, before its first run."""
+    if key not in st.session_state:
+        st.session_state[key] = current
+    return column.number_input(
+        label, min_value=0.001, value=None, placeholder="no limit", key=key, help=help
+    )
+
+
 def _key(stage_index: int, name: str) -> str:
     return f"v{st.session_state[state.FORM_VERSION_KEY]}_s{stage_index}_{name}"
 
@@ -134,9 +164,9 @@ def stage_form(index: int, previous: StageProfile, name: str) -> StageFormValues
         values.custom_model = choice == CUSTOM_MODEL
         if choice == CUSTOM_MODEL:
             values.model = st.text_input(
-                "Checkpoint folder",
+                "Checkpoint folder or Hugging Face id",
                 value=current if current and current not in presets else "",
-                placeholder="/models/my-llama (a local Hugging Face checkpoint)",
+                placeholder="/models/my-llama, or meta-llama/Llama-3.1-8B-Instruct",
                 key=_key(index, "model_path"),
             )
             values.parameters_b = st.number_input(
@@ -147,6 +177,9 @@ def stage_form(index: int, previous: StageProfile, name: str) -> StageFormValues
                 key=_key(index, "parameters_b"),
                 help=field_help(StageProfile, "parameters_b"),
             )
+            model_problem = None if values.parameters_b else unknown_model(values.model)
+            if model_problem:
+                st.error(model_problem)
         else:
             values.model = choice
     with right:
@@ -242,11 +275,10 @@ def stage_form(index: int, previous: StageProfile, name: str) -> StageFormValues
     for column, name in zip(
         slo_cols, ("ttft_ms", "tpot_ms", "e2e_ms", "min_output_throughput_tok_s"), strict=True
     ):
-        bound = column.number_input(
+        bound = optional_number(
+            column,
             SLO_BOUNDS_BY_FIELD[name].form_label(slo.percentile),
-            min_value=0.001,
-            value=getattr(slo, name),
-            placeholder="no limit",
+            getattr(slo, name),
             key=_key(index, f"slo_{name}"),
             help=field_help(ProfileSLO, name),
         )
@@ -260,11 +292,10 @@ def stage_form(index: int, previous: StageProfile, name: str) -> StageFormValues
             key=_key(index, "slo_percentile"),
             help=field_help(ProfileSLO, "percentile"),
         )
-        values.min_request_throughput_rps = more[1].number_input(
+        values.min_request_throughput_rps = optional_number(
+            more[1],
             SLO_BOUNDS_BY_FIELD["min_request_throughput_rps"].form_label(slo.percentile),
-            min_value=0.001,
-            value=slo.min_request_throughput_rps,
-            placeholder="no limit",
+            slo.min_request_throughput_rps,
             key=_key(index, "slo_min_rps"),
             help=field_help(ProfileSLO, "min_request_throughput_rps"),
         )
@@ -1362,6 +1393,10 @@ def render() -> None:
         profile = profile_from_form(profile, title, stage_forms)
     except ValidationError as exc:
         st.error(f"The profile is not complete: {describe_validation_error(exc)}")
+        return
+    if any(stage.parameters_b is None and unknown_model(stage.model) for stage in profile.stages):
+        # Said at the field; no advice (and no run) for a model nobody can size.
+        st.error("The profile names a model the advisor does not know: see the Model field.")
         return
     state.keep_profile(profile)
     _profile_file_panel(profile)

@@ -42,6 +42,7 @@ from bench.core.config import (
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS, SLO_BOUNDS, higher_is_better, read_all
 from bench.core.schema import MetricsSummary, PhaseResult, RunResult, RunStatus, ValidityStatus
 from bench.engines.backends import options_with_caching
+from bench.engines.models import canonical_model
 from bench.run.api import run_caveats
 
 if TYPE_CHECKING:  # the store module pulls in SQLAlchemy; the advisor only needs its type here
@@ -535,7 +536,8 @@ def _closeness(
     """How close evidence is to the stage: the one rule for measured and published rows."""
     return Closeness(
         same_gpu=same_gpu_type(gpu, stage.gpu.type),
-        same_model=stage.model is not None and stage.model in model_names,
+        same_model=stage.model is not None
+        and canonical_model(stage.model) in {canonical_model(n) for n in model_names if n},
         same_shape=same_shape,
     )
 
@@ -564,7 +566,11 @@ def capacity_mismatch(
         return ["not a capacity search"]
     reasons: list[str] = []
     model = run.model.name if run.model is not None else config.model
-    if stage.model is None or stage.model not in {model, config.model}:
+    # A Hugging Face id is its preset's model (same config.json): bench.core.model_ids.
+    if stage.model is None or canonical_model(stage.model) not in {
+        canonical_model(model),
+        canonical_model(config.model),
+    }:
         reasons.append(f"another model ({model})")
     match = workload_match(run, stage)
     if config.workload.kind != stage.kind:

@@ -51,6 +51,7 @@ from bench.core.config import (
 )
 from bench.core.errors import UserError
 from bench.core.strict import Strict
+from bench.engines.models import canonical_model
 
 QUICK_DURATION_S = 15.0
 FULL_DURATION_S = 120.0
@@ -76,7 +77,13 @@ CPU_SIZED_PRESETS = {
     "llama-2-7b": "tiny-llama",
     "llama-2-13b": "tiny-llama",
     "llama-3-8b": "tiny-llama",
+    "llama-3.1-8b": "tiny-llama",
+    "llama-3.1-70b": "tiny-llama",
+    "llama-2-70b": "tiny-llama",
     "mistral-7b": "tiny-llama",
+    "qwen2.5-7b": "tiny-llama",
+    "mixtral-8x7b": "tiny-mixtral",
+    "qwen3-30b-a3b": "tiny-mixtral",
     "bert-base": "tiny-bert",
     "vit-base": "tiny-vit",
     "resnet-50": "tiny-resnet",
@@ -474,7 +481,7 @@ def host_busy_factor() -> float:
 
 def cpu_sized_model(stage: StageProfile) -> str:
     """The CPU-sized preset of the stage's model family (the model itself when already small)."""
-    model = stage.model or ""
+    model = canonical_model(stage.model) if stage.model else ""
     if model in TINY_PRESETS:
         return model
     if model in CPU_SIZED_PRESETS:
@@ -585,9 +592,10 @@ def _checkpoint(config: RunConfig, weight_bytes: int | None) -> tuple[int | None
 
     from bench.engines.models import PRESETS, preset_dir
 
-    if config.model not in PRESETS:
-        return weight_bytes, Path(config.model).expanduser().exists()
-    written = preset_dir(config.model, dtype=config.precision.dtype) / "config.json"
+    model = canonical_model(config.model)
+    if model not in PRESETS:
+        return weight_bytes, Path(model).expanduser().exists()
+    written = preset_dir(model, dtype=config.precision.dtype) / "config.json"
     return weight_bytes, written.exists()
 
 

@@ -26,6 +26,7 @@ from bench.core.context_window import (
     longest_draw,
 )
 from bench.core.strict import Strict
+from bench.engines.models import canonical_model
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,12 @@ class RopeScaling:
 
 @dataclass(frozen=True)
 class Architecture:
-    """The sizes the estimate needs; `parameters` is the exact count (tied weights once)."""
+    """The sizes the estimate needs; `parameters` is the exact count (tied weights once).
+
+    A mixture-of-experts model states its experts: `parameters` counts every expert (what the
+    weights take in memory); `active_parameters` counts what one token's forward pass touches
+    (attention, embeddings, router, shared experts and the top-k routed experts' FFNs: the FLOPs).
+    """
 
     name: str
     kind: str
@@ -53,25 +59,212 @@ class Architecture:
     gflops_per_image_224: float | None = None
     """CNNs only: forward GFLOPs (2 x multiply-adds) for one 224 px image."""
     rope_scaling: RopeScaling | None = None
+    intermediate_size: int | None = None
+    """The dense FFN width (gated MLP: gate, up, down projections)."""
+    vocab_size: int | None = None
+    explicit_head_dim: int | None = None
+    """config.json's `head_dim` where it is not hidden / heads (Qwen3: 128 at hidden 2048 x 32)."""
+    sliding_window: int | None = None
+    """Tokens each layer attends to when the model uses sliding-window attention (Mistral-7B
+    v0.1: 4096); None = full attention (a config whose use_sliding_window is false is None)."""
+    experts: int | None = None
+    """Routed experts per MoE layer (num_local_experts, num_experts, n_routed_experts)."""
+    experts_per_token: int | None = None
+    """Routed experts each token goes to (num_experts_per_tok: the top-k)."""
+    expert_intermediate_size: int | None = None
+    """One routed expert's FFN width (Mixtral: intermediate_size; Qwen-MoE and DeepSeek:
+    moe_intermediate_size)."""
+    shared_expert_intermediate_size: int | None = None
+    """The FFN width of the experts every token goes through (Qwen2-MoE's shared expert,
+    DeepSeek's n_shared_experts x moe_intermediate_size), all of them together; None = none."""
+    moe_layers: int | None = None
+    """Layers whose FFN is the mixture (the others are dense); None = every layer for an MoE."""
 
     @property
     def head_dim(self) -> int | None:
+        if self.explicit_head_dim:
+            return self.explicit_head_dim
         if self.hidden_size and self.attention_heads:
             return self.hidden_size // self.attention_heads
         return None
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.experts and self.experts_per_token and self.expert_intermediate_size)
+
+    @property
+    def expert_parameters(self) -> int:
+        """Parameters of one routed expert in one layer (gate, up and down projections)."""
+        if not self.is_moe or not self.hidden_size:
+            return 0
+        assert self.expert_intermediate_size is not None
+        return 3 * self.hidden_size * self.expert_intermediate_size
+
+    @property
+    def sparse_layers(self) -> int:
+        """Layers whose FFN is a mixture of experts (0 for a dense model)."""
+        if not self.is_moe:
+            return 0
+        return self.moe_layers if self.moe_layers is not None else (self.layers or 0)
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token's forward pass touches: every parameter except the routed
+        experts it is not sent to. Dense models: the total."""
+        if not self.is_moe:
+            return self.parameters
+        assert self.experts is not None and self.experts_per_token is not None
+        idle_experts = self.experts - self.experts_per_token
+        return self.parameters - self.sparse_layers * idle_experts * self.expert_parameters
 
 
 ARCHITECTURES: dict[str, Architecture] = {
     a.name: a
     for a in (
-        Architecture("tiny-llama", "generate", 4_188_480, 2, 64, 4, 2, 4096),
+        Architecture("tiny-llama", "generate", 4_188_480, 2, 64, 2, 1, 4096),
         Architecture("tiny-llama-trained", "generate", 354_624, 2, 64, 2, 1, 1024),
-        Architecture("llama-2-7b", "generate", 6_738_415_616, 32, 4096, 32, 32, 4096),
-        Architecture("llama-2-13b", "generate", 13_015_864_320, 40, 5120, 40, 40, 4096),
-        Architecture("llama-3-8b", "generate", 8_030_261_248, 32, 4096, 32, 8, 8192),
-        Architecture("mistral-7b", "generate", 7_241_732_096, 32, 4096, 32, 8, 32768),
+        Architecture(
+            "llama-2-7b", "generate", 6_738_415_616, 32, 4096, 32, 32, 4096, intermediate_size=11008
+        ),
+        Architecture(
+            "llama-2-13b",
+            "generate",
+            13_015_864_320,
+            40,
+            5120,
+            40,
+            40,
+            4096,
+            intermediate_size=13824,
+        ),
+        Architecture(
+            "llama-3-8b",
+            "generate",
+            8_030_261_248,
+            32,
+            4096,
+            32,
+            8,
+            8192,
+            intermediate_size=14336,
+            vocab_size=128256,
+        ),
+        Architecture(
+            "mistral-7b",
+            "generate",
+            7_241_732_096,
+            32,
+            4096,
+            32,
+            8,
+            32768,
+            intermediate_size=14336,
+            vocab_size=32000,
+            sliding_window=4096,
+        ),
         # Not a bench preset: sized for estimates only (count from the Llama formula below).
-        Architecture("llama-2-70b", "generate", 68_976_648_192, 80, 8192, 64, 8, 4096),
+        Architecture(
+            "llama-2-70b",
+            "generate",
+            68_976_648_192,
+            80,
+            8192,
+            64,
+            8,
+            4096,
+            intermediate_size=28672,
+        ),
+        # Llama-3.1: 8,030,261,248 and 70,553,706,496 are the published counts (the model
+        # cards' 8B and 70B); the 128k window is rope llama3 x8 of 8192 stated as 131072.
+        Architecture(
+            "llama-3.1-8b",
+            "generate",
+            8_030_261_248,
+            32,
+            4096,
+            32,
+            8,
+            131072,
+            rope_scaling=RopeScaling("llama3", 8.0, 8192),
+            intermediate_size=14336,
+            vocab_size=128256,
+        ),
+        Architecture(
+            "llama-3.1-70b",
+            "generate",
+            70_553_706_496,
+            80,
+            8192,
+            64,
+            8,
+            131072,
+            rope_scaling=RopeScaling("llama3", 8.0, 8192),
+            intermediate_size=28672,
+            vocab_size=128256,
+        ),
+        # Mixtral-8x7B: "46.7B total parameters but only uses 12.9B parameters per token"
+        # (Mistral AI, "Mixtral of experts", https://mistral.ai/news/mixtral-of-experts/,
+        # Dec 2023); the formula gives 46,702,792,704 total, 12,879,925,248 active.
+        Architecture(
+            "mixtral-8x7b",
+            "generate",
+            46_702_792_704,
+            32,
+            4096,
+            32,
+            8,
+            32768,
+            intermediate_size=14336,
+            vocab_size=32000,
+            experts=8,
+            experts_per_token=2,
+            expert_intermediate_size=14336,
+        ),
+        Architecture(
+            "tiny-mixtral",
+            "generate",
+            4_318_016,
+            2,
+            64,
+            2,
+            1,
+            4096,
+            intermediate_size=128,
+            vocab_size=32000,
+            experts=4,
+            experts_per_token=2,
+            expert_intermediate_size=128,
+        ),
+        # Qwen2.5-7B: 7.61B in the model card (Qwen/Qwen2.5-7B-Instruct); q/k/v carry biases.
+        Architecture(
+            "qwen2.5-7b",
+            "generate",
+            7_615_616_512,
+            28,
+            3584,
+            28,
+            4,
+            32768,
+            intermediate_size=18944,
+            vocab_size=152064,
+        ),
+        # Qwen3-30B-A3B: 30.5B total, 3.3B activated (model card, Qwen/Qwen3-30B-A3B).
+        Architecture(
+            "qwen3-30b-a3b",
+            "generate",
+            30_532_122_624,
+            48,
+            2048,
+            32,
+            4,
+            40960,
+            intermediate_size=6144,
+            vocab_size=151936,
+            explicit_head_dim=128,
+            experts=128,
+            experts_per_token=8,
+            expert_intermediate_size=768,
+        ),
         Architecture("bert-base", "forward", 109_482_240, 12, 768, 12, None, 512),
         Architecture("vit-base", "forward", 86_567_656, 12, 768, 12, None, None, patch_size=16),
         Architecture("resnet-50", "forward", 25_557_032, gflops_per_image_224=8.2),
@@ -144,6 +337,9 @@ def architecture_for(model: str | None) -> tuple[Architecture | None, str]:
         return None, "no model given"
     if model in ARCHITECTURES:
         return ARCHITECTURES[model], "bench preset (exact count)"
+    preset = canonical_model(model)
+    if preset in ARCHITECTURES:  # a Hugging Face id the bench maps to a preset of its shape
+        return ARCHITECTURES[preset], f"{model} = preset {preset} (same config.json, exact count)"
     config_file = Path(model).expanduser() / "config.json"
     if config_file.is_file():
         try:
@@ -155,7 +351,9 @@ def architecture_for(model: str | None) -> tuple[Architecture | None, str]:
 
 
 def _architecture_from_config(model: str, config: dict) -> tuple[Architecture | None, str]:
-    """Llama-style decoder sizes from a Hugging Face config.json (approximate count)."""
+    """Decoder sizes from a Hugging Face config.json: exact for the Llama, Mistral, Mixtral,
+    Qwen2, Qwen2-MoE and Qwen3(-MoE) layouts (a test compares it with transformers' own count),
+    approximate for other decoders (their attention and FFN are taken to be Llama's)."""
     try:
         hidden = int(config["hidden_size"])
         layers = int(config["num_hidden_layers"])
@@ -163,18 +361,38 @@ def _architecture_from_config(model: str, config: dict) -> tuple[Architecture | 
         kv_heads = int(config.get("num_key_value_heads") or heads)
         intermediate = int(config["intermediate_size"])
         vocab = int(config["vocab_size"])
-    except (KeyError, TypeError, ValueError):
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        experts = _moe_fields(config, layers)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None, "config.json lacks the sizes of a decoder (hidden_size, layers, heads...)"
-    head_dim = hidden // heads
-    positions = _config_positions(config)
-    per_layer = (
-        2 * hidden * hidden  # q and o projections
-        + 2 * hidden * kv_heads * head_dim  # k and v projections (GQA)
-        + 3 * hidden * intermediate  # gated MLP
-        + 2 * hidden  # two RMSNorms
+    model_type = str(config.get("model_type") or "")
+    attention = (
+        hidden * heads * head_dim  # q
+        + 2 * hidden * kv_heads * head_dim  # k and v (GQA)
+        + heads * head_dim * hidden  # o
     )
+    if model_type in ("qwen2", "qwen2_moe"):
+        attention += (heads + 2 * kv_heads) * head_dim  # Qwen2's q/k/v biases
+    elif config.get("attention_bias"):
+        attention += (heads + 2 * kv_heads) * head_dim + hidden  # q/k/v and o biases
+    if model_type in ("qwen3", "qwen3_moe"):
+        attention += 2 * head_dim  # q and k RMSNorm over each head
+    dense_ffn = 3 * hidden * intermediate  # gated MLP: gate, up, down
+    sparse_layers = experts.moe_layers or 0
+    parameters = layers * (attention + 2 * hidden) + (layers - sparse_layers) * dense_ffn
+    if experts.experts:
+        assert experts.expert_intermediate_size is not None and experts.moe_layers is not None
+        moe_ffn = (
+            experts.experts * 3 * hidden * experts.expert_intermediate_size
+            + hidden * experts.experts  # router
+        )
+        if experts.shared_expert_intermediate_size:
+            moe_ffn += 3 * hidden * experts.shared_expert_intermediate_size
+            if model_type == "qwen2_moe":
+                moe_ffn += hidden  # the shared expert's sigmoid gate
+        parameters += sparse_layers * moe_ffn
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    parameters = layers * per_layer + embeddings + hidden
+    parameters += embeddings + hidden  # the final norm
     architecture = Architecture(
         model,
         "generate",
@@ -183,10 +401,72 @@ def _architecture_from_config(model: str, config: dict) -> tuple[Architecture | 
         hidden,
         heads,
         kv_heads,
-        positions,
+        _config_positions(config),
         rope_scaling=_rope_scaling(config),
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        explicit_head_dim=head_dim if head_dim != hidden // heads else None,
+        sliding_window=_sliding_window(config),
+        experts=experts.experts,
+        experts_per_token=experts.experts_per_token,
+        expert_intermediate_size=experts.expert_intermediate_size,
+        shared_expert_intermediate_size=experts.shared_expert_intermediate_size,
+        moe_layers=experts.moe_layers,
     )
-    return architecture, "config.json, Llama-style formula (approximate)"
+    exact = model_type in _EXACT_MODEL_TYPES
+    return architecture, "config.json, " + (
+        "exact count" if exact else "Llama-style formula (approximate)"
+    )
+
+
+_EXACT_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+"""model_type values whose layout the formula follows parameter for parameter."""
+
+
+@dataclass(frozen=True)
+class _Experts:
+    experts: int | None = None
+    experts_per_token: int | None = None
+    expert_intermediate_size: int | None = None
+    shared_expert_intermediate_size: int | None = None
+    moe_layers: int | None = None
+
+
+def _moe_fields(config: dict, layers: int) -> _Experts:
+    """The mixture-of-experts fields of a config.json, under each family's names: Mixtral
+    (num_local_experts, intermediate_size), Qwen2/3-MoE (num_experts, moe_intermediate_size,
+    shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers), DeepSeek
+    (n_routed_experts, n_shared_experts, first_k_dense_replace). A dense config: all None."""
+    experts = config.get("num_local_experts") or config.get("num_experts")
+    experts = experts or config.get("n_routed_experts")
+    top_k = config.get("num_experts_per_tok")
+    if not experts or not top_k:
+        return _Experts()
+    experts, top_k = int(experts), int(top_k)
+    expert_size = int(config.get("moe_intermediate_size") or config["intermediate_size"])
+    shared = config.get("shared_expert_intermediate_size")
+    if not shared and config.get("n_shared_experts"):
+        shared = int(config["n_shared_experts"]) * expert_size
+    dense_layers = set(config.get("mlp_only_layers") or [])
+    step = int(config.get("decoder_sparse_step") or 1)
+    first_dense = int(config.get("first_k_dense_replace") or 0)
+    moe_layers = sum(
+        1
+        for index in range(layers)
+        if index not in dense_layers and index >= first_dense and (index + 1) % step == 0
+    )
+    return _Experts(experts, top_k, expert_size, int(shared) if shared else None, moe_layers)
+
+
+def _sliding_window(config: dict) -> int | None:
+    """The attention window when the model uses one: Mistral's `sliding_window`; Qwen states one
+    but uses it only when use_sliding_window is true."""
+    window = config.get("sliding_window")
+    if config.get("use_sliding_window") is False:
+        return None
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        return window
+    return None
 
 
 def _config_positions(config: dict) -> int | None:

@@ -32,7 +32,26 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> Workload
         message = describe_validation_error(exc, single="stages" not in data)
         raise UserError(f"{source}: {message}") from None
     check_traffic_files(profile, source)
+    check_model_names(profile, source)
     return profile
+
+
+def check_model_names(profile: WorkloadProfile, source: str = "profile") -> None:
+    """Every stage's model is a preset, a known Hugging Face id or a local folder with a
+    config.json (the bench's rule, `check_model_name`); a typo is one line with a "did you mean",
+    never an unsized stage or a run of another model. A stage that states its own size
+    (`parameters_b`) may name a checkpoint this machine does not hold (planned elsewhere)."""
+    from bench.engines.models import check_model_name
+
+    single = len(profile.stages) == 1
+    for index, stage in enumerate(profile.stages):
+        if stage.model is None or stage.parameters_b is not None:
+            continue
+        where = "" if single else f"stages[{index}]."
+        try:
+            check_model_name(stage.model)
+        except UserError as exc:
+            raise UserError(f"{source}: {where}model: {exc}") from None
 
 
 def check_traffic_files(profile: WorkloadProfile, source: str = "profile") -> None:
@@ -160,10 +179,12 @@ def profile_from_flags(
         message = describe_validation_error(exc, single=single, names=names)
         raise UserError(f"flags: {message}") from None
     check_traffic_files(profile, "flags")
+    check_model_names(profile, "flags")
     return profile
 
 
 __all__ = [
+    "check_model_names",
     "check_traffic_files",
     "load_profile",
     "parse_yes_no",

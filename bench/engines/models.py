@@ -8,6 +8,7 @@ as it would a real one. A real local checkpoint directory resolves the same way.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from bench.core.context_window import ModelContext, context_from_config
 from bench.core.errors import UserError
+from bench.core.model_ids import HUGGING_FACE_IDS, looks_like_hub_id, preset_for_id
 from bench.core.schema import ModelInfo
 
 if TYPE_CHECKING:  # transformers/torch are imported inside functions only (fast CLI start)
@@ -189,6 +191,154 @@ def _mistral_7b() -> PretrainedConfig:
     return config
 
 
+LLAMA_3_1_ROPE_SCALING: dict[str, Any] = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+"""Llama-3.1's published rope_scaling (meta-llama/Llama-3.1-8B config.json): the 128k window."""
+
+
+def _with_rope_scaling(config: PretrainedConfig, scaling: dict[str, Any]) -> PretrainedConfig:
+    """Set rope scaling where each transformers major keeps it: 4.x `rope_scaling`, 5.x
+    `rope_parameters` (beside rope_theta); config.json then carries it as a real one does."""
+    rope_parameters = getattr(config, "rope_parameters", None)
+    if isinstance(rope_parameters, dict):
+        rope_parameters.update(scaling)
+    else:
+        config.rope_scaling = dict(scaling)
+    return config
+
+
+def _llama_3_1(**overrides: Any) -> PretrainedConfig:
+    # Real Llama-3.1 values (config.json of meta-llama/Llama-3.1-8B and -70B) except bos/eos ids.
+    values: dict[str, Any] = {
+        "vocab_size": 128256,
+        "intermediate_size": 14336,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+    }
+    values.update(overrides)
+    return _with_rope_scaling(_llama(**values), LLAMA_3_1_ROPE_SCALING)
+
+
+def _llama_3_1_8b() -> PretrainedConfig:
+    return _llama_3_1()
+
+
+def _llama_3_1_70b() -> PretrainedConfig:
+    return _llama_3_1(
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+    )
+
+
+def _mixtral(**overrides: Any) -> PretrainedConfig:
+    from transformers import MixtralConfig
+
+    # Mixtral-8x7B-v0.1's config.json: 8 experts of FFN 14336, top-2 routing, no sliding window.
+    values: dict[str, Any] = {
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-5,
+        "sliding_window": None,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        **_special_ids(),
+    }
+    values.update(overrides)
+    config = MixtralConfig(**values)
+    _set_rope_theta(config, 1e6)
+    config.architectures = ["MixtralForCausalLM"]
+    return config
+
+
+def _mixtral_8x7b() -> PretrainedConfig:
+    return _mixtral()
+
+
+def _tiny_mixtral() -> PretrainedConfig:
+    # head_dim 32 as tiny-llama (vLLM's CPU attention); 4 experts, top-2: a real MoE on the CPU.
+    return _mixtral(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=4096,
+    )
+
+
+def _qwen2_5_7b() -> PretrainedConfig:
+    from transformers import Qwen2Config
+
+    # Qwen/Qwen2.5-7B-Instruct's config.json (q/k/v biases come with the architecture; its
+    # sliding_window 131072 is off: use_sliding_window false).
+    config = Qwen2Config(
+        vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        use_sliding_window=False,
+        hidden_act="silu",
+        tie_word_embeddings=False,
+        **_special_ids(),
+    )
+    _set_rope_theta(config, 1e6)
+    config.architectures = ["Qwen2ForCausalLM"]
+    return config
+
+
+def _qwen3_30b_a3b() -> PretrainedConfig:
+    from transformers import Qwen3MoeConfig
+
+    # Qwen/Qwen3-30B-A3B's config.json: 128 experts of FFN 768, top-8, head_dim 128 (not
+    # hidden / heads), q/k RMSNorm, every layer sparse.
+    config = Qwen3MoeConfig(
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=6144,
+        moe_intermediate_size=768,
+        num_hidden_layers=48,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        num_experts=128,
+        num_experts_per_tok=8,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        norm_topk_prob=True,
+        max_position_embeddings=40960,
+        rms_norm_eps=1e-6,
+        use_sliding_window=False,
+        attention_bias=False,
+        hidden_act="silu",
+        tie_word_embeddings=False,
+        **_special_ids(),
+    )
+    _set_rope_theta(config, 1e6)
+    config.architectures = ["Qwen3MoeForCausalLM"]
+    return config
+
+
 def _imagenet_labels(config: PretrainedConfig, num_labels: int) -> None:
     config.id2label = {i: f"class_{i}" for i in range(num_labels)}
     config.label2id = {label: i for i, label in config.id2label.items()}
@@ -322,6 +472,53 @@ PRESETS: dict[str, Preset] = {
             _llama_3_8b,
             "Llama-3-8B architecture (32 layers, GQA 8 KV heads, vocab 128256), random weights.",
             positions=8192,
+        ),
+        Preset(
+            "llama-3.1-8b",
+            "generate",
+            _llama_3_1_8b,
+            "Llama-3.1-8B architecture (GQA 8 KV heads, 128k window: rope llama3 x8 of 8192), "
+            "random weights.",
+            positions=131072,
+        ),
+        Preset(
+            "llama-3.1-70b",
+            "generate",
+            _llama_3_1_70b,
+            "Llama-3.1-70B architecture (80 layers, GQA 8 KV heads, 128k window), random weights "
+            "(~141 GB in bf16: multi-GPU hosts).",
+            positions=131072,
+        ),
+        Preset(
+            "mixtral-8x7b",
+            "generate",
+            _mixtral_8x7b,
+            "Mixtral-8x7B architecture (mixture of 8 experts, top-2; ~47B total, ~13B active "
+            "per token), random weights (~93 GB in bf16: multi-GPU hosts).",
+            positions=32768,
+        ),
+        Preset(
+            "tiny-mixtral",
+            "generate",
+            _tiny_mixtral,
+            "Mixtral, 2 layers, hidden 64, 4 experts top-2, vocab 32000: MoE tests on the CPU.",
+            positions=4096,
+        ),
+        Preset(
+            "qwen2.5-7b",
+            "generate",
+            _qwen2_5_7b,
+            "Qwen2.5-7B architecture (28 layers, GQA 4 KV heads, q/k/v biases, vocab 152064), "
+            "random weights.",
+            positions=32768,
+        ),
+        Preset(
+            "qwen3-30b-a3b",
+            "generate",
+            _qwen3_30b_a3b,
+            "Qwen3-30B-A3B architecture (mixture of 128 experts, top-8; ~30.5B total, ~3.3B "
+            "active), random weights (~61 GB in bf16).",
+            positions=40960,
         ),
         Preset(
             "mistral-7b",
@@ -471,6 +668,24 @@ def _get_preset(name: str) -> Preset:
         ) from None
 
 
+DISK_MARGIN_FRACTION = 0.05
+"""Room left beside the weights for the tokenizer, config files and the file system's own use."""
+
+
+def _check_disk(name: str, folder: Path, weight_bytes: int) -> None:
+    """A UserError before writing when the cache's disk cannot hold the checkpoint (the big
+    presets, llama-2-70b, llama-3.1-70b and mixtral-8x7b, take 90-141 GB in 16 bits): a write
+    that fails half-way would cost minutes and leave the disk full."""
+    free = shutil.disk_usage(folder).free
+    needed = weight_bytes * (1 + DISK_MARGIN_FRACTION)
+    if free < needed:
+        raise UserError(
+            f"preset {name} needs {needed / 1e9:,.1f} GB of disk and {folder} has "
+            f"{free / 1e9:,.1f} GB free: choose a smaller preset, or set ADVISOR_MODEL_CACHE to "
+            "a folder on a larger disk"
+        )
+
+
 def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
     """Write preset `name` with random weights (once) and return its checkpoint directory.
 
@@ -483,10 +698,11 @@ def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
     if (final_dir / "config.json").exists():
         return final_dir
     final_dir.parent.mkdir(parents=True, exist_ok=True)
+    config = preset.build_config()
+    _check_disk(name, final_dir.parent, parameter_count(config) * DTYPE_BYTES[dtype])
     staging_dir = final_dir.parent / f".tmp-{final_dir.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging_dir.mkdir()
     try:
-        config = preset.build_config()
         if preset.trained and preset.kind == "forward":
             train_tiny_classifier(config, staging_dir, seed=seed, dtype=dtype)
         elif preset.trained:
@@ -565,6 +781,58 @@ def _tensor_specs(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...], st
     return specs
 
 
+_HUB_EXPERT_NAMES = {
+    # model_type: (the block's name on the Hub, gate, up, down names of one expert)
+    "mixtral": ("block_sparse_moe", "w1", "w3", "w2"),
+    "qwen2_moe": ("mlp", "gate_proj", "up_proj", "down_proj"),
+    "qwen3_moe": ("mlp", "gate_proj", "up_proj", "down_proj"),
+}
+
+
+def _hub_expert_layout(
+    specs: list[tuple[str, tuple[int, ...], str, Any]], model_type: str
+) -> list[tuple[str, tuple[int, ...], str, Any]]:
+    """Mixture-of-experts tensors under the names the Hub's checkpoints use (one matrix per
+    expert: `block_sparse_moe.experts.3.w1.weight`), not transformers 5's fused in-memory ones
+    (`mlp.experts.gate_up_proj`, experts x 2 FFN x hidden): vLLM loads only the Hub's, and
+    transformers 5 converts them on load as it does every real checkpoint. transformers 4.x
+    already names them so: then nothing changes."""
+    if model_type not in _HUB_EXPERT_NAMES:
+        return specs
+    block, gate, up, down = _HUB_EXPERT_NAMES[model_type]
+    out: list[tuple[str, tuple[int, ...], str, Any]] = []
+    for name, shape, rule, keep_dtype in specs:
+        prefix, _, leaf = name.partition(".mlp.")
+        if not leaf:
+            out.append((name, shape, rule, keep_dtype))
+        elif leaf == "experts.gate_up_proj":  # (experts, gate rows then up rows, hidden)
+            experts, rows, hidden = shape
+            for expert in range(experts):
+                for part in (gate, up):
+                    out.append(
+                        (
+                            f"{prefix}.{block}.experts.{expert}.{part}.weight",
+                            (rows // 2, hidden),
+                            rule,
+                            keep_dtype,
+                        )
+                    )
+        elif leaf == "experts.down_proj":  # (experts, hidden, ffn)
+            experts, hidden, ffn = shape
+            for expert in range(experts):
+                out.append(
+                    (
+                        f"{prefix}.{block}.experts.{expert}.{down}.weight",
+                        (hidden, ffn),
+                        rule,
+                        keep_dtype,
+                    )
+                )
+        else:  # the router and any shared expert keep their names under the Hub's block
+            out.append((f"{prefix}.{block}.{leaf}", shape, rule, keep_dtype))
+    return out
+
+
 def _write_random_checkpoint(
     config: PretrainedConfig, out_dir: Path, *, seed: int, dtype: str
 ) -> None:
@@ -574,7 +842,7 @@ def _write_random_checkpoint(
 
     torch_dtype = getattr(torch, dtype)
     model = _meta_model(config)
-    specs = _tensor_specs(model)
+    specs = _hub_expert_layout(_tensor_specs(model), getattr(config, "model_type", ""))
     del model
     element_bytes = DTYPE_BYTES[dtype]
 
@@ -926,27 +1194,75 @@ def preset_info(name: str, dtype: str = "bfloat16", seed: int = 0) -> ModelInfo:
     )
 
 
-def check_model_name(name_or_path: str) -> None:
-    """A UserError unless `name_or_path` is a preset or a local checkpoint folder (one with a
-    config.json); reads nothing else and writes nothing (plans check before any run)."""
+def preset_name(name_or_path: str) -> str | None:
+    """The preset a model name stands for: a preset's own name, or a known Hugging Face id
+    (`bench.core.model_ids`, case-insensitive); None for anything else. A local folder of that
+    name wins over the id (the caller checks the folder first: `check_model_name`)."""
     if name_or_path in PRESETS:
+        return name_or_path
+    if name_or_path.lower() in PRESETS:
+        return name_or_path.lower()
+    return preset_for_id(name_or_path)
+
+
+def _local_checkpoint(name_or_path: str) -> Path | None:
+    path = Path(name_or_path).expanduser()
+    return path if (path / "config.json").is_file() else None
+
+
+def canonical_model(name_or_path: str) -> str:
+    """What a model name resolves to: a local checkpoint folder (with a config.json) as given,
+    else the preset it names (a preset or a known Hugging Face id), else the name unchanged."""
+    if name_or_path in PRESETS or _local_checkpoint(name_or_path) is not None:
+        return name_or_path
+    return preset_name(name_or_path) or name_or_path
+
+
+def unknown_model_message(name: str) -> str:
+    """One line for a model name that is no preset, known id nor local checkpoint: what was
+    meant (difflib, when close) and how to give a model the project does not know."""
+    known = [*PRESETS, *HUGGING_FACE_IDS]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    if not close:
+        lowered = {k.lower(): k for k in known}
+        close = [lowered[m] for m in difflib.get_close_matches(name.lower(), lowered, n=1)]
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    how = (
+        f"download its config.json into a folder (huggingface-cli download {name} config.json "
+        "--local-dir DIR) and give that folder's path"
+        if looks_like_hub_id(name)
+        else "give a local folder holding its config.json (and weights, to run it)"
+    )
+    return (
+        f"unknown model {name!r}: not a preset, a known Hugging Face id nor a local folder with a "
+        f"config.json; {hint}{how}; presets: {', '.join(PRESETS)}"
+    )
+
+
+def check_model_name(name_or_path: str) -> None:
+    """A UserError unless `name_or_path` is a preset, a known Hugging Face id or a local
+    checkpoint folder (one with a config.json); reads nothing else and writes nothing (plans and
+    profiles check before any run)."""
+    if name_or_path in PRESETS or _local_checkpoint(name_or_path) is not None:
         return
     path = Path(name_or_path).expanduser()
-    looks_like_path = os.sep in name_or_path or name_or_path.startswith((".", "~"))
-    if not path.exists():
-        if looks_like_path:
-            raise UserError(f"model path {name_or_path} does not exist")
-        _get_preset(name_or_path)  # raises the UserError listing presets
-    if not path.is_dir():
-        raise UserError(f"model path {name_or_path} is not a directory")
-    if not (path / "config.json").exists():
+    if path.is_dir():
         raise UserError(f"model path {name_or_path} has no config.json")
+    if path.exists():
+        raise UserError(f"model path {name_or_path} is not a directory")
+    if preset_name(name_or_path) is not None:
+        return
+    looks_like_path = os.sep in name_or_path or name_or_path.startswith((".", "~"))
+    if looks_like_path and not looks_like_hub_id(name_or_path):
+        raise UserError(f"model path {name_or_path} does not exist")
+    raise UserError(unknown_model_message(name_or_path))
 
 
 def model_context(name_or_path: str) -> ModelContext | None:
     """The context window of a preset (its stated `positions`) or of a local checkpoint (its
     config.json, read bounded); None when no model is known by that name or its config states
     no position limit: then only MAX_TOKENS bounds the lengths. Imports nothing heavy."""
+    name_or_path = canonical_model(name_or_path)
     if name_or_path in PRESETS:
         positions = PRESETS[name_or_path].positions
         if positions is None:
@@ -974,11 +1290,12 @@ def resolve_model(
 ) -> ModelInfo:
     """A preset name (written on first use) or a local checkpoint directory -> its ModelInfo."""
     _check_dtype(dtype)
+    check_model_name(name_or_path)
+    name_or_path = canonical_model(name_or_path)
     if name_or_path in PRESETS:
         model_dir = ensure_preset(name_or_path, seed=seed, dtype=dtype)
         info = _info_from_dir(model_dir, name_or_path, dtype, trust_remote_code=False)
         return info.model_copy(update={"random_weights": not PRESETS[name_or_path].trained})
-    check_model_name(name_or_path)
     path = Path(name_or_path).expanduser()
     return _info_from_dir(path, name_or_path, dtype, trust_remote_code=trust_remote_code)
 
@@ -1040,6 +1357,8 @@ def first_shard_sha256(model_dir: Path) -> str:
 __all__ = [
     "PRESETS",
     "Preset",
+    "canonical_model",
+    "check_model_name",
     "ensure_preset",
     "first_shard_sha256",
     "kind_of",
@@ -1049,6 +1368,8 @@ __all__ = [
     "model_context",
     "parameter_count",
     "preset_info",
+    "preset_name",
     "resolve_model",
+    "unknown_model_message",
     "weight_bytes",
 ]

@@ -206,3 +206,33 @@ def test_tensor_parallel_shape_splits_bytes_and_flops():
         [],
     )
     assert fp8.shape.weight_bytes == pytest.approx(one.shape.weight_bytes / 2)
+
+
+def test_a_mixtral_class_model_is_sized_from_its_active_parameters():
+    """Mixtral-8x7B (by its Hugging Face id) on two H100s: the decode floor reads the routed
+    experts, not all 46.7B parameters, and where FP8 weights fit one GPU the fleet is replicas
+    of one GPU, not tensor parallelism over two."""
+    from advisor.decide.recommend import recommend
+
+    data = {
+        "long_sequence_generation": True,
+        "model": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+        "prompt_tokens": {"mean": 1000},
+        "output_tokens": {"mean": 300},
+        "peak_request_rate_rps": 10,
+        "slo": {"ttft_ms": 1000, "tpot_ms": 50},
+        "gpu": {"type": "H100-SXM", "count": 2},
+    }
+    estimate = estimate_stage(stage_of(data))
+    h100 = GPUS["H100-SXM"]
+    all_weights_ms = estimate.weights_gb * 1e9 / (h100.memory_bandwidth_tb_s * 1e12 * 2) * 1e3
+    active_share = 12_879_925_248 / 46_702_792_704
+    assert estimate.decode_floor_ms_per_token == pytest.approx(
+        all_weights_ms * active_share, rel=0.01
+    )
+    report = recommend(profile_from_dict({"title": "mixtral", "kind": "generate", **data}))
+    chosen = report.stages[0].recommendation
+    fleet = chosen.fleet
+    assert fleet is not None and fleet.chosen.parallelism.tensor_parallel_size == 1
+    assert fleet.chosen.precision.quantization == "fp8"
+    assert chosen.configuration.parallelism.replicas == chosen.capacity.gpus_needed

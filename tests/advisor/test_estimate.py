@@ -162,10 +162,10 @@ def test_littles_law_concurrency() -> None:
 
 
 def test_unknown_model_and_gpu() -> None:
-    estimate = estimate_stage(stage(model="/nowhere/model"))
-    assert estimate.parameters is None
-    assert estimate.fits is None
-    assert any("parameters_b" in note for note in estimate.notes)
+    # A model nobody can size is refused when the profile is read (issue 47: it used to be
+    # sized as "unknown"); one whose size the profile states is sized from it.
+    with pytest.raises(UserError, match="model path /nowhere/model does not exist"):
+        stage(model="/nowhere/model")
     override = estimate_stage(stage(model="/nowhere/model", parameters_b=7.0, gpu={"type": "L4"}))
     assert override.weights_gb == pytest.approx(14.0)
     assert override.decode_floor_ms_per_token == pytest.approx(14.0 / 0.3)
@@ -344,7 +344,9 @@ def test_preset_counts_match_bench_models() -> None:
 
 def test_preset_context_windows_match_bench_models() -> None:
     """The context check's windows are the presets' max_position_embeddings (configs only, no
-    weights), and no preset has rope scaling."""
+    weights), and only Llama-3.1's presets have rope scaling (llama3 x8 of 8,192), as their
+    config.json says."""
+    from advisor.workload.architectures import RopeScaling
     from bench.engines.models import PRESETS
 
     for name, preset in PRESETS.items():
@@ -352,4 +354,6 @@ def test_preset_context_windows_match_bench_models() -> None:
         assert ARCHITECTURES[name].max_positions == getattr(
             config, "max_position_embeddings", None
         ), name
-        assert ARCHITECTURES[name].rope_scaling is None
+        assert ARCHITECTURES[name].max_positions == preset.positions, name
+        expected = RopeScaling("llama3", 8.0, 8192) if name.startswith("llama-3.1") else None
+        assert ARCHITECTURES[name].rope_scaling == expected, name

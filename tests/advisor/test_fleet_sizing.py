@@ -279,3 +279,13 @@ def test_a_settled_search_supersedes_searches_judged_from_an_empty_engine():
     assert [c.capacity.run_id for c in measured] == ["settled-double"]
     assert not any("upper bound" in note for note in measured[0].capacity.notes)
     assert any("superseded by the settled search settled-double" in note for note in notes)
+
+
+def test_a_hugging_face_id_is_sized_from_its_presets_shipped_search():
+    """meta-llama/Llama-2-7b-chat-hf has llama-2-7b's config.json (bench.core.model_ids): the
+    shipped random-weight search of that shape sizes it (speed does not depend on the weights)."""
+    as_id = {**CHAT_40, "model": "meta-llama/Llama-2-7b-chat-hf"}
+    report = recommend(profile_from_dict(as_id), reference_dir=SHIPPED_REFERENCE_DIR)
+    capacity = report.stages[0].recommendation.capacity
+    assert capacity is not None and capacity.source == "measured"
+    assert capacity.reference == SETTLED_SEARCH and capacity.gpus_needed == 3

@@ -130,6 +130,9 @@ def test_summarize_without_slo_has_no_goodput(tmp_path):
             "rate_rps",
         ),
         (("run", "--backend", "fake", "--model", "/no/such/checkpoint"), "does not exist"),
+        # Neither a preset, a known Hugging Face id nor a folder: how to give a config.json.
+        (("run", "--backend", "fake", "--model", "acme/unknown-7b"), "--local-dir DIR"),
+        (("run", "--backend", "fake", "--model", "tiny-lama"), "did you mean 'tiny-llama'"),
         (("run", "--backend", "fake", "--model", "tiny-llama", "--engine-arg", "warp=9"), "warp"),
         (("run", "--backend", "tensorrt_llm", "--model", "tiny-llama"), "not installed"),
         (

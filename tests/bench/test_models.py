@@ -12,10 +12,13 @@ from bench.core.schema import ModelInfo
 from bench.engines import models
 from bench.engines.models import (
     PRESETS,
+    canonical_model,
     ensure_preset,
     first_shard_sha256,
+    model_context,
     parameter_count,
     preset_info,
+    preset_name,
     resolve_model,
     safetensors_parameter_count,
     weight_bytes,
@@ -160,6 +163,13 @@ def test_llama_2_13b_sizes_from_config_alone(tmp_path, monkeypatch) -> None:
         ("llama-2-7b", 6_738_415_616),
         ("llama-3-8b", 8_030_261_248),
         ("mistral-7b", 7_241_732_096),
+        # Published totals: Llama-3.1 8B/70B model cards, Mixtral "46.7B total" (Mistral AI),
+        # Qwen2.5-7B "7.61B", Qwen3-30B-A3B "30.5B".
+        ("llama-3.1-8b", 8_030_261_248),
+        ("llama-3.1-70b", 70_553_706_496),
+        ("mixtral-8x7b", 46_702_792_704),
+        ("qwen2.5-7b", 7_615_616_512),
+        ("qwen3-30b-a3b", 30_532_122_624),
         ("resnet-50", 25_557_032),
         ("bert-base", 109_482_240),
         ("vit-base", 86_567_656),
@@ -209,3 +219,83 @@ def test_preset_positions_are_their_configs_max_position_embeddings() -> None:
     for name, preset in PRESETS.items():
         config = preset.build_config()
         assert preset.positions == getattr(config, "max_position_embeddings", None), name
+
+
+def test_tiny_mixtral_writes_loads_and_routes_tokens(tmp_path, monkeypatch) -> None:
+    """The MoE test preset is a real checkpoint: written, loaded by transformers as
+    MixtralForCausalLM with 4 experts and top-2 routing, and generating."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path))
+    info = resolve_model("tiny-mixtral", dtype="float32")
+    assert info.architecture == "MixtralForCausalLM" and info.random_weights
+    assert info.parameters == parameter_count(PRESETS["tiny-mixtral"].build_config())
+    # The experts are stored one matrix each under the Hub's names (what vLLM loads), and
+    # transformers reads every tensor back (nothing missing, nothing left over).
+    header = json.loads(
+        (Path(info.path) / "model.safetensors").read_bytes()[8:][
+            : int.from_bytes((Path(info.path) / "model.safetensors").read_bytes()[:8], "little")
+        ]
+    )
+    assert "model.layers.0.block_sparse_moe.experts.3.w2.weight" in header
+    assert "model.layers.1.block_sparse_moe.gate.weight" in header
+    assert safetensors_parameter_count(Path(info.path)) == info.parameters
+    model, loading = AutoModelForCausalLM.from_pretrained(
+        info.path, dtype=torch.float32, output_loading_info=True
+    )
+    assert not loading["missing_keys"] and not loading["unexpected_keys"], loading
+    assert model.config.num_local_experts == 4 and model.config.num_experts_per_tok == 2
+    with torch.no_grad():
+        out = model.generate(torch.tensor([[1, 5, 9, 13]]), max_new_tokens=4, do_sample=False)
+    assert out.shape == (1, 8)
+
+
+def test_a_hugging_face_id_resolves_to_its_preset(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path))
+    assert preset_name("META-LLAMA/Llama-3.1-8B-Instruct") == "llama-3.1-8b"
+    assert canonical_model("mistralai/Mixtral-8x7B-v0.1") == "mixtral-8x7b"
+    context = model_context("meta-llama/Llama-3.1-70B-Instruct")
+    assert context is not None and context.positions == 131072
+    with pytest.raises(UserError, match=r"unknown model 'acme/x'.*config\.json"):
+        resolve_model("acme/x")
+
+
+def test_a_preset_too_big_for_the_disk_is_refused_before_writing(tmp_path, monkeypatch) -> None:
+    """mixtral-8x7b takes 93 GB in bf16: on a disk with 10 GB free it is refused in one line
+    naming both figures, and nothing is left in the cache."""
+    import shutil
+
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path))
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(models.shutil, "disk_usage", lambda _: usage._replace(free=10 * 1000**3))
+    with pytest.raises(UserError, match=r"preset mixtral-8x7b needs 98\.1 GB .* 10\.0 GB free"):
+        models.ensure_preset("mixtral-8x7b")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_qwen3_moe_checkpoint_is_written_in_the_hub_layout_and_loads(tmp_path) -> None:
+    """The Qwen-MoE expert renaming (mlp.experts.N.gate_proj/up_proj/down_proj) round-trips
+    through transformers with nothing missing, on a 2-layer Qwen3-MoE config."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+
+    config = Qwen3MoeConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+    )
+    config.architectures = ["Qwen3MoeForCausalLM"]
+    models._write_random_checkpoint(config, tmp_path, seed=0, dtype="float32")
+    assert safetensors_parameter_count(tmp_path) == parameter_count(config)
+    _, loading = AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), dtype=torch.float32, output_loading_info=True
+    )
+    assert not loading["missing_keys"] and not loading["unexpected_keys"], loading

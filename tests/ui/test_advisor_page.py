@@ -264,3 +264,50 @@ def test_configuration_rows_read_the_typed_configuration():
     assert rows["Chosen on"] == "the estimate"
     assert rows["TPOT (predicted)"].endswith("at concurrency 64")
     assert "tensor_parallel_size" not in configuration.engine_args
+
+
+def test_an_emptied_slo_field_stays_empty_after_a_rerun(app_test):
+    """Issue 47: a cleared E2E or TTFT limit came back as 5000 / 300 ms on the next run, so a
+    form-made profile could never say "no limit" (what the shipped capacity searches need)."""
+    from ui import state
+
+    at = app_test()
+    at.run()
+    e2e = next(n for n in at.number_input if n.label.startswith("End-to-end"))
+    ttft = next(n for n in at.number_input if n.label.startswith("TTFT"))
+    assert e2e.value == 5000 and ttft.value == 300  # the first-visit profile's limits
+    e2e.set_value(None)
+    ttft.set_value(None).run()
+    assert not at.exception
+    for _ in range(2):  # the page's own rerun, then another
+        slo = at.session_state[state.PROFILE_KEY].stages[0].slo
+        assert slo.e2e_ms is None and slo.ttft_ms is None
+        assert next(n for n in at.number_input if n.label.startswith("End-to-end")).value is None
+        assert next(n for n in at.number_input if n.label.startswith("TTFT")).value is None
+        at.run()
+    typed = next(n for n in at.number_input if n.label.startswith("End-to-end"))
+    typed.set_value(8000).run()
+    assert at.session_state[state.PROFILE_KEY].stages[0].slo.e2e_ms == 8000
+    assert next(n for n in at.number_input if n.label.startswith("End-to-end")).value == 8000
+
+
+def test_an_unknown_model_is_refused_at_the_field_and_nothing_is_advised(app_test):
+    """A typed model that is no preset, known Hugging Face id nor local folder is refused with
+    the message at the field; the page gives no advice (never tiny-llama "instead")."""
+    from ui import state
+    from ui.advisor_page import CUSTOM_MODEL
+
+    at = app_test()
+    at.run()
+    at.selectbox(key="v0_s0_model_choice").set_value(CUSTOM_MODEL).run()
+    at.text_input(key="v0_s0_model_path").set_value("meta-llama/Llama-9-1B").run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any("unknown model 'meta-llama/Llama-9-1B'" in e and "config.json" in e for e in errors)
+    # The profile the other pages read (the Benchmark page's runs) is not the refused one.
+    assert at.session_state[state.PROFILE_KEY].stages[0].model != "meta-llama/Llama-9-1B"
+    assert not [h for h in at.header if h.value == "Advice"]
+    # A known Hugging Face id is accepted and advised on.
+    at.text_input(key="v0_s0_model_path").set_value("Qwen/Qwen2.5-7B-Instruct").run()
+    assert not at.exception and not at.error
+    assert at.session_state[state.PROFILE_KEY].stages[0].model == "Qwen/Qwen2.5-7B-Instruct"
