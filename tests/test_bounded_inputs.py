@@ -660,3 +660,24 @@ def test_a_bound_outside_the_table_keeps_pydantics_words() -> None:
         "1e+300 is over the limit of 1,000 USD per GPU-hour (MAX_PRICE_PER_GPU_HOUR in "
         "docs/limits.md)"
     )
+
+
+def test_a_yaml_hex_integer_of_4000_digits_is_one_line(tmp_path: Path) -> None:
+    """YAML reads `0x...` without Python's 4,300-digit guard; the refusal used to try to write
+    the 4,817 decimal digits and died with a traceback. It is named by its length instead."""
+    config = tmp_path / "run.yaml"
+    config.write_text("backend: fake\nmodel: tiny-llama\nworkload:\n  seed: 0x" + "f" * 4000 + "\n")
+    one_line(
+        *bench("run", "--config", str(config), "--no-store"),
+        "workload.seed: a 4,817-digit number is over the limit of 4,294,967,295",
+    )
+
+
+def test_compare_of_a_deeply_nested_result_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "result.json").write_text("[" * 100_000 + "]" * 100_000)
+    one_line(*bench("compare", str(folder), str(folder)), "nested deeper than 100 levels")
+    campaign = tmp_path / "campaign-x.json"
+    campaign.write_text('{"steps": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    one_line(*bench("compare", str(campaign), str(campaign)), "nested deeper than 100 levels")

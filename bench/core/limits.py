@@ -246,15 +246,28 @@ def out_of_range(loc: Sequence[Any], error_type: str, bound: Any, value: Any) ->
     return None
 
 
+SHOWN_DIGITS = 30
+"""A refused integer longer than this is named by its length: Python refuses to write an int of
+over 4,300 digits in decimal (a YAML hex literal of 4,000 digits is one), and no reader wants
+the digits of one that it would write."""
+
+
 def _shown(value: Any) -> str:
-    """A refused value as the user would recognise it: `1,000,000,000`, `1e+300`, `-1`."""
+    """A refused value as the user would recognise it: `1,000,000,000`, `1e+300`, `-1`, `a
+    4,817-digit number`."""
     if isinstance(value, str):
+        if len(value) > SHOWN_DIGITS:
+            return f"{value[:SHOWN_DIGITS]}... ({len(value):,} characters)"
         try:
             value = float(value) if any(c in value for c in ".eE") else int(value)
         except ValueError:
             return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         return repr(value)
+    if isinstance(value, int) and value.bit_length() > SHOWN_DIGITS * 3:  # over ~27 digits
+        digits = int(value.bit_length() * 0.30103) + 1  # log10(2): within one digit
+        sign = "negative " if value < 0 else ""
+        return f"a {sign}{digits:,}-digit number"
     if isinstance(value, int) or (value.is_integer() and abs(value) < 1e15):
         return f"{int(value):,}"
     return f"{value:g}"

@@ -30,6 +30,7 @@ from pydantic import Field, ValidationError
 
 from bench import SCHEMA_VERSION
 from bench.core.errors import UserError
+from bench.core.files import InputTooComplex, parse_json
 from bench.core.limits import MAX_BOOTSTRAP_DRAWS, MAX_SEED, MIN_BOOTSTRAP_DRAWS
 from bench.core.schema import RequestRecord, RunResult
 from bench.core.stats import (
@@ -95,8 +96,10 @@ def _read_result(text: bytes | str, source: str) -> RunResult:
     """A result file as a RunResult; one newer than this tool is refused by its schema version
     (its fields may mean other things), not compared as if current."""
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = parse_json(text, source)  # bounded: 100,000 `[` is one line, not a RecursionError
+    except InputTooComplex:
+        raise
+    except UserError:
         raise UserError(f"{source}: not a RunResult this version can read (not JSON)") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
@@ -173,8 +176,8 @@ def _campaign_file(path: Path) -> Side:
     """A campaign JSON with its runs: folders under its own folder (`campaign.json`) or the
     archive beside a shipped `campaign-NAME.json`; runs only inside the JSON as a last resort."""
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
+        data = parse_json(path.read_bytes(), f"campaign {path}")
+    except OSError as exc:
         raise UserError(f"cannot read campaign {path}: {exc}") from None
     if not isinstance(data, dict) or "steps" not in data:
         raise UserError(f"{path} is not a campaign file (no steps)")
