@@ -681,3 +681,15 @@ def test_compare_of_a_deeply_nested_result_is_one_line(tmp_path: Path) -> None:
     campaign = tmp_path / "campaign-x.json"
     campaign.write_text('{"steps": ' + "[" * 100_000 + "]" * 100_000 + "}")
     one_line(*bench("compare", str(campaign), str(campaign)), "nested deeper than 100 levels")
+
+
+@pytest.mark.parametrize("model", ["llama-2-7b", "tiny-llama"])
+@pytest.mark.parametrize("trace", ["azure_small.csv", "mooncake_small.jsonl"])
+def test_the_shipped_example_traces_fit_the_models_the_readme_uses(trace: str, model: str):
+    """examples/traces/README.md replays these on llama-2-7b (the tests on tiny-llama): every row
+    must fit the model's context window, or the README's command is refused before it starts."""
+    from bench.core.config import ReplayLoad, RunConfig
+    from bench.run.api import check_traffic_files
+
+    load = ReplayLoad(trace=str(EXAMPLE_TRACE.parent / trace))
+    check_traffic_files(RunConfig(backend="fake", model=model, load=load))
