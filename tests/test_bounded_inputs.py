@@ -693,3 +693,16 @@ def test_the_shipped_example_traces_fit_the_models_the_readme_uses(trace: str, m
 
     load = ReplayLoad(trace=str(EXAMPLE_TRACE.parent / trace))
     check_traffic_files(RunConfig(backend="fake", model=model, load=load))
+
+
+def test_a_trace_row_of_300000_hash_ids_is_refused_naming_the_field(tmp_path: Path) -> None:
+    rows = [json.loads(line) for line in EXAMPLE_TRACE.read_text().splitlines() if line.strip()]
+    rows[2]["hash_ids"] = list(range(300_000))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = _run_config(tmp_path, load={"pattern": "replay", "trace": str(trace)})
+    one_line(
+        *bench("run", "--config", config, "--no-store"),
+        "line 3: hash_ids holds 300,000 blocks, over the limit of 100,000 per row "
+        "(MAX_HASH_IDS in docs/limits.md)",
+    )

@@ -160,6 +160,15 @@ LIMITS: tuple[Limit, ...] = (
         fields=("block_size",),
     ),
     Limit(
+        name="MAX_HASH_IDS",
+        applies_to="hash_ids of one Mooncake trace row (prompt blocks)",
+        low=0,
+        high=100_000,
+        unit="blocks",
+        why="a row of 10,000,000 tokens (MAX_TOKENS) in blocks of 100 tokens; the Mooncake "
+        "trace's blocks are 512 tokens. Each block's token IDs are generated when the row is sent",
+    ),
+    Limit(
         name="MAX_PREFIXES",
         applies_to="workload prefix.count, profile shared_prefix.count",
         low=1,
@@ -215,6 +224,7 @@ MAX_TOKENS = int(BY_NAME["MAX_TOKENS"].high)
 MAX_CONCURRENCY = int(BY_NAME["MAX_CONCURRENCY"].high)
 MAX_PROBE_REQUESTS = int(BY_NAME["MAX_PROBE_REQUESTS"].high)
 MAX_BLOCK_SIZE = int(BY_NAME["MAX_BLOCK_SIZE"].high)
+MAX_HASH_IDS = int(BY_NAME["MAX_HASH_IDS"].high)
 MAX_PREFIXES = int(BY_NAME["MAX_PREFIXES"].high)
 MAX_SEED = int(BY_NAME["MAX_SEED"].high)
 MIN_BOOTSTRAP_DRAWS = int(BY_NAME["BOOTSTRAP_DRAWS"].low or 0)
