@@ -247,6 +247,7 @@ def bench_plan_command(
     plans = [
         plan_for_stage(s, quick=quick, tree=tree, configurations=not quick) for s in workload.stages
     ]
+    _check_as_bench_run_would(plans)
     if as_json:
         data = [
             {
@@ -267,6 +268,21 @@ def bench_plan_command(
     for plan in plans:
         for line in plan_text(plan, reproduce_command):
             typer.echo(line)
+
+
+def _check_as_bench_run_would(plans: list[Any]) -> None:
+    """Every printed configuration through `bench run`'s own pre-run check of its files (the
+    trace and prompt file read, each row against the model's context window): a plan never
+    prints a command that `bench run` refuses (a prompt file's `output_tokens: 4096` on a
+    4,096-token model was planned, then refused by the run)."""
+    from bench.run.api import check_traffic_files
+
+    for plan in plans:
+        for config in [*plan.configs, *plan.capacity_configs]:
+            try:
+                check_traffic_files(config)
+            except UserError as exc:
+                raise UserError(f"stage {plan.stage}, {config.backend} run: {exc}") from None
 
 
 def plan_text(plan: Any, command_of: Any) -> list[str]:
