@@ -208,13 +208,26 @@ def test_a_folder_of_repeats_is_a_group_to_compare(tmp_path: Path, reference_run
     from bench.orchestrate.compare import load_side
 
     first, second = reference_runs[0], reference_runs[1]
-    for k in (1, 2):
-        _run_folder(tmp_path / "A" / f"repeat-{k}", first)
-        _run_folder(tmp_path / "B" / f"repeat-{k}", second)
+    for k in (1, 2):  # two repeats: distinct runs of one configuration
+        _run_folder(tmp_path / "A" / f"repeat-{k}", {**first, "run_id": f"{first['run_id']}{k}"})
+        _run_folder(tmp_path / "B" / f"repeat-{k}", {**second, "run_id": f"{second['run_id']}{k}"})
     side = load_side(str(tmp_path / "A"))
     assert side.kind == "group" and len(side.runs) == 2
     code, stderr = bench("compare", str(tmp_path / "A"), str(tmp_path / "B"), "--json")
     assert code == 0, stderr
+
+
+def test_a_run_listed_twice_in_a_group_is_refused(tmp_path: Path, reference_runs) -> None:
+    """A copied run folder is not a second repeat: it would narrow every interval unseen."""
+    first, second = reference_runs[0], reference_runs[1]
+    for k in (1, 2):
+        _run_folder(tmp_path / "A" / f"repeat-{k}", first)
+    _run_folder(tmp_path / "B" / "repeat-1", second)
+    one_line(
+        *bench("compare", str(tmp_path / "A"), str(tmp_path / "B")),
+        f"run {first['run_id']} is listed twice ({tmp_path / 'A' / 'repeat-1'} and "
+        f"{tmp_path / 'A' / 'repeat-2'})",
+    )
 
 
 def test_summarize_of_an_empty_records_file_is_exit_2(tmp_path: Path) -> None:
@@ -706,3 +719,27 @@ def test_a_trace_row_of_300000_hash_ids_is_refused_naming_the_field(tmp_path: Pa
         "line 3: hash_ids holds 300,000 blocks, over the limit of 100,000 per row "
         "(MAX_HASH_IDS in docs/limits.md)",
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "needle"),
+    [
+        (["--seed", "-1"], "--seed -1: from 0 to 4,294,967,295"),
+        (["--seed", str(2**40)], "from 0 to 4,294,967,295"),
+        (["--bootstrap", "5"], "--bootstrap 5: from 100 to 100,000 draws"),
+        (["--engine", "openai"], "--engine openai scores through running servers: give --endpoint"),
+    ],
+    ids=["negative-seed", "huge-seed", "bootstrap", "openai-without-endpoint"],
+)
+def test_bench_quality_options_follow_compares_rule_before_any_work(
+    tmp_path: Path, option: list[str], needle: str
+) -> None:
+    """One rule for --seed and --bootstrap (bench compare's, in bench/core/limits.py); the
+    openai engine without a server is refused before the model or text is read."""
+    text = tmp_path / "text.txt"
+    text.write_text("hello\n")
+    args = ["quality", "--model", "tiny-llama", "--precision", "fp32", "--text", str(text)]
+    one_line(*bench(*args, "--out", str(tmp_path / "q"), *option), needle)
+    assert not (tmp_path / "q").exists()
+    if option[0] != "--engine":  # bench compare refuses the same value in the same words
+        one_line(*bench("compare", "a", "b", *option), needle)

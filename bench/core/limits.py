@@ -233,6 +233,21 @@ MAX_STAGES = int(BY_NAME["MAX_STAGES"].high)
 MAX_ENGINE_DELAY_S = BY_NAME["MAX_ENGINE_DELAY_S"].high
 
 
+def check_bootstrap_and_seed(bootstrap: int, seed: int) -> None:
+    """`--bootstrap` and `--seed` of every command that bootstraps (bench compare, bench
+    quality): one rule, so a seed one accepts the other never refuses. UserError naming the
+    option and its range."""
+    from bench.core.errors import UserError
+
+    if not MIN_BOOTSTRAP_DRAWS <= bootstrap <= MAX_BOOTSTRAP_DRAWS:
+        raise UserError(
+            f"--bootstrap {bootstrap}: from {MIN_BOOTSTRAP_DRAWS:,} to {MAX_BOOTSTRAP_DRAWS:,} "
+            f"draws ({LIMITS_DOC})"
+        )
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"--seed {seed}: from 0 to {MAX_SEED:,} (numpy's seed range)")
+
+
 def out_of_range(loc: Sequence[Any], error_type: str, bound: Any, value: Any) -> str | None:
     """The words for a pydantic bound error on a field this table bounds, at exactly its
     figure: `1e+300 is over the limit of 1,000,000 requests/s (MAX_RATE_RPS in
