@@ -67,23 +67,28 @@ succeeding in between, the run is stopped as FAILED with the first error as its 
 # --------------------------------------------------------------------------- parent side
 
 
+_STDERR_SWAP = threading.Lock()
+
+
 @contextlib.contextmanager
 def _child_stderr_into(log_path: Path) -> Any:
     """While the worker is spawned, the process's stderr (fd 2, which the child inherits) is the
     worker's log: until the worker has left the terminal's session (worker_boot.boot), a Ctrl-C
     meant for this process reaches it too, and its KeyboardInterrupt traceback belongs in its log,
     not beside this process's one-line report. No signal handler changes, so none is lost; what
-    another thread writes to stderr in that moment lands in the log."""
-    sys.stderr.flush()
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    saved = os.dup(2)
-    os.dup2(log_fd, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(log_fd)
+    another thread writes to stderr in that moment lands in the log. One start at a time (two
+    threads swapping fd 2 at once could leave it pointing at a log)."""
+    with _STDERR_SWAP:
+        sys.stderr.flush()
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        saved = os.dup(2)
+        os.dup2(log_fd, 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(log_fd)
 
 
 def _resource_tracker_deaf_to_hangup() -> None:
