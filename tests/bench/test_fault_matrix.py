@@ -32,6 +32,10 @@ from tests.bench.test_run_lifecycle import REPO, start_cli_run, wait_for_records
 
 pytestmark = pytest.mark.slow
 
+IMPORTING_S = 0.3
+"""How long after the worker's exec a signal lands "at start": its interpreter is up (a signal
+before that ends it quietly, proving nothing) and it is importing the run's modules."""
+
 
 def wait_for_worker(cli: subprocess.Popen, deadline_s: float = 60) -> psutil.Process:
     """The CLI's engine worker as soon as it exists (multiprocessing's spawned child, not its
@@ -89,6 +93,8 @@ def test_a_signal_to_the_cli_fails_the_run_in_one_line(tmp_path, signal_name, wh
         worker = wait_for_worker(cli)
         if when == "mid-load":
             wait_for_records(store_path)
+        else:  # inside the worker's imports (its Python is up, its engine not yet loaded)
+            time.sleep(IMPORTING_S)
         family = family_of(cli)
         assert worker.pid in {p.pid for p in family}
         os.killpg(cli.pid, number)  # as a terminal does: to the whole foreground group
@@ -196,6 +202,7 @@ def test_a_signal_at_the_start_of_a_real_engine_fails_the_run_in_one_line(tmp_pa
     )  # fmt: skip
     try:
         worker = wait_for_worker(cli)
+        time.sleep(IMPORTING_S)
         family = family_of(cli)
         os.killpg(cli.pid, signal.SIGINT)
     finally:
