@@ -247,6 +247,7 @@ def bench_plan_command(
     plans = [
         plan_for_stage(s, quick=quick, tree=tree, configurations=not quick) for s in workload.stages
     ]
+    _check_as_bench_run_would(plans)
     if as_json:
         data = [
             {
@@ -267,6 +268,30 @@ def bench_plan_command(
     for plan in plans:
         for line in plan_text(plan, reproduce_command):
             typer.echo(line)
+
+
+def _check_as_bench_run_would(plans: list[Any]) -> None:
+    """Every printed configuration that reads a trace or prompt file through `bench run`'s own
+    pre-run check (the files read, each row against the model's context window): a plan never
+    prints such a command that `bench run` refuses (a prompt file's `output_tokens: 4096` on a
+    4,096-token model was planned, then refused by the run)."""
+    from bench.run.api import check_traffic_files
+
+    for plan in plans:
+        for config in [*plan.configs, *plan.capacity_configs]:
+            if not _reads_a_file(config):  # a plan without files answers even when the model's
+                continue  # config cannot be read (the tree needs no model size)
+            try:
+                check_traffic_files(config)
+            except UserError as exc:
+                raise UserError(f"stage {plan.stage}, {config.backend} run: {exc}") from None
+
+
+def _reads_a_file(config: Any) -> bool:
+    """The run replays a trace or sends a prompt file (what the pre-run check reads)."""
+    return getattr(config.load, "trace", None) is not None or (
+        getattr(config.workload, "prompt_file", None) is not None
+    )
 
 
 def plan_text(plan: Any, command_of: Any) -> list[str]:

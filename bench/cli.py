@@ -986,7 +986,7 @@ def quality(
         Path | None, typer.Option(help="Tokenizer folder (default: the checkpoint's).")
     ] = None,
     window: Annotated[int, typer.Option(help="Tokens per perplexity window.")] = 256,
-    bootstrap: Annotated[int, typer.Option(min=100, max=100_000, help="Bootstrap draws.")] = 1000,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap draws.")] = 1000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the QualityResult JSON.")] = False,
 ) -> None:
@@ -994,12 +994,14 @@ def quality(
     logit difference) with 95% bootstrap intervals, and each precision's delta vs the first
     (indistinguishable when the interval covers 0). A precision that cannot run is written as
     "not run" with the reason; exit code 1 when none ran."""
+    from bench.core.limits import check_bootstrap_and_seed
     from bench.core.outputs import prepare_out_dir, write_atomic
     from bench.core.quality import check_precision, dumps, read_labelled_file, read_text_file
     from bench.engines.scoring import check_engine
     from bench.run.quality import evaluate
 
     check_engine(engine)
+    check_bootstrap_and_seed(bootstrap, seed)  # the rule bench compare reads
     for name in precision:
         check_precision(name)
     endpoints: dict[str, str] = {}
@@ -1010,6 +1012,12 @@ def quality(
         endpoints[check_precision(name)] = url
     if endpoints and engine != "openai":
         raise UserError("--endpoint is for --engine openai")
+    if engine == "openai" and not endpoints:  # refused before any file is read or model loaded
+        # (with some endpoints given, a precision without one is written as "not run")
+        raise UserError(
+            "--engine openai scores through running servers: give --endpoint PRECISION=URL for "
+            + ", ".join(precision)
+        )
     if text is None and labelled is None:
         raise UserError("give --text FILE or --labelled FILE.jsonl (or both)")
     text_value = read_text_file(str(text)) if text is not None else None

@@ -208,13 +208,26 @@ def test_a_folder_of_repeats_is_a_group_to_compare(tmp_path: Path, reference_run
     from bench.orchestrate.compare import load_side
 
     first, second = reference_runs[0], reference_runs[1]
-    for k in (1, 2):
-        _run_folder(tmp_path / "A" / f"repeat-{k}", first)
-        _run_folder(tmp_path / "B" / f"repeat-{k}", second)
+    for k in (1, 2):  # two repeats: distinct runs of one configuration
+        _run_folder(tmp_path / "A" / f"repeat-{k}", {**first, "run_id": f"{first['run_id']}{k}"})
+        _run_folder(tmp_path / "B" / f"repeat-{k}", {**second, "run_id": f"{second['run_id']}{k}"})
     side = load_side(str(tmp_path / "A"))
     assert side.kind == "group" and len(side.runs) == 2
     code, stderr = bench("compare", str(tmp_path / "A"), str(tmp_path / "B"), "--json")
     assert code == 0, stderr
+
+
+def test_a_run_listed_twice_in_a_group_is_refused(tmp_path: Path, reference_runs) -> None:
+    """A copied run folder is not a second repeat: it would narrow every interval unseen."""
+    first, second = reference_runs[0], reference_runs[1]
+    for k in (1, 2):
+        _run_folder(tmp_path / "A" / f"repeat-{k}", first)
+    _run_folder(tmp_path / "B" / "repeat-1", second)
+    one_line(
+        *bench("compare", str(tmp_path / "A"), str(tmp_path / "B")),
+        f"run {first['run_id']} is listed twice ({tmp_path / 'A' / 'repeat-1'} and "
+        f"{tmp_path / 'A' / 'repeat-2'})",
+    )
 
 
 def test_summarize_of_an_empty_records_file_is_exit_2(tmp_path: Path) -> None:
@@ -660,3 +673,73 @@ def test_a_bound_outside_the_table_keeps_pydantics_words() -> None:
         "1e+300 is over the limit of 1,000 USD per GPU-hour (MAX_PRICE_PER_GPU_HOUR in "
         "docs/limits.md)"
     )
+
+
+def test_a_yaml_hex_integer_of_4000_digits_is_one_line(tmp_path: Path) -> None:
+    """YAML reads `0x...` without Python's 4,300-digit guard; the refusal used to try to write
+    the 4,817 decimal digits and died with a traceback. It is named by its length instead."""
+    config = tmp_path / "run.yaml"
+    config.write_text("backend: fake\nmodel: tiny-llama\nworkload:\n  seed: 0x" + "f" * 4000 + "\n")
+    one_line(
+        *bench("run", "--config", str(config), "--no-store"),
+        "workload.seed: a 4,817-digit number is over the limit of 4,294,967,295",
+    )
+
+
+def test_compare_of_a_deeply_nested_result_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "result.json").write_text("[" * 100_000 + "]" * 100_000)
+    one_line(*bench("compare", str(folder), str(folder)), "nested deeper than 100 levels")
+    campaign = tmp_path / "campaign-x.json"
+    campaign.write_text('{"steps": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    one_line(*bench("compare", str(campaign), str(campaign)), "nested deeper than 100 levels")
+
+
+@pytest.mark.parametrize("model", ["llama-2-7b", "tiny-llama"])
+@pytest.mark.parametrize("trace", ["azure_small.csv", "mooncake_small.jsonl"])
+def test_the_shipped_example_traces_fit_the_models_the_readme_uses(trace: str, model: str):
+    """examples/traces/README.md replays these on llama-2-7b (the tests on tiny-llama): every row
+    must fit the model's context window, or the README's command is refused before it starts."""
+    from bench.core.config import ReplayLoad, RunConfig
+    from bench.run.api import check_traffic_files
+
+    load = ReplayLoad(trace=str(EXAMPLE_TRACE.parent / trace))
+    check_traffic_files(RunConfig(backend="fake", model=model, load=load))
+
+
+def test_a_trace_row_of_300000_hash_ids_is_refused_naming_the_field(tmp_path: Path) -> None:
+    rows = [json.loads(line) for line in EXAMPLE_TRACE.read_text().splitlines() if line.strip()]
+    rows[2]["hash_ids"] = list(range(300_000))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = _run_config(tmp_path, load={"pattern": "replay", "trace": str(trace)})
+    one_line(
+        *bench("run", "--config", config, "--no-store"),
+        "line 3: hash_ids holds 300,000 blocks, over the limit of 100,000 per row "
+        "(MAX_HASH_IDS in docs/limits.md)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "needle"),
+    [
+        (["--seed", "-1"], "--seed -1: from 0 to 4,294,967,295"),
+        (["--seed", str(2**40)], "from 0 to 4,294,967,295"),
+        (["--bootstrap", "5"], "--bootstrap 5: from 100 to 100,000 draws"),
+        (["--engine", "openai"], "--engine openai scores through running servers: give --endpoint"),
+    ],
+    ids=["negative-seed", "huge-seed", "bootstrap", "openai-without-endpoint"],
+)
+def test_bench_quality_options_follow_compares_rule_before_any_work(
+    tmp_path: Path, option: list[str], needle: str
+) -> None:
+    """One rule for --seed and --bootstrap (bench compare's, in bench/core/limits.py); the
+    openai engine without a server is refused before the model or text is read."""
+    text = tmp_path / "text.txt"
+    text.write_text("hello\n")
+    args = ["quality", "--model", "tiny-llama", "--precision", "fp32", "--text", str(text)]
+    one_line(*bench(*args, "--out", str(tmp_path / "q"), *option), needle)
+    assert not (tmp_path / "q").exists()
+    if option[0] != "--engine":  # bench compare refuses the same value in the same words
+        one_line(*bench("compare", "a", "b", *option), needle)

@@ -160,6 +160,15 @@ LIMITS: tuple[Limit, ...] = (
         fields=("block_size",),
     ),
     Limit(
+        name="MAX_HASH_IDS",
+        applies_to="hash_ids of one Mooncake trace row (prompt blocks)",
+        low=0,
+        high=100_000,
+        unit="blocks",
+        why="a row of 10,000,000 tokens (MAX_TOKENS) in blocks of 100 tokens; the Mooncake "
+        "trace's blocks are 512 tokens. Each block's token IDs are generated when the row is sent",
+    ),
+    Limit(
         name="MAX_PREFIXES",
         applies_to="workload prefix.count, profile shared_prefix.count",
         low=1,
@@ -215,12 +224,28 @@ MAX_TOKENS = int(BY_NAME["MAX_TOKENS"].high)
 MAX_CONCURRENCY = int(BY_NAME["MAX_CONCURRENCY"].high)
 MAX_PROBE_REQUESTS = int(BY_NAME["MAX_PROBE_REQUESTS"].high)
 MAX_BLOCK_SIZE = int(BY_NAME["MAX_BLOCK_SIZE"].high)
+MAX_HASH_IDS = int(BY_NAME["MAX_HASH_IDS"].high)
 MAX_PREFIXES = int(BY_NAME["MAX_PREFIXES"].high)
 MAX_SEED = int(BY_NAME["MAX_SEED"].high)
 MIN_BOOTSTRAP_DRAWS = int(BY_NAME["BOOTSTRAP_DRAWS"].low or 0)
 MAX_BOOTSTRAP_DRAWS = int(BY_NAME["BOOTSTRAP_DRAWS"].high)
 MAX_STAGES = int(BY_NAME["MAX_STAGES"].high)
 MAX_ENGINE_DELAY_S = BY_NAME["MAX_ENGINE_DELAY_S"].high
+
+
+def check_bootstrap_and_seed(bootstrap: int, seed: int) -> None:
+    """`--bootstrap` and `--seed` of every command that bootstraps (bench compare, bench
+    quality): one rule, so a seed one accepts the other never refuses. UserError naming the
+    option and its range."""
+    from bench.core.errors import UserError
+
+    if not MIN_BOOTSTRAP_DRAWS <= bootstrap <= MAX_BOOTSTRAP_DRAWS:
+        raise UserError(
+            f"--bootstrap {bootstrap}: from {MIN_BOOTSTRAP_DRAWS:,} to {MAX_BOOTSTRAP_DRAWS:,} "
+            f"draws ({LIMITS_DOC})"
+        )
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"--seed {seed}: from 0 to {MAX_SEED:,} (numpy's seed range)")
 
 
 def out_of_range(loc: Sequence[Any], error_type: str, bound: Any, value: Any) -> str | None:
@@ -246,15 +271,28 @@ def out_of_range(loc: Sequence[Any], error_type: str, bound: Any, value: Any) ->
     return None
 
 
+SHOWN_DIGITS = 30
+"""A refused integer longer than this is named by its length: Python refuses to write an int of
+over 4,300 digits in decimal (a YAML hex literal of 4,000 digits is one), and no reader wants
+the digits of one that it would write."""
+
+
 def _shown(value: Any) -> str:
-    """A refused value as the user would recognise it: `1,000,000,000`, `1e+300`, `-1`."""
+    """A refused value as the user would recognise it: `1,000,000,000`, `1e+300`, `-1`, `a
+    4,817-digit number`."""
     if isinstance(value, str):
+        if len(value) > SHOWN_DIGITS:
+            return f"{value[:SHOWN_DIGITS]}... ({len(value):,} characters)"
         try:
             value = float(value) if any(c in value for c in ".eE") else int(value)
         except ValueError:
             return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         return repr(value)
+    if isinstance(value, int) and value.bit_length() > SHOWN_DIGITS * 3:  # over ~27 digits
+        digits = int(value.bit_length() * 0.30103) + 1  # log10(2): within one digit
+        sign = "negative " if value < 0 else ""
+        return f"a {sign}{digits:,}-digit number"
     if isinstance(value, int) or (value.is_integer() and abs(value) < 1e15):
         return f"{int(value):,}"
     return f"{value:g}"

@@ -30,7 +30,8 @@ from pydantic import Field, ValidationError
 
 from bench import SCHEMA_VERSION
 from bench.core.errors import UserError
-from bench.core.limits import MAX_BOOTSTRAP_DRAWS, MAX_SEED, MIN_BOOTSTRAP_DRAWS
+from bench.core.files import InputTooComplex, parse_json
+from bench.core.limits import check_bootstrap_and_seed
 from bench.core.schema import RequestRecord, RunResult
 from bench.core.stats import (
     BOOTSTRAP,
@@ -95,8 +96,10 @@ def _read_result(text: bytes | str, source: str) -> RunResult:
     """A result file as a RunResult; one newer than this tool is refused by its schema version
     (its fields may mean other things), not compared as if current."""
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = parse_json(text, source)  # bounded: 100,000 `[` is one line, not a RecursionError
+    except InputTooComplex:
+        raise
+    except UserError:
         raise UserError(f"{source}: not a RunResult this version can read (not JSON)") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
@@ -173,8 +176,8 @@ def _campaign_file(path: Path) -> Side:
     """A campaign JSON with its runs: folders under its own folder (`campaign.json`) or the
     archive beside a shipped `campaign-NAME.json`; runs only inside the JSON as a last resort."""
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
+        data = parse_json(path.read_bytes(), f"campaign {path}")
+    except OSError as exc:
         raise UserError(f"cannot read campaign {path}: {exc}") from None
     if not isinstance(data, dict) or "steps" not in data:
         raise UserError(f"{path} is not a campaign file (no steps)")
@@ -212,6 +215,19 @@ def reference_records(folder: str | Path) -> dict[str, list[RequestRecord]]:
     return found
 
 
+def _one_of_each(spec: str, runs: list[LoadedRun], where: list[str]) -> None:
+    """A group's repeats are distinct runs: the same run twice (a copied folder) would count as
+    two repeats and narrow every interval without a word, so it is refused naming both places."""
+    seen: dict[str, str] = {}
+    for run, place in zip(runs, where, strict=True):
+        first = seen.setdefault(run.result.run_id, place)
+        if first != place:
+            raise UserError(
+                f"{spec}: run {run.result.run_id} is listed twice ({first} and {place}); a "
+                "group's repeats must be distinct runs: remove the copy"
+            )
+
+
 def load_side(spec: str, store: Store | None = None) -> Side:
     """Resolve one argument of `bench compare` (see the module docstring); UserError if none."""
     path = Path(spec)
@@ -228,12 +244,9 @@ def load_side(spec: str, store: Store | None = None) -> Side:
             raise UserError(f"{spec} holds several campaigns; name one of: {names}")
         repeats = sorted(path.glob("*/result.json"))
         if repeats:  # `bench run --repeats N --out DIR`: DIR/repeat-k/, one group
-            return Side(
-                spec=spec,
-                kind="group",
-                name=path.name,
-                runs=[_run_folder(p.parent) for p in repeats],
-            )
+            runs = [_run_folder(p.parent) for p in repeats]
+            _one_of_each(spec, runs, [str(p.parent) for p in repeats])
+            return Side(spec=spec, kind="group", name=path.name, runs=runs)
         raise UserError(
             f"{spec} is neither a run folder, a folder of run folders nor a campaign folder"
         )
@@ -684,13 +697,7 @@ def check_options(threshold: float, bootstrap: int, seed: int) -> None:
     store is opened or file read."""
     if not 0 <= threshold < 1:
         raise UserError(f"--threshold {threshold}: must be in [0, 1) (0.05 = 5%)")
-    if not MIN_BOOTSTRAP_DRAWS <= bootstrap <= MAX_BOOTSTRAP_DRAWS:
-        raise UserError(
-            f"--bootstrap {bootstrap}: from {MIN_BOOTSTRAP_DRAWS:,} to {MAX_BOOTSTRAP_DRAWS:,} "
-            "draws (docs/limits.md)"
-        )
-    if not 0 <= seed <= MAX_SEED:
-        raise UserError(f"--seed {seed}: from 0 to {MAX_SEED:,} (numpy's seed range)")
+    check_bootstrap_and_seed(bootstrap, seed)
 
 
 def compare(

@@ -1,6 +1,6 @@
-"""SIGINT and SIGTERM around a run: the first stops it politely, a second kills the worker now,
-and a repeat that arrives after the run has already stopped cannot kill the process that is
-reporting it.
+"""SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session) around a run: the first stops it
+politely, a second kills the worker now, and a repeat that arrives after the run has already
+stopped cannot kill the process that is reporting it.
 
 Why the last part: Ctrl-C pressed twice (or a scheduler's TERM then a terminal's INT) reaches the
 CLI in two signals a fraction of a second apart. When the run stops inside that fraction, its
@@ -21,7 +21,8 @@ import threading
 from types import FrameType
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Ctrl-C, a scheduler's kill, a closed terminal or SSH session: each stops a run the same way."""
 
 # The signal that stopped a run in this process, if one did (read by the program-entry handler).
 _stopped_by: int | None = None
@@ -33,8 +34,8 @@ def stopped_by_signal() -> int | None:
 
 
 class RunInterrupts:
-    """SIGINT and SIGTERM during a run (main thread only): the first sets `stop`, a second sets
-    `kill_now`; the previous handlers come back afterwards."""
+    """SIGINT, SIGTERM or SIGHUP during a run (main thread only): the first sets `stop`, a second
+    sets `kill_now`; the previous handlers come back afterwards."""
 
     def __init__(self, stop: Any) -> None:  # stop: anything with set() (bench.run.api._AnyStop)
         self.stop = stop
@@ -79,7 +80,7 @@ def _program_handler(signal_number: int, _frame: FrameType | None) -> None:
         return  # a run was already stopped by a signal: its report and exit code are on the way
     if signal_number == signal.SIGINT:
         raise KeyboardInterrupt
-    # SIGTERM outside a run: die of it as the default handler would (exit status -15).
+    # SIGTERM or SIGHUP outside a run: die of it as the default handler would (-15, -1).
     signal.signal(signal_number, signal.SIG_DFL)
     os.kill(os.getpid(), signal_number)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.core.config import PromptFile, ReplayLoad
 from bench.core.errors import UserError
-from bench.core.limits import MAX_TOKENS
+from bench.core.limits import LIMITS_DOC, MAX_HASH_IDS, MAX_TOKENS
 
 MAX_TRAFFIC_FILE_BYTES = 256 * 1024 * 1024
 """Trace and prompt files larger than this are refused (a cap, not a streaming reader: the
@@ -133,6 +133,11 @@ def read_mooncake(path: str | Path, max_rows: int | None = None) -> list[TraceRo
         t_ms = float(_count(item["timestamp"], where, "timestamp"))
         hash_ids = item.get("hash_ids")
         if hash_ids is not None:
+            if isinstance(hash_ids, list) and len(hash_ids) > MAX_HASH_IDS:
+                raise UserError(
+                    f"{where}: hash_ids holds {len(hash_ids):,} blocks, over the limit of "
+                    f"{MAX_HASH_IDS:,} per row (MAX_HASH_IDS in {LIMITS_DOC})"
+                )
             if not isinstance(hash_ids, list) or not all(
                 isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
             ):

@@ -22,6 +22,7 @@ import os
 import queue
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -37,7 +38,8 @@ from bench.core.progress import RunProgress
 from bench.core.schema import Failure, ModelInfo, RequestRecord
 from bench.engines.engine_log import with_root_cause
 from bench.run.proctree import TREE_MARKER, ProcessTree
-from bench.run.worker_child import LOG_TAIL_BYTES, _child_main
+from bench.run.worker_boot import boot
+from bench.run.worker_child import LOG_TAIL_BYTES
 from bench.run.worker_events import (
     Closed,
     Loaded,
@@ -63,6 +65,49 @@ succeeding in between, the run is stopped as FAILED with the first error as its 
 
 
 # --------------------------------------------------------------------------- parent side
+
+
+_STDERR_SWAP = threading.Lock()
+
+
+@contextlib.contextmanager
+def _child_stderr_into(log_path: Path) -> Any:
+    """While the worker is spawned, the process's stderr (fd 2, which the child inherits) is the
+    worker's log: until the worker has left the terminal's session (worker_boot.boot), a Ctrl-C
+    meant for this process reaches it too, and its KeyboardInterrupt traceback belongs in its log,
+    not beside this process's one-line report. No signal handler changes, so none is lost; what
+    another thread writes to stderr in that moment lands in the log. One start at a time (two
+    threads swapping fd 2 at once could leave it pointing at a log)."""
+    with _STDERR_SWAP:
+        sys.stderr.flush()
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        saved = os.dup(2)
+        os.dup2(log_fd, 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(log_fd)
+
+
+def _resource_tracker_deaf_to_hangup() -> None:
+    """Start multiprocessing's resource tracker (one per process, shared by every worker) with
+    SIGHUP ignored, which it inherits. It ignores SIGINT and SIGTERM itself but not SIGHUP, and a
+    closed terminal sends SIGHUP to the whole foreground group: the tracker died, was relaunched
+    and printed a KeyError traceback per queue under the run's one-line report. The hang-up
+    that stops the run is this process's to handle (bench/run/interrupts.py); one that arrives
+    while the tracker starts (once per process) is lost."""
+    from multiprocessing import resource_tracker
+
+    if threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
 
 
 @dataclass
@@ -137,6 +182,7 @@ class Worker:
         self.model = model
         self.log_path = Path(log_path)
         ctx = mp.get_context("spawn")
+        _resource_tracker_deaf_to_hangup()  # before the first queue registers with it
         self._events = ctx.Queue()
         # A lock-free shared byte, not an mp.Event: Event.set() waits for every process asleep
         # in wait() to wake, and one that died asleep (the worker that just crashed) never does,
@@ -154,8 +200,9 @@ class Worker:
         self.scratch: Path | None = None
         """The engine's scratch folder while the worker runs (made by start, gone at shutdown)."""
         self._process = ctx.Process(
-            target=_child_main,
+            target=boot,
             args=(
+                os.getpid(),  # the parent it watches from its first line (worker_boot.py)
                 config.model_dump_json(),
                 model.model_dump_json(),
                 str(self.log_path),
@@ -182,7 +229,8 @@ class Worker:
         for name in SCRATCH_ENV:
             if name not in self._env and name not in os.environ:
                 self._env[name] = str(self.scratch)
-        self._process.start()
+        with _child_stderr_into(self.log_path):
+            self._process.start()
         self.tree = ProcessTree(self._process.pid, self.tree_token)
 
     def snapshot_tree(self, every_s: float = 0.5) -> None:

@@ -3,15 +3,14 @@ pattern in-process (one engine) or serve the requests the parent's load generato
 replica of several, bench/run/replicas.py), reporting through the typed events of
 bench/run/worker_events.py.
 
-The parent side (bench/run/worker.py) passes `_child_main` to a spawned process; nothing here runs
-in the parent.
+The parent side (bench/run/worker.py) spawns bench/run/worker_boot.py, which calls `_child_main`
+here; nothing here runs in the parent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import threading
 import time
 import traceback
@@ -52,15 +51,14 @@ def _child_main(
     requests: Any = None,
     gpus: int | None = None,
 ) -> None:
-    """Entry point of the worker process (spawned, so it imports nothing from the parent).
+    """The worker proper, called by bench/run/worker_boot.py once the worker is in a session of
+    its own and watches its parent (spawned, so it imports nothing from the parent).
 
     `env` (the replica's CUDA_VISIBLE_DEVICES) is applied before any framework is imported, so
     the engine and every process it starts see only the replica's GPUs. With a `requests`
     queue the worker serves requests sent by the parent's load generator (bench/run/replicas.py)
     instead of running the load pattern itself.
     """
-    os.setsid()  # own session and process group: the parent can kill the whole tree at once
-    _die_with_parent(os.getppid())
     os.environ.update(env or {})
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)
@@ -81,25 +79,6 @@ def _child_main(
         tail = traceback.format_exc()[-LOG_TAIL_BYTES:]
         events.put(WorkerError(cause=_describe(exc), log_tail=tail))
         raise SystemExit(1) from None
-
-
-PARENT_CHECK_S = 1.0
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Kill this worker's process group once its parent is gone.
-
-    The worker runs in its own session so that a stop can kill its whole tree; the other side of
-    that is that it would outlive a supervisor killed outright (SIGKILL, a force-cancelled Ray
-    task). Re-parenting shows as a changed parent pid.
-    """
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(PARENT_CHECK_S)
-        os.killpg(0, signal.SIGKILL)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def _describe(exc: BaseException) -> str:

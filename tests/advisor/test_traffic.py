@@ -187,6 +187,26 @@ def test_prompt_file_profile_sends_the_file() -> None:
     assert all("prefix caching" not in c.label for c in plan.configs)
 
 
+def test_bench_plan_refuses_a_prompt_file_bench_run_would_refuse(tmp_path: Path) -> None:
+    """One rule: bench-plan puts each configuration it prints through bench run's own check, so
+    `output_tokens: 4096` on llama-2-7b (4,096 positions) is refused by both, in one line."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"text": "hello", "output_tokens": 4096}\n')
+    flags = ["--model", "llama-2-7b", "--gpu", "H200", "--prompt-file", str(prompts)]
+    result = CliRunner().invoke(app, ["bench-plan", "--quick", *flags])
+    assert result.exit_code == 2, result.output
+    [line] = result.output.strip().splitlines()
+    assert "prompt + output_tokens = 1 + 4,096 = 4,097 tokens, over model llama-2-7b" in line
+    from bench.core.config import PromptFile, RunConfig
+    from bench.run.api import check_traffic_files
+
+    workload = {"kind": "generate", "prompt_file": PromptFile(path=str(prompts))}
+    with pytest.raises(UserError, match="4,097 tokens, over model llama-2-7b"):
+        check_traffic_files(RunConfig(backend="fake", model="llama-2-7b", workload=workload))
+    prompts.write_text('{"text": "hello", "output_tokens": 4000}\n')  # fits: planned
+    assert CliRunner().invoke(app, ["bench-plan", "--quick", *flags]).exit_code == 0
+
+
 # ---------------------------------------------------------------- tree
 
 

@@ -274,6 +274,21 @@ async def test_replay_sends_at_trace_times_with_trace_lengths(time_travel, tmp_p
     assert replay_validity_reasons(load, None) == ["replay: no send was recorded"]
 
 
+async def test_a_replay_that_leaves_rows_unsent_is_invalid_saying_so(time_travel, tmp_path):
+    """A later row far in the future (or a huge time_scale) ends the replay at max_duration_s
+    with rows never sent: the run is INVALID naming them, not a replay of the trace."""
+    rows = [{**row, "timestamp": 1000 + index} for index, row in enumerate(MOONCAKE_ROWS[:3])]
+    rows.append({**MOONCAKE_ROWS[3], "timestamp": 10**12})  # 31 years later
+    trace = write_mooncake(tmp_path / "t.jsonl", rows)
+    load = ReplayLoad(trace=str(trace), block_size=8, warmup_requests=0, max_duration_s=5)
+    outcome, records = await execute_fake(GenerateWorkload(output_tokens=fixed(2)), load)
+    assert len([r for r in records if r.phase == "replay"]) == 3
+    report = outcome.pattern_report
+    assert report.incomplete == "max_duration_s reached" and report.trace_rows == 4
+    [reason] = replay_validity_reasons(load, report)
+    assert reason.startswith("replay left 1 of 4 trace rows unsent (max_duration_s reached)")
+
+
 def test_replay_request_cap_and_azure_csv_layout():
     load = ReplayLoad(trace=str(EXAMPLES / "azure_small.csv"), max_requests=50)
     replay = Replay(load)

@@ -11,6 +11,7 @@ when its p99 exceeds `ReplayLoad.max_lateness_ms` (`replay_validity_reasons`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Generator
 
@@ -20,7 +21,7 @@ from bench.core.config import ReplayLoad
 from bench.core.pattern_reports import PatternReportBase, ReplayReport
 from bench.core.schema import MetricsSummary
 from bench.engines.backends.base import GenerateRequest
-from bench.run.load.driver import PhaseSpec
+from bench.run.load.driver import PhaseSpec, PlanInterrupted
 from bench.run.traffic_files import TraceRow, file_sha256, read_trace
 from bench.run.workload import TOKEN_ID_OFFSET
 
@@ -168,8 +169,11 @@ class Replay:
 def plan_replay(
     replay: Replay, vocab_size: int
 ) -> Generator[PhaseSpec, MetricsSummary, ReplayReport]:
-    """The replay pattern's plan: one phase, then its report (trace identity and schedule)."""
-    yield replay.phase(vocab_size)
+    """The replay pattern's plan: one phase, then its report (trace identity and schedule). A
+    replay cut short (max_duration_s, a stop) still reports its trace and row count: the
+    validity rule counts the rows it never sent against them."""
+    with contextlib.suppress(PlanInterrupted):
+        yield replay.phase(vocab_size)
     return replay.report()
 
 
@@ -178,14 +182,25 @@ def replay_validity_reasons(
 ) -> list[str]:
     """Why a replay run is INVALID: the generator fell behind the trace's schedule.
 
-    Rule: p99 of send lateness (actual send - scheduled send) over the replay phase above
-    `load.max_lateness_ms`; a replay with no lateness recorded also fails (nothing was sent)."""
+    Rules: p99 of send lateness (actual send - scheduled send) over the replay phase above
+    `load.max_lateness_ms`; a replay with no lateness recorded also fails (nothing was sent); so
+    does one that left trace rows unsent (a trace whose later rows lie past `max_duration_s`,
+    or a `time_scale` that puts them there): what it measured is not the trace's traffic."""
     lag = pattern_report.scheduling_lag_ms.get(REPLAY_PHASE) if pattern_report else None
     if lag is None:
         return ["replay: no send was recorded"]
+    reasons = []
+    rows = getattr(pattern_report, "trace_rows", None)
+    if rows is not None and lag.count is not None and lag.count < rows:
+        why = f" ({pattern_report.incomplete})" if pattern_report.incomplete else ""
+        span = getattr(pattern_report, "trace_span_s", None)
+        spans = f"; the trace spans {span:.4g} s at time_scale {load.time_scale:g}" if span else ""
+        reasons.append(
+            f"replay left {rows - lag.count:,} of {rows:,} trace rows unsent{why}{spans}"
+        )
     if lag.p99 > load.max_lateness_ms:
-        return [
+        reasons.append(
             f"replay fell behind its trace: p99 send lateness {lag.p99:.1f} ms > "
             f"{load.max_lateness_ms:g} ms"
-        ]
-    return []
+        )
+    return reasons
