@@ -72,9 +72,9 @@ def progress_line(
     elif elapsed <= window:
         fraction = elapsed / window
         where = f"{_seconds(elapsed)} of the {_seconds(window)} window"
-    elif wanted is not None and done + failed + in_flight < wanted:
+    elif wanted is not None and done + in_flight < wanted:  # `completed` counts failures too
         # The window is over; the run sends on until its validity minimum was sent.
-        fraction = min(0.99, (done + failed) / wanted)
+        fraction = min(0.99, done / wanted)
         where = (
             f"the {_seconds(window)} window is over; on until {wanted} requests are sent "
             f"({_seconds(elapsed)} elapsed)"

@@ -14,9 +14,18 @@ and the session then watches the job on the Benchmark page until it is drawn fin
 is the `fake` backend (a labelled test double of an engine: timed fake tokens, a few seconds),
 so the runner's ordering and bookkeeping are what is measured, not an engine.
 
-Sessions: ADVISOR_LOAD_SESSIONS (default 20). The server is warmed by one session first (its
-first script run imports the advisor and bench packages once per process; a person meets that
-once per server start, not per page).
+Sessions: ADVISOR_LOAD_SESSIONS (default 20); ADVISOR_LOAD_SERIAL=1 runs them one after another
+and prints each step's own server CPU. The server is warmed by one session first (its first
+script run imports the advisor and bench packages once per process; a person meets that once per
+server start, not per page).
+
+Measured on the shared 2-core test host (2026-12-06, ADVISOR_LOAD_SESSIONS=2 ADVISOR_LOAD_SERIAL=1,
+load average 15 from other work): per step, the app server's own CPU is open 0.76 s, form edit
+0.78 s, Benchmark page 0.15 s, Quick plan 0.26 s, Report page 0.08 s, JSON report export 4.91 s
+(5.7 s a session). Streamlit runs every session's script in one Python process, so these add up
+on about one core: 20 sessions at once cannot answer within 5 s on two cores (the export alone
+takes 4.9 s of CPU), and this test fails on its time check there until the export is cheaper;
+its state and job checks are printed apart and held in the runs made.
 """
 
 from __future__ import annotations
@@ -36,6 +45,9 @@ from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, DESKTOP
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SESSIONS = int(os.environ.get("ADVISOR_LOAD_SESSIONS", "20"))
+SERIAL = os.environ.get("ADVISOR_LOAD_SERIAL") == "1"
+"""One session after another instead of at once: each step's own server CPU cost, printed
+(what sizes the sessions a host can serve within the limit)."""
 JOB_EVERY = 4
 """One session in JOB_EVERY queues a benchmark job; the others export the report."""
 PAGE_LIMIT_S = 5.0
@@ -50,6 +62,8 @@ class Session:
     index: int
     concurrency: int
     timings: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    """The app server's CPU seconds over each step (its own cost only with one session)."""
     job_id: str | None = None
     error: str | None = None
     """What stopped this session (a wait that ran out), so every session's figures print."""
@@ -75,10 +89,18 @@ def job_config():
     )
 
 
+SERVER: dict[str, str] = {}
+"""The app's URL, for `server_cpu_s` in `timed`."""
+
+
 async def timed(session: Session, name: str, action) -> None:
+    cpu = server_cpu_s(SERVER["url"]) if SERVER else None
     started = time.monotonic()
     await action()
     session.timings[name] = time.monotonic() - started
+    after = server_cpu_s(SERVER["url"]) if SERVER else None
+    if cpu is not None and after is not None:
+        session.cpu[name] = after - cpu
 
 
 async def open_and_fill(page, url: str, session: Session) -> None:
@@ -193,9 +215,13 @@ async def drive(url: str, store_path: Path, sessions: list[Session]) -> tuple[li
             await page.locator(PROFILE_MARKER).first.wait_for(timeout=180_000)
             await warm.close()
             started = time.monotonic()
-            await asyncio.gather(
-                *(one_session(browser, url, s, store_path, queued) for s in sessions)
-            )
+            if SERIAL:
+                for session in sessions:
+                    await one_session(browser, url, session, store_path, queued)
+            else:
+                await asyncio.gather(
+                    *(one_session(browser, url, s, store_path, queued) for s in sessions)
+                )
             return queued, time.monotonic() - started
         finally:
             await browser.close()
@@ -221,6 +247,7 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, t
     store_path = tmp_path / "store.sqlite"
     sessions = [Session(index=i, concurrency=10 + i) for i in range(SESSIONS)]
     load_before = os.getloadavg()
+    SERVER["url"] = app_url
     cpu_before = server_cpu_s(app_url)
     queued, wall_s = asyncio.run(drive(app_url, store_path, sessions))
     cpu_after = server_cpu_s(app_url)
@@ -234,38 +261,60 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, t
         print(f"  app server CPU: {used:.1f} s in all, {used / (SESSIONS + 1):.2f} s per session")
     for name in names:
         values = sorted(s.timings[name] for s in sessions if name in s.timings)
+        cpu = [s.cpu[name] for s in sessions if name in s.cpu]
+        # Serial sessions: the step's own server CPU (at once, steps overlap: not shown).
+        own = f"  server CPU median {statistics.median(cpu):5.2f} s" if SERIAL and cpu else ""
         print(f"  {name:28} n={len(values):2}  median {statistics.median(values):6.2f} s  "
-              f"max {values[-1]:6.2f} s")  # fmt: skip
+              f"max {values[-1]:6.2f} s{own}")  # fmt: skip
 
-    failed = [(s.index, s.error) for s in sessions if s.error]
-    print(f"  sessions that did not finish: {len(failed)} of {SESSIONS}")
-    for index, error in failed:
-        print(f"    session {index}: {error.splitlines()[0]}")
-    assert not failed, f"{len(failed)} session(s) did not finish: {failed[:3]}"
-    # No session saw another's state: its form kept its value, its report carries it.
-    for s in sessions:
-        if s.index % JOB_EVERY:
-            assert s.report_concurrency == s.concurrency, (s.index, s.report_concurrency)
-            assert s.form_value_at_end == str(s.concurrency), (s.index, s.form_value_at_end)
-    # Jobs: each ran exactly once, all completed, in the order they were queued, one at a time.
+    # Every check is made and printed before the test fails on any (a loaded host misses the
+    # time limit: the state and job checks still say whether they held).
+    problems: list[str] = []
+
+    def check(name: str, found: list) -> None:
+        print(f"  {name}: {'held' if not found else f'BROKEN ({len(found)}): {found[:3]}'}")
+        if found:
+            problems.append(f"{name}: {found[:3]}")
+
+    check(
+        "every session finished", [(s.index, s.error.splitlines()[0]) for s in sessions if s.error]
+    )
+    exporters = [s for s in sessions if s.index % JOB_EVERY and s.error is None]
+    check(  # no session saw another's state: its form kept its value, its report carries it
+        "each session's form and report hold its own value",
+        [
+            (s.index, s.concurrency, s.report_concurrency, s.form_value_at_end)
+            for s in exporters
+            if s.report_concurrency != s.concurrency or s.form_value_at_end != str(s.concurrency)
+        ],
+    )
     from bench.storage.store import ResultStore
 
     store = ResultStore(store_path)
     jobs = [store.get_job(job_id) for job_id in queued]
-    assert len(jobs) == len([s for s in sessions if s.index % JOB_EVERY == 0])
-    assert [job.status.value for job in jobs] == ["COMPLETED"] * len(jobs)
-    assert all(len(job.run_ids) == 1 for job in jobs), [job.run_ids for job in jobs]
-    runs = [store.get_run(job.run_ids[0]) for job in jobs]
-    stored = store.list_runs(limit=1000)
-    assert sorted(r.run_id for r in stored) == sorted(r.run_id for r in runs)  # none extra
-    by_creation = sorted(jobs, key=lambda job: (job.created_at, job.job_id))
+    check(
+        "every job COMPLETED with exactly one run",
+        [(job.job_id, job.status.value, job.run_ids) for job in jobs
+         if job.status.value != "COMPLETED" or len(job.run_ids) != 1],
+    )  # fmt: skip
+    run_ids = [run_id for job in jobs for run_id in job.run_ids]
+    stored = sorted(r.run_id for r in store.list_runs(limit=1000))
+    check(
+        "no run lost or made twice (store = jobs' runs)",
+        [] if stored == sorted(run_ids) else [(stored, run_ids)],
+    )
+    by_creation = sorted(
+        (job for job in jobs if job.run_ids), key=lambda job: (job.created_at, job.job_id)
+    )
     started = [store.get_run(job.run_ids[0]).created_at for job in by_creation]
-    assert started == sorted(started), "the runner took the jobs out of their queue order"
-    # Over: pages answered within the limit (jobs excluded).
-    slow = [
-        (s.index, name, round(value, 2))
-        for s in sessions
-        for name, value in s.timings.items()
-        if not name.startswith("job") and value > PAGE_LIMIT_S
-    ]
-    assert not slow, f"page answers over {PAGE_LIMIT_S} s: {slow}"
+    check("jobs run in queue order", [] if started == sorted(started) else [started])
+    check(
+        f"every page answer within {PAGE_LIMIT_S:g} s (jobs excluded)",
+        [
+            (s.index, name, round(value, 1))
+            for s in sessions
+            for name, value in s.timings.items()
+            if not name.startswith("job") and value > PAGE_LIMIT_S
+        ],
+    )
+    assert not problems, "\n".join(problems)
