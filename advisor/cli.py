@@ -453,6 +453,8 @@ def format_text(report: Report) -> str:
         lines += _configuration_lines(stage, report)
         for text in rec.contradictions:
             lines.append(f"Contradiction: {text}")
+        for text in rec.unmeasured:
+            lines.append(f"Not measured here: {text}")
         for caveat in rec.caveats:
             lines.append(f"Caveat: {caveat}")
         for alt in rec.alternatives:

@@ -862,7 +862,7 @@ def runs(
     limit: Annotated[int, typer.Option(min=1, max=1_000_000, help="At most this many.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List stored runs."""
+    """List stored runs: id, status, validity (VALID / INVALID), backend, model, pattern."""
     from bench.storage.store import ResultStore
 
     rows = ResultStore(store, create=False).list_runs(backend=backend, limit=limit)
@@ -872,9 +872,11 @@ def runs(
     for r in rows:
         s = r.summary
         thr = f"{s.output_throughput_tok_s:.1f} tok/s" if s else "-"
+        # A COMPLETED run may still be INVALID (too short, too few requests): say which.
+        validity = r.validity.status.value if r.validity else "-"
         typer.echo(
-            f"{r.run_id}  {r.status.value:9} {r.config.backend:13} {r.config.model:14} "
-            f"{r.config.load.pattern:11} {thr}"
+            f"{r.run_id}  {r.status.value:9} {validity:7} {r.config.backend:13} "
+            f"{r.config.model:14} {r.config.load.pattern:11} {thr}"
         )
 
 

@@ -165,3 +165,8 @@ def test_every_tour_command_runs_as_written(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{command}\n{output[-3000:]}"
         assert "Traceback" not in output, f"{command}\n{output[-3000:]}"
         assert "FAILED" not in done.stdout, f"{command}\n{output[-3000:]}"
+        words_run = words[words.index("-m") + 1 : words.index("-m") + 3]
+        if words_run == ["bench", "run"]:  # the README promises a VALID run, on a slow CPU too
+            assert "COMPLETED (VALID)" in done.stdout, f"{command}\n{output[-3000:]}"
+        if words_run == ["bench", "runs"]:  # the list says VALID / INVALID beside the status
+            assert " COMPLETED VALID " in done.stdout, f"{command}\n{output[-3000:]}"

@@ -768,6 +768,8 @@ def show_recommendation(stage_result: Any, view_gpu: str | None = None) -> None:
         st.warning(
             f"**Evidence disagrees with the tree.** {contradiction}", icon=":material/warning:"
         )
+    for gap in recommendation.unmeasured:  # an engine not installed: no evidence, no dispute
+        st.info(f"**Not measured here.** {gap}", icon=":material/extension_off:")
     for caveat in recommendation.caveats:
         st.markdown(f"- {caveat}")
     if recommendation.configuration:

@@ -25,7 +25,6 @@ from bench.core.fingerprint import Fingerprint
 from bench.core.job_progress import JobRunProgress
 from bench.core.metric_catalog import Metric
 from bench.core.metric_catalog import metric as catalogue_metric
-from bench.core.progress import RunProgress
 from bench.core.schema import RunStatus
 from bench.orchestrate.web_policy import check_web_jobs
 from bench.storage.store import Job, ResultStore
@@ -39,9 +38,7 @@ if TYPE_CHECKING:  # the run layer reads NVML: imported when the machine is firs
 
 LOG_TAIL_LINES = 60
 POLL_S = 1.0
-RATE_WINDOW_POINTS = 10
 LIVE_RECORDS_SHOWN = 5000  # newest measured records in the live latency chart
-# Live throughput = tokens over the last 10 progress points (~5 s at the runner's 0.5 s throttle).
 LOAD_HELP = (
     "concurrency: requests in flight · rate: requests/s · step: highest concurrency of the "
     "ladder · steady/pulse: capacity in requests/s (empty = found first with a ladder)"
@@ -598,7 +595,6 @@ def _runner_hint(job: Any) -> None:
 
 def run_section(run: JobRunProgress, job: Any) -> None:
     status = run.status.value
-    latest = run.latest
     title = f"{run.index + 1}. **{run.backend}** · {run.model} · {run.pattern}"
     with st.container(border=True):
         head = st.columns([4, 1])
@@ -606,47 +602,43 @@ def run_section(run: JobRunProgress, job: Any) -> None:
         with head[1]:
             status_badge(status)
         if status == RunStatus.RUNNING.value:
-            _progress_bars(latest)
+            _progress_bars(run, job)
         if run.history:
             live_charts(run)
         if status in (RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.STOPPED.value):
             finished_run(run)
 
 
-def _progress_bars(latest: RunProgress | None) -> None:
-    stage = latest.stage if latest is not None else None
-    if latest is None or stage in ("loading", "loaded"):
-        st.progress(0.0, text="Loading the model (compile or engine build included)…")
-        return
-    if latest.phase_index is None:
-        st.progress(0.0, text="Warming up (these requests are excluded from the figures)…")
-        return
-    phases_total = latest.phases_total or 1
-    phase_index = latest.phase_index
-    phase_duration = latest.phase_duration_s
-    phase_elapsed = latest.phase_elapsed_s or 0.0
-    phase_fraction = min(1.0, phase_elapsed / phase_duration) if phase_duration else 0.0
-    overall = min(1.0, (phase_index + phase_fraction) / phases_total)
-    st.progress(
-        overall,
-        text=(
-            f"Run: {phase_elapsed:.0f} s of {phase_duration or 0:.0f} s"
-            if phases_total == 1
-            else f"Run: phase {phase_index + 1} of {phases_total}"
-        )
-        + f" · {latest.completed or 0} requests done, {latest.failed or 0} failed, "
-        f"{latest.in_flight or 0} in flight",
+def _progress_bars(run: JobRunProgress, job: Any) -> None:
+    """The run's bar (ui/run_card.py says what it reads): a timer while the model loads, the
+    measured window, and past it why the run goes on."""
+    import time
+
+    from ui.run_card import load_of, progress_line
+
+    since = run.stage_since
+    line = progress_line(
+        run.latest,
+        load_of(job.configs, run.index),
+        None if since is None else max(0.0, time.time() - since),
     )
-    if phases_total > 1:
+    st.progress(line.fraction, text=line.text)
+    latest = run.latest
+    phases_total = (latest.phases_total or 1) if latest is not None else 1
+    if latest is not None and latest.phase_index is not None and phases_total > 1:
+        duration = latest.phase_duration_s
+        elapsed = latest.phase_elapsed_s or 0.0
         st.progress(
-            phase_fraction,
-            text=f"Phase {latest.phase or phase_index + 1}: "
-            f"{phase_elapsed:.0f} s of {phase_duration or 0:.0f} s",
+            min(1.0, elapsed / duration) if duration else 0.0,
+            text=f"Phase {latest.phase or latest.phase_index + 1}: {elapsed:.0f} s"
+            + (f" of its {duration:.0f} s window" if duration else ""),
         )
 
 
 def live_charts(run: JobRunProgress) -> None:
     """Throughput from progress history, latency from stored records, GPU memory and power."""
+    from ui.run_card import RATE_WINDOW_S, throughput_points
+
     # pandas wants records: one per point that has a time (the runner writes no other).
     points = [point.model_dump() for point in run.history if point.elapsed_s is not None]
     history = pd.DataFrame(points)
@@ -656,25 +648,34 @@ def live_charts(run: JobRunProgress) -> None:
     history = history[history["phase"] != "warmup"]
     if history.empty:
         return
-    # Counters are per phase: differences are taken within a phase, never across a boundary.
-    # Tokens are counted as requests complete, so a rate over a few seconds reads smoother.
-    by_phase = history.groupby("phase", sort=False)
-    seconds = by_phase["elapsed_s"].diff(RATE_WINDOW_POINTS)
-    first = by_phase["elapsed_s"].transform("first")
-    seconds = seconds.fillna(history["elapsed_s"] - first)
-    tokens = by_phase["output_tokens"].diff(RATE_WINDOW_POINTS).fillna(history["output_tokens"])
-    history["output tok/s"] = (tokens / seconds).where(seconds > 0)
+    rates = pd.DataFrame(
+        [
+            {
+                "time (s)": point.elapsed_s,
+                "average since the phase began": point.since_start,
+                f"last {RATE_WINDOW_S:.0f} s": point.last_window,
+            }
+            for point in throughput_points(run.history)
+        ]
+    )
     charts = st.columns(3)
     with charts[0]:
-        st.markdown("**Throughput** (live)")
-        st.line_chart(
-            history.dropna(subset=["output tok/s"]),
-            x="elapsed_s",
-            y="output tok/s",
-            x_label="time (s)",
-            y_label="output tok/s",
-            height=200,
-        )
+        st.markdown("**Throughput** (live, output tok/s)")
+        if rates.empty:
+            st.caption("Appears once the measured phase has run a second.")
+        else:
+            st.line_chart(
+                rates,
+                x="time (s)",
+                y=["average since the phase began", f"last {RATE_WINDOW_S:.0f} s"],
+                y_label="output tok/s",
+                height=200,
+            )
+            st.caption(
+                "Tokens count when a request completes, so batches arrive in bursts. The average "
+                "since the phase began is the run's own figure (output tokens over the measured "
+                f"window) as it stands; the last {RATE_WINDOW_S:.0f} s line shows changes."
+            )
     with charts[1]:
         st.markdown("**Latency per request**")
         frame = records_frame(run.run_id, state.store_location()) if run.run_id else None
@@ -770,10 +771,7 @@ def finished_run(run: JobRunProgress) -> None:
                 help="No GPU readings on this machine: "
                 + (result.telemetry.reason or "no NVIDIA GPU"),
             )
-    if result.validity is not None and result.validity.reasons:
-        st.caption(
-            f"Validity: **{result.validity.status.value}** — " + "; ".join(result.validity.reasons)
-        )
+    run_verdicts(result)
     if result.failure is not None:
         st.error(
             f"**{result.failure.cause}**"
@@ -784,6 +782,39 @@ def finished_run(run: JobRunProgress) -> None:
             with st.expander("Engine log (last lines)", expanded=result.status == RunStatus.FAILED):
                 st.code(log_tail, language="text")
     st.caption(f"Run id `{result.run_id}` · reproduce: `{result.command}`")
+
+
+def run_verdicts(result: Any) -> None:
+    """VALID / INVALID with its reasons, then pass / fail of each SLO limit the run set
+    (ui/run_card.py holds the rules)."""
+    from ui.run_card import slo_checks, validity_mark
+
+    mark = validity_mark(result)
+    with st.container(key=f"validity_{result.run_id}"):
+        if mark.valid is True:
+            st.success(mark.text, icon=":material/verified:")
+        elif mark.valid is False:
+            st.error(mark.text, icon=":material/report:")
+        for note in mark.notes:
+            st.caption(f"Note: {note}")
+    checks = slo_checks(result)
+    if not checks:
+        st.caption("No SLO set for this run: nothing to pass or fail.")
+        return
+    with st.container(key=f"slo_{result.run_id}"):
+        failed = [check for check in checks if check.passed is False]
+        percentile = result.config.slo.percentile
+        head = (
+            f"**SLO at {percentile}: {len(failed)} of {len(checks)} limits failed**"
+            if failed
+            else f"**SLO at {percentile}: every limit met**"
+            if all(check.passed for check in checks)
+            else f"**SLO at {percentile}: not judged (no figures)**"
+        )
+        st.markdown(head)
+        for check in checks:
+            icon = {True: ":green[✔]", False: ":red[✘]", None: "–"}[check.passed]
+            st.markdown(f"{icon} {check.text}")
 
 
 def _read_log_tail(log_path: str | None) -> str | None:

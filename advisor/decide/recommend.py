@@ -136,6 +136,11 @@ class Recommendation(BaseModel):
     contradictions: list[str] = Field(
         default_factory=list, description="Where evidence disagrees with the tree, and who won."
     )
+    unmeasured: list[str] = Field(
+        default_factory=list,
+        description="Candidates with no evidence because their engine cannot run here (not "
+        "installed): a gap in the evidence, not a disagreement with the tree.",
+    )
     availability: dict[str, str] = Field(
         default_factory=dict, description="Candidate -> 'available' or why it cannot run here."
     )
@@ -1159,6 +1164,7 @@ def settle(
     tree_first = candidates[0]
     gpu = stage.gpu.type or "your GPU"
     contradictions: list[str] = []
+    unmeasured: list[str] = []
     pool = _comparable_here(rows, candidates)
     best = _best_per_framework(pool)
     eligible = {
@@ -1199,17 +1205,28 @@ def settle(
         follows: Literal["tree", "measurements"] = "measurements"
         if chosen != tree_first:
             first_row = best.get(tree_first)
-            if first_row is None:
-                state = f"was not measured on {gpu}" + (
-                    f" ({avail[tree_first]})" if avail[tree_first] != "available" else ""
+            if first_row is None and avail[tree_first] != "available":
+                # No evidence because its engine cannot run here: a gap, not a disagreement.
+                unmeasured.append(
+                    f"The tree ranks {tree_first} first, but {tree_first} has no measurement on "
+                    f"{gpu} because it cannot run in this installation ({avail[tree_first]}). "
+                    f"Of the measured candidates {chosen} leads ({_where(winner_row)}: "
+                    f"{_describe(winner_row)}); the answer follows those measurements (rule: "
+                    "measurements matching this workload on the user's GPU type win) until "
+                    f"{tree_first} is measured too."
                 )
             else:
-                state = f"measured {_describe(first_row)}"
-            contradictions.append(
-                f"The tree ranks {tree_first} first, but {_where(winner_row)} {chosen} measured "
-                f"{_describe(winner_row)} while {tree_first} {state}. Following the measurements "
-                "(rule: measurements matching this workload on the user's GPU type win)."
-            )
+                state = (
+                    f"was not measured on {gpu}"
+                    if first_row is None
+                    else f"measured {_describe(first_row)}"
+                )
+                contradictions.append(
+                    f"The tree ranks {tree_first} first, but {_where(winner_row)} {chosen} "
+                    f"measured {_describe(winner_row)} while {tree_first} {state}. Following the "
+                    "measurements (rule: measurements matching this workload on the user's GPU "
+                    "type win)."
+                )
         confidence = _measured_confidence(
             winner_row,
             ordered[1:] if len(ordered) > 1 else [],
@@ -1264,7 +1281,7 @@ def settle(
             )
         if avail[tree_first] != "available" and by_name[tree_first].benchmarked:
             runnable = [n for n in candidates if avail.get(n) == "available"]
-            contradictions.append(
+            unmeasured.append(
                 f"The tree ranks {tree_first} first, but it cannot be measured here "
                 f"({avail[tree_first]}); the answer follows the tree, not a measurement. "
                 + (
@@ -1346,6 +1363,7 @@ def settle(
         caveats=caveats,
         alternatives=alternatives,
         contradictions=contradictions,
+        unmeasured=unmeasured,
         availability=avail,
         settled_by=settled_by,
         settled_by_runs=settled_runs,

@@ -132,14 +132,30 @@ class WorkloadMatch(BaseModel):
         "(1.0 = identical; 47 = one of them 47 times longer or shorter)."
     )
     differences: list[str] = Field(default_factory=list, description="What differs, in words.")
+    farthest: str | None = Field(
+        None,
+        description="What the distance measures: the length or load level that differs most "
+        "(`prompt length`, `concurrency`); None when the distance is 1 or in older reports.",
+    )
 
     @property
     def summary(self) -> str:
         if self.matches:
             return "matches this workload"
         # Lengths and level can be equal while the loop or precision differs: no "1x away".
-        prefix = f"{self.distance:,.3g}x away: " if self.distance > 1.0005 else "differs: "
+        prefix = f"{self.distance_text}: " if self.distance > 1.0005 else "differs: "
         return prefix + "; ".join(self.differences)
+
+    @property
+    def distance_text(self) -> str:
+        """`matches`, or the distance saying in what: `prompt length off by 11.7x` (the stage's
+        length 11.7 times the run's, or the run's 11.7 times the stage's)."""
+        if self.matches:
+            return "matches"
+        if self.distance <= 1.0005:
+            return "workload differs: " + "; ".join(self.differences)
+        what = self.farthest or "workload"
+        return f"{what} off by {self.distance:,.3g}x"
 
 
 class EvidenceRow(BaseModel):
@@ -202,7 +218,7 @@ class EvidenceRow(BaseModel):
         )
         text = f"{who}, {self.gpu or 'CPU'}"
         if self.match is not None:
-            text += ", matches" if self.match.matches else f", {self.match.distance:,.3g}x off"
+            text += f", {self.match.distance_text}"
         return text
 
 
@@ -295,12 +311,12 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
     config = run.config
     workload = config.workload
     differences: list[str] = []
-    ratios: list[float] = [1.0]
+    ratios: list[tuple[float, str | None]] = [(1.0, None)]  # (ratio, what it measures)
     lengths = True
 
     def compare(what: str, run_value: float, stage_value: float) -> None:
         nonlocal lengths
-        ratios.append(_ratio(run_value, stage_value))
+        ratios.append((_ratio(run_value, stage_value), f"{what} length"))
         if not _close(run_value, stage_value):
             lengths = False
             differences.append(f"{what} {run_value:,g} vs the stage's {stage_value:,g} tok")
@@ -311,7 +327,7 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
     else:
         if workload.batch_size != stage.batch_size:
             lengths = False
-            ratios.append(_ratio(workload.batch_size, stage.batch_size))
+            ratios.append((_ratio(workload.batch_size, stage.batch_size), "batch size"))
             differences.append(f"batch {workload.batch_size} vs the stage's {stage.batch_size}")
         if workload.sequence_length is not None and stage.sequence_length is not None:
             compare("sequence", workload.sequence_length.mean, stage.sequence_length.mean)
@@ -321,7 +337,7 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
             and workload.image_size != stage.image_size
         ):
             lengths = False
-            ratios.append(_ratio(workload.image_size, stage.image_size))
+            ratios.append((_ratio(workload.image_size, stage.image_size), "image size"))
             differences.append(f"{workload.image_size} px vs the stage's {stage.image_size}")
     traffic = True
     if config.load.capacity_search:
@@ -359,7 +375,7 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
                     )
                     differences.append(f"{where}, the stage states the other loop")
                 else:
-                    ratios.append(_ratio(level[1], same_kind[0]))
+                    ratios.append((_ratio(level[1], same_kind[0]), level[0]))
                     if not _close(level[1], same_kind[0]):
                         traffic = False
                         differences.append(
@@ -380,8 +396,9 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
         lengths=lengths,
         traffic=traffic,
         precision=precision,
-        distance=round(max(ratios), 3),
+        distance=round(max(ratios, key=lambda item: item[0])[0], 3),
         differences=differences,
+        farthest=max(ratios, key=lambda item: item[0])[1],
     )
 
 

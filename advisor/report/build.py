@@ -190,6 +190,7 @@ def stage_report(stage: StageRecommendation, gpu_type: str | None = None) -> Sta
     rationale = [text for text in rationale if text]
     rationale += [c.rationale for c in decision.candidates if c.framework == chosen.framework]
     rationale += chosen.contradictions
+    rationale += chosen.unmeasured  # no evidence because the engine cannot run here
     rationale.append(f"Confidence {chosen.confidence.level}: {chosen.confidence.why}")
     would_change = [
         f"{alternative.framework}: {condition}"

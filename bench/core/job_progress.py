@@ -118,6 +118,13 @@ class JobRunProgress(Strict):
     history: list[ProgressPoint] = Field(
         default_factory=list, description="The live charts' points (running stage only)."
     )
+    started_at: float | None = Field(
+        default=None, description="Unix time the job runner started this run."
+    )
+    stage_since: float | None = Field(
+        default=None,
+        description="Unix time `latest.stage` began (the app's timer while the model loads).",
+    )
 
     @classmethod
     def from_stored(cls, data: Any) -> JobRunProgress | None:

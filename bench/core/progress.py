@@ -88,6 +88,9 @@ class ProgressPoint(Strict):
     """One point of a running run's history in the job row (the app's live charts)."""
 
     elapsed_s: float | None = None
+    phase_elapsed_s: float | None = Field(
+        default=None, description="Since its phase began (where a phase's rate starts)."
+    )
     completed: int | None = None
     failed: int | None = None
     output_tokens: int | None = None
@@ -102,6 +105,7 @@ class ProgressPoint(Strict):
         telemetry = progress.telemetry
         return cls(
             elapsed_s=progress.elapsed_s,
+            phase_elapsed_s=progress.phase_elapsed_s,
             completed=progress.completed,
             failed=progress.failed,
             output_tokens=progress.output_tokens,

@@ -40,6 +40,7 @@ from bench.core.stats import (
     GroupComparison,
     GroupDraws,
     Interval,
+    MetricComparison,
     RunSample,
     compare_draws,
     group_draws,
@@ -334,6 +335,42 @@ def _samples(runs: list[LoadedRun], phase: str | None) -> list[RunSample]:
     return [run_sample(run.result, run.records, phase) for run in runs]
 
 
+def within_spread(metric: str, a: GroupDraws, b: GroupDraws) -> bool:
+    """Whether both sides are repeats (2 runs or more) whose run values of `metric` overlap:
+    then some repeat of A is as good as some repeat of B, and the difference is within the
+    run-to-run spread (a single run has no spread to judge by: its interval says so)."""
+    if len(a.samples) < 2 or len(b.samples) < 2:
+        return False
+    values_a = [float(s.point[metric]) for s in a.samples if metric in s.point]
+    values_b = [float(s.point[metric]) for s in b.samples if metric in s.point]
+    if not values_a or not values_b:
+        return False
+    return max(min(values_a), min(values_b)) <= min(max(values_a), max(values_b))
+
+
+def judged(
+    a: GroupDraws,
+    b: GroupDraws,
+    a_name: str,
+    b_name: str,
+    threshold: float,
+    metrics: list[str] | None = None,
+) -> GroupComparison:
+    """`compare_draws`, with no winner named where the data cannot name one: a percentile from
+    fewer values than bench/core/stats.py's minimum sample rule (`reliable: false`: the figure
+    is near each side's maximum, not the percentile) and a difference within the repeats'
+    spread (`within_spread`) read "indistinguishable", whatever their bootstrap interval says.
+    Two runs of one configuration named "A faster" on such percentiles before."""
+    comparison = compare_draws(a, b, a_name, b_name, threshold, metrics)
+    rows = [
+        row.model_copy(update={"verdict": "indistinguishable", "significant": False})
+        if row.significant and (not row.reliable or within_spread(row.metric, a, b))
+        else row
+        for row in comparison.metrics
+    ]
+    return comparison.model_copy(update={"metrics": rows})
+
+
 def _completed(runs: list[LoadedRun]) -> list[LoadedRun]:
     return [run for run in runs if run.result.status.value == "COMPLETED" and run.result.summary]
 
@@ -353,6 +390,10 @@ class SideInfo(Strict):
 class LevelComparison(Strict):
     level: str
     comparison: GroupComparison
+    within_spread: list[str] = Field(
+        default_factory=list,
+        description="Metrics whose repeats overlap between the sides: no winner named.",
+    )
 
 
 class MeasurementReport(Strict):
@@ -464,8 +505,18 @@ def compare_measurements(
     for index, (phase_a, phase_b, label) in enumerate(pairs):
         draws_a = group_draws(_samples(runs_a, phase_a), bootstrap, seed + 2 * index)
         draws_b = group_draws(_samples(runs_b, phase_b), bootstrap, seed + 2 * index + 1)
-        comparison = compare_draws(draws_a, draws_b, a.name, b.name, threshold)
-        rows.append(LevelComparison(level=label, comparison=comparison))
+        comparison = judged(draws_a, draws_b, a.name, b.name, threshold)
+        rows.append(
+            LevelComparison(
+                level=label,
+                comparison=comparison,
+                within_spread=[
+                    row.metric
+                    for row in comparison.metrics
+                    if within_spread(row.metric, draws_a, draws_b)
+                ],
+            )
+        )
     for name, runs in ((a.name, runs_a), (b.name, runs_b)):
         if len(runs) == 1:
             notes.append(_single_run_note(name))
@@ -534,9 +585,7 @@ def _leader(units: list[_Unit], threshold: float) -> tuple[str, _Unit, list[Grou
     ordered = sorted(units, key=value, reverse=True)
     lead = ordered[0]
     comparisons = [
-        compare_draws(
-            lead.draws, other.draws, lead.contender, other.contender, threshold, [primary]
-        )
+        judged(lead.draws, other.draws, lead.contender, other.contender, threshold, [primary])
         for other in ordered[1:]
     ]
     winner = lead.contender
@@ -572,7 +621,7 @@ def compare_campaigns(
     drift_changes = []
     for key in shared:
         unit_a, unit_b = units_a[key], units_b[key]
-        comparison = compare_draws(unit_b.draws, unit_a.draws, b.name, a.name, threshold)
+        comparison = judged(unit_b.draws, unit_a.draws, b.name, a.name, threshold)
         drift.append(
             DriftRow(
                 workload=unit_a.workload,
@@ -614,7 +663,7 @@ def compare_campaigns(
         ratios = []
         for comparison in comparisons_a:
             other = comparison.b
-            in_b = compare_draws(
+            in_b = judged(
                 lead_in_b.draws, by_contender_b[other].draws, lead_a.contender, other,
                 threshold, [primary],
             )  # fmt: skip
@@ -769,13 +818,14 @@ def render(report: CompareReport, console: Any) -> None:
                     _figure(row.b),
                     _ratio_text(row.ratio),
                     _interval_text(row.interval),
-                    _verdict_text(row.verdict, "A", row.significant),
+                    verdict_text(row, "A", row.metric in level.within_spread),
                 )
             console.print(table)
         if starred:
             console.print(
                 "* a percentile from fewer values than 10 / (1 - q) on a side (p90: 100, p99: "
-                "1000): close to that side's maximum, not the percentile"
+                "1000): close to that side's maximum, not the percentile, so no verdict is drawn "
+                "from it (not enough data)"
             )
         for note in measurement.notes:
             console.print(f"note: {note}")
@@ -833,12 +883,18 @@ def render(report: CompareReport, console: Any) -> None:
         console.print(f"note: {note}", soft_wrap=True)
 
 
-def _verdict_text(verdict: str, a_name: str, significant: bool) -> str:
-    if verdict == "unknown":
+def verdict_text(row: MetricComparison, a_name: str, spread: bool = False) -> str:
+    """The verdict column: a winner only where the interval, the sample count and the repeats'
+    spread all allow one (see `judged`)."""
+    if row.verdict == "unknown":
         return "no interval"
-    if not significant:
+    if not row.reliable:
+        return "not enough data"
+    if spread:
+        return "indistinguishable (within the repeats' spread)"
+    if not row.significant:
         return "indistinguishable"
-    return f"{a_name} {verdict}"
+    return f"{a_name} {row.verdict}"
 
 
 __all__ = [

@@ -64,7 +64,9 @@ class JobProgress:
     def start_run(self, index: int) -> None:
         with self.lock:
             self.state.current = index
-            self.state.runs[index].status = RunStatus.RUNNING
+            run = self.state.runs[index]
+            run.status = RunStatus.RUNNING
+            run.started_at = run.stage_since = time.time()
         self.flush(force=True)
 
     def finish_run(
@@ -83,6 +85,8 @@ class JobProgress:
         with self.lock:
             run = self.state.runs[index]
             stage_changed = run.latest is None or progress.stage != run.latest.stage
+            if stage_changed:  # the app times a stage (the model's load) from here
+                run.stage_since = time.time()
             # A copy: the caller's update must not change what the next write stores.
             run.latest = progress.model_copy(deep=True)
             run.run_id = progress.run_id or run.run_id

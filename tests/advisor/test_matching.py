@@ -107,6 +107,24 @@ def test_the_band_is_25_percent_of_the_stage() -> None:
     assert workload_match(run, outside).distance == pytest.approx(180 / 128, abs=1e-3)
 
 
+def test_a_distance_says_what_it_measures() -> None:
+    """An evidence row's label said "25x off" without saying in what: it names the length or
+    load level that differs most, and the summary leads with it."""
+    run = _shipped_vllm_ladder()
+    stage = profile_from_dict(CHAT_128).primary
+    longer_output = stage.model_copy(
+        update={
+            "prompt_tokens": stage.prompt_tokens.model_copy(update={"mean": 256}),  # 2x
+            "output_tokens": stage.output_tokens.model_copy(update={"mean": 128 * 25}),  # 25x
+        }
+    )
+    match = workload_match(run, longer_output)
+    assert match.farthest == "output length" and match.distance == pytest.approx(25)
+    assert match.distance_text == "output length off by 25x"
+    assert match.summary.startswith("output length off by 25x: prompt 128 vs the stage's 256")
+    assert workload_match(run, stage).distance_text == "matches"
+
+
 def test_traffic_shape_and_precision_are_part_of_the_match() -> None:
     run = _shipped_vllm_ladder()
     stage = profile_from_dict(CHAT_128).primary

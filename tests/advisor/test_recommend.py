@@ -133,7 +133,9 @@ def test_first_choice_not_installed_and_not_measured() -> None:
     assert rec.framework == "tensorrt_llm"
     assert rec.follows == "tree"
     assert rec.confidence.level == "low"
-    text = " ".join(rec.contradictions)
+    # Not installed is a gap in the evidence, not evidence disagreeing with the tree.
+    assert rec.contradictions == []
+    text = " ".join(rec.unmeasured)
     assert "cannot be measured here (tensorrt_llm is not installed: test availability)" in text
     assert "Runnable candidates here: vllm, pytorch" in text
     assert rec.availability["tensorrt_llm"].startswith("tensorrt_llm is not installed")
@@ -146,9 +148,10 @@ def test_first_choice_not_installed_but_runner_up_measured() -> None:
         .recommendation
     )
     assert rec.framework == "vllm"
-    assert any(
-        "was not measured on H200 (tensorrt_llm is not installed" in c for c in rec.contradictions
-    )
+    assert rec.contradictions == []  # nothing measured disagrees: tensorrt_llm has no evidence
+    (gap,) = rec.unmeasured
+    assert "tensorrt_llm has no measurement on H200 because it cannot run in this" in gap
+    assert "(tensorrt_llm is not installed" in gap and "vllm leads" in gap
 
 
 def test_measurements_elsewhere_do_not_change_the_answer() -> None:

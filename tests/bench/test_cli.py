@@ -232,7 +232,39 @@ def test_run_fake_backend_writes_store_and_out(tmp_path):
     assert run["status"] == "COMPLETED" and run["validity"]["status"] == "VALID"
     assert (out / "result.json").exists() and (out / "records.jsonl").exists()
     listed = bench("runs", "--store", str(store))
-    assert run["run_id"] in listed.stdout
+    (line,) = [line for line in listed.stdout.splitlines() if line.startswith(run["run_id"])]
+    assert line.split()[1:3] == ["COMPLETED", "VALID"], line
+
+
+def test_runs_lists_a_completed_but_invalid_run_as_invalid(tmp_path):
+    """A run that completes short of its validity minimum is COMPLETED and INVALID: the list
+    says both (it said COMPLETED alone, so a reader took the run for a valid one)."""
+    store = tmp_path / "store.sqlite"
+    common = ("--backend", "fake", "--model", "tiny-llama", "--pattern", "concurrency")
+    result = bench(
+        "run",
+        *common,
+        "--concurrency",
+        "1",
+        "--duration-s",
+        "1",
+        "--prompt-tokens",
+        "8",
+        "--output-tokens",
+        "4",
+        "--option",
+        "validity.min_requests=100000",
+        "--store",
+        str(store),
+        "--json",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    run = json.loads(result.stdout)
+    assert run["status"] == "COMPLETED" and run["validity"]["status"] == "INVALID"
+    listed = bench("runs", "--store", str(store))
+    (line,) = [line for line in listed.stdout.splitlines() if line.startswith(run["run_id"])]
+    assert line.split()[1:3] == ["COMPLETED", "INVALID"], line
 
 
 def bench_in_process(*args: str) -> tuple[int, str, str]:

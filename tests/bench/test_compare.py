@@ -149,3 +149,57 @@ def test_two_run_folders_per_ladder_stage(tmp_path):
     assert throughput.verdict == "faster" and throughput.ratio > 1.2  # FP8 weights, batch 1
     assert not c1.metric("ttft_ms_p99").reliable and c1.metric("ttft_ms_p50").reliable
     assert sum("single run" in note for note in report.notes) == 2
+
+
+def test_same_plan_twice_names_no_winner_on_an_unreliable_percentile(capsys):
+    """The asyncio-uvloop plan ran twice (same configurations): pytorch c64's TPOT p99 and E2E
+    p99 come from too few requests for a p99, and their bootstrap intervals alone read "slower";
+    no verdict may be drawn from such a percentile, so they read indistinguishable."""
+    from rich.console import Console
+
+    from bench.core.stats import compare_draws
+    from bench.orchestrate.compare import _campaign_units, render
+
+    a_spec = str(S6 / "campaign-asyncio-uvloop-1.json")
+    b_spec = str(S6 / "campaign-asyncio-uvloop-2.json")
+    report = compare(a_spec, b_spec, bootstrap=200)
+    a, b = load_side(a_spec), load_side(b_spec)
+    units_a, units_b = _campaign_units(a, 200, 0), _campaign_units(b, 200, 1)
+    unreliable_winners = 0  # what the interval alone would have said
+    for key, unit_a in units_a.items():
+        raw = compare_draws(units_b[key].draws, unit_a.draws, b.name, a.name, 0.05)
+        unreliable_winners += sum(row.significant and not row.reliable for row in raw.metrics)
+    assert unreliable_winners >= 2  # the case exists in this data
+    for row in report.campaigns.drift:
+        for metric in row.comparison.metrics:
+            if not metric.reliable:
+                assert not metric.significant and metric.verdict == "indistinguishable", metric
+    console = Console(width=250, record=True)
+    render(report, console)
+    (pytorch,) = [line for line in console.export_text().splitlines() if "pytorch" in line]
+    e2e_p99 = pytorch.split("│")[-2]  # the last column: x1.196, which read "slower" before
+    assert e2e_p99.strip().startswith("1.196") and "slower" not in e2e_p99, pytorch
+
+
+def test_measurement_verdicts_say_not_enough_data_and_within_spread():
+    """Verdict wording: an unreliable percentile says "not enough data"; repeats whose values
+    overlap say indistinguishable (within the spread), even with an interval beyond the
+    threshold; a winner is named only past all three checks."""
+    from bench.core.stats import GroupDraws, Interval, MetricComparison, RunSample
+    from bench.orchestrate.compare import verdict_text, within_spread
+
+    def group(*values: float) -> GroupDraws:
+        samples = [RunSample(f"r{i}", None, point={"ttft_ms_p50": v}) for i, v in enumerate(values)]
+        return GroupDraws(samples=samples, draws={}, metrics=[])
+
+    assert within_spread("ttft_ms_p50", group(10, 14), group(12, 20))
+    assert not within_spread("ttft_ms_p50", group(10, 11), group(12, 20))
+    assert not within_spread("ttft_ms_p50", group(10), group(12, 20))  # a single run: no spread
+    row = MetricComparison(
+        metric="ttft_ms_p99", label="TTFT p99", unit="ms", better="lower", a=1.0, b=2.0,
+        ratio=0.5, interval=Interval(low=0.4, high=0.6), verdict="faster", significant=True,
+        threshold=0.05,
+    )  # fmt: skip
+    assert verdict_text(row, "A") == "A faster"
+    assert verdict_text(row.model_copy(update={"reliable": False}), "A") == "not enough data"
+    assert verdict_text(row, "A", spread=True).startswith("indistinguishable")

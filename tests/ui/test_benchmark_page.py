@@ -137,7 +137,7 @@ def test_running_job_shows_progress_and_stop_reaches_the_store(app_test, store_p
     at = app_test(PAGE).run()
     assert not at.exception
     texts = [p.text or "" for p in at.get("progress")]
-    assert any("3 s of 10 s" in text for text in texts), texts
+    assert any("3 s of the 10 s window" in text for text in texts), texts
     assert any("runner gpu-host-b:12345" in c.value for c in at.caption)  # the claiming host
     stop = next(b for b in at.button if b.label == "Stop")
     stop.click().run()

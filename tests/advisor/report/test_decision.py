@@ -79,7 +79,7 @@ def test_tree_answer_says_nothing_matched_and_shows_the_nearest_as_context(repor
     assert [fact.source for fact in decision.facts] == ["tree", "estimate", "published"]
     nearest = decision.facts[2].text  # the nearest shipped prompts are 512 tokens: 3,000 / 512
     assert "context only" in nearest
-    assert "5.86x away: prompt 512 vs the stage's 3,000 tok" in nearest
+    assert "prompt length off by 5.86x: prompt 512 vs the stage's 3,000 tok" in nearest
     assert decision.risks[0].startswith("No measurement matches this workload")
 
 
