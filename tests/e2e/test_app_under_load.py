@@ -14,10 +14,10 @@ and the session then watches the job on the Benchmark page until it is drawn fin
 is the `fake` backend (a labelled test double of an engine: timed fake tokens, a few seconds),
 so the runner's ordering and bookkeeping are what is measured, not an engine.
 
-Sessions: ADVISOR_LOAD_SESSIONS (default 4; the issue's goal is 20); ADVISOR_LOAD_SERIAL=1 runs them one after another
-and prints each step's own server CPU. The server is warmed by one session first (its first
-script run imports the advisor and bench packages once per process; a person meets that once per
-server start, not per page).
+Sessions: ADVISOR_LOAD_SESSIONS (default 4; the issue's goal is 20); ADVISOR_LOAD_SERIAL=1 runs
+them one after another and prints each step's own server CPU. The server is warmed by one
+session first (its first script run imports the advisor and bench packages once per process; a
+person meets that once per server start, not per page).
 
 Measured on the shared 2-core test host (2026-12-06, ADVISOR_LOAD_SESSIONS=2 ADVISOR_LOAD_SERIAL=1,
 load average 15 from other work): per step, the app server's own CPU is open 0.76 s, form edit
