@@ -813,7 +813,8 @@ def configuration_rows(configuration: RecommendedDeployment) -> list[dict[str, s
         add("Precision", precision.dtype)
         add("Weight quantisation", precision.quantization or "none")
         kv = precision.kv_cache_dtype
-        add("KV cache", "as the model dtype" if kv == "auto" else kv)
+        if configuration.workload is None or configuration.workload.kind == "generate":
+            add("KV cache", "as the model dtype" if kv == "auto" else kv)
         add("TF32 matmuls allowed", precision.allow_tf32)
     for name, value in sorted(configuration.typed_engine_args().items()):
         add(f"Engine argument: {name}", value)

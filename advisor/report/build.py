@@ -34,6 +34,7 @@ from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
 from advisor.report.configurations import calibration_table, configurations_table
 from advisor.report.decision import deploy_rows, reproduce_commands, stage_decision
 from advisor.report.model import (
+    FORWARD_REPORT_METRICS,
     REPORT_METRICS,
     Alternative,
     CapacitySection,
@@ -520,7 +521,11 @@ def evidence_row(
         run_id=run.run_id,
         context=context,
         level=None if phase is None else f"{float(phase.target):g}",
-        **{metric.report_field: metric.read(summary, run) for metric in REPORT_METRICS},
+        kind=run.config.workload.kind,
+        **{
+            metric.report_field: metric.read(summary, run)
+            for metric in (*REPORT_METRICS, *FORWARD_REPORT_METRICS)
+        },
         gb_per_billion_params=telemetry.memory_efficiency_gb_per_b_params,
         validity=run.validity.status.value if run.validity else run.status.value,
         validity_reasons=list(run.validity.reasons) if run.validity else [],
@@ -575,7 +580,8 @@ def _datasheet_bandwidth_tb_s(run: RunResult) -> tuple[float | None, str]:
 def floor_distance(
     run: RunResult, estimate: Estimate, profile_models: set[str] | frozenset[str] = frozenset()
 ) -> FloorDistance:
-    """Measured TPOT p50 vs the batch-1 decode floor (weight bytes / memory bandwidth)."""
+    """Measured TPOT p50 vs the batch-1 decode floor (weight bytes / memory bandwidth), for a
+    generate run (a forward run generates no tokens: the report leaves it out of this table)."""
     measured = catalogue_metric("tpot_ms_p50").read(run.summary)
     floor_ms: float | None = None
     note = ""
@@ -1037,7 +1043,12 @@ def build_report(
         capacity=capacity,
         estimate=estimate,
         calibration=calibration_table(answer.calibration),
-        floor_distances=[floor_distance(run, estimate, profile_models) for run in runs],
+        # A forward run has no per-token decode floor: the table is about generate runs.
+        floor_distances=[
+            floor_distance(run, estimate, profile_models)
+            for run in runs
+            if run.config.workload.kind == "generate"
+        ],
         diagnostics=_diagnostics(findings, runs),
         environment=EnvironmentSection(
             fingerprint=_environment_items(environment) if environment else [],

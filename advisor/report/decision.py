@@ -71,14 +71,24 @@ def metric_words(metric: str | None) -> tuple[str, str]:
 # --------------------------------------------------------------------------- configuration
 
 
-def _precision_words(precision: PrecisionConfig | None) -> str:
+def _forward(configuration: RecommendedDeployment) -> bool:
+    """Whether the deployment serves a forward model (encoder, vision): no KV cache to speak
+    of. Known from its planned workload, or from a forward-only framework (TensorRT)."""
+    workload = configuration.workload
+    if workload is not None:
+        return workload.kind == "forward"
+    return configuration.framework == "tensorrt"
+
+
+def _precision_words(precision: PrecisionConfig | None, forward: bool = False) -> str:
     if precision is None:
         return ""
     parts = [f"{precision.dtype} weights"]
     if precision.quantization:
         parts[0] = f"{precision.quantization} weights ({precision.dtype} compute)"
     kv = precision.kv_cache_dtype
-    parts.append("FP8 KV cache" if kv == "fp8" else "KV cache in the model dtype")
+    if not forward:  # a forward pass keeps no KV cache between requests
+        parts.append("FP8 KV cache" if kv == "fp8" else "KV cache in the model dtype")
     if precision.allow_tf32:
         parts.append("TF32 matmuls allowed")
     return ", ".join(parts)
@@ -133,7 +143,7 @@ def deploy_rows(
             f"{parallelism.replicas} replica(s))"
         )
         rows.append(KeyValue(key="GPUs", value=layout))
-    precision = _precision_words(configuration.precision)
+    precision = _precision_words(configuration.precision, _forward(configuration))
     if precision:
         rows.append(KeyValue(key="Precision", value=precision))
     args = _engine_args_words(configuration.typed_engine_args())
@@ -178,7 +188,7 @@ def configuration_phrase(
         parts[0] += f" on {gpus or 1} GPU(s) of a type not chosen yet"
     if configuration.parallelism is not None:
         parts.append(f"tensor parallel {configuration.parallelism.tensor_parallel_size}")
-    precision = _precision_words(configuration.precision)
+    precision = _precision_words(configuration.precision, _forward(configuration))
     if precision:
         parts.append(precision)
     text = ", ".join(parts)
