@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, computed_field
 
+from advisor.evidence.modality import forward_traits, trait_differences
 from advisor.sizing.capacity import run_gpu_type
 from advisor.sizing.engine_shape import SHAPE_TOLERANCE, stage_tensor_parallel
 from advisor.sizing.measured import (
@@ -30,7 +31,6 @@ from advisor.sizing.measured import (
     same_gpu_type,
     stored_runs,
 )
-from advisor.evidence.modality import forward_traits, trait_differences
 from advisor.sizing.speed_class import SpeedClassPair, same_speed_class, speed_class_pairs
 from advisor.workload.profile import Objective, StageProfile
 from advisor.workload.stage_load import stage_load
