@@ -184,7 +184,7 @@ def stage_report(stage: StageRecommendation, gpu_type: str | None = None) -> Sta
     deploy, deploy_notes = (
         ([], [])
         if chosen.follows == "refused"
-        else deploy_rows(chosen.framework, chosen.configuration, gpu_type)
+        else deploy_rows(chosen.framework, chosen.configuration, gpu_type, stage.kind == "forward")
     )
     decision = stage.decision
     rationale = [FOLLOWS_TEXT[chosen.follows], SETTLED_BY_TEXT[chosen.settled_by]]
@@ -987,7 +987,13 @@ def build_report(
         if row.provenance is not None and row.provenance.kind in ("yours", "published")
     } | {run.config.backend for run in runs if run.summary and run.summary.successful}
     decisions = [
-        stage_decision(stage, profile_stages.get(stage.stage), availability, measured_frameworks)
+        stage_decision(
+            stage,
+            profile_stages.get(stage.stage),
+            availability,
+            measured_frameworks,
+            [*runs, *extra_runs.values()],
+        )
         for stage in answer.stages
     ]
     caveats = _not_measured(stages, runs, availability)

@@ -218,8 +218,8 @@ def choose_batching(
     delays_ms: Sequence[float] = QUEUE_DELAY_CHOICES_MS,
 ) -> BatchingChoice | None:
     """The limits that give a GPU the most samples/s while a full batch still meets the p99
-    SLO (its bound at the rate that fills it: delay + 2 t(B) <= SLO); ties go to the smaller
-    batch and delay. None when even a batch of one cannot meet it (the SLO is below the floor
+    SLO (its bound at the rate that fills it: delay + 2 t(B) <= SLO); ties go to the larger
+    batch and the shorter delay. None when even a batch of one cannot meet it (the SLO is below the floor
     plus overhead: see `slo_below_floor`)."""
     best: BatchingChoice | None = None
     largest = model.largest_measured_batch
@@ -232,6 +232,13 @@ def choose_batching(
             if choice.p99_bound_ms > p99_slo_ms:
                 continue
             if best is None or choice.samples_per_s_per_gpu > best.samples_per_s_per_gpu * 1.001:
+                best = choice
+            elif (
+                choice.samples_per_s_per_gpu >= best.samples_per_s_per_gpu * 0.999
+                and choice.max_batch > best.max_batch
+            ):
+                # A tie (the floor alone has no per-batch overhead to amortise) goes to the
+                # larger batch: real engines pay a launch cost per batch that it spreads.
                 best = choice
     return best
 
