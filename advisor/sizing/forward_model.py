@@ -219,8 +219,8 @@ def choose_batching(
 ) -> BatchingChoice | None:
     """The limits that give a GPU the most samples/s while a full batch still meets the p99
     SLO (its bound at the rate that fills it: delay + 2 t(B) <= SLO); ties go to the larger
-    batch and the shorter delay. None when even a batch of one cannot meet it (the SLO is below the floor
-    plus overhead: see `slo_below_floor`)."""
+    batch and the shorter delay. None when even a batch of one cannot meet it (the SLO is below
+    the floor plus overhead: see `slo_below_floor`)."""
     best: BatchingChoice | None = None
     largest = model.largest_measured_batch
     for max_batch in max_batches:
