@@ -499,6 +499,31 @@ def show_field_problems(draft: StageProfile | None) -> None:
     for problem in feasibility_problems([draft]):
         show = st.error if problem.severity == "error" else st.warning
         show(f"**{problem.field}**: {problem.message}")
+    message = forward_floor_message(draft)
+    if message is not None:
+        (st.error if message[0] else st.warning)(message[1])
+
+
+def forward_floor_message(draft: StageProfile) -> tuple[bool, str] | None:
+    """(infeasible, text) when a forward stage's p99 SLO is below the floor of its in-flight
+    batches on its GPU type, or within the floor model's error of it (advisor.sizing.
+    forward_sizing.floor_feasibility); None otherwise."""
+    from advisor.sizing.forward_sizing import floor_feasibility
+
+    verdict = floor_feasibility(draft)
+    if verdict is None or (verdict.feasible and not verdict.within_error):
+        return None
+    head = (
+        f"**SLO**: {draft.concurrency or 1} batches of {draft.batch_size} in flight on one "
+        f"{draft.gpu.type} need at least {verdict.floor_ms:.3g} ms at the floor against the "
+        f"{verdict.slo_ms:g} ms p99"
+    )
+    head += (
+        " — below the floor: no engine can meet it."
+        if not verdict.feasible
+        else " — within the floor model's error: it may not hold."
+    )
+    return not verdict.feasible, head + " Would make it feasible: " + "; ".join(verdict.remedies)
 
 
 def _add_stage() -> None:

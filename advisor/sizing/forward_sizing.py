@@ -146,3 +146,28 @@ def _run_gpu(run: RunResult) -> str | None:
     name = run.environment.primary_gpu_name if run.environment else None
     spec = find_gpu(name) if name else None
     return spec.name if spec else None
+
+
+def floor_feasibility(stage: StageProfile) -> FloorVerdict | None:
+    """Before anything runs: the stage's p99 SLO against its in-flight batches at the floor of
+    its GPU type (no engine chosen, no overhead: infeasible here is infeasible on every
+    engine; within UNCALIBRATED_ERROR of the SLO is flagged as doubtful). None where the stage
+    is not forward or lacks an SLO, a GPU type or a model the catalogue sizes."""
+    if stage.kind != "forward" or stage.slo.e2e_ms is None or not stage.gpu.type:
+        return None
+    architecture, _ = architecture_for(stage.model)
+    gpu = find_gpu(stage.gpu.type)
+    if architecture is None or gpu is None:
+        return None
+    sequence = stage.sequence_length.mean if stage.sequence_length is not None else None
+    floor = floor_model(architecture, gpu, stage.precision.dtype, sequence, stage.image_size)
+    if floor is None:
+        return None
+    return slo_below_floor(
+        floor,
+        stage.slo.e2e_ms,
+        batch=stage.batch_size,
+        in_flight=stage.concurrency or 1,
+        model_error=UNCALIBRATED_ERROR,
+        int8_possible=True,
+    )

@@ -87,3 +87,30 @@ def test_the_example_vision_profile_gets_a_floor_only_answer_that_says_so() -> N
 def test_a_generate_stage_is_not_a_forward_stage() -> None:
     stage = profile_from_dict({"title": "t", "model": "llama-2-7b"}).stages[0]
     assert size_forward_stage(stage, "vllm", RUNS) is None
+
+
+VIT_T4 = {
+    "model": "vit-base",
+    "batch_size": 32,
+    "image_size": 224,
+    "slo": {"e2e_ms": 20},
+    "gpu": {"type": "T4"},
+    "precision": {"dtype": "float16"},
+}
+
+
+def test_a_vit_on_a_t4_at_20_ms_is_flagged_before_anything_runs() -> None:
+    """The issue's example: ViT-B/16 at 224 px, 32 images a batch, on a T4 (65 TFLOP/s FP16)
+    sits ~1.2x above its compute floor with one batch in flight (doubtful: within the floor
+    model's error) and below it with two (impossible on any engine)."""
+    from advisor.sizing.forward_sizing import floor_feasibility
+
+    one = floor_feasibility(_stage(**VIT_T4, concurrency=1))
+    assert one.feasible and one.within_error
+    assert 1.1 < one.ratio_to_floor < 1.3
+    two = floor_feasibility(_stage(**VIT_T4, concurrency=2))
+    assert not two.feasible and two.ratio_to_floor < 1
+    assert any("INT8" in remedy for remedy in two.remedies)
+    relaxed = floor_feasibility(_stage(**{**VIT_T4, "slo": {"e2e_ms": 200}}, concurrency=1))
+    assert relaxed.feasible and not relaxed.within_error
+    assert floor_feasibility(_stage(**{**VIT_T4, "slo": {}})) is None
