@@ -497,6 +497,15 @@ def _figure(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _print_forward_summary(result: Any) -> None:
+    """A forward run's figures in its own units (bench.core.forward_view): samples/s, batches/s,
+    the latency of a batch, GPU time per million samples; never tokens generated."""
+    from bench.core.forward_view import forward_summary_lines
+
+    for line in forward_summary_lines(result):
+        typer.echo(f"  {line}")
+
+
 def _print_result(result: Any) -> None:
     s = result.summary
     typer.echo(
@@ -524,7 +533,9 @@ def _print_result(result: Any) -> None:
             typer.echo(f"    probes settled: {result.pattern_report.settle_rule}")
         for line in capacity_probe_lines(result.pattern_report):
             typer.echo(f"    {line}")
-    if s:
+    if s and config.workload.kind == "forward":
+        _print_forward_summary(result)
+    elif s:
         rate, output, per_user, per_gpu_metric, tpot = (
             catalogue_metric(name)
             for name in (
@@ -577,7 +588,7 @@ def _print_result(result: Any) -> None:
     t = result.telemetry
     if t.peak_gpu_memory_gb is not None:
         typer.echo(f"  peak GPU memory {t.peak_gpu_memory_gb:.2f} GB")
-        if t.energy_per_output_token_j is not None:
+        if t.energy_per_output_token_j is not None and config.workload.kind == "generate":
             typer.echo(f"  energy {t.energy_j:.0f} J over all GPUs: "
                        f"{t.energy_per_output_token_j:.4f} J per output token")  # fmt: skip
         for gpu in t.per_gpu:
@@ -869,9 +880,10 @@ def runs(
     if as_json:
         _print_json([r.model_dump(mode="json", exclude={"telemetry": {"samples"}}) for r in rows])
         return
+    from bench.core.forward_view import headline_throughput
+
     for r in rows:
-        s = r.summary
-        thr = f"{s.output_throughput_tok_s:.1f} tok/s" if s else "-"
+        thr = headline_throughput(r)
         # A COMPLETED run may still be INVALID (too short, too few requests): say which.
         validity = r.validity.status.value if r.validity else "-"
         typer.echo(

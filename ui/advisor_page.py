@@ -530,6 +530,31 @@ def show_field_problems(draft: StageProfile | None) -> None:
     for problem in feasibility_problems([draft]):
         show = st.error if problem.severity == "error" else st.warning
         show(f"**{problem.field}**: {problem.message}")
+    message = forward_floor_message(draft)
+    if message is not None:
+        (st.error if message[0] else st.warning)(message[1])
+
+
+def forward_floor_message(draft: StageProfile) -> tuple[bool, str] | None:
+    """(infeasible, text) when a forward stage's p99 SLO is below the floor of its in-flight
+    batches on its GPU type, or within the floor model's error of it (advisor.sizing.
+    forward_sizing.floor_feasibility); None otherwise."""
+    from advisor.sizing.forward_sizing import floor_feasibility
+
+    verdict = floor_feasibility(draft)
+    if verdict is None or (verdict.feasible and not verdict.within_error):
+        return None
+    head = (
+        f"**SLO**: {draft.concurrency or 1} batches of {draft.batch_size} in flight on one "
+        f"{draft.gpu.type} need at least {verdict.floor_ms:.3g} ms at the floor against the "
+        f"{verdict.slo_ms:g} ms p99"
+    )
+    head += (
+        " — below the floor: no engine can meet it."
+        if not verdict.feasible
+        else " — within the floor model's error: it may not hold."
+    )
+    return not verdict.feasible, head + " Would make it feasible: " + "; ".join(verdict.remedies)
 
 
 def _add_stage() -> None:
@@ -846,7 +871,8 @@ def configuration_rows(configuration: RecommendedDeployment) -> list[dict[str, s
         add("Precision", precision.dtype)
         add("Weight quantisation", precision.quantization or "none")
         kv = precision.kv_cache_dtype
-        add("KV cache", "as the model dtype" if kv == "auto" else kv)
+        if configuration.workload is None or configuration.workload.kind == "generate":
+            add("KV cache", "as the model dtype" if kv == "auto" else kv)
         add("TF32 matmuls allowed", precision.allow_tf32)
     for name, value in sorted(configuration.typed_engine_args().items()):
         add(f"Engine argument: {name}", value)

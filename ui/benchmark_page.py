@@ -25,7 +25,7 @@ from bench.core.fingerprint import Fingerprint
 from bench.core.job_progress import JobRunProgress
 from bench.core.metric_catalog import Metric
 from bench.core.metric_catalog import metric as catalogue_metric
-from bench.core.schema import RunStatus
+from bench.core.schema import RunResult, RunStatus
 from bench.orchestrate.web_policy import check_web_jobs
 from bench.storage.store import Job, ResultStore
 from ui import state
@@ -735,6 +735,28 @@ FINISHED_TILES: tuple[tuple[Metric, int, bool], ...] = (
 titled by the metric's column heading with the unit in it (`Requests/s`, a bare figure) rather
 than its label (`TTFT p99`, the figure with its unit). The fifth tile is the peak memory, GPU
 or host."""
+FORWARD_TILES: tuple[tuple[Metric, int, bool], ...] = (
+    (catalogue_metric("sample_throughput_per_s"), 1, False),
+    (catalogue_metric("request_throughput_rps"), 2, True),
+    (catalogue_metric("e2e_ms_p50"), 2, False),
+    (catalogue_metric("e2e_ms_p99"), 2, False),
+)
+"""A forward run's tiles (one request = one batch): samples/s, batches/s and the batch latency,
+never tokens (bench.core.metric_catalog.RUN_VIEW_METRICS)."""
+
+
+def finished_tiles(result: RunResult) -> list[tuple[str, str]]:
+    """The finished run's four headline tiles as (title, figure), in the run's own units."""
+    summary = result.summary
+    tiles = FORWARD_TILES if result.config.workload.kind == "forward" else FINISHED_TILES
+    shown_tiles = []
+    for shown, digits, by_heading in tiles:
+        value = shown.read(summary, result)
+        if by_heading:
+            shown_tiles.append((shown.column, fixed(value, "", digits)))
+        else:
+            shown_tiles.append((shown.title, fixed(value, shown.unit, digits)))
+    return shown_tiles
 
 
 def finished_run(run: JobRunProgress) -> None:
@@ -752,12 +774,8 @@ def finished_run(run: JobRunProgress) -> None:
     summary = result.summary
     if summary is not None and summary.successful:
         metrics = st.columns(5)
-        for column, (shown, digits, by_heading) in zip(metrics[:4], FINISHED_TILES, strict=True):
-            value = shown.read(summary, result)
-            if by_heading:
-                column.metric(shown.column, fixed(value, "", digits))
-            else:
-                column.metric(shown.title, fixed(value, shown.unit, digits))
+        for column, (title, shown_figure) in zip(metrics[:4], finished_tiles(result), strict=True):
+            column.metric(title, shown_figure)
         peak_gpu = catalogue_metric("peak_gpu_memory_gb")
         if result.telemetry.peak_gpu_memory_gb is not None:
             metrics[4].metric(

@@ -119,8 +119,12 @@ OUTPUT_THROUGHPUT, REQUEST_RATE, ERROR_RATE = (
     catalogue_metric(name)
     for name in ("output_throughput_tok_s", "request_throughput_rps", "error_rate")
 )
+SAMPLE_THROUGHPUT = catalogue_metric("sample_throughput_per_s")
 RUN_METRIC_COLUMNS: tuple[tuple[str, Metric, str], ...] = (
     (f"output {OUTPUT_THROUGHPUT.unit}", OUTPUT_THROUGHPUT, "%.1f"),
+    # A forward run's throughput (generate runs leave it empty, as forward runs leave the token
+    # columns: the catalogue reads a metric only for the kinds it means something for).
+    (SAMPLE_THROUGHPUT.unit, SAMPLE_THROUGHPUT, "%.1f"),
     (REQUEST_RATE.unit, REQUEST_RATE, "%.2f"),
     *(
         (metric.column, metric, number_format)

@@ -95,6 +95,21 @@ def filters(frame: pd.DataFrame) -> pd.DataFrame:
 
 def compare(runs: list[RunResult]) -> None:
     st.subheader("Side by side")
+    columns = side_by_side(runs)
+    table = pd.DataFrame(columns)
+    st.dataframe(table, width="stretch", height=35 * (len(table) + 1) + 3)
+
+
+def _shown_for(runs: list[RunResult], name: str) -> bool:
+    """Whether a catalogued figure has a row: some selected run is of a kind it means something
+    for (a table of forward runs has no TTFT or output-token rows)."""
+    kinds = catalogue_metric(name).spec.kinds
+    return any(run.config.workload.kind in kinds for run in runs)
+
+
+def side_by_side(runs: list[RunResult]) -> dict[str, dict[str, str]]:
+    """The side-by-side table, one column per run: its settings and its figures in the units
+    of its kind (bench.core.metric_catalog: a forward run in samples/s and batch latency)."""
     columns: dict[str, dict[str, str]] = {}
     for run in runs:
         summary, telemetry, timings = run.summary, run.telemetry, run.timings
@@ -115,30 +130,40 @@ def compare(runs: list[RunResult]) -> None:
             **{
                 catalogue_metric(name).words: _figure(run, name, digits)
                 for name, digits in SIDE_BY_SIDE_FIGURES
+                if _shown_for(runs, name)
             },
             **{
                 f"{SPECS_BY_KEY[key].label} p50 / p99": _pair(run, key, digits)
                 for key, digits in SIDE_BY_SIDE_LATENCIES
+                if _shown_for(runs, f"{key}_p50")
             },
             catalogue_metric("error_rate").label: f"{summary.error_rate:.1%}" if summary else "—",
             PEAK_GPU_MEMORY.label: fixed(telemetry.peak_gpu_memory_gb, PEAK_GPU_MEMORY.unit, 2)
             if telemetry.peak_gpu_memory_gb is not None
             else f"not measured ({telemetry.reason or 'no GPU'})",
-            catalogue_metric("energy_per_output_token_j").words: _figure(
-                run, "energy_per_output_token_j", 3
+            **(
+                {
+                    catalogue_metric("energy_per_output_token_j").words: _figure(
+                        run, "energy_per_output_token_j", 3
+                    )
+                }
+                if _shown_for(runs, "energy_per_output_token_j")
+                else {}
             ),
             "load / compile / build": " / ".join(
                 fixed(value, "s") for value in (timings.load_s, timings.compile_s, timings.build_s)
             ),
             "device": device_of(run),
         }
-    table = pd.DataFrame(columns)
-    st.dataframe(table, width="stretch", height=35 * (len(table) + 1) + 3)
+    return columns
 
 
 SIDE_BY_SIDE_FIGURES = (
     ("output_throughput_tok_s", 1),
+    ("sample_throughput_per_s", 1),
+    ("input_token_throughput_tok_s", 1),
     ("request_throughput_rps", 2),
+    ("gpu_s_per_million_samples", 1),
     ("output_throughput_tok_s_per_gpu", 1),
     ("tok_s_per_user", 1),
     ("goodput_rps", 2),
@@ -155,7 +180,7 @@ def _figure(run: RunResult, name: str, digits: int) -> str:
 
 def _pair(run: RunResult, key: str, digits: int) -> str:
     spec = SPECS_BY_KEY[key]
-    p50, p99 = (Metric(spec, statistic).read(run.summary) for statistic in ("p50", "p99"))
+    p50, p99 = (Metric(spec, statistic).read(run.summary, run) for statistic in ("p50", "p99"))
     if p50 is None or p99 is None:
         return "—"
     return f"{p50:,.{digits}f} / {p99:,.{digits}f} {spec.unit}"

@@ -902,7 +902,7 @@ def verdict_metric(stage: StageProfile, row: EvidenceRow) -> str | None:
     from bench.core.stats import METRICS_BY_NAME
 
     metric = row.objective_metric
-    if metric == "gpu_s_per_million_tokens":
+    if metric in ("gpu_s_per_million_tokens", "gpu_s_per_million_samples"):
         metric = "output_throughput_tok_s" if stage.kind == "generate" else "request_throughput_rps"
     return metric if metric in METRICS_BY_NAME else None
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, computed_field
 
+from advisor.evidence.modality import forward_traits, trait_differences
 from advisor.sizing.capacity import run_gpu_type
 from advisor.sizing.engine_shape import SHAPE_TOLERANCE, stage_tensor_parallel
 from advisor.sizing.measured import (
@@ -127,6 +128,12 @@ class WorkloadMatch(BaseModel):
     lengths: bool
     traffic: bool
     precision: bool
+    model_kind: bool = Field(
+        True,
+        description="Forward stages: the run's model is of the stage's modality (text, image, "
+        "audio) and family (BERT, ViT, ResNet, Whisper...) where both are known "
+        "(advisor/evidence/modality.py).",
+    )
     distance: float = Field(
         description="The largest ratio between the run's and the stage's lengths or load level "
         "(1.0 = identical; 47 = one of them 47 times longer or shorter)."
@@ -228,7 +235,10 @@ def objective_metric(stage: StageProfile, published: bool = False) -> str:
     if objective == Objective.MINIMIZE_LATENCY:
         return "e2e_ms_p99" if published else f"e2e_ms_{stage.slo.percentile}"
     if objective == Objective.MINIMIZE_COST_PER_TOKEN:
-        return "gpu_s_per_million_tokens"
+        # A forward stage's cost is per sample (per batch would rank big batches dearer).
+        return (
+            "gpu_s_per_million_samples" if stage.kind == "forward" else "gpu_s_per_million_tokens"
+        )
     if objective == Objective.MAXIMIZE_GOODPUT and not published:
         return "goodput_rps"
     if published or stage.kind == "forward":
@@ -313,6 +323,7 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
     differences: list[str] = []
     ratios: list[tuple[float, str | None]] = [(1.0, None)]  # (ratio, what it measures)
     lengths = True
+    model_kind = True
 
     def compare(what: str, run_value: float, stage_value: float) -> None:
         nonlocal lengths
@@ -325,6 +336,22 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
         compare("prompt", workload.prompt_tokens.mean, stage.prompt_tokens.mean)
         compare("output", workload.output_tokens.mean, stage.output_tokens.mean)
     else:
+        # A run of another modality or model family is never a match, whatever its shape.
+        different = trait_differences(
+            forward_traits(
+                config.model,
+                run.model.architecture if run.model else None,
+                sequence_length=workload.sequence_length is not None,
+                image_size=workload.image_size is not None,
+            ),
+            forward_traits(
+                stage.model,
+                sequence_length=stage.sequence_length is not None,
+                image_size=stage.image_size is not None,
+            ),
+        )
+        model_kind = not different
+        differences.extend(different)
         if workload.batch_size != stage.batch_size:
             lengths = False
             ratios.append((_ratio(workload.batch_size, stage.batch_size), "batch size"))
@@ -392,8 +419,9 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
             f"precision {config.precision.label()} vs the stage's {wanted_precision.label()}"
         )
     return WorkloadMatch(
-        matches=lengths and traffic and precision and workload.kind == stage.kind,
+        matches=lengths and traffic and precision and model_kind and workload.kind == stage.kind,
         lengths=lengths,
+        model_kind=model_kind,
         traffic=traffic,
         precision=precision,
         distance=round(max(ratios, key=lambda item: item[0])[0], 3),

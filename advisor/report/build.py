@@ -34,6 +34,7 @@ from advisor.report.charts import derive_charts, pareto_chart, pattern_facts
 from advisor.report.configurations import calibration_table, configurations_table
 from advisor.report.decision import deploy_rows, reproduce_commands, stage_decision
 from advisor.report.model import (
+    FORWARD_REPORT_METRICS,
     REPORT_METRICS,
     Alternative,
     CapacitySection,
@@ -183,7 +184,7 @@ def stage_report(stage: StageRecommendation, gpu_type: str | None = None) -> Sta
     deploy, deploy_notes = (
         ([], [])
         if chosen.follows == "refused"
-        else deploy_rows(chosen.framework, chosen.configuration, gpu_type)
+        else deploy_rows(chosen.framework, chosen.configuration, gpu_type, stage.kind == "forward")
     )
     decision = stage.decision
     rationale = [FOLLOWS_TEXT[chosen.follows], SETTLED_BY_TEXT[chosen.settled_by]]
@@ -521,7 +522,11 @@ def evidence_row(
         run_id=run.run_id,
         context=context,
         level=None if phase is None else f"{float(phase.target):g}",
-        **{metric.report_field: metric.read(summary, run) for metric in REPORT_METRICS},
+        kind=run.config.workload.kind,
+        **{
+            metric.report_field: metric.read(summary, run)
+            for metric in (*REPORT_METRICS, *FORWARD_REPORT_METRICS)
+        },
         gb_per_billion_params=telemetry.memory_efficiency_gb_per_b_params,
         validity=run.validity.status.value if run.validity else run.status.value,
         validity_reasons=list(run.validity.reasons) if run.validity else [],
@@ -576,7 +581,8 @@ def _datasheet_bandwidth_tb_s(run: RunResult) -> tuple[float | None, str]:
 def floor_distance(
     run: RunResult, estimate: Estimate, profile_models: set[str] | frozenset[str] = frozenset()
 ) -> FloorDistance:
-    """Measured TPOT p50 vs the batch-1 decode floor (weight bytes / memory bandwidth)."""
+    """Measured TPOT p50 vs the batch-1 decode floor (weight bytes / memory bandwidth), for a
+    generate run (a forward run generates no tokens: the report leaves it out of this table)."""
     measured = catalogue_metric("tpot_ms_p50").read(run.summary)
     floor_ms: float | None = None
     note = ""
@@ -982,7 +988,13 @@ def build_report(
         if row.provenance is not None and row.provenance.kind in ("yours", "published")
     } | {run.config.backend for run in runs if run.summary and run.summary.successful}
     decisions = [
-        stage_decision(stage, profile_stages.get(stage.stage), availability, measured_frameworks)
+        stage_decision(
+            stage,
+            profile_stages.get(stage.stage),
+            availability,
+            measured_frameworks,
+            [*runs, *extra_runs.values()],
+        )
         for stage in answer.stages
     ]
     caveats = _not_measured(stages, runs, availability)
@@ -1038,7 +1050,12 @@ def build_report(
         capacity=capacity,
         estimate=estimate,
         calibration=calibration_table(answer.calibration),
-        floor_distances=[floor_distance(run, estimate, profile_models) for run in runs],
+        # A forward run has no per-token decode floor: the table is about generate runs.
+        floor_distances=[
+            floor_distance(run, estimate, profile_models)
+            for run in runs
+            if run.config.workload.kind == "generate"
+        ],
         diagnostics=_diagnostics(findings, runs),
         environment=EnvironmentSection(
             fingerprint=_environment_items(environment) if environment else [],

@@ -9,7 +9,7 @@ published runs / the article's figures), never re-derived from a GPU name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from advisor.decide.recommend import (
@@ -20,6 +20,7 @@ from advisor.decide.recommend import (
     slo_text,
 )
 from advisor.evidence.rows import EvidenceRow
+from advisor.report.forward_page import feasibility_risk, forward_sizing, sizing_words
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
 from advisor.sizing.configurations import RecommendedDeployment
@@ -33,6 +34,7 @@ from bench.core.config import (
     Workload,
 )
 from bench.core.metric_catalog import METRICS_BY_NAME
+from bench.core.schema import RunResult
 
 FRAMEWORK_LABELS = {
     "vllm": "vLLM",
@@ -71,14 +73,24 @@ def metric_words(metric: str | None) -> tuple[str, str]:
 # --------------------------------------------------------------------------- configuration
 
 
-def _precision_words(precision: PrecisionConfig | None) -> str:
+def _forward(configuration: RecommendedDeployment) -> bool:
+    """Whether the deployment serves a forward model (encoder, vision): no KV cache to speak
+    of. Known from its planned workload, or from a forward-only framework (TensorRT)."""
+    workload = configuration.workload
+    if workload is not None:
+        return workload.kind == "forward"
+    return configuration.framework == "tensorrt"
+
+
+def _precision_words(precision: PrecisionConfig | None, forward: bool = False) -> str:
     if precision is None:
         return ""
     parts = [f"{precision.dtype} weights"]
     if precision.quantization:
         parts[0] = f"{precision.quantization} weights ({precision.dtype} compute)"
     kv = precision.kv_cache_dtype
-    parts.append("FP8 KV cache" if kv == "fp8" else "KV cache in the model dtype")
+    if not forward:  # a forward pass keeps no KV cache between requests
+        parts.append("FP8 KV cache" if kv == "fp8" else "KV cache in the model dtype")
     if precision.allow_tf32:
         parts.append("TF32 matmuls allowed")
     return ", ".join(parts)
@@ -120,7 +132,10 @@ def _workload_words(workload: Workload | None, load: LoadPattern | None) -> str:
 
 
 def deploy_rows(
-    framework: str, configuration: RecommendedDeployment, gpu_type: str | None
+    framework: str,
+    configuration: RecommendedDeployment,
+    gpu_type: str | None,
+    forward: bool = False,
 ) -> tuple[list[KeyValue], list[str]]:
     """The configuration to deploy as labelled rows, and its trade-offs and estimate accuracy
     as notes: what an engineer types into the engine, not the advisor's raw keys."""
@@ -133,7 +148,7 @@ def deploy_rows(
             f"{parallelism.replicas} replica(s))"
         )
         rows.append(KeyValue(key="GPUs", value=layout))
-    precision = _precision_words(configuration.precision)
+    precision = _precision_words(configuration.precision, forward or _forward(configuration))
     if precision:
         rows.append(KeyValue(key="Precision", value=precision))
     args = _engine_args_words(configuration.typed_engine_args())
@@ -171,7 +186,10 @@ def deploy_rows(
 
 
 def configuration_phrase(
-    framework: str, configuration: RecommendedDeployment, gpu_type: str | None
+    framework: str,
+    configuration: RecommendedDeployment,
+    gpu_type: str | None,
+    forward: bool = False,
 ) -> str:
     """`vLLM on 1 × H200, tensor parallel 1, float16 weights, KV cache in the model dtype,
     with gpu_memory_utilization=0.85, max_num_seqs=256`."""
@@ -183,7 +201,7 @@ def configuration_phrase(
         parts[0] += f" on {gpus or 1} GPU(s) of a type not chosen yet"
     if configuration.parallelism is not None:
         parts.append(f"tensor parallel {configuration.parallelism.tensor_parallel_size}")
-    precision = _precision_words(configuration.precision)
+    precision = _precision_words(configuration.precision, forward or _forward(configuration))
     if precision:
         parts.append(precision)
     text = ", ".join(parts)
@@ -492,8 +510,10 @@ def stage_decision(
     stage_profile: StageProfile | None,
     availability: Mapping[str, str],
     measured: set[str],
+    runs: Sequence[RunResult] = (),
 ) -> StageDecision:
-    """Page 1 for one stage of the advisor's answer."""
+    """Page 1 for one stage of the advisor's answer; `runs` (stored and shipped) are the batch
+    ladders a forward stage's sizing is calibrated on."""
     chosen = stage.recommendation
     gpu_type = stage_profile.gpu.type if stage_profile is not None else None
     if chosen.follows == "refused":
@@ -520,10 +540,20 @@ def stage_decision(
             risks=[],
             sizing="not sized: the workload does not fit the model",
         )
-    sentence = (
-        f"Serve {stage.stage} with "
-        f"{configuration_phrase(chosen.framework, chosen.configuration, gpu_type)}."
+    phrase = configuration_phrase(
+        chosen.framework, chosen.configuration, gpu_type, forward=stage.kind == "forward"
     )
+    sentence = f"Serve {stage.stage} with {phrase}."
+    risks = decision_risks(stage, availability, measured)
+    sizing = _sizing(stage_profile, chosen)
+    forward = forward_sizing(stage_profile, chosen.framework, runs)
+    if forward is not None and stage_profile is not None:
+        # A forward stage is sized by its batcher, not by an LLM capacity search.
+        if chosen.capacity is None:
+            sizing = sizing_words(forward)
+        infeasible = feasibility_risk(forward, stage_profile.concurrency)
+        if infeasible:
+            risks.insert(0, infeasible)
     return StageDecision(
         stage=stage.stage,
         framework=chosen.framework,
@@ -536,8 +566,8 @@ def stage_decision(
         facts=decision_facts(stage),
         runner_up=_runner_up(stage, availability),
         would_change=_would_change(chosen),
-        risks=decision_risks(stage, availability, measured),
-        sizing=_sizing(stage_profile, chosen),
+        risks=risks,
+        sizing=sizing,
     )
 
 

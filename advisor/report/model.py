@@ -201,6 +201,27 @@ REPORT_METRICS: tuple[Metric, ...] = tuple(
 )
 """The catalogue's metrics an evidence row carries, in the Speed table's column order; each
 fills the EvidenceFigures field named by its `report_field` (`ttft_p99_ms`)."""
+FORWARD_REPORT_METRICS: tuple[Metric, ...] = tuple(
+    catalogue_metric(name)
+    for name in (
+        "sample_throughput_per_s",
+        "request_throughput_rps",
+        "e2e_ms_p50",
+        "e2e_ms_p99",
+        "gpu_s_per_million_samples",
+        "error_rate",
+    )
+)
+"""What a forward row carries and the forward Speed table shows, in column order: samples/s,
+batches/s, batch latency p50/p99, GPU time per million samples, errors."""
+FORWARD_SPEED_COLUMNS: tuple[str, ...] = (
+    FORWARD_REPORT_METRICS[0].column,
+    "Batches/s",  # a forward request is one batch
+    *(f"Batch latency {m.statistic} ({m.unit})" for m in FORWARD_REPORT_METRICS[2:4]),
+    FORWARD_REPORT_METRICS[4].titled_column,
+    FORWARD_REPORT_METRICS[5].column,
+)
+"""Headings of the forward Speed table (Samples/s ... Errors)."""
 SPEED_COLUMNS: tuple[str, ...] = tuple(metric.column for metric in REPORT_METRICS[:7])
 """Headings of the Speed table's metric columns (Requests/s ... Errors)."""
 RESOURCE_COLUMNS: tuple[str, ...] = (
@@ -231,8 +252,16 @@ class EvidenceFigures(ReportPart):
         description="A ladder's level (concurrency, as text) the figures come from: the stage's "
         "load; None: the whole run.",
     )
+    kind: Literal["generate", "forward"] = Field(
+        "generate",
+        description="The workload kind the figures measure: a forward row (one request = one "
+        "batch) is shown in samples/s and batch latency, never in tokens.",
+    )
     request_throughput_rps: float | None = None
     output_throughput_tok_s: float | None = None
+    sample_throughput_per_s: float | None = None
+    e2e_p50_ms: float | None = None
+    gpu_s_per_million_samples: float | None = None
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
     tpot_p50_ms: float | None = None

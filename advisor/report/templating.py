@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.report import numbers
-from advisor.report.model import RESOURCE_COLUMNS, SECTIONS, SPEED_COLUMNS
+from advisor.report.model import FORWARD_SPEED_COLUMNS, RESOURCE_COLUMNS, SECTIONS, SPEED_COLUMNS
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 MISSING = numbers.MISSING
@@ -114,5 +114,6 @@ def environment(kind: str):  # -> jinja2.Environment (imported lazily: keeps CLI
     env.filters["when"] = when
     env.globals["SECTIONS"] = dict(SECTIONS)
     env.globals["SPEED_COLUMNS"] = SPEED_COLUMNS
+    env.globals["FORWARD_SPEED_COLUMNS"] = FORWARD_SPEED_COLUMNS
     env.globals["RESOURCE_COLUMNS"] = RESOURCE_COLUMNS
     return env

@@ -119,9 +119,12 @@ def stage_answers(stage: StageProfile) -> list[WorkloadAnswer]:
     precision_text = precision.dtype
     if precision.quantization:
         precision_text += f", {precision.quantization} weights"
-    precision_text += (
-        ", FP8 KV cache" if precision.kv_cache_dtype == "fp8" else ", KV cache as the model dtype"
-    )
+    if stage.kind == "generate":  # a forward pass keeps no KV cache
+        precision_text += (
+            ", FP8 KV cache"
+            if precision.kv_cache_dtype == "fp8"
+            else ", KV cache as the model dtype"
+        )
     rows.append(("Precision", precision_text))
     rows.append(("Identical outputs run to run required?", _yes(stage.determinism_required)))
     rows.append(

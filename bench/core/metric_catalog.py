@@ -35,6 +35,10 @@ Better = Literal["higher", "lower"]
 Statistic = Literal["mean", "p50", "p90", "p99"]
 Source = Literal["summary", "telemetry", "derived"]
 Family = Literal["rate", "ttft", "tpot", "itl", "e2e", "other"]
+Kind = Literal["generate", "forward"]
+BOTH_KINDS: tuple[Kind, ...] = ("generate", "forward")
+GENERATE_ONLY: tuple[Kind, ...] = ("generate",)
+FORWARD_ONLY: tuple[Kind, ...] = ("forward",)
 
 DISTRIBUTION_STATISTICS: tuple[Statistic, ...] = ("mean", "p50", "p90", "p99")
 """What a `Percentiles` carries (bench.core.metrics.percentiles_ms)."""
@@ -54,7 +58,14 @@ class MetricSpec:
     `request rate`), `heading` a report column's heading when it is not the label with the
     unit (`Requests/s`); `family` groups what the interval code resamples together; `derived`
     specs read themselves with `reader`; `definition` states the formula (vLLM's definitions,
-    bench/core/metrics.py).
+    bench/core/metrics.py). `kinds` are the workload kinds the metric means something for: a
+    forward run (one request = one batch of samples, no tokens generated) has no TTFT, TPOT or
+    output tokens, and reading a generate-only metric of one gives None, so no view, evidence
+    row or ranking shows it. `stored_as` names the stored field a metric reads when it is
+    another name of a stored figure (a forward run's samples/s is the figure the summary
+    stores as output throughput: its chunks count samples); `forward_view` names the metric a
+    forward run shows in place of a generate-only one (views holding figures under the
+    generate name, such as `bench compare`, relabel them with `shown_as`).
     """
 
     key: str
@@ -68,6 +79,9 @@ class MetricSpec:
     words: str | None = None
     heading: str | None = None
     reader: Reader | None = field(default=None, compare=False)
+    kinds: tuple[Kind, ...] = BOTH_KINDS
+    stored_as: str | None = None
+    forward_view: str | None = None
 
     @property
     def is_distribution(self) -> bool:
@@ -167,13 +181,16 @@ class Metric:
         """This metric of a summary (a run's or a phase's) and, for telemetry and derived
         metrics, of its run; None where the run has no such figure."""
         spec = self.spec
+        if run is not None and run.config.workload.kind not in spec.kinds:
+            return None
         if spec.reader is not None:
             return spec.reader(summary, run)
         if spec.source == "telemetry":
             holder = run.telemetry if run is not None else None
         else:
             holder = summary
-        value = getattr(holder, spec.key, None) if holder is not None else None
+        stored = spec.stored_as or spec.key
+        value = getattr(holder, stored, None) if holder is not None else None
         if self.statistic is not None and value is not None:
             value = getattr(value, self.statistic)
         return None if value is None else float(value)
@@ -182,20 +199,36 @@ class Metric:
 def _gpu_s_per_million_tokens(
     summary: MetricsSummary | None, run: RunResult | None
 ) -> float | None:
-    """GPUs x 1e6 / throughput: output tok/s for generate runs, requests/s for forward runs."""
-    if summary is None or run is None:
+    """GPUs x 1e6 / output tok/s (generate runs; a forward run has its per-sample figure)."""
+    if summary is None or run is None or summary.output_throughput_tok_s <= 0:
         return None
-    throughput = (
-        summary.output_throughput_tok_s
-        if run.config.workload.kind == "generate"
-        else summary.request_throughput_rps
-    )
-    if throughput <= 0:
-        return None
-    return run.config.parallelism.gpus_needed * 1e6 / throughput
+    return run.config.parallelism.gpus_needed * 1e6 / summary.output_throughput_tok_s
 
 
-def _latency(key: str, label: str, definition: str) -> MetricSpec:
+def _gpu_s_per_million_samples(
+    summary: MetricsSummary | None, run: RunResult | None
+) -> float | None:
+    """GPUs x 1e6 / samples/s of a forward run: its cost per sample, whatever the batch size
+    (dividing by requests, i.e. batches, ranked batch 64 dearer than batch 1)."""
+    if summary is None or run is None or summary.output_throughput_tok_s <= 0:
+        return None
+    return run.config.parallelism.gpus_needed * 1e6 / summary.output_throughput_tok_s
+
+
+def _input_token_throughput(summary: MetricsSummary | None, run: RunResult | None) -> float | None:
+    """Input tokens of successful batches / measured window, for text encoders (a forward run
+    with a sequence length); None for images, where a sample has no tokens."""
+    if summary is None or run is None or summary.output_tokens <= 0:
+        return None
+    if getattr(run.config.workload, "sequence_length", None) is None:
+        return None
+    # The same window as the stored samples/s: samples/s x input tokens per sample.
+    return summary.output_throughput_tok_s * summary.input_tokens / summary.output_tokens
+
+
+def _latency(
+    key: str, label: str, definition: str, kinds: tuple[Kind, ...] = BOTH_KINDS
+) -> MetricSpec:
     return MetricSpec(
         key,
         label,
@@ -204,6 +237,7 @@ def _latency(key: str, label: str, definition: str) -> MetricSpec:
         definition,
         statistics=DISTRIBUTION_STATISTICS,
         family=key.removesuffix("_ms"),  # type: ignore[arg-type]
+        kinds=kinds,
     )
 
 
@@ -227,6 +261,34 @@ OUTPUT_THROUGHPUT_TOK_S = MetricSpec(
     "Output tokens of successful requests / measured window.",
     family="rate",
     heading="Output tok/s",
+    kinds=GENERATE_ONLY,
+    forward_view="sample_throughput_per_s",
+)
+SAMPLE_THROUGHPUT_PER_S = MetricSpec(
+    "sample_throughput_per_s",
+    "sample throughput",
+    "samples/s",
+    "higher",
+    "Samples of successful batches / measured window (forward runs: one request is one batch "
+    "of batch_size samples; the summary stores this figure as its output throughput, whose "
+    "chunks count samples).",
+    family="rate",
+    heading="Samples/s",
+    kinds=FORWARD_ONLY,
+    stored_as="output_throughput_tok_s",
+)
+INPUT_TOKEN_THROUGHPUT_TOK_S = MetricSpec(
+    "input_token_throughput_tok_s",
+    "input token throughput",
+    "tok/s",
+    "higher",
+    "Input tokens of successful batches / measured window (text encoders: samples/s x "
+    "sequence length; none for images).",
+    source="derived",
+    family="rate",
+    heading="Input tok/s",
+    kinds=FORWARD_ONLY,
+    reader=_input_token_throughput,
 )
 ERROR_RATE = MetricSpec(
     "error_rate",
@@ -253,15 +315,26 @@ PREFIX_CACHE_HIT_RATE = MetricSpec(
     "prefix_cache_hits and prefix_cache_queries counters, or the in-process engine's own); "
     "none when the engine does not report them.",
     heading="Prefix-cache hits",
+    kinds=GENERATE_ONLY,
 )
-TTFT_MS = _latency("ttft_ms", "TTFT", "Time to first token: first chunk - request start.")
+TTFT_MS = _latency(
+    "ttft_ms", "TTFT", "Time to first token: first chunk - request start.", GENERATE_ONLY
+)
 TPOT_MS = _latency(
     "tpot_ms",
     "TPOT",
     "Time per output token: (E2E - TTFT) / (output tokens - 1); <= 1 token left out.",
+    GENERATE_ONLY,
 )
-ITL_MS = _latency("itl_ms", "ITL", "Inter-token latency: every gap between chunks, pooled.")
-E2E_MS = _latency("e2e_ms", "E2E", "End-to-end latency: end - request start.")
+ITL_MS = _latency(
+    "itl_ms", "ITL", "Inter-token latency: every gap between chunks, pooled.", GENERATE_ONLY
+)
+E2E_MS = _latency(
+    "e2e_ms",
+    "E2E",
+    "End-to-end latency: end - request start (a forward request is one batch: the latency of "
+    "the batch, which each of its samples waits).",
+)
 TOK_S_PER_USER = MetricSpec(
     "tok_s_per_user",
     "tok/s per user",
@@ -269,6 +342,7 @@ TOK_S_PER_USER = MetricSpec(
     "higher",
     "1000 / TPOT p50 (ms): the decode speed one user sees after the first token (the y axis "
     "of a throughput/interactivity Pareto).",
+    kinds=GENERATE_ONLY,
 )
 TOK_S_PER_USER_MEAN = MetricSpec(
     "tok_s_per_user_mean",
@@ -276,6 +350,7 @@ TOK_S_PER_USER_MEAN = MetricSpec(
     "tok/s",
     "higher",
     "Mean over requests of 1000 / TPOT (ms).",
+    kinds=GENERATE_ONLY,
 )
 OUTPUT_THROUGHPUT_TOK_S_PER_GPU = MetricSpec(
     "output_throughput_tok_s_per_gpu",
@@ -284,15 +359,28 @@ OUTPUT_THROUGHPUT_TOK_S_PER_GPU = MetricSpec(
     "higher",
     "Output throughput / GPUs used (tensor_parallel_size x replicas): the x axis of the "
     "Pareto chart.",
+    kinds=GENERATE_ONLY,
 )
 GPU_S_PER_MILLION_TOKENS = MetricSpec(
     "gpu_s_per_million_tokens",
     "GPU time per million tokens",
     "GPU-s",
     "lower",
-    "GPUs x 1e6 / throughput (output tok/s; requests/s for forward runs).",
+    "GPUs x 1e6 / output tok/s (generate runs).",
     source="derived",
     reader=_gpu_s_per_million_tokens,
+    kinds=GENERATE_ONLY,
+    forward_view="gpu_s_per_million_samples",
+)
+GPU_S_PER_MILLION_SAMPLES = MetricSpec(
+    "gpu_s_per_million_samples",
+    "GPU time per million samples",
+    "GPU-s",
+    "lower",
+    "GPUs x 1e6 / samples/s (forward runs): the cost per sample, which falls as batches grow.",
+    source="derived",
+    reader=_gpu_s_per_million_samples,
+    kinds=FORWARD_ONLY,
 )
 PEAK_GPU_MEMORY_GB = MetricSpec(
     "peak_gpu_memory_gb",
@@ -310,6 +398,7 @@ ENERGY_PER_OUTPUT_TOKEN_J = MetricSpec(
     "lower",
     "GPU energy over the window (NVML) / output tokens.",
     source="telemetry",
+    kinds=GENERATE_ONLY,
 )
 MEAN_GPU_UTILIZATION_PCT = MetricSpec(
     "mean_gpu_utilization_pct",
@@ -323,6 +412,8 @@ MEAN_GPU_UTILIZATION_PCT = MetricSpec(
 SPECS: tuple[MetricSpec, ...] = (
     REQUEST_THROUGHPUT_RPS,
     OUTPUT_THROUGHPUT_TOK_S,
+    SAMPLE_THROUGHPUT_PER_S,
+    INPUT_TOKEN_THROUGHPUT_TOK_S,
     ERROR_RATE,
     GOODPUT_RPS,
     PREFIX_CACHE_HIT_RATE,
@@ -334,6 +425,7 @@ SPECS: tuple[MetricSpec, ...] = (
     TOK_S_PER_USER_MEAN,
     OUTPUT_THROUGHPUT_TOK_S_PER_GPU,
     GPU_S_PER_MILLION_TOKENS,
+    GPU_S_PER_MILLION_SAMPLES,
     PEAK_GPU_MEMORY_GB,
     ENERGY_PER_OUTPUT_TOKEN_J,
     MEAN_GPU_UTILIZATION_PCT,
@@ -352,7 +444,9 @@ METRICS: tuple[Metric, ...] = tuple(
 )
 """Every readable name, in declaration order (the order evidence rows list them)."""
 METRICS_BY_NAME: dict[str, Metric] = {metric.name: metric for metric in METRICS}
-LATENCY_SPECS: tuple[MetricSpec, ...] = tuple(s for s in SPECS if s.is_distribution)
+LATENCY_SPECS: tuple[MetricSpec, ...] = tuple(
+    s for s in SPECS if s.is_distribution and s.stored_as is None
+)
 """The per-request distributions (TTFT, TPOT, ITL, E2E)."""
 LADDER_LATENCIES: tuple[Metric, ...] = tuple(
     Metric(SPECS_BY_KEY[key], "p99") for key in ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -367,6 +461,46 @@ def metric(name: str) -> Metric:
         return METRICS_BY_NAME[name]
     except KeyError:
         raise KeyError(f"unknown metric {name!r}; known: {', '.join(METRICS_BY_NAME)}") from None
+
+
+def shown_as(name: str, kind: Kind) -> Metric | None:
+    """The metric a run of `kind` shows for the figure held under `name`: itself where it means
+    something for that kind, its `forward_view` for a forward run (`output_throughput_tok_s` ->
+    `sample_throughput_per_s`), None where the kind has no such figure (TTFT of a forward run).
+    For views that hold figures under the generate names (resampled groups, comparisons)."""
+    held = metric(name)
+    if kind in held.spec.kinds:
+        return held
+    if kind == "forward" and held.spec.forward_view is not None:
+        return Metric(SPECS_BY_KEY[held.spec.forward_view], held.statistic)
+    return None
+
+
+RUN_VIEW_METRICS: dict[Kind, tuple[str, ...]] = {
+    "generate": (
+        "output_throughput_tok_s",
+        "request_throughput_rps",
+        "ttft_ms_p99",
+        "tpot_ms_p99",
+        "e2e_ms_p99",
+        "error_rate",
+        "peak_gpu_memory_gb",
+    ),
+    "forward": (
+        "sample_throughput_per_s",
+        "input_token_throughput_tok_s",
+        "request_throughput_rps",
+        "e2e_ms_p50",
+        "e2e_ms_p90",
+        "e2e_ms_p99",
+        "gpu_s_per_million_samples",
+        "error_rate",
+        "peak_gpu_memory_gb",
+    ),
+}
+"""The headline figures a run of each kind is shown with (the CLI's run summary, `bench runs`):
+a forward run in samples/s, input tokens/s (text encoders), batches/s and the latency of a
+batch, never in TTFT, TPOT or output tokens."""
 
 
 def higher_is_better(name: str) -> bool:
@@ -442,7 +576,8 @@ def stored_field_problems(
             problems.append(f"{where}.{name} is {info.annotation}, its spec needs {expected}")
     if every_spec:
         for spec in SPECS:
-            if spec.source == source and spec.key not in model.model_fields:
+            stored = spec.stored_as is None
+            if stored and spec.source == source and spec.key not in model.model_fields:
                 problems.append(f"{where} has no field for the catalogued metric {spec.key!r}")
     return problems
 

@@ -19,7 +19,7 @@ import numpy as np
 from bench.core.config import SLO, ValidityRules
 from bench.core.engine_facts import PrometheusSample
 from bench.core.errors import UserError
-from bench.core.metric_catalog import LATENCY_SPECS, REQUEST_SLO_BOUNDS
+from bench.core.metric_catalog import LATENCY_SPECS, REQUEST_SLO_BOUNDS, Kind
 from bench.core.schema import (
     MetricsSummary,
     Percentiles,
@@ -69,14 +69,17 @@ def min_samples(quantile: float) -> int:
     return math.ceil(TAIL_VALUES / (1.0 - quantile) - 1e-9)
 
 
-def percentile_notes(summary: MetricsSummary | None) -> list[str]:
+def percentile_notes(summary: MetricsSummary | None, kind: Kind = "generate") -> list[str]:
     """Notes for percentiles computed from too few values (the rule of `min_samples`).
 
-    Uses each Percentiles' `count`; summaries stored before counts existed get none."""
+    Uses each Percentiles' `count`; summaries stored before counts existed get none. Only the
+    latencies a run of `kind` is shown in are noted (a forward run's E2E, not its TTFT)."""
     if summary is None:
         return []
     notes = []
     for spec in LATENCY_SPECS:
+        if kind not in spec.kinds:
+            continue
         percentiles = getattr(summary, spec.key)
         count = percentiles.count if percentiles is not None else None
         if count is None:
@@ -457,6 +460,7 @@ def judge_validity(
     summary: MetricsSummary | None,
     rules: ValidityRules,
     phases: Iterable[PhaseResult] = (),
+    kind: Kind = "generate",
 ) -> Validity:
     """VALID, or INVALID with every rule broken as a reason.
 
@@ -488,13 +492,13 @@ def judge_validity(
                 f"over the budget {rules.max_error_rate:.2%}"
             )
     status = ValidityStatus.INVALID if reasons else ValidityStatus.VALID
-    notes = percentile_notes(summary)
+    notes = percentile_notes(summary, kind)
     phases = list(phases)
     if len(phases) > 1:
         notes += [
             f"phase {phase.name}: {note}"
             for phase in phases
-            for note in percentile_notes(phase.summary)
+            for note in percentile_notes(phase.summary, kind)
         ]
     return Validity(status=status, reasons=reasons, notes=notes)
 

@@ -32,6 +32,7 @@ from bench import SCHEMA_VERSION
 from bench.core.errors import UserError
 from bench.core.files import InputTooComplex, parse_json
 from bench.core.limits import check_bootstrap_and_seed
+from bench.core.metric_catalog import Kind, shown_as
 from bench.core.schema import RequestRecord, RunResult
 from bench.core.stats import (
     BOOTSTRAP,
@@ -506,6 +507,7 @@ def compare_measurements(
         draws_a = group_draws(_samples(runs_a, phase_a), bootstrap, seed + 2 * index)
         draws_b = group_draws(_samples(runs_b, phase_b), bootstrap, seed + 2 * index + 1)
         comparison = judged(draws_a, draws_b, a.name, b.name, threshold)
+        comparison = in_run_units(comparison, runs_a[0].result.config.workload.kind)
         rows.append(
             LevelComparison(
                 level=label,
@@ -528,6 +530,20 @@ def compare_measurements(
     )
 
 
+def in_run_units(comparison: GroupComparison, kind: Kind) -> GroupComparison:
+    """The comparison in the units of the runs' kind: the bootstrap resamples figures under
+    their generate names, so a forward run's output throughput is shown as the samples/s it
+    counts and its TTFT, TPOT and ITL rows are dropped (bench.core.metric_catalog.shown_as)."""
+    rows = []
+    for row in comparison.metrics:
+        shown = shown_as(row.metric, kind)
+        if shown is None:
+            continue
+        rows.append(row.model_copy(update={"metric": shown.name, "label": shown.label,
+                                           "unit": shown.unit}))  # fmt: skip
+    return comparison.model_copy(update={"metrics": rows})
+
+
 @dataclass
 class _Unit:
     """One configuration at one level of a campaign: its runs' samples and draws."""
@@ -538,6 +554,7 @@ class _Unit:
     level: str
     draws: GroupDraws
     primary: str
+    kind: Kind = "generate"
 
 
 def _campaign_units(side: Side, bootstrap: int, seed: int) -> dict[tuple[str, str], _Unit]:
@@ -566,6 +583,7 @@ def _campaign_units(side: Side, bootstrap: int, seed: int) -> dict[tuple[str, st
                 level=label,
                 draws=group_draws(_samples(runs, phase), bootstrap, unit_seed),
                 primary=primary,
+                kind=first.config.workload.kind,
             )
     return units
 
@@ -621,7 +639,9 @@ def compare_campaigns(
     drift_changes = []
     for key in shared:
         unit_a, unit_b = units_a[key], units_b[key]
-        comparison = judged(unit_b.draws, unit_a.draws, b.name, a.name, threshold)
+        comparison = in_run_units(
+            judged(unit_b.draws, unit_a.draws, b.name, a.name, threshold), unit_a.kind
+        )
         drift.append(
             DriftRow(
                 workload=unit_a.workload,
@@ -837,11 +857,17 @@ def render(report: CompareReport, console: Any) -> None:
         f"({campaigns.b.spec}){', same plan' if campaigns.same_plan else ''}"
     )
     table = Table(title=f"drift: {campaigns.b.name} / {campaigns.a.name}, same configuration")
-    for column in ("workload", "contender", "level", *HEADLINE_METRICS):
+    # A metric has a column where some row has it (a forward row has samples/s, not TTFT).
+    headline = [
+        name
+        for name in (*HEADLINE_METRICS, "sample_throughput_per_s")
+        if any(row.comparison.metric(name) is not None for row in campaigns.drift)
+    ]
+    for column in ("workload", "contender", "level", *headline):
         table.add_column(column)
     for row in campaigns.drift:
         cells = []
-        for name in HEADLINE_METRICS:
+        for name in headline:
             metric = row.comparison.metric(name)
             cells.append(
                 "-"

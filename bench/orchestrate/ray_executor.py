@@ -497,7 +497,9 @@ def fail_run(store: RunWriter, run_id: str, status: RunStatus, reason: str) -> N
     result.status = status
     result.failure = Failure(cause=reason)
     result.summary = measured.summary(result.config.slo)
-    result.validity = judge_validity(result.summary, result.config.validity)
+    result.validity = judge_validity(
+        result.summary, result.config.validity, kind=result.config.workload.kind
+    )
     result.validity.status = ValidityStatus.INVALID
     result.validity.reasons.append(f"run {status.value.lower()}: {reason}")
     store.update_run(result)

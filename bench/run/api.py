@@ -599,7 +599,9 @@ def _measure(
             "database): the run was stopped. Free space or fix the store, then run it again.",
         )
     result.summary = sink.measured.summary(config.slo, placement.gpus)
-    result.validity = judge_validity(result.summary, config.validity, result.phases)
+    result.validity = judge_validity(
+        result.summary, config.validity, result.phases, config.workload.kind
+    )
     if config.load.capacity_search:  # its infeasible probes break the SLO by design
         from bench.run.load.capacity import capacity_validity
 

@@ -54,13 +54,21 @@ def _stored(run: RunResult, item: Metric) -> float | None:
     catalogue's reader: a field path per source, the derived formula written out."""
     data = run.model_dump(mode="json")
     spec = item.spec
+    kind = data["config"]["workload"]["kind"]
+    # A forward run has no token metrics, a generate run no per-sample ones.
+    if kind not in spec.kinds:
+        return None
     if spec.source == "derived":
         summary = data["summary"]
-        generate = data["config"]["workload"]["kind"] == "generate"
-        rate = summary["output_throughput_tok_s" if generate else "request_throughput_rps"]
+        # A forward run's stored output throughput counts samples (its chunks are samples).
+        rate = summary["output_throughput_tok_s"]
+        if spec.key == "input_token_throughput_tok_s":
+            if data["config"]["workload"].get("sequence_length") is None:
+                return None
+            return rate * summary["input_tokens"] / summary["output_tokens"]
         return run.config.parallelism.gpus_needed * 1e6 / rate if rate > 0 else None
     holder = data["telemetry"] if spec.source == "telemetry" else data["summary"]
-    value = holder.get(spec.key) if holder else None
+    value = holder.get(spec.stored_as or spec.key) if holder else None
     if item.statistic is not None and value is not None:
         value = value[item.statistic]
     return value
@@ -127,7 +135,7 @@ def test_names_are_unique_and_the_stored_spellings_are_fields() -> None:
             else MetricsSummary.model_fields
         )
         if spec.source != "derived":
-            assert spec.key in fields, spec.key
+            assert (spec.stored_as or spec.key) in fields, spec.key
         if spec.is_distribution:
             assert set(spec.statistics) == statistics
             assert typing.get_args(MetricsSummary.model_fields[spec.key].annotation)[0] is (
@@ -371,3 +379,34 @@ def test_bench_run_summary_lines_name_the_metrics_as_the_catalogue(reference_run
     assert (
         f"  tok/s per user {s.tok_s_per_user:.1f} (1000 / TPOT p50), output tok/s per GPU " in out
     )
+
+
+def test_forward_cost_is_per_sample_and_falls_with_the_batch(reference_runs) -> None:
+    """Issue 48: GPU time per million was divided by requests (batches) for forward runs, which
+    ranked batch 64 dearer than batch 1. On the shipped H200 BERT/ResNet runs (PyTorch, batch 1
+    and 64) the per-sample cost falls with the batch, and no forward run has a per-token one."""
+    forward = [run for run in reference_runs if run.config.workload.kind == "forward"]
+    assert forward
+    cost, tokens = metric("gpu_s_per_million_samples"), metric("gpu_s_per_million_tokens")
+    by_batch: dict[tuple[str, str, int], float] = {}
+    for run in forward:
+        assert tokens.read(run.summary, run) is None
+        assert metric("ttft_ms_p99").read(run.summary, run) is None
+        samples = metric("sample_throughput_per_s").read(run.summary, run)
+        per_batch = run.summary.request_throughput_rps * run.config.workload.batch_size
+        assert samples == pytest.approx(per_batch, rel=0.01)
+        key = (run.config.backend, run.config.model, run.config.workload.batch_size)
+        by_batch[key] = cost.read(run.summary, run)
+    for model in ("bert-base", "resnet-50"):
+        assert by_batch[("pytorch", model, 64)] * 10 < by_batch[("pytorch", model, 1)]
+
+
+def test_shown_as_gives_a_forward_run_its_own_units() -> None:
+    from bench.core.metric_catalog import shown_as
+
+    assert shown_as("output_throughput_tok_s", "forward").name == "sample_throughput_per_s"
+    assert shown_as("gpu_s_per_million_tokens", "forward").name == "gpu_s_per_million_samples"
+    assert shown_as("ttft_ms_p99", "forward") is None
+    assert shown_as("e2e_ms_p99", "forward").name == "e2e_ms_p99"
+    assert shown_as("ttft_ms_p99", "generate").name == "ttft_ms_p99"
+    assert shown_as("sample_throughput_per_s", "generate") is None

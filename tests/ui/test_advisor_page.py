@@ -311,3 +311,22 @@ def test_an_unknown_model_is_refused_at_the_field_and_nothing_is_advised(app_tes
     at.text_input(key="v0_s0_model_path").set_value("Qwen/Qwen2.5-7B-Instruct").run()
     assert not at.exception and not at.error
     assert at.session_state[state.PROFILE_KEY].stages[0].model == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_a_forward_slo_below_the_floor_is_said_under_the_form() -> None:
+    """ui.advisor_page.forward_floor_message on a ViT-B/16 stage on a T4 (issue 48): two
+    batches of 32 in flight cannot meet 20 ms at the floor; one can, but only within error."""
+    from advisor.workload.profile_input import profile_from_dict
+    from ui.advisor_page import forward_floor_message
+
+    stage = {
+        "title": "t", "kind": "forward", "model": "vit-base", "batch_size": 32,
+        "image_size": 224, "slo": {"e2e_ms": 20}, "gpu": {"type": "T4"},
+    }  # fmt: skip
+    two = profile_from_dict({**stage, "concurrency": 2}).stages[0]
+    infeasible, text = forward_floor_message(two)
+    assert infeasible and "below the floor" in text and "Would make it feasible" in text
+    one = profile_from_dict({**stage, "concurrency": 1}).stages[0]
+    assert forward_floor_message(one)[0] is False
+    generate = profile_from_dict({"title": "t", "model": "llama-2-7b"}).stages[0]
+    assert forward_floor_message(generate) is None

@@ -1,0 +1,327 @@
+"""The forward (encoder, vision) serving model: the time of one batch against its size, from the
+floor (FLOPs and bytes of a batch over the GPU's datasheet peak and bandwidth) calibrated by
+measured batch ladders, and a dynamic batcher's queueing rule (max batch, max queue delay) that
+gives samples/s per GPU under a p99 latency SLO, the batch limits to set, and the GPU count and
+cost for a peak.
+
+The batch time is `overhead + floor(b) / efficiency`: a fixed launch cost per batch (Python,
+kernel launches, copies) and the roofline time stretched by the fraction of peak the engine
+reaches. Both come from a least-squares fit of a measured ladder (runs at one batch in flight,
+so a batch's time is 1 / batches per second); without one, the floor alone (overhead 0,
+efficiency 1), which is a lower bound, never a prediction.
+
+The dynamic batcher (Triton's, TEI's, bench/engines/backends/batcher.py): a batch closes when it
+holds `max batch` requests or its first request has waited `max queue delay`; one batch runs at a
+time per GPU. At arrival rate λ a batch holds b = min(max batch, max(1, λ x (delay + t(b))))
+requests (it fills while the previous batch runs and for the delay). A request waits at most for
+its batch to close (min(delay, b / λ)), for the batch ahead to finish (t(b)) and for its own
+(t(b)): p99 <= min(delay, b / λ) + 2 t(b), a bound, not a percentile fit. The GPU is kept under
+`MAX_UTILISATION` busy (λ t(b) / b) so queues stay short under Poisson bursts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from pydantic import Field
+
+from advisor.workload.architectures import Architecture
+from advisor.workload.gpus import GpuSpec
+from bench.core.schema import RunResult
+from bench.core.strict import Strict
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "fp8": 1}
+MAX_UTILISATION = 0.8
+"""The busy fraction a GPU is sized to (the rest absorbs Poisson bursts)."""
+MAX_BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
+QUEUE_DELAY_CHOICES_MS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0)
+
+
+def forward_flops_per_sample(
+    architecture: Architecture, sequence_length: int | None, image_size: int | None
+) -> float | None:
+    """FLOPs of one sample's forward pass (2 per multiply-add): a transformer encoder's
+    L x (24 h^2 s + 4 s^2 h) over s tokens (a ViT's s = patches + 1), a CNN's datasheet figure
+    scaled by the image area; None where the architecture lacks the sizes."""
+    if architecture.gflops_per_image_224 is not None:
+        side = image_size or 224
+        return architecture.gflops_per_image_224 * 1e9 * (side / 224) ** 2
+    layers, hidden = architecture.layers, architecture.hidden_size
+    if not layers or not hidden:
+        return None
+    if architecture.patch_size:
+        side = image_size or 224
+        tokens = (side // architecture.patch_size) ** 2 + 1
+    elif sequence_length:
+        tokens = sequence_length
+    else:
+        return None
+    return layers * (24 * hidden**2 * tokens + 4 * tokens**2 * hidden)
+
+
+def floor_batch_ms(
+    architecture: Architecture,
+    gpu: GpuSpec,
+    dtype: str,
+    batch: int,
+    sequence_length: int | None = None,
+    image_size: int | None = None,
+) -> float | None:
+    """The roofline time of one batch (ms): max(FLOPs / peak, weight bytes / bandwidth); None
+    where the FLOPs or the GPU's peak for the dtype are unknown."""
+    flops = forward_flops_per_sample(architecture, sequence_length, image_size)
+    peak = gpu.peak_tflops(dtype)
+    if flops is None or peak is None:
+        return None
+    compute_s = batch * flops / (peak * 1e12)
+    memory_s = (
+        architecture.parameters * DTYPE_BYTES.get(dtype, 2) / (gpu.memory_bandwidth_tb_s * 1e12)
+    )
+    return max(compute_s, memory_s) * 1e3
+
+
+class BatchTimeModel(Strict):
+    """t(b) = overhead_ms + floor(b) / efficiency, with where the two figures came from."""
+
+    floor_ms_per_batch_1: float = Field(gt=0, description="The floor of a batch of one (ms).")
+    compute_ms_per_sample: float = Field(ge=0, description="Compute floor per extra sample (ms).")
+    memory_floor_ms: float = Field(ge=0, description="Weight read per batch (ms).")
+    overhead_ms: float = Field(0.0, ge=0)
+    efficiency: float = Field(1.0, gt=0, le=1.5)
+    basis: str = Field(description="'floor only (a lower bound)' or the runs it was fitted to.")
+    fit_error: float | None = Field(
+        None, description="Largest relative error of the fit on the runs it was fitted to."
+    )
+    largest_measured_batch: int | None = Field(
+        None, description="The ladder's largest batch: the search does not extrapolate past it."
+    )
+
+    def floor_ms(self, batch: int) -> float:
+        return max(batch * self.compute_ms_per_sample, self.memory_floor_ms)
+
+    def batch_ms(self, batch: int) -> float:
+        return self.overhead_ms + self.floor_ms(batch) / self.efficiency
+
+
+def floor_model(
+    architecture: Architecture,
+    gpu: GpuSpec,
+    dtype: str,
+    sequence_length: int | None = None,
+    image_size: int | None = None,
+) -> BatchTimeModel | None:
+    """The uncalibrated model: the floor alone (a lower bound on every batch time)."""
+    flops = forward_flops_per_sample(architecture, sequence_length, image_size)
+    peak = gpu.peak_tflops(dtype)
+    if flops is None or peak is None:
+        return None
+    per_sample = flops / (peak * 1e12) * 1e3
+    weights = architecture.parameters * DTYPE_BYTES.get(dtype, 2)
+    memory = weights / (gpu.memory_bandwidth_tb_s * 1e12) * 1e3
+    return BatchTimeModel(
+        floor_ms_per_batch_1=max(per_sample, memory),
+        compute_ms_per_sample=per_sample,
+        memory_floor_ms=memory,
+        basis="floor only (a lower bound, not a prediction)",
+    )
+
+
+def ladder_points(runs: Iterable[RunResult]) -> list[tuple[int, float, str]]:
+    """(batch, measured ms per batch, run id) of forward runs with one batch in flight (a closed
+    loop at concurrency 1: a batch's time is 1000 / batches per second)."""
+    points = []
+    for run in runs:
+        config, summary = run.config, run.summary
+        if config.workload.kind != "forward" or summary is None:
+            continue
+        if config.load.pattern != "concurrency" or config.load.concurrency != 1:
+            continue
+        if summary.request_throughput_rps <= 0:
+            continue
+        points.append(
+            (config.workload.batch_size, 1000.0 / summary.request_throughput_rps, run.run_id)
+        )
+    return sorted(points)
+
+
+def calibrate(floor: BatchTimeModel, points: Sequence[tuple[int, float, str]]) -> BatchTimeModel:
+    """Fit overhead and efficiency to a measured ladder by least squares on t = a + c floor(b)
+    (c = 1 / efficiency); at least two batch sizes, else the floor model unchanged. The fit's
+    largest relative error on its own points is kept with it."""
+    sizes = {batch for batch, _, _ in points}
+    if len(sizes) < 2:
+        return floor
+    xs = [floor.floor_ms(batch) for batch, _, _ in points]
+    ys = [ms for _, ms, _ in points]
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread <= 0:
+        return floor
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    slope = max(slope, 1 / 1.5)  # an engine cannot beat the floor by more than its error
+    overhead = max(mean_y - slope * mean_x, 0.0)
+    fitted = floor.model_copy(
+        update={
+            "overhead_ms": overhead,
+            "efficiency": min(1.0 / slope, 1.5),
+            "largest_measured_batch": max(sizes),
+            "basis": "fitted to the measured ladder "
+            + ", ".join(f"batch {batch} ({run_id})" for batch, _, run_id in points),
+        }
+    )
+    errors = [abs(fitted.batch_ms(batch) - ms) / ms for batch, ms, _ in points]
+    return fitted.model_copy(update={"fit_error": max(errors)})
+
+
+class BatchingChoice(Strict):
+    """The dynamic batcher's limits for one GPU and what they give at the stated load."""
+
+    max_batch: int = Field(gt=0)
+    max_queue_delay_ms: float = Field(ge=0)
+    batch_at_load: float = Field(gt=0, description="Requests a batch holds at the arrival rate.")
+    batch_ms: float = Field(gt=0, description="Time of that batch (ms).")
+    p99_bound_ms: float = Field(gt=0, description="min(delay, b / rate) + 2 t(b): the bound.")
+    samples_per_s_per_gpu: float = Field(
+        gt=0, description="What one GPU sustains with these limits at MAX_UTILISATION busy."
+    )
+
+
+def batching_at(
+    model: BatchTimeModel, rate_per_gpu: float, max_batch: int, max_delay_ms: float
+) -> BatchingChoice:
+    """The batcher's steady state at `rate_per_gpu` requests/s (one sample each) on one GPU:
+    the batch it forms (a fixed point of b = min(B, max(1, rate x (delay + t(b))))), its time,
+    the p99 bound and the GPU's capacity with these limits."""
+    batch = 1.0
+    for _ in range(50):  # converges in a few steps: t(b) grows slower than b
+        formed = rate_per_gpu * (max_delay_ms + model.batch_ms(math.ceil(batch))) / 1e3
+        batch = min(float(max_batch), max(1.0, formed))
+    batch_ms = model.batch_ms(math.ceil(batch))
+    close_ms = min(max_delay_ms, batch / rate_per_gpu * 1e3) if rate_per_gpu > 0 else 0.0
+    full_ms = model.batch_ms(max_batch)
+    return BatchingChoice(
+        max_batch=max_batch,
+        max_queue_delay_ms=max_delay_ms,
+        batch_at_load=batch,
+        batch_ms=batch_ms,
+        p99_bound_ms=close_ms + 2 * batch_ms,
+        samples_per_s_per_gpu=MAX_UTILISATION * max_batch / full_ms * 1e3,
+    )
+
+
+def choose_batching(
+    model: BatchTimeModel,
+    p99_slo_ms: float,
+    max_batches: Sequence[int] = MAX_BATCH_CHOICES,
+    delays_ms: Sequence[float] = QUEUE_DELAY_CHOICES_MS,
+) -> BatchingChoice | None:
+    """The limits that give a GPU the most samples/s while a full batch still meets the p99
+    SLO (its bound at the rate that fills it: delay + 2 t(B) <= SLO); ties go to the larger
+    batch and the shorter delay. None when even a batch of one cannot meet it (the SLO is below
+    the floor plus overhead: see `slo_below_floor`)."""
+    best: BatchingChoice | None = None
+    largest = model.largest_measured_batch
+    for max_batch in max_batches:
+        if largest is not None and max_batch > largest:
+            continue  # beyond the measured ladder the fit is an extrapolation
+        for delay in delays_ms:
+            full_rate = MAX_UTILISATION * max_batch / model.batch_ms(max_batch) * 1e3
+            choice = batching_at(model, full_rate, max_batch, delay)
+            if choice.p99_bound_ms > p99_slo_ms:
+                continue
+            if best is None or choice.samples_per_s_per_gpu > best.samples_per_s_per_gpu * 1.001:
+                best = choice
+            elif (
+                choice.samples_per_s_per_gpu >= best.samples_per_s_per_gpu * 0.999
+                and choice.max_batch > best.max_batch
+            ):
+                # A tie (the floor alone has no per-batch overhead to amortise) goes to the
+                # larger batch: real engines pay a launch cost per batch that it spreads.
+                best = choice
+    return best
+
+
+class ForwardFleet(Strict):
+    """GPUs and cost for a forward stage's peak: ceil(peak x (1 + headroom) / per GPU)."""
+
+    peak_samples_per_s: float = Field(gt=0)
+    headroom_fraction: float = Field(ge=0)
+    samples_per_s_per_gpu: float = Field(gt=0)
+    gpus: int = Field(ge=1)
+    usd_per_month: float | None = Field(None, description="GPUs x price x 730 h.")
+
+
+HOURS_PER_MONTH = 730.0
+
+
+def forward_fleet(
+    peak_samples_per_s: float,
+    choice: BatchingChoice,
+    headroom_fraction: float = 0.2,
+    usd_per_gpu_hour: float | None = None,
+) -> ForwardFleet:
+    gpus = max(
+        1, math.ceil(peak_samples_per_s * (1 + headroom_fraction) / choice.samples_per_s_per_gpu)
+    )
+    return ForwardFleet(
+        peak_samples_per_s=peak_samples_per_s,
+        headroom_fraction=headroom_fraction,
+        samples_per_s_per_gpu=choice.samples_per_s_per_gpu,
+        gpus=gpus,
+        usd_per_month=None
+        if usd_per_gpu_hour is None
+        else gpus * usd_per_gpu_hour * HOURS_PER_MONTH,
+    )
+
+
+class FloorVerdict(Strict):
+    """Whether a p99 SLO can hold with `in_flight` batches queued on one GPU: the time they
+    need at the floor (and at the calibrated model) against the SLO."""
+
+    slo_ms: float
+    floor_ms: float = Field(description="in_flight x the floor time of one batch.")
+    model_ms: float = Field(description="in_flight x the model's batch time.")
+    ratio_to_floor: float = Field(description="SLO / floor time: below 1, impossible.")
+    feasible: bool
+    within_error: bool = Field(description="Feasible on paper but within the model's error.")
+    remedies: list[str] = Field(default_factory=list)
+
+
+def slo_below_floor(
+    model: BatchTimeModel,
+    slo_ms: float,
+    batch: int,
+    in_flight: int = 1,
+    model_error: float = 0.25,
+    int8_possible: bool = False,
+) -> FloorVerdict:
+    """The SLO against `in_flight` batches of `batch` served one after another (the last waits
+    for all): infeasible when the floor alone exceeds it, doubtful when the model's time is
+    within `model_error` of it; with what would make it feasible."""
+    floor_ms = in_flight * model.floor_ms(batch)
+    model_ms = in_flight * model.batch_ms(batch)
+    feasible = model_ms <= slo_ms
+    within = feasible and model_ms * (1 + model_error) > slo_ms
+    remedies = []
+    if not feasible or within:
+        if in_flight > 1:
+            remedies.append(
+                f"fewer batches in flight per GPU: {max(1, int(slo_ms // model.batch_ms(batch)))}"
+                " fit the SLO; spread the rest over more GPUs"
+            )
+        if batch > 1:
+            remedies.append("smaller batches (dynamic batching with a short max queue delay)")
+        if int8_possible:
+            remedies.append("INT8 (or FP8) weights and activations: about half the floor time")
+        remedies.append("a GPU with more compute and bandwidth")
+    return FloorVerdict(
+        slo_ms=slo_ms,
+        floor_ms=floor_ms,
+        model_ms=model_ms,
+        ratio_to_floor=slo_ms / floor_ms if floor_ms > 0 else math.inf,
+        feasible=feasible,
+        within_error=within,
+        remedies=remedies,
+    )

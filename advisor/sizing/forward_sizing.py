@@ -1,0 +1,173 @@
+"""One forward stage (encoder, vision, speech encoder) sized for one framework: the dynamic
+batcher's limits, samples/s per GPU under the stage's p99 SLO, the GPU count and cost for its
+peak, and whether the SLO can hold at all at the stated load (advisor/sizing/forward_model.py
+does the arithmetic; this module reads the stage, the GPU and the matching batch ladders)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import Field
+
+from advisor.sizing.capacity import load_price_catalogue
+from advisor.sizing.forward_model import (
+    BatchingChoice,
+    BatchTimeModel,
+    FloorVerdict,
+    ForwardFleet,
+    calibrate,
+    choose_batching,
+    floor_model,
+    forward_fleet,
+    ladder_points,
+    slo_below_floor,
+)
+from advisor.workload.architectures import architecture_for
+from advisor.workload.gpus import find_gpu
+from advisor.workload.profile import StageProfile
+from bench.core.schema import RunResult
+from bench.core.strict import Strict
+
+UNCALIBRATED_ERROR = 0.5
+"""The error assumed for a model with no ladder to fit (its batch time is the floor alone)."""
+
+
+class ForwardSizing(Strict):
+    """A forward stage on one framework and GPU type: batching, capacity, fleet, feasibility."""
+
+    stage: str
+    framework: str
+    gpu_type: str
+    basis: Literal["measured ladder", "floor only"]
+    basis_words: str = Field(description="Which runs the batch-time model was fitted to, or none.")
+    batch_time: BatchTimeModel
+    samples_per_request: int = Field(gt=0)
+    batching: BatchingChoice | None = Field(
+        None, description="The batcher's limits; None when no batch size meets the SLO."
+    )
+    fleet: ForwardFleet | None = Field(None, description="None without a peak rate.")
+    gpus_range: tuple[int, int] | None = Field(
+        None, description="GPU count if capacity per GPU is off by the model's error either way."
+    )
+    feasibility: FloorVerdict | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+def _same_shape(run: RunResult, stage: StageProfile) -> bool:
+    workload = run.config.workload
+    if workload.kind != "forward" or run.config.precision.dtype != stage.precision.dtype:
+        return False
+    if stage.sequence_length is not None:
+        length = workload.sequence_length
+        return length is not None and length.mean == stage.sequence_length.mean
+    return workload.image_size == stage.image_size
+
+
+def size_forward_stage(
+    stage: StageProfile, framework: str, runs: Iterable[RunResult] = ()
+) -> ForwardSizing | None:
+    """The stage sized for `framework` on its GPU type; None where it cannot be (not a forward
+    stage, no GPU type, a model or GPU whose sizes the catalogues lack, a dtype without a
+    tensor-core peak). `runs` are stored and shipped runs: those of this framework, model, GPU
+    type, dtype and shape at one batch in flight calibrate the batch-time model."""
+    if stage.kind != "forward" or not stage.gpu.type or not stage.model:
+        return None
+    architecture, _ = architecture_for(stage.model)
+    gpu = find_gpu(stage.gpu.type)
+    if architecture is None or gpu is None:
+        return None
+    sequence = stage.sequence_length.mean if stage.sequence_length is not None else None
+    floor = floor_model(architecture, gpu, stage.precision.dtype, sequence, stage.image_size)
+    if floor is None:
+        return None
+    ladder = ladder_points(
+        run
+        for run in runs
+        if run.config.backend == framework
+        and run.config.model == stage.model
+        and _run_gpu(run) == gpu.name
+        and _same_shape(run, stage)
+    )
+    model = calibrate(floor, ladder)
+    calibrated = model.fit_error is not None
+    error = max(model.fit_error or 0.0, 0.2) if calibrated else UNCALIBRATED_ERROR
+    notes = []
+    if not calibrated:
+        notes.append(
+            f"no measured batch ladder of {framework} on {gpu.name} at this shape: batch times "
+            "are the floor alone, a lower bound; the GPU count is a lower bound too"
+        )
+    slo = stage.slo.e2e_ms
+    if slo is None:
+        notes.append("no end-to-end SLO: the batcher is sized for throughput alone")
+    batching = choose_batching(model, slo if slo is not None else math.inf)
+    peak = stage.peak_request_rate_rps or stage.request_rate_rps
+    fleet = gpus_range = None
+    if batching is not None and peak is not None:
+        samples = peak * stage.batch_size
+        price = load_price_catalogue().for_gpu(gpu.name)
+        hourly = stage.gpu.price_per_hour or (price.usd_per_gpu_hour if price else None)
+        fleet = forward_fleet(samples, batching, stage.headroom_fraction, hourly)
+        need = samples * (1 + stage.headroom_fraction)
+        per_gpu = batching.samples_per_s_per_gpu
+        gpus_range = (
+            max(1, math.ceil(need / (per_gpu * (1 + error)))),
+            max(1, math.ceil(need / (per_gpu * (1 - min(error, 0.9))))),
+        )
+    feasibility = None
+    if slo is not None:
+        feasibility = slo_below_floor(
+            model,
+            slo,
+            batch=stage.batch_size,
+            in_flight=stage.concurrency or 1,
+            model_error=error,
+            int8_possible=True,  # every catalogued GPU (T4 onwards) has INT8 tensor cores
+        )
+    return ForwardSizing(
+        stage=stage.name,
+        framework=framework,
+        gpu_type=gpu.name,
+        basis="measured ladder" if calibrated else "floor only",
+        basis_words=model.basis,
+        batch_time=model,
+        samples_per_request=stage.batch_size,
+        batching=batching,
+        fleet=fleet,
+        gpus_range=gpus_range,
+        feasibility=feasibility,
+        notes=notes,
+    )
+
+
+def _run_gpu(run: RunResult) -> str | None:
+    name = run.environment.primary_gpu_name if run.environment else None
+    spec = find_gpu(name) if name else None
+    return spec.name if spec else None
+
+
+def floor_feasibility(stage: StageProfile) -> FloorVerdict | None:
+    """Before anything runs: the stage's p99 SLO against its in-flight batches at the floor of
+    its GPU type (no engine chosen, no overhead: infeasible here is infeasible on every
+    engine; within UNCALIBRATED_ERROR of the SLO is flagged as doubtful). None where the stage
+    is not forward or lacks an SLO, a GPU type or a model the catalogue sizes."""
+    if stage.kind != "forward" or stage.slo.e2e_ms is None or not stage.gpu.type:
+        return None
+    architecture, _ = architecture_for(stage.model)
+    gpu = find_gpu(stage.gpu.type)
+    if architecture is None or gpu is None:
+        return None
+    sequence = stage.sequence_length.mean if stage.sequence_length is not None else None
+    floor = floor_model(architecture, gpu, stage.precision.dtype, sequence, stage.image_size)
+    if floor is None:
+        return None
+    return slo_below_floor(
+        floor,
+        stage.slo.e2e_ms,
+        batch=stage.batch_size,
+        in_flight=stage.concurrency or 1,
+        model_error=UNCALIBRATED_ERROR,
+        int8_possible=True,
+    )

@@ -1,0 +1,73 @@
+"""Evidence for forward stages matches by modality and model family (issue 48), on the shipped
+H200 runs (data/reference: PyTorch ResNet-50 and BERT-base, batch 1, float16): a ResNet-50 run
+is never a match for a speech model or a text embedder, and says why it is context only; a BERT
+run at the stage's shape is a match for a BERT-family embedder."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.evidence.modality import forward_traits
+from advisor.evidence.rows import workload_match
+from advisor.sizing.measured import read_reference_folder
+from advisor.workload.profile import StageProfile
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+
+SHIPPED = read_reference_folder(SHIPPED_REFERENCE_DIR)
+
+
+def _shipped(model: str):
+    for runs in SHIPPED.runs.values():
+        for run in runs:
+            config = run.config
+            if (
+                config.backend == "pytorch"
+                and config.model == model
+                and config.workload.kind == "forward"
+                and config.workload.batch_size == 1
+            ):
+                return run
+    raise AssertionError(f"no shipped pytorch {model} batch-1 run")
+
+
+def _stage(model: str, **shape) -> StageProfile:
+    return StageProfile(
+        kind="forward", model=model, batch_size=1, concurrency=1, precision={"dtype": "float16"},
+        **shape,
+    )  # fmt: skip
+
+
+SPEECH = _stage("openai/whisper-small", sequence_length={"mean": 128})
+EMBEDDER = _stage("BAAI/bge-small-en-v1.5", sequence_length={"mean": 128})
+VIT = _stage("vit-base", image_size=224)
+
+
+@pytest.mark.parametrize(("stage", "why"), [(SPEECH, "modality"), (EMBEDDER, "modality")])
+def test_a_resnet_run_is_never_a_match_for_another_modality(stage, why) -> None:
+    run = _shipped("resnet-50")
+    match = workload_match(run, stage)
+    assert not match.matches and not match.model_kind
+    assert f"different {why}" in match.summary and "resnet image model" in match.summary
+
+
+def test_a_resnet_run_is_no_match_for_a_vit_of_the_same_image_size() -> None:
+    run = _shipped("resnet-50")
+    assert run.config.workload.image_size == 224
+    match = workload_match(run, VIT)
+    assert not match.matches and "different family" in match.summary
+
+
+def test_a_bert_run_matches_a_bert_family_embedder_at_its_shape_not_a_speech_model() -> None:
+    run = _shipped("bert-base")
+    assert run.config.workload.sequence_length.mean == 128
+    assert workload_match(run, EMBEDDER).matches
+    speech = workload_match(run, SPEECH)
+    assert not speech.matches and "audio model" in speech.summary
+
+
+def test_traits_come_from_names_then_shape() -> None:
+    assert forward_traits("resnet-50").modality == "image"
+    assert forward_traits(None, "WhisperForConditionalGeneration").family == "whisper"
+    assert forward_traits("/models/my-encoder", image_size=True).modality == "image"
+    assert forward_traits("/models/my-encoder", sequence_length=True).modality == "text"
+    assert forward_traits("/models/my-encoder").modality is None
