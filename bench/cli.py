@@ -856,6 +856,137 @@ def capacity_check(
 
 
 @app.command()
+def calibrate(
+    backend: Annotated[str, typer.Option(help="Backend name (see `bench backends`).")],
+    model: Annotated[str, typer.Option(help="Preset name or checkpoint path.")],
+    device: Annotated[str, typer.Option(help="auto | cuda | cpu")] = "auto",
+    dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
+    engine_arg: Annotated[
+        list[str] | None,
+        typer.Option("--engine-arg", help="Framework option key=value; repeatable."),
+    ] = None,
+    mix: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Ladder mix PROMPTxOUTPUT tokens (repeatable; default 512x128, "
+            "128x512, 2048x128); the first also gets the settled levels."
+        ),
+    ] = None,
+    ladder: Annotated[str, typer.Option(help="Ladder concurrencies.")] = "1,8,32,128",
+    stage_duration_s: Annotated[float, typer.Option(help="Seconds per ladder stage.")] = 10.0,
+    settled: Annotated[
+        str, typer.Option(help="Settled rate levels: fractions of the best ladder rate.")
+    ] = "0.6,0.8,0.95",
+    settle_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds of arrivals before a settled level is judged (default: "
+            "twice the first mix's top-of-ladder E2E p90, at least 2 s)."
+        ),
+    ] = None,
+    level_duration_s: Annotated[float, typer.Option(help="Judged seconds per level.")] = 15.0,
+    budget_s: Annotated[
+        float, typer.Option(help="Time budget in seconds (at most 600); runs past it are skipped.")
+    ] = 600.0,
+    out: Annotated[Path | None, typer.Option(help="Also write the record as JSON here.")] = None,
+    store: StoreOption = None,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Do not write runs or the record to the store.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record JSON.")] = False,
+) -> None:
+    """Measure the engine model's calibration on this machine: a concurrency ladder over a few
+    prompt/output mixes, then settled rate levels near the knee (docs/calibration.md)."""
+    from bench.core.keyvalue import parse_pairs
+    from bench.orchestrate.calibrate import (
+        CalibrationPlan,
+        ladder_config,
+        parse_mix,
+        parse_numbers,
+        run_calibration,
+    )
+    from bench.run.api import check_runnable, launch
+    from bench.storage.store import ResultStore
+
+    data: dict[str, Any] = {
+        "backend": backend,
+        "model": model,
+        "device": device,
+        "engine_args": parse_pairs(engine_arg or [], "--engine-arg"),
+        "ladder": parse_numbers(ladder, "--ladder", int),
+        "stage_duration_s": stage_duration_s,
+        "settled_fractions": parse_numbers(settled, "--settled"),
+        "settle_s": settle_s,
+        "level_duration_s": level_duration_s,
+        "budget_s": budget_s,
+    }
+    if mix:
+        data["mixes"] = [parse_mix(m) for m in mix]
+    if dtype is not None:
+        data["precision"] = {"dtype": dtype}
+    plan = _build(
+        CalibrationPlan,
+        data,
+        names={"budget_s": "--budget-s", "device": "--device", "precision.dtype": "--dtype"},
+    )
+    check_runnable(ladder_config(plan, plan.mixes[0]))  # backend, model, options: before any run
+    if out is not None:
+        out = check_user_path(out, "--out")
+    result_store = None if no_store else ResultStore(store)
+
+    def print_progress(progress: Any) -> None:
+        run = progress.run
+        if run is None or (run.stage not in ("loading", "done") and run.phase is None):
+            return
+        where = run.phase or run.stage
+        typer.echo(
+            f"[{progress.step}/{progress.steps_total}] {progress.what}: {where}; "
+            f"{progress.elapsed_s:.0f} s of ~{progress.estimated_total_s:.0f} s",
+            err=True,
+        )
+
+    record = run_calibration(
+        plan, launch, store=result_store, on_progress=_Throttled(print_progress)
+    )
+    if result_store is not None:
+        from bench.storage.calibrations import put_calibration
+
+        put_calibration(result_store, record)
+    if out is not None:
+        out.write_text(record.model_dump_json(indent=2), encoding="utf-8")
+    if as_json:
+        typer.echo(record.model_dump_json(indent=2))
+        return
+    settled_count = len(record.settled_levels)
+    typer.echo(
+        f"calibration {record.calibration_id}: {record.engine} on {record.device_type}, "
+        f"{record.precision_class}; {len(record.levels)} levels ({settled_count} settled) from "
+        f"{len(record.run_ids)} runs in {record.elapsed_s:.0f} s"
+    )
+    for note in record.notes:
+        typer.echo(f"  note: {note}")
+
+
+class _Throttled:
+    """Calls `show` when the step or the phase changes, else at most every 10 s."""
+
+    def __init__(self, show: Any, every_s: float = 10.0) -> None:
+        self.show, self.every_s = show, every_s
+        self.last_key: tuple | None = None
+        self.last_at = 0.0
+
+    def __call__(self, progress: Any) -> None:
+        import time
+
+        run = progress.run
+        key = (progress.step, run.phase if run else None, run.stage if run else None)
+        now = time.monotonic()
+        if key != self.last_key or now - self.last_at >= self.every_s:
+            self.last_key, self.last_at = key, now
+            self.show(progress)
+
+
+@app.command()
 def runs(
     store: StoreOption = None,
     backend: Annotated[str | None, typer.Option(help="Filter by backend.")] = None,

@@ -1,0 +1,144 @@
+"""The calibration record: what `bench calibrate` measured on one engine, device and precision
+class, as data the advisor fits its engine model on (bench measures and stores; it never fits).
+
+A record holds one `CalibrationLevel` per measured level: the concurrency ladder's stages over a
+few prompt/output mixes (closed loop, the engine at a held batch) and the settled rate levels
+near the knee (open loop, judged only after the requests in flight levelled off: the sustained
+levels a capacity prediction is calibrated on). Each level keeps its workload shape, its load,
+the engine limits it ran with and its TTFT/TPOT/E2E percentiles and throughput, plus the run it
+came from, so a record can be checked against the store and re-fitted later.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import Field
+
+from bench.core.config import PrecisionConfig
+from bench.core.fingerprint import StoredFingerprint
+from bench.core.schema import Percentiles, PhaseResult, RunResult
+from bench.core.strict import Strict
+
+CALIBRATION_SCHEMA_VERSION = 1
+"""Version of the CalibrationRecord layout (a reader refuses a newer one)."""
+
+CPU_DEVICE = "cpu"
+"""The `device_type` of a record measured on the CPU (no GPU)."""
+
+ENGINE_LIMIT_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
+"""Engine options a level keeps: the limits the engine model's batch and token budget read."""
+
+
+def precision_class(precision: PrecisionConfig) -> str:
+    """The calibration's precision partition: weight and KV-cache formats, not the dtype (the
+    same words as the advisor's `Deployment.precision_key`; a test holds the two equal)."""
+    weights = "fp8 weights" if precision.quantization == "fp8" else "16-bit weights"
+    return weights + (" + fp8 KV" if precision.kv_cache_dtype == "fp8" else "")
+
+
+def new_calibration_id() -> str:
+    return "cal-" + uuid.uuid4().hex[:12]
+
+
+class CalibrationLevel(Strict):
+    """One measured level of a calibration run."""
+
+    run_id: str = Field(description="The stored run the level is a phase of.")
+    phase: str
+    kind: Literal["ladder", "settled"] = Field(
+        description="ladder: a closed-loop stage; settled: an open-loop rate level judged after "
+        "its settle time (sustained load)."
+    )
+    over: Literal["concurrency", "rate"]
+    level: float = Field(gt=0, description="Requests in flight, or requests/s.")
+    prompt_tokens: float = Field(ge=0, description="Mean prompt length of the level's workload.")
+    output_tokens: float = Field(ge=0, description="Mean output length of the level's workload.")
+    engine_limits: dict[str, int] = Field(
+        default_factory=dict,
+        description="max_num_seqs / max_num_batched_tokens / max_model_len the engine ran with, "
+        "where the run's options or the engine said.",
+    )
+    requests: int = Field(ge=0)
+    ttft_ms: Percentiles | None = None
+    tpot_ms: Percentiles | None = None
+    e2e_ms: Percentiles | None = None
+    request_throughput_rps: float
+    output_throughput_tok_s: float
+
+
+class CalibrationRecord(Strict):
+    """A calibration of one (engine, device type, precision class): levels, runs, environment."""
+
+    schema_version: int = CALIBRATION_SCHEMA_VERSION
+    calibration_id: str = Field(default_factory=new_calibration_id)
+    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat())
+    engine: str = Field(description="Backend name of the runs (vllm, openai, ...).")
+    model: str = Field(description="Model preset or checkpoint path the levels ran.")
+    device_type: str = Field(description="GPU model name (NVML), or `cpu`.")
+    precision_class: str
+    dtype: str
+    tensor_parallel_size: int = 1
+    levels: list[CalibrationLevel] = Field(default_factory=list)
+    run_ids: list[str] = Field(default_factory=list, description="Runs the levels came from.")
+    environment: StoredFingerprint = Field(None, description="Fingerprint of the first run.")
+    budget_s: float = Field(gt=0, description="The campaign's time budget.")
+    elapsed_s: float = Field(ge=0, description="What the campaign took.")
+    notes: list[str] = Field(default_factory=list, description="Levels skipped and why.")
+
+    @property
+    def settled_levels(self) -> list[CalibrationLevel]:
+        return [level for level in self.levels if level.kind == "settled"]
+
+
+def engine_limits(run: RunResult) -> dict[str, int]:
+    """The limits the run's engine ran with: its options, else what the engine reported."""
+    limits: dict[str, int] = {}
+    reported = run.engine.extra if run.engine is not None else {}
+    for key in ENGINE_LIMIT_KEYS:
+        value = run.config.engine_args.get(key, reported.get(key))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            limits[key] = value
+    return limits
+
+
+def level_of(
+    run: RunResult, phase: PhaseResult, kind: Literal["ladder", "settled"]
+) -> CalibrationLevel | None:
+    """The phase as a calibration level; None when it served no request or has no level."""
+    workload = run.config.workload
+    prompt = getattr(getattr(workload, "prompt_tokens", None), "mean", None)
+    output = getattr(getattr(workload, "output_tokens", None), "mean", None)
+    summary = phase.summary
+    if summary.successful == 0 or phase.target <= 0 or prompt is None or output is None:
+        return None
+    return CalibrationLevel(
+        run_id=run.run_id,
+        phase=phase.name,
+        kind=kind,
+        over=phase.strategy,
+        level=phase.target,
+        prompt_tokens=float(prompt),
+        output_tokens=float(output),
+        engine_limits=engine_limits(run),
+        requests=summary.requests,
+        ttft_ms=summary.ttft_ms,
+        tpot_ms=summary.tpot_ms,
+        e2e_ms=summary.e2e_ms,
+        request_throughput_rps=summary.request_throughput_rps,
+        output_throughput_tok_s=summary.output_throughput_tok_s,
+    )
+
+
+__all__ = [
+    "CALIBRATION_SCHEMA_VERSION",
+    "CPU_DEVICE",
+    "CalibrationLevel",
+    "CalibrationRecord",
+    "engine_limits",
+    "level_of",
+    "new_calibration_id",
+    "precision_class",
+]
