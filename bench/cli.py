@@ -874,14 +874,19 @@ def calibrate(
     ] = None,
     ladder: Annotated[str, typer.Option(help="Ladder concurrencies.")] = "1,8,32,128",
     stage_duration_s: Annotated[float, typer.Option(help="Seconds per ladder stage.")] = 10.0,
-    settled: Annotated[
-        str, typer.Option(help="Settled rate levels: fractions of the best ladder rate.")
-    ] = "0.6,0.8,0.95",
+    settled_probes: Annotated[
+        int, typer.Option(help="Settled rate levels at most (0 = ladder only).")
+    ] = 5,
+    slo_ttft_ms: Annotated[
+        float | None, typer.Option(help="TTFT SLO (ms) whose knee the settled levels find.")
+    ] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO (ms).")] = None,
+    slo_e2e_ms: Annotated[float | None, typer.Option(help="E2E SLO (ms).")] = None,
     settle_s: Annotated[
         float | None,
         typer.Option(
-            help="Seconds of arrivals before a settled level is judged (default: "
-            "twice the first mix's top-of-ladder E2E p90, at least 2 s)."
+            help="Seconds of arrivals before a settled level is judged (default: twice the "
+            "end-to-end time the SLO allows, at least 2 s)."
         ),
     ] = None,
     level_duration_s: Annotated[float, typer.Option(help="Judged seconds per level.")] = 15.0,
@@ -915,7 +920,7 @@ def calibrate(
         "engine_args": parse_pairs(engine_arg or [], "--engine-arg"),
         "ladder": parse_numbers(ladder, "--ladder", int),
         "stage_duration_s": stage_duration_s,
-        "settled_fractions": parse_numbers(settled, "--settled"),
+        "settled_probes": settled_probes,
         "settle_s": settle_s,
         "level_duration_s": level_duration_s,
         "budget_s": budget_s,
@@ -924,10 +929,21 @@ def calibrate(
         data["mixes"] = [parse_mix(m) for m in mix]
     if dtype is not None:
         data["precision"] = {"dtype": dtype}
+    slo = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms}
+    if any(value is not None for value in slo.values()):
+        data["slo"] = {key: value for key, value in slo.items() if value is not None}
     plan = _build(
         CalibrationPlan,
         data,
-        names={"budget_s": "--budget-s", "device": "--device", "precision.dtype": "--dtype"},
+        names={
+            "budget_s": "--budget-s",
+            "device": "--device",
+            "precision.dtype": "--dtype",
+            "settled_probes": "--settled-probes",
+            "slo.ttft_ms": "--slo-ttft-ms",
+            "slo.tpot_ms": "--slo-tpot-ms",
+            "slo.e2e_ms": "--slo-e2e-ms",
+        },
     )
     check_runnable(ladder_config(plan, plan.mixes[0]))  # backend, model, options: before any run
     if out is not None:

@@ -3,10 +3,13 @@ what the advisor's engine model is fitted on, within a time budget (at most 10 m
 
 1. A concurrency ladder (`StepLoad` with explicit levels) for each prompt/output mix: the engine
    at held batch sizes, from one request at a time (the front-end delay) to a full batch.
-2. Settled rate levels near the knee of the first mix: open-loop Poisson levels at fractions of
-   the best request throughput the ladder reached, each judged only on the requests that started
-   after `settle_s` of arrivals (the requests in flight have levelled off: sustained load, the
-   levels a capacity prediction is calibrated on; an empty engine overstates capacity).
+2. Settled rate levels near the knee of the first mix: one settled SLO capacity search
+   (bench/run/load/capacity.py) that starts at a fraction of the best request throughput the
+   ladder reached; each of its rate probes is judged only after `settle_s` of arrivals at its
+   rate (the requests in flight have levelled off: sustained load, the levels a capacity
+   prediction is calibrated on; an empty engine overstates capacity). One engine load serves
+   every settled level. The SLO is the user's, else one derived from the ladder (5 x the TTFT
+   p90 of one request at a time, 1.5 x the TPOT p90 at the top of the ladder).
 
 Every run is a normal stored run; the levels become a `CalibrationRecord`
 (bench/core/calibration.py). Bench measures and stores; the advisor fits (advisor/sizing).
@@ -32,18 +35,18 @@ from bench.core.calibration import (
     precision_class,
 )
 from bench.core.config import (
+    SLO,
+    CapacityLoad,
     GenerateWorkload,
     LengthDistribution,
     PrecisionConfig,
-    RateLoad,
     RunConfig,
     StepLoad,
     ValidityRules,
 )
 from bench.core.errors import UserError
-from bench.core.metrics import read_records_jsonl, summarize
 from bench.core.progress import RunProgress
-from bench.core.schema import PhaseResult, RunResult, RunStatus
+from bench.core.schema import RunResult, RunStatus
 from bench.core.strict import Strict, StrictInput
 
 MAX_BUDGET_S = 600.0
@@ -82,20 +85,32 @@ class CalibrationPlan(StrictInput):
         description="Concurrency of each ladder stage.",
     )
     stage_duration_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S)
-    settled_fractions: list[float] = Field(
-        default_factory=lambda: [0.6, 0.8, 0.95],
-        description="Settled rate levels, as fractions of the first mix's best ladder "
-        "throughput (requests/s).",
+    settled_start_fraction: float = Field(
+        0.6,
+        gt=0,
+        le=2,
+        description="The settled search's first rate, as a fraction of the first mix's best "
+        "ladder throughput (requests/s).",
+    )
+    settled_probes: int = Field(
+        5, ge=0, le=24, description="Settled rate levels at most (0 = ladder only)."
+    )
+    slo: SLO | None = Field(
+        None,
+        description="The SLO whose knee the settled levels find; none = derived from the ladder.",
     )
     settle_s: float | None = Field(
         None,
         gt=0,
         le=MAX_BUDGET_S,
         description="Seconds of arrivals before a settled level is judged; none = twice the "
-        "first mix's E2E p90 at the top of its ladder, at least 2 s.",
+        "end-to-end time the SLO allows (SLO.e2e_bound_ms), at least 2 s.",
     )
     level_duration_s: float = Field(
-        15.0, gt=0, le=MAX_BUDGET_S, description="Judged seconds of each settled level."
+        15.0,
+        gt=0,
+        le=MAX_BUDGET_S,
+        description="Judged seconds of each settled level at its rate (sets its request count).",
     )
     budget_s: float = Field(MAX_BUDGET_S, gt=0, le=MAX_BUDGET_S, description="Time budget (s).")
     max_model_len: int | None = Field(
@@ -107,7 +122,7 @@ class CalibrationPlan(StrictInput):
         return len(self.ladder) * self.stage_duration_s
 
     def planned_runs(self) -> int:
-        return len(self.mixes) + len(self.settled_fractions)
+        return len(self.mixes) + (1 if self.settled_probes else 0)
 
 
 class CalibrationProgress(Strict):
@@ -154,7 +169,13 @@ def _workload(mix: Mix) -> GenerateWorkload:
     )
 
 
-def _config(plan: CalibrationPlan, mix: Mix, load: StepLoad | RateLoad, label: str) -> RunConfig:
+def _config(
+    plan: CalibrationPlan,
+    mix: Mix,
+    load: StepLoad | CapacityLoad,
+    label: str,
+    slo: SLO | None = None,
+) -> RunConfig:
     engine_args = dict(plan.engine_args)
     if plan.max_model_len is not None:
         engine_args.setdefault("max_model_len", plan.max_model_len)
@@ -166,6 +187,7 @@ def _config(plan: CalibrationPlan, mix: Mix, load: StepLoad | RateLoad, label: s
         precision=plan.precision,
         workload=_workload(mix),
         load=load,
+        slo=slo or SLO(),
         # a level is data for a fit, not a verdict: short levels count
         validity=ValidityRules(min_duration_s=1, min_requests=3),
         label=label,
@@ -183,53 +205,68 @@ def ladder_config(plan: CalibrationPlan, mix: Mix) -> RunConfig:
     return _config(plan, mix, load, f"calibrate ladder {mix.prompt_tokens}/{mix.output_tokens}")
 
 
-def settled_config(plan: CalibrationPlan, mix: Mix, rate: float, settle_s: float) -> RunConfig:
-    load = RateLoad(
-        rate_rps=rate,
+def derived_slo(plan: CalibrationPlan, ladder: list[CalibrationLevel]) -> SLO:
+    """The plan's SLO, else one from the first mix's ladder: TTFT p90 at most 5 x that of one
+    request at a time, TPOT p90 at most 1.5 x that at the top of the ladder (judged at p90)."""
+    if plan.slo is not None:
+        return plan.slo
+    alone = min(ladder, key=lambda level: level.level)
+    top = max(ladder, key=lambda level: level.level)
+    ttft = 5 * alone.ttft_ms.p90 if alone.ttft_ms else 1000.0
+    tpot = 1.5 * top.tpot_ms.p90 if top.tpot_ms else None
+    return SLO(ttft_ms=ttft, tpot_ms=tpot, percentile="p90")
+
+
+def settle_seconds(plan: CalibrationPlan, slo: SLO, output_tokens: float) -> float:
+    """`settle_s`, else twice the end-to-end time the SLO allows, at least 2 s."""
+    if plan.settle_s is not None:
+        return plan.settle_s
+    bound, _ = slo.e2e_bound_ms(output_tokens)
+    return max(2.0, 2 * (bound or 1000.0) / 1000)
+
+
+def settled_config(
+    plan: CalibrationPlan, mix: Mix, best_rps: float, slo: SLO, settle_s: float, max_s: float
+) -> RunConfig:
+    """One settled capacity search from `settled_start_fraction` x the ladder's best rate."""
+    start = best_rps * plan.settled_start_fraction
+    requests = max(20, round(start * plan.level_duration_s))
+    load = CapacityLoad(
+        over="rate",
         arrival="poisson",
-        duration_s=settle_s + plan.level_duration_s,
-        warmup_requests=1,
-        max_duration_s=(settle_s + plan.level_duration_s) * 3 + 60,
+        percentile=slo.percentile,
+        attainment_target=0.9,
+        precision=0.1,
+        growth_factor=1.25,
+        probe_requests=min(requests, 2000),
+        start_rps=start,
+        max_probes=max(3, plan.settled_probes),
+        recheck_boundary=False,
+        confirm_boundary=False,
+        end_early=False,  # an overloaded level is still a measured step time
+        settle_s=settle_s,
+        warmup_requests=2,
+        max_duration_s=max(1.0, max_s),
     )
-    return _config(plan, mix, load, f"calibrate settled {rate:.3g} req/s")
+    return _config(plan, mix, load, f"calibrate settled from {start:.3g} req/s", slo)
 
 
-def settled_level(run: RunResult, records_path: Path, settle_s: float) -> CalibrationLevel | None:
-    """The run's level judged on the requests that started `settle_s` after its phase began."""
-    if not run.phases:
-        return None
-    phase = run.phases[0]
-    cutoff = phase.start_ns + int(settle_s * 1e9)
-    records = [
-        r
-        for r in read_records_jsonl(records_path)
-        if not r.warmup and r.phase == phase.name and r.start_ns >= cutoff
-    ]
-    if len(records) < 2:
-        return None
-    summary = summarize(records)
-    judged = PhaseResult(
-        name=f"{phase.name} (after {settle_s:.3g} s settle)",
-        strategy="rate",
-        target=phase.target,
-        start_ns=cutoff,
-        end_ns=phase.end_ns,
-        summary=summary,
-    )
-    return level_of(run, judged, "settled")
+def settled_levels(run: RunResult) -> list[CalibrationLevel]:
+    """The judged rate probes of a settled search (its settle phases are warm-up, not phases)."""
+    levels = []
+    for phase in run.phases:
+        if phase.strategy != "rate" or phase.name.endswith("-settle"):
+            continue
+        level = level_of(run, phase, "settled")
+        if level is not None:
+            levels.append(level)
+    return levels
 
 
 def _device_type(run: RunResult) -> str:
     if run.config.device == "cpu" or run.environment is None:
         return CPU_DEVICE
     return run.environment.primary_gpu_name or CPU_DEVICE
-
-
-def _settle_seconds(plan: CalibrationPlan, top: CalibrationLevel | None) -> float:
-    if plan.settle_s is not None:
-        return plan.settle_s
-    e2e = top.e2e_ms.p90 if top is not None and top.e2e_ms is not None else 1000.0
-    return max(2.0, 2 * e2e / 1000)
 
 
 def run_calibration(
@@ -258,13 +295,14 @@ def run_calibration(
     steps_total = plan.planned_runs()
     step = 0
 
-    def estimate(remaining_ladders: int, remaining_levels: int, settle_s: float) -> float:
-        per_level = settle_s + plan.level_duration_s
+    def estimate(remaining_ladders: int) -> float:
+        """Elapsed, plus the ladders to go and the settled search, each with an engine load."""
+        settled = plan.settled_probes * (2.0 + plan.level_duration_s)
         return (
             clock()
             - started
             + remaining_ladders * (load_s + plan.ladder_seconds())
-            + remaining_levels * (load_s + per_level)
+            + ((load_s + settled) if plan.settled_probes else 0.0)
         )
 
     def run_one(config: RunConfig, what: str, planned_s: float, total_s: float) -> RunResult | None:
@@ -289,51 +327,46 @@ def run_calibration(
                     )
                 )
 
-        out = folder / f"run-{step}"
-        result = launch(config, store=store, out_dir=out, on_progress=forward)
+        result = launch(config, store=store, out_dir=folder / f"run-{step}", on_progress=forward)
         runs.append(result)
         if result.timings.load_s:
             load_s = result.timings.load_s
         if result.status != RunStatus.COMPLETED:
             cause = result.failure.cause if result.failure else result.status.value
             notes.append(f"{what}: run {result.run_id} {result.status.value} ({cause})")
-            return None
-        return result
+        # A search cut short by its time bound still measured its finished levels.
+        return result if result.phases else None
 
     try:
-        first_top: CalibrationLevel | None = None
-        default_settle = plan.settle_s or 2.0
+        first_ladder: list[CalibrationLevel] = []
         for index, mix in enumerate(plan.mixes):
             what = f"ladder {mix.prompt_tokens}/{mix.output_tokens}"
-            total = estimate(len(plan.mixes) - index, len(plan.settled_fractions), default_settle)
+            total = estimate(len(plan.mixes) - index)
             result = run_one(ladder_config(plan, mix), what, plan.ladder_seconds(), total)
             if result is None:
                 continue
             stages = [level_of(result, phase, "ladder") for phase in result.phases]
             stages = [s for s in stages if s is not None]
             levels.extend(stages)
-            if index == 0 and stages:
-                first_top = max(stages, key=lambda s: s.request_throughput_rps)
-        if first_top is None:
+            if index == 0:
+                first_ladder = stages
+        if plan.settled_probes and not first_ladder:
             notes.append("no settled levels: the first mix's ladder measured nothing")
-        else:
-            settle_s = _settle_seconds(plan, first_top)
-            best = first_top.request_throughput_rps
+        elif plan.settled_probes:
             mix = plan.mixes[0]
-            for index, fraction in enumerate(plan.settled_fractions):
-                rate = best * fraction
-                what = f"settled {rate:.3g} req/s ({fraction:g} x {best:.3g})"
-                total = estimate(0, len(plan.settled_fractions) - index, settle_s)
-                config = settled_config(plan, mix, rate, settle_s)
-                result = run_one(config, what, settle_s + plan.level_duration_s, total)
-                if result is None:
-                    continue
-                level = settled_level(result, folder / f"run-{step}" / "records.jsonl", settle_s)
-                if level is None:
-                    notes.append(f"{what}: fewer than 2 requests after the settle time")
-                else:
-                    levels.append(level)
-            notes.append(f"settle time {settle_s:.3g} s before each settled level is judged")
+            slo = derived_slo(plan, first_ladder)
+            settle_s = settle_seconds(plan, slo, mix.output_tokens)
+            best = max(level.request_throughput_rps for level in first_ladder)
+            left_s = plan.budget_s - (clock() - started) - load_s
+            config = settled_config(plan, mix, best, slo, settle_s, left_s)
+            what = f"settled levels from {best * plan.settled_start_fraction:.3g} req/s"
+            result = run_one(config, what, settle_s + plan.level_duration_s, estimate(0))
+            if result is not None:
+                levels.extend(settled_levels(result))
+            notes.append(
+                f"settled levels: {settle_s:.3g} s of arrivals before each is judged; SLO "
+                f"{slo.model_dump(exclude_none=True)}"
+            )
     finally:
         if owned is not None:
             owned.cleanup()
@@ -362,11 +395,13 @@ __all__ = [
     "CalibrationPlan",
     "CalibrationProgress",
     "Mix",
+    "derived_slo",
     "engine_limits",
     "ladder_config",
     "parse_mix",
     "parse_numbers",
     "run_calibration",
+    "settle_seconds",
     "settled_config",
-    "settled_level",
+    "settled_levels",
 ]

@@ -41,8 +41,8 @@ FAKE_CAMPAIGN = [
     "1,4",
     "--stage-duration-s",
     "1",
-    "--settled",
-    "0.5",
+    "--settled-probes",
+    "3",
     "--settle-s",
     "0.5",
     "--level-duration-s",
@@ -72,11 +72,14 @@ def test_campaign_stores_a_record_of_ladder_and_settled_levels(fake_calibration)
     ladder = [level for level in record.levels if level.kind == "ladder"]
     assert [level.level for level in ladder] == [1.0, 4.0]
     assert all(level.prompt_tokens == 16 and level.output_tokens == 8 for level in record.levels)
-    [settled] = record.settled_levels
-    assert settled.over == "rate" and settled.tpot_ms is not None
-    # the settled level's rate is half the best ladder throughput
+    settled = record.settled_levels
+    assert 1 <= len(settled) <= 3
+    assert all(level.over == "rate" and level.tpot_ms is not None for level in settled)
+    # the settled search starts at 0.6 x the best ladder throughput, judged after its settle
     best = max(level.request_throughput_rps for level in ladder)
-    assert settled.level == pytest.approx(0.5 * best)
+    assert settled[0].level == pytest.approx(0.6 * best)
+    assert all(not level.phase.endswith("-settle") for level in settled)
+    assert any("0.5 s of arrivals before each is judged" in note for note in record.notes)
     assert len(record.run_ids) == 2 and record.elapsed_s <= record.budget_s
     assert record.environment is not None
     with ResultStore(store_path, create=False) as store:
@@ -90,12 +93,12 @@ def test_campaign_reports_progress_with_a_time_estimate(fake_calibration):
     _, _, err = fake_calibration
     lines = [line for line in err.splitlines() if line.startswith("[")]
     assert lines[0].startswith("[1/2] ladder 16/8: loading")
-    assert any(line.startswith("[2/2] settled") for line in lines)
+    assert any(line.startswith("[2/2] settled levels from") for line in lines)
     assert all(" s of ~" in line for line in lines)
 
 
 def test_a_run_past_the_budget_is_skipped_and_noted(tmp_path, capsys):
-    # The first run always runs (its load time is unknown until measured); the settled level
+    # The first run always runs (its load time is unknown until measured); the settled search
     # (0.5 s settle + 5 s judged + the measured load) cannot fit in what is left of 2.5 s.
     args = [*FAKE_CAMPAIGN[:-1], "2.5", "--no-store", "--json"]
     args[args.index("--level-duration-s") + 1] = "5"
