@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from bench.core.config import PrecisionConfig
+from bench.core.config import CapacityLoad, PrecisionConfig
 from bench.core.fingerprint import StoredFingerprint
 from bench.core.schema import Percentiles, PhaseResult, RunResult
 from bench.core.strict import Strict
@@ -48,9 +48,10 @@ class CalibrationLevel(Strict):
 
     run_id: str = Field(description="The stored run the level is a phase of.")
     phase: str
-    kind: Literal["ladder", "settled"] = Field(
-        description="ladder: a closed-loop stage; settled: an open-loop rate level judged after "
-        "its settle time (sustained load)."
+    kind: Literal["ladder", "settled", "open"] = Field(
+        description="ladder: a closed-loop level; settled: an open-loop rate level judged after "
+        "its settle time (sustained load); open: an open-loop level judged from its first "
+        "request (a stored run's, not `bench calibrate`'s)."
     )
     over: Literal["concurrency", "rate"]
     level: float = Field(gt=0, description="Requests in flight, or requests/s.")
@@ -132,13 +133,81 @@ def level_of(
     )
 
 
+TRANSIENT_WORDS = ("burst", "recovery", "-settle")
+"""Phases with no steady level: a pulse's burst and recovery, a settle phase's fill-up."""
+
+
+def run_levels(run: RunResult) -> list[CalibrationLevel]:
+    """A stored run's steady phases as levels: closed loop -> ladder; the rate probes of a
+    settled capacity search -> settled; other open-loop phases -> open."""
+    settled_search = isinstance(run.config.load, CapacityLoad) and run.config.load.probes_settled
+    levels = []
+    for phase in run.phases:
+        if any(word in phase.name for word in TRANSIENT_WORDS):
+            continue
+        if phase.strategy == "concurrency":
+            kind: Literal["ladder", "settled", "open"] = "ladder"
+        else:
+            kind = "settled" if settled_search else "open"
+        level = level_of(run, phase, kind)
+        if level is not None:
+            levels.append(level)
+    return levels
+
+
+def device_type_of(run: RunResult) -> str:
+    """The GPU model a run measured on (NVML name), or `cpu`."""
+    if run.config.device == "cpu" or run.environment is None:
+        return CPU_DEVICE
+    return run.environment.primary_gpu_name or CPU_DEVICE
+
+
+def record_from_runs(runs: list[RunResult], budget_s: float = 1.0) -> CalibrationRecord:
+    """A record derived from stored runs of one engine, model, device type and precision class
+    (the first run's; the others must match: ValueError names one that does not)."""
+    if not runs:
+        raise ValueError("record_from_runs needs at least one run")
+    first = runs[0]
+    key = _run_key(first)
+    for run in runs[1:]:
+        if _run_key(run) != key:
+            raise ValueError(f"run {run.run_id} is of {_run_key(run)}, not {key}")
+    return CalibrationRecord(
+        engine=first.config.backend,
+        model=first.config.model,
+        device_type=device_type_of(first),
+        precision_class=precision_class(first.config.precision),
+        dtype=first.config.precision.dtype,
+        tensor_parallel_size=first.config.parallelism.tensor_parallel_size,
+        levels=[level for run in runs for level in run_levels(run)],
+        run_ids=[run.run_id for run in runs],
+        environment=first.environment,
+        budget_s=budget_s,
+        elapsed_s=0.0,
+        notes=["derived from stored runs (not a `bench calibrate` campaign)"],
+    )
+
+
+def _run_key(run: RunResult) -> tuple[str, str, str, str, int]:
+    return (
+        run.config.backend,
+        run.config.model,
+        device_type_of(run),
+        precision_class(run.config.precision),
+        run.config.parallelism.tensor_parallel_size,
+    )
+
+
 __all__ = [
     "CALIBRATION_SCHEMA_VERSION",
     "CPU_DEVICE",
     "CalibrationLevel",
     "CalibrationRecord",
+    "device_type_of",
     "engine_limits",
     "level_of",
     "new_calibration_id",
     "precision_class",
+    "record_from_runs",
+    "run_levels",
 ]

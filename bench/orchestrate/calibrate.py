@@ -27,9 +27,9 @@ from typing import Any
 from pydantic import Field
 
 from bench.core.calibration import (
-    CPU_DEVICE,
     CalibrationLevel,
     CalibrationRecord,
+    device_type_of,
     engine_limits,
     level_of,
     precision_class,
@@ -263,12 +263,6 @@ def settled_levels(run: RunResult) -> list[CalibrationLevel]:
     return levels
 
 
-def _device_type(run: RunResult) -> str:
-    if run.config.device == "cpu" or run.environment is None:
-        return CPU_DEVICE
-    return run.environment.primary_gpu_name or CPU_DEVICE
-
-
 def run_calibration(
     plan: CalibrationPlan,
     launch: Launch,
@@ -377,7 +371,7 @@ def run_calibration(
     return CalibrationRecord(
         engine=plan.backend,
         model=plan.model,
-        device_type=_device_type(reference),
+        device_type=device_type_of(reference),
         precision_class=precision_class(plan.precision),
         dtype=plan.precision.dtype,
         tensor_parallel_size=reference.config.parallelism.tensor_parallel_size,
