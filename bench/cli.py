@@ -1016,12 +1016,15 @@ def runs(
     if as_json:
         _print_json([r.model_dump(mode="json", exclude={"telemetry": {"samples"}}) for r in rows])
         return
+    from bench.core.prediction import drift_words
+
     for r in rows:
         s = r.summary
         thr = f"{s.output_throughput_tok_s:.1f} tok/s" if s else "-"
+        drift = drift_words(r.drift())  # outside the interval the advisor predicted for it
         typer.echo(
             f"{r.run_id}  {r.status.value:9} {r.config.backend:13} {r.config.model:14} "
-            f"{r.config.load.pattern:11} {thr}"
+            f"{r.config.load.pattern:11} {thr}" + (f"  {drift}" if drift else "")
         )
 
 

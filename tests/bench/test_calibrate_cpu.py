@@ -1,6 +1,8 @@
 """`bench calibrate` end to end on a real engine (vLLM's CPU build, tiny-llama): the ladder, the
 settled search, the record in the store and in --out, within its budget; then the advisor fits
-the record. Slow: a real engine is loaded once per mix and once for the settled levels."""
+the record, and a run measured with a smaller `max_num_seqs` than the calibration, carrying the
+advisor's prediction, is flagged as drift by `bench runs`. Slow: a real engine is loaded once
+per mix, once for the settled levels and once for the drifted run."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import io
 import pytest
 
 from advisor.sizing.calibration_fit import fit_record
+from advisor.sizing.run_prediction import predict_run
 from bench.cli import main
 from bench.core.calibration import CalibrationRecord
+from bench.core.config import ConcurrencyLoad, RunConfig
+from bench.run.api import launch
 from bench.storage.calibrations import get_calibration
 from bench.storage.store import ResultStore
 
@@ -27,7 +32,9 @@ def _vllm_installed() -> bool:
 
 
 @pytest.mark.skipif(not _vllm_installed(), reason="vLLM is not installed")
-def test_vllm_cpu_calibration_runs_within_budget_and_fits(tmp_path, monkeypatch):
+def test_vllm_cpu_calibration_runs_within_budget_fits_and_flags_drift(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     store, out = tmp_path / "store.sqlite", tmp_path / "record.json"
     args = [
@@ -80,3 +87,32 @@ def test_vllm_cpu_calibration_runs_within_budget_and_fits(tmp_path, monkeypatch)
     fit = fit_record(record)
     assert fit is not None and fit.calibration.calibrated
     assert fit.calibration.factors.overhead_ms + fit.calibration.factors.memory > 0
+
+    # Drift: the calibrated engine (max_num_seqs from the engine, 128 or more) predicted at 4 in
+    # flight; the run schedules one sequence at a time, so 3 of 4 requests queue for their first
+    # token. Its TTFT ratio must be flagged and must exceed every ratio the calibration's own
+    # levels show against the same fit (the shared machine's noise), or the flag says nothing.
+    ladder = next(r for r in record.levels if r.kind == "ladder" and r.level == 4.0)
+    drifted = RunConfig(
+        backend="vllm",
+        model="tiny-llama",
+        device="cpu",
+        precision={"dtype": "bfloat16"},
+        engine_args={"max_model_len": 256, "enforce_eager": True, "max_num_seqs": 1},
+        workload={"prompt_tokens": {"mean": 16}, "output_tokens": {"mean": 16}},
+        load=ConcurrencyLoad(concurrency=4, duration_s=4),
+        validity={"min_duration_s": 1, "min_requests": 5},
+    )
+    prediction = predict_run(drifted, fit, record)
+    assert prediction is not None and prediction.calibration_id == record.calibration_id
+    drifted = drifted.model_copy(update={"prediction": prediction})
+    with ResultStore(store) as opened:
+        result = launch(drifted, store=opened)
+    ttft = next(check for check in result.drift() if check.metric == "ttft_ms_p50")
+    assert ttft.outside and ttft.ratio > 1, ttft
+    same_settings = ladder.ttft_ms.p50 / prediction.ttft_ms_p50.value
+    assert ttft.ratio > same_settings, (ttft.ratio, same_settings)
+    capsys.readouterr()
+    assert main(["runs", "--store", str(store)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(result.run_id))
+    assert "drift: TTFT p50 x" in line, line
