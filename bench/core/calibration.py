@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from bench.core.config import CapacityLoad, PrecisionConfig
+from bench.core.config import SLO, CapacityLoad, PrecisionConfig
 from bench.core.fingerprint import StoredFingerprint
 from bench.core.schema import Percentiles, PhaseResult, RunResult
-from bench.core.strict import Strict
+from bench.core.strict import Strict, StrictInput
 
 CALIBRATION_SCHEMA_VERSION = 1
 """Version of the CalibrationRecord layout (a reader refuses a newer one)."""
@@ -41,6 +41,80 @@ def precision_class(precision: PrecisionConfig) -> str:
 
 def new_calibration_id() -> str:
     return "cal-" + uuid.uuid4().hex[:12]
+
+
+MAX_BUDGET_S = 600.0
+"""The campaign's budget at most: ten minutes on the user's machine."""
+
+
+class Mix(StrictInput):
+    """One prompt/output shape of the ladder."""
+
+    prompt_tokens: int = Field(gt=0, le=131072)
+    output_tokens: int = Field(gt=0, le=131072)
+
+
+class CalibrationPlan(StrictInput):
+    """What `bench calibrate` runs: one engine, one model, one precision, levels and budget."""
+
+    backend: str = Field(description="Backend registry name (vllm, openai, ...).")
+    model: str = Field(description="Model preset or checkpoint path.")
+    device: str = Field("auto", pattern="^(auto|cuda|cpu)$", description="Where the engine runs.")
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
+    mixes: list[Mix] = Field(
+        default_factory=lambda: [
+            Mix(prompt_tokens=512, output_tokens=128),
+            Mix(prompt_tokens=128, output_tokens=512),
+            Mix(prompt_tokens=2048, output_tokens=128),
+        ],
+        min_length=1,
+        description="Prompt/output mixes of the ladder; the first also gets the settled levels.",
+    )
+    ladder: list[int] = Field(
+        default_factory=lambda: [1, 8, 32, 128],
+        min_length=1,
+        description="Concurrency of each ladder stage.",
+    )
+    stage_duration_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S)
+    settled_start_fraction: float = Field(
+        0.6,
+        gt=0,
+        le=2,
+        description="The settled search's first rate, as a fraction of the first mix's best "
+        "ladder throughput (requests/s).",
+    )
+    settled_probes: int = Field(
+        5, ge=0, le=24, description="Settled rate levels at most (0 = ladder only)."
+    )
+    slo: SLO | None = Field(
+        None,
+        description="The SLO whose knee the settled levels find; none = derived from the ladder.",
+    )
+    settle_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_BUDGET_S,
+        description="Seconds of arrivals before a settled level is judged; none = twice the "
+        "end-to-end time the SLO allows (SLO.e2e_bound_ms), at least 2 s.",
+    )
+    level_duration_s: float = Field(
+        15.0,
+        gt=0,
+        le=MAX_BUDGET_S,
+        description="Judged seconds of each settled level at its rate (sets its request count).",
+    )
+    budget_s: float = Field(MAX_BUDGET_S, gt=0, le=MAX_BUDGET_S, description="Time budget (s).")
+    max_model_len: int | None = Field(
+        None, gt=0, description="Engine context length (engine_args.max_model_len) if not set."
+    )
+
+    def ladder_seconds(self) -> float:
+        """Planned seconds of one ladder run, the engine load left out."""
+        return len(self.ladder) * self.stage_duration_s
+
+    def planned_runs(self) -> int:
+        return len(self.mixes) + (1 if self.settled_probes else 0)
 
 
 class CalibrationLevel(Strict):
@@ -88,6 +162,9 @@ class CalibrationRecord(Strict):
     budget_s: float = Field(gt=0, description="The campaign's time budget.")
     elapsed_s: float = Field(ge=0, description="What the campaign took.")
     notes: list[str] = Field(default_factory=list, description="Levels skipped and why.")
+    plan: CalibrationPlan | None = Field(
+        None, description="The plan that measured it (`bench calibrate --check` re-runs part)."
+    )
 
     @property
     def settled_levels(self) -> list[CalibrationLevel]:
@@ -201,8 +278,11 @@ def _run_key(run: RunResult) -> tuple[str, str, str, str, int]:
 __all__ = [
     "CALIBRATION_SCHEMA_VERSION",
     "CPU_DEVICE",
+    "MAX_BUDGET_S",
     "CalibrationLevel",
+    "CalibrationPlan",
     "CalibrationRecord",
+    "Mix",
     "device_type_of",
     "engine_limits",
     "level_of",

@@ -27,8 +27,11 @@ from typing import Any
 from pydantic import Field
 
 from bench.core.calibration import (
+    MAX_BUDGET_S,
     CalibrationLevel,
+    CalibrationPlan,
     CalibrationRecord,
+    Mix,
     device_type_of,
     engine_limits,
     level_of,
@@ -39,7 +42,6 @@ from bench.core.config import (
     CapacityLoad,
     GenerateWorkload,
     LengthDistribution,
-    PrecisionConfig,
     RunConfig,
     StepLoad,
     ValidityRules,
@@ -47,82 +49,10 @@ from bench.core.config import (
 from bench.core.errors import UserError
 from bench.core.progress import RunProgress
 from bench.core.schema import RunResult, RunStatus
-from bench.core.strict import Strict, StrictInput
+from bench.core.strict import Strict
 
-MAX_BUDGET_S = 600.0
-"""The campaign's budget at most: ten minutes on the user's machine."""
 LOAD_ESTIMATE_S = 60.0
 """Engine load time assumed before the first run has measured it (vLLM on a GPU: 30-90 s)."""
-
-
-class Mix(StrictInput):
-    """One prompt/output shape of the ladder."""
-
-    prompt_tokens: int = Field(gt=0, le=131072)
-    output_tokens: int = Field(gt=0, le=131072)
-
-
-class CalibrationPlan(StrictInput):
-    """What `bench calibrate` runs: one engine, one model, one precision, levels and budget."""
-
-    backend: str = Field(description="Backend registry name (vllm, openai, ...).")
-    model: str = Field(description="Model preset or checkpoint path.")
-    device: str = Field("auto", pattern="^(auto|cuda|cpu)$", description="Where the engine runs.")
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-    precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
-    mixes: list[Mix] = Field(
-        default_factory=lambda: [
-            Mix(prompt_tokens=512, output_tokens=128),
-            Mix(prompt_tokens=128, output_tokens=512),
-            Mix(prompt_tokens=2048, output_tokens=128),
-        ],
-        min_length=1,
-        description="Prompt/output mixes of the ladder; the first also gets the settled levels.",
-    )
-    ladder: list[int] = Field(
-        default_factory=lambda: [1, 8, 32, 128],
-        min_length=1,
-        description="Concurrency of each ladder stage.",
-    )
-    stage_duration_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S)
-    settled_start_fraction: float = Field(
-        0.6,
-        gt=0,
-        le=2,
-        description="The settled search's first rate, as a fraction of the first mix's best "
-        "ladder throughput (requests/s).",
-    )
-    settled_probes: int = Field(
-        5, ge=0, le=24, description="Settled rate levels at most (0 = ladder only)."
-    )
-    slo: SLO | None = Field(
-        None,
-        description="The SLO whose knee the settled levels find; none = derived from the ladder.",
-    )
-    settle_s: float | None = Field(
-        None,
-        gt=0,
-        le=MAX_BUDGET_S,
-        description="Seconds of arrivals before a settled level is judged; none = twice the "
-        "end-to-end time the SLO allows (SLO.e2e_bound_ms), at least 2 s.",
-    )
-    level_duration_s: float = Field(
-        15.0,
-        gt=0,
-        le=MAX_BUDGET_S,
-        description="Judged seconds of each settled level at its rate (sets its request count).",
-    )
-    budget_s: float = Field(MAX_BUDGET_S, gt=0, le=MAX_BUDGET_S, description="Time budget (s).")
-    max_model_len: int | None = Field(
-        None, gt=0, description="Engine context length (engine_args.max_model_len) if not set."
-    )
-
-    def ladder_seconds(self) -> float:
-        """Planned seconds of one ladder run, the engine load left out."""
-        return len(self.ladder) * self.stage_duration_s
-
-    def planned_runs(self) -> int:
-        return len(self.mixes) + (1 if self.settled_probes else 0)
 
 
 class CalibrationProgress(Strict):
@@ -381,6 +311,7 @@ def run_calibration(
         budget_s=plan.budget_s,
         elapsed_s=clock() - started,
         notes=notes,
+        plan=plan,
     )
 
 
