@@ -857,8 +857,20 @@ def capacity_check(
 
 @app.command()
 def calibrate(
-    backend: Annotated[str, typer.Option(help="Backend name (see `bench backends`).")],
-    model: Annotated[str, typer.Option(help="Preset name or checkpoint path.")],
+    backend: Annotated[
+        str | None, typer.Option(help="Backend name (see `bench backends`).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Preset name or checkpoint path.")] = None,
+    check: Annotated[
+        str | None,
+        typer.Option(
+            help="Re-measure a few ladder levels of this stored calibration (id) and say whether "
+            "it still holds (exit 0) or not (exit 1); --engine-arg overrides its options."
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option(min=0.01, max=10, help="--check: allowed |ratio - 1| per figure.")
+    ] = 0.2,
     device: Annotated[str, typer.Option(help="auto | cuda | cpu")] = "auto",
     dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
     engine_arg: Annotated[
@@ -902,6 +914,11 @@ def calibrate(
 ) -> None:
     """Measure the engine model's calibration on this machine: a concurrency ladder over a few
     prompt/output mixes, then settled rate levels near the knee (docs/calibration.md)."""
+    if check is not None:
+        _calibrate_check(check, store, engine_arg or [], tolerance, budget_s, as_json)
+        return
+    if backend is None or model is None:
+        raise UserError("bench calibrate needs --backend and --model (or --check ID)")
     from bench.core.keyvalue import parse_pairs
     from bench.orchestrate.calibrate import (
         CalibrationPlan,
@@ -950,19 +967,8 @@ def calibrate(
         out = check_user_path(out, "--out")
     result_store = None if no_store else ResultStore(store)
 
-    def print_progress(progress: Any) -> None:
-        run = progress.run
-        if run is None or (run.stage not in ("loading", "done") and run.phase is None):
-            return
-        where = run.phase or run.stage
-        typer.echo(
-            f"[{progress.step}/{progress.steps_total}] {progress.what}: {where}; "
-            f"{progress.elapsed_s:.0f} s of ~{progress.estimated_total_s:.0f} s",
-            err=True,
-        )
-
     record = run_calibration(
-        plan, launch, store=result_store, on_progress=_Throttled(print_progress)
+        plan, launch, store=result_store, on_progress=_Throttled(_calibrate_progress)
     )
     if result_store is not None:
         from bench.storage.calibrations import put_calibration
@@ -981,6 +987,53 @@ def calibrate(
     )
     for note in record.notes:
         typer.echo(f"  note: {note}")
+
+
+def _calibrate_progress(progress: Any) -> None:
+    run = progress.run
+    if run is None or (run.stage not in ("loading", "done") and run.phase is None):
+        return
+    typer.echo(
+        f"[{progress.step}/{progress.steps_total}] {progress.what}: {run.phase or run.stage}; "
+        f"{progress.elapsed_s:.0f} s of ~{progress.estimated_total_s:.0f} s",
+        err=True,
+    )
+
+
+def _calibrate_check(
+    calibration_id: str,
+    store: str | None,
+    engine_args: list[str],
+    tolerance: float,
+    budget_s: float,
+    as_json: bool,
+) -> None:
+    """`bench calibrate --check ID`: one verdict line; exit 1 when the calibration no longer
+    holds."""
+    from bench.core.keyvalue import parse_pairs
+    from bench.orchestrate.calibrate import ladder_config
+    from bench.orchestrate.calibrate_check import check_plan, run_check
+    from bench.run.api import check_runnable, launch
+    from bench.storage.calibrations import get_calibration
+    from bench.storage.store import ResultStore
+
+    result_store = ResultStore(store, create=False)
+    record = get_calibration(result_store, calibration_id)
+    overrides = parse_pairs(engine_args, "--engine-arg")
+    plan = check_plan(record, overrides, budget_s)
+    check_runnable(ladder_config(plan, plan.mixes[0]))
+    verdict = run_check(
+        record,
+        launch,
+        store=result_store,
+        on_progress=_Throttled(_calibrate_progress),
+        tolerance=tolerance,
+        engine_args=overrides,
+        budget_s=budget_s,
+    )
+    typer.echo(verdict.model_dump_json(indent=2) if as_json else verdict.verdict)
+    if not verdict.holds:
+        raise typer.Exit(1)
 
 
 class _Throttled:

@@ -148,3 +148,23 @@ def test_precision_class_reads_weights_and_kv_formats():
     assert precision_class(PrecisionConfig(dtype="bfloat16")) == "16-bit weights"
     fp8 = PrecisionConfig(dtype="bfloat16", quantization="fp8", kv_cache_dtype="fp8")
     assert precision_class(fp8) == "fp8 weights + fp8 KV"
+
+
+def test_check_holds_on_the_same_engine_and_not_on_a_slower_one(fake_calibration, capsys):
+    store_path, record, _ = fake_calibration
+    base = ["calibrate", "--check", record.calibration_id, "--store", str(store_path)]
+    # the fake's timings are sleeps: on a shared machine they stretch a little, not 1.5x
+    assert main([*base, "--tolerance", "0.5"]) == 0
+    holds = capsys.readouterr().out.strip()
+    assert holds.startswith(f"calibration {record.calibration_id} holds: ") and "\n" not in holds
+    # the same plan with a 5x slower first token: TTFT p50 about 5x, so it no longer holds
+    assert main([*base, "--tolerance", "0.5", "--engine-arg", "ttft_s=0.05"]) == 1
+    drifted = capsys.readouterr().out.strip()
+    assert f"calibration {record.calibration_id} no longer holds: c1 TTFT p50 x" in drifted
+    assert "run `bench calibrate` again" in drifted
+
+
+def test_check_of_an_unknown_id_is_one_line(fake_calibration, capsys):
+    store_path, _, _ = fake_calibration
+    assert main(["calibrate", "--check", "cal-nope", "--store", str(store_path)]) == 2
+    assert capsys.readouterr().err.strip() == "error: no calibration cal-nope in the store"
