@@ -28,6 +28,7 @@ from pydantic import Field
 from advisor.sizing.configurations import Deployment
 from advisor.sizing.measured import DEFAULT_REFERENCE_DIR
 from advisor.sizing.serving_model import (
+    CAPACITY_PRECISION,
     SEEDS,
     Calibration,
     EngineShape,
@@ -336,6 +337,16 @@ class RecordCapacity(Strict):
     high_rps: float
     seeds_max_rate_rps: list[float]
     basis: CalibrationBasis
+    batch_at_capacity: float = Field(
+        description="Mean sequences per step the simulation ran at the predicted capacity."
+    )
+    largest_calibrated_batch: float = Field(
+        description="The largest batch among the record's levels (sequences per step)."
+    )
+    extrapolated: bool = Field(
+        description="The capacity needs a batch beyond any the record measured: the step-time "
+        "rule is extrapolated there, and is only as good as its physics."
+    )
 
 
 def predict_capacity(
@@ -369,7 +380,18 @@ def predict_capacity(
         1,
         fit.step_errors,
     )
+    near = [
+        probe
+        for search in searches
+        for probe in search.probes
+        if probe.level <= rate * (1 + 2 * CAPACITY_PRECISION)
+    ]
+    batch = max((probe.mean_batch for probe in near), default=0.0)
+    largest = max((obs.decode for _, obs in _pairs(record)), default=0.0)
     return RecordCapacity(
+        batch_at_capacity=batch,
+        largest_calibrated_batch=largest,
+        extrapolated=batch > largest * 1.25,
         max_rate_rps=rate,
         low_rps=low,
         high_rps=high,

@@ -13,6 +13,7 @@ from advisor.sizing.calibration_fit import (
     calibration_for,
     fit_record,
     level_step_error,
+    predict_capacity,
     shipped_records,
     stage_calibration,
 )
@@ -21,7 +22,7 @@ from advisor.sizing.measured import measured_reference_runs
 from advisor.sizing.serving_model import Factors, predict_stage_capacity, run_shape
 from advisor.workload.profile import StageProfile
 from bench.core.calibration import record_from_runs, run_levels
-from bench.core.config import PrecisionConfig
+from bench.core.config import SLO, LengthDistribution, PrecisionConfig
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
 
 CHAT = {
@@ -128,3 +129,27 @@ def test_run_levels_skip_transients(h200_record):
         for run in file_runs:
             for level in run_levels(run):
                 assert "burst" not in level.phase and "recovery" not in level.phase
+
+
+def test_record_capacity_says_when_it_extrapolates_the_batch(h200_record):
+    fit = fit_record(h200_record, "shipped")
+    slo = SLO(ttft_ms=300, tpot_ms=50, percentile="p99")
+    chat = predict_capacity(
+        fit, h200_record, LengthDistribution(mean=512), LengthDistribution(mean=256), slo, 0.99, 200
+    )
+    assert chat is not None and 0 < chat.low_rps <= chat.max_rate_rps <= chat.high_rps
+    # the shipped ladders reach 256 sequences and more: a chat capacity is inside them
+    assert chat.largest_calibrated_batch >= 256 and not chat.extrapolated
+    # a record of one-request-at-a-time levels only cannot vouch for a batched capacity
+    alone = h200_record.model_copy(
+        update={
+            "levels": [
+                lv for lv in h200_record.levels if lv.over == "concurrency" and lv.level == 1
+            ]
+        }
+    )
+    alone_fit = fit_record(alone, "shipped")
+    single = predict_capacity(
+        alone_fit, alone, LengthDistribution(mean=512), LengthDistribution(mean=256), slo, 0.99, 200
+    )
+    assert single.largest_calibrated_batch == 1 and single.extrapolated
