@@ -287,10 +287,11 @@ def run_calibration(
             result = run_one(config, what, settle_s + plan.level_duration_s, estimate(0))
             if result is not None:
                 levels.extend(settled_levels(result))
-            notes.append(
-                f"settled levels: {settle_s:.3g} s of arrivals before each is judged; SLO "
-                f"{slo.model_dump(exclude_none=True)}"
-            )
+            if runs and runs[-1].config.load.pattern == "capacity":  # it ran
+                notes.append(
+                    f"settled levels: {settle_s:.3g} s of arrivals before each is judged; SLO "
+                    f"{slo.model_dump(exclude_none=True)}"
+                )
     finally:
         if owned is not None:
             owned.cleanup()

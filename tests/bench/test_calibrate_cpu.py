@@ -15,14 +15,14 @@ from advisor.sizing.calibration_fit import fit_record
 from advisor.sizing.run_prediction import predict_run
 from bench.cli import main
 from bench.core.calibration import CalibrationRecord
-from bench.core.config import ConcurrencyLoad, RunConfig
+from bench.core.config import ConcurrencyLoad, GenerateWorkload, LengthDistribution, RunConfig
 from bench.run.api import launch
 from bench.storage.calibrations import get_calibration
 from bench.storage.store import ResultStore
 
 pytestmark = pytest.mark.slow
 
-BUDGET_S = 240
+BUDGET_S = 300
 
 
 def _vllm_installed() -> bool:
@@ -99,7 +99,9 @@ def test_vllm_cpu_calibration_runs_within_budget_fits_and_flags_drift(
         device="cpu",
         precision={"dtype": "bfloat16"},
         engine_args={"max_model_len": 256, "enforce_eager": True, "max_num_seqs": 1},
-        workload={"prompt_tokens": {"mean": 16}, "output_tokens": {"mean": 16}},
+        workload=GenerateWorkload(
+            prompt_tokens=LengthDistribution(mean=16), output_tokens=LengthDistribution(mean=16)
+        ),
         load=ConcurrencyLoad(concurrency=4, duration_s=4),
         validity={"min_duration_s": 1, "min_requests": 5},
     )
