@@ -153,3 +153,16 @@ def test_record_capacity_says_when_it_extrapolates_the_batch(h200_record):
         alone_fit, alone, LengthDistribution(mean=512), LengthDistribution(mean=256), slo, 0.99, 200
     )
     assert single.largest_calibrated_batch == 1 and single.extrapolated
+
+
+def test_the_record_and_the_advisor_partition_precision_alike():
+    from bench.core.calibration import precision_class
+
+    for precision in (
+        PrecisionConfig(dtype="float16"),
+        PrecisionConfig(dtype="bfloat16", quantization="fp8"),
+        PrecisionConfig(dtype="bfloat16", quantization="fp8", kv_cache_dtype="fp8"),
+        PrecisionConfig(dtype="bfloat16", kv_cache_dtype="fp8"),
+    ):
+        deployment = Deployment(framework="vllm", precision=precision)
+        assert precision_class(precision) == deployment.precision_key
