@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from bench.core.config import SLO, CapacityLoad, PrecisionConfig
 from bench.core.fingerprint import StoredFingerprint
+from bench.core.limits import MAX_CONCURRENCY
 from bench.core.schema import Percentiles, PhaseResult, RunResult
 from bench.core.strict import Strict, StrictInput
 
@@ -69,11 +70,13 @@ class CalibrationPlan(StrictInput):
             Mix(prompt_tokens=2048, output_tokens=128),
         ],
         min_length=1,
+        max_length=16,
         description="Prompt/output mixes of the ladder; the first also gets the settled levels.",
     )
-    ladder: list[int] = Field(
+    ladder: list[Annotated[int, Field(gt=0, le=MAX_CONCURRENCY)]] = Field(
         default_factory=lambda: [1, 8, 32, 128],
         min_length=1,
+        max_length=32,
         description="Concurrency of each ladder stage.",
     )
     stage_duration_s: float = Field(10.0, gt=0, le=MAX_BUDGET_S)
