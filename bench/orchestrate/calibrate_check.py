@@ -53,8 +53,9 @@ def check_plan(
     """The record's plan cut to its first mix, up to three ladder levels, no settled levels."""
     if record.plan is None:
         raise UserError(
-            f"calibration {record.calibration_id} has no plan (it was derived from stored runs): "
-            "nothing to re-measure; run `bench calibrate` to make one that can be checked"
+            f"calibration {record.calibration_id} keeps no plan (derived from stored runs, or "
+            "written before records kept one): nothing to re-measure; run `bench calibrate` to "
+            "make one that can be checked"
         )
     plan = record.plan
     ladder = sorted(plan.ladder)
