@@ -867,6 +867,206 @@ def capacity_check(
 
 
 @app.command()
+def calibrate(
+    backend: Annotated[
+        str | None, typer.Option(help="Backend name (see `bench backends`).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Preset name or checkpoint path.")] = None,
+    check: Annotated[
+        str | None,
+        typer.Option(
+            help="Re-measure a few ladder levels of this stored calibration (id) and say whether "
+            "it still holds (exit 0) or not (exit 1); --engine-arg overrides its options."
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option(min=0.01, max=10, help="--check: allowed |ratio - 1| per figure.")
+    ] = 0.2,
+    device: Annotated[str, typer.Option(help="auto | cuda | cpu")] = "auto",
+    dtype: Annotated[str | None, typer.Option(help="float16 | bfloat16 | float32")] = None,
+    engine_arg: Annotated[
+        list[str] | None,
+        typer.Option("--engine-arg", help="Framework option key=value; repeatable."),
+    ] = None,
+    mix: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Ladder mix PROMPTxOUTPUT tokens (repeatable; default 512x128, "
+            "128x512, 2048x128); the first also gets the settled levels."
+        ),
+    ] = None,
+    ladder: Annotated[str, typer.Option(help="Ladder concurrencies.")] = "1,8,32,128",
+    stage_duration_s: Annotated[float, typer.Option(help="Seconds per ladder stage.")] = 10.0,
+    settled_probes: Annotated[
+        int, typer.Option(help="Settled rate levels at most (0 = ladder only).")
+    ] = 5,
+    slo_ttft_ms: Annotated[
+        float | None, typer.Option(help="TTFT SLO (ms) whose knee the settled levels find.")
+    ] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO (ms).")] = None,
+    slo_e2e_ms: Annotated[float | None, typer.Option(help="E2E SLO (ms).")] = None,
+    settle_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds of arrivals before a settled level is judged (default: twice the "
+            "end-to-end time the SLO allows, at least 2 s)."
+        ),
+    ] = None,
+    level_duration_s: Annotated[float, typer.Option(help="Judged seconds per level.")] = 15.0,
+    budget_s: Annotated[
+        float, typer.Option(help="Time budget in seconds (at most 600); runs past it are skipped.")
+    ] = 600.0,
+    out: Annotated[Path | None, typer.Option(help="Also write the record as JSON here.")] = None,
+    store: StoreOption = None,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Do not write runs or the record to the store.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record JSON.")] = False,
+) -> None:
+    """Measure the engine model's calibration on this machine: a concurrency ladder over a few
+    prompt/output mixes, then settled rate levels near the knee (docs/calibration.md)."""
+    if check is not None:
+        _calibrate_check(check, store, engine_arg or [], tolerance, budget_s, as_json)
+        return
+    if backend is None or model is None:
+        raise UserError("bench calibrate needs --backend and --model (or --check ID)")
+    from bench.core.keyvalue import parse_pairs
+    from bench.orchestrate.calibrate import (
+        CalibrationPlan,
+        ladder_config,
+        parse_mix,
+        parse_numbers,
+        run_calibration,
+    )
+    from bench.run.api import check_runnable, launch
+    from bench.storage.store import ResultStore
+
+    data: dict[str, Any] = {
+        "backend": backend,
+        "model": model,
+        "device": device,
+        "engine_args": parse_pairs(engine_arg or [], "--engine-arg"),
+        "ladder": parse_numbers(ladder, "--ladder", int),
+        "stage_duration_s": stage_duration_s,
+        "settled_probes": settled_probes,
+        "settle_s": settle_s,
+        "level_duration_s": level_duration_s,
+        "budget_s": budget_s,
+    }
+    if mix:
+        data["mixes"] = [parse_mix(m) for m in mix]
+    if dtype is not None:
+        data["precision"] = {"dtype": dtype}
+    slo = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms}
+    if any(value is not None for value in slo.values()):
+        data["slo"] = {key: value for key, value in slo.items() if value is not None}
+    plan = _build(
+        CalibrationPlan,
+        data,
+        names={
+            "budget_s": "--budget-s",
+            "device": "--device",
+            "precision.dtype": "--dtype",
+            "settled_probes": "--settled-probes",
+            "slo.ttft_ms": "--slo-ttft-ms",
+            "slo.tpot_ms": "--slo-tpot-ms",
+            "slo.e2e_ms": "--slo-e2e-ms",
+        },
+    )
+    check_runnable(ladder_config(plan, plan.mixes[0]))  # backend, model, options: before any run
+    if out is not None:
+        out = check_user_path(out, "--out")
+    result_store = None if no_store else ResultStore(store)
+
+    record = run_calibration(
+        plan, launch, store=result_store, on_progress=_Throttled(_calibrate_progress)
+    )
+    if result_store is not None:
+        from bench.storage.calibrations import put_calibration
+
+        put_calibration(result_store, record)
+    if out is not None:
+        out.write_text(record.model_dump_json(indent=2), encoding="utf-8")
+    if as_json:
+        typer.echo(record.model_dump_json(indent=2))
+        return
+    settled_count = len(record.settled_levels)
+    typer.echo(
+        f"calibration {record.calibration_id}: {record.engine} on {record.device_type}, "
+        f"{record.precision_class}; {len(record.levels)} levels ({settled_count} settled) from "
+        f"{len(record.run_ids)} runs in {record.elapsed_s:.0f} s"
+    )
+    for note in record.notes:
+        typer.echo(f"  note: {note}")
+
+
+def _calibrate_progress(progress: Any) -> None:
+    run = progress.run
+    if run is None or (run.stage not in ("loading", "done") and run.phase is None):
+        return
+    typer.echo(
+        f"[{progress.step}/{progress.steps_total}] {progress.what}: {run.phase or run.stage}; "
+        f"{progress.elapsed_s:.0f} s of ~{progress.estimated_total_s:.0f} s",
+        err=True,
+    )
+
+
+def _calibrate_check(
+    calibration_id: str,
+    store: str | None,
+    engine_args: list[str],
+    tolerance: float,
+    budget_s: float,
+    as_json: bool,
+) -> None:
+    """`bench calibrate --check ID`: one verdict line; exit 1 when the calibration no longer
+    holds."""
+    from bench.core.keyvalue import parse_pairs
+    from bench.orchestrate.calibrate import ladder_config
+    from bench.orchestrate.calibrate_check import check_plan, run_check
+    from bench.run.api import check_runnable, launch
+    from bench.storage.calibrations import get_calibration
+    from bench.storage.store import ResultStore
+
+    result_store = ResultStore(store, create=False)
+    record = get_calibration(result_store, calibration_id)
+    overrides = parse_pairs(engine_args, "--engine-arg")
+    plan = check_plan(record, overrides, budget_s)
+    check_runnable(ladder_config(plan, plan.mixes[0]))
+    verdict = run_check(
+        record,
+        launch,
+        store=result_store,
+        on_progress=_Throttled(_calibrate_progress),
+        tolerance=tolerance,
+        engine_args=overrides,
+        budget_s=budget_s,
+    )
+    typer.echo(verdict.model_dump_json(indent=2) if as_json else verdict.verdict)
+    if not verdict.holds:
+        raise typer.Exit(1)
+
+
+class _Throttled:
+    """Calls `show` when the step or the phase changes, else at most every 10 s."""
+
+    def __init__(self, show: Any, every_s: float = 10.0) -> None:
+        self.show, self.every_s = show, every_s
+        self.last_key: tuple | None = None
+        self.last_at = 0.0
+
+    def __call__(self, progress: Any) -> None:
+        import time
+
+        run = progress.run
+        key = (progress.step, run.phase if run else None, run.stage if run else None)
+        now = time.monotonic()
+        if key != self.last_key or now - self.last_at >= self.every_s:
+            self.last_key, self.last_at = key, now
+            self.show(progress)
+
+
+@app.command()
 def runs(
     store: StoreOption = None,
     backend: Annotated[str | None, typer.Option(help="Filter by backend.")] = None,
@@ -881,14 +1081,17 @@ def runs(
         _print_json([r.model_dump(mode="json", exclude={"telemetry": {"samples"}}) for r in rows])
         return
     from bench.core.forward_view import headline_throughput
+    from bench.core.prediction import drift_words
 
     for r in rows:
         thr = headline_throughput(r)
         # A COMPLETED run may still be INVALID (too short, too few requests): say which.
         validity = r.validity.status.value if r.validity else "-"
+        drift = drift_words(r.drift())  # outside the interval the advisor predicted for it
         typer.echo(
             f"{r.run_id}  {r.status.value:9} {validity:7} {r.config.backend:13} "
             f"{r.config.model:14} {r.config.load.pattern:11} {thr}"
+            + (f"  {drift}" if drift else "")
         )
 
 

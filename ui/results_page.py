@@ -16,6 +16,7 @@ from advisor.report.numbers import fixed
 from bench.core.errors import UserError
 from bench.core.metric_catalog import SPECS_BY_KEY, Metric
 from bench.core.metric_catalog import metric as catalogue_metric
+from bench.core.prediction import drift_words
 from bench.core.schema import RunResult, RunStatus
 from ui import state
 from ui.components import (
@@ -154,8 +155,17 @@ def side_by_side(runs: list[RunResult]) -> dict[str, dict[str, str]]:
                 fixed(value, "s") for value in (timings.load_s, timings.compile_s, timings.build_s)
             ),
             "device": device_of(run),
+            "predicted (drift)": _drift(run),
         }
     return columns
+
+
+def _drift(run: RunResult) -> str:
+    """The run against the advisor's prediction for it: drift with the ratio, or within."""
+    checks = run.drift()
+    if not checks:
+        return "no prediction"
+    return drift_words(checks) or "within the predicted interval"
 
 
 SIDE_BY_SIDE_FIGURES = (

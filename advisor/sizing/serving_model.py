@@ -745,6 +745,11 @@ class Calibration(Strict):
     runs: list[str] = Field(default_factory=list, description="Run ids fitted on.")
     levels: int = 0
     basis: str = Field(description="What the factors were fitted on, in words.")
+    step_errors: list[float] | None = Field(
+        None,
+        description="A calibration record's leave-one-level-out log step errors (the interval); "
+        "None = the leave-one-run-out errors of the runs it was fitted on.",
+    )
 
 
 def fit_factors(observed: Sequence[StepObservation], front_end: Sequence[float] = ()) -> Factors:
@@ -1030,6 +1035,7 @@ def _setup(
     deployment: Deployment,
     runs: Sequence[RunResult],
     engine_args: Mapping[str, object] | None = None,
+    calibration: Calibration | None = None,
 ) -> _Setup | None:
     if stage.kind != "generate" or stage.gpu.type is None:
         return None
@@ -1059,7 +1065,8 @@ def _setup(
     if shape is None:
         return None
     shapes = tuple(s for s in (run_shape(run) for run in runs) if s is not None)
-    calibration = calibrate(family, gpu.name, deployment.precision_key, shapes)
+    if calibration is None:  # else a `bench calibrate` record's (advisor.sizing.calibration_fit)
+        calibration = calibrate(family, gpu.name, deployment.precision_key, shapes)
     return _Setup(
         shape=shape,
         calibration=calibration,
@@ -1115,6 +1122,8 @@ def median_capacity(
 def interval_errors(setup: _Setup) -> list[float]:
     """The leave-one-out log step errors of the calibration (uncalibrated: the default
     factors' errors on every covered run given)."""
+    if setup.calibration.step_errors is not None:
+        return setup.calibration.step_errors
     if setup.calibration.calibrated:
         return step_errors(setup.shapes, setup.family, setup.gpu, setup.precision_class)
     return uncalibrated_step_errors(setup.shapes)
@@ -1129,6 +1138,7 @@ def predict_stage_capacity(
     engine_args: Mapping[str, object] | None = None,
     seeds: int = SEEDS,
     interval: bool = True,
+    calibration: Calibration | None = None,
 ) -> CapacityPrediction | None:
     """The SLO capacity of `deployment` for the stage, calibrated on `runs` of the stage's GPU
     type (every stored and shipped run may be passed: the others are left out); None when the
@@ -1136,8 +1146,9 @@ def predict_stage_capacity(
     engine that does not batch continuously). `expected_error` = the validation's median
     |relative error| of capacity (advisor.sizing.serving_validation); None = computed from `runs`.
     A deployment whose KV cache cannot hold one request of the stage gets 0 req/s, bound by
-    memory."""
-    setup = _setup(stage, deployment, runs, engine_args)
+    memory. `calibration`: a `bench calibrate` record's fit (advisor.sizing.calibration_fit)
+    in place of the one fitted on `runs`."""
+    setup = _setup(stage, deployment, runs, engine_args, calibration)
     if setup is None:
         return None
     slo, notes = _stage_slo(stage)
@@ -1199,7 +1210,7 @@ def predict_stage_capacity(
     seeds = [s.max_rate_rps for s in searches]
     bindings = [s.binding_constraint for s in searches if s.binding_constraint]
     binding = statistics.mode(bindings) if bindings else None
-    if expected_error is None:
+    if expected_error is None and calibration is None:  # a record's is not the runs' error
         expected_error = capacity_error(setup.shapes, setup.calibration.calibrated)
     notes.append(setup.calibration.basis)
     if not setup.calibration.calibrated and expected_error is not None:
@@ -1255,11 +1266,13 @@ def predict_latency(
     runs: Sequence[RunResult],
     rate_rps: float | None = None,
     concurrency: int | None = None,
+    calibration: Calibration | None = None,
 ) -> LatencyPrediction | None:
     """TTFT, TPOT and E2E percentiles of the deployment at a rate (sustained Poisson arrivals)
     or a concurrency (closed loop); default: the stage's peak rate, else its rate, else its
-    concurrency. None when the stage cannot be predicted or has no load."""
-    setup = _setup(stage, deployment, runs)
+    concurrency. None when the stage cannot be predicted or has no load. `calibration` as in
+    `predict_stage_capacity`."""
+    setup = _setup(stage, deployment, runs, calibration=calibration)
     if setup is None:
         return None
     if rate_rps is None and concurrency is None:

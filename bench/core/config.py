@@ -23,6 +23,7 @@ from bench.core.limits import (  # re-exported: the bounds' one table is bench/c
     MAX_SEED,
     MAX_TOKENS,
 )
+from bench.core.prediction import RunPrediction
 from bench.core.strict import Strict as Strict  # re-exported: backends import it from here
 from bench.core.strict import StrictInput
 
@@ -1359,6 +1360,12 @@ class RunConfig(StrictInput):
         description="GPU model the run must get (Ray's accelerator type, e.g. H200, A100, L4); "
         "the ray executor places the run on a node of that type; the local executor runs on "
         "this host whatever its GPU. None = any GPU.",
+    )
+    prediction: RunPrediction | None = Field(
+        None,
+        description="What the advisor predicted for this run when it planned it (median TTFT "
+        "and TPOT with intervals, the calibration behind them); stored with the run, which is "
+        "flagged as drift when it measures outside the interval (bench/core/prediction.py).",
     )
 
     @model_validator(mode="after")

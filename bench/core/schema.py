@@ -36,6 +36,7 @@ from bench.core.metric_catalog import (
 )
 from bench.core.pattern_reports import PatternReport, older_report
 from bench.core.percentiles import Percentiles
+from bench.core.prediction import DriftCheck, drift_checks
 from bench.core.strict import Strict
 
 Record = Strict  # result models are strict too: a corrupt file is caught, not read
@@ -346,6 +347,18 @@ class RunResult(Record):
     group: GroupMembership | None = Field(
         None, description="The measurement group (repeats) this run belongs to; none = alone."
     )
+
+    def drift(self) -> list[DriftCheck]:
+        """The advisor's prediction for this run (config.prediction) against its measured
+        medians; a check `outside` its interval is drift (bench/core/prediction.py)."""
+        s = self.summary
+        if s is None:
+            return []
+        return drift_checks(
+            self.config.prediction,
+            s.ttft_ms.p50 if s.ttft_ms else None,
+            s.tpot_ms.p50 if s.tpot_ms else None,
+        )
 
     @model_validator(mode="before")
     @classmethod

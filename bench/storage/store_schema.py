@@ -21,6 +21,8 @@ Versions:
    runs.owner_started_at (the process's start time, so a reused pid is not taken for it), so a
    store opened on the owner's host fails a run whose process is gone at once, instead of after
    the heartbeat grace.
+5. calibrations: the calibration records `bench calibrate` writes (bench/core/calibration.py),
+   one row per record with the columns a reader filters on and the record's versioned JSON.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from sqlalchemy import (
     text,
 )
 
-STORE_SCHEMA_VERSION = 4
+STORE_SCHEMA_VERSION = 5
 """Version of the store's table layout (each RunResult's JSON carries its own schema_version)."""
 
 metadata = MetaData()
@@ -129,6 +131,19 @@ jobs = Table(
 )
 Index("jobs_by_status", jobs.c.status, jobs.c.created_at)
 
+calibrations = Table(
+    "calibrations",
+    metadata,
+    Column("calibration_id", Text, primary_key=True),
+    Column("created_at", Text, nullable=False),
+    Column("engine", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("device_type", Text, nullable=False),
+    Column("precision_class", Text, nullable=False),
+    Column("record_json", Text, nullable=False),
+)
+Index("calibrations_by_key", calibrations.c.engine, calibrations.c.device_type)
+
 schema_migrations = Table(
     "schema_migrations",
     metadata,
@@ -167,10 +182,15 @@ def _to_4(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE runs ADD COLUMN owner_started_at FLOAT"))
 
 
+def _to_5(conn: Connection) -> None:
+    calibrations.create(conn)  # the table and its index, as a fresh store has them
+
+
 MIGRATIONS = (
     Migration(2, "jobs.runner, jobs.current_run_id, schema_migrations", _to_2),
     Migration(3, "runs.group_id (measurement groups of repeats)", _to_3),
     Migration(4, "runs.owner_host, owner_pid, owner_node, owner_started_at", _to_4),
+    Migration(5, "calibrations (bench calibrate records)", _to_5),
 )
 assert [m.version for m in MIGRATIONS] == list(range(2, STORE_SCHEMA_VERSION + 1))
 

@@ -345,7 +345,7 @@ def test_previous_release_store_opens_and_upgrades(tmp_path):
     shutil.copy(V1_FIXTURE, path)
     assert layout(f"sqlite:///{path}")["jobs"][0].count("runner") == 0  # really schema 1
     with ResultStore(path) as upgraded:
-        assert upgraded.schema_version == STORE_SCHEMA_VERSION == 4
+        assert upgraded.schema_version == STORE_SCHEMA_VERSION == 5
         completed = upgraded.get_run("v1-run-completed")
         assert completed.status == RunStatus.COMPLETED
         assert completed.config.label == "written by store schema 1"
@@ -358,18 +358,18 @@ def test_previous_release_store_opens_and_upgrades(tmp_path):
         claimed = upgraded.claim_next_job(pid=7, runner="host-a:7")
         assert claimed is not None and claimed.runner == "host-a:7"  # a column schema 2 added
         history = sql(upgraded, "SELECT version, description FROM schema_migrations")
-        assert [version for version, _ in history] == [2, 3, 4]
-        assert sql(upgraded, "SELECT value FROM meta WHERE key = 'schema_version'") == [("4",)]
+        assert [version for version, _ in history] == [2, 3, 4, 5]
+        assert sql(upgraded, "SELECT value FROM meta WHERE key = 'schema_version'") == [("5",)]
     # The upgraded file has exactly the layout of a store created at this version.
     with ResultStore(tmp_path / "fresh.sqlite"):
         pass
     assert layout(f"sqlite:///{path}") == layout(f"sqlite:///{tmp_path}/fresh.sqlite")
     with ResultStore(path) as reopened:  # a second open migrates nothing
-        assert len(sql(reopened, "SELECT version FROM schema_migrations")) == 3
+        assert len(sql(reopened, "SELECT version FROM schema_migrations")) == 4
 
 
 def test_migration_runs_on_both_backends(store_url):
-    """Take a fresh store back to schema 1 (what migrations 2 to 4 add, removed), reopen it."""
+    """Take a fresh store back to schema 1 (what migrations 2 to 5 add, removed), reopen it."""
     ResultStore(store_url).close()
     fresh = layout(store_url)
     raw_execute(
@@ -380,15 +380,17 @@ def test_migration_runs_on_both_backends(store_url):
         "ALTER TABLE jobs DROP COLUMN runner",
         "ALTER TABLE jobs DROP COLUMN current_run_id",
         "DROP TABLE schema_migrations",
+        "DROP TABLE calibrations",
         "UPDATE meta SET value = '1' WHERE key = 'schema_version'",
     )
     assert "schema_migrations" not in layout(store_url)
     with ResultStore(store_url) as upgraded:
-        assert upgraded.schema_version == 4
+        assert upgraded.schema_version == 5
         assert sql(upgraded, "SELECT version FROM schema_migrations ORDER BY 1") == [
             (2,),
             (3,),
             (4,),
+            (5,),
         ]
     assert layout(store_url) == fresh
 
