@@ -22,42 +22,49 @@ The rule (also in every report as `rule`):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
-from functools import lru_cache
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field
-
-from advisor.decide.capacity_words import UNSETTLED_NOTE, settled
+from advisor.decide.capacities import NO_PEAK_NOTE, headline, slo_text, stage_capacities
 from advisor.decide.diagnose import Diagnostic, diagnose
 from advisor.decide.fleet_answer import basis_words, deployed_parallelism, stage_fleet
-from advisor.decide.learned import LearnedOpinion, learned_opinion
+from advisor.decide.learned import learned_opinion
+from advisor.decide.models import (
+    BASIS_WORDS,
+    HIGH_CONFIDENCE_MAX_CV,
+    MEASUREMENT_RULE,
+    Alternative,
+    CandidateCapacity,
+    Confidence,
+    Recommendation,
+    Report,
+    StageRecommendation,
+)
+from advisor.decide.records import RecordsLookup
+from advisor.decide.verdicts import (
+    VerdictFunction,
+    _order_by_verdicts,
+    verdict_function,
+    verdict_text,
+)
 from advisor.evidence.rows import (
     EvidenceRow,
-    _phase_at_stage_concurrency,
-    capacity_runs_for,
-    dtype_stand_in,
     rank_rows,
     stage_evidence,
 )
-from advisor.plan.stage_plan import ENGINE_START_S, bench_plan
+from advisor.plan.stage_plan import bench_plan
 from advisor.plan.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
 from advisor.sizing.calibration import Calibration, calibration_from
-from advisor.sizing.capacity import Capacity, EstimatedCapacity, fleet_for_stage
 from advisor.sizing.configurations import (
     ConfigurationSearch,
-    Deployment,
     DeploymentFigures,
     RecommendedDeployment,
     search_configurations,
 )
-from advisor.sizing.estimate import Estimate, estimate_stage
-from advisor.sizing.fleet import FleetAnswer, FleetOption
+from advisor.sizing.estimate import estimate_stage
+from advisor.sizing.fleet import FleetOption
 from advisor.sizing.measured import ReferenceFiles, read_reference_folder, stored_runs
-from advisor.sizing.serving_model import CapacityPrediction, predict_stage_capacity
-from advisor.sizing.speed_class import speed_class_pairs
 from advisor.workload.profile import Objective, StageProfile, WorkloadProfile
 from advisor.workload.quality import (
     fixed_precision_risk,
@@ -65,188 +72,14 @@ from advisor.workload.quality import (
     quality_note,
     stage_quality,
 )
-from bench.core.config import ParallelismConfig
 from bench.core.errors import UserError
-from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
 from bench.core.schema import RequestRecord, RunResult
-from bench.core.stats import PRACTICAL_THRESHOLD, CandidateVerdict, MeasuredRun, candidate_verdict
+from bench.core.stats import PRACTICAL_THRESHOLD, CandidateVerdict
 from bench.engines.backends import options_with_caching
 
 if TYPE_CHECKING:
     from bench.engines.backends.base import Availability
     from bench.storage.store import Store
-
-MEASUREMENT_RULE = (
-    "The tree picks the candidates and their order; only measurements that match the stage "
-    "(the user's GPU type, same model and configuration, prompt/output lengths within ±25%, same "
-    "traffic shape and precision; VALID, meeting every SLO, ranked on the objective) reorder the "
-    "candidates and win over the tree, whether they are your runs or this project's published "
-    "runs; nearer-but-different measurements, measurements on other GPUs and the article's "
-    "figures are shown but never change the answer."
-)
-HIGH_CONFIDENCE_MAX_CV = 0.10
-"""Repeats varying by more than 10% (coefficient of variation) cap confidence at medium."""
-
-
-class Confidence(BaseModel):
-    level: Literal["high", "medium", "low"]
-    why: str
-
-
-class CandidateCapacity(BaseModel):
-    """One candidate configuration's capacity under the SLO, sized for the stage's peak."""
-
-    framework: str
-    capacity: Capacity
-    provenance: Literal["yours", "published", "estimate"] = Field(
-        description="Who measured the capacity search (estimate: nobody, a model's figure)."
-    )
-
-
-class Alternative(BaseModel):
-    framework: str
-    rank: int = Field(description="The tree's rank.")
-    benchmarked: bool = True
-    why_not_first: str
-    what_would_change: list[str] = Field(default_factory=list)
-    verdict: CandidateVerdict | None = Field(
-        None,
-        description="The recommended framework against this one: ratio, 95% interval, verdict "
-        "beyond the practical threshold (None: not both measured matching the stage).",
-    )
-    capacity: Capacity | None = Field(
-        None, description="This framework's best measured capacity on the user's GPU type."
-    )
-
-
-class Recommendation(BaseModel):
-    framework: str
-    benchmarked: bool = Field(description="False for frameworks the bench cannot run (jax).")
-    follows: Literal["tree", "measurements", "refused"]
-    configuration: RecommendedDeployment = Field(
-        description="What to deploy: parallelism, precision, engine arguments, GPUs, and where "
-        "the settings come from."
-    )
-    evidence: list[EvidenceRow] = Field(
-        default_factory=list, description="Rows for the recommended framework."
-    )
-    confidence: Confidence
-    caveats: list[str] = Field(default_factory=list)
-    alternatives: list[Alternative] = Field(default_factory=list)
-    contradictions: list[str] = Field(
-        default_factory=list, description="Where evidence disagrees with the tree, and who won."
-    )
-    unmeasured: list[str] = Field(
-        default_factory=list,
-        description="Candidates with no evidence because their engine cannot run here (not "
-        "installed): a gap in the evidence, not a disagreement with the tree.",
-    )
-    availability: dict[str, str] = Field(
-        default_factory=dict, description="Candidate -> 'available' or why it cannot run here."
-    )
-    settled_by: Literal["yours", "published", "tree", "refused"] = Field(
-        "tree",
-        description="What settled the answer: your runs, this project's published runs, the "
-        "tree and the estimate (no matching measurement), or a refusal before any run.",
-    )
-    settled_by_runs: list[str] = Field(
-        default_factory=list,
-        description="Run ids of the matching measurements that settled the order (the report's "
-        "'Runs behind this report').",
-    )
-    nearest: list[EvidenceRow] = Field(
-        default_factory=list,
-        description="Nearer-but-different measurements, shown as context with their distance.",
-    )
-    threshold: float = Field(
-        PRACTICAL_THRESHOLD, description="Practical threshold of the verdicts (0.05 = 5%)."
-    )
-    verdicts: list[CandidateVerdict] = Field(
-        default_factory=list,
-        description="The recommended framework against each measured alternative.",
-    )
-    ranking_note: str | None = Field(
-        None,
-        description="How the candidates the evidence cannot separate were ordered (cost, then "
-        "simplicity, then build time), in words.",
-    )
-    capacity: Capacity | None = Field(
-        None,
-        description="What sizes the fleet: the recommended framework's best measured capacity "
-        "on the user's GPU type (the user's search, else a published one), else its predicted "
-        "capacity (source 'estimate', with its interval); None: neither (see capacity_notes).",
-    )
-    capacity_basis: str = Field(
-        "", description="Which capacity sized the fleet and where it comes from, in words."
-    )
-    capacities: list[CandidateCapacity] = Field(
-        default_factory=list,
-        description="Every candidate configuration's capacity: measured first (fewest GPUs "
-        "first), then estimates, labelled.",
-    )
-    capacity_notes: list[str] = Field(
-        default_factory=list,
-        description="What is missing for a GPU count or a cost, and capacity runs left out.",
-    )
-    headline: str = Field("", description="The stage's answer in one sentence, with GPUs and $.")
-    fleet: FleetAnswer | None = Field(
-        None,
-        description="The one fleet answer: the chosen configuration for the peak (what "
-        "`configuration`, `capacity` and the headline say), the next two, and a tie.",
-    )
-
-    @property
-    def basis(self) -> str:
-        return BASIS_WORDS[self.settled_by]
-
-    def measured_capacities(self) -> list[CandidateCapacity]:
-        return [c for c in self.capacities if c.capacity.source == "measured"]
-
-    def estimated_capacities(self) -> list[CandidateCapacity]:
-        return [c for c in self.capacities if c.capacity.source == "estimate"]
-
-
-BASIS_WORDS = {
-    "yours": "settled by your runs on your GPU type, matching this workload",
-    "published": "settled by this project's published runs on your GPU type (data/reference), "
-    "matching this workload - not by runs of yours",
-    "tree": "the decision tree's first choice and the estimate: no measurement matches this "
-    "workload yet",
-    "refused": "refused before any run: the workload does not fit the model",
-}
-"""What settled an answer, in the words the app and the CLI show (Recommendation.basis)."""
-
-
-class StageRecommendation(BaseModel):
-    stage: str
-    kind: str
-    decision: Decision
-    estimate: Estimate
-    recommendation: Recommendation
-    evidence: list[EvidenceRow] = Field(default_factory=list, description="All rows, ranked.")
-    diagnostics: list[Diagnostic] = Field(default_factory=list)
-    learned: LearnedOpinion | None = None
-    configurations: ConfigurationSearch | None = Field(
-        None, description="TP x replicas x precision of the chosen framework, ranked (generate)."
-    )
-
-
-class Report(BaseModel):
-    """The advisor's answer for a whole profile, one entry per stage; the CLI's `--json` prints
-    this model (`model_dump_json`), and the report builder reads it field by field."""
-
-    title: str
-    owner: str | None = None
-    notes: str | None = None
-    generated_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat())
-    rule: str = MEASUREMENT_RULE
-    tree_source: str = ""
-    evidence_notes: list[str] = Field(default_factory=list)
-    profile: WorkloadProfile
-    stages: list[StageRecommendation]
-    calibration: Calibration | None = Field(
-        None, description="The configuration estimate's calibration and leave-one-out error."
-    )
 
 
 # --------------------------------------------------------------------------- entry point
@@ -264,56 +97,6 @@ def availability_map(backends: Iterable[Availability] | None = None) -> dict[str
         }
     except Exception as exc:  # an adapter crashing must not take the advisor down
         return {"_error": f"backend availability could not be read: {exc}"}
-
-
-@lru_cache(maxsize=16)
-def shipped_records(folder: str) -> dict[str, list[RequestRecord]]:
-    """Measured records by run id from the campaign archives of one reference folder
-    (`bench.orchestrate.compare.reference_records`: it reads every archive there, so once per
-    process)."""
-    from bench.orchestrate.compare import reference_records
-
-    path = Path(folder)
-    return reference_records(path) if path.is_dir() else {}
-
-
-class RecordsLookup:
-    """Where a run's per-request records are: given directly (tests, unsaved runs), in the
-    store (`iter_records`), or in the archives beside a shipped reference file
-    (`data/reference/NAME_runs.json` -> `data/reference/NAME/*.tgz`). None when nowhere: the
-    verdict is then `unknown`, never a guess."""
-
-    def __init__(
-        self,
-        store: Store | None = None,
-        records: Mapping[str, Sequence[RequestRecord]] | None = None,
-        reference: ReferenceFiles | None = None,
-    ) -> None:
-        self.store = store
-        self.records = dict(records or {})
-        self.archive_of: dict[str, str] = {}
-        if reference is not None:
-            for file_name, file_runs in reference.runs.items():
-                folder = reference.folder / file_name.removesuffix(".json").removesuffix("_runs")
-                for run in file_runs:
-                    self.archive_of[run.run_id] = str(folder)
-        self._read: dict[str, Sequence[RequestRecord] | None] = {}
-
-    def __call__(self, run_id: str) -> Sequence[RequestRecord] | None:
-        if run_id in self.records:
-            return self.records[run_id]
-        if run_id in self._read:
-            return self._read[run_id]
-        found: Sequence[RequestRecord] | None = None
-        if run_id in self.archive_of:
-            found = shipped_records(self.archive_of[run_id]).get(run_id)
-        elif self.store is not None:
-            try:
-                found = list(self.store.iter_records(run_id)) or None
-            except (UserError, KeyError, OSError):
-                found = None
-        self._read[run_id] = found
-        return found
 
 
 def recommend(
@@ -550,489 +333,6 @@ def _add_deployment(
         from advisor.sizing.configurations import FP8_ACCURACY_NOTE
 
         recommendation.caveats.append(FP8_ACCURACY_NOTE)
-
-
-# --------------------------------------------------------------------------- capacity
-
-
-NO_PEAK_NOTE = (
-    "the profile gives no peak traffic (peak_request_rate_rps, or request_rate_rps): the GPU "
-    "count and the cost are not computed"
-)
-
-
-def _capacity_order(capacity: Capacity) -> tuple:
-    """Settled searches first, then fewest GPUs for the peak, then the highest capacity."""
-    return (not capacity.converged, capacity.gpus_needed, -capacity.max_rate_rps)
-
-
-def stage_capacities(
-    stage: StageProfile,
-    runs: Sequence[RunResult],
-    published_ids: set[str],
-    estimates: Sequence[tuple[str, EstimatedCapacity]] = (),
-    files: Mapping[str, str] | None = None,
-) -> tuple[list[CandidateCapacity], list[str]]:
-    """Every candidate configuration's capacity for the stage's peak: the capacity searches
-    about this stage (`capacity_runs_for`) on the stage's GPU type, measured first, fewest
-    GPUs first; then the (framework, estimate) pairs given, labelled `estimate`. Notes say what
-    is missing (peak, price) and which searches were left out, and why."""
-    pairs = speed_class_pairs(runs, files)
-    kept, notes = capacity_runs_for(stage, runs, files, pairs)
-    peak = stage.peak_request_rate_rps or stage.request_rate_rps
-    if peak is None:
-        return [], [NO_PEAK_NOTE, *notes] if (kept or estimates) else notes
-    try:
-        sizing = fleet_for_stage(stage, kept, [estimate for _, estimate in estimates])
-    except UserError as exc:
-        return [], [str(exc), *notes]
-    by_id = {run.run_id: run for run in kept}
-
-    def dtype_note(run_id: str | None) -> str | None:
-        run = by_id.get(run_id or "")
-        if run is None or run.config.precision.dtype == stage.precision.run_precision().dtype:
-            return None
-        pair = dtype_stand_in(run, stage, pairs)
-        return (
-            f"measured at {run.config.precision.dtype}, the stage asks {stage.precision.dtype}: "
-            + pair.sentence()
-            if pair is not None
-            else None
-        )
-
-    measured = [
-        CandidateCapacity(
-            framework=by_id[c.run_id].config.backend if c.run_id in by_id else "?",
-            capacity=c.model_copy(
-                update={
-                    "reference": (files or {}).get(c.run_id or ""),
-                    "dtype_note": dtype_note(c.run_id),
-                }
-            ),
-            provenance="published" if c.run_id in published_ids else "yours",
-        )
-        for c in sizing.measured
-    ]
-    measured, superseded = _one_per_configuration(measured, by_id)
-    notes += superseded
-    measured.sort(key=lambda c: _capacity_order(c.capacity))
-    estimated = [
-        CandidateCapacity(framework=framework, capacity=c, provenance="estimate")
-        for (framework, _), c in zip(estimates, sizing.estimates, strict=True)
-    ]
-    notes += sizing.notes
-    for candidate in measured + estimated:
-        for note in candidate.capacity.notes:
-            if note.startswith("no GPU price") and note not in notes:
-                notes.append(note + " (set gpu.price_per_hour in the profile)")
-    return measured + estimated, notes
-
-
-def _one_per_configuration(
-    measured: list[CandidateCapacity], runs: Mapping[str, RunResult]
-) -> tuple[list[CandidateCapacity], list[str]]:
-    """One search per configuration (framework, precision, layout) and provenance; the others
-    are named in a note, not used. A search with settled probes beats one without, and among
-    settled ones the newest stands (a later search, e.g. with the boundary-confirming rule,
-    supersedes it). Searches judged from an empty engine overstate the capacity by chance (a
-    500-request probe ends before the queue of a rate the engine cannot hold has grown), so
-    where only such searches exist the lowest stands, marked as an upper bound."""
-    chosen: dict[tuple, CandidateCapacity] = {}
-
-    def key(candidate: CandidateCapacity) -> tuple:
-        return (candidate.framework, candidate.capacity.label, candidate.provenance)
-
-    def run_of(candidate: CandidateCapacity) -> RunResult | None:
-        return runs.get(candidate.capacity.run_id or "")
-
-    def rank(candidate: CandidateCapacity) -> tuple:
-        run = run_of(candidate)
-        if settled(run):
-            return (1, run.created_at if run is not None else "")
-        return (0, -candidate.capacity.max_rate_rps)
-
-    for candidate in measured:
-        if key(candidate) not in chosen or rank(candidate) > rank(chosen[key(candidate)]):
-            chosen[key(candidate)] = candidate
-    notes = []
-    out = []
-    for candidate in measured:
-        kept = chosen[key(candidate)]
-        if candidate is not kept:
-            why = (
-                "superseded by the newer settled search"
-                if settled(run_of(kept)) and settled(run_of(candidate))
-                else "superseded by the settled search"
-                if settled(run_of(kept))
-                else "not used: of searches judged from an empty engine the lowest stands,"
-            )
-            notes.append(
-                f"capacity run {candidate.capacity.run_id} ({candidate.capacity.label}, "
-                f"{candidate.capacity.max_rate_rps:g} req/s): {why} {kept.capacity.run_id} of "
-                "the same configuration"
-            )
-        elif run_of(candidate) is not None and not settled(run_of(candidate)):
-            capacity = candidate.capacity
-            notes_with = [*capacity.notes, UNSETTLED_NOTE]
-            out.append(
-                candidate.model_copy(
-                    update={"capacity": capacity.model_copy(update={"notes": notes_with})}
-                )
-            )
-        else:
-            out.append(candidate)
-    return out, notes
-
-
-_PREDICTIONS: dict[tuple, CapacityPrediction | None] = {}
-PREDICTION_CACHE_SIZE = 64
-
-
-def _cached_prediction(
-    stage: StageProfile, deployment: Deployment, runs: Sequence[RunResult]
-) -> CapacityPrediction | None:
-    """`predict_stage_capacity`, remembered per (stage, deployment, the runs by id and status):
-    a prediction simulates thousands of requests (about a second), and the app and the report
-    ask again for the same stage."""
-    key = (
-        stage.model_dump_json(),
-        deployment.model_dump_json(),
-        tuple(sorted((run.run_id, run.status.value) for run in runs)),
-    )
-    if key not in _PREDICTIONS:
-        if len(_PREDICTIONS) >= PREDICTION_CACHE_SIZE:
-            _PREDICTIONS.pop(next(iter(_PREDICTIONS)))
-        _PREDICTIONS[key] = predict_stage_capacity(stage, deployment, runs)
-    return _PREDICTIONS[key]
-
-
-def _predicted_capacity(
-    stage: StageProfile,
-    framework: str,
-    search: ConfigurationSearch | None,
-    runs: Sequence[RunResult],
-) -> tuple[list[tuple[str, EstimatedCapacity]], list[str]]:
-    """The serving model's SLO capacity (advisor/sizing/serving_model.py) of the recommended
-    configuration (the configuration search's best, else one engine on the stage's GPUs at
-    its precision), calibrated on the runs of the stage's GPU type, with its interval and the
-    model's expected error: what sizes the fleet when no search of it is measured."""
-    best = search.best() if search is not None else None
-    deployment = (
-        best.deployment
-        if best is not None
-        else Deployment(
-            framework=framework,
-            parallelism=ParallelismConfig(),
-            precision=stage.precision.run_precision(),
-        )
-    )
-    prediction = _cached_prediction(stage, deployment, runs)
-    if prediction is None:
-        return [], []
-    if not (prediction.max_rate_rps > 0 and math.isfinite(prediction.max_rate_rps)):
-        return [], [
-            f"{framework}, {deployment.label()}: the serving model predicts no rate within the "
-            f"SLO ({prediction.binding_constraint or 'no constraint named'})"
-        ]
-    calibrated = (
-        f"calibrated on {len(prediction.calibration_runs)} run(s) of {prediction.framework} on "
-        f"{prediction.gpu}"
-        if prediction.calibrated
-        else f"uncalibrated: no run of {prediction.framework} on {prediction.gpu}"
-    )
-    return [
-        (
-            framework,
-            EstimatedCapacity(
-                label=f"{framework}, {deployment.parallelism.label()} "
-                f"{deployment.precision.label()}, predicted ({calibrated})",
-                max_rate_rps=prediction.max_rate_rps,
-                low_rate_rps=prediction.low_rps if prediction.low_rps > 0 else None,
-                high_rate_rps=prediction.high_rps if prediction.low_rps > 0 else None,
-                expected_error=prediction.expected_error,
-                gpus_per_replica=deployment.gpus,
-                binding_constraint=prediction.binding_constraint,
-                notes=list(prediction.notes),
-            ),
-        )
-    ], []
-
-
-SIZING_ORDER = ("yours", "published", "estimate")
-"""What sizes the fleet, first found first: your capacity search, a shipped one, a prediction."""
-CAPACITY_BASIS_WORDS = {
-    "yours": "your capacity search",
-    "published": "this project's published capacity search",
-}
-
-
-def _rate(value: float) -> str:
-    return f"{value:.3g} req/s"
-
-
-def sizing_basis(candidate: CandidateCapacity) -> str:
-    """Which capacity sized the fleet, in words: the search (yours or published, its run and
-    file) or the prediction with its interval and expected error."""
-    capacity = candidate.capacity
-    unit = f"{capacity.gpus_per_replica} GPU" + ("s" if capacity.gpus_per_replica > 1 else "")
-    if capacity.source == "measured":
-        where = f"run {capacity.run_id}" + (f", {capacity.reference}" if capacity.reference else "")
-        text = (
-            f"sized from {CAPACITY_BASIS_WORDS.get(candidate.provenance, 'a capacity search')} "
-            f"of {capacity.label or candidate.framework} ({where}): "
-            f"{_rate(capacity.max_rate_rps)} per {unit} within the SLO"
-        )
-        if UNSETTLED_NOTE in capacity.notes:
-            text += (
-                "; read as an upper bound: its probes were judged from an empty engine, which can "
-                "overstate a capacity; a search with settled probes would measure it "
-                "(docs/capacity.md)"
-            )
-        if capacity.dtype_note:
-            text += f"; {capacity.dtype_note}"
-        return text
-    text = f"predicted, not measured: {_rate(capacity.max_rate_rps)} per {unit}"
-    if capacity.low_rate_rps is not None and capacity.high_rate_rps is not None:
-        text += f" ({capacity.low_rate_rps:.3g}-{capacity.high_rate_rps:.3g} req/s"
-        if capacity.gpus_range is not None and capacity.gpus_range[0] != capacity.gpus_range[1]:
-            text += f", so {capacity.gpus_range[0]}-{capacity.gpus_range[1]} GPUs"
-        text += ")"
-    text += f" from {capacity.label or candidate.framework}"
-    if capacity.expected_error is not None:
-        text += (
-            f"; the model's median capacity error against measurement is "
-            f"{capacity.expected_error:.0%} (docs/capacity-model.md)"
-        )
-    return text + "; run its capacity search to measure it"
-
-
-def slo_text(stage: StageProfile) -> str:
-    """`p99 TTFT <= 300 ms, TPOT <= 50 ms` (or `no latency SLO`)."""
-    slo = stage.slo
-    limits = [
-        f"{bound.spec.label} <= {value:g} {bound.spec.unit}"
-        for bound in REQUEST_SLO_BOUNDS
-        if (value := getattr(slo, bound.field)) is not None
-    ]
-    return f"{slo.percentile} {', '.join(limits)}" if limits else "no latency SLO"
-
-
-def _money(value: float | None) -> str:
-    return "cost not known (no price)" if value is None else f"about ${value:,.0f}/month"
-
-
-def headline(stage: StageProfile, chosen: Recommendation) -> str:
-    """The stage's answer in one sentence: the framework, and the GPU count and cost when a
-    measured capacity exists ("vllm (bfloat16, TP=1): 3 x H200 for 40 req/s at p99 TTFT <= 300
-    ms, about $7,000/month; pytorch would need 19"), else why the count is not known."""
-    if chosen.follows == "refused":
-        return f"{stage.name}: refused ({chosen.confidence.why})"
-    gpu = stage.gpu.type or "the GPU"
-    text = f"{stage.name}: {chosen.framework} (confidence {chosen.confidence.level})"
-    peak = stage.peak_request_rate_rps or stage.request_rate_rps
-    capacity = chosen.capacity
-    if capacity is not None:
-        label = (capacity.label or chosen.framework).split(", ", 1)
-        what = f"{label[0]} ({label[1]})" if len(label) > 1 else label[0]
-        count = capacity.count_words(gpu)
-        text = (
-            f"{stage.name}: {what}: {count} for "
-            f"{capacity.peak_request_rate_rps:g} req/s at {slo_text(stage)}, "
-            f"{_money(capacity.monthly_cost)} (confidence {chosen.confidence.level})"
-        )
-        others: dict[str, str] = {}
-        for other in chosen.measured_capacities():  # fewest GPUs first: each framework's best
-            if other.framework != chosen.framework and other.framework not in others:
-                others[other.framework] = (
-                    f"{other.framework} would need {other.capacity.gpus_needed}"
-                )
-        others_text = list(others.values())
-        if others_text:
-            text += "; " + "; ".join(others_text)
-        if not capacity.converged:
-            text += " (the capacity search did not converge: the count is not settled)"
-        if chosen.capacity_basis:
-            text += f" [{chosen.capacity_basis}]"
-        if chosen.fleet is not None and chosen.fleet.alternatives:
-            text += "; next: " + "; ".join(o.line(gpu) for o in chosen.fleet.alternatives)
-        if chosen.fleet is not None and chosen.fleet.tie:
-            text += f"; a tie: {chosen.fleet.tie}"
-        return text
-    if stage.gpu.type is None:
-        return text + "; no GPU type in the profile: the GPU count is not known"
-    if peak is None:
-        if chosen.measured_capacities():
-            return text + (
-                "; GPU count not computed: the profile gives no peak traffic (set "
-                "peak_request_rate_rps)"
-            )
-        return text + (
-            f"; no capacity measured on {gpu} for this workload and no peak traffic in the "
-            "profile (peak_request_rate_rps): the GPU count is not known"
-        )
-    return text + (
-        f"; no capacity measured on {gpu} for this workload and none predicted: the GPU count "
-        "is not known"
-    )
-
-
-# --------------------------------------------------------------------------- verdicts
-
-SIMPLICITY_RANK = {
-    "pytorch": 0,
-    "vllm": 1,
-    "openai": 1,
-    "torch_compile": 2,
-    "jax": 2,
-    "onnxruntime": 3,
-    "tensorrt_llm": 4,
-    "tensorrt": 4,
-}
-"""Moving parts to operate, fewest first (the tie-break after cost): eager PyTorch serves the
-checkpoint as it is; vLLM (or an OpenAI-compatible server) is one package around it;
-torch.compile adds a compile per shape; ONNX Runtime an export to keep in step with the model;
-TensorRT(-LLM) an engine build per GPU type and shape."""
-
-VerdictFunction = Callable[[EvidenceRow, EvidenceRow], CandidateVerdict | None]
-
-
-def verdict_metric(stage: StageProfile, row: EvidenceRow) -> str | None:
-    """The bench.core.stats metric behind the objective (cost per token on one configuration is
-    the inverse of throughput; a metric bench.core.stats does not resample gives None)."""
-    from bench.core.stats import METRICS_BY_NAME
-
-    metric = row.objective_metric
-    if metric in ("gpu_s_per_million_tokens", "gpu_s_per_million_samples"):
-        metric = "output_throughput_tok_s" if stage.kind == "generate" else "request_throughput_rps"
-    return metric if metric in METRICS_BY_NAME else None
-
-
-def verdict_function(
-    stage: StageProfile,
-    runs_by_id: Mapping[str, RunResult],
-    lookup: RecordsLookup,
-    threshold: float,
-) -> VerdictFunction:
-    """leader row, alternative row -> `bench.core.stats.candidate_verdict` on their runs (the
-    ladder phase at the stage's concurrency when the evidence is that phase), cached."""
-    cache: dict[tuple[str, str], CandidateVerdict | None] = {}
-
-    def measured(row: EvidenceRow) -> list[MeasuredRun]:
-        out = []
-        for run_id in row.run_ids:
-            run = runs_by_id.get(run_id)
-            if run is None:
-                continue
-            phase = _phase_at_stage_concurrency(run, stage)
-            out.append(MeasuredRun(run, lookup(run_id), phase.name if phase else None))
-        return out
-
-    def compare(leader: EvidenceRow, alternative: EvidenceRow) -> CandidateVerdict | None:
-        key = (",".join(leader.run_ids), ",".join(alternative.run_ids))
-        if key in cache:
-            return cache[key]
-        metric = verdict_metric(stage, leader)
-        a, b = measured(leader), measured(alternative)
-        verdict = None
-        if metric is not None and a and b:
-            try:
-                verdict = candidate_verdict(
-                    a, b, metric, threshold, leader.framework, alternative.framework
-                )
-            except ValueError:  # the metric is not in one side's summary
-                verdict = None
-        cache[key] = verdict
-        return verdict
-
-    return compare
-
-
-def verdict_text(verdict: CandidateVerdict) -> str:
-    """`vllm vs pytorch: output_throughput_tok_s ratio 1.42 (95% CI 1.38-1.47), faster beyond
-    5%; single run` in words."""
-    ratio = f"ratio {verdict.ratio:.3g}" if verdict.ratio is not None else "no ratio"
-    interval = (
-        f" (95% CI {verdict.interval.low:.3g}-{verdict.interval.high:.3g})"
-        if verdict.interval is not None
-        else " (no interval: no per-request records)"
-    )
-    words = {
-        "faster": "better beyond",
-        "slower": "worse beyond",
-        "indistinguishable": "indistinguishable at",
-        "unknown": "unknown at",
-    }[verdict.verdict]
-    repeats = (
-        "single run"
-        if verdict.single_run
-        else f"{verdict.leader_repeats} vs {verdict.alternative_repeats} repeats"
-    )
-    return (
-        f"{verdict.leader} vs {verdict.alternative} on {verdict.metric}: {ratio}{interval}, "
-        f"{words} the {verdict.threshold:.0%} threshold; {repeats}"
-    )
-
-
-def _tie_key(framework: str, capacity_gpus: Mapping[str, int]) -> tuple[float, int, float]:
-    return (
-        capacity_gpus.get(framework, math.inf),
-        SIMPLICITY_RANK.get(framework, 5),
-        ENGINE_START_S.get(framework, 30.0),
-    )
-
-
-def _order_by_verdicts(
-    ordered: list[EvidenceRow],
-    compare: VerdictFunction | None,
-    capacities: Sequence[CandidateCapacity],
-) -> tuple[list[EvidenceRow], list[CandidateVerdict], str | None]:
-    """The measured order, with the candidates the evidence cannot tell from the leader
-    (interval within the threshold) re-ranked on cost (fewest GPUs for the peak, measured),
-    then simplicity (SIMPLICITY_RANK), then build time (plan.ENGINE_START_S)."""
-    if compare is None or len(ordered) < 2:
-        return ordered, [], None
-    leader = ordered[0]
-    verdicts = [compare(leader, row) for row in ordered[1:]]
-    tied = [leader] + [
-        row for row, v in zip(ordered[1:], verdicts, strict=True) if v and v.indistinguishable
-    ]
-    if len(tied) < 2:
-        return ordered, [v for v in verdicts if v is not None], None
-    gpus: dict[str, int] = {}
-    for candidate in capacities:
-        if candidate.capacity.source == "measured":
-            gpus.setdefault(candidate.framework, candidate.capacity.gpus_needed)
-    ranked = sorted(tied, key=lambda row: _tie_key(row.framework, gpus))
-    first, second = _tie_key(ranked[0].framework, gpus), _tie_key(ranked[1].framework, gpus)
-    names = ", ".join(row.framework for row in ranked)
-    if first[0] != second[0]:
-        criterion = (
-            f"cost: {ranked[0].framework} needs {gpus[ranked[0].framework]} GPUs for the peak, "
-            f"{ranked[1].framework} "
-            + (f"{gpus[ranked[1].framework]}" if ranked[1].framework in gpus else "not measured")
-        )
-    elif first[1] != second[1]:
-        criterion = (
-            "simplicity (no measured cost separates them): "
-            f"{ranked[0].framework} has fewer moving parts to operate than {ranked[1].framework}"
-        )
-    elif first[2] != second[2]:
-        criterion = (
-            "build time (cost and simplicity are equal): "
-            f"{ranked[0].framework} starts in about {first[2]:.0f} s, "
-            f"{ranked[1].framework} in about {second[2]:.0f} s"
-        )
-    else:
-        criterion = "nothing: equal on cost, simplicity and build time; the measured order stands"
-    note = (
-        f"{names} are indistinguishable on this evidence (the 95% interval of their ratio lies "
-        f"within the practical threshold); ranked on {criterion}"
-    )
-    rest = [row for row in ordered if row not in ranked]
-    ordered = ranked + rest
-    if ranked[0] is not leader:
-        verdicts = [compare(ranked[0], row) for row in ordered[1:]]
-    return ordered, [v for v in verdicts if v is not None], note
 
 
 # --------------------------------------------------------------------------- the rule
@@ -1526,7 +826,9 @@ def _configuration(
 
 
 __all__ = [
+    "BASIS_WORDS",
     "MEASUREMENT_RULE",
+    "NO_PEAK_NOTE",
     "REFUSED",
     "Alternative",
     "CandidateCapacity",
@@ -1540,6 +842,7 @@ __all__ = [
     "nearest_evidence",
     "recommend",
     "settle",
+    "slo_text",
     "stage_capacities",
     "verdict_text",
     "why_not_settling",
