@@ -258,6 +258,12 @@ async def execute(
       recorded as errors); `stop` ends the run the same way with error "stopped".
     - Progress: `on_progress` every PROGRESS_INTERVAL_S and at each phase change with a
       `RunProgress` of stage "running" and its run-loop fields filled (bench/core/progress.py).
+    - Requests: prepared ahead of the sending loop (`PreparedRequests`): before each phase's
+      clock starts, its expected requests are prepared (`fill`), blocking the loop on purpose
+      (nothing is timed yet, and a virtual clock must not advance while a thread works).
+    - Harness overhead: `report.harness` (lag p50/p99 over every measured send, client and
+      sending-loop CPU, preparation time, producer waits); its lag bound makes a run INVALID
+      (`validity_reasons` in bench/run/load/patterns.py).
     - Pattern report: plan()'s typed report (bench/core/pattern_reports.py; an empty one of the
     pattern
       when the run stopped first) with `phase_windows` {name: [start_ns, end_ns]}; steady keeps
