@@ -206,7 +206,12 @@ def ours(url: str, rate: float, seconds: float, out: Path) -> dict:
         "--option", "load.arrival=constant", "--prompt-tokens", str(PROMPT_TOKENS),
         "--output-tokens", str(OUTPUT_TOKENS), "--out", str(out), "--no-store",
     ]  # fmt: skip
-    usage = run_measured(command, out.with_suffix(".log"), timeout_s=seconds * 6 + 120)
+    # Text prompts are prepared before the run's clock (up to ~5 ms each on a busy 2-core VM).
+    timeout_s = seconds * 6 + 120 + rate * seconds * 0.01
+    usage = run_measured(command, out.with_suffix(".log"), timeout_s=timeout_s)
+    if not (out / "result.json").exists():
+        tail = out.with_suffix(".log").read_text()[-2000:]
+        raise RuntimeError(f"our client wrote no result (exit {usage['returncode']}):\n{tail}")
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     measured = [r for r in records if not r.get("warmup")]
     ok = [r for r in measured if r["error"] is None]

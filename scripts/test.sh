@@ -24,6 +24,16 @@ if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && ! command -v in
     echo "warning: PostgreSQL missing (install: apt-get install postgresql); its tests are skipped"
   fi
 fi
+# The harness-speed test (tests/benchmarks/test_harness_speed_openai.py) drives the real openai
+# client against a canned SSE answer from Debian's nginx (one worker on 127.0.0.1, its own config).
+if ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]]; then
+  if [[ $(id -u) == 0 ]]; then
+    (apt-get update -q && apt-get install -y -q nginx) >/dev/null 2>&1 \
+      || echo "warning: could not install nginx; the harness-speed test will be skipped"
+  else
+    echo "warning: nginx missing (install: apt-get install nginx); the harness-speed test is skipped"
+  fi
+fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 if pg_exports=$(.venv/bin/python -m tests.pg_server start); then

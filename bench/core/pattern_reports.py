@@ -190,6 +190,55 @@ class PulseAnalysis(ReportModel):
 
 # --------------------------------------------------------------------------- the reports
 
+MAX_SCHEDULING_LAG_P99_MS = 200.0
+"""A run whose open-loop sends were later than this at p99 is INVALID: its figures measure a
+load generator that fell behind its schedule, not the server (issue 51). 200 ms: far above the
+driver's own tail (0.1 ms on an idle core, tens of ms on a shared 2-core machine), far below
+the seconds a harness-limited run shows."""
+
+
+class HarnessOverhead(ReportModel):
+    """The load generator's own cost over the measured phases, reported with every run, so a
+    harness-limited figure is never read as the server's (bench.run.runner fills it)."""
+
+    scheduling_lag_p50_ms: float | None = Field(
+        None, description="Open loop: p50 of actual send - planned send over all measured sends."
+    )
+    scheduling_lag_p99_ms: float | None = Field(
+        None, description="Open loop: p99 of actual send - planned send (None: closed loop)."
+    )
+    timed_sends: int = Field(0, ge=0, description="Sends with a planned time (open loop).")
+    client_cpu_s: float = Field(
+        ge=0, description="CPU time of the client process (every thread) over the measured phases."
+    )
+    loop_cpu_s: float = Field(
+        0.0,
+        ge=0,
+        description="CPU time of the sending loop's thread alone over the measured phases "
+        "(client_cpu_s less this: the request producer, the tokenizer's threads, others).",
+    )
+    measured_wall_s: float = Field(ge=0, description="Wall time of the measured phases.")
+    prepare_before_s: float = Field(
+        0.0, ge=0, description="Wall time spent preparing requests before phase clocks started."
+    )
+    producer_waits: int = Field(
+        0, ge=0, description="Times the sending loop found no prepared request and waited."
+    )
+    max_lag_p99_ms: float = Field(
+        MAX_SCHEDULING_LAG_P99_MS, description="p99 lag above this makes the run INVALID."
+    )
+
+    def invalid_reason(self) -> str | None:
+        """Why the run is harness-limited, or None."""
+        lag = self.scheduling_lag_p99_ms
+        if lag is None or lag <= self.max_lag_p99_ms:
+            return None
+        return (
+            f"harness-limited: scheduling lag p99 {lag:,.1f} ms > {self.max_lag_p99_ms:g} ms "
+            "(the load generator fell behind its schedule; these figures measure the client, "
+            "not the server)"
+        )
+
 
 class PatternReportBase(ReportModel):
     """What every pattern's report carries besides its own findings (set by bench.run.runner)."""
@@ -201,6 +250,9 @@ class PatternReportBase(ReportModel):
     incomplete: str | None = Field(None, description="Why the plan did not finish, if it did not.")
     scheduling_lag_ms: dict[str, Percentiles] = Field(
         default_factory=dict, description="Open-loop phases: send time minus planned send time."
+    )
+    harness: HarnessOverhead | None = Field(
+        None, description="The load generator's own overhead (lag, client CPU) over the run."
     )
 
     def with_phase_windows(self, windows: dict[str, list[int]]) -> PatternReportBase:

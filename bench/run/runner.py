@@ -8,7 +8,8 @@ callbacks. `config.load.max_duration_s` bounds warm-up and every phase together.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import time
+from array import array
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +20,14 @@ from bench.core.config import (
     RunConfig,
 )
 from bench.core.errors import UserError
-from bench.core.metrics import DEADLINE_REACHED, STOPPED, MetricsAccumulator
-from bench.core.pattern_reports import PatternReportBase, empty_report
+from bench.core.metrics import (
+    DEADLINE_REACHED,
+    NS_PER_MS,
+    STOPPED,
+    MetricsAccumulator,
+    percentiles_ms,
+)
+from bench.core.pattern_reports import HarnessOverhead, PatternReportBase, empty_report
 from bench.core.progress import RunProgress
 from bench.core.schema import MetricsSummary, Percentiles, PhaseResult, RequestRecord
 from bench.engines.backends.base import Backend, Chunk, Request
@@ -31,6 +38,7 @@ from bench.run.load.driver import (
     run_phase,
 )
 from bench.run.load.patterns import plan
+from bench.run.request_producer import PreparedRequests
 from bench.run.workload import PromptFileRequests, RequestFactory
 
 PROGRESS_INTERVAL_S = 0.5
@@ -115,6 +123,41 @@ class _Progress:
             self.emit()
 
 
+class _Overhead:
+    """The harness's own cost over the measured phases (HarnessOverhead in the report)."""
+
+    def __init__(self) -> None:
+        self.lag_ns = array("q")
+        self.cpu_s = 0.0
+        self.loop_cpu_s = 0.0
+        self.wall_ns = 0
+        self.prepare_before_s = 0.0
+        self.waits = 0
+
+    def measured(self, outcome: PhaseOutcome, cpu_s: float, loop_cpu_s: float) -> None:
+        self.lag_ns.extend(outcome.lag_ns)
+        self.cpu_s += cpu_s
+        self.loop_cpu_s += loop_cpu_s
+        self.wall_ns += max(0, outcome.end_ns - outcome.start_ns)
+
+    def report(self) -> HarnessOverhead:
+        lag = None
+        if self.lag_ns:
+            import numpy as np
+
+            lag = percentiles_ms(np.frombuffer(self.lag_ns, dtype=np.int64) / NS_PER_MS)
+        return HarnessOverhead(
+            scheduling_lag_p50_ms=None if lag is None else lag.p50,
+            scheduling_lag_p99_ms=None if lag is None else lag.p99,
+            timed_sends=len(self.lag_ns),
+            client_cpu_s=round(self.cpu_s, 3),
+            loop_cpu_s=round(self.loop_cpu_s, 3),
+            measured_wall_s=round(self.wall_ns / 1e9, 3),
+            prepare_before_s=round(self.prepare_before_s, 3),
+            producer_waits=self.waits,
+        )
+
+
 def _phase_result(
     spec: PhaseSpec, outcome: PhaseOutcome, config: RunConfig, gpus: int | None
 ) -> PhaseResult:
@@ -130,12 +173,12 @@ def _phase_result(
 
 def traffic_source(
     config: RunConfig, backend: Backend, model: Any
-) -> tuple[Iterator[Request], Callable[[Request], AsyncIterator[Chunk]]]:
+) -> tuple[PreparedRequests, Callable[[Request], AsyncIterator[Chunk]]]:
     """The run's request iterator and send function for its workload's traffic shape.
 
     Generated prompts (optionally from a prefix pool), the user's prompt file (tokenised with
     the model's tokenizer), or multi-turn conversations over either; each request passes through
-    `backend.prepare_request` inside the iterator, i.e. before the driver starts its clock.
+    the backend's preparation ahead of the sending loop (`prepared_requests`).
     Conversations also wrap the send, so each turn's output reaches the next turn's prompt.
     """
     workload = config.workload
@@ -163,78 +206,27 @@ def traffic_source(
         send = conversations.observe(send)
     conversational = isinstance(workload, GenerateWorkload) and workload.conversation is not None
     return (
-        _Prepared(
-            source,
-            backend.prepare_request,
-            getattr(backend, "prepare_requests", None),
-            prefetchable=not conversational,
-        ),
+        prepared_requests(backend, source, ahead=not conversational),
         send,
     )
 
 
-PREFETCH_MAX_REQUESTS = 8192
-"""Most requests prepared ahead of a phase (a phase bounded by max_requests gets up to this many;
-one bounded by time gets an estimate); the rest are prepared one at a time as they are sent."""
-PREFETCH_MAX_TOKENS = 4_000_000
-"""Prompt tokens prepared ahead at most (long prompts: fewer requests)."""
-
-
-class _Prepared:
-    """An iterator mapped through the backend's `prepare_request` (kept as a class so trace
-    replay can wrap its own phase's requests the same way).
-
-    `prefetch(n)` prepares the next n requests at once (the backend's batch `prepare_requests`
-    where it has one) before a phase starts: preparing text prompts costs ~1 ms of tokenizer
-    time each, which inside the phase would hold up the event loop once per request, and at a
-    closed-loop wave boundary (hundreds of requests finishing together) delay the next wave by
-    the sum of them. vLLM's `vllm bench serve` makes every prompt before it starts as well.
-    A source whose next request depends on earlier outputs (conversations) is not prefetched.
-    """
-
-    def __init__(
-        self,
-        source: Iterator[Request],
-        prepare: Callable[[Request], Request],
-        prepare_many: Callable[[list[Request]], list[Request]] | None = None,
-        prefetchable: bool = True,
-    ) -> None:
-        self.source = source
-        self.prepare = prepare
-        self.prepare_many = prepare_many
-        self.prefetchable = prefetchable and prepare_many is not None
-        self.ready: deque[Request] = deque()
-
-    def __iter__(self) -> _Prepared:
-        return self
-
-    def __next__(self) -> Request:
-        if self.ready:
-            return self.ready.popleft()
-        return self.prepare(next(self.source))
-
-    def prefetch(self, count: int) -> int:
-        """Prepare up to `count` requests ahead (fewer at the end of the source or past
-        PREFETCH_MAX_TOKENS); returns how many are ready."""
-        if not self.prefetchable or self.prepare_many is None:
-            return len(self.ready)
-        wanted = min(count, PREFETCH_MAX_REQUESTS) - len(self.ready)
-        batch: list[Request] = []
-        tokens = 0
-        while len(batch) < wanted and tokens < PREFETCH_MAX_TOKENS:
-            try:
-                request = next(self.source)
-            except StopIteration:
-                break
-            batch.append(request)
-            tokens += len(getattr(request, "prompt_token_ids", ()) or ())
-        if batch:
-            self.ready.extend(self.prepare_many(batch))
-        return len(self.ready)
+def prepared_requests(
+    backend: Backend, source: Iterator[Request], ahead: bool = True
+) -> PreparedRequests:
+    """`source` through the backend's preparation: by a worker thread ahead of the sending loop
+    when the backend prepares requests (`prepare_requests`: the openai client's text and chat
+    prompts), else as each is taken (the others' `prepare_request` returns the request as it
+    is, and generating a token-ID prompt costs microseconds)."""
+    prepare_many = getattr(backend, "prepare_requests", None)
+    return PreparedRequests(
+        source, backend.prepare_request, prepare_many, ahead=ahead and prepare_many is not None
+    )
 
 
 def prefetch_count(spec: PhaseSpec) -> int:
-    """How many requests a phase is expected to send (what `_Prepared.prefetch` prepares)."""
+    """How many requests a phase is expected to send (what `PreparedRequests.fill` prepares
+    before its clock starts)."""
     if spec.max_requests is not None:
         return spec.max_requests
     if spec.duration_s is None:
@@ -266,6 +258,12 @@ async def execute(
       recorded as errors); `stop` ends the run the same way with error "stopped".
     - Progress: `on_progress` every PROGRESS_INTERVAL_S and at each phase change with a
       `RunProgress` of stage "running" and its run-loop fields filled (bench/core/progress.py).
+    - Requests: prepared ahead of the sending loop (`PreparedRequests`): before each phase's
+      clock starts, its expected requests are prepared (`fill`), blocking the loop on purpose
+      (nothing is timed yet, and a virtual clock must not advance while a thread works).
+    - Harness overhead: `report.harness` (lag p50/p99 over every measured send, client and
+      sending-loop CPU, preparation time, producer waits); its lag bound makes a run INVALID
+      (`validity_reasons` in bench/run/load/patterns.py).
     - Pattern report: plan()'s typed report (bench/core/pattern_reports.py; an empty one of the
     pattern
       when the run stopped first) with `phase_windows` {name: [start_ns, end_ns]}; steady keeps
@@ -278,6 +276,7 @@ async def execute(
     deadline_ns = run_start_ns + int(load.max_duration_s * 1e9)
     timeout_s = load.request_timeout_s
     progress = _Progress(events, run_start_ns, load.phase_count())
+    overhead = _Overhead()
     reporter = asyncio.get_running_loop().create_task(progress.loop())
     phases: list[PhaseResult] = []
     run_accumulator = MetricsAccumulator()
@@ -305,19 +304,30 @@ async def execute(
         progress.start_phase(spec.name, index, spec.duration_s, outcome)
         progress.emit()
         # A phase's own requests (trace replay) get the backend's preparation too.
-        source = (
-            requests
-            if spec.requests is None
-            else _Prepared(
-                spec.requests, backend.prepare_request, getattr(backend, "prepare_requests", None)
+        source = requests if spec.requests is None else prepared_requests(backend, spec.requests)
+        # Before run_phase takes the phase's start time: preparing is not the phase's time.
+        # Blocking on purpose (a virtual clock must not run while the worker prepares).
+        started = time.perf_counter()
+        source.fill(prefetch_count(spec))
+        prepare_s = time.perf_counter() - started
+        waits_before = source.waits
+        cpu_before, loop_cpu_before = time.process_time(), time.thread_time()
+        try:
+            outcome = await run_phase(
+                spec, send, source, events.on_record, timeout_s, stop, deadline_ns, outcome
             )
-        )
-        if isinstance(source, _Prepared):
-            # Before run_phase takes the phase's start time: preparing is not the phase's time.
-            source.prefetch(prefetch_count(spec))
-        return await run_phase(
-            spec, send, source, events.on_record, timeout_s, stop, deadline_ns, outcome
-        )
+        finally:
+            if source is not requests:
+                source.close()
+        if not spec.warmup:
+            overhead.prepare_before_s += prepare_s
+            overhead.measured(
+                outcome,
+                time.process_time() - cpu_before,
+                time.thread_time() - loop_cpu_before,
+            )
+            overhead.waits += source.waits - waits_before
+        return outcome
 
     def publish(spec: PhaseSpec, outcome: PhaseOutcome) -> PhaseResult:
         result = _phase_result(spec, outcome, config, gpus)
@@ -390,10 +400,13 @@ async def execute(
         reporter.cancel()
         for _, outcome in waiting:
             outcome.cancel_pending(STOPPED)
+        if isinstance(requests, PreparedRequests):
+            requests.close()
     progress.emit()
 
     report = (report or empty_report(load.pattern)).with_phase_windows(windows)
     report.scheduling_lag_ms = {name: Percentiles(**lag) for name, lag in lags.items()}
+    report.harness = overhead.report()
     return ExecuteOutcome(
         phases=phases,
         pattern_report=report,

@@ -47,7 +47,9 @@ class GenerateRequest:
     `prompt_text` / `messages`, when set, are the prompt as a client sends it (the user's own
     prompts, a conversation's history, or token IDs decoded before the request is timed);
     `prompt_token_ids` is then the same prompt tokenised (what input_tokens counts). The other
-    optional fields say which traffic shape produced it and go into the request's record."""
+    optional fields say which traffic shape produced it and go into the request's record.
+    A request the openai client prepared as text holds its IDs as a compact `array("i")`
+    (only their count is read after that)."""
 
     id: str
     prompt_token_ids: list[int]

@@ -246,9 +246,14 @@ def plan(
 
 
 def validity_reasons(load: LoadCommon, report: PatternReportBase | None) -> list[str]:
-    """Why a completed run of `load` is INVALID by its pattern's own rule (empty: valid)."""
+    """Why a completed run of `load` is INVALID by its pattern's own rule, or because the load
+    generator fell behind its schedule (every pattern: `HarnessOverhead.invalid_reason`); empty:
+    valid."""
     rule = VALIDITY_RULES.get(type(load))
-    return rule(load, report) if rule is not None else []
+    reasons = rule(load, report) if rule is not None else []
+    harness = report.harness if report is not None else None
+    harness_reason = harness.invalid_reason() if harness is not None else None
+    return reasons + ([harness_reason] if harness_reason else [])
 
 
 @planner(ConcurrencyLoad)
