@@ -73,7 +73,7 @@ def stage_capacities(
 
     measured = [
         CandidateCapacity(
-            framework=by_id[c.run_id].config.backend if c.run_id in by_id else "?",
+            framework=by_id[c.run_id].config.framework if c.run_id in by_id else "?",
             capacity=c.model_copy(
                 update={
                     "reference": (files or {}).get(c.run_id or ""),

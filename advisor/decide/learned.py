@@ -150,7 +150,7 @@ def labelled_groups(runs: list[RunResult]) -> tuple[list[dict[str, float]], list
             continue
         features = run_features(run)
         key = (run.config.model, run_gpu_name(run), *features.values())
-        groups.setdefault(key, {}).setdefault(run.config.backend, []).append(throughput)
+        groups.setdefault(key, {}).setdefault(run.config.framework, []).append(throughput)
         features_of[key] = features
     x: list[dict[str, float]] = []
     y: list[str] = []

@@ -91,12 +91,22 @@ def availability_map(backends: Iterable[Availability] | None = None) -> dict[str
     try:
         from bench.engines.backends import all_availability
 
-        return {
+        found = {
             a.name: "available" if a.available else (a.reason or "not available")
             for a in (all_availability() if backends is None else backends)
         }
     except Exception as exc:  # an adapter crashing must not take the advisor down
         return {"_error": f"backend availability could not be read: {exc}"}
+    import importlib.util
+
+    # Frameworks measured through the openai backend's launcher: installed or not.
+    found["sglang"] = (
+        "available"
+        if importlib.util.find_spec("sglang") is not None
+        else "sglang is not installed here (pip install sglang on a CUDA host); the openai "
+        "backend launches `python -m sglang.launch_server` where it is"
+    )
+    return found
 
 
 def recommend(

@@ -497,7 +497,7 @@ def rows_from_runs(
         model = run.model.name if run.model is not None else run.config.model
         precision = run.config.precision.label()
         key = (
-            run.config.backend,
+            run.config.framework,
             gpu,
             model,
             shape,

@@ -20,7 +20,14 @@ import math
 
 from pydantic import Field, computed_field
 
-from advisor.plan.tree import BENCHMARKABLE_FRAMEWORKS, Decision, DecisionTree, evaluate, load_tree
+from advisor.plan.tree import (
+    BENCHMARKABLE_FRAMEWORKS,
+    Decision,
+    DecisionTree,
+    evaluate,
+    load_tree,
+    run_backend,
+)
 from advisor.sizing.configurations import expert_parallelism
 from advisor.sizing.engine_shape import backend_runs_kind, expert_engine_args
 from advisor.sizing.estimate import bytes_per_parameter, estimate_stage
@@ -255,8 +262,8 @@ def plan_for_stage(
     skipped = [
         c.framework
         for c in decision.candidates
-        if c.framework in BENCHMARKABLE_FRAMEWORKS
-        and c.framework not in {config.backend for config in configs}
+        if run_backend(c.framework)[0] in BENCHMARKABLE_FRAMEWORKS
+        and c.framework not in {config.framework for config in configs}
         and _engine_limit(planned, c.framework) is not None
     ]
     if skipped:
@@ -674,7 +681,8 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
         raise UserError(f"stage {stage.name!r} cannot be planned: {decision.refused}")
     configs: list[RunConfig] = []
     for candidate in decision.candidates:
-        if candidate.framework not in BENCHMARKABLE_FRAMEWORKS:
+        backend, launch = run_backend(candidate.framework)
+        if backend not in BENCHMARKABLE_FRAMEWORKS:
             continue
         if backend_runs_kind(candidate.framework, stage.kind) is False:
             continue
@@ -682,11 +690,10 @@ def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> 
             continue  # this engine's position limit is below the stage's longest request
         configs.append(
             RunConfig(
-                backend=candidate.framework,
+                backend=backend,
                 model=stage.model,
-                engine_args=expert_engine_args(
-                    candidate.framework, traffic.sized_for_engine(stage)
-                ),
+                engine_args=launch
+                or expert_engine_args(candidate.framework, traffic.sized_for_engine(stage)),
                 parallelism=expert_parallelism(
                     candidate.framework, traffic.sized_for_engine(stage)
                 ),

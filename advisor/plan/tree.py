@@ -29,9 +29,23 @@ BENCHMARKABLE_FRAMEWORKS = (
     "openai",
 )
 """Backend registry names: the bench can run these."""
+SERVED_THROUGH_OPENAI = {"sglang": {"launch": "sglang"}}
+"""Frameworks with no adapter of their own that the bench measures through the `openai`
+backend's launcher (`python -m sglang.launch_server`): the options that launch them."""
 NOT_BENCHMARKED_FRAMEWORKS = ("jax",)
 """Named by the article (PyTorch/JAX) but not run by the bench; shown as `benchmarked: false`."""
-KNOWN_FRAMEWORKS = BENCHMARKABLE_FRAMEWORKS + NOT_BENCHMARKED_FRAMEWORKS
+KNOWN_FRAMEWORKS = (
+    BENCHMARKABLE_FRAMEWORKS + tuple(SERVED_THROUGH_OPENAI) + NOT_BENCHMARKED_FRAMEWORKS
+)
+
+
+def run_backend(framework: str) -> tuple[str, dict[str, str]]:
+    """(backend registry name, engine options that start the framework) of a candidate."""
+    if framework in SERVED_THROUGH_OPENAI:
+        return "openai", dict(SERVED_THROUGH_OPENAI[framework])
+    return framework, {}
+
+
 COMPARISONS = ("equals", "not_equals", "lt", "le", "gt", "ge", "in", "not_in", "is_set")
 
 
@@ -362,7 +376,7 @@ def evaluate(
             rank=rank,
             rationale=c.rationale,
             caveats=list(c.caveats),
-            benchmarked=c.framework in BENCHMARKABLE_FRAMEWORKS,
+            benchmarked=run_backend(c.framework)[0] in BENCHMARKABLE_FRAMEWORKS,
         )
         for rank, c in enumerate(ranked, start=1)
     ]

@@ -1314,6 +1314,10 @@ def _prefix_caching_moved(
     return {**engine_args, "server_args": moved} if source is server_args else moved
 
 
+SERVED_FRAMEWORKS = ("sglang",)
+"""Frameworks measured through the `openai` backend's launcher (no adapter of their own)."""
+
+
 class RunConfig(StrictInput):
     """One benchmark run: one backend on one model with one workload and load pattern."""
 
@@ -1367,6 +1371,15 @@ class RunConfig(StrictInput):
         "and TPOT with intervals, the calibration behind them); stored with the run, which is "
         "flagged as drift when it measures outside the interval (bench/core/prediction.py).",
     )
+
+    @property
+    def framework(self) -> str:
+        """The serving framework measured: the backend, except the `openai` client launching a
+        server of another framework (`launch: sglang` measures SGLang, as `vllm serve` stays
+        counted as the `openai` backend's own)."""
+        if self.backend == "openai" and self.engine_args.get("launch") in SERVED_FRAMEWORKS:
+            return str(self.engine_args["launch"])
+        return self.backend
 
     @model_validator(mode="after")
     def _capacity_needs_an_slo(self) -> RunConfig:

@@ -215,6 +215,99 @@ def trtllm_serve_command(
     return command
 
 
+# --------------------------------------------------------------------------- SGLang
+
+# `python -m sglang.launch_server` options this harness passes (sglang/srt/server_args.py, the
+# documented server arguments: docs.sglang.io/advanced_features/server_arguments.html), under
+# their ServerArgs names: "value" takes one argument, "flag" is store_true.
+SGLANG_SERVER_OPTIONS: dict[str, str] = {
+    "tp_size": "value",
+    "dp_size": "value",
+    "dtype": "value",
+    "quantization": "value",
+    "kv_cache_dtype": "value",
+    "mem_fraction_static": "value",
+    "max_running_requests": "value",
+    "chunked_prefill_size": "value",
+    "context_length": "value",
+    "schedule_policy": "value",
+    "disable_radix_cache": "flag",
+    "disable_cuda_graph": "flag",
+    "enable_metrics": "flag",
+    "trust_remote_code": "flag",
+    "served_model_name": "value",
+    "log_level": "value",
+}
+
+
+def sglang_serve_command(
+    model_dir: str | os.PathLike[str],
+    port: int,
+    options: dict[str, Any] | None = None,
+    *,
+    host: str = LOCALHOST,
+) -> list[str]:
+    """`python -m sglang.launch_server --model-path DIR --host H --port P --tp-size N ...`.
+
+    Options use SGLang's ServerArgs names (underscores; the flags are the same with dashes);
+    an unknown name is a one-line UserError with close matches."""
+    options = dict(options or {})
+    from bench.engines.backends.vllm import check_arg_names
+
+    check_arg_names(
+        options, set(SGLANG_SERVER_OPTIONS), "SGLang server", " (python -m sglang.launch_server)"
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model_dir),
+        "--host",
+        host,
+        "--port",
+        str(int(port)),
+    ]
+    for name, value in options.items():
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if SGLANG_SERVER_OPTIONS[name] == "flag":
+            if not isinstance(value, bool):
+                raise UserError(f"SGLang server option {name} is a flag: true or false")
+            if value:
+                command.append(flag)
+        else:
+            if isinstance(value, bool | dict | list):
+                raise UserError(f"SGLang server option {name} takes one value, got {value!r}")
+            command += [flag, str(value)]
+    return command
+
+
+def sglang_args(
+    options: dict[str, Any],
+    tensor_parallel: int,
+    dtype: str | None,
+    fp8_weights: bool,
+    fp8_kv: bool,
+    prefix_caching: bool | None,
+) -> dict[str, Any]:
+    """A launched SGLang server's options with the run's settings under SGLang's names:
+    `tp_size`, `dtype`, `quantization: fp8` (weights cast at load), `kv_cache_dtype: fp8_e4m3`,
+    and the radix (prefix) cache, on by default, off with `disable_radix_cache`."""
+    args = dict(options)
+    args["tp_size"] = tensor_parallel
+    if dtype is not None:
+        args["dtype"] = dtype
+    if fp8_weights:
+        args["quantization"] = "fp8"
+    if fp8_kv:
+        args["kv_cache_dtype"] = "fp8_e4m3"
+    if prefix_caching is False:
+        args["disable_radix_cache"] = True
+    return args
+
+
 def _write_yaml(data: dict[str, Any], work_dir: str | os.PathLike[str] | None, name: str) -> Path:
     import yaml
 

@@ -143,6 +143,7 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     from advisor.sizing.engine_shape import workload_shape
     from advisor.workload.stage_load import stage_load
     from advisor.workload.traffic import sized_for_engine
+    from advisor.plan.tree import SERVED_THROUGH_OPENAI
     from bench.engines.backends import registry
 
     for stage in load_profile(path).stages:
@@ -154,8 +155,10 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
         assert shape.max_sequence_tokens % 256 == 0
         for config in plan_for_stage(stage).configs:
             backend = registry()[config.backend]
-            # the caching on/off pair switches the run setting, never an engine argument
-            assert config.engine_args == backend.recommended_args(shape)
+            # the caching on/off pair switches the run setting, never an engine argument; a
+            # framework measured through the openai launcher (SGLang) adds what launches it
+            launch = SERVED_THROUGH_OPENAI.get(config.framework, {})
+            assert config.engine_args == {**backend.recommended_args(shape), **launch}
 
 
 def test_a_busy_host_stretches_cpu_estimates(empty_model_cache) -> None:

