@@ -204,7 +204,25 @@ def _layouts(stage: StageProfile, framework: str) -> list[int]:
     ]
 
 
-def _basis(prediction: CapacityPrediction) -> CapacityBasis:
+LONG_CONTEXT_TOKENS = 8192
+"""Served prompts from this length on are outside every shipped measurement (at most 1,024)."""
+
+
+def unvalidated_mechanics(stage: StageProfile) -> list[str]:
+    """What the stage asks of the engine model that no shipped measurement has checked: prefix
+    reuse, mixture-of-experts routing, long context (docs/capacity-model.md)."""
+    out = []
+    if stage.declares_shared_prefixes():
+        out.append("prefix reuse")
+    architecture, _ = architecture_for(stage.model)
+    if architecture is not None and getattr(architecture, "is_moe", False):
+        out.append("mixture-of-experts routing")
+    if stage.prompt_tokens.mean >= LONG_CONTEXT_TOKENS:
+        out.append("long context")
+    return out
+
+
+def _basis(prediction: CapacityPrediction, stage: StageProfile | None = None) -> CapacityBasis:
     if prediction.calibrated:
         calibration = (
             f"calibrated on {len(prediction.calibration_runs)} run(s) of "
@@ -224,6 +242,11 @@ def _basis(prediction: CapacityPrediction) -> CapacityBasis:
             f"on one to calibrate it)"
         )
         expected = None
+    unchecked = unvalidated_mechanics(stage) if stage is not None else []
+    if unchecked:
+        error_words += (
+            "; " if error_words else ""
+        ) + f"its {' and '.join(unchecked)} not yet checked against a measurement"
     return CapacityBasis(
         source="calibrated" if prediction.calibrated else "uncalibrated",
         calibration=calibration,
@@ -352,7 +375,7 @@ def _full_option(
     label = f"{deployment.framework}, {precision.label()}, TP={tp}"
     if args:
         label += f", max_num_batched_tokens={args['max_num_batched_tokens']}"
-    basis = _basis(prediction)
+    basis = _basis(prediction, stage)
     sized = fleet_for_stage(
         stage,
         [],

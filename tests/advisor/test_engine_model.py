@@ -236,3 +236,13 @@ def test_a_mixtral_class_model_is_sized_from_its_active_parameters():
     assert fleet is not None and fleet.chosen.parallelism.tensor_parallel_size == 1
     assert fleet.chosen.precision.quantization == "fp8"
     assert chosen.configuration.parallelism.replicas == chosen.capacity.gpus_needed
+
+
+def test_what_no_measurement_has_checked_is_said():
+    from advisor.sizing.fleet import unvalidated_mechanics
+
+    assert unvalidated_mechanics(
+        stage_of({"model": "mixtral-8x7b", "shared_prefix": {"tokens": 500},
+                  "prompt_tokens": {"mean": 9000}})
+    ) == ["prefix reuse", "mixture-of-experts routing", "long context"]  # fmt: skip
+    assert unvalidated_mechanics(stage_of({"model": "llama-2-7b"})) == []
