@@ -140,10 +140,10 @@ def test_estimate_is_in_the_range_of_a_measured_quick_plan() -> None:
 def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> None:
     """The plan's engine options come from the backend (`recommended_args` of the stage's
     shape), not from a list of framework names in the advisor."""
+    from advisor.plan.tree import SERVED_THROUGH_OPENAI
     from advisor.sizing.engine_shape import workload_shape
     from advisor.workload.stage_load import stage_load
     from advisor.workload.traffic import sized_for_engine
-    from advisor.plan.tree import SERVED_THROUGH_OPENAI
     from bench.engines.backends import registry
 
     for stage in load_profile(path).stages:
