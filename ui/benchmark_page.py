@@ -16,7 +16,8 @@ import pandas as pd
 import streamlit as st
 
 from advisor.plan.plan_table import PLAN_ROW, chosen_runs, plan_table
-from advisor.plan.stage_plan import CONFIRM_ABOVE_S, StagePlan, estimate_runs
+from advisor.plan.run_estimate import estimate_runs
+from advisor.plan.stage_plan import CONFIRM_ABOVE_S, StagePlan
 from advisor.report.numbers import fixed
 from advisor.workload.profile import StageProfile
 from bench.core.config import PATTERN_NAMES, RunConfig
@@ -79,7 +80,8 @@ def plan_for(stage: StageProfile, quick: bool) -> StagePlan:
     """The advisor's benchmark plan for one stage (its tree candidates, its workload shape),
     sized for this machine: without a GPU the quick plan runs the CPU-sized model; on a GPU the
     full plan adds the configuration search's most promising TP x replicas x precision runs."""
-    from advisor.plan.stage_plan import host_busy_factor, plan_for_stage
+    from advisor.plan.run_estimate import host_busy_factor
+    from advisor.plan.stage_plan import plan_for_stage
 
     cpu_only = not machine_facts()[0].gpu_available
     return plan_for_stage(
@@ -419,7 +421,7 @@ def plan_cost(chosen: list[RunConfig], stage: StageProfile, cpu_only: bool) -> b
     while a plan estimated over CONFIRM_ABOVE_S is not confirmed."""
     if not chosen:
         return True
-    from advisor.plan.stage_plan import host_busy_factor
+    from advisor.plan.run_estimate import host_busy_factor
 
     busy = host_busy_factor() if cpu_only else 1.0
     estimates = estimate_runs(chosen, cpu_only=cpu_only, gpu=stage.gpu.type, busy=busy)

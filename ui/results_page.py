@@ -55,7 +55,7 @@ def request_columns(run_id: str, store_location: str | None) -> RequestColumns:
 @st.cache_data(ttl=600, max_entries=2, show_spinner=False)
 def reference_table() -> tuple[Any, str | None]:
     """The article's published table (advisor.report's loader) or why it is missing."""
-    from advisor.report.build import SEED_REFERENCE_FILE, load_reference
+    from advisor.report.reference import SEED_REFERENCE_FILE, load_reference
     from advisor.sizing.measured import DEFAULT_REFERENCE_DIR
 
     path = DEFAULT_REFERENCE_DIR / SEED_REFERENCE_FILE

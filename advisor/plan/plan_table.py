@@ -15,9 +15,8 @@ from typing import Any
 import pandas as pd
 from pydantic import Field, ValidationError, field_validator
 
-from advisor.plan.stage_plan import workload_lengths
 from advisor.workload.profile import describe_validation_error
-from bench.core.config import LOAD_CLASSES, RunConfig
+from bench.core.config import LOAD_CLASSES, GenerateWorkload, LengthDistribution, RunConfig
 from bench.core.errors import UserError
 from bench.core.keyvalue import format_pairs, parse_pairs_text
 from bench.core.strict import Strict
@@ -183,3 +182,26 @@ def chosen_runs(
         # the same config (the advisor pools matching runs into one sample).
         chosen.extend([config] * count)
     return chosen, problems
+
+
+def workload_lengths(config: RunConfig) -> str:
+    """The run's request lengths in words, for plan tables (`prompt 6,000 / output 200 tok`)."""
+    workload = config.workload
+    if isinstance(workload, GenerateWorkload):
+        prompt, output = _length(workload.prompt_tokens), _length(workload.output_tokens)
+        return f"prompt {prompt} / output {output}"
+    parts = [f"batch {workload.batch_size}"]
+    if workload.sequence_length is not None:
+        parts.append(_length(workload.sequence_length))
+    if workload.image_size is not None:
+        parts.append(f"{workload.image_size} px")
+    return " x ".join(parts)
+
+
+def _length(distribution: LengthDistribution) -> str:
+    text = f"{distribution.mean:,}"
+    if distribution.kind != "fixed" and distribution.spread:
+        text += f" ({distribution.kind} ±{distribution.spread:g})"
+    if distribution.max is not None:
+        text += f" ≤{distribution.max:,}"
+    return text + " tok"

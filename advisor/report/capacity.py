@@ -4,19 +4,21 @@
 (`Recommendation.capacities`, from the capacity searches) and a peak rate, headroom and GPU
 price, it re-sizes every candidate with advisor.sizing.capacity's arithmetic and returns the table
 and the chart data. Moving the peak or the price only calls it again: no benchmark is re-run.
+`capacity_sections` makes the report's per-stage sections from the advisor's answer with it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
-from advisor.decide.recommend import CandidateCapacity, stage_capacities
-from advisor.report.model import Chart, Marker, ReferenceTable, Series
+from advisor.decide.recommend import NO_PEAK_NOTE, CandidateCapacity, slo_text, stage_capacities
+from advisor.decide.recommend import Report as AdvisorReport
+from advisor.report.model import CapacitySection, Chart, Marker, ReferenceTable, Series
 from advisor.sizing.capacity import Capacity, size_fleet
-from advisor.workload.profile import StageProfile
+from advisor.workload.profile import StageProfile, WorkloadProfile
 from bench.core.metric_catalog import SPECS_BY_KEY, Metric
 from bench.core.pattern_reports import CapacityProbe, CapacityReport
 from bench.core.schema import RunResult
@@ -379,10 +381,84 @@ def _verdict(probe: CapacityProbe) -> str:
     return own[:120]
 
 
+def _chart_id(index: int) -> str:
+    return "capacity-gpus" if index == 0 else f"capacity-gpus-{index + 1}"
+
+
+def capacity_sections(
+    profile: WorkloadProfile, answer: AdvisorReport, runs_by_id: Mapping[str, RunResult]
+) -> tuple[list[CapacitySection], list[Chart]]:
+    """Per stage: the capacity table and chart from `Recommendation.capacities`, estimates
+    apart, the probes of each search shown (appendix), or why there is none."""
+    sections: list[CapacitySection] = []
+    charts: list[Chart] = []
+    profiles = {stage.name: stage for stage in profile.stages}
+    for index, stage in enumerate(answer.stages):
+        chosen = stage.recommendation
+        stage_profile = profiles.get(stage.stage)
+        if stage_profile is None or chosen.follows == "refused":
+            continue
+        gpu = stage_profile.gpu.type
+        peak = stage_profile.peak_request_rate_rps or stage_profile.request_rate_rps
+        section = CapacitySection(
+            stage=stage.stage,
+            gpu_type=gpu,
+            peak_request_rate_rps=peak,
+            headroom_fraction=stage_profile.headroom_fraction,
+            slo=slo_text(stage_profile),
+            notes=list(chosen.capacity_notes),
+        )
+        if chosen.capacities and peak is not None:
+            view = capacity_view(
+                chosen.capacities,
+                peak,
+                stage_profile.gpu.price_per_hour,
+                stage_profile.headroom_fraction,
+                gpu,
+                chart_id=_chart_id(index),
+            )
+            section.table, section.estimates = view.table, view.estimates
+            chart = view.chart
+            if len(answer.stages) > 1:
+                chart = chart.model_copy(update={"title": f"{chart.title} ({stage.stage})"})
+            charts.append(chart)
+            section.chart_id = chart.id
+            if view.price_source:
+                section.price_sources.append(view.price_source)
+            section.notes += [note for note in view.notes if note not in section.notes]
+        if not chosen.measured_capacities():
+            if gpu is None:
+                section.absent_reason = "the profile names no GPU type: no capacity can be matched"
+            else:
+                section.absent_reason = (
+                    f"no capacity measured on {gpu} for this workload (no capacity search, "
+                    "bench run --pattern capacity, of a candidate matches it): "
+                    + (
+                        "the GPU count below is predicted, with its interval"
+                        if chosen.estimated_capacities()
+                        else "the GPU count is not known"
+                    )
+                )
+            if peak is None:
+                section.absent_reason += (
+                    "; the profile also gives no peak traffic (peak_request_rate_rps) to size "
+                    "a fleet for"
+                )
+                section.notes = [n for n in section.notes if n != NO_PEAK_NOTE]
+        for candidate in chosen.measured_capacities():
+            run = runs_by_id.get(candidate.capacity.run_id or "")
+            table = probe_table(run) if run is not None else None
+            if table is not None:
+                section.probes.append(table)
+        sections.append(section)
+    return sections, charts
+
+
 __all__ = [
     "CAPACITY_COLUMNS",
     "CapacityRow",
     "CapacityView",
+    "capacity_sections",
     "capacity_view",
     "capacity_view_for_runs",
     "gpus_chart",

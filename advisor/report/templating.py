@@ -65,7 +65,7 @@ def css_string(value: Any) -> Any:
 
 def _flat_items(data: Any) -> list[tuple[str, str]]:
     """Nested configuration as (dotted key, value) rows for a two-column table."""
-    from advisor.report.build import flatten
+    from advisor.report.display import flatten
 
     return [(item.key, item.value) for item in flatten(data)]
 

@@ -13,7 +13,7 @@ from advisor.evidence.rows import (
     reference_runs_and_rows,
     rows_from_runs,
 )
-from advisor.plan.stage_plan import bench_plan
+from advisor.plan.run_configs import bench_plan
 from advisor.plan.tree import evaluate, load_tree
 from advisor.sizing.estimate import estimate_stage
 from advisor.sizing.measured import DEFAULT_REFERENCE_DIR, same_gpu_type

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from advisor.cli import app
-from advisor.plan.stage_plan import bench_plan, plan_for_stage
+from advisor.plan.run_configs import bench_plan
+from advisor.plan.stage_plan import plan_for_stage
 from advisor.plan.tree import evaluate, load_tree
 from advisor.sizing.estimate import estimate_stage
 from advisor.workload.profile_input import load_profile, profile_from_dict
@@ -57,10 +58,11 @@ def test_cli_bench_plan_prints_plan_for_stage(monkeypatch: pytest.MonkeyPatch, t
 
 
 def test_benchmark_page_plans_with_plan_for_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    import advisor.plan.stage_plan
+    import advisor.plan.run_estimate
     from ui.benchmark_page import plan_for
 
-    monkeypatch.setattr(advisor.plan.stage_plan, "host_busy_factor", lambda: 1.0)  # an idle machine
+    # an idle machine
+    monkeypatch.setattr(advisor.plan.run_estimate, "host_busy_factor", lambda: 1.0)
 
     stage = load_profile(ROOT / "examples" / "profiles" / "chat_7b_h200.yaml").primary
     shown = plan_for(stage, quick=True)
@@ -121,7 +123,7 @@ def test_estimate_is_in_the_range_of_a_measured_quick_plan() -> None:
     """The H200 quick plan (vLLM + PyTorch, llama-2-7b, checkpoint on disk) took 171 s end to
     end (the quick_plan step in data/reference/h200_llama2-7b_fidelity_quick_plan_onnx_genai/
     campaign-fidelity-rounds-quick-plan.json); the estimate must be in range."""
-    from advisor.plan.stage_plan import estimate_run
+    from advisor.plan.run_estimate import estimate_run
     from bench.core.config import RunConfig
 
     folder = ROOT / "data/reference/h200_llama2-7b_fidelity_quick_plan_onnx_genai"
@@ -162,7 +164,7 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
 
 
 def test_a_busy_host_stretches_cpu_estimates(empty_model_cache) -> None:
-    from advisor.plan.stage_plan import host_busy_factor
+    from advisor.plan.run_estimate import host_busy_factor
 
     assert host_busy_factor() >= 1.0
     stage = default_stage()
@@ -213,7 +215,7 @@ def test_max_model_len_never_passes_the_window() -> None:
 
 def test_cpu_quick_plan_scales_a_long_prompt_to_the_substitute_and_says_so() -> None:
     """mistral-7b takes 6,000 + 200 tokens; its CPU stand-in tiny-llama takes 4,096."""
-    from advisor.plan.stage_plan import workload_lengths
+    from advisor.plan.plan_table import workload_lengths
 
     stage = _stage(
         model="mistral-7b",
@@ -247,8 +249,7 @@ def test_only_the_tail_past_the_window_is_clipped_and_said() -> None:
 
 def test_cpu_runs_use_one_dtype_rule_and_say_so() -> None:
     """The CLI's CPU runs are bfloat16 (bench run's default); the quick plan on the CPU too."""
-    from advisor.plan.stage_plan import CPU_HALF_DTYPE
-    from bench.core.config import PrecisionConfig
+    from bench.core.config import CPU_HALF_DTYPE, PrecisionConfig
 
     assert PrecisionConfig().dtype == CPU_HALF_DTYPE == "bfloat16"
     stage = _stage(model="llama-2-7b", precision={"dtype": "float16"})
@@ -300,7 +301,7 @@ def test_the_cpu_quick_plan_is_sized_to_end_valid():
     """A 1024/256 chat on a machine without a GPU: before, 8 in flight for a fixed 15 s gave 8
     requests (INVALID every time); now at most 4 in flight, the window runs on until the
     validity minimum + 20% were sent, and the time bound fits the estimated waves."""
-    from advisor.plan.stage_plan import CPU_QUICK_CONCURRENCY, CPU_QUICK_MAX_S, VALID_MARGIN
+    from advisor.plan.cpu_plan import CPU_QUICK_CONCURRENCY, CPU_QUICK_MAX_S, VALID_MARGIN
 
     stage = profile_from_dict(
         {

@@ -115,7 +115,7 @@ def test_the_settled_search_shipped_keeps_its_rule_and_each_probes_settle():
 
 
 def test_the_plan_counts_the_settle_time_of_every_judged_probe():
-    from advisor.plan.stage_plan import estimate_run
+    from advisor.plan.run_estimate import estimate_run
     from bench.core.config import GenerateWorkload, LengthDistribution, RunConfig
 
     def config(settle: float | str | None) -> RunConfig:

@@ -28,9 +28,9 @@ def idle_machine(monkeypatch):
     """Plan estimates as on an idle machine: a stand-in for the load average, which other work
     on a shared test host moves from minute to minute (a busy host would make a plan ask for
     confirmation and keep Run disabled)."""
-    import advisor.plan.stage_plan
+    import advisor.plan.run_estimate
 
-    monkeypatch.setattr(advisor.plan.stage_plan, "host_busy_factor", lambda: 1.0)
+    monkeypatch.setattr(advisor.plan.run_estimate, "host_busy_factor", lambda: 1.0)
 
 
 @pytest.fixture

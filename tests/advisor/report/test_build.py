@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor.report.build import build_report, load_reference, relevant_run_ids
+from advisor.report.build import build_report, relevant_run_ids
 from advisor.report.model import Report
+from advisor.report.reference import load_reference
 from bench.core.fingerprint import Fingerprint
 from tests.advisor.conftest import SEED_FILE, SHIPPED_REFERENCE_DIR
 from tests.advisor.report.conftest import (
@@ -306,7 +307,7 @@ def test_load_reference_reads_the_advisors_published_layout(tmp_path) -> None:
 
 
 def test_the_seed_reference_file_loads_with_its_four_frameworks() -> None:
-    from advisor.report.build import SEED_REFERENCE_FILE
+    from advisor.report.reference import SEED_REFERENCE_FILE
 
     table = load_reference(SHIPPED_REFERENCE_DIR / SEED_REFERENCE_FILE)
     frameworks = [row[table.keys.index("framework")] for row in table.rows]

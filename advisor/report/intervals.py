@@ -1,0 +1,93 @@
+"""Within-run 95% intervals of output throughput for the report's evidence rows and charts, from the
+request records kept as they stream past (up to INTERVAL_MAX_RECORDS a run)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from advisor.report.model import EvidenceFigures
+from bench.core.schema import RequestRecord, RunResult
+
+INTERVAL_MAX_RECORDS = 100_000
+"""Runs with more records get no interval in the report (the records are not kept in memory)."""
+INTERVAL_BOOTSTRAP = 200
+"""Draws per interval in the report (the verdicts use bench.core.stats' 1000)."""
+
+
+class KeptRecords:
+    """An iterable over records that keeps them (up to INTERVAL_MAX_RECORDS) as it is read."""
+
+    def __init__(self, items: Iterable[RequestRecord]) -> None:
+        self.items = items
+        self.kept: list[RequestRecord] | None = []
+
+    def __iter__(self):
+        for record in self.items:
+            if self.kept is not None:
+                self.kept.append(record)
+                if len(self.kept) > INTERVAL_MAX_RECORDS:
+                    self.kept = None
+            yield record
+
+
+def run_intervals(
+    run: RunResult, kept: KeptRecords | None
+) -> dict[str | None, tuple[float, float]]:
+    """Output tok/s 95% intervals of the run (key None) and of each closed-loop phase (key:
+    its target level as text), within-run bootstrap; {} without records."""
+    from bench.core.stats import run_sample, summarize_group
+
+    records = kept.kept if kept is not None else None
+    if not records or run.summary is None:
+        return {}
+    out: dict[str | None, tuple[float, float]] = {}
+    phases: list[str | None] = [None] + [
+        phase.name
+        for phase in run.phases
+        if phase.strategy == "concurrency" and phase.summary.successful > 0
+    ]
+    targets = {phase.name: f"{float(phase.target):g}" for phase in run.phases}
+    # A ladder's whole-run figure mixes its levels: its intervals are per level only.
+    for phase in phases[1:] if len(phases) > 2 else phases[:1]:
+        try:
+            summary = summarize_group(
+                [run_sample(run, records, phase)],
+                bootstrap=INTERVAL_BOOTSTRAP,
+                metrics=["output_throughput_tok_s"],
+            )
+        except ValueError:
+            continue
+        metric = summary.metric("output_throughput_tok_s")
+        if metric is not None and metric.interval is not None:
+            key = None if phase is None else targets[phase]
+            out[key] = (metric.interval.low, metric.interval.high)
+    return out
+
+
+def phase_intervals(
+    intervals: Mapping[str, dict[str | None, tuple[float, float]]],
+) -> dict[str, dict[str, tuple[float, float]]]:
+    return {
+        run_id: {key: value for key, value in found.items() if key is not None}
+        for run_id, found in intervals.items()
+    }
+
+
+def with_interval(
+    row: EvidenceFigures, run: RunResult, found: Mapping[str | None, tuple[float, float]]
+) -> EvidenceFigures:
+    group = run.group
+    if group is not None and group.planned > 1:
+        note = f"repeat {group.index + 1} of {group.planned} (group {group.group_id})"
+    else:
+        note = "single run"
+    if row.level is not None:
+        note += f", level c{row.level}"
+    whole = found.get(row.level)
+    return row.model_copy(
+        update={
+            "output_throughput_low": None if whole is None else round(whole[0], 2),
+            "output_throughput_high": None if whole is None else round(whole[1], 2),
+            "interval_note": note,
+        }
+    )
