@@ -255,12 +255,14 @@ def _apply_fleet(recommendation: Recommendation, chosen: FleetOption, stage: Sta
         and configuration.parallelism.tensor_parallel_size
         == chosen.parallelism.tensor_parallel_size
         and configuration.precision == chosen.precision
+        and configuration.weight_format == chosen.weight_format
     )
     update: dict = {
         "framework": chosen.framework,
         "label": chosen.label,
         "parallelism": deployed_parallelism(chosen),
         "precision": chosen.precision,
+        "weight_format": "int8" if chosen.weight_format == "int8" else None,
         "engine_args": {**configuration.engine_args, **chosen.engine_args},
     }
     if not same:

@@ -199,9 +199,12 @@ def configuration_phrase(
         parts[0] += f" on {gpus or 1} × {gpu_type}"
     else:
         parts[0] += f" on {gpus or 1} GPU(s) of a type not chosen yet"
-    if configuration.parallelism is not None:
+    forward = forward or _forward(configuration)
+    if configuration.parallelism is not None and not forward:
         parts.append(f"tensor parallel {configuration.parallelism.tensor_parallel_size}")
-    precision = _precision_words(configuration.precision, forward or _forward(configuration))
+    precision = _precision_words(configuration.precision, forward)
+    if configuration.weight_format == "int8":
+        precision = "INT8 weights and activations"
     if precision:
         parts.append(precision)
     text = ", ".join(parts)
