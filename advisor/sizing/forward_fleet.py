@@ -199,6 +199,10 @@ def forward_options(
     return options, excluded
 
 
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def forward_basis_words(option: FleetOption) -> str:
     """`predicted, not measured: dynamic batching with max batch 64 and max queue delay 2 ms
     gives 2,179 samples/s per GPU (p99 bound 12 ms) ...` for a predicted forward option."""
@@ -208,7 +212,8 @@ def forward_basis_words(option: FleetOption) -> str:
         f"predicted, not measured: dynamic batching with max batch {args['max_batch_size']} and "
         f"max queue delay {args['max_queue_delay_ms']:g} ms gives "
         f"{option.samples_per_s_per_gpu:,.0f} samples/s per GPU "
-        f"({capacity.max_rate_rps:.3g} req/s of {option.samples_per_request} samples; p99 bound "
+        f"({_rate(capacity.max_rate_rps)} req/s of {option.samples_per_request} "
+        f"sample{'s' if option.samples_per_request != 1 else ''}; p99 bound "
         f"{option.p99_bound_ms:.3g} ms) with {option.weights}"
     )
     if capacity.gpus_range is not None and capacity.gpus_range[0] != capacity.gpus_range[1]:
