@@ -41,6 +41,7 @@ from advisor.decide.models import (
     Report,
     StageRecommendation,
 )
+from advisor.decide.parts import route_parts
 from advisor.decide.records import RecordsLookup
 from advisor.decide.verdicts import (
     VerdictFunction,
@@ -241,6 +242,7 @@ def _recommend_stage(
         diagnostics=diagnostics,
         learned=learned,
         configurations=configurations,
+        parts=[] if decision.refused else route_parts(tree, stage, estimate),
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from advisor.decide.parts import split_sentence
 from advisor.decide.recommend import (
     BASIS_WORDS,
     REFUSED,
@@ -547,6 +548,10 @@ def stage_decision(
         chosen.framework, chosen.configuration, gpu_type, forward=stage.kind == "forward"
     )
     sentence = f"Serve {stage.stage} with {phrase}."
+    split = split_sentence(stage.parts, framework_label)
+    if split:
+        # The fleet above is the stage's route taken whole; the split serves it part by part.
+        sentence += f" {split}."
     risks = decision_risks(stage, availability, measured)
     sizing = _sizing(stage_profile, chosen)
     forward = forward_sizing(stage_profile, chosen.framework, runs)
