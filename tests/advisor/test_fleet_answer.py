@@ -179,3 +179,23 @@ def test_the_cheapest_is_chosen_and_a_tie_is_said():
     # At the same count a measurement stands over a prediction.
     same = _option(3, "calibrated", 3, 3, quantization="fp8")
     assert choose([same, measured], "H200").chosen is measured
+
+
+def test_a_quantised_precision_beyond_tolerance_is_left_out():
+    # A real `bench quality` file with measured INT8 and FP8 losses (0.12% and 0.03% perplexity
+    # on tiny-llama-trained): the gate reads the losses, whatever the model they came from.
+    data = load_profile(FINANCIAL).model_dump()
+    stage = data["stages"][0]
+    stage["quality_result"] = str(
+        SHIPPED_REFERENCE_DIR / "quality" / "cpu_tiny-llama-trained" / "quality.json"
+    )
+    stage["max_quality_loss_pct"] = 0.05
+    stage["gpu"] = {"type": "H100-SXM"}
+    fleet = chosen_of(data).fleet
+    options = [fleet.chosen, *fleet.alternatives]
+    assert not any(o.weight_format == "int8" for o in options)
+    assert any(
+        "INT8" in note and "beyond the tolerance of 0.05%" in note for note in fleet.excluded
+    )
+    fp8 = [o for o in options if o.weight_format == "fp8"]
+    assert fp8 and not fp8[0].unvetted and "measured" in fp8[0].quality
