@@ -19,6 +19,7 @@ from advisor.sizing.fleet import (
     choose,
     predicted_options,
 )
+from advisor.sizing.forward_fleet import forward_basis_words, forward_options
 from advisor.sizing.serving_model import weight_scheme
 from advisor.workload.profile import StageProfile
 from bench.core.config import ParallelismConfig
@@ -90,7 +91,11 @@ def stage_fleet(
             excluded.append(reason)
         if option is not None and all(o.key() != option.key() for o in options):
             options.append(option)
-    predicted, out = predicted_options(stage, framework, runs, {o.key() for o in options})
+    measured_keys = {o.key() for o in options}
+    if stage.kind == "forward":
+        predicted, out = forward_options(stage, framework, runs, measured_keys)
+    else:
+        predicted, out = predicted_options(stage, framework, runs, measured_keys)
     answer = choose([*options, *predicted], stage.gpu.type or "GPU")
     answer.excluded = excluded + out
     return answer
@@ -114,6 +119,8 @@ def basis_words(option: FleetOption, gpu: str) -> str:
         if capacity.dtype_note:
             text += f"; {capacity.dtype_note}"
         return text
+    if option.samples_per_request is not None:
+        return forward_basis_words(option)
     text = f"predicted, not measured: {capacity.max_rate_rps:.3g} req/s per {unit}"
     if capacity.low_rate_rps is not None and capacity.high_rate_rps is not None:
         text += f" ({capacity.low_rate_rps:.3g}-{capacity.high_rate_rps:.3g} req/s"

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from advisor.decide.diagnose import Diagnostic
 from advisor.decide.learned import LearnedOpinion
+from advisor.decide.parts import PartRoute
 from advisor.evidence.rows import (
     EvidenceRow,
 )
@@ -180,6 +181,9 @@ class StageRecommendation(BaseModel):
     learned: LearnedOpinion | None = None
     configurations: ConfigurationSearch | None = Field(
         None, description="TP x replicas x precision of the chosen framework, ranked (generate)."
+    )
+    parts: list[PartRoute] = Field(
+        default_factory=list, description="Each part of a split stage, routed on its own traits."
     )
 
 

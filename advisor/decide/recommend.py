@@ -41,6 +41,7 @@ from advisor.decide.models import (
     Report,
     StageRecommendation,
 )
+from advisor.decide.parts import route_parts
 from advisor.decide.records import RecordsLookup
 from advisor.decide.verdicts import (
     VerdictFunction,
@@ -251,6 +252,7 @@ def _recommend_stage(
         diagnostics=diagnostics,
         learned=learned,
         configurations=configurations,
+        parts=[] if decision.refused else route_parts(tree, stage, estimate),
     )
 
 
@@ -265,12 +267,14 @@ def _apply_fleet(recommendation: Recommendation, chosen: FleetOption, stage: Sta
         and configuration.parallelism.tensor_parallel_size
         == chosen.parallelism.tensor_parallel_size
         and configuration.precision == chosen.precision
+        and configuration.weight_format == chosen.weight_format
     )
     update: dict = {
         "framework": chosen.framework,
         "label": chosen.label,
         "parallelism": deployed_parallelism(chosen),
         "precision": chosen.precision,
+        "weight_format": "int8" if chosen.weight_format == "int8" else None,
         "engine_args": {**configuration.engine_args, **chosen.engine_args},
     }
     if not same:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from advisor.decide.parts import split_sentence
 from advisor.decide.recommend import (
     BASIS_WORDS,
     REFUSED,
@@ -199,9 +200,12 @@ def configuration_phrase(
         parts[0] += f" on {gpus or 1} × {gpu_type}"
     else:
         parts[0] += f" on {gpus or 1} GPU(s) of a type not chosen yet"
-    if configuration.parallelism is not None:
+    forward = forward or _forward(configuration)
+    if configuration.parallelism is not None and not forward:
         parts.append(f"tensor parallel {configuration.parallelism.tensor_parallel_size}")
-    precision = _precision_words(configuration.precision, forward or _forward(configuration))
+    precision = _precision_words(configuration.precision, forward)
+    if configuration.weight_format == "int8":
+        precision = "INT8 weights and activations"
     if precision:
         parts.append(precision)
     text = ", ".join(parts)
@@ -544,6 +548,10 @@ def stage_decision(
         chosen.framework, chosen.configuration, gpu_type, forward=stage.kind == "forward"
     )
     sentence = f"Serve {stage.stage} with {phrase}."
+    split = split_sentence(stage.parts, framework_label)
+    if split:
+        # The fleet above is the stage's route taken whole; the split serves it part by part.
+        sentence += f" {split}."
     risks = decision_risks(stage, availability, measured)
     sizing = _sizing(stage_profile, chosen)
     forward = forward_sizing(stage_profile, chosen.framework, runs)

@@ -139,6 +139,9 @@ class RecommendedDeployment(Strict):
     label: str | None = Field(None, description="The configuration search's label for it.")
     parallelism: ParallelismConfig | None = None
     precision: PrecisionConfig | None = None
+    weight_format: Literal["int8"] | None = Field(
+        None, description="INT8 weights and activations of a forward stage (not in precision)."
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="The framework's own options (never parallelism or precision).",

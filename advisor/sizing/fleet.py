@@ -98,14 +98,27 @@ class FleetOption(Strict):
     parallelism: ParallelismConfig = Field(description="One unit: TP degree, one replica.")
     precision: PrecisionConfig
     weights: str = Field(description="The weight and KV formats a step reads, in words.")
-    engine_args: dict[str, int] = Field(
+    engine_args: dict[str, int | float] = Field(
         default_factory=dict, description="Engine limits this configuration sets."
+    )
+    weight_format: Literal["int8", "fp8"] | None = Field(
+        None,
+        description="A forward stage's INT8 or FP8 weights and activations (INT8 has no "
+        "PrecisionConfig field); None = the precision's own formats.",
     )
     prefix_caching: bool = False
     capacity: Capacity
     basis: CapacityBasis
     quality: str | None = Field(None, description="Measured or published quality at it.")
     departures: int = Field(0, description="How many of weights/KV differ from the profile's.")
+    unvetted: bool = Field(
+        False,
+        description="A quantised precision whose accuracy on the model is neither measured nor "
+        "published: offered as an alternative, never chosen over a vetted one.",
+    )
+    samples_per_request: int | None = Field(None, description="A forward stage's samples.")
+    samples_per_s_per_gpu: float | None = Field(None, description="A forward stage's capacity.")
+    p99_bound_ms: float | None = Field(None, description="A forward batcher's p99 bound.")
 
     @property
     def gpus(self) -> int:
@@ -116,6 +129,7 @@ class FleetOption(Strict):
         # At equal cost: a measurement over a prediction, the profile's own precision, then
         # replicas over tensor parallelism (smaller units: simpler, and a failure takes less).
         return (
+            self.unvetted,
             self.gpus,
             cost,
             BASIS_RANK[self.basis.source],
@@ -130,7 +144,12 @@ class FleetOption(Strict):
             self.parallelism.tensor_parallel_size,
             self.precision.quantization,
             self.precision.kv_cache_dtype,
+            self.weight_format,
         )
+
+    def precision_words(self) -> str:
+        """The precision as the alternatives group it (INT8 is not in PrecisionConfig)."""
+        return self.weight_format or self.precision.label()
 
     def line(self, gpu: str) -> str:
         """One line: `vllm, bfloat16 + fp8 weights, TP=1: 2 x H200, $5,825/month (predicted)`."""
@@ -340,7 +359,7 @@ def predicted_options(
                 )
                 continue  # too little KV at this degree: try the next
             tried += 1
-            if (framework, tp, precision.quantization, precision.kv_cache_dtype) in skip:
+            if (framework, tp, precision.quantization, precision.kv_cache_dtype, None) in skip:
                 continue
             per_gpu = prediction.max_rate_rps / tp
             screened.append((per_gpu, deployment, args, quality))
@@ -415,15 +434,16 @@ def choose(options: Sequence[FleetOption], gpu: str) -> FleetAnswer:
     if not ranked:
         return FleetAnswer()
     chosen = ranked[0]
-    seen = {(chosen.precision.label(), chosen.basis.measured)}
+    seen = {(chosen.precision_words(), chosen.basis.measured)}
     alternatives: list[FleetOption] = []
     for option in ranked[1:]:
-        group = (option.precision.label(), option.basis.measured)
+        group = (option.precision_words(), option.basis.measured)
         if group not in seen:
             seen.add(group)
             alternatives.append(option)
     tie = None
-    if alternatives:
+    # An unvetted precision is behind for its accuracy, not its count: no tie to measure.
+    if alternatives and alternatives[0].unvetted == chosen.unvetted:
         runner = alternatives[0]
         chosen_high = chosen.capacity.gpus_range[1] if chosen.capacity.gpus_range else chosen.gpus
         runner_low = runner.capacity.gpus_range[0] if runner.capacity.gpus_range else runner.gpus

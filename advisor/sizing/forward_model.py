@@ -60,6 +60,19 @@ def forward_flops_per_sample(
     return layers * (24 * hidden**2 * tokens + 4 * tokens**2 * hidden)
 
 
+def gemm_peak(gpu: GpuSpec, dtype: str) -> float | None:
+    """Dense tensor TFLOP/s of a batch's GEMMs at `dtype`: the datasheet 16-bit figure, twice
+    it for INT8 (every catalogued GPU, T4 onwards, has INT8 tensor cores) and for FP8 on GPUs
+    with FP8 tensor cores (advisor/sizing/engine_model/formats.py's rule); None for FP8
+    elsewhere."""
+    if dtype == "int8" or (dtype == "fp8" and gpu.fp8):
+        base = gpu.peak_tflops("float16")
+        return None if base is None else 2 * base
+    if dtype == "fp8":
+        return None
+    return gpu.peak_tflops(dtype)
+
+
 def floor_batch_ms(
     architecture: Architecture,
     gpu: GpuSpec,
@@ -71,7 +84,7 @@ def floor_batch_ms(
     """The roofline time of one batch (ms): max(FLOPs / peak, weight bytes / bandwidth); None
     where the FLOPs or the GPU's peak for the dtype are unknown."""
     flops = forward_flops_per_sample(architecture, sequence_length, image_size)
-    peak = gpu.peak_tflops(dtype)
+    peak = gemm_peak(gpu, dtype)
     if flops is None or peak is None:
         return None
     compute_s = batch * flops / (peak * 1e12)
@@ -113,7 +126,7 @@ def floor_model(
 ) -> BatchTimeModel | None:
     """The uncalibrated model: the floor alone (a lower bound on every batch time)."""
     flops = forward_flops_per_sample(architecture, sequence_length, image_size)
-    peak = gpu.peak_tflops(dtype)
+    peak = gemm_peak(gpu, dtype)
     if flops is None or peak is None:
         return None
     per_sample = flops / (peak * 1e12) * 1e3

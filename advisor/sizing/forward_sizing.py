@@ -32,6 +32,10 @@ from bench.core.strict import Strict
 
 UNCALIBRATED_ERROR = 0.5
 """The error assumed for a model with no ladder to fit (its batch time is the floor alone)."""
+TRANSFERRED_ERROR = 0.3
+"""The least error assumed where a 16-bit ladder's overhead and efficiency stand for an INT8 or
+FP8 run that was not measured (quantised kernels reach another fraction of their peak)."""
+WeightFormat = Literal["int8", "fp8"]
 
 
 class ForwardSizing(Strict):
@@ -43,6 +47,10 @@ class ForwardSizing(Strict):
     basis: Literal["measured ladder", "floor only"]
     basis_words: str = Field(description="Which runs the batch-time model was fitted to, or none.")
     batch_time: BatchTimeModel
+    weight_format: WeightFormat | None = Field(
+        None, description="INT8 or FP8 weights and activations; None = the profile's dtype."
+    )
+    error: float = Field(ge=0, description="The relative error the GPU count is given with.")
     samples_per_request: int = Field(gt=0)
     batching: BatchingChoice | None = Field(
         None, description="The batcher's limits; None when no batch size meets the SLO."
@@ -66,12 +74,18 @@ def _same_shape(run: RunResult, stage: StageProfile) -> bool:
 
 
 def size_forward_stage(
-    stage: StageProfile, framework: str, runs: Iterable[RunResult] = ()
+    stage: StageProfile,
+    framework: str,
+    runs: Iterable[RunResult] = (),
+    weight_format: WeightFormat | None = None,
 ) -> ForwardSizing | None:
     """The stage sized for `framework` on its GPU type; None where it cannot be (not a forward
     stage, no GPU type, a model or GPU whose sizes the catalogues lack, a dtype without a
     tensor-core peak). `runs` are stored and shipped runs: those of this framework, model, GPU
-    type, dtype and shape at one batch in flight calibrate the batch-time model."""
+    type, dtype and shape at one batch in flight calibrate the batch-time model. With
+    `weight_format` the floor is INT8's or FP8's (twice the 16-bit GEMM peak, a byte a weight;
+    None for FP8 on a GPU without FP8 tensor cores) and a 16-bit ladder's overhead and
+    efficiency stand for the unmeasured quantised run, with a larger error."""
     if stage.kind != "forward" or not stage.gpu.type or not stage.model:
         return None
     architecture, _ = architecture_for(stage.model)
@@ -93,6 +107,24 @@ def size_forward_stage(
     model = calibrate(floor, ladder)
     calibrated = model.fit_error is not None
     error = max(model.fit_error or 0.0, 0.2) if calibrated else UNCALIBRATED_ERROR
+    if weight_format is not None:
+        quantised = floor_model(architecture, gpu, weight_format, sequence, stage.image_size)
+        if quantised is None:
+            return None
+        if calibrated:
+            error = max(error, TRANSFERRED_ERROR)
+            quantised = quantised.model_copy(
+                update={
+                    "overhead_ms": model.overhead_ms,
+                    "efficiency": model.efficiency,
+                    "fit_error": model.fit_error,
+                    "largest_measured_batch": model.largest_measured_batch,
+                    "basis": f"the {weight_format.upper()} floor with the overhead and "
+                    f"efficiency of the {stage.precision.dtype} ladder ({model.basis}); "
+                    f"{weight_format.upper()} itself not measured",
+                }
+            )
+        model = quantised
     notes = []
     if not calibrated:
         notes.append(
@@ -124,7 +156,8 @@ def size_forward_stage(
             batch=stage.batch_size,
             in_flight=stage.concurrency or 1,
             model_error=error,
-            int8_possible=True,  # every catalogued GPU (T4 onwards) has INT8 tensor cores
+            # Every catalogued GPU (T4 onwards) has INT8 tensor cores.
+            int8_possible=weight_format is None,
         )
     return ForwardSizing(
         stage=stage.name,
@@ -133,6 +166,8 @@ def size_forward_stage(
         basis="measured ladder" if calibrated else "floor only",
         basis_words=model.basis,
         batch_time=model,
+        weight_format=weight_format,
+        error=error,
         samples_per_request=stage.batch_size,
         batching=batching,
         fleet=fleet,

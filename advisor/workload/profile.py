@@ -203,6 +203,23 @@ class ConversationProfile(StrictInput):
     )
 
 
+class StagePart(StrictInput):
+    """One part of a stage with its own traits: a static encoder exported to a graph runtime
+    beside a data-dependent decode loop kept in eager PyTorch. The tree routes each part."""
+
+    name: str = Field(min_length=1, max_length=100, description="Part name (encoder, decoder).")
+    dynamic_control_flow: bool = Field(
+        False, description="This part branches or loops on data (a decode loop)."
+    )
+    fixed_input_shapes: bool = Field(False, description="This part sees one input shape.")
+    flops_fraction: float = Field(
+        gt=0, le=1, description="The part's share of the stage's FLOPs per request (0-1]."
+    )
+
+
+MAX_PARTS = 4
+
+
 class StageProfile(StrictInput):
     """One stage of a workload: one model served one way; it gets its own recommendation."""
 
@@ -343,6 +360,27 @@ class StageProfile(StrictInput):
         "relative increase, or accuracy points lost (used with quality_result).",
     )
 
+    parts: list[StagePart] = Field(
+        default_factory=list,
+        max_length=MAX_PARTS,
+        description="Parts with their own traits (a static encoder and a dynamic decode loop); "
+        "each is routed on its own, and their FLOPs fractions add up to 1.",
+    )
+
+    @model_validator(mode="after")
+    def _check_parts(self) -> StageProfile:
+        if not self.parts:
+            return self
+        names = [part.name for part in self.parts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"parts need distinct names, got {', '.join(names)}")
+        if len(self.parts) < 2:
+            raise ValueError("parts split a stage: give two or more, or none")
+        total = sum(part.flops_fraction for part in self.parts)
+        if abs(total - 1) > 0.01:
+            raise ValueError(f"the parts' flops_fraction must add up to 1, got {total:g}")
+        return self
+
     @model_validator(mode="after")
     def _check_traffic(self) -> StageProfile:
         declared = [
@@ -466,6 +504,7 @@ __all__ = [
     "Objective",
     "ProfileSLO",
     "SharedPrefixProfile",
+    "StagePart",
     "StageProfile",
     "WorkloadProfile",
     "describe_validation_error",
