@@ -1246,6 +1246,9 @@ def check_model_name(name_or_path: str) -> None:
     if name_or_path in PRESETS or _local_checkpoint(name_or_path) is not None:
         return
     path = Path(name_or_path).expanduser()
+    config = path / "config.json"
+    if path.is_dir() and config.exists():  # there, but a pipe or a device: never read it
+        raise UserError(f"{config} is not a regular file: a checkpoint's config.json is JSON")
     if path.is_dir():
         raise UserError(f"model path {name_or_path} has no config.json")
     if path.exists():
