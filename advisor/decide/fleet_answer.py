@@ -16,6 +16,7 @@ from advisor.sizing.fleet import (
     FleetOption,
     _departures,
     _quality,
+    candidate_precisions,
     choose,
     predicted_options,
 )
@@ -45,6 +46,8 @@ def measured_option(
     deployment = Deployment(
         framework=framework, parallelism=config.parallelism, precision=config.precision
     )
+    if not settled(run):
+        capacity = _upper_bound_range(capacity)
     budget = config.engine_args.get("max_num_batched_tokens")
     return (
         FleetOption(
@@ -69,6 +72,55 @@ def measured_option(
     )
 
 
+def other_precision_searches(
+    stage: StageProfile,
+    runs: Sequence[RunResult],
+    published_ids: set[str],
+    files: Mapping[str, str] | None,
+) -> list:
+    """Measured capacity searches of the stage's workload at the other precisions the fleet
+    answer weighs (FP8 weights, with and without an FP8 KV cache): each is the measured basis of
+    that configuration, found by the same match rule as the stage's own (`stage_capacities` of
+    the stage at that precision)."""
+    from advisor.decide.capacities import stage_capacities
+
+    found: list = []
+    asked = stage.precision.run_precision()
+    for precision in candidate_precisions(stage):
+        if precision == asked:
+            continue
+        variant = stage.model_copy(
+            update={
+                "precision": stage.precision.model_copy(
+                    update={
+                        "quantization": precision.quantization,
+                        "kv_cache_dtype": precision.kv_cache_dtype,
+                    }
+                )
+            }
+        )
+        capacities, _ = stage_capacities(variant, runs, published_ids, files=files)
+        found += [c for c in capacities if c.capacity.source == "measured"]
+    return found
+
+
+UNSETTLED_SHORTFALL = 0.2
+"""How far below an unsettled search's rate the sustained capacity may lie: on the shipped H200
+chat searches settled probes measured 20 req/s where unsettled ones found 22 and 24 (9-17% lower;
+data/reference/h200_llama2-7b_capacity_settled)."""
+
+
+def _upper_bound_range(capacity):
+    """An unsettled search's capacity is an upper bound: its GPU count's range reaches the count
+    at UNSETTLED_SHORTFALL below it (so a tie with a neighbour is said, not hidden)."""
+    import math
+
+    needed = capacity.peak_request_rate_rps * (1 + capacity.headroom_fraction)
+    low_rate = capacity.max_rate_rps * (1 - UNSETTLED_SHORTFALL)
+    most = max(1, math.ceil(needed / low_rate - 1e-9)) * capacity.gpus_per_replica
+    return capacity.model_copy(update={"gpus_range": (capacity.gpus_needed, most)})
+
+
 def stage_fleet(
     stage: StageProfile,
     framework: str,
@@ -77,10 +129,14 @@ def stage_fleet(
     runs: Sequence[RunResult],
 ) -> FleetAnswer:
     """Every viable configuration of `framework` for the stage's peak, the cheapest chosen.
-    `measured` are the stage's CandidateCapacity rows (measured searches, one per config)."""
+    `measured` are CandidateCapacity rows (measured searches, one per configuration: the
+    stage's own and those at the other precisions weighed, `other_precision_searches`)."""
     options: list[FleetOption] = []
     excluded: list[str] = []
-    for candidate in measured:
+    # Of two searches of one configuration, yours stands over a shipped one (your GPU, driver
+    # and engine build): taken first, the other is then a duplicate.
+    by_provenance = sorted(measured, key=lambda c: c.provenance != "yours")
+    for candidate in by_provenance:
         if candidate.framework != framework or candidate.capacity.source != "measured":
             continue
         run = runs_by_id.get(candidate.capacity.run_id or "")

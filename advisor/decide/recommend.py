@@ -27,8 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from advisor.decide.capacities import NO_PEAK_NOTE, headline, slo_text, stage_capacities
+from advisor.decide.capacity_words import UNSETTLED_NOTE, settled
 from advisor.decide.diagnose import Diagnostic, diagnose
-from advisor.decide.fleet_answer import basis_words, deployed_parallelism, stage_fleet
+from advisor.decide.fleet_answer import (
+    basis_words,
+    deployed_parallelism,
+    other_precision_searches,
+    stage_fleet,
+)
 from advisor.decide.learned import learned_opinion
 from advisor.decide.models import (
     BASIS_WORDS,
@@ -205,7 +211,14 @@ def _recommend_stage(
     elif configurations is None and stage.quality_result and not decision.refused:
         _add_fixed_precision_quality(recommendation, stage)
     if not decision.refused:
-        answer = stage_fleet(stage, recommendation.framework, capacities, runs_by_id, runs)
+        other = (
+            other_precision_searches(stage, runs, published_ids, files)
+            if stage.kind == "generate"
+            else []
+        )
+        answer = stage_fleet(
+            stage, recommendation.framework, [*capacities, *other], runs_by_id, runs
+        )
         predicted = [
             CandidateCapacity(framework=o.framework, capacity=o.capacity, provenance="estimate")
             for o in [answer.chosen, *answer.alternatives]
@@ -844,6 +857,7 @@ __all__ = [
     "MEASUREMENT_RULE",
     "NO_PEAK_NOTE",
     "REFUSED",
+    "UNSETTLED_NOTE",
     "Alternative",
     "CandidateCapacity",
     "Confidence",
@@ -856,6 +870,7 @@ __all__ = [
     "nearest_evidence",
     "recommend",
     "settle",
+    "settled",
     "slo_text",
     "stage_capacities",
     "verdict_text",

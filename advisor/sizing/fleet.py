@@ -427,20 +427,24 @@ def _full_option(
 
 
 def choose(options: Sequence[FleetOption], gpu: str) -> FleetAnswer:
-    """The cheapest option (module docstring), and as alternatives the best of each other
-    precision and basis (a second layout of the chosen precision tells the reader little); a
-    tie where the first alternative's GPU count lies within the chosen one's interval."""
+    """The cheapest option (module docstring), and as alternatives the best of each other weight
+    and KV format, the profile's own among them; a tie where the first alternative's GPU count
+    lies within the chosen one's interval (or the reverse)."""
     ranked = sorted(options, key=FleetOption.order)
     if not ranked:
         return FleetAnswer()
     chosen = ranked[0]
-    seen = {(chosen.precision_words(), chosen.basis.measured)}
+    # One line per other format a step reads (a second layout or basis of the chosen format
+    # tells the reader little); the profile's own precision is always one of the two shown.
+    seen = {chosen.weights}
     alternatives: list[FleetOption] = []
     for option in ranked[1:]:
-        group = (option.precision_words(), option.basis.measured)
-        if group not in seen:
-            seen.add(group)
+        if option.weights not in seen:
+            seen.add(option.weights)
             alternatives.append(option)
+    asked = next((o for o in alternatives if o.departures == 0), None)
+    if asked is not None and asked not in alternatives[:2]:
+        alternatives = [alternatives[0], asked]
     tie = None
     # An unvetted precision is behind for its accuracy, not its count: no tie to measure.
     if alternatives and alternatives[0].unvetted == chosen.unvetted:

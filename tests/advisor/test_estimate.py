@@ -92,7 +92,9 @@ def test_prefill_floor() -> None:
     estimate = estimate_stage(
         stage(model="llama-2-7b", gpu={"type": "H200"}, prompt_tokens={"mean": 512})
     )
-    expected_ms = 2 * LLAMA_2_7B_PARAMETERS * 512 / 989e12 * 1e3
+    # GEMMs (2 x parameters per token) plus causal attention (2 x layers x width x prompt^2)
+    attention = 2 * 32 * 4096 * 512**2
+    expected_ms = (2 * LLAMA_2_7B_PARAMETERS * 512 + attention) / 989e12 * 1e3
     assert estimate.prefill_floor_ms == pytest.approx(expected_ms)
 
 
