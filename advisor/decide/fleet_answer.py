@@ -16,6 +16,8 @@ from advisor.sizing.fleet import (
     FleetOption,
     _departures,
     _quality,
+    anchor_ratio,
+    anchored,
     candidate_precisions,
     choose,
     predicted_options,
@@ -121,6 +123,12 @@ def _upper_bound_range(capacity):
     return capacity.model_copy(update={"gpus_range": (capacity.gpus_needed, most)})
 
 
+def _anchor_rank(option: FleetOption) -> tuple:
+    """Which measured configuration anchors the predictions: yours before shipped, settled
+    before unsettled (an unsettled search overstates), the profile's own precision first."""
+    return (option.basis.source != "yours", not option.basis.settled, option.departures)
+
+
 def stage_fleet(
     stage: StageProfile,
     framework: str,
@@ -152,6 +160,12 @@ def stage_fleet(
         predicted, out = forward_options(stage, framework, runs, measured_keys)
     else:
         predicted, out = predicted_options(stage, framework, runs, measured_keys)
+        # A measured configuration of this workload anchors the others: the model's error on
+        # it (settled searches first) scales every prediction of the same engine and GPU.
+        anchor = next((o for o in sorted(options, key=_anchor_rank)), None)
+        ratio = anchor_ratio(stage, framework, anchor, runs) if anchor is not None else None
+        if anchor is not None and ratio is not None:
+            predicted = [anchored(option, stage, ratio, anchor) for option in predicted]
     answer = choose([*options, *predicted], stage.gpu.type or "GPU")
     answer.excluded = excluded + out
     return answer

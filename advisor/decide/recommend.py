@@ -219,10 +219,15 @@ def _recommend_stage(
         answer = stage_fleet(
             stage, recommendation.framework, [*capacities, *other], runs_by_id, runs
         )
+        # The capacity tables and charts list measured searches; a prediction joins them where
+        # it sized the fleet or nothing of the framework is measured (page 1 names the rest).
+        measured_here = any(c.framework == recommendation.framework for c in capacities)
         predicted = [
             CandidateCapacity(framework=o.framework, capacity=o.capacity, provenance="estimate")
             for o in [answer.chosen, *answer.alternatives]
-            if o is not None and not o.basis.measured
+            if o is not None
+            and not o.basis.measured
+            and (o is answer.chosen or not measured_here)
         ]
         capacities = capacities + predicted
         capacity_notes += [note for note in answer.excluded if note not in capacity_notes]

@@ -308,6 +308,61 @@ def _predict(
     return _PREDICTIONS[key]
 
 
+def anchor_ratio(
+    stage: StageProfile, framework: str, measured: FleetOption, runs: Sequence
+) -> float | None:
+    """measured capacity / the serving model's prediction of the same configuration for this
+    stage: how far the model is off on this very workload, engine and GPU type (None where it
+    cannot predict the configuration)."""
+    deployment = Deployment(
+        framework=framework, parallelism=measured.parallelism, precision=measured.precision
+    )
+    prediction = _predict(stage, deployment, runs, dict(measured.engine_args), seeds=None)
+    if prediction is None or prediction.max_rate_rps <= 0:
+        return None
+    return measured.capacity.max_rate_rps / prediction.max_rate_rps
+
+
+def anchored(
+    option: FleetOption, stage: StageProfile, ratio: float, measured: FleetOption
+) -> FleetOption:
+    """A predicted configuration scaled by the anchor ratio (its capacity and interval), said
+    in its basis: the model's error on the measured configuration of this workload carried to
+    the configurations nobody measured."""
+    capacity = option.capacity
+    scaled_rate = capacity.max_rate_rps * ratio
+    low = capacity.low_rate_rps * ratio if capacity.low_rate_rps else None
+    high = capacity.high_rate_rps * ratio if capacity.high_rate_rps else None
+    words = (
+        f"scaled x{ratio:.2f}: the model's prediction of the measured {measured.label} "
+        f"({measured.basis.words()}) against its search of this workload"
+    )
+    sized = fleet_for_stage(
+        stage,
+        [],
+        [
+            EstimatedCapacity(
+                label=option.label,
+                max_rate_rps=scaled_rate,
+                low_rate_rps=low,
+                high_rate_rps=high,
+                expected_error=capacity.expected_error,
+                gpus_per_replica=capacity.gpus_per_replica,
+                binding_constraint=capacity.binding_constraint,
+                notes=[*capacity.notes, words],
+            )
+        ],
+    ).estimates[0]
+    basis = option.basis.model_copy(
+        update={
+            "low_rps": low,
+            "high_rps": high,
+            "error_words": "; ".join(w for w in (words, option.basis.error_words) if w),
+        }
+    )
+    return option.model_copy(update={"capacity": sized, "basis": basis})
+
+
 def predicted_options(
     stage: StageProfile,
     framework: str,
@@ -454,8 +509,9 @@ def choose(options: Sequence[FleetOption], gpu: str) -> FleetAnswer:
         if runner.gpus <= chosen_high or runner_low <= chosen.gpus:
             tie = (
                 f"{chosen.label} ({chosen.capacity.count_words(gpu)}) and {runner.label} "
-                f"({runner.capacity.count_words(gpu)}) are within the prediction's error of each "
-                "other: measure both before committing"
+                f"({runner.capacity.count_words(gpu)}) cannot be told apart by these figures "
+                "(a prediction's interval or an unsettled search's upper bound reaches the "
+                "other's count): measure both before committing"
             )
     return FleetAnswer(chosen=chosen, alternatives=alternatives[:2], tie=tie)
 
@@ -464,6 +520,8 @@ __all__ = [
     "CapacityBasis",
     "FleetAnswer",
     "FleetOption",
+    "anchor_ratio",
+    "anchored",
     "candidate_precisions",
     "choose",
     "predicted_options",
