@@ -1098,8 +1098,8 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
                 "output measured": figure(
                     measured.measured_output_tok_s if measured else None, OUTPUT_UNIT
                 ),
-                "efficiency": figure(estimate.efficiency),
-                "efficiency from": estimate.efficiency_source or "—",
+                "floor / step": figure(estimate.efficiency),
+                "calibration": estimate.efficiency_source or "—",
             }
         )
     st.caption(
@@ -1152,8 +1152,8 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
                 hide_index=True,
             )
             st.caption(
-                "Each prediction leaves its own measurement out (leave-one-out) before the "
-                "efficiency is calibrated."
+                "Each prediction leaves its own run out (leave-one-out) before the serving "
+                "model's factors are fitted: the calibration the fleet uses too."
             )
 
 

@@ -55,7 +55,8 @@ from advisor.evidence.rows import (
 )
 from advisor.plan.stage_plan import bench_plan
 from advisor.plan.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
-from advisor.sizing.calibration import Calibration, calibration_from
+from advisor.sizing.calibration import Calibration, StepCalibration, calibration_from
+from advisor.sizing.calibration_fit import shipped_records, stored_records
 from advisor.sizing.configurations import (
     ConfigurationSearch,
     DeploymentFigures,
@@ -122,7 +123,12 @@ def recommend(
     all_runs = stored_runs(store) + list(runs or [])
     reference = reference or read_reference_folder(reference_dir)
     every_run = all_runs + [run for file_runs in reference.runs.values() for run in file_runs]
-    calibration = calibration_from(all_runs, reference.runs)
+    calibration, factors = calibration_from(
+        all_runs,
+        reference.runs,
+        yours=stored_records(store),
+        shipped=shipped_records(Path(reference_dir) if reference_dir is not None else None),
+    )
     lookup = RecordsLookup(store, records, reference)
     files = {run.run_id: name for name, file_runs in reference.runs.items() for run in file_runs}
     stage_results = [
@@ -133,6 +139,7 @@ def recommend(
             every_run,
             availability,
             calibration,
+            factors,
             lookup=lookup,
             threshold=threshold if threshold is not None else stage.practical_threshold,
             files=files,
@@ -158,6 +165,7 @@ def _recommend_stage(
     runs: list[RunResult],
     availability: dict[str, str],
     calibration: Calibration,
+    factors: StepCalibration,
     *,
     lookup: RecordsLookup | None = None,
     threshold: float = PRACTICAL_THRESHOLD,
@@ -186,7 +194,7 @@ def _recommend_stage(
         configurations = search_configurations(
             stage,
             recommendation.framework,
-            calibration.efficiency,
+            factors.lookup(stage),
             lambda deployment: calibration.measured_levels(stage, deployment),
         )
     if configurations is not None and configurations.best() is not None:
@@ -318,8 +326,8 @@ def _add_deployment(
     )
     if search.recommended_basis == "estimate":
         recommendation.caveats.append(
-            f"{best.label} is not measured: its figures are estimates (efficiency "
-            f"{best.efficiency:.2f}, {best.efficiency_source}; "
+            f"{best.label} is not measured: its figures are estimates (the serving model's "
+            f"step time, {best.efficiency_source}; "
             f"{calibration.accuracy_of(best.deployment)})"
         )
     if not best.within_gpu_budget:

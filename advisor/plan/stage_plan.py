@@ -289,8 +289,8 @@ def plan_for_stage(
         from advisor.sizing.configurations import plan_runs, search_configurations
         from advisor.sizing.measured import read_reference_folder
 
-        calibration = calibration_from([], read_reference_folder().runs)
-        search = search_configurations(stage, configs[0].backend, calibration.efficiency)
+        _, factors = calibration_from([], read_reference_folder().runs)
+        search = search_configurations(stage, configs[0].backend, factors.lookup(stage))
         if search is not None:
             configs += plan_runs(configs[0], search)
     repeats = QUICK_REPEATS if quick else FULL_REPEATS

@@ -79,7 +79,7 @@ def configurations_table(search: ConfigurationSearch | None) -> ReferenceTable |
             f"Predicted {OUTPUT.unit}",
             f"Measured {TPOT_P50.column}",
             f"Measured {OUTPUT.unit}",
-            "Efficiency",
+            "Floor / step",
         ]
         + (["Quality"] if search.quality_note else []),
         rows=rows,

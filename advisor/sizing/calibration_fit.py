@@ -309,6 +309,15 @@ def shipped_records(reference_dir: Path | None = None) -> list[CalibrationRecord
     ]
 
 
+def stored_records(store: object | None) -> list[CalibrationRecord]:
+    """The `bench calibrate` records in a results store, newest first ([] for None or a store
+    stand-in that keeps no calibrations)."""
+    from bench.storage.calibrations import list_calibrations
+    from bench.storage.store import ResultStore
+
+    return list_calibrations(store) if isinstance(store, ResultStore) else []
+
+
 def stage_calibration(
     stage: StageProfile,
     deployment: Deployment,
@@ -415,4 +424,5 @@ __all__ = [
     "predict_capacity",
     "shipped_records",
     "stage_calibration",
+    "stored_records",
 ]
