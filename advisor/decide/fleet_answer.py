@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from advisor.decide.capacity_words import UNSETTLED_NOTE, settled
+from advisor.sizing.calibration_fit import RecordSet
 from advisor.sizing.configurations import Deployment, deployment_formats
 from advisor.sizing.fleet import (
     CapacityBasis,
@@ -74,6 +75,7 @@ def stage_fleet(
     measured: Sequence,
     runs_by_id: Mapping[str, RunResult],
     runs: Sequence[RunResult],
+    records: RecordSet | None = None,
 ) -> FleetAnswer:
     """Every viable configuration of `framework` for the stage's peak, the cheapest chosen.
     `measured` are the stage's CandidateCapacity rows (measured searches, one per config)."""
@@ -90,7 +92,9 @@ def stage_fleet(
             excluded.append(reason)
         if option is not None and all(o.key() != option.key() for o in options):
             options.append(option)
-    predicted, out = predicted_options(stage, framework, runs, {o.key() for o in options})
+    predicted, out = predicted_options(
+        stage, framework, runs, {o.key() for o in options}, records=records
+    )
     answer = choose([*options, *predicted], stage.gpu.type or "GPU")
     answer.excluded = excluded + out
     return answer

@@ -56,7 +56,7 @@ from advisor.evidence.rows import (
 from advisor.plan.stage_plan import bench_plan
 from advisor.plan.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
 from advisor.sizing.calibration import Calibration, StepCalibration, calibration_from
-from advisor.sizing.calibration_fit import shipped_records, stored_records
+from advisor.sizing.calibration_fit import RecordSet, shipped_records, stored_records
 from advisor.sizing.configurations import (
     ConfigurationSearch,
     DeploymentFigures,
@@ -202,7 +202,14 @@ def _recommend_stage(
     elif configurations is None and stage.quality_result and not decision.refused:
         _add_fixed_precision_quality(recommendation, stage)
     if not decision.refused:
-        answer = stage_fleet(stage, recommendation.framework, capacities, runs_by_id, runs)
+        answer = stage_fleet(
+            stage,
+            recommendation.framework,
+            capacities,
+            runs_by_id,
+            runs,
+            records=RecordSet(tuple(factors.yours), tuple(factors.shipped)),
+        )
         predicted = [
             CandidateCapacity(framework=o.framework, capacity=o.capacity, provenance="estimate")
             for o in [answer.chosen, *answer.alternatives]
