@@ -17,6 +17,7 @@ plan); the plan's duration includes both.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from pydantic import Field, computed_field
 
@@ -52,6 +53,9 @@ from bench.core.config import (
 from bench.core.errors import UserError
 from bench.core.strict import Strict
 from bench.engines.models import canonical_model
+
+if TYPE_CHECKING:
+    from advisor.sizing.calibration_fit import RecordSet
 
 QUICK_DURATION_S = 15.0
 FULL_DURATION_S = 120.0
@@ -223,12 +227,14 @@ def plan_for_stage(
     cpu_only: bool = False,
     configurations: bool = False,
     busy: float = 1.0,
+    records: RecordSet | None = None,
 ) -> StagePlan:
     """Walk the tree for `stage` and plan one run per benchmarkable candidate, with estimates.
 
     `cpu_only` (no GPU on the machine that will run it): the quick plan runs the model's
     CPU-sized preset of the same family, vLLM eager (no compile warm-up), on the CPU; `busy`
-    scales the CPU estimates (`host_busy_factor()` for this machine).
+    scales the CPU estimates (`host_busy_factor()` for this machine). `records`: the
+    `bench calibrate` records whose fits predict the planned runs (default: the shipped ones).
     `configurations` (GPU plans): the configuration search's most promising TP x replicas x
     precision layouts of the first candidate join the plan
     (`advisor.sizing.configurations.plan_runs`).
@@ -293,6 +299,13 @@ def plan_for_stage(
         search = search_configurations(stage, configs[0].backend, factors.lookup(stage))
         if search is not None:
             configs += plan_runs(configs[0], search)
+    from advisor.sizing.calibration_fit import RecordSet, shipped_records
+    from advisor.sizing.run_prediction import with_predictions
+    from bench.core.calibration import CPU_DEVICE
+
+    if records is None:
+        records = RecordSet(shipped=tuple(shipped_records()))
+    configs = with_predictions(configs, CPU_DEVICE if cpu_only else stage.gpu.type, records)
     repeats = QUICK_REPEATS if quick else FULL_REPEATS
     capacity_configs, capacity_note = capacity_plan(stage, configs, quick)
     if cpu_only and quick and capacity_configs:
