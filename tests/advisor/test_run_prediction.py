@@ -89,3 +89,36 @@ def test_planned_runs_carry_the_records_prediction_and_a_smaller_engine_drifts()
     assert tpot.outside and tpot.ratio < 1
     words = drift_words(checks)
     assert words is not None and f"x{tpot.ratio:.2f}" in words
+
+
+def test_the_report_flags_a_drifted_run_with_its_ratio():
+    """The report's data caveats name a run measured outside its prediction, with the ratio and
+    the calibration record; a run within its interval is not named."""
+    from advisor.report.build import _data_caveats
+
+    runs = _vllm_16_bit_runs()
+    record = record_from_runs(runs)
+    fit = fit_record(record)
+    ladder = next(r for r in runs if r.config.load.pattern == "step")
+    config = ladder.config.model_copy(update={"load": ConcurrencyLoad(concurrency=64)})
+    prediction = predict_run(config, fit, record)
+    level = {p.target: p for p in ladder.phases if p.summary is not None}
+    smallest = level[min(level)]
+
+    def measured_as(summary):
+        return ladder.model_copy(
+            update={
+                "config": config.model_copy(update={"prediction": prediction}),
+                "summary": summary,
+            }
+        )
+
+    drifted = measured_as(smallest.summary)
+    ratio = next(c.ratio for c in drifted.drift() if c.metric == "tpot_ms_p50")
+    caveats = _data_caveats([drifted], None)
+    text = " ".join(c.text for c in caveats)
+    assert f"run {ladder.run_id} measured outside" in text
+    assert f"TPOT p50 x{ratio:.2f}" in text and record.calibration_id in text
+    held = measured_as(level[64].summary)  # the level itself, which the record contains
+    assert held.drift() and not any(c.outside for c in held.drift())
+    assert not any("measured outside" in c.text for c in _data_caveats([held], None))
