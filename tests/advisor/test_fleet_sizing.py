@@ -86,7 +86,7 @@ def test_every_part_reads_the_one_load():
     search = search_configurations(
         stage,
         "vllm",
-        calibration_from([], read_reference_folder(SHIPPED_REFERENCE_DIR).runs).efficiency,
+        calibration_from([], read_reference_folder(SHIPPED_REFERENCE_DIR).runs)[1].lookup(stage),
     )
     assert search is not None and search.concurrency == per_engine
 
