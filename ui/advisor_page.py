@@ -1230,6 +1230,8 @@ def show_capacity(stage: StageProfile, stage_result: Any, scope: str = "s0") -> 
     benchmark runs and the saved profile is unchanged (these inputs are not the form's)."""
     recommendation = stage_result.recommendation
     st.markdown("#### Capacity and cost")
+    if recommendation.capacity_basis:  # which capacity or calibration sized the fleet
+        st.caption(f"The fleet is {recommendation.capacity_basis}")
     gpu = stage.gpu.type or "your GPU"
     searched = _stage_capacity_runs(stage) if not recommendation.capacities else ([], set())
     measured = any(entry.provenance != "estimate" for entry in recommendation.capacities)
