@@ -198,7 +198,7 @@ def _recommend_stage(
             lambda deployment: calibration.measured_levels(stage, deployment),
         )
     if configurations is not None and configurations.best() is not None:
-        _add_deployment(recommendation, configurations, calibration)
+        _add_deployment(recommendation, configurations, calibration, stage.gpu.type)
     elif configurations is None and stage.quality_result and not decision.refused:
         _add_fixed_precision_quality(recommendation, stage)
     if not decision.refused:
@@ -299,7 +299,10 @@ def _add_fixed_precision_quality(recommendation: Recommendation, stage: StagePro
 
 
 def _add_deployment(
-    recommendation: Recommendation, search: ConfigurationSearch, calibration: Calibration
+    recommendation: Recommendation,
+    search: ConfigurationSearch,
+    calibration: Calibration,
+    search_gpu: str | None = None,
 ) -> None:
     """Name the configuration in the recommendation: TP, replicas, precision, engine arguments,
     the trade-offs in numbers and how far the estimate can be trusted."""
@@ -335,7 +338,7 @@ def _add_deployment(
         recommendation.caveats.append(
             f"{best.label} is not measured: its figures are estimates (the serving model's "
             f"step time, {best.efficiency_source}; "
-            f"{calibration.accuracy_of(best.deployment)})"
+            f"{calibration.accuracy_of(best.deployment, search_gpu)})"
         )
     if not best.within_gpu_budget:
         recommendation.caveats.append(

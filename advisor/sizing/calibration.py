@@ -100,23 +100,25 @@ class Calibration(Strict):
     gate_mape: float = GATE_MAPE
     verdict: str = ""
 
-    def accuracy_of(self, deployment: Deployment) -> str:
-        """The leave-one-out error of the configuration's partition, or of the whole predictor
-        when that partition has no stored level."""
+    def accuracy_of(self, deployment: Deployment, gpu: str | None = None) -> str:
+        """The leave-one-out error of the configuration's partition (on `gpu` when given), or
+        of the whole predictor when that partition has no stored level there."""
         name = partition_of(deployment)
-        for partition in self.partitions:
-            if partition.partition == name:
-                return (
-                    f"leave-one-out error of {name}: {TPOT_WORDS} {partition.tpot_mape:.1%}, "
-                    f"{OUTPUT_WORDS} {partition.throughput_mape:.1%} over {partition.points} "
-                    "stored level(s)"
-                )
+        members = [p for p in self.points if p.partition == name and (gpu is None or p.gpu == gpu)]
+        where = f" on {gpu}" if gpu else ""
+        if members:
+            tpot = _mape([p.tpot_error or 0.0 for p in members])
+            throughput = _mape([p.throughput_error or 0.0 for p in members])
+            return (
+                f"leave-one-out error of {name}{where}: {TPOT_WORDS} {tpot:.1%}, "
+                f"{OUTPUT_WORDS} {throughput:.1%} over {len(members)} stored level(s)"
+            )
         if self.tpot_mape is None or self.throughput_mape is None:
             return "no stored level to measure the estimate's error against"
         return (
-            f"{name} has no stored level; over all {len(self.points)} stored levels the "
-            f"leave-one-out error is {TPOT_WORDS} {self.tpot_mape:.1%}, {OUTPUT_WORDS} "
-            f"{self.throughput_mape:.1%}"
+            f"{name} has no stored level{where}, so its error there is not measured; over all "
+            f"{len(self.points)} stored levels the leave-one-out error is {TPOT_WORDS} "
+            f"{self.tpot_mape:.1%}, {OUTPUT_WORDS} {self.throughput_mape:.1%}"
         )
 
     def measured_levels(self, stage: StageProfile, deployment: Deployment) -> list[MeasuredLevel]:

@@ -196,3 +196,15 @@ def test_docs_table_matches_the_calibration(calibration) -> None:
         verdict = {True: "yes", False: "no", None: "—"}[partition.within_gate]
         assert rows[0].endswith(f"| {verdict} |")
     assert f"| all | {len(calibration.points)} | {calibration.tpot_mape:.1%} |" in text
+
+
+def test_accuracy_is_of_the_partition_on_the_gpu_asked(calibration) -> None:
+    """On a GPU with no stored level of the partition, the error there is said to be unmeasured;
+    on the H200 it is the MAPE of that partition's stored levels."""
+    vllm = Deployment(framework="vllm")
+    members = [p for p in calibration.points if p.partition == "vllm TP=1 16-bit weights"]
+    expected = sum(abs(p.tpot_error or 0.0) for p in members) / len(members)
+    on_h200 = calibration.accuracy_of(vllm, "H200")
+    assert f"{expected:.1%}" in on_h200 and f"over {len(members)} stored level(s)" in on_h200
+    on_h100 = calibration.accuracy_of(vllm, "H100-SXM")
+    assert "no stored level on H100-SXM" in on_h100 and "not measured" in on_h100
