@@ -504,7 +504,7 @@ def _configuration_lines(stage: Any, report: Report) -> list[str]:
         lines.append(
             f"  {estimate.label}{budget}: {estimate.weights_gb_per_gpu:.1f} GB weights + "
             f"{estimate.kv_cache_gb_per_gpu or 0:.1f} GB KV per GPU; {figures} at concurrency "
-            f"{search.concurrency}; efficiency {estimate.efficiency or 0:.2f} "
+            f"{search.concurrency}; floor / step {estimate.efficiency or 0:.2f} "
             f"({estimate.efficiency_source})"
         )
     for text in search.trade_offs[:4]:

@@ -1098,8 +1098,8 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
                 "output measured": figure(
                     measured.measured_output_tok_s if measured else None, OUTPUT_UNIT
                 ),
-                "efficiency": figure(estimate.efficiency),
-                "efficiency from": estimate.efficiency_source or "—",
+                "floor / step": figure(estimate.efficiency),
+                "calibration": estimate.efficiency_source or "—",
             }
         )
     st.caption(
@@ -1152,8 +1152,8 @@ def show_configurations(stage_result: Any, calibration: Any, scope: str = "s0") 
                 hide_index=True,
             )
             st.caption(
-                "Each prediction leaves its own measurement out (leave-one-out) before the "
-                "efficiency is calibrated."
+                "Each prediction leaves its own run out (leave-one-out) before the serving "
+                "model's factors are fitted: the calibration the fleet uses too."
             )
 
 
@@ -1230,6 +1230,8 @@ def show_capacity(stage: StageProfile, stage_result: Any, scope: str = "s0") -> 
     benchmark runs and the saved profile is unchanged (these inputs are not the form's)."""
     recommendation = stage_result.recommendation
     st.markdown("#### Capacity and cost")
+    if recommendation.capacity_basis:  # which capacity or calibration sized the fleet
+        st.caption(f"The fleet is {recommendation.capacity_basis}")
     gpu = stage.gpu.type or "your GPU"
     searched = _stage_capacity_runs(stage) if not recommendation.capacities else ([], set())
     measured = any(entry.provenance != "estimate" for entry in recommendation.capacities)

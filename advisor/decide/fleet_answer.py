@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from advisor.decide.capacity_words import UNSETTLED_NOTE, settled
+from advisor.sizing.calibration_fit import RecordSet
 from advisor.sizing.configurations import Deployment, deployment_formats
 from advisor.sizing.fleet import (
     CapacityBasis,
@@ -135,6 +136,7 @@ def stage_fleet(
     measured: Sequence,
     runs_by_id: Mapping[str, RunResult],
     runs: Sequence[RunResult],
+    records: RecordSet | None = None,
 ) -> FleetAnswer:
     """Every viable configuration of `framework` for the stage's peak, the cheapest chosen.
     `measured` are CandidateCapacity rows (measured searches, one per configuration: the
@@ -159,7 +161,7 @@ def stage_fleet(
     if stage.kind == "forward":
         predicted, out = forward_options(stage, framework, runs, measured_keys)
     else:
-        predicted, out = predicted_options(stage, framework, runs, measured_keys)
+        predicted, out = predicted_options(stage, framework, runs, measured_keys, records=records)
         # A measured configuration of this workload anchors the others: the model's error on
         # it (settled searches first) scales every prediction of the same engine and GPU.
         anchor = next((o for o in sorted(options, key=_anchor_rank)), None)

@@ -28,13 +28,9 @@ from typing import TYPE_CHECKING, Literal
 
 from advisor.decide.capacities import NO_PEAK_NOTE, headline, slo_text, stage_capacities
 from advisor.decide.capacity_words import UNSETTLED_NOTE, settled
+from advisor.decide.deployment import add_deployment, add_fixed_precision_quality, apply_fleet
 from advisor.decide.diagnose import Diagnostic, diagnose
-from advisor.decide.fleet_answer import (
-    basis_words,
-    deployed_parallelism,
-    other_precision_searches,
-    stage_fleet,
-)
+from advisor.decide.fleet_answer import other_precision_searches, stage_fleet
 from advisor.decide.learned import learned_opinion
 from advisor.decide.models import (
     BASIS_WORDS,
@@ -62,23 +58,15 @@ from advisor.evidence.rows import (
 )
 from advisor.plan.stage_plan import bench_plan
 from advisor.plan.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
-from advisor.sizing.calibration import Calibration, calibration_from
+from advisor.sizing.calibration import Calibration, StepCalibration, calibration_from
+from advisor.sizing.calibration_fit import RecordSet, shipped_records, stored_records
 from advisor.sizing.configurations import (
-    ConfigurationSearch,
-    DeploymentFigures,
     RecommendedDeployment,
     search_configurations,
 )
 from advisor.sizing.estimate import estimate_stage
-from advisor.sizing.fleet import FleetOption
 from advisor.sizing.measured import ReferenceFiles, read_reference_folder, stored_runs
 from advisor.workload.profile import Objective, StageProfile, WorkloadProfile
-from advisor.workload.quality import (
-    fixed_precision_risk,
-    profile_quality_name,
-    quality_note,
-    stage_quality,
-)
 from bench.core.errors import UserError
 from bench.core.schema import RequestRecord, RunResult
 from bench.core.stats import PRACTICAL_THRESHOLD, CandidateVerdict
@@ -139,7 +127,12 @@ def recommend(
     all_runs = stored_runs(store) + list(runs or [])
     reference = reference or read_reference_folder(reference_dir)
     every_run = all_runs + [run for file_runs in reference.runs.values() for run in file_runs]
-    calibration = calibration_from(all_runs, reference.runs)
+    calibration, factors = calibration_from(
+        all_runs,
+        reference.runs,
+        yours=stored_records(store),
+        shipped=shipped_records(Path(reference_dir) if reference_dir is not None else None),
+    )
     lookup = RecordsLookup(store, records, reference)
     files = {run.run_id: name for name, file_runs in reference.runs.items() for run in file_runs}
     stage_results = [
@@ -150,6 +143,7 @@ def recommend(
             every_run,
             availability,
             calibration,
+            factors,
             lookup=lookup,
             threshold=threshold if threshold is not None else stage.practical_threshold,
             files=files,
@@ -175,6 +169,7 @@ def _recommend_stage(
     runs: list[RunResult],
     availability: dict[str, str],
     calibration: Calibration,
+    factors: StepCalibration,
     *,
     lookup: RecordsLookup | None = None,
     threshold: float = PRACTICAL_THRESHOLD,
@@ -203,13 +198,13 @@ def _recommend_stage(
         configurations = search_configurations(
             stage,
             recommendation.framework,
-            calibration.efficiency,
+            factors.lookup(stage),
             lambda deployment: calibration.measured_levels(stage, deployment),
         )
     if configurations is not None and configurations.best() is not None:
-        _add_deployment(recommendation, configurations, calibration)
+        add_deployment(recommendation, configurations, calibration, stage.gpu.type)
     elif configurations is None and stage.quality_result and not decision.refused:
-        _add_fixed_precision_quality(recommendation, stage)
+        add_fixed_precision_quality(recommendation, stage)
     if not decision.refused:
         other = (
             other_precision_searches(stage, runs, published_ids, files)
@@ -217,7 +212,12 @@ def _recommend_stage(
             else []
         )
         answer = stage_fleet(
-            stage, recommendation.framework, [*capacities, *other], runs_by_id, runs
+            stage,
+            recommendation.framework,
+            [*capacities, *other],
+            runs_by_id,
+            runs,
+            records=RecordSet(tuple(factors.yours), tuple(factors.shipped)),
         )
         # The capacity tables and charts list measured searches; a prediction joins them where
         # it sized the fleet or nothing of the framework is measured (page 1 names the rest).
@@ -225,9 +225,7 @@ def _recommend_stage(
         predicted = [
             CandidateCapacity(framework=o.framework, capacity=o.capacity, provenance="estimate")
             for o in [answer.chosen, *answer.alternatives]
-            if o is not None
-            and not o.basis.measured
-            and (o is answer.chosen or not measured_here)
+            if o is not None and not o.basis.measured and (o is answer.chosen or not measured_here)
         ]
         capacities = capacities + predicted
         capacity_notes += [note for note in answer.excluded if note not in capacity_notes]
@@ -235,7 +233,7 @@ def _recommend_stage(
         recommendation.capacity_notes = capacity_notes
         if answer.chosen is not None:
             recommendation.fleet = answer
-            _apply_fleet(recommendation, answer.chosen, stage)
+            apply_fleet(recommendation, answer.chosen, stage)
         for alternative in recommendation.alternatives:
             alternative.capacity = next(
                 (
@@ -272,99 +270,6 @@ def _recommend_stage(
         configurations=configurations,
         parts=[] if decision.refused else route_parts(tree, stage, estimate),
     )
-
-
-def _apply_fleet(recommendation: Recommendation, chosen: FleetOption, stage: StageProfile) -> None:
-    """The fleet answer's configuration is what the recommendation deploys: its layout over
-    the fleet's GPUs, its precision and engine settings, its capacity and basis."""
-    recommendation.capacity = chosen.capacity
-    recommendation.capacity_basis = basis_words(chosen, stage.gpu.type or "GPU")
-    configuration = recommendation.configuration
-    same = (
-        configuration.parallelism is not None
-        and configuration.parallelism.tensor_parallel_size
-        == chosen.parallelism.tensor_parallel_size
-        and configuration.precision == chosen.precision
-        and configuration.weight_format == chosen.weight_format
-    )
-    update: dict = {
-        "framework": chosen.framework,
-        "label": chosen.label,
-        "parallelism": deployed_parallelism(chosen),
-        "precision": chosen.precision,
-        "weight_format": "int8" if chosen.weight_format == "int8" else None,
-        "engine_args": {**configuration.engine_args, **chosen.engine_args},
-    }
-    if not same:
-        # The configuration search's figures were for another layout or precision.
-        update["figures"] = None
-    recommendation.configuration = configuration.model_copy(update=update)
-
-
-def _add_fixed_precision_quality(recommendation: Recommendation, stage: StageProfile) -> None:
-    """A stage without a configuration search (forward kind) runs at the profile's precision:
-    page 1 still names the measured deltas, and a risk when that precision loses more than the
-    tolerance."""
-    quality = stage_quality(stage.quality_result)
-    if quality is None:
-        return
-    recommendation.caveats.append(quality_note(quality, stage.quality_result or ""))
-    name = profile_quality_name(stage.precision.dtype, stage.precision.quantization)
-    risk = fixed_precision_risk(quality, name, stage.max_quality_loss_pct)
-    if risk is not None:
-        recommendation.caveats.append(risk)
-
-
-def _add_deployment(
-    recommendation: Recommendation, search: ConfigurationSearch, calibration: Calibration
-) -> None:
-    """Name the configuration in the recommendation: TP, replicas, precision, engine arguments,
-    the trade-offs in numbers and how far the estimate can be trusted."""
-    best = search.best()
-    assert best is not None
-    deployment = best.deployment
-    prediction = best.prediction
-    figures = DeploymentFigures(basis=search.recommended_basis)
-    if prediction is not None:
-        figures = figures.model_copy(
-            update={
-                "predicted_tpot_ms": round(prediction.tpot_ms, 3),
-                "predicted_output_throughput_tok_s": round(prediction.output_throughput_tok_s, 1),
-                "predicted_tok_s_per_gpu": round(prediction.output_throughput_tok_s_per_gpu, 1),
-                "predicted_tok_s_per_user": round(prediction.tok_s_per_user, 2),
-                "at_concurrency": prediction.concurrency,
-            }
-        )
-    # The engine arguments stay the framework's own options: the search's parallelism and
-    # precision are their own fields, said once.
-    recommendation.configuration = recommendation.configuration.model_copy(
-        update={
-            "framework": deployment.framework,
-            "label": best.label,
-            "parallelism": deployment.parallelism,
-            "precision": deployment.precision,
-            "figures": figures,
-            "trade_offs": list(search.trade_offs),
-            "estimate_accuracy": calibration.verdict,
-        }
-    )
-    if search.recommended_basis == "estimate":
-        recommendation.caveats.append(
-            f"{best.label} is not measured: its figures are estimates (efficiency "
-            f"{best.efficiency:.2f}, {best.efficiency_source}; "
-            f"{calibration.accuracy_of(best.deployment)})"
-        )
-    if not best.within_gpu_budget:
-        recommendation.caveats.append(
-            f"{best.label} needs {deployment.gpus} GPUs, more than the profile's "
-            f"{search.gpu_budget}: nothing holds the model on {search.gpu_budget} at its precision"
-        )
-    if search.quality_note is not None:  # the stage measured quality: name the deltas
-        recommendation.caveats.append(search.quality_note)
-    elif any(e.deployment.precision.uses_fp8 for e in search.estimates[: len(search.plan)]):
-        from advisor.sizing.configurations import FP8_ACCURACY_NOTE
-
-        recommendation.caveats.append(FP8_ACCURACY_NOTE)
 
 
 # --------------------------------------------------------------------------- the rule

@@ -19,6 +19,8 @@ context_window.py, cpu_plan.py (the CPU stand-ins), capacity_search.py, run_esti
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field, computed_field
 
 from advisor.plan.capacity_search import capacity_plan, capacity_search_s
@@ -40,6 +42,9 @@ from advisor.workload.profile import StageProfile
 from bench.core.config import RunConfig, cpu_dtype
 from bench.core.errors import UserError
 from bench.core.strict import Strict
+
+if TYPE_CHECKING:
+    from advisor.sizing.calibration_fit import RecordSet
 
 CONFIRM_ABOVE_S = 600.0
 """A plan estimated to take longer than this asks for confirmation before it runs."""
@@ -119,12 +124,14 @@ def plan_for_stage(
     cpu_only: bool = False,
     configurations: bool = False,
     busy: float = 1.0,
+    records: RecordSet | None = None,
 ) -> StagePlan:
     """Walk the tree for `stage` and plan one run per benchmarkable candidate, with estimates.
 
     `cpu_only` (no GPU on the machine that will run it): the quick plan runs the model's
     CPU-sized preset of the same family, vLLM eager (no compile warm-up), on the CPU; `busy`
-    scales the CPU estimates (`host_busy_factor()` for this machine).
+    scales the CPU estimates (`host_busy_factor()` for this machine). `records`: the
+    `bench calibrate` records whose fits predict the planned runs (default: the shipped ones).
     `configurations` (GPU plans): the configuration search's most promising TP x replicas x
     precision layouts of the first candidate join the plan
     (`advisor.sizing.configurations.plan_runs`).
@@ -185,10 +192,17 @@ def plan_for_stage(
         from advisor.sizing.configurations import plan_runs, search_configurations
         from advisor.sizing.measured import read_reference_folder
 
-        calibration = calibration_from([], read_reference_folder().runs)
-        search = search_configurations(stage, configs[0].backend, calibration.efficiency)
+        _, factors = calibration_from([], read_reference_folder().runs)
+        search = search_configurations(stage, configs[0].backend, factors.lookup(stage))
         if search is not None:
             configs += plan_runs(configs[0], search)
+    from advisor.sizing.calibration_fit import RecordSet, shipped_records
+    from advisor.sizing.run_prediction import with_predictions
+    from bench.core.calibration import CPU_DEVICE
+
+    if records is None:
+        records = RecordSet(shipped=tuple(shipped_records()))
+    configs = with_predictions(configs, CPU_DEVICE if cpu_only else stage.gpu.type, records)
     repeats = QUICK_REPEATS if quick else FULL_REPEATS
     capacity_configs, capacity_note = capacity_plan(stage, configs, quick)
     if cpu_only and quick and capacity_configs:

@@ -9,6 +9,7 @@ from advisor.decide.recommend import REFUSED
 from advisor.report.model import Caveat, StageReport
 from advisor.report.numbers import scalar_text
 from bench.core.fingerprint import Fingerprint
+from bench.core.prediction import drift_words
 from bench.core.schema import RunResult
 
 
@@ -50,6 +51,20 @@ def data_caveats(runs: Sequence[RunResult], environment: Fingerprint | None) -> 
                     framework=run.config.backend,
                     text=f"run {run.run_id} is {run.validity.status.value}: "
                     + "; ".join(run.validity.reasons),
+                )
+            )
+    for run in runs:
+        drift = drift_words(run.drift())
+        if drift is not None and run.config.prediction is not None:
+            record = run.config.prediction.calibration_id or "the default factors"
+            caveats.append(
+                Caveat(
+                    kind="data",
+                    framework=run.config.backend,
+                    text=f"run {run.run_id} measured outside the interval predicted for it "
+                    f"({drift}; calibration {record}): its engine ran otherwise than the "
+                    "calibrated one (engine limits, release, GPU clocks); `python -m bench "
+                    "calibrate --check` says whether the calibration still holds",
                 )
             )
     for run in runs:

@@ -646,9 +646,9 @@ def pareto_chart(search: ConfigurationSearch | None) -> Chart:
         x_label=f"{PER_USER.label} (1000 / {TPOT_P50.label} {TPOT_P50.unit})",
         y_label=PER_GPU.label,
         description="Each line is one configuration over concurrency 1, 16, 64, 256 and the "
-        "profile's; up and to the right is better. Estimates come from the calibrated step "
-        "model (efficiency and its leave-one-out error in the recommendation); measured lines "
-        "are stored runs of exactly that configuration.",
+        "profile's; up and to the right is better. Estimates come from the serving model's "
+        "step time with its calibrated factors (their leave-one-out error in the "
+        "recommendation); measured lines are stored runs of exactly that configuration.",
         series=series,
         markers=markers,
     )

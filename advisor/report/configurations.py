@@ -2,8 +2,9 @@
 
 The search table lists the configurations of a stage (TP x replicas x precision) with memory per
 GPU and the estimate beside any stored measurement of exactly that configuration; the calibration
-table puts every stored level's leave-one-out prediction beside its measurement, with the MAPE
-and where the predictor stands against the 10%-per-partition gate in its note.
+table puts every stored level's leave-one-out prediction (the serving model's step time with
+factors fitted without its run: the one calibration) beside its measurement, with the MAPE and
+where the predictor stands against the 10%-per-partition gate in its note.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def configurations_table(search: ConfigurationSearch | None) -> ReferenceTable |
             f"Predicted {OUTPUT.unit}",
             f"Measured {TPOT_P50.column}",
             f"Measured {OUTPUT.unit}",
-            "Efficiency",
+            "Floor / step",
         ]
         + (["Quality"] if search.quality_note else []),
         rows=rows,

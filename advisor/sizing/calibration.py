@@ -1,57 +1,62 @@
-"""Calibration of the configuration estimate on stored measurements, with its leave-one-out error.
+"""The one calibration behind the configuration search, and its leave-one-out error.
 
-Every closed-loop level of a stored generate run on a catalogued GPU (a concurrency run, or each
-phase of a step ladder) is one point: its configuration (engine, TP, replicas, precision), its
-shape and load, the step floor `advisor.sizing.configurations` computes for it, and the measured
-TPOT p50 and output tok/s. A point's observed efficiency = step floor / measured TPOT p50.
+The configuration search predicts a deployment's TPOT at a concurrency as the serving model
+does (advisor/sizing/serving_model.py): the engine shape's step time with the serving model's
+calibrated factors (overhead, memory, compute). The factors for a stage's GPU, engine and
+precision class come from, in order:
+1. a `bench calibrate` record of that engine on that GPU type and precision class (yours in the
+   store before one shipped in data/reference; advisor/sizing/calibration_fit.py);
+2. the serving model's fit on the stored runs of that engine on that GPU type
+   (`serving_model.calibrate`: the same precision class, else any);
+3. none: the serving model's default factors, said so with the `bench calibrate` command.
+This is the fit the fleet answer uses; there is no second one.
 
-The efficiency used for a configuration is the median observed efficiency of the closest points,
-taken from the first level that has any:
-1. the same engine, TP degree and precision (weights and KV formats);
-2. the same engine and precision at another TP degree, scaled by the assumed TP factors;
-3. the same engine at another precision (FP8 assumed to keep the 16-bit efficiency);
-4. every engine (the engine has no stored run);
-5. none stored: an assumed 0.5.
-Leave-one-out: each point is predicted from the others (its own measurement removed before the
-efficiency is looked up), and the absolute percentage errors of TPOT p50 and output tok/s are
-averaged (MAPE), overall and per partition (engine x TP x precision). The bar this predictor is
-held to: under 10% per partition, the gate the field's best-known performance predictors set
-for themselves; a partition with fewer than two points cannot be judged.
+Its error is the serving model's own leave-one-out over the stored closed-loop levels: each
+level's step time (its TPOT p50) is predicted from factors fitted without its run, and the
+absolute percentage errors of TPOT p50 and output tok/s are averaged (MAPE), overall and per
+partition (engine x TP x precision). The bar: under 10% per partition, the gate the field's
+best-known performance predictors set for themselves; a partition with fewer than two levels
+cannot be judged.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from pydantic import Field
 
+from advisor.sizing.calibration_fit import RecordFit, stage_calibration
 from advisor.sizing.configurations import (
-    DEFAULT_MAX_BATCH,
     OUTPUT_WORDS,
-    TP_EFFICIENCY_ASSUMED,
     TPOT_WORDS,
     Deployment,
     MeasuredLevel,
-    ShapeInputs,
-    step_floor_ms,
 )
 from advisor.sizing.engine_shape import SHAPE_TOLERANCE
-from advisor.sizing.measured import run_gpu_name
-from advisor.workload.architectures import architecture_for
-from advisor.workload.gpus import GPUS
+from advisor.sizing.serving_model import (
+    Calibration as Fit,
+)
+from advisor.sizing.serving_model import (
+    Factors,
+    RunShape,
+    calibrate,
+    engine_family,
+    observations,
+    run_shape,
+)
 from advisor.workload.profile import StageProfile
+from bench.core.calibration import CalibrationRecord
 from bench.core.config import GenerateWorkload
-from bench.core.schema import MetricsSummary, RunResult, RunStatus, ValidityStatus
+from bench.core.schema import RunResult
 from bench.core.strict import Strict
 
 GATE_MAPE = 0.10
-ASSUMED_EFFICIENCY = 0.5
-"""Efficiency when no run at all is stored (about what vLLM reaches on an H200 at batch 1)."""
 
 
 class CalibrationPoint(Strict):
-    """One measured closed-loop level and what the estimate predicts for it."""
+    """One measured closed-loop level and the serving model's leave-one-out prediction of it."""
 
     run_id: str
     phase: str
@@ -63,16 +68,12 @@ class CalibrationPoint(Strict):
     prompt_tokens: float
     output_tokens: float
     concurrency: int
-    max_batch: int
-    batch_per_replica: int
-    step_floor_ms: float
+    batch_per_replica: float = Field(description="Sequences decoding per step of one replica.")
     measured_tpot_ms: float
     measured_output_tok_s: float
     measured_tok_s_per_gpu: float
     measured_tok_s_per_user: float
-    observed_efficiency: float
-    loo_efficiency: float | None = None
-    loo_efficiency_source: str = ""
+    loo_basis: str = Field("", description="The factors it was predicted with, in words.")
     predicted_tpot_ms: float | None = None
     predicted_output_tok_s: float | None = None
     tpot_error: float | None = Field(None, description="(predicted - measured) / measured.")
@@ -99,26 +100,25 @@ class Calibration(Strict):
     gate_mape: float = GATE_MAPE
     verdict: str = ""
 
-    def efficiency(self, deployment: Deployment) -> tuple[float, str]:
-        return efficiency_for(deployment, self.points)
-
-    def accuracy_of(self, deployment: Deployment) -> str:
-        """The leave-one-out error of the configuration's partition, or of the whole predictor
-        when that partition has no stored level."""
+    def accuracy_of(self, deployment: Deployment, gpu: str | None = None) -> str:
+        """The leave-one-out error of the configuration's partition (on `gpu` when given), or
+        of the whole predictor when that partition has no stored level there."""
         name = partition_of(deployment)
-        for partition in self.partitions:
-            if partition.partition == name:
-                return (
-                    f"leave-one-out error of {name}: {TPOT_WORDS} {partition.tpot_mape:.1%}, "
-                    f"{OUTPUT_WORDS} {partition.throughput_mape:.1%} over {partition.points} "
-                    "stored level(s)"
-                )
+        members = [p for p in self.points if p.partition == name and (gpu is None or p.gpu == gpu)]
+        where = f" on {gpu}" if gpu else ""
+        if members:
+            tpot = _mape([p.tpot_error or 0.0 for p in members])
+            throughput = _mape([p.throughput_error or 0.0 for p in members])
+            return (
+                f"leave-one-out error of {name}{where}: {TPOT_WORDS} {tpot:.1%}, "
+                f"{OUTPUT_WORDS} {throughput:.1%} over {len(members)} stored level(s)"
+            )
         if self.tpot_mape is None or self.throughput_mape is None:
             return "no stored level to measure the estimate's error against"
         return (
-            f"{name} has no stored level; over all {len(self.points)} stored levels the "
-            f"leave-one-out error is {TPOT_WORDS} {self.tpot_mape:.1%}, {OUTPUT_WORDS} "
-            f"{self.throughput_mape:.1%}"
+            f"{name} has no stored level{where}, so its error there is not measured; over all "
+            f"{len(self.points)} stored levels the leave-one-out error is {TPOT_WORDS} "
+            f"{self.tpot_mape:.1%}, {OUTPUT_WORDS} {self.throughput_mape:.1%}"
         )
 
     def measured_levels(self, stage: StageProfile, deployment: Deployment) -> list[MeasuredLevel]:
@@ -173,119 +173,93 @@ def partition_of(deployment: Deployment) -> str:
     )
 
 
-def _tp_factor(target: int, measured: int) -> float:
-    return TP_EFFICIENCY_ASSUMED.get(target, 0.6) / TP_EFFICIENCY_ASSUMED.get(measured, 0.6)
+@dataclass
+class StepCalibration:
+    """The factors of the one calibration, looked up per stage and deployment (remembered:
+    the search asks for every candidate configuration)."""
+
+    shapes: Sequence[RunShape] = ()
+    yours: Sequence[CalibrationRecord] = ()
+    shipped: Sequence[CalibrationRecord] = ()
+    _memo: dict[tuple, tuple[Factors, str]] = field(default_factory=dict)
+
+    def factors(self, stage: StageProfile, deployment: Deployment) -> tuple[Factors, str]:
+        """(factors, which calibration they come from, in words)."""
+        gpu = stage.gpu.type or ""
+        key = (gpu, engine_family(deployment.framework), deployment.precision_key)
+        if key not in self._memo:
+            found = stage_calibration(stage, deployment, self.yours, self.shipped)
+            if isinstance(found, RecordFit):
+                self._memo[key] = (found.calibration.factors, found.basis.words)
+            else:
+                fit: Fit = calibrate(key[1], gpu, key[2], self.shapes)
+                words = fit.basis if fit.calibrated else found.words
+                self._memo[key] = (fit.factors, words)
+        return self._memo[key]
+
+    def lookup(self, stage: StageProfile):
+        """The search's `StepLookup` for one stage."""
+        return lambda deployment: self.factors(stage, deployment)
 
 
-def efficiency_for(
-    deployment: Deployment, points: Sequence[CalibrationPoint], leave_out: int | None = None
-) -> tuple[float, str]:
-    """(efficiency, where it comes from) for a configuration; `leave_out` = a point's index
-    removed first (leave-one-out)."""
-    pool = [p for i, p in enumerate(points) if i != leave_out]
-    tp = deployment.parallelism.tensor_parallel_size
-    key = deployment.precision_key
-    engine = [p for p in pool if p.deployment.framework == deployment.framework]
-    levels = (
-        (
-            [p for p in engine if p.partition == partition_of(deployment)],
-            "calibrated on {n} stored level(s) of {what}",
-        ),
-        (
-            [p for p in engine if p.deployment.precision_key == key],
-            "{what}: measured at another TP degree, scaled by the assumed TP factor",
-        ),
-        (engine, "{what}: measured at another precision only (assumed the same efficiency)"),
-        (pool, "{what}: no stored run of this engine; the median of every engine's {n} level(s)"),
-    )
-    for members, text in levels:
-        if members:
-            values = [
-                p.observed_efficiency
-                * _tp_factor(tp, p.deployment.parallelism.tensor_parallel_size)
-                for p in members
-            ]
-            what = partition_of(deployment)
-            return statistics.median(values), text.format(n=len(members), what=what)
-    return ASSUMED_EFFICIENCY * _tp_factor(tp, 1), "assumed (no stored measurement)"
-
-
-def _levels(run: RunResult) -> Iterable[tuple[str, int, MetricsSummary]]:
-    """(phase name, concurrency, summary) of every closed-loop level of a run."""
-    if run.config.load.closed_loop:
-        for phase in run.phases:
-            if phase.strategy == "concurrency" and phase.summary is not None:
-                yield phase.name, int(phase.target), phase.summary
-
-
-def _max_batch(run: RunResult) -> int:
-    args = run.config.engine_args
-    value = args.get("max_num_seqs") or args.get("max_batch_size")
-    return int(value) if isinstance(value, int) and value > 0 else DEFAULT_MAX_BATCH
-
-
-def points_from_runs(
+def _shapes(
     runs: Iterable[tuple[RunResult, str | None]],
-) -> list[CalibrationPoint]:
-    """Calibration points from (run, reference file or None) pairs; runs that are not VALID
-    completed generate runs on a catalogued GPU with a known model size are skipped."""
-    points: list[CalibrationPoint] = []
+) -> list[tuple[RunShape, str | None]]:
+    out = []
     for run, reference in runs:
+        item = run_shape(run)
+        if item is not None:
+            out.append((item, reference))
+    return out
+
+
+def points_from_shapes(shapes: Sequence[tuple[RunShape, str | None]]) -> list[CalibrationPoint]:
+    """Every closed-loop level of the runs the serving model covers, its step time predicted
+    from the factors fitted without its own run (the serving model's leave-one-out)."""
+    every = [item for item, _ in shapes]
+    points: list[CalibrationPoint] = []
+    for item, reference in shapes:
+        run = item.run
         config = run.config
-        if not isinstance(config.workload, GenerateWorkload):
-            continue
-        if run.status != RunStatus.COMPLETED or (
-            run.validity is not None and run.validity.status != ValidityStatus.VALID
-        ):
-            continue
-        gpu_name = run_gpu_name(run)
-        gpu = GPUS.get(gpu_name) if gpu_name else None
-        architecture, _ = architecture_for(config.model)
-        parameters = architecture.parameters if architecture else None
-        if parameters is None and run.model is not None and run.model.parameters:
-            parameters = run.model.parameters
-        if gpu is None or not parameters:
-            continue
+        assert isinstance(config.workload, GenerateWorkload)  # run_shape covers only these
+        others = [s for s in every if s.run.run_id != run.run_id]
+        fit = calibrate(item.family, item.gpu, item.precision_class, others)
         deployment = Deployment(
             framework=config.backend, parallelism=config.parallelism, precision=config.precision
         )
-        inputs = ShapeInputs(
-            parameters=parameters,
-            architecture=architecture,
-            gpu=gpu,
-            bandwidth_tb_s=gpu.memory_bandwidth_tb_s,
-            prompt_tokens=config.workload.prompt_tokens.mean,
-            output_tokens=config.workload.output_tokens.mean,
-        )
-        max_batch = _max_batch(run)
-        for phase, concurrency, summary in _levels(run):
-            if summary.tpot_ms is None or summary.tpot_ms.p50 <= 0:
+        phases = {phase.name: phase for phase in run.phases}
+        for obs in observations(item):
+            summary = phases[obs.phase].summary
+            if obs.over != "concurrency" or summary is None:
                 continue
             if summary.output_throughput_tok_s <= 0:
                 continue
-            batch = max(1, min(-(-concurrency // deployment.parallelism.replicas), max_batch))
-            floor, _ = step_floor_ms(inputs, deployment, batch)
-            measured_tpot = summary.tpot_ms.p50
+            tpot = item.shape.step_ms(fit.factors, obs.decode, obs.prefill, obs.context)
+            throughput = item.replicas * obs.decode * 1e3 / tpot
+            measured_tpot = obs.measured_step_ms
+            measured_tok_s = summary.output_throughput_tok_s
             points.append(
                 CalibrationPoint(
                     run_id=run.run_id,
-                    phase=phase,
+                    phase=obs.phase,
                     reference=reference,
                     model=config.model,
-                    gpu=gpu.name,
+                    gpu=item.gpu,
                     deployment=deployment,
                     partition=partition_of(deployment),
-                    prompt_tokens=inputs.prompt_tokens,
-                    output_tokens=inputs.output_tokens,
-                    concurrency=concurrency,
-                    max_batch=max_batch,
-                    batch_per_replica=batch,
-                    step_floor_ms=floor,
+                    prompt_tokens=config.workload.prompt_tokens.mean,
+                    output_tokens=config.workload.output_tokens.mean,
+                    concurrency=int(obs.level),
+                    batch_per_replica=obs.decode,
                     measured_tpot_ms=measured_tpot,
-                    measured_output_tok_s=summary.output_throughput_tok_s,
-                    measured_tok_s_per_gpu=summary.output_throughput_tok_s / deployment.gpus,
+                    measured_output_tok_s=measured_tok_s,
+                    measured_tok_s_per_gpu=measured_tok_s / deployment.gpus,
                     measured_tok_s_per_user=1e3 / measured_tpot,
-                    observed_efficiency=floor / measured_tpot,
+                    loo_basis=fit.basis,
+                    predicted_tpot_ms=tpot,
+                    predicted_output_tok_s=throughput,
+                    tpot_error=(tpot - measured_tpot) / measured_tpot,
+                    throughput_error=(throughput - measured_tok_s) / measured_tok_s,
                 )
             )
     return points
@@ -295,33 +269,15 @@ def _mape(errors: Sequence[float]) -> float:
     return statistics.mean(abs(e) for e in errors)
 
 
-def calibrate(points: Sequence[CalibrationPoint]) -> Calibration:
-    """Leave-one-out predictions for every point, then MAPE overall and per partition."""
-    checked: list[CalibrationPoint] = []
-    for index, point in enumerate(points):
-        efficiency, source = efficiency_for(point.deployment, points, leave_out=index)
-        # The same arithmetic as `configurations.predict`, on the floor already computed from
-        # the run's own sizes (a checkpoint-path model has no preset to recompute them from).
-        tpot = point.step_floor_ms / efficiency
-        throughput = point.deployment.parallelism.replicas * point.batch_per_replica * 1e3 / tpot
-        checked.append(
-            point.model_copy(
-                update={
-                    "loo_efficiency": efficiency,
-                    "loo_efficiency_source": source,
-                    "predicted_tpot_ms": tpot,
-                    "predicted_output_tok_s": throughput,
-                    "tpot_error": (tpot - point.measured_tpot_ms) / point.measured_tpot_ms,
-                    "throughput_error": (throughput - point.measured_output_tok_s)
-                    / point.measured_output_tok_s,
-                }
-            )
-        )
+def accuracy(points: Sequence[CalibrationPoint]) -> Calibration:
+    """MAPE of the leave-one-out predictions, overall and per partition, and the verdict."""
+    checked = list(points)
     calibration = Calibration(points=checked)
     if not checked:
         calibration.verdict = (
-            "no stored generate run on a catalogued GPU: the efficiency is assumed and its "
-            "error unknown; every figure of the configuration search is an estimate"
+            "no stored generate run the serving model covers: its factors are the defaults "
+            "unless a `bench calibrate` record exists, and the error is unknown; every figure "
+            "of the configuration search is an estimate"
         )
         return calibration
     calibration.tpot_mape = _mape([p.tpot_error or 0.0 for p in checked])
@@ -373,25 +329,30 @@ def gate_verdict(calibration: Calibration) -> str:
 
 
 def calibration_from(
-    runs: Iterable[RunResult], reference_runs: dict[str, list[RunResult]]
-) -> Calibration:
-    """Calibrate on the user's stored runs and the shipped reference runs."""
+    runs: Iterable[RunResult],
+    reference_runs: dict[str, list[RunResult]],
+    yours: Sequence[CalibrationRecord] = (),
+    shipped: Sequence[CalibrationRecord] = (),
+) -> tuple[Calibration, StepCalibration]:
+    """The one calibration on the user's stored runs, the shipped reference runs and the
+    `bench calibrate` records: (its leave-one-out accuracy, its factor lookup)."""
     pairs: list[tuple[RunResult, str | None]] = [(run, None) for run in runs]
     pairs += [(run, name) for name, file_runs in reference_runs.items() for run in file_runs]
-    return calibrate(points_from_runs(pairs))
+    shapes = _shapes(pairs)
+    lookup = StepCalibration(shapes=[item for item, _ in shapes], yours=yours, shipped=shipped)
+    return accuracy(points_from_shapes(shapes)), lookup
 
 
 __all__ = [
-    "ASSUMED_EFFICIENCY",
     "GATE_MAPE",
     "Calibration",
     "CalibrationPoint",
     "PartitionError",
-    "calibrate",
+    "StepCalibration",
+    "accuracy",
     "calibration_from",
-    "efficiency_for",
     "gate_verdict",
     "partition_of",
-    "points_from_runs",
+    "points_from_shapes",
     "same_configuration",
 ]

@@ -309,6 +309,28 @@ def shipped_records(reference_dir: Path | None = None) -> list[CalibrationRecord
     ]
 
 
+@dataclass(frozen=True)
+class RecordSet:
+    """The `bench calibrate` records a prediction may use: yours (the store) before shipped."""
+
+    yours: tuple[CalibrationRecord, ...] = ()
+    shipped: tuple[CalibrationRecord, ...] = ()
+
+    def for_stage(
+        self, stage: StageProfile, deployment: Deployment
+    ) -> RecordFit | CalibrationBasis:
+        return stage_calibration(stage, deployment, self.yours, self.shipped)
+
+
+def stored_records(store: object | None) -> list[CalibrationRecord]:
+    """The `bench calibrate` records in a results store, newest first ([] for None or a store
+    stand-in that keeps no calibrations)."""
+    from bench.storage.calibrations import list_calibrations
+    from bench.storage.store import ResultStore
+
+    return list_calibrations(store) if isinstance(store, ResultStore) else []
+
+
 def stage_calibration(
     stage: StageProfile,
     deployment: Deployment,
@@ -405,6 +427,7 @@ __all__ = [
     "CalibrationBasis",
     "RecordCapacity",
     "RecordFit",
+    "RecordSet",
     "calibrate_command",
     "calibration_for",
     "device_spec",
@@ -415,4 +438,5 @@ __all__ = [
     "predict_capacity",
     "shipped_records",
     "stage_calibration",
+    "stored_records",
 ]

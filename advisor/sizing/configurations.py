@@ -12,9 +12,10 @@ profile's dtype or FP8, KV cache at the dtype or FP8 — and each is estimated p
   bandwidth, plus compute 2 x parameters x (b decode tokens + the prefill tokens a closed loop
   admits per step, b x prompt / output) / TP at the dense tensor peak (FP8 weights on a GPU with
   FP8 tensor cores: twice the 16-bit peak; without: weight-only FP8, the 16-bit peak);
-- TPOT = step floor / efficiency, where efficiency is calibrated per engine, TP degree and
-  precision from stored measurements (`advisor.sizing.calibration`); output tok/s = replicas x b x
-  1000 / TPOT; tok/s per GPU = that / GPUs; tok/s per user = 1000 / TPOT.
+- TPOT = the engine shape's step time at b with the serving model's calibrated factors
+  (overhead, memory, compute: the one calibration, `advisor.sizing.calibration`, which the fleet
+  answer uses too); output tok/s = replicas x b x 1000 / TPOT; tok/s per GPU = that / GPUs;
+  tok/s per user = 1000 / TPOT. The floor / TPOT ratio is shown as the efficiency it implies.
 
 The assumed TP efficiencies below stand only until a measurement of that TP degree replaces them.
 Configurations that need more GPUs than the profile has are listed only when nothing fits within
@@ -45,7 +46,7 @@ from advisor.sizing.engine_model.replica import (
     replica_shape,
 )
 from advisor.sizing.engine_model.replica import kv_bytes_per_token as model_kv_bytes_per_token
-from advisor.sizing.engine_model.step import FLOOR, TP_EFFICIENCY_ASSUMED
+from advisor.sizing.engine_model.step import FLOOR, TP_EFFICIENCY_ASSUMED, StepFactors
 from advisor.sizing.engine_shape import registered_backend, stage_tensor_parallel
 from advisor.sizing.estimate import TP_DEGREES
 from advisor.workload.architectures import Architecture, architecture_for
@@ -193,7 +194,7 @@ class Prediction(Strict):
     concurrency: int
     batch_per_replica: int
     step_floor_ms: float = Field(description="Memory + compute floor of one decode step.")
-    efficiency: float
+    efficiency: float = Field(description="Floor / predicted step: what the factors imply.")
     tpot_ms: float
     output_throughput_tok_s: float
     output_throughput_tok_s_per_gpu: float
@@ -295,12 +296,13 @@ def deployment_reuse(inputs: ShapeInputs, deployment: Deployment) -> PrefixReuse
 
 
 def step_floor_ms(
-    inputs: ShapeInputs, deployment: Deployment, batch: int
+    inputs: ShapeInputs, deployment: Deployment, batch: int, factors: StepFactors | None = None
 ) -> tuple[float, float | None]:
     """(floor of one decode step of one replica at `batch` sequences, KV GB per sequence):
     the engine model's step at the physical floor (engine_model/step.py), in a closed loop
     (b sequences finish every output_tokens steps, so b x uncached prompt / output tokens are
-    prefilled per step on average besides the b decoded tokens)."""
+    prefilled per step on average besides the b decoded tokens). With `factors`: the step
+    time those calibration factors predict instead of the floor."""
     facts = model_facts(inputs.architecture, inputs.parameters)
     reuse = deployment_reuse(inputs, deployment)
     shape = (
@@ -319,35 +321,41 @@ def step_floor_ms(
     if shape is None:  # no layer sizes or no tensor peak: the weight read alone
         weights = inputs.parameters * weight_bytes_per_parameter(deployment, inputs.scheme)
         tp = deployment.parallelism.tensor_parallel_size
-        return weights / tp / (inputs.bandwidth_tb_s * 1e12) * 1e3, None
+        read = weights / tp / (inputs.bandwidth_tb_s * 1e12) * 1e3
+        if factors is not None:
+            read = factors.overhead_ms + factors.memory * read
+        return read, None
     output = max(inputs.output_tokens, 1)
     uncached = max(inputs.prompt_tokens - shape.cached_prompt_tokens, 1.0)
     prefill = batch * uncached / output
     context = batch * (inputs.prompt_tokens + inputs.output_tokens / 2)
-    # The floor is pure physics: the assumed TP efficiency is the calibration's to apply.
-    floor = shape.step_ms(FLOOR, batch, prefill, context) * shape.tp_efficiency
+    if factors is not None:  # the serving model's step, as its simulation takes it
+        step = shape.step_ms(factors, batch, prefill, context)
+    else:  # the floor is pure physics: the assumed TP efficiency is the factors' to apply
+        step = shape.step_ms(FLOOR, batch, prefill, context) * shape.tp_efficiency
     per_token = shape.kv_bytes_per_token * deployment.parallelism.tensor_parallel_size
     own = inputs.prompt_tokens + inputs.output_tokens - shape.pooled_prompt_tokens
-    return floor, per_token * own / GB
+    return step, per_token * own / GB
 
 
 def predict(
     inputs: ShapeInputs,
     deployment: Deployment,
     concurrency: int,
-    efficiency: float,
+    factors: StepFactors,
     max_batch: int = DEFAULT_MAX_BATCH,
 ) -> Prediction:
-    """TPOT and throughput at `concurrency` closed-loop clients spread over the replicas."""
+    """TPOT and throughput at `concurrency` closed-loop clients spread over the replicas: the
+    step time with the calibration's factors."""
     batch = max(1, min(math.ceil(concurrency / deployment.parallelism.replicas), max_batch))
     floor, _ = step_floor_ms(inputs, deployment, batch)
-    tpot = floor / efficiency
+    tpot, _ = step_floor_ms(inputs, deployment, batch, factors)
     throughput = deployment.parallelism.replicas * batch * 1e3 / tpot
     return Prediction(
         concurrency=concurrency,
         batch_per_replica=batch,
         step_floor_ms=floor,
-        efficiency=efficiency,
+        efficiency=floor / tpot,
         tpot_ms=tpot,
         output_throughput_tok_s=throughput,
         output_throughput_tok_s_per_gpu=throughput / deployment.gpus,
@@ -428,7 +436,7 @@ def estimate_deployment(
     stage: StageProfile,
     inputs: ShapeInputs,
     deployment: Deployment,
-    efficiency: float,
+    factors: StepFactors,
     efficiency_source: str,
     within_budget: bool = True,
 ) -> ConfigurationEstimate:
@@ -464,9 +472,9 @@ def estimate_deployment(
     max_batch = max(DEFAULT_MAX_BATCH, concurrency)
     if max_per_replica:
         max_batch = min(max_batch, max_per_replica)
-    prediction = predict(inputs, deployment, concurrency, efficiency, max_batch)
+    prediction = predict(inputs, deployment, concurrency, factors, max_batch)
     ladder = [
-        predict(inputs, deployment, level, efficiency, max_batch)
+        predict(inputs, deployment, level, factors, max_batch)
         for level in sorted({*CONCURRENCY_LADDER, concurrency})
     ]
     return ConfigurationEstimate(
@@ -483,7 +491,7 @@ def estimate_deployment(
         * (model_facts(inputs.architecture, inputs.parameters) or _DENSE).weight_fraction_read(1)
         / (inputs.bandwidth_tb_s * 1e12)
         * 1e3,
-        efficiency=efficiency,
+        efficiency=prediction.efficiency,
         efficiency_source=efficiency_source,
         prediction=prediction,
         ladder=ladder,
@@ -544,7 +552,8 @@ class ConfigurationSearch(Strict):
         return self.estimates[0] if self.estimates else None
 
 
-EfficiencyLookup = Callable[[Deployment], tuple[float, str]]
+StepLookup = Callable[[Deployment], tuple[StepFactors, str]]
+"""A deployment's calibration factors and where they come from (advisor.sizing.calibration)."""
 MeasuredLookup = Callable[[Deployment], list[MeasuredLevel]]
 
 
@@ -587,7 +596,7 @@ def _meets_tpot(estimate: ConfigurationEstimate, stage: StageProfile) -> bool:
 def search_configurations(
     stage: StageProfile,
     framework: str,
-    efficiency: EfficiencyLookup,
+    factors: StepLookup,
     measured: MeasuredLookup | None = None,
 ) -> ConfigurationSearch | None:
     """Enumerate, estimate and rank the configurations of `framework` for a generate stage on
@@ -627,7 +636,7 @@ def search_configurations(
         if reason is not None:
             search.excluded.append(f"{deployment.label()}: {reason}")
             return
-        value, source = efficiency(deployment)
+        value, source = factors(deployment)
         estimate = estimate_deployment(stage, inputs, deployment, value, source, within_budget)
         if not estimate.fits:
             search.excluded.append(
@@ -681,7 +690,7 @@ def search_configurations(
             ),
         )
         if supports(single) is None:
-            value, source = efficiency(single)
+            value, source = factors(single)
             estimate = estimate_deployment(stage, inputs, single, value, source, True)
             if estimate.fits:
                 if measured is not None:

@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from advisor.sizing.calibration_fit import CalibrationBasis, RecordFit, RecordSet
 from advisor.sizing.capacity import Capacity, EstimatedCapacity, fleet_for_stage
 from advisor.sizing.configurations import Deployment, deployment_formats, supports
 from advisor.sizing.engine_model.prefix import caches_prefixes
@@ -241,7 +242,24 @@ def unvalidated_mechanics(stage: StageProfile) -> list[str]:
     return out
 
 
-def _basis(prediction: CapacityPrediction, stage: StageProfile | None = None) -> CapacityBasis:
+def _basis(
+    prediction: CapacityPrediction,
+    record: RecordFit | CalibrationBasis | None = None,
+    stage: StageProfile | None = None,
+) -> CapacityBasis:
+    """Which calibration sized the prediction: a `bench calibrate` record (named by its id),
+    the serving model's fit on stored runs, or none (saying so, with the command)."""
+    if isinstance(record, RecordFit):
+        basis = record.basis
+        return CapacityBasis(
+            source="calibrated",
+            calibration=f"{basis.source}: record {basis.calibration_id}, {basis.engine} on "
+            f"{basis.device_type}, {basis.levels} levels ({basis.settled_levels} settled)",
+            low_rps=prediction.low_rps or None,
+            high_rps=prediction.high_rps or None,
+            error_words="the interval is the record's leave-one-level-out step error; its "
+            "capacity error is measured by `python -m bench calibrate --check`",
+        )
     if prediction.calibrated:
         calibration = (
             f"calibrated on {len(prediction.calibration_runs)} run(s) of "
@@ -256,9 +274,14 @@ def _basis(prediction: CapacityPrediction, stage: StageProfile | None = None) ->
         expected = prediction.expected_error
     else:
         calibration = f"uncalibrated: no run of {prediction.framework} on {prediction.gpu}"
+        command = (
+            record.command
+            if isinstance(record, CalibrationBasis) and record.command
+            else "python -m bench calibrate"
+        )
         error_words = (
-            f"its error on {prediction.gpu} is not measured (run `python -m bench calibrate` "
-            f"on one to calibrate it)"
+            f"no calibration of {prediction.framework} on {prediction.gpu}: its error there is "
+            f"not measured (docs/capacity-model.md); run `{command}` on one to calibrate it"
         )
         expected = None
     unchecked = unvalidated_mechanics(stage) if stage is not None else []
@@ -280,6 +303,14 @@ SHORTLIST = 3
 """Configurations predicted in full (every request stream) after a one-stream screen."""
 
 
+def _record(
+    stage: StageProfile, deployment: Deployment, records: RecordSet | None
+) -> RecordFit | CalibrationBasis | None:
+    """The `bench calibrate` record's fit for the stage's GPU and the deployment, or the basis
+    saying there is none; None when no records were given."""
+    return records.for_stage(stage, deployment) if records is not None else None
+
+
 def _prediction_key(stage: StageProfile, deployment: Deployment, args: dict, runs) -> tuple:
     return (
         stage.model_dump_json(),
@@ -294,16 +325,29 @@ PREDICTION_CACHE_SIZE = 256
 
 
 def _predict(
-    stage: StageProfile, deployment: Deployment, runs: Sequence, args: dict, seeds: int | None
+    stage: StageProfile,
+    deployment: Deployment,
+    runs: Sequence,
+    args: dict,
+    seeds: int | None,
+    record: RecordFit | CalibrationBasis | None = None,
 ) -> CapacityPrediction | None:
-    """`predict_stage_capacity`, remembered: the app and the report ask again for one stage."""
-    key = (*_prediction_key(stage, deployment, args, runs), seeds)
+    """`predict_stage_capacity` (with a `bench calibrate` record's factors when one matches),
+    remembered: the app and the report ask again for one stage."""
+    fit = record if isinstance(record, RecordFit) else None
+    record_id = fit.basis.calibration_id if fit is not None else None
+    key = (*_prediction_key(stage, deployment, args, runs), seeds, record_id)
     if key not in _PREDICTIONS:
         if len(_PREDICTIONS) >= PREDICTION_CACHE_SIZE:
             _PREDICTIONS.pop(next(iter(_PREDICTIONS)))
         extra = {} if seeds is None else {"seeds": seeds, "interval": False}
         _PREDICTIONS[key] = predict_stage_capacity(
-            stage, deployment, runs, engine_args=args, **extra
+            stage,
+            deployment,
+            runs,
+            engine_args=args,
+            calibration=fit.calibration if fit is not None else None,
+            **extra,
         )
     return _PREDICTIONS[key]
 
@@ -368,6 +412,7 @@ def predicted_options(
     framework: str,
     runs: Sequence,
     skip: set[tuple] | None = None,
+    records: RecordSet | None = None,
 ) -> tuple[list[FleetOption], list[str]]:
     """The serving model's fleet for every viable configuration of a continuous-batching
     framework not in `skip` (configurations measured already); (options, why others are out).
@@ -397,9 +442,10 @@ def predicted_options(
                 precision=precision,
             )
             best: tuple[CapacityPrediction, dict[str, int]] | None = None
+            record = _record(stage, deployment, records)
             for budget in budgets:
                 args = {"max_num_batched_tokens": budget} if budget else {}
-                prediction = _predict(stage, deployment, runs, args, seeds=1)
+                prediction = _predict(stage, deployment, runs, args, seeds=1, record=record)
                 if prediction is None:
                     break
                 if best is None or prediction.max_rate_rps > best[0].max_rate_rps:
@@ -427,7 +473,12 @@ def predicted_options(
     options = [
         option
         for _, deployment, args, quality in shortlist
-        if (option := _full_option(stage, deployment, args, quality, runs, caching)) is not None
+        if (
+            option := _full_option(
+                stage, deployment, args, quality, runs, caching, _record(stage, deployment, records)
+            )
+        )
+        is not None
     ]
     return options, excluded
 
@@ -439,9 +490,10 @@ def _full_option(
     quality: str | None,
     runs: Sequence,
     caching: bool,
+    record: RecordFit | CalibrationBasis | None = None,
 ) -> FleetOption | None:
     """One configuration predicted on every request stream and sized for the peak."""
-    prediction = _predict(stage, deployment, runs, args, seeds=None)
+    prediction = _predict(stage, deployment, runs, args, seeds=None, record=record)
     if prediction is None or prediction.max_rate_rps <= 0:
         return None
     tp = deployment.parallelism.tensor_parallel_size
@@ -449,7 +501,7 @@ def _full_option(
     label = f"{deployment.framework}, {precision.label()}, TP={tp}"
     if args:
         label += f", max_num_batched_tokens={args['max_num_batched_tokens']}"
-    basis = _basis(prediction, stage)
+    basis = _basis(prediction, record, stage)
     sized = fleet_for_stage(
         stage,
         [],

@@ -12,7 +12,7 @@ from advisor.sizing.configurations import (
     stage_inputs,
 )
 from advisor.sizing.estimate import QUANTIZATION_BYTES, estimate_stage
-from advisor.sizing.serving_model import engine_shape
+from advisor.sizing.serving_model import Factors, engine_shape
 from advisor.workload.architectures import (
     ARCHITECTURES,
     _architecture_from_config,
@@ -199,8 +199,12 @@ def test_awq_profile_is_sized_at_4_bits_in_every_weight_figure() -> None:
     )
     inputs_awq, inputs_plain = stage_inputs(awq), stage_inputs(plain)
     assert inputs_awq is not None and inputs_plain is not None
-    config_awq = estimate_deployment(awq, inputs_awq, deployment, 1.0, "test")
-    config_plain = estimate_deployment(plain, inputs_plain, deployment, 1.0, "test")
+    config_awq = estimate_deployment(
+        awq, inputs_awq, deployment, Factors(), "test: the default factors"
+    )
+    config_plain = estimate_deployment(
+        plain, inputs_plain, deployment, Factors(), "test: the default factors"
+    )
     assert config_awq.weights_gb_per_gpu == pytest.approx(
         config_plain.weights_gb_per_gpu * QUANTIZATION_BYTES["awq"] / 2
     )

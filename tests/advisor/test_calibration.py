@@ -1,4 +1,6 @@
-"""Calibration of the configuration estimate on the shipped reference runs (data/reference)."""
+"""The one calibration behind the configuration search (advisor/sizing/calibration.py): the serving
+model's factors, its leave-one-out error on the shipped reference runs (data/reference), and a
+`bench calibrate` record taking precedence over the runs."""
 
 from __future__ import annotations
 
@@ -6,12 +8,36 @@ import math
 
 import pytest
 
-from advisor.sizing.calibration import GATE_MAPE, calibration_from, efficiency_for, points_from_runs
-from advisor.sizing.configurations import Deployment
-from advisor.sizing.measured import read_reference_folder
+from advisor.sizing.calibration import (
+    GATE_MAPE,
+    StepCalibration,
+    calibration_from,
+    points_from_shapes,
+)
+from advisor.sizing.calibration_fit import fit_record
+from advisor.sizing.configurations import Deployment, search_configurations
+from advisor.sizing.measured import measured_reference_runs, read_reference_folder
+from advisor.sizing.serving_model import (
+    calibrate,
+    observations,
+    predict_stage_capacity,
+    run_shape,
+)
+from advisor.workload.profile import StageProfile
 from advisor.workload.profile_input import profile_from_flags
-from bench.core.config import ParallelismConfig
+from bench.core.calibration import record_from_runs
+from bench.core.config import ParallelismConfig, PrecisionConfig
 from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+
+CHAT = {
+    "model": "llama-2-7b",
+    "prompt_tokens": {"mean": 512},
+    "output_tokens": {"mean": 256},
+    "peak_request_rate_rps": 40,
+    "concurrency": 32,
+    "slo": {"ttft_ms": 300, "tpot_ms": 50},
+    "gpu": {"type": "H200"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -20,15 +46,29 @@ def reference_runs():
 
 
 @pytest.fixture(scope="module")
-def calibration(reference_runs):
+def calibrated(reference_runs):
     return calibration_from([], reference_runs)
 
 
+@pytest.fixture(scope="module")
+def calibration(calibrated):
+    return calibrated[0]
+
+
+def _shapes(reference_runs):
+    return [
+        (item, name)
+        for name, runs in reference_runs.items()
+        for run in runs
+        if (item := run_shape(run)) is not None
+    ]
+
+
 def test_shipped_runs_read_as_tp1_one_replica_at_their_recorded_precision(reference_runs) -> None:
-    pairs = [(run, name) for name, runs in reference_runs.items() for run in runs]
-    by_id = {run.run_id: run for run, _ in pairs}
-    points = points_from_runs(pairs)
-    assert len(points) >= 20  # every closed-loop level of the shipped generate runs on the H200
+    pairs = _shapes(reference_runs)
+    points = points_from_shapes(pairs)
+    by_id = {item.run.run_id: item.run for item, _ in pairs}
+    assert len(points) >= 20  # every closed-loop level of the shipped vLLM runs on the H200
     for point in points:
         assert point.deployment.parallelism.tensor_parallel_size == 1
         assert point.deployment.parallelism.replicas == 1
@@ -36,7 +76,6 @@ def test_shipped_runs_read_as_tp1_one_replica_at_their_recorded_precision(refere
         assert point.deployment.precision.quantization == recorded.quantization
         assert point.deployment.precision.kv_cache_dtype == recorded.kv_cache_dtype
         assert point.gpu == "H200"
-    # h200_llama2-7b_vllm_fp8_runs.json: bf16, FP8 weights, FP8 weights + FP8 KV on one host.
     kinds = {
         (p.deployment.precision.quantization, p.deployment.precision.kv_cache_dtype) for p in points
     }
@@ -60,18 +99,24 @@ def test_mape_is_finite_and_from_real_rows(calibration) -> None:
     assert "10%-per-partition gate" in calibration.verdict
 
 
-def test_leave_one_out_really_leaves_the_row_out(calibration) -> None:
-    """In a two-level partition the left-out level is predicted from the other level alone."""
-    by_partition: dict[str, list] = {}
-    for point in calibration.points:
-        by_partition.setdefault(point.partition, []).append(point)
-    pairs = [members for members in by_partition.values() if len(members) == 2]
-    assert pairs, "the shipped data has a partition with exactly two levels (onnxruntime)"
-    first, second = pairs[0]
-    assert first.loo_efficiency == pytest.approx(second.observed_efficiency)
-    assert second.loo_efficiency == pytest.approx(first.observed_efficiency)
-    with_itself, _ = efficiency_for(first.deployment, calibration.points)
-    assert with_itself != pytest.approx(first.loo_efficiency)  # removing the row changed it
+def test_leave_one_out_is_the_serving_models_step_without_the_run(reference_runs) -> None:
+    """Each level is predicted by the serving model's step with factors fitted on the other
+    runs; fitted with its own run the prediction differs."""
+    pairs = _shapes(reference_runs)
+    points = points_from_shapes(pairs)
+    every = [item for item, _ in pairs]
+    item = next(i for i in every if i.family == "vllm" and i.precision_class.startswith("16"))
+    mine = [p for p in points if p.run_id == item.run.run_id]
+    assert mine
+    others = [s for s in every if s.run.run_id != item.run.run_id]
+    without = calibrate(item.family, item.gpu, item.precision_class, others).factors
+    with_it = calibrate(item.family, item.gpu, item.precision_class, every).factors
+    obs = {o.phase: o for o in observations(item)}
+    for point in mine:
+        o = obs[point.phase]
+        step = item.shape.step_ms(without, o.decode, o.prefill, o.context)
+        assert point.predicted_tpot_ms == pytest.approx(step)
+        assert item.shape.step_ms(with_it, o.decode, o.prefill, o.context) != pytest.approx(step)
 
 
 def test_measured_levels_match_the_configuration_exactly(calibration) -> None:
@@ -85,15 +130,57 @@ def test_measured_levels_match_the_configuration_exactly(calibration) -> None:
     assert calibration.measured_levels(stage, tp2) == []  # a TP=1 run is no evidence for TP=2
 
 
-def test_efficiency_falls_back_with_a_stated_source(calibration) -> None:
-    tp2 = Deployment(framework="vllm", parallelism=ParallelismConfig(tensor_parallel_size=2))
-    value, source = calibration.efficiency(tp2)
-    tp1_value, tp1_source = calibration.efficiency(Deployment(framework="vllm"))
-    assert "calibrated on" in tp1_source
-    assert "assumed TP factor" in source
-    assert value < tp1_value
-    _, unknown = calibration.efficiency(Deployment(framework="tensorrt_llm"))
-    assert "no stored run of this engine" in unknown
+def test_the_search_and_the_fleet_use_the_same_factors(calibrated, reference_runs) -> None:
+    """One calibration: the search's TPOT is the engine shape's step with the factors the fleet
+    prediction (predict_stage_capacity) was sized with."""
+    _, lookup = calibrated
+    stage = StageProfile(**CHAT)
+    vllm = Deployment(framework="vllm", precision=PrecisionConfig(dtype="float16"))
+    factors, words = lookup.factors(stage, vllm)
+    assert "fitted on" in words
+    runs = [run for file_runs in reference_runs.values() for run in file_runs]
+    fleet = predict_stage_capacity(stage, vllm, runs, seeds=1, interval=False)
+    assert fleet is not None and fleet.factors == factors
+    search = search_configurations(stage, "vllm", lookup.lookup(stage))
+    assert search is not None
+    tp1 = next(
+        e
+        for e in search.estimates
+        if e.deployment.parallelism.tensor_parallel_size == 1
+        and not e.deployment.precision.uses_fp8
+    )
+    assert tp1.efficiency_source == words
+    assert tp1.prediction is not None
+    # The same TPOT with other factors is another TPOT: the factors drive it.
+    slower = factors.model_copy(update={"memory": factors.memory * 2})
+    other = search_configurations(stage, "vllm", lambda d: (slower, "test: doubled memory"))
+    assert other is not None
+    tp1_slower = next(e for e in other.estimates if e.label == tp1.label)
+    assert tp1_slower.prediction is not None
+    assert tp1_slower.prediction.tpot_ms > tp1.prediction.tpot_ms
+
+
+def test_a_record_comes_before_the_runs_and_no_calibration_offers_the_command() -> None:
+    runs = [
+        run
+        for file_runs in measured_reference_runs(SHIPPED_REFERENCE_DIR).values()
+        for run in file_runs
+        if run_shape(run) is not None
+        and run.config.backend == "vllm"
+        and run.config.model == "llama-2-7b"
+        and run.config.precision.quantization is None
+        and run.config.precision.kv_cache_dtype == "auto"
+    ]
+    record = record_from_runs(runs)
+    lookup = StepCalibration(shapes=[], yours=[record])
+    stage = StageProfile(**CHAT)
+    vllm = Deployment(framework="vllm", precision=PrecisionConfig(dtype="float16"))
+    factors, words = lookup.factors(stage, vllm)
+    fit = fit_record(record, "yours")
+    assert fit is not None and factors == fit.calibration.factors
+    assert record.calibration_id in words
+    _, none = StepCalibration().factors(stage, vllm)
+    assert none.startswith("uncalibrated") and "python -m bench calibrate" in none
 
 
 def test_docs_table_matches_the_calibration(calibration) -> None:
@@ -109,3 +196,15 @@ def test_docs_table_matches_the_calibration(calibration) -> None:
         verdict = {True: "yes", False: "no", None: "—"}[partition.within_gate]
         assert rows[0].endswith(f"| {verdict} |")
     assert f"| all | {len(calibration.points)} | {calibration.tpot_mape:.1%} |" in text
+
+
+def test_accuracy_is_of_the_partition_on_the_gpu_asked(calibration) -> None:
+    """On a GPU with no stored level of the partition, the error there is said to be unmeasured;
+    on the H200 it is the MAPE of that partition's stored levels."""
+    vllm = Deployment(framework="vllm")
+    members = [p for p in calibration.points if p.partition == "vllm TP=1 16-bit weights"]
+    expected = sum(abs(p.tpot_error or 0.0) for p in members) / len(members)
+    on_h200 = calibration.accuracy_of(vllm, "H200")
+    assert f"{expected:.1%}" in on_h200 and f"over {len(members)} stored level(s)" in on_h200
+    on_h100 = calibration.accuracy_of(vllm, "H100-SXM")
+    assert "no stored level on H100-SXM" in on_h100 and "not measured" in on_h100

@@ -14,6 +14,7 @@ from advisor.sizing.configurations import (
     stage_inputs,
 )
 from advisor.sizing.measured import read_reference_folder
+from advisor.sizing.serving_model import Factors
 from advisor.workload.architectures import ARCHITECTURES, _architecture_from_config
 from advisor.workload.profile_input import profile_from_flags
 from bench.core.config import ParallelismConfig, PrecisionConfig
@@ -46,7 +47,7 @@ def test_memory_per_gpu_by_hand() -> None:
     inputs = stage_inputs(stage)
     assert inputs is not None
     tp2 = Deployment(framework="vllm", parallelism=ParallelismConfig(tensor_parallel_size=2))
-    estimate = estimate_deployment(stage, inputs, tp2, 0.6, "test")
+    estimate = estimate_deployment(stage, inputs, tp2, Factors(), "test: the default factors")
     params = ARCHITECTURES["llama-2-13b"].parameters
     assert estimate.weights_gb_per_gpu == pytest.approx(params * 2 / 2 / 1e9)
     # KV: 2 x 40 layers x 40 heads x 128 x 2 bytes per token, 512 + 256 tokens, 64 sequences / TP 2
@@ -57,13 +58,15 @@ def test_memory_per_gpu_by_hand() -> None:
         parallelism=ParallelismConfig(replicas=2),
         precision=PrecisionConfig(dtype="bfloat16", quantization="fp8", kv_cache_dtype="fp8"),
     )
-    fp8_estimate = estimate_deployment(stage, inputs, fp8, 0.6, "test")
+    fp8_estimate = estimate_deployment(stage, inputs, fp8, Factors(), "test: the default factors")
     assert fp8_estimate.weights_gb_per_gpu == pytest.approx(params / 1e9)
     # one replica holds 32 of the 64 sequences, at 1 byte per KV element
     assert fp8_estimate.kv_cache_gb_per_gpu == pytest.approx(kv / 2)
     assert FP8_ACCURACY_NOTE in fp8_estimate.notes
     # TP=2 halves the batch-1 floor's weight bytes per GPU
-    one = estimate_deployment(stage, inputs, Deployment(framework="vllm"), 0.6, "test")
+    one = estimate_deployment(
+        stage, inputs, Deployment(framework="vllm"), Factors(), "test: the default factors"
+    )
     assert estimate.decode_floor_ms_per_token == pytest.approx(one.decode_floor_ms_per_token / 2)
 
 
@@ -82,8 +85,8 @@ def test_70b_on_one_h200_names_configurations_that_fit_as_estimates(calibration)
     search = search_configurations(
         stage,
         "vllm",
-        calibration.efficiency,
-        lambda deployment: calibration.measured_levels(stage, deployment),
+        calibration[1].lookup(stage),
+        lambda deployment: calibration[0].measured_levels(stage, deployment),
     )
     assert search is not None and search.estimates
     best = search.estimates[0]
@@ -126,7 +129,7 @@ def test_plan_runs_carry_parallelism_and_precision(calibration) -> None:
     ).primary
     plain = plan_for_stage(stage)
     base = plain.configs[0]
-    search = search_configurations(stage, base.backend, calibration.efficiency)
+    search = search_configurations(stage, base.backend, calibration[1].lookup(stage))
     assert search is not None
     runs = plan_runs(base, search)
     assert runs and len(runs) <= len(search.plan)
@@ -184,8 +187,8 @@ def test_two_gpus_are_compared_with_one_measured_gpu(calibration) -> None:
     search = search_configurations(
         stage,
         "vllm",
-        calibration.efficiency,
-        lambda deployment: calibration.measured_levels(stage, deployment),
+        calibration[1].lookup(stage),
+        lambda deployment: calibration[0].measured_levels(stage, deployment),
     )
     assert search is not None and search.single_gpu is not None
     # the shipped vLLM TP=1 ladder on the H200 is the one-GPU reference, measured
@@ -199,11 +202,11 @@ def test_two_gpus_are_compared_with_one_measured_gpu(calibration) -> None:
 
 def test_a_tiny_model_is_said_to_be_outside_the_step_model(calibration) -> None:
     stage = profile_from_flags(model="tiny-llama", gpu="H200").primary
-    search = search_configurations(stage, "vllm", calibration.efficiency)
+    search = search_configurations(stage, "vllm", calibration[1].lookup(stage))
     assert search is not None
     assert any("launches" in note and "overstate" in note for note in search.notes)
     big = profile_from_flags(model="llama-2-7b", gpu="H200").primary
-    big_search = search_configurations(big, "vllm", calibration.efficiency)
+    big_search = search_configurations(big, "vllm", calibration[1].lookup(big))
     assert big_search is not None and not any("launches" in n for n in big_search.notes)
 
 

@@ -26,7 +26,7 @@ def test_the_searched_configuration_names_its_settings_as_the_backend_maps_them(
     plan's vLLM options plus the backend's names for TP and FP8."""
     calibration = calibration_from([], read_reference_folder(SHIPPED_REFERENCE_DIR).runs)
     stage = profile_from_flags(model="llama-2-70b", parameters_b=70, gpu="H200").primary
-    search = search_configurations(stage, "vllm", calibration.efficiency)
+    search = search_configurations(stage, "vllm", calibration[1].lookup(stage))
     assert search is not None
     best = search.estimates[0].deployment
     options = plan_for_stage(stage).configs[0].engine_args

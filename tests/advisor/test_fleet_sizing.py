@@ -86,7 +86,7 @@ def test_every_part_reads_the_one_load():
     search = search_configurations(
         stage,
         "vllm",
-        calibration_from([], read_reference_folder(SHIPPED_REFERENCE_DIR).runs).efficiency,
+        calibration_from([], read_reference_folder(SHIPPED_REFERENCE_DIR).runs)[1].lookup(stage),
     )
     assert search is not None and search.concurrency == per_engine
 
@@ -316,3 +316,60 @@ def test_a_hugging_face_id_is_sized_from_its_presets_shipped_search():
     fleet = report.stages[0].recommendation.fleet
     asked = next(o for o in fleet.alternatives if o.departures == 0)
     assert asked.capacity.reference == SETTLED_SEARCH and asked.gpus == 3
+
+
+def _h200_record():
+    """A `bench calibrate` record derived from the shipped vLLM 16-bit llama-2-7b runs on the
+    H200 (bench.core.calibration.record_from_runs, as test_calibration_fit builds it)."""
+    from advisor.sizing.measured import measured_reference_runs
+    from advisor.sizing.serving_model import run_shape
+    from bench.core.calibration import record_from_runs
+
+    runs = [
+        run
+        for file_runs in measured_reference_runs(SHIPPED_REFERENCE_DIR).values()
+        for run in file_runs
+        if run_shape(run) is not None
+        and run.config.backend == "vllm"
+        and run.config.model == "llama-2-7b"
+        and run.config.precision.quantization is None
+        and run.config.precision.kv_cache_dtype == "auto"
+    ]
+    return record_from_runs(runs)
+
+
+def test_a_calibration_record_in_your_store_sizes_the_fleet_and_is_named(tmp_path):
+    """With a `bench calibrate` record of the engine on the stage's GPU in the store, the
+    predicted fleet is sized with its factors and the basis names the record; the search's
+    configurations name the same record (one calibration)."""
+    from bench.storage.calibrations import put_calibration
+    from bench.storage.store import ResultStore
+
+    record = _h200_record()
+    store = ResultStore(tmp_path / "store.sqlite")
+    put_calibration(store, record)
+    profile = profile_from_dict(PREDICTED["multi-turn chat on H200"])
+    stage = recommend(profile, store=store, reference_dir=SHIPPED_REFERENCE_DIR).stages[0]
+    chosen = stage.recommendation
+    assert chosen.capacity is not None and chosen.capacity.source == "estimate"
+    assert f"yours: record {record.calibration_id}" in chosen.capacity_basis
+    without = recommend(profile, reference_dir=SHIPPED_REFERENCE_DIR).stages[0].recommendation
+    assert record.calibration_id not in without.capacity_basis
+    assert chosen.capacity.max_rate_rps != without.capacity.max_rate_rps
+    search = stage.configurations
+    if search is not None and search.best() is not None:
+        assert record.calibration_id in search.best().efficiency_source
+    store.close()
+
+
+def test_a_gpu_without_calibration_says_so_and_offers_the_command():
+    chosen = (
+        recommend(
+            profile_from_dict(PREDICTED["code completion on H100"]),
+            reference_dir=SHIPPED_REFERENCE_DIR,
+        )
+        .stages[0]
+        .recommendation
+    )
+    assert "uncalibrated" in chosen.capacity_basis
+    assert "python -m bench calibrate --backend vllm --model llama-2-7b" in chosen.capacity_basis

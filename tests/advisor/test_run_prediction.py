@@ -47,3 +47,78 @@ def test_a_run_without_a_fixed_level_gets_no_prediction():
     fit = fit_record(record)
     search = runs[0].config.model_copy(update={"load": CapacityLoad(), "slo": {"ttft_ms": 300.0}})
     assert predict_run(search, fit, record) is None
+
+
+def test_planned_runs_carry_the_records_prediction_and_a_smaller_engine_drifts():
+    """A plan made with a record of its engine on its GPU attaches the prediction to each run
+    the model can predict; the same run measured with a smaller `max_num_seqs` than the
+    calibration (read as the shipped ladder's smallest level: an engine capped below 64 sequences
+    steps faster than the calibrated one at 64) is flagged as drift with its ratio."""
+    from advisor.plan.stage_plan import plan_for_stage
+    from advisor.sizing.calibration_fit import RecordSet
+    from advisor.workload.profile_input import profile_from_flags
+    from bench.core.prediction import drift_words
+
+    runs = _vllm_16_bit_runs()
+    record = record_from_runs(runs)
+    stage = profile_from_flags(
+        model="llama-2-7b", gpu="H200", prompt_tokens=512, output_tokens=256, concurrency=64
+    ).primary
+    with_record = plan_for_stage(stage, records=RecordSet(yours=(record,)))
+    without = plan_for_stage(stage, records=RecordSet())
+    vllm = [c for c in with_record.configs if c.backend == "vllm"]
+    assert vllm and all(c.prediction is not None for c in vllm)
+    assert all(c.prediction.calibration_id == record.calibration_id for c in vllm)
+    assert all(c.prediction.source == "yours" for c in vllm)
+    assert all(c.prediction is None for c in without.configs)
+    # Drift: a run at concurrency 64 whose TPOT is what the engine measured at its smallest level.
+    ladder = next(r for r in runs if r.config.load.pattern == "step")
+    config = ladder.config.model_copy(update={"load": ConcurrencyLoad(concurrency=64)})
+    fit = fit_record(record)
+    prediction = predict_run(config, fit, record)
+    small = min((p for p in ladder.phases if p.summary is not None), key=lambda p: p.target)
+    assert small.target < 64
+    measured = ladder.model_copy(
+        update={
+            "config": config.model_copy(update={"prediction": prediction}),
+            "summary": small.summary,
+        }
+    )
+    checks = measured.drift()
+    tpot = next(c for c in checks if c.metric == "tpot_ms_p50")
+    assert tpot.outside and tpot.ratio < 1
+    words = drift_words(checks)
+    assert words is not None and f"x{tpot.ratio:.2f}" in words
+
+
+def test_the_report_flags_a_drifted_run_with_its_ratio():
+    """The report's data caveats name a run measured outside its prediction, with the ratio and
+    the calibration record; a run within its interval is not named."""
+    from advisor.report.caveats import data_caveats as _data_caveats
+
+    runs = _vllm_16_bit_runs()
+    record = record_from_runs(runs)
+    fit = fit_record(record)
+    ladder = next(r for r in runs if r.config.load.pattern == "step")
+    config = ladder.config.model_copy(update={"load": ConcurrencyLoad(concurrency=64)})
+    prediction = predict_run(config, fit, record)
+    level = {p.target: p for p in ladder.phases if p.summary is not None}
+    smallest = level[min(level)]
+
+    def measured_as(summary):
+        return ladder.model_copy(
+            update={
+                "config": config.model_copy(update={"prediction": prediction}),
+                "summary": summary,
+            }
+        )
+
+    drifted = measured_as(smallest.summary)
+    ratio = next(c.ratio for c in drifted.drift() if c.metric == "tpot_ms_p50")
+    caveats = _data_caveats([drifted], None)
+    text = " ".join(c.text for c in caveats)
+    assert f"run {ladder.run_id} measured outside" in text
+    assert f"TPOT p50 x{ratio:.2f}" in text and record.calibration_id in text
+    held = measured_as(level[64].summary)  # the level itself, which the record contains
+    assert held.drift() and not any(c.outside for c in held.drift())
+    assert not any("measured outside" in c.text for c in _data_caveats([held], None))

@@ -21,8 +21,8 @@ def search():
     return search_configurations(
         stage,
         "vllm",
-        calibration.efficiency,
-        lambda deployment: calibration.measured_levels(stage, deployment),
+        calibration[1].lookup(stage),
+        lambda deployment: calibration[0].measured_levels(stage, deployment),
     )
 
 
