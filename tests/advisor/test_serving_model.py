@@ -206,7 +206,7 @@ def test_the_batch_never_exceeds_max_num_seqs_or_the_kv_cache():
 
 
 def test_jumping_decode_stretches_gives_the_step_by_step_result(monkeypatch):
-    from advisor.sizing import serving_model
+    from advisor.sizing import serving_sim
     from advisor.sizing.serving_model import Factors, Workload, simulate
     from bench.core.config import LengthDistribution
 
@@ -218,7 +218,7 @@ def test_jumping_decode_stretches_gives_the_step_by_step_result(monkeypatch):
         seed=3,
     )
     fast = simulate(shape, Factors(), workload, rate_rps=3.0)
-    monkeypatch.setattr(serving_model, "JUMP_DECODE_STRETCHES", False)
+    monkeypatch.setattr(serving_sim, "JUMP_DECODE_STRETCHES", False)
     slow = simulate(shape, Factors(), workload, rate_rps=3.0)
     for figure in ("ttft_ms", "tpot_ms", "e2e_ms"):
         for level in ("p50", "p90", "p99"):
