@@ -396,7 +396,7 @@ def helper_main(
 async def _helper(
     index: int, config: RunConfig, model_json: str, incoming: Any, outgoing: Any
 ) -> None:
-    from bench.run.worker_child import load_backend
+    from bench.run.backend_load import load_backend
 
     model = ModelInfo.model_validate_json(model_json)
     backend = await load_backend(config, model, _NoEvents())
