@@ -202,7 +202,10 @@ class ClientProcessOverhead(ReportModel):
 
     process: int = Field(ge=0, description="0 = the worker itself; 1.. = helper processes.")
     sent: int = Field(ge=0, description="Measured requests this process sent.")
-    achieved_rps: float = Field(ge=0, description="sent / the measured wall time.")
+    achieved_rps: float = Field(
+        ge=0,
+        description="sent / this process's measured wall time (start to its last request's end).",
+    )
     scheduling_lag_p50_ms: float | None = Field(None, description="p50 of this process's lag.")
     scheduling_lag_p99_ms: float | None = Field(None, description="p99 of this process's lag.")
     cpu_s: float = Field(ge=0, description="CPU time of this process over the measured phases.")

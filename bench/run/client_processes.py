@@ -98,6 +98,7 @@ class _ProcessFigures:
     sent: int = 0
     lag_ns: array = field(default_factory=lambda: array("q"))
     cpu_s: float = 0.0
+    wall_ns: int = 0  # from the common start to this process's last request's end
 
 
 @dataclass
@@ -229,6 +230,7 @@ class ClientProcesses:
                 outcome,
             )
             own_sent = outcome.sent
+            own_end_ns = outcome.end_ns
             own_lag = outcome.lag_ns[own_lag_before:]
             results = await asyncio.gather(*done)
         finally:
@@ -250,10 +252,12 @@ class ClientProcesses:
                 figures.sent += result.sent
                 figures.lag_ns.frombytes(result.lag)
                 figures.cpu_s += result.cpu_s
+                figures.wall_ns += max(0, result.end_ns - start_at_ns)
         if not spec.warmup:
             self.figures[0].sent += own_sent
             self.figures[0].lag_ns.extend(own_lag)
             self.figures[0].cpu_s += own_cpu
+            self.figures[0].wall_ns += max(0, own_end_ns - start_at_ns)
             self.measured_wall_ns += max(0, outcome.end_ns - outcome.start_ns)
         return outcome
 
@@ -264,7 +268,6 @@ class ClientProcesses:
         """Per-process figures over the measured split phases."""
         import numpy as np
 
-        wall_s = self.measured_wall_ns / 1e9
         rows = []
         for index, figures in enumerate(self.figures):
             lag = (
@@ -276,7 +279,9 @@ class ClientProcesses:
                 ClientProcessOverhead(
                     process=index,
                     sent=figures.sent,
-                    achieved_rps=round(figures.sent / wall_s, 1) if wall_s else 0.0,
+                    achieved_rps=(
+                        round(figures.sent / (figures.wall_ns / 1e9), 1) if figures.wall_ns else 0.0
+                    ),
                     scheduling_lag_p50_ms=None if lag is None else lag.p50,
                     scheduling_lag_p99_ms=None if lag is None else lag.p99,
                     cpu_s=round(figures.cpu_s, 3),
