@@ -197,14 +197,17 @@ def lag_ms(lags_s: list[float]) -> tuple[float | None, float | None]:
     return float(np.percentile(values, 50)), float(np.percentile(values, 99))
 
 
-def ours(url: str, rate: float, seconds: float, out: Path) -> dict:
-    """Our harness through its real CLI: worker process, openai backend (aiohttp), records."""
+def ours(url: str, rate: float, seconds: float, out: Path, processes: int = 1) -> dict:
+    """Our harness through its real CLI: worker process, openai backend (aiohttp), records;
+    `processes` > 1 splits the schedule across that many client processes
+    (load.client_processes)."""
     command = [
         sys.executable, "-m", "bench", "run", "--backend", "openai", "--model", "tiny-llama",
         "--engine-arg", f"base_url={url}", "--engine-arg", "scrape_metrics=false",
         "--pattern", "rate", "--rate", str(rate), "--duration-s", str(seconds),
         "--option", "load.arrival=constant", "--prompt-tokens", str(PROMPT_TOKENS),
         "--output-tokens", str(OUTPUT_TOKENS), "--out", str(out), "--no-store",
+        "--option", f"load.client_processes={processes}",
     ]  # fmt: skip
     # Text prompts are prepared before the run's clock (up to ~5 ms each on a busy 2-core VM).
     timeout_s = seconds * 6 + 120 + rate * seconds * 0.01
@@ -217,8 +220,13 @@ def ours(url: str, rate: float, seconds: float, out: Path) -> dict:
     ok = [r for r in measured if r["error"] is None]
     lags = [(r["start_ns"] - r["scheduled_ns"]) / 1e9 for r in measured if r.get("scheduled_ns")]
     result = json.loads((out / "result.json").read_text())
+    harness = result.get("pattern_report", {}).get("harness") or {}
     return {
         **usage,
+        "processes": [
+            {key: row[key] for key in ("process", "sent", "achieved_rps", "scheduling_lag_p99_ms")}
+            for row in harness.get("processes", [])
+        ],
         "sent": len(measured),
         "errors": len(measured) - len(ok),
         "achieved_rps": result["phases"][0]["summary"]["request_throughput_rps"],
@@ -304,6 +312,14 @@ def main() -> int:
     parser.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument(
+        "--client-processes",
+        default="1",
+        help="ours: comma-separated client process counts to measure (load.client_processes)",
+    )
+    parser.add_argument(
+        "--keep-going", action="store_true", help="measure every rate, sustained or not"
+    )
+    parser.add_argument(
         "--table", type=Path, help="print the Markdown table of a --json file and exit"
     )
     args = parser.parse_args()
@@ -320,12 +336,19 @@ def main() -> int:
         folder = Path(tmp)
         server = Nginx(args.nginx, folder)
         try:
+            clients = []
             for client in args.clients.split(","):
+                if client == "ours":
+                    counts = [int(n) for n in args.client_processes.split(",")]
+                    clients += [(f"ours x{n}" if n > 1 else "ours", n) for n in counts]
+                else:
+                    clients.append((client, 1))
+            for client, processes in clients:
                 for rate in rates:  # lowest first; stop at the first rate not sustained
-                    out = folder / f"{client}-{rate:g}"
+                    out = folder / f"{client.replace(' ', '-')}-{rate:g}"
                     load_before = os.getloadavg()[0]
-                    if client == "ours":
-                        row = ours(server.url, rate, args.duration_s, out)
+                    if client.startswith("ours"):
+                        row = ours(server.url, rate, args.duration_s, out, processes)
                     else:
                         row = guidellm(
                             args.guidellm, tokenizer, server.url, rate, args.duration_s, out
@@ -338,7 +361,7 @@ def main() -> int:
                     }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-                    if not row["sustained"]:
+                    if not row["sustained"] and not args.keep_going:
                         break
         finally:
             server.stop()

@@ -295,6 +295,15 @@ class LoadCommon(StrictInput):
         le=MAX_DURATION_S,
         description="A request taking longer is cancelled and counted as failed.",
     )
+    client_processes: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Client processes that share each open-loop phase: arrival i of the one "
+        "Poisson or constant schedule goes to process i mod N, each with its own event loop and "
+        "HTTP client; records merge into the run (openai backend only; "
+        "bench/run/client_processes.py).",
+    )
     max_duration_s: float = Field(
         3600.0, gt=0, le=MAX_DURATION_S, description="Hard bound on the whole run, all phases."
     )
@@ -1380,6 +1389,15 @@ class RunConfig(StrictInput):
         if self.backend == "openai" and self.engine_args.get("launch") in SERVED_FRAMEWORKS:
             return str(self.engine_args["launch"])
         return self.backend
+
+    @model_validator(mode="after")
+    def _client_processes_need_http(self) -> RunConfig:
+        if self.load.client_processes > 1 and self.backend != "openai":
+            raise ValueError(
+                f"load.client_processes={self.load.client_processes} needs the openai backend "
+                f"(an HTTP client each process opens); {self.backend} runs in one process"
+            )
+        return self
 
     @model_validator(mode="after")
     def _capacity_needs_an_slo(self) -> RunConfig:

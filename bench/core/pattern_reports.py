@@ -197,6 +197,20 @@ driver's own tail (0.1 ms on an idle core, tens of ms on a shared 2-core machine
 the seconds a harness-limited run shows."""
 
 
+class ClientProcessOverhead(ReportModel):
+    """One client process's part of a run split across processes (`load.client_processes`)."""
+
+    process: int = Field(ge=0, description="0 = the worker itself; 1.. = helper processes.")
+    sent: int = Field(ge=0, description="Measured requests this process sent.")
+    achieved_rps: float = Field(
+        ge=0,
+        description="sent / this process's measured wall time (start to its last request's end).",
+    )
+    scheduling_lag_p50_ms: float | None = Field(None, description="p50 of this process's lag.")
+    scheduling_lag_p99_ms: float | None = Field(None, description="p99 of this process's lag.")
+    cpu_s: float = Field(ge=0, description="CPU time of this process over the measured phases.")
+
+
 class HarnessOverhead(ReportModel):
     """The load generator's own cost over the measured phases, reported with every run, so a
     harness-limited figure is never read as the server's (bench.run.runner fills it)."""
@@ -226,6 +240,14 @@ class HarnessOverhead(ReportModel):
     )
     max_lag_p99_ms: float = Field(
         MAX_SCHEDULING_LAG_P99_MS, description="p99 lag above this makes the run INVALID."
+    )
+    achieved_rps: float | None = Field(
+        None, description="Measured sends / measured wall time, every client process together."
+    )
+    processes: list[ClientProcessOverhead] = Field(
+        default_factory=list,
+        description="Per client process, when open-loop phases were split across processes "
+        "(client_cpu_s then counts them all).",
     )
 
     def invalid_reason(self) -> str | None:

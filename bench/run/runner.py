@@ -31,6 +31,7 @@ from bench.core.pattern_reports import HarnessOverhead, PatternReportBase, empty
 from bench.core.progress import RunProgress
 from bench.core.schema import MetricsSummary, Percentiles, PhaseResult, RequestRecord
 from bench.engines.backends.base import Backend, Chunk, Request
+from bench.run.client_processes import ClientProcesses, splits
 from bench.run.load.driver import (
     PhaseOutcome,
     PhaseSpec,
@@ -133,12 +134,14 @@ class _Overhead:
         self.wall_ns = 0
         self.prepare_before_s = 0.0
         self.waits = 0
+        self.sent = 0
 
     def measured(self, outcome: PhaseOutcome, cpu_s: float, loop_cpu_s: float) -> None:
         self.lag_ns.extend(outcome.lag_ns)
         self.cpu_s += cpu_s
         self.loop_cpu_s += loop_cpu_s
         self.wall_ns += max(0, outcome.end_ns - outcome.start_ns)
+        self.sent += outcome.sent
 
     def report(self) -> HarnessOverhead:
         lag = None
@@ -155,6 +158,9 @@ class _Overhead:
             measured_wall_s=round(self.wall_ns / 1e9, 3),
             prepare_before_s=round(self.prepare_before_s, 3),
             producer_waits=self.waits,
+            achieved_rps=(
+                round(self.sent / (self.wall_ns / 1e9), 1) if self.wall_ns and self.sent else None
+            ),
         )
 
 
@@ -277,6 +283,8 @@ async def execute(
     timeout_s = load.request_timeout_s
     progress = _Progress(events, run_start_ns, load.phase_count())
     overhead = _Overhead()
+    # Open-loop phases split across client processes (load.client_processes; openai only).
+    clients = ClientProcesses(config, model, backend) if load.client_processes > 1 else None
     reporter = asyncio.get_running_loop().create_task(progress.loop())
     phases: list[PhaseResult] = []
     run_accumulator = MetricsAccumulator()
@@ -308,22 +316,39 @@ async def execute(
         # Before run_phase takes the phase's start time: preparing is not the phase's time.
         # Blocking on purpose (a virtual clock must not run while the worker prepares).
         started = time.perf_counter()
+        if clients is not None and splits(spec, clients.count):
+            clients.start()  # spawned once, before any phase clock
         source.fill(prefetch_count(spec))
         prepare_s = time.perf_counter() - started
         waits_before = source.waits
         cpu_before, loop_cpu_before = time.process_time(), time.thread_time()
+        helper_cpu_before = 0.0 if clients is None else clients.helper_cpu_s()
         try:
-            outcome = await run_phase(
-                spec, send, source, events.on_record, timeout_s, stop, deadline_ns, outcome
-            )
+            if clients is not None and source is requests and splits(spec, clients.count):
+                outcome = await clients.run_phase(
+                    spec,
+                    source,
+                    send,
+                    events.on_record,
+                    timeout_s,
+                    stop,
+                    deadline_ns,
+                    outcome,
+                    prefetch_count(spec),
+                )
+            else:
+                outcome = await run_phase(
+                    spec, send, source, events.on_record, timeout_s, stop, deadline_ns, outcome
+                )
         finally:
             if source is not requests:
                 source.close()
         if not spec.warmup:
             overhead.prepare_before_s += prepare_s
+            helper_cpu = 0.0 if clients is None else clients.helper_cpu_s() - helper_cpu_before
             overhead.measured(
                 outcome,
-                time.process_time() - cpu_before,
+                time.process_time() - cpu_before + helper_cpu,
                 time.thread_time() - loop_cpu_before,
             )
             overhead.waits += source.waits - waits_before
@@ -402,11 +427,15 @@ async def execute(
             outcome.cancel_pending(STOPPED)
         if isinstance(requests, PreparedRequests):
             requests.close()
+        if clients is not None:
+            clients.close()
     progress.emit()
 
     report = (report or empty_report(load.pattern)).with_phase_windows(windows)
     report.scheduling_lag_ms = {name: Percentiles(**lag) for name, lag in lags.items()}
     report.harness = overhead.report()
+    if clients is not None:
+        report.harness.processes = clients.report()
     return ExecuteOutcome(
         phases=phases,
         pattern_report=report,

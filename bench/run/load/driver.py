@@ -79,6 +79,9 @@ class PhaseSpec:
     requests: Iterator[Request] | None = None
     """This phase's own requests instead of the run's (trace replay: the trace's rows)."""
     end_early: Callable[[PhaseOutcome], str | None] | None = None
+    start_at_ns: int | None = None
+    """Start the phase clock at this CLOCK time (a share of a schedule split across client
+    processes: every process starts from the same instant; bench/run/client_processes.py)."""
 
 
 @dataclass
@@ -381,7 +384,8 @@ class _PhaseRun:
         spec = self.spec
         intervals = spec.intervals or make_intervals(spec.arrival, spec.target, spec.seed)
         now_ns = CLOCK.now_ns
-        planned_ns = self.outcome.start_ns
+        # A process's share of a split schedule starts at its first arrival, not at zero.
+        planned_ns = self.outcome.start_ns + int(getattr(intervals, "first_offset_s", 0.0) * 1e9)
         end_ns = self.issue_end_ns
         deadline_ns = self.deadline_ns
         slack_ns = TIMER_SLACK_NS
@@ -458,7 +462,9 @@ async def run_phase(
     if spec.target <= 0:
         raise ValueError("target must be > 0")
     outcome = outcome or PhaseOutcome.for_spec(spec)
-    outcome.start_ns = CLOCK.now_ns()
+    if spec.start_at_ns is not None:
+        await CLOCK.sleep_until_ns(spec.start_at_ns)
+    outcome.start_ns = CLOCK.now_ns() if spec.start_at_ns is None else spec.start_at_ns
     phase = _PhaseRun(spec, send, requests, on_record, request_timeout_s, outcome, deadline_ns)
     if spec.duration_s is not None:
         phase.issue_end_ns = outcome.start_ns + int(spec.duration_s * 1e9)

@@ -60,3 +60,20 @@ def make_intervals(arrival: str, rate_rps: float, seed: int = 0) -> IntervalStra
     if arrival == "constant":
         return ConstantIntervals(rate_rps)
     raise ValueError(f"unknown arrival {arrival!r}; use poisson or constant")
+
+
+class StridedIntervals:
+    """One client process's share of a schedule split across `stride` processes: arrivals
+    `offset`, `offset + stride`, ... of `base` (arrival 0 at the phase start). The driver starts
+    this share at `first_offset_s` and then steps by `next_interval()`, so the processes together
+    send exactly the schedule one process would (bench/run/client_processes.py)."""
+
+    def __init__(self, base: IntervalStrategy, stride: int, offset: int) -> None:
+        if stride < 1 or not 0 <= offset < stride:
+            raise ValueError("need stride >= 1 and 0 <= offset < stride")
+        self.base = base
+        self.stride = stride
+        self.first_offset_s = sum(base.next_interval() for _ in range(offset))
+
+    def next_interval(self) -> float:
+        return sum(self.base.next_interval() for _ in range(self.stride))
