@@ -240,11 +240,13 @@ def test_bench_plan_json_and_text() -> None:
     data = json.loads(invoke("bench-plan", "--profile", profile, "--quick", "--json").output)
     assert data["quick"] is True
     stage = data["stages"][0]
-    assert [c["backend"] for c in stage["configs"]] == ["vllm", "tensorrt_llm", "pytorch"]
+    # SGLang (the tree's third candidate) is measured through the openai backend's launcher
+    assert [c["backend"] for c in stage["configs"]] == ["vllm", "tensorrt_llm", "openai", "pytorch"]
+    assert stage["configs"][2]["engine_args"] == {"launch": "sglang"}
     assert all(c["load"]["duration_s"] <= 30 for c in stage["configs"])
     assert all(cmd.startswith("python -m bench run --backend") for cmd in stage["commands"])
     text = invoke("bench-plan", "--profile", profile).output
-    assert "# stage main: candidates vllm, tensorrt_llm, pytorch" in text
+    assert "# stage main: candidates vllm, tensorrt_llm, sglang, pytorch" in text
     # one run per candidate, then the configuration search's layouts of the first one
     assert text.count("--backend vllm") > 1 and text.count("python -m bench run") > 3
     assert "configuration vllm" in text

@@ -226,7 +226,7 @@ def test_shared_prefixes_put_prefix_caching_engines_first(tmp_path: Path) -> Non
     answer moves the prefix-caching engines ahead of it, keeping their own order."""
     data = yaml.safe_load(DEFAULT_TREE_PATH.read_text())
     leaf = data["leaves"]["vllm_default"]
-    leaf["candidates"] = leaf["candidates"][::-1]  # torch_compile, tensorrt_llm, vllm
+    leaf["candidates"] = leaf["candidates"][::-1]  # torch_compile, sglang, tensorrt_llm, vllm
     path = tmp_path / "tree.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     tree = load_tree(path)
@@ -234,20 +234,21 @@ def test_shared_prefixes_put_prefix_caching_engines_first(tmp_path: Path) -> Non
     plain = profile_from_dict(BASE).primary
     assert [c.framework for c in evaluate(tree, plain).candidates] == [
         "torch_compile",
+        "sglang",
         "tensorrt_llm",
         "vllm",
     ]
     ranked = evaluate(tree, shared).candidates
-    assert [c.framework for c in ranked] == ["tensorrt_llm", "vllm", "torch_compile"]
-    assert [c.rank for c in ranked] == [1, 2, 3]
+    assert [c.framework for c in ranked] == ["sglang", "tensorrt_llm", "vllm", "torch_compile"]
+    assert [c.rank for c in ranked] == [1, 2, 3, 4]
 
 
 def test_promote_on_yes_names_known_frameworks(tmp_path: Path) -> None:
     data = yaml.safe_load(DEFAULT_TREE_PATH.read_text())
-    data["questions"]["shared_prefixes"]["promote_on_yes"] = ["sglang"]
+    data["questions"]["shared_prefixes"]["promote_on_yes"] = ["lmdeploy"]
     path = tmp_path / "tree.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with pytest.raises(UserError, match="unknown framework 'sglang' in promote_on_yes"):
+    with pytest.raises(UserError, match="unknown framework 'lmdeploy' in promote_on_yes"):
         load_tree(path)
 
 
