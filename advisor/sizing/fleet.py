@@ -498,7 +498,9 @@ def _full_option(
         return None
     tp = deployment.parallelism.tensor_parallel_size
     precision = deployment.precision
-    label = f"{deployment.framework}, {precision.label()}, TP={tp}"
+    scheme = weight_scheme(stage, deployment)  # the profile's pre-quantised checkpoint
+    label = f"{deployment.framework}, {precision.label()}"
+    label += f" + {scheme} weights, TP={tp}" if scheme else f", TP={tp}"
     if args:
         label += f", max_num_batched_tokens={args['max_num_batched_tokens']}"
     basis = _basis(prediction, record, stage)

@@ -96,6 +96,12 @@ def test_an_awq_profile_is_sized_at_4_bits():
         [],
     )
     assert fp16.shape.weight_bytes == pytest.approx(estimate.parameters * 2)
+    # the fleet answer sizes and names the 4-bit checkpoint
+    from advisor.sizing.fleet import predicted_options
+
+    options, _ = predicted_options(stage, "vllm", [])
+    asked = [o for o in options if o.departures == 0]
+    assert asked and asked[0].weights == "int4 weights" and "awq weights" in asked[0].label
 
 
 def test_formats_and_their_gemm_peaks():
