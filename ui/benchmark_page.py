@@ -877,6 +877,10 @@ def render() -> None:
     # The plan is keyed by the profile's content (and the stage): any edit makes it stale.
     digest = hashlib.sha256(f"{profile.model_dump_json()}#{stage_index}".encode()).hexdigest()
     available = {item.name for item in availability if item.available}
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is not None:  # launched by the openai backend
+        available.add("sglang")
     plan_editor(digest, stage, available)
 
     st.subheader("Jobs")

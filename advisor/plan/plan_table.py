@@ -28,6 +28,14 @@ CAPACITY_SEARCH = "capacity search"
 PLAN_ROW = "plan row"  # hidden: which plan config a table row edits (empty on an added row)
 
 
+def runnable(config: RunConfig, available: set[str]) -> bool:
+    """The run's backend is installed here, and so is the framework it launches (SGLang through
+    the openai backend: `available` names it only where it is installed)."""
+    return config.backend in available and (
+        config.framework == config.backend or config.framework in available
+    )
+
+
 def plan_table(
     configs: list[RunConfig],
     available: set[str],
@@ -43,7 +51,7 @@ def plan_table(
         [
             {
                 PLAN_ROW: index,
-                "run": config.backend in available,
+                "run": runnable(config, available),
                 "role": CAPACITY_SEARCH if index >= len(configs) else COMPARISON,
                 "repeats": 1 if index >= len(configs) else repeats,
                 "backend": config.backend,
@@ -171,9 +179,9 @@ def chosen_runs(
         except UserError as exc:
             problems.append(f"Row {position + 1} ({row.backend}): {exc}")
             continue
-        if config.backend not in available:
+        if not runnable(config, available):
             problems.append(
-                f"Row {position + 1}: {config.backend} is not installed here "
+                f"Row {position + 1}: {config.framework} is not installed here "
                 "(see *Frameworks installed here*); untick the row or pick another backend."
             )
             continue

@@ -43,7 +43,8 @@ def test_an_unedited_table_reads_back_to_the_plan_configs(quick):
     assert len(planned) >= 5, "the shipped profiles plan benchmarks"
     for profile, stage, plan in planned:
         configs = [*plan.configs, *plan.capacity_configs]
-        available = {config.backend for config in configs}
+        # every framework of the plan installed (SGLang through the openai backend too)
+        available = {c.backend for c in configs} | {c.framework for c in configs}
         table = plan_table(plan.configs, available, 2, plan.capacity_configs)
         assert list(table[PLAN_ROW]) == list(range(len(configs)))
         assert list(table["role"]).count(CAPACITY_SEARCH) == len(plan.capacity_configs)
