@@ -24,3 +24,22 @@ def seed_only_reference(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -
     shutil.copy(SHIPPED_REFERENCE_DIR / SEED_FILE, folder / SEED_FILE)
     monkeypatch.setattr(measured, "DEFAULT_REFERENCE_DIR", folder)
     return folder
+
+
+def shipped_h200_record():
+    """A `bench calibrate` record derived from the shipped vLLM 16-bit llama-2-7b runs on the
+    H200 (bench.core.calibration.record_from_runs): the record the calibration tests fit."""
+    from advisor.sizing.serving_model import run_shape
+    from bench.core.calibration import record_from_runs
+
+    runs = [
+        run
+        for file_runs in measured.measured_reference_runs(SHIPPED_REFERENCE_DIR).values()
+        for run in file_runs
+        if run_shape(run) is not None
+        and run.config.backend == "vllm"
+        and run.config.model == "llama-2-7b"
+        and run.config.precision.quantization is None
+        and run.config.precision.kv_cache_dtype == "auto"
+    ]
+    return record_from_runs(runs)

@@ -19,11 +19,11 @@ from advisor.sizing.calibration_fit import (
 )
 from advisor.sizing.configurations import Deployment
 from advisor.sizing.measured import measured_reference_runs
-from advisor.sizing.serving_model import Factors, predict_stage_capacity, run_shape
+from advisor.sizing.serving_model import Factors, predict_stage_capacity
 from advisor.workload.profile import StageProfile
-from bench.core.calibration import record_from_runs, run_levels
+from bench.core.calibration import run_levels
 from bench.core.config import SLO, LengthDistribution, PrecisionConfig
-from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR, shipped_h200_record
 
 CHAT = {
     "model": "llama-2-7b",
@@ -39,17 +39,7 @@ VLLM_16 = Deployment(framework="vllm", precision=PrecisionConfig(dtype="float16"
 @pytest.fixture(scope="module")
 def h200_record():
     """A record derived from the shipped vLLM 16-bit llama-2-7b runs on the H200."""
-    runs = [
-        run
-        for file_runs in measured_reference_runs(SHIPPED_REFERENCE_DIR).values()
-        for run in file_runs
-        if run_shape(run) is not None
-        and run.config.backend == "vllm"
-        and run.config.model == "llama-2-7b"
-        and run.config.precision.quantization is None
-        and run.config.precision.kv_cache_dtype == "auto"
-    ]
-    return record_from_runs(runs)
+    return shipped_h200_record()
 
 
 def _log_errors(record, factors: Factors, kind: str | None = None) -> list[float]:

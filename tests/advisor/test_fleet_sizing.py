@@ -23,7 +23,7 @@ from advisor.sizing.speed_class import SAME_CLASS_TOLERANCE, speed_class_pairs
 from advisor.workload.profile_input import profile_from_dict
 from advisor.workload.stage_load import DEFAULT_IN_FLIGHT, ENGINE_SEQUENCE_LIMIT, stage_load
 from bench.core.schema import RunResult
-from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR, shipped_h200_record
 
 CHAT_40 = {
     "title": "Chat 7B, 40 req/s peak (held out)",
@@ -318,26 +318,6 @@ def test_a_hugging_face_id_is_sized_from_its_presets_shipped_search():
     assert asked.capacity.reference == SETTLED_SEARCH and asked.gpus == 3
 
 
-def _h200_record():
-    """A `bench calibrate` record derived from the shipped vLLM 16-bit llama-2-7b runs on the
-    H200 (bench.core.calibration.record_from_runs, as test_calibration_fit builds it)."""
-    from advisor.sizing.measured import measured_reference_runs
-    from advisor.sizing.serving_model import run_shape
-    from bench.core.calibration import record_from_runs
-
-    runs = [
-        run
-        for file_runs in measured_reference_runs(SHIPPED_REFERENCE_DIR).values()
-        for run in file_runs
-        if run_shape(run) is not None
-        and run.config.backend == "vllm"
-        and run.config.model == "llama-2-7b"
-        and run.config.precision.quantization is None
-        and run.config.precision.kv_cache_dtype == "auto"
-    ]
-    return record_from_runs(runs)
-
-
 def test_a_calibration_record_in_your_store_sizes_the_fleet_and_is_named(tmp_path):
     """With a `bench calibrate` record of the engine on the stage's GPU in the store, the
     predicted fleet is sized with its factors and the basis names the record; the search's
@@ -345,7 +325,7 @@ def test_a_calibration_record_in_your_store_sizes_the_fleet_and_is_named(tmp_pat
     from bench.storage.calibrations import put_calibration
     from bench.storage.store import ResultStore
 
-    record = _h200_record()
+    record = shipped_h200_record()
     store = ResultStore(tmp_path / "store.sqlite")
     put_calibration(store, record)
     profile = profile_from_dict(PREDICTED["multi-turn chat on H200"])
