@@ -68,8 +68,14 @@ def edit_profile(page, action) -> None:
 CHART_MARKS = """() => Array.from(document.querySelectorAll(
     '[data-testid=stMain] [data-testid=stVegaLiteChart] svg')).map(svg => ({
   titles: Array.from(svg.querySelectorAll('.role-axis-title text')).map(t => t.textContent),
+  // [width, height, rise]: rise is how far the line's highest point sits above the plot's
+  // bottom edge (the y axis' zero), so a steady non-zero series (a flat line) counts as drawn
+  // and a series of zeros does not.
   lines: Array.from(svg.querySelectorAll('.mark-line path')).map(p => {
-    const box = p.getBBox(); return [box.width, box.height]; }),
+    const box = p.getBBox();
+    const frame = svg.querySelector('.role-frame path.background');
+    const plotHeight = frame ? frame.getBBox().height : NaN;
+    return [box.width, box.height, plotHeight - box.y]; }),
   points: Array.from(svg.querySelectorAll('.mark-symbol path')).filter(p =>
     parseFloat(getComputedStyle(p).opacity || '1') > 0
     && parseFloat(p.getAttribute('opacity') ?? '1') > 0
@@ -301,12 +307,13 @@ def test_questionnaire_benchmark_and_report(app_url, page, tmp_path):
     assert [(c.backend, c.load.duration_s) for c in job.configs] == [("pytorch", RUN_DURATION_S)]
     (result,) = [store.get_run(run_id) for run_id in job.run_ids]
     assert result.status.value == "COMPLETED" and result.summary.successful > 0
-    # The run's charts have marks: a throughput line spread over time (not a point at 0) and a
-    # latency point per measured request (TTFT and E2E each).
+    # The run's charts have marks: a throughput line spread over time and above zero (a steady
+    # run draws it flat, so its height says nothing; CI saw 188 x 4.2 px) and a latency point
+    # per measured request (TTFT and E2E each).
     drawn_charts(
         page,
         "charts => charts.some(c => c.titles.includes('output tok/s')"
-        " && c.lines.some(([w, h]) => w > 100 && h > 5))"
+        " && c.lines.some(([w, h, rise]) => w > 100 && rise > 5))"
         " && charts.some(c => c.titles.includes('latency (ms)') && c.points >= 2 * 5)",
     )
     no_exceptions(page)
