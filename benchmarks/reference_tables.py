@@ -1012,6 +1012,130 @@ def serving_summary_table(validation) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------- the serving model on an unseen GPU
+
+UNSEEN_GPU_RUNS = "h100_llama2-7b_capacity_heldout_runs.json"
+"""The held-out capacity search on the GPU no other shipped run is on (docs/capacity-model.md)."""
+UNSEEN_GPU_SERVE = "h100_llama2-7b_calibration/vllm-bench-serve.tar.xz"
+"""`vllm bench serve --save-result` files of the same GPU and workload (members vbs/*.json)."""
+BASIS_NAMES = {
+    "uncalibrated": "uncalibrated",
+    "other GPU only": "calibrated on {other} only",
+    "this GPU": "calibrated on {gpu} (`bench calibrate`)",
+}
+
+
+def unseen_gpu_check(reference_dir: Path = REFERENCE_DIR):  # -> advisor UnseenGpuCheck | None
+    """The held-out search predicted uncalibrated, from the other GPU's runs and from the
+    GPU's own calibration record (advisor/sizing/unseen_gpu.py)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import tarfile
+
+    from advisor.sizing.calibration_fit import shipped_records
+    from advisor.sizing.measured import measured_reference_runs
+    from advisor.sizing.serving_model import run_shape
+    from advisor.sizing.unseen_gpu import VllmBenchServeResult, check_unseen_gpu, serve_level
+    from advisor.workload.gpus import find_gpu
+
+    runs = measured_reference_runs(reference_dir)
+    held_out = runs.get(UNSEEN_GPU_RUNS)
+    if not held_out:
+        return None
+    (run,) = held_out
+    target = run_shape(run)
+    if target is None:
+        return None
+    records = [
+        record
+        for record in shipped_records(reference_dir)
+        if (gpu := find_gpu(record.device_type)) is not None and gpu.name == target.gpu
+    ]
+    if not records:
+        return None
+    shapes = [s for s in (run_shape(r) for rs in runs.values() for r in rs) if s is not None]
+    serve = []
+    archive = reference_dir / UNSEEN_GPU_SERVE
+    if archive.is_file():
+        with tarfile.open(archive) as tar:
+            for member in sorted(tar.getmembers(), key=lambda m: m.name):
+                if member.isfile() and member.name.endswith(".json"):
+                    data = tar.extractfile(member).read()
+                    source = f"data/reference/{UNSEEN_GPU_SERVE}:{member.name}"
+                    result = VllmBenchServeResult.model_validate_json(data)
+                    serve.append(serve_level(result, source))
+    return check_unseen_gpu(run, records[0], shapes, f"data/reference/{UNSEEN_GPU_RUNS}", serve)
+
+
+def basis_name(check, kind: str) -> str:
+    return BASIS_NAMES[kind].format(other=check.other_gpu, gpu=check.gpu)
+
+
+def unseen_capacity_table(check) -> str:
+    """The held-out search's capacity under each basis, beside the measured rate."""
+    if check is None:
+        return "(no held-out search on a GPU the model was not fitted on is shipped)"
+    lines = [
+        "| basis | predicted req/s | interval | covers | error |",
+        "|---|---:|---|---|---:|",
+    ]
+    for row in check.capacities:
+        lines.append(
+            f"| {basis_name(check, row.kind)} | {fmt(row.predicted_rps, 1)} | "
+            f"{fmt(row.low_rps, 1)}–{fmt(row.high_rps, 1)} | {'yes' if row.covered else 'no'} | "
+            f"{pct(row.error, 1)} |"
+        )
+    return "\n".join(lines)
+
+
+def unseen_latency_table(check) -> str:
+    """Median (worst) |error| of each latency figure over the search's feasible probes."""
+    if check is None:
+        return ""
+    heads = [unit_heading(f"{n.split('_')[0]}_ms_{n.split('_')[1]}") for n in SERVING_FIGURES]
+    lines = [
+        "| basis | levels | " + " | ".join(heads) + " |",
+        "|---|---:|" + "---:|" * len(heads),
+    ]
+    for basis in check.bases:
+        found = {e.figure: e for e in check.errors if e.kind == basis.kind}
+        count = max((e.levels for e in found.values()), default=0)
+        cells = [
+            f"{fmt(100 * found[n].median_abs_error)}% ({fmt(100 * found[n].worst_abs_error)}%)"
+            if n in found
+            else "-"
+            for n in SERVING_FIGURES
+        ]
+        lines.append(f"| {basis_name(check, basis.kind)} | {count} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def unseen_serve_table(check) -> str:
+    """Each `vllm bench serve` level: measured, then each basis' simulation of it."""
+    if check is None or not check.serve_levels:
+        return ""
+    heads = [unit_heading(f"{n.split('_')[0]}_ms_{n.split('_')[1]}") for n in SERVING_FIGURES]
+    lines = ["| | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(heads)]
+    for item in check.serve_levels:
+        level = item.level
+        lines.append(
+            f"| measured: {fmt(level.rate_rps, 2)} req/s, {level.requests:,} requests "
+            f"(achieved {fmt(level.throughput_rps, 1)}, goodput {fmt(level.goodput_rps, 1)}) | "
+            + " | ".join(
+                fmt(level.measured[n], 1 if n.startswith("tpot") else 0) for n in SERVING_FIGURES
+            )
+            + " |"
+        )
+        for kind, figures in item.predicted.items():
+            cells = []
+            for n in SERVING_FIGURES:
+                value, measured = figures.get(n), level.measured[n]
+                digits = 1 if n.startswith("tpot") else 0
+                cells.append(f"{fmt(value, digits)} ({pct((value - measured) / measured)})")
+            lines.append(f"| {basis_name(check, kind)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- the docs
 
 
@@ -1020,6 +1144,7 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
     files, folders = run_files(reference_dir), campaign_dirs(reference_dir)
     runs = load_runs(files)
     serving = serving_validation(reference_dir)
+    unseen = unseen_gpu_check(reference_dir)
     context = {
         "runs": runs,
         "folders": folders,
@@ -1040,9 +1165,15 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
             "serving_capacity": serving_capacity_table(serving),
             "serving_levels": serving_level_table(serving),
             "serving_summary": serving_summary_table(serving),
+            "unseen_capacity": unseen_capacity_table(unseen),
+            "unseen_latency": unseen_latency_table(unseen),
+            "unseen_serve": unseen_serve_table(unseen),
         },
         "serving": serving,
+        "unseen": unseen,
+        "basis_name": lambda kind: basis_name(unseen, kind),
         "fmt": fmt,
+        "pct": pct,
         "tok_s": lambda *a: tok_s(runs, *a),
         "phase": lambda *a: ladder_phase(runs, *a)[0],
         "ladder_run": lambda *a: ladder_run(runs, *a)[0],

@@ -119,7 +119,8 @@ class Validation(Strict):
         return sum(r.covered for r in self.capacities) / len(self.capacities)
 
 
-def _figures(summary) -> dict[str, float]:  # MetricsSummary or LatencyAtLoad
+def latency_figures(summary) -> dict[str, float]:  # MetricsSummary or LatencyAtLoad
+    """TTFT, TPOT and E2E percentiles of a measured or simulated level, by LATENCY_FIGURES name."""
     out: dict[str, float] = {}
     for name, attribute in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2e", "e2e_ms")):
         values = getattr(summary, attribute)
@@ -129,7 +130,9 @@ def _figures(summary) -> dict[str, float]:  # MetricsSummary or LatencyAtLoad
     return {k: v for k, v in out.items() if k in LATENCY_FIGURES}
 
 
-def _simulated(item: RunShape, factors: Factors, phase, over: str, level: float):
+def simulated_level(item: RunShape, factors: Factors, phase, over: str, level: float):
+    """A measured level simulated with `factors`: its request count after as many warm-up
+    requests at the same rate (open loop), or from its start (a closed-loop ladder level)."""
     load = item.run.config.load
     requests = phase.summary.requests
     arrival = getattr(load, "arrival", "poisson")
@@ -169,8 +172,8 @@ def validate(runs: Iterable[tuple[RunResult, str | None]]) -> Validation:
         factors = calibration.factors
         shape_words = f"{item.prompt.mean}/{item.output.mean}"
         for phase, over, level in steady_phases(item.run):
-            predicted = _simulated(item, factors, phase, over, level)
-            uncalibrated = _simulated(item, Factors(), phase, over, level)
+            predicted = simulated_level(item, factors, phase, over, level)
+            uncalibrated = simulated_level(item, Factors(), phase, over, level)
             validation.levels.append(
                 LevelRow(
                     run_id=item.run.run_id,
@@ -181,9 +184,9 @@ def validate(runs: Iterable[tuple[RunResult, str | None]]) -> Validation:
                     phase=phase.name,
                     over=over,
                     level=level,
-                    measured=_figures(phase.summary),
-                    predicted=_figures(predicted),
-                    uncalibrated=_figures(uncalibrated),
+                    measured=latency_figures(phase.summary),
+                    predicted=latency_figures(predicted),
+                    uncalibrated=latency_figures(uncalibrated),
                 )
             )
         report = item.run.pattern_report
@@ -231,6 +234,8 @@ __all__ = [
     "CapacityRow",
     "LevelRow",
     "Validation",
+    "latency_figures",
+    "simulated_level",
     "uncalibrated_step_errors",
     "validate",
 ]

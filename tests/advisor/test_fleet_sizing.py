@@ -345,7 +345,7 @@ def test_a_calibration_record_in_your_store_sizes_the_fleet_and_is_named(tmp_pat
 def test_a_gpu_without_calibration_says_so_and_offers_the_command():
     chosen = (
         recommend(
-            profile_from_dict(PREDICTED["code completion on H100"]),
+            profile_from_dict(PREDICTED["chat on L40S"]),
             reference_dir=SHIPPED_REFERENCE_DIR,
         )
         .stages[0]

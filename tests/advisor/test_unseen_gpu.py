@@ -1,0 +1,102 @@
+"""The serving model on a GPU it was never fitted on, from the shipped H100 measurements: the
+`bench calibrate` record (data/reference/h100_llama2-7b_openai_calibration.json), the held-out
+512/256 capacity search (h100_llama2-7b_capacity_heldout_runs.json) and `vllm bench serve` at
+the found rate (h100_llama2-7b_calibration/vllm-bench-serve.tar.xz)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from advisor.sizing.calibration_fit import shipped_records, stage_calibration
+from advisor.sizing.configurations import Deployment
+from advisor.workload.profile import StageProfile
+from bench.core.config import PrecisionConfig
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _reference_tables():
+    spec = importlib.util.spec_from_file_location(
+        "reference_tables", ROOT / "benchmarks" / "reference_tables.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def check():
+    found = _reference_tables().unseen_gpu_check(SHIPPED_REFERENCE_DIR)
+    assert found is not None, "the shipped H100 held-out search is not covered by the model"
+    return found
+
+
+def test_no_basis_has_seen_the_held_out_search(check):
+    (record,) = [r for r in shipped_records(SHIPPED_REFERENCE_DIR) if "H100" in r.device_type]
+    assert check.calibration_id == record.calibration_id
+    # the record's mixes leave the held-out shape out, and the search is not among its runs
+    mixes = {f"{m.prompt_tokens}/{m.output_tokens}" for m in record.plan.mixes}
+    assert check.shape == "512/256" and check.shape not in mixes
+    assert check.run_id not in record.run_ids
+    # the other GPU's basis is fitted on H200 runs only (no run of the held-out GPU)
+    (other,) = [b for b in check.bases if b.kind == "other GPU only"]
+    assert check.other_gpu == "H200" and "on H200" in other.words and "H100" not in other.words
+    assert [b.kind for b in check.bases] == ["uncalibrated", "other GPU only", "this GPU"]
+
+
+def test_calibrating_on_the_gpu_itself_gives_the_closest_capacity_and_an_interval_that_holds(
+    check,
+):
+    by_kind = {row.kind: row for row in check.capacities}
+    this, other, plain = by_kind["this GPU"], by_kind["other GPU only"], by_kind["uncalibrated"]
+    assert abs(this.error) < abs(other.error) < abs(plain.error)
+    assert this.covered and this.low_rps <= check.measured_rps <= this.high_rps
+    assert abs(this.error) <= 0.10
+
+
+def test_latency_errors_are_over_the_feasible_probes_and_shrink_with_calibration(check):
+    # the search's feasible probes only: 12, 18 and the two passes at the found rate
+    assert sorted(level.rate_rps for level in check.levels) == [12.0, 18.0, 20.25, 20.25]
+    errors = {(e.kind, e.figure): e for e in check.errors}
+    for figure in ("tpot_p50", "e2e_p50"):
+        assert (
+            errors[("this GPU", figure)].median_abs_error
+            < errors[("uncalibrated", figure)].median_abs_error
+        )
+        assert errors[("this GPU", figure)].worst_abs_error >= (
+            errors[("this GPU", figure)].median_abs_error
+        )
+
+
+def test_vllm_bench_serve_at_the_found_rate_is_read_from_the_shipped_archive(check):
+    (serve,) = check.serve_levels
+    level = serve.level
+    assert level.source.endswith("vllm-bench-serve.tar.xz:vbs/vbs-chat-r20.25-n1500.json")
+    assert level.rate_rps == pytest.approx(check.measured_rps)
+    assert level.requests == 1500
+    # the 1,500-request run missed the TTFT limit at the rate the 500-request probes passed
+    assert level.goodput_rps < 0.9 * level.throughput_rps
+    assert level.measured["ttft_p99"] > 300
+    # the record's simulation of it is overloaded too: within a third of the measured p99 TTFT
+    predicted = serve.predicted["this GPU"]["ttft_p99"]
+    assert abs(predicted - level.measured["ttft_p99"]) / level.measured["ttft_p99"] < 1 / 3
+
+
+def test_a_16_bit_vllm_stage_on_an_h100_is_calibrated_by_the_shipped_record():
+    stage = StageProfile(
+        model="llama-2-7b",
+        prompt_tokens={"mean": 512},
+        output_tokens={"mean": 256},
+        peak_request_rate_rps=20,
+        slo={"ttft_ms": 300, "tpot_ms": 50},
+        gpu={"type": "H100-SXM"},
+    )
+    vllm = Deployment(framework="vllm", precision=PrecisionConfig(dtype="float16"))
+    fit = stage_calibration(stage, vllm, shipped=shipped_records(SHIPPED_REFERENCE_DIR))
+    assert fit.__class__.__name__ == "RecordFit"
+    assert fit.basis.source == "shipped" and fit.basis.calibration_id == "cal-8bcea2af8fe9"
+    assert "data/reference" in fit.basis.words and "H100" in fit.basis.words
