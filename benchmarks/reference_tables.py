@@ -1136,6 +1136,33 @@ def unseen_serve_table(check) -> str:
     return "\n".join(lines)
 
 
+def prefix_table(reference_dir: Path = REFERENCE_DIR) -> str:
+    """Each shipped run with reused prompt tokens: the engine model's served-from-cache share
+    beside vLLM's own counters (advisor/sizing/prefix_validation.py)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from advisor.sizing.measured import measured_reference_runs
+    from advisor.sizing.prefix_validation import prefix_rows
+
+    runs = measured_reference_runs(reference_dir)
+    rows = prefix_rows((run, name) for name, file_runs in runs.items() for run in file_runs)
+    if not rows:
+        return "(no shipped run reuses prompt tokens)"
+    lines = [
+        "| run | measured on | engine | traffic | caching | prompt tokens | served from cache, "
+        "predicted | measured (vLLM's counters) | error |",
+        "|---|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.run_id} | {row.device} | {row.framework} | {row.reuse} | "
+            f"{'on' if row.caching else 'off'} | {fmt(row.prompt_tokens)} | "
+            f"{fmt(100 * row.predicted_share, 1)}% | {fmt(100 * row.measured_share, 1)}% | "
+            f"{row.error_points:+.1f} points |"
+        )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- the docs
 
 
@@ -1168,6 +1195,7 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
             "unseen_capacity": unseen_capacity_table(unseen),
             "unseen_latency": unseen_latency_table(unseen),
             "unseen_serve": unseen_serve_table(unseen),
+            "prefix": prefix_table(reference_dir),
         },
         "serving": serving,
         "unseen": unseen,

@@ -676,6 +676,15 @@ def capacity_runs_for(
             continue
         if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
             continue
+        if run.validity is not None and run.validity.status == ValidityStatus.INVALID:
+            # an INVALID search (not converged, too few requests a probe) never sizes a fleet:
+            # its max_rate_rps is a bound at best (a calibration's settled levels are such runs)
+            reasons = run.validity.reasons or ["no reason recorded"]
+            notes.append(
+                f"capacity run {run.run_id} ({run.config.backend}): INVALID, left out "
+                f"({reasons[0]})"
+            )
+            continue
         reasons = capacity_mismatch(run, stage, pairs)
         if reasons:
             notes.append(f"capacity run {run.run_id} ({run.config.backend}): " + "; ".join(reasons))

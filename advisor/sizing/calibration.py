@@ -14,9 +14,9 @@ This is the fit the fleet answer uses; there is no second one.
 Its error is the serving model's own leave-one-out over the stored closed-loop levels: each
 level's step time (its TPOT p50) is predicted from factors fitted without its run, and the
 absolute percentage errors of TPOT p50 and output tok/s are averaged (MAPE), overall and per
-partition (engine x TP x precision). The bar: under 10% per partition, the gate the field's
-best-known performance predictors set for themselves; a partition with fewer than two levels
-cannot be judged.
+partition (engine x TP x precision, on each GPU). The bar: under 10% per partition, the gate the
+field's best-known performance predictors set for themselves; a partition with fewer than two
+levels cannot be judged.
 """
 
 from __future__ import annotations
@@ -282,9 +282,10 @@ def accuracy(points: Sequence[CalibrationPoint]) -> Calibration:
         return calibration
     calibration.tpot_mape = _mape([p.tpot_error or 0.0 for p in checked])
     calibration.throughput_mape = _mape([p.throughput_error or 0.0 for p in checked])
+    # per GPU too: an engine's efficiency on one GPU says nothing of its error on another
     by_partition: dict[str, list[CalibrationPoint]] = {}
     for point in checked:
-        by_partition.setdefault(point.partition, []).append(point)
+        by_partition.setdefault(f"{point.partition} on {point.gpu}", []).append(point)
     for name, members in sorted(by_partition.items()):
         tpot_mape = _mape([p.tpot_error or 0.0 for p in members])
         throughput_mape = _mape([p.throughput_error or 0.0 for p in members])

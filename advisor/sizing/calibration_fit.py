@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import Field
 
 from advisor.sizing.configurations import Deployment
-from advisor.sizing.measured import DEFAULT_REFERENCE_DIR
+from advisor.sizing.measured import CALIBRATION_SUFFIX, DEFAULT_REFERENCE_DIR
 from advisor.sizing.serving_model import (
     CAPACITY_PRECISION,
     SEEDS,
@@ -295,7 +295,7 @@ def calibration_for(
     )
 
 
-SHIPPED_SUFFIX = "_calibration.json"
+SHIPPED_SUFFIX = CALIBRATION_SUFFIX
 """data/reference/<host>_<model>_<engine>_calibration.json: a shipped `bench calibrate` record."""
 
 

@@ -229,11 +229,13 @@ LONG_CONTEXT_TOKENS = 8192
 
 
 def unvalidated_mechanics(stage: StageProfile) -> list[str]:
-    """What the stage asks of the engine model that no shipped measurement has checked: prefix
-    reuse, mixture-of-experts routing, long context (docs/capacity-model.md)."""
+    """What the stage asks of the engine model that no shipped measurement has checked: what
+    prefix reuse saves on a GPU (the share served from the cache is checked against vLLM's own
+    counters, on its CPU build), mixture-of-experts routing, long context
+    (docs/capacity-model.md)."""
     out = []
     if stage.declares_shared_prefixes():
-        out.append("prefix reuse")
+        out.append("prefix reuse's GPU speed-up")
     architecture, _ = architecture_for(stage.model)
     if architecture is not None and getattr(architecture, "is_moe", False):
         out.append("mixture-of-experts routing")
@@ -257,8 +259,14 @@ def _basis(
             f"{basis.device_type}, {basis.levels} levels ({basis.settled_levels} settled)",
             low_rps=prediction.low_rps or None,
             high_rps=prediction.high_rps or None,
-            error_words="the interval is the record's leave-one-level-out step error; its "
-            "capacity error is measured by `python -m bench calibrate --check`",
+            error_words=(
+                "the interval is the record's leave-one-level-out step error; its capacity "
+                "error on a search the record did not contain is in docs/capacity-model.md "
+                f"(\"On a GPU the model was never fitted on\", record {basis.calibration_id})"
+                if basis.source == "shipped"
+                else "the interval is the record's leave-one-level-out step error; its "
+                "capacity error is measured by `python -m bench calibrate --check`"
+            ),
         )
     if prediction.calibrated:
         calibration = (

@@ -50,12 +50,18 @@ def same_gpu_type(gpu_name: str | None, gpu_type: str | None) -> bool:
     return (spec is not None and spec == find_gpu(gpu_type)) or gpu_name == gpu_type
 
 
+CALIBRATION_SUFFIX = "_calibration.json"
+"""A shipped `bench calibrate` record's file name ends so (calibration_fit.SHIPPED_SUFFIX)."""
+
+
 def _reference_files(folder: Path) -> Iterator[tuple[str, Any, str | None]]:
     """(file name, parsed JSON or None, note) for every *.json file in the reference folder."""
     from bench.core.errors import UserError
     from bench.core.files import load_user_json
 
     for file in sorted(folder.glob("*.json")):
+        if file.name.endswith(CALIBRATION_SUFFIX):  # a `bench calibrate` record, not runs:
+            continue  # read by advisor.sizing.calibration_fit.shipped_records
         try:  # bounded: a FIFO, a device, a huge or deeply nested file is a note, not a hang
             yield file.name, load_user_json(file, "reference file"), None
         except UserError as exc:
@@ -87,7 +93,8 @@ class ReferenceFiles:
 
 
 def read_reference_folder(reference_dir: str | Path | None = None) -> ReferenceFiles:
-    """Parse every *.json file in the reference folder (data/reference when None)."""
+    """Parse every *.json file in the reference folder (data/reference when None) but the
+    calibration records."""
     folder = Path(reference_dir) if reference_dir is not None else DEFAULT_REFERENCE_DIR
     reference = ReferenceFiles(folder)
     if not folder.is_dir():

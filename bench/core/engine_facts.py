@@ -99,6 +99,13 @@ class EngineFacts(Strict):
         description="Every other fact, under the framework's own name (max_num_seqs, providers).",
     )
 
+    @property
+    def kv_block_tokens(self) -> int | None:
+        """The KV cache's block size in tokens, where the engine reported it (vLLM's
+        `block_size`: 16 on GPUs, 128 on its CPU build); prefix caching finds whole blocks."""
+        value = self.extra.get("block_size")
+        return value if isinstance(value, int) and value > 0 else None
+
     @model_validator(mode="before")
     @classmethod
     def _from_flat(cls, data: Any) -> Any:

@@ -64,7 +64,11 @@ def test_chat_prediction_is_calibrated_on_the_h200_runs_and_near_the_shipped_sea
     prediction = predict_stage_capacity(stage, VLLM_16, runs)
     assert isinstance(prediction, CapacityPrediction)
     assert prediction.calibrated
-    search = next(r for r in _searches(runs) if r.config.precision.quantization is None)
+    search = next(
+        r
+        for r in _searches(runs)
+        if r.config.precision.quantization is None and run_shape(r).gpu == "H200"
+    )
     assert search.run_id in prediction.calibration_runs
     assert prediction.low_rps <= prediction.max_rate_rps <= prediction.high_rps
     assert prediction.binding_constraint in ("ttft_ms", "tpot_ms", "attainment")

@@ -100,3 +100,38 @@ def test_a_16_bit_vllm_stage_on_an_h100_is_calibrated_by_the_shipped_record():
     assert fit.__class__.__name__ == "RecordFit"
     assert fit.basis.source == "shipped" and fit.basis.calibration_id == "cal-8bcea2af8fe9"
     assert "data/reference" in fit.basis.words and "H100" in fit.basis.words
+
+
+def test_the_calibrations_settled_levels_never_size_a_fleet():
+    """The record's settled run is a capacity pattern with a max_rate_rps (16.4 req/s of
+    1,024/128) but INVALID (three probes, not converged): for a stage it would match, it is
+    left out with a note, not read as the H100's capacity."""
+    from advisor.evidence.rows import capacity_runs_for
+    from advisor.sizing.measured import measured_reference_runs
+
+    runs = measured_reference_runs(SHIPPED_REFERENCE_DIR)["h100_llama2-7b_calibrate_runs.json"]
+    (settled,) = [r for r in runs if r.config.load.capacity_search]
+    assert settled.validity.status.value == "INVALID"
+    assert settled.pattern_report.max_rate_rps is not None
+    stage = StageProfile(
+        model="llama-2-7b",
+        prompt_tokens={"mean": 1024},
+        output_tokens={"mean": 128},
+        peak_request_rate_rps=40,
+        slo={"ttft_ms": 300, "tpot_ms": 50},
+        gpu={"type": "H100-SXM"},
+        precision={"dtype": "bfloat16"},
+    )
+    kept, notes = capacity_runs_for(stage, [settled])
+    assert kept == []
+    assert any(settled.run_id in note and "INVALID, left out" in note for note in notes)
+
+
+def test_every_shipped_record_has_its_held_out_check_in_the_docs_page_1_points_to():
+    """Page 1 sends a prediction from a shipped record to docs/capacity-model.md for its
+    capacity error on a search it did not contain: that check must exist for each record."""
+    docs = (ROOT / "docs" / "capacity-model.md").read_text()
+    section = docs.split("## On a GPU the model was never fitted on", 1)
+    assert len(section) == 2
+    for record in shipped_records(SHIPPED_REFERENCE_DIR):
+        assert f"record `{record.calibration_id}`" in section[1].split("\n## ", 1)[0]

@@ -111,8 +111,8 @@ class PrefixReuse:
         return cls()
 
 
-def _blocks(tokens: float) -> float:
-    return float((int(tokens) // BLOCK_TOKENS) * BLOCK_TOKENS)
+def _blocks(tokens: float, block_tokens: int = BLOCK_TOKENS) -> float:
+    return float((int(tokens) // block_tokens) * block_tokens)
 
 
 def caches_prefixes(framework: str, prefix_caching: bool | None = None) -> bool:
@@ -123,12 +123,31 @@ def caches_prefixes(framework: str, prefix_caching: bool | None = None) -> bool:
     return framework in CACHING_ENGINES
 
 
-def prefix_reuse(traffic: TrafficShape, caching: bool) -> PrefixReuse:
-    """The cache's effect on the traffic (module docstring); `caching` False = none."""
+def conversation_cached_tokens(traffic: TrafficShape, block_tokens: int = BLOCK_TOKENS) -> float:
+    """Mean prompt tokens a conversation turn finds in the cache. Turn 1 finds none; turn i
+    finds what turn i-1 computed - its prompt and its answer but the answer's last token, whose
+    KV is never computed (generation stops there) - in whole blocks. Exact per turn, since with
+    large blocks (vLLM's CPU build uses 128 tokens) a turn's history often fills none."""
+    turns = max(round(traffic.turns), 1)
+    prompt = float(traffic.first_prompt.mean)
+    step = traffic.output_tokens + traffic.user_tokens
+    cached = 0.0
+    for _ in range(1, turns):
+        computed = prompt + max(traffic.output_tokens - 1, 0.0)
+        prompt += step
+        cached += min(_blocks(computed, block_tokens), prompt - 1)
+    return cached / turns
+
+
+def prefix_reuse(
+    traffic: TrafficShape, caching: bool, block_tokens: int = BLOCK_TOKENS
+) -> PrefixReuse:
+    """The cache's effect on the traffic (module docstring); `caching` False = none.
+    `block_tokens`: the engine's KV block size (vLLM: 16 on GPUs, 128 on its CPU build)."""
     if not caching:
         return PrefixReuse.none()
     if traffic.prefix_tokens > 0:
-        shared = _blocks(traffic.prefix_tokens)
+        shared = _blocks(traffic.prefix_tokens, block_tokens)
         count = max(traffic.prefix_count, 1)
         return PrefixReuse(
             cached_tokens=shared,
@@ -138,15 +157,11 @@ def prefix_reuse(traffic: TrafficShape, caching: bool) -> PrefixReuse:
             f"({count} shared context{'s' if count > 1 else ''} held once)",
         )
     if traffic.turns > 1:
-        turns = traffic.turns
-        # Turn 1 has nothing cached; turn i >= 2 finds all but its new user message:
-        # first prompt - user message + (i - 1) x (answer + user message), averaged over turns.
-        first = max(traffic.first_prompt.mean - traffic.user_tokens, 0.0)
-        cached = (turns - 1) / turns * first + traffic.history_tokens
+        cached = conversation_cached_tokens(traffic, block_tokens)
         return PrefixReuse(
             cached_tokens=cached,
             words=f"prefix caching: about {cached:,.0f} history tokens per turn served from the "
-            f"cache ({turns:g} turns per conversation)",
+            f"cache ({traffic.turns:g} turns per conversation)",
         )
     return PrefixReuse.none()
 
@@ -157,5 +172,6 @@ __all__ = [
     "PrefixReuse",
     "TrafficShape",
     "caches_prefixes",
+    "conversation_cached_tokens",
     "prefix_reuse",
 ]
