@@ -22,6 +22,7 @@ from bench.core.limits import (  # re-exported: the bounds' one table is bench/c
     MAX_PROBE_REQUESTS,
     MAX_RATE_RPS,
     MAX_SEED,
+    MAX_TIME_SCALE,
     MAX_TOKENS,
 )
 from bench.core.prediction import RunPrediction
@@ -34,11 +35,6 @@ from bench.core.strict import StrictInput
 
 MAX_DURATION_S = 7 * 24 * 3600.0
 """A week: the longest any phase, timeout or run may be."""
-MAX_TIME_SCALE = MAX_DURATION_S * 1000.0
-"""A replay's largest `time_scale`: trace timestamps are milliseconds, and at this scale one
-millisecond between two rows already lasts a week (MAX_DURATION_S), so no run could send a
-second row. The trace's own span is checked against the same week once it is read
-(`ReplayLoad.check_input_files`)."""
 MAX_REQUESTS = 1_000_000_000
 MAX_SLO_MS = 24 * 3600 * 1000.0
 MAX_BATCH = 1_000_000
