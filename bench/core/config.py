@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, Self, get_args
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from bench.core.errors import UserError
 from bench.core.limits import (  # re-exported: the bounds' one table is bench/core/limits.py
     MAX_BLOCK_SIZE,
     MAX_CONCURRENCY,
@@ -21,6 +22,7 @@ from bench.core.limits import (  # re-exported: the bounds' one table is bench/c
     MAX_PROBE_REQUESTS,
     MAX_RATE_RPS,
     MAX_SEED,
+    MAX_TIME_SCALE,
     MAX_TOKENS,
 )
 from bench.core.prediction import RunPrediction
@@ -257,7 +259,16 @@ class RehearsalBounds:
 
 TraceSpan = Callable[["ReplayLoad"], float]
 """Seconds a replayed trace spans (time-scaled); the caller reads the trace file."""
-TraceReader = Callable[["ReplayLoad"], object]
+
+
+class TimedRow(Protocol):
+    """What the config reads of a trace row: its send time, ms after the first row's."""
+
+    @property
+    def t_ms(self) -> float: ...
+
+
+TraceReader = Callable[["ReplayLoad"], Sequence[TimedRow]]
 """Reads a replay's trace file, raising UserError when it is bad (the caller passes
 bench.run.traffic_files.read_trace: bench/core reads no files of the run layer)."""
 
@@ -729,7 +740,10 @@ class ReplayLoad(LoadCommon):
         "auto", description="Trace format; auto = mooncake for .jsonl/.json, csv for .csv."
     )
     time_scale: float = Field(
-        1.0, gt=0, description="Multiply trace time by this (0.5 = twice as fast)."
+        1.0,
+        gt=0,
+        le=MAX_TIME_SCALE,
+        description="Multiply trace time by this (0.5 = twice as fast).",
     )
     max_requests: int | None = Field(None, gt=0, description="Replay at most this many rows.")
     block_size: int = Field(
@@ -762,7 +776,17 @@ class ReplayLoad(LoadCommon):
         return trace_span_s(self) + request_s  # the trace's span, then the last request's drain
 
     def check_input_files(self, read_trace: TraceReader) -> None:
-        read_trace(self)
+        rows = read_trace(self)
+        span_s = rows[-1].t_ms * self.time_scale / 1000.0 if rows else 0.0
+        # The bound is the week no run may outlast, not this run's max_duration_s: a replay cut
+        # short by its own bound runs and is INVALID naming the rows it left unsent (a plan
+        # estimates that run); one whose schedule no run could ever reach is refused here.
+        if not math.isfinite(span_s) or span_s > MAX_DURATION_S:
+            raise UserError(
+                f"trace {self.trace}: its {len(rows):,} rows span {span_s:.4g} s at time_scale "
+                f"{self.time_scale:g}, past the longest run allowed ({MAX_DURATION_S:g} s); "
+                "lower load.time_scale or replay the first rows (load.max_requests)"
+            )
 
     def on_the_cpu(self, replay_clip: CpuReplayClip) -> Self:
         return self.model_copy(update=asdict(replay_clip))

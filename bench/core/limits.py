@@ -160,6 +160,17 @@ LIMITS: tuple[Limit, ...] = (
         fields=("block_size",),
     ),
     Limit(
+        name="MAX_TIME_SCALE",
+        applies_to="replay time_scale (trace time multiplier); the scaled trace span, read with "
+        "the trace, must also fit a week (the longest run allowed, MAX_DURATION_S)",
+        low=None,
+        high=7 * 24 * 3600 * 1000,
+        unit="x trace time",
+        why="trace timestamps are milliseconds: at this scale one millisecond between two rows "
+        "lasts a week, the longest any run may be, so no run could send a second row",
+        fields=("time_scale",),
+    ),
+    Limit(
         name="MAX_HASH_IDS",
         applies_to="hash_ids of one Mooncake trace row (prompt blocks)",
         low=0,
@@ -225,6 +236,7 @@ MAX_CONCURRENCY = int(BY_NAME["MAX_CONCURRENCY"].high)
 MAX_PROBE_REQUESTS = int(BY_NAME["MAX_PROBE_REQUESTS"].high)
 MAX_BLOCK_SIZE = int(BY_NAME["MAX_BLOCK_SIZE"].high)
 MAX_HASH_IDS = int(BY_NAME["MAX_HASH_IDS"].high)
+MAX_TIME_SCALE = BY_NAME["MAX_TIME_SCALE"].high
 MAX_PREFIXES = int(BY_NAME["MAX_PREFIXES"].high)
 MAX_SEED = int(BY_NAME["MAX_SEED"].high)
 MIN_BOOTSTRAP_DRAWS = int(BY_NAME["BOOTSTRAP_DRAWS"].low or 0)
@@ -326,6 +338,7 @@ __all__ = [
     "MAX_RATE_RPS",
     "MAX_SEED",
     "MAX_STAGES",
+    "MAX_TIME_SCALE",
     "MAX_TOKENS",
     "MIN_BANDWIDTH_TB_S",
     "MIN_BOOTSTRAP_DRAWS",

@@ -817,6 +817,8 @@ def outcome_line(outcome: StepOutcome) -> str:
         figure = f"{summary.output_throughput_tok_s:,.0f} tok/s" if summary else "no summary"
         if run.config.workload.kind == "forward" and summary:
             figure = f"{summary.request_throughput_rps:,.1f} batches/s"
+        if run.failure is not None:  # a stopped run's figure is of its last seconds, not a run
+            figure = run.failure.cause.splitlines()[0]
         parts.append(f"{run.config.backend} {run.status.value} {figure}")
     if outcome.fidelity is not None:
         fidelity = outcome.fidelity

@@ -228,7 +228,9 @@ class _RecordSink:
         self.last_flush = time.monotonic()
         self.jsonl_path = jsonl_path
         # A fresh file: a reused --out folder holds this run's records only, never two runs'.
-        self.jsonl = open(jsonl_path, "w", encoding="utf-8") if jsonl_path else None  # noqa: SIM115
+        # Unbuffered bytes: a batch that does not fit is cut back whole (`_write_lines`), with
+        # no Python buffer left to write its tail at close.
+        self.jsonl = open(jsonl_path, "wb", buffering=0) if jsonl_path else None  # noqa: SIM115
         self.spill_path = spill_path
         self.spill: Any = None
         self.kept = {"store": 0, "jsonl": 0, "spill": 0}
@@ -264,10 +266,20 @@ class _RecordSink:
             self.on_failure()
 
     def _write_lines(self, handle: Any, batch: list[RequestRecord], where: str) -> None:
-        for record in batch:
-            handle.write(record.model_dump_json() + "\n")
-        handle.flush()
-        self.kept[where] += len(batch)  # counted once flushed: a partial batch is not claimed
+        """Append the batch's lines whole or not at all: a full disk takes part of a write, and
+        the file is cut back to its last whole batch, so it never ends in half a record (which
+        a reader of the file would take for a corrupt one) and holds what `kept` says."""
+        data = memoryview("".join(r.model_dump_json() + "\n" for r in batch).encode("utf-8"))
+        start = handle.tell()
+        try:
+            while data:
+                data = data[handle.write(data) :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                handle.truncate(start)
+                handle.seek(start)
+            raise
+        self.kept[where] += len(batch)
 
     def _flush(self) -> None:
         batch, self.buffer = self.buffer, []
@@ -295,7 +307,7 @@ class _RecordSink:
         if not kept and self.spill_path is not None and not self.spill_failed:
             try:
                 if self.spill is None:
-                    self.spill = open(self.spill_path, "a", encoding="utf-8")  # noqa: SIM115
+                    self.spill = open(self.spill_path, "ab", buffering=0)  # noqa: SIM115
                 self._write_lines(self.spill, batch, "spill")
             except OSError:
                 self.spill_failed = True  # the disk is full there too: nowhere left to keep them
@@ -318,6 +330,9 @@ class _RecordSink:
                 if handle is not None:
                     with contextlib.suppress(OSError):
                         handle.close()
+            if self.spill is not None and not self.kept["spill"] and self.spill_path is not None:
+                with contextlib.suppress(OSError):  # opened, then nothing fitted: no empty file
+                    self.spill_path.unlink()
 
 
 class _AnyStop:
@@ -461,9 +476,14 @@ def launch(
         )
     if sink.failure is not None or problems:
         first = sink.failure or problems[0]
-        stored = "; stored as FAILED" if store is not None and not problems else ""
+        # Said only where the row reads FAILED now (a problem line may say it already).
+        said = any("row marked FAILED" in problem for problem in problems)
+        landed = store is not None and not said and _landed(store, result)
+        stored = "; stored as FAILED" if landed else ""
+        # A failed record write stops the worker; a failed result write comes after its end.
+        stopped = "; worker stopped" if sink.failure is not None else ""
         raise RunAborted(
-            f"run {result.run_id} FAILED: {first}; worker stopped; records kept: "
+            f"run {result.run_id} FAILED: {first}{stopped}; records kept: "
             f"{sink.kept_where()}{stored}" + "".join(f"; {p}" for p in problems if p != first),
             result,
         )
@@ -763,11 +783,30 @@ def _persist(
         path = out_dir / "result.json"
         try:
             write_atomic(path, result.model_dump_json(indent=2))
-        except OSError as error:
-            problems.append(f"cannot write {path} ({os_reason(error)})")
+        except OSError as error:  # write_atomic leaves no partial file behind
+            reason = f"cannot write {path} ({os_reason(error)})"
+            problems.append(reason)
+            if result.status != RunStatus.FAILED:
+                _fail_for_result_file(result, store, reason, problems)
     if sink.failure is not None and sink.failure in problems:
         problems.remove(sink.failure)
     return problems
+
+
+def _fail_for_result_file(
+    result: RunResult, store: RunWriter | None, reason: str, problems: list[str]
+) -> None:
+    """The run is reported FAILED when its result.json cannot be written, so its stored row
+    (COMPLETED a moment ago) must not say otherwise: stored again as FAILED with that cause,
+    its metrics and records kept."""
+    result.status = RunStatus.FAILED
+    result.failure = Failure(cause=f"result not written: {reason}")
+    if store is None:
+        return
+    try:
+        store.update_run(result)
+    except Exception as error:
+        problems.append(f"{_store_error_line(store, error)}; the row still says COMPLETED")
 
 
 def _run_single(

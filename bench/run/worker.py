@@ -91,23 +91,33 @@ def _child_stderr_into(log_path: Path) -> Any:
             os.close(log_fd)
 
 
-def _resource_tracker_deaf_to_hangup() -> None:
-    """Start multiprocessing's resource tracker (one per process, shared by every worker) with
-    SIGHUP ignored, which it inherits. It ignores SIGINT and SIGTERM itself but not SIGHUP, and a
-    closed terminal sends SIGHUP to the whole foreground group: the tracker died, was relaunched
-    and printed a KeyError traceback per queue under the run's one-line report. The hang-up
-    that stops the run is this process's to handle (bench/run/interrupts.py); one that arrives
-    while the tracker starts (once per process) is lost."""
+def _start_resource_tracker(log_path: Path) -> None:
+    """Start multiprocessing's resource tracker (one per process, shared by every worker it
+    starts; nothing when it runs already) deaf to SIGHUP and writing to `log_path`.
+
+    SIGHUP: the tracker ignores SIGINT and SIGTERM itself but not SIGHUP, and a closed terminal
+    sends SIGHUP to the whole foreground group: the tracker died, was relaunched and printed a
+    KeyError traceback per queue under the run's one-line report. The hang-up that stops the run
+    is this process's to handle (bench/run/interrupts.py); one that arrives while the tracker
+    starts (once per process) is lost.
+
+    The log: the tracker inherits this process's stderr and, when its last user is gone, warns
+    there of every semaphore it had to clean up: those of a worker killed with SIGKILL (tqdm's
+    lock, made while the engine loads) and, after this process itself was killed, its queues',
+    printed on the terminal after the process is gone. Its cleanup is right and its warning says
+    nothing the run's report does not, so it goes to the log of the run whose worker started it
+    (which then holds it for the process's later workers too)."""
     from multiprocessing import resource_tracker
 
-    if threading.current_thread() is not threading.main_thread():
-        resource_tracker.ensure_running()
-        return
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        resource_tracker.ensure_running()
-    finally:
-        signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
+    with _child_stderr_into(log_path):
+        if threading.current_thread() is not threading.main_thread():
+            resource_tracker.ensure_running()
+            return
+        previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        try:
+            resource_tracker.ensure_running()
+        finally:
+            signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
 
 
 @dataclass
@@ -182,7 +192,8 @@ class Worker:
         self.model = model
         self.log_path = Path(log_path)
         ctx = mp.get_context("spawn")
-        _resource_tracker_deaf_to_hangup()  # before the first queue registers with it
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        _start_resource_tracker(self.log_path)  # before the first queue registers with it
         self._events = ctx.Queue()
         # A lock-free shared byte, not an mp.Event: Event.set() waits for every process asleep
         # in wait() to wake, and one that died asleep (the worker that just crashed) never does,

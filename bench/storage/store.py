@@ -420,11 +420,24 @@ class _Backend:
         """True for a lost or refused connection that is worth retrying."""
         return False
 
+    def reason(self, error: Exception) -> str:
+        """The database's error in one line, for the user."""
+        return first_line(error)
+
 
 class _SQLite(_Backend):
     immutable = False
     """Read-only and in WAL mode without its -shm/-wal files beside it, in a folder this process
     cannot write: SQLite can read it only as an immutable file (a snapshot)."""
+
+    def reason(self, error: Exception) -> str:
+        line = first_line(error)
+        if "database is locked" in line:  # SQLite's words do not say who or for how long
+            return (
+                f"{line} (another process held its write lock for longer than the "
+                f"{BUSY_TIMEOUT_S:g} s busy timeout)"
+            )
+        return line
 
     def before_open(self) -> None:
         path = self.location.path
@@ -524,7 +537,7 @@ class _SQLite(_Backend):
                     if "locked" not in str(error) or time.monotonic() > deadline:
                         raise UserError(
                             f"results store {self.location.display}: cannot open it "
-                            f"({first_line(error)})"
+                            f"({self.reason(error)})"
                         ) from None
                     time.sleep(0.05)
         finally:
@@ -629,7 +642,7 @@ class ResultStore:
                 ) from None
             raise StoreUnavailable(
                 self.location.scrub(
-                    f"results store {self.display}: cannot open: {first_line(error)}"
+                    f"results store {self.display}: cannot open: {self._backend.reason(error)}"
                 )
             ) from None
 
@@ -709,7 +722,7 @@ class ResultStore:
                         # SQL and its parameters (IntegrityError stays for the callers).
                         raise StoreUnavailable(
                             self.location.scrub(
-                                f"results store {self.display}: {first_line(error)}"
+                                f"results store {self.display}: {self._backend.reason(error)}"
                             )
                         ) from None
                     raise
