@@ -676,6 +676,8 @@ def capacity_runs_for(
             continue
         if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
             continue
+        if run.config.workload.kind != stage.kind:
+            continue  # an encoder's search never sizes a generation (nor the reverse): no note
         reasons = capacity_mismatch(run, stage, pairs)
         if reasons:
             notes.append(f"capacity run {run.run_id} ({run.config.backend}): " + "; ".join(reasons))
