@@ -676,6 +676,8 @@ def capacity_runs_for(
             continue
         if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
             continue
+        if run.config.workload.kind != stage.kind:
+            continue  # an encoder's search never sizes a generation (nor the reverse): no note
         if run.validity is not None and run.validity.status == ValidityStatus.INVALID:
             # an INVALID search (not converged, too few requests a probe) never sizes a fleet:
             # its max_rate_rps is a bound at best (a calibration's settled levels are such runs)

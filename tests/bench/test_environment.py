@@ -346,7 +346,8 @@ def shipped_fingerprints() -> list[tuple[str, dict]]:
             for member in tar.getmembers():
                 if member.name.endswith(".json"):
                     data = json.load(tar.extractfile(member))  # type: ignore[arg-type]
-                    found += _fingerprints_in(data, f"{archive.name}:{member.name}")
+                    where = f"{archive.relative_to(REFERENCE)}:{member.name}"
+                    found += _fingerprints_in(data, where)
     return found
 
 
@@ -369,7 +370,7 @@ def test_every_shipped_fingerprint_loads_and_keeps_every_value() -> None:
                 assert dumped[key] == value, (where, key)
         assert all(dumped[key] is None for key in dumped.keys() - stored.keys()), where
         without_executor += "executor" not in stored
-        if "/cpu_" in where:  # a CPU measurement (quality/cpu_*): its fingerprint has no GPU
+        if where.startswith("cpu_") or "/cpu_" in where:  # a CPU measurement: no GPU
             assert not fp.gpus, where
         else:
             assert fp.primary_gpu_name and fp.gpus[0].uuid, where
@@ -381,8 +382,8 @@ def test_a_stored_empty_fingerprint_reads_as_none_and_a_wrong_key_is_an_error() 
 
     from bench.core.schema import RunResult
 
-    _, stored = shipped_fingerprints()[0]
-    run_files = sorted(REFERENCE.glob("*_runs.json"))
+    _, stored = next((where, fp) for where, fp in shipped_fingerprints() if fp["gpus"])
+    run_files = sorted(REFERENCE.glob("h200_*_runs.json"))
     run = json.loads(run_files[0].read_text())["runs"][0]
     assert RunResult.model_validate({**run, "environment": {}}).environment is None
     assert RunResult.model_validate({**run, "environment": stored}).environment.gpus

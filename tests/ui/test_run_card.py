@@ -20,11 +20,16 @@ PAGE = "ui/benchmark_page.py"
 
 
 def _shipped_concurrency_run() -> RunResult:
-    """A stored H200 run (data/reference), as the store gives it back."""
+    """A stored H200 generate run (data/reference), as the store gives it back."""
     for path in sorted(REFERENCE.glob("*_runs.json")):
         for raw in json.loads(path.read_text())["runs"]:
             run = RunResult.model_validate(raw)
-            if run.config.load.pattern == "concurrency" and run.summary and run.validity:
+            if (
+                run.config.workload.kind == "generate"
+                and run.config.load.pattern == "concurrency"
+                and run.summary
+                and run.validity
+            ):
                 return run
     raise AssertionError("no shipped concurrency run")
 

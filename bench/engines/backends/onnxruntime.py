@@ -90,7 +90,17 @@ class OnnxRuntimeOptions(Strict):
         None, description="onnxruntime-genai model builder precision; none = from the run dtype."
     )
     max_batch_size: int = Field(
-        8, gt=0, description="Generate kind: most requests the dynamic batcher puts in a batch."
+        8,
+        gt=0,
+        description="Most requests (generate) or samples (forward, with max_queue_delay_ms) "
+        "the dynamic batcher puts in a batch.",
+    )
+    max_queue_delay_ms: float | None = Field(
+        None,
+        ge=0,
+        description="Forward kind: serve through the dynamic batcher, which joins requests into "
+        "batches of up to max_batch_size samples, waiting at most this long (ms) after the "
+        "oldest (needs workload.dynamic_shapes); none = each request runs as its own batch.",
     )
     batch_wait_ms: float = Field(
         2.0, ge=0, description="Generate kind: how long a batch waits for more requests (ms)."
@@ -251,6 +261,7 @@ class _ForwardRunner:
         # same cores/stream, and queueing shows up in the client's latency as it should.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ort-forward")
         self.export: Any = None
+        self.batcher: Any = None
 
     def _provider(self) -> str:
         if self.options.provider is not None:
@@ -369,6 +380,25 @@ class _ForwardRunner:
             "passed": check.passed,
         }
         self._inputs_for(shape)  # upload the fixed-shape inputs once
+        if self.options.max_queue_delay_ms is not None:
+            from bench.engines.backends.forward_batcher import ForwardBatcher
+
+            if not self.workload.dynamic_shapes:
+                raise UserError(
+                    "onnxruntime's forward batcher runs batches of varying size: set "
+                    "workload.dynamic_shapes = true (a fixed-shape export serves one batch size)"
+                )
+            self.batcher = ForwardBatcher(
+                self._run_request,
+                self._executor,
+                max_batch_size=self.options.max_batch_size,
+                max_queue_delay_ms=self.options.max_queue_delay_ms,
+            )
+            engine.update(
+                batching="dynamic batcher (forward)",
+                max_batch_size=self.options.max_batch_size,
+                max_queue_delay_ms=self.options.max_queue_delay_ms,
+            )
         build_s = self.export.export_s + (first_run_s if provider == "tensorrt" else 0.0)
         return LoadInfo(
             load_s=time.perf_counter() - started,
@@ -419,15 +449,25 @@ class _ForwardRunner:
         else:
             self.session.run_with_ort_values([self.export.output_name], inputs)
 
+    def _run_request(self, request: ForwardRequest) -> int:
+        """In the engine thread: one batch of the request's shape; returns its end (ns)."""
+        self._run_once(self._request_shape(request))
+        return CLOCK.now_ns()
+
     async def stream(self, request: Request) -> AsyncIterator[Chunk]:
         if not isinstance(request, ForwardRequest):
             raise TypeError("a forward-kind run takes ForwardRequest")
+        if self.batcher is not None:
+            yield Chunk(t_ns=await self.batcher.run(request), tokens=request.batch_size)
+            return
         shape = self._request_shape(request)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._run_once, shape)
         yield Chunk(t_ns=CLOCK.now_ns(), tokens=request.batch_size)
 
     async def aclose(self) -> None:
+        if self.batcher is not None:
+            await self.batcher.close()
         await asyncio.to_thread(self._executor.shutdown, wait=True)
         self._device_inputs.clear()
         self.session = None

@@ -39,6 +39,7 @@ from bench.engines.backends.base import (
     register_backend,
 )
 from bench.engines.backends.batcher import DynamicBatcher, StepCallback
+from bench.engines.backends.forward_batcher import ForwardBatcher
 
 if TYPE_CHECKING:
     import torch
@@ -62,6 +63,19 @@ class PyTorchOptions(Strict):
         "(automatic mixed precision) instead of casting the weights.",
     )
     trust_remote_code: bool = Field(False, description="Let the checkpoint's own code run.")
+    intra_op_num_threads: int | None = Field(
+        None,
+        gt=0,
+        description="torch.set_num_threads for the run (CPU); none = torch's default (one per "
+        "core). On a shared CPU one thread avoids stalls at OpenMP barriers.",
+    )
+    max_queue_delay_ms: float | None = Field(
+        None,
+        ge=0,
+        description="Forward kind: serve through the dynamic batcher, which joins requests into "
+        "batches of up to max_batch_size samples, waiting at most this long (ms) after the "
+        "oldest; none = each request runs as its own batch.",
+    )
 
 
 def resolve_device(device: str) -> str:
@@ -238,6 +252,7 @@ class PyTorchBackend(Backend):
         self.device = "cpu"
         self.kind: str = "generate"
         self.batcher: DynamicBatcher | None = None
+        self.forward_batcher: ForwardBatcher | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"{self.name}-engine"
         )
@@ -286,6 +301,13 @@ class PyTorchBackend(Backend):
                 max_batch_size=self.options.max_batch_size,
                 batch_wait_ms=self.options.batch_wait_ms,
             )
+        elif self.options.max_queue_delay_ms is not None:
+            self.forward_batcher = ForwardBatcher(
+                lambda request: self._run_forward(request)[0],
+                self._executor,
+                max_batch_size=self.options.max_batch_size,
+                max_queue_delay_ms=self.options.max_queue_delay_ms,
+            )
         return LoadInfo(
             load_s=load_s, compile_s=compile_s, engine=EngineFacts.model_validate(self.engine_info)
         )
@@ -296,6 +318,8 @@ class PyTorchBackend(Backend):
 
         self.device = resolve_device(device)
         self.kind = model.kind
+        if self.options.intra_op_num_threads is not None:
+            torch.set_num_threads(self.options.intra_op_num_threads)
         torch.backends.cuda.matmul.allow_tf32 = precision.allow_tf32
         torch.backends.cudnn.allow_tf32 = precision.allow_tf32
         self._compute_dtype = getattr(torch, precision.dtype)
@@ -326,12 +350,19 @@ class PyTorchBackend(Backend):
             ),
             "cuda_graphs": False,
             "compiled": False,
+            "intra_op_num_threads": torch.get_num_threads(),
         }
         if model.kind == "generate":
             self.engine_info.update(
                 max_batch_size=self.options.max_batch_size,
                 batch_wait_ms=self.options.batch_wait_ms,
                 kv_cache="dynamic",
+            )
+        elif self.options.max_queue_delay_ms is not None:
+            self.engine_info.update(
+                batching="dynamic batcher (forward)",
+                max_batch_size=self.options.max_batch_size,
+                max_queue_delay_ms=self.options.max_queue_delay_ms,
             )
 
     def _prepare_sync(self, workload: GenerateWorkload | ForwardWorkload) -> bool:
@@ -478,8 +509,11 @@ class PyTorchBackend(Backend):
             return
         if self.kind != "forward":
             raise RuntimeError(f"{self.name}: model is a generate model, got a forward request")
-        loop = asyncio.get_running_loop()
-        t_ns, _ = await loop.run_in_executor(self._executor, self._run_forward, request)
+        if self.forward_batcher is not None:
+            t_ns = await self.forward_batcher.run(request)
+        else:
+            loop = asyncio.get_running_loop()
+            t_ns, _ = await loop.run_in_executor(self._executor, self._run_forward, request)
         yield Chunk(t_ns=t_ns, tokens=request.batch_size)
 
     def _check_request(self, request: GenerateRequest) -> None:
@@ -495,6 +529,8 @@ class PyTorchBackend(Backend):
     async def close(self) -> None:
         if self.batcher is not None:
             await self.batcher.close()
+        if self.forward_batcher is not None:
+            await self.forward_batcher.close()
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
         self.model = None
         self._forward_call = None
