@@ -25,8 +25,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from advisor.sizing import measured
 from advisor.sizing.configurations import Deployment
-from advisor.sizing.measured import CALIBRATION_SUFFIX, DEFAULT_REFERENCE_DIR
+from advisor.sizing.measured import CALIBRATION_SUFFIX
 from advisor.sizing.serving_model import (
     CAPACITY_PRECISION,
     SEEDS,
@@ -302,7 +303,8 @@ SHIPPED_SUFFIX = CALIBRATION_SUFFIX
 def shipped_records(reference_dir: Path | None = None) -> list[CalibrationRecord]:
     """The calibration records shipped in data/reference (a file that does not validate is an
     error: shipped data is checked by its tests)."""
-    folder = reference_dir if reference_dir is not None else DEFAULT_REFERENCE_DIR
+    # read at call time, not bound at import: the default folder is the one place to point
+    folder = reference_dir if reference_dir is not None else measured.DEFAULT_REFERENCE_DIR
     return [
         CalibrationRecord.model_validate_json(path.read_text(encoding="utf-8"))
         for path in sorted(folder.glob(f"*{SHIPPED_SUFFIX}"))
