@@ -262,7 +262,7 @@ def _basis(
             error_words=(
                 "the interval is the record's leave-one-level-out step error; its capacity "
                 "error on a search the record did not contain is in docs/capacity-model.md "
-                f"(\"On a GPU the model was never fitted on\", record {basis.calibration_id})"
+                f'("On a GPU the model was never fitted on", record {basis.calibration_id})'
                 if basis.source == "shipped"
                 else "the interval is the record's leave-one-level-out step error; its "
                 "capacity error is measured by `python -m bench calibrate --check`"
