@@ -982,11 +982,15 @@ def provenance_caption(rows: list[Any]) -> str:
 
 @st.cache_data(ttl=600, show_spinner=False)
 def shipped_gpus() -> list[str]:
-    """GPU types of the measured runs shipped in data/reference (catalogue names, e.g. H200)."""
+    """GPU types of the measured runs shipped in data/reference (catalogue names, e.g. H200),
+    the most measured first: the view offers that one."""
+    from collections import Counter
+
     from advisor.sizing.measured import run_gpu_name
 
     runs = [run for runs in state.reference_files().runs.values() for run in runs]
-    return sorted({gpu for gpu in map(run_gpu_name, runs) if gpu})
+    counts = Counter(gpu for gpu in map(run_gpu_name, runs) if gpu)
+    return sorted(counts, key=lambda gpu: (-counts[gpu], gpu))
 
 
 def published_gpu_view(profile: WorkloadProfile, index: int, gpu: str) -> WorkloadProfile:
@@ -1015,7 +1019,8 @@ def evidence_gpu_notice(
     st.info(
         f"No measurement counts for {named} yet, so this answer rests on the decision tree. "
         f"The measurements published with the advisor (`data/reference`) were taken on "
-        f"**{', '.join(gpus)}**: you can see what they say for this workload (your profile "
+        f"{', '.join(f'**{gpu}**' for gpu in gpus)}: you can see what the {gpus[0]} ones say "
+        "for this workload (your profile "
         "keeps its GPU), or run the benchmark plan on your GPU.",
         icon=":material/info:",
     )

@@ -74,22 +74,22 @@ def test_the_first_answer_rests_on_the_shipped_h200_measurements(app_test):
 
 
 def test_another_gpu_is_told_where_the_evidence_is_and_can_view_it(app_test):
-    """An H100 user sees where the published runs are and can view what they say, on H200,
-    without the profile's GPU changing."""
+    """An A100 user (a GPU no shipped run measured) sees where the published runs are and can
+    view what they say, on H200, without the profile's GPU changing."""
     from ui import state
 
     at = app_test().run()
-    next(s for s in at.selectbox if s.label == "GPU type").set_value("H100-SXM").run()
+    next(s for s in at.selectbox if s.label == "GPU type").set_value("A100-80GB-SXM").run()
     assert not at.exception
     notice = [i.value for i in at.info if "No measurement counts" in i.value]
-    assert notice and "**H100-SXM**" in notice[0] and "**H200**" in notice[0]
+    assert notice and "**A100-80GB-SXM**" in notice[0] and "**H200**" in notice[0]
     assert any("the decision tree's first choice" in s.value for s in at.success)
     assert not [b for b in at.button if "Use the H200" in b.label]  # no nudge onto a GPU
     view = next(t for t in at.toggle if t.label == "See what the published H200 runs say")
     view.set_value(True).run()
     assert not at.exception
-    assert next(s for s in at.selectbox if s.label == "GPU type").value == "H100-SXM"
-    assert at.session_state[state.PROFILE_KEY].stages[0].gpu.type == "H100-SXM"
+    assert next(s for s in at.selectbox if s.label == "GPU type").value == "A100-80GB-SXM"
+    assert at.session_state[state.PROFILE_KEY].stages[0].gpu.type == "A100-80GB-SXM"
     successes = [s.value for s in at.success]
     assert any("the decision tree's first choice" in text for text in successes)  # yours
     # the view: this project's published runs on H200, never the user's GPU (issue 23)
