@@ -216,6 +216,11 @@ class Calibration(Strict):
         description="A calibration record's leave-one-level-out log step errors (the interval); "
         "None = the leave-one-run-out errors of the runs it was fitted on.",
     )
+    other_precisions: bool = Field(
+        False,
+        description="Fitted on runs of the engine at other precision classes only: the one "
+        "asked for was not measured on this GPU.",
+    )
 
 
 def fit_factors(observed: Sequence[StepObservation], front_end: Sequence[float] = ()) -> Factors:
@@ -268,9 +273,13 @@ def calibrate(
     """Factors from the runs of the same engine family and GPU, the same precision class first."""
     same_engine = [s for s in shapes if s.family == family and s.gpu == gpu]
     same_class = [s for s in same_engine if s.precision_class == precision_class]
-    for pool, words in (
-        (same_class, f"{family} on {gpu}, {precision_class}"),
-        (same_engine, f"{family} on {gpu}, other precisions ({precision_class} not measured)"),
+    for pool, words, other in (
+        (same_class, f"{family} on {gpu}, {precision_class}", False),
+        (
+            same_engine,
+            f"{family} on {gpu}, other precisions ({precision_class} not measured)",
+            True,
+        ),
     ):
         observed = [o for item in pool for o in observations(item)]
         if observed:
@@ -285,6 +294,7 @@ def calibrate(
                 runs=runs,
                 levels=len(observed),
                 basis=f"fitted on {len(observed)} measured level(s) of {len(runs)} run(s): {words}",
+                other_precisions=other,
             )
     return Calibration(
         factors=Factors(),

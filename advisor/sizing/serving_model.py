@@ -120,6 +120,9 @@ class CapacityPrediction(Strict):
     high_rps: float
     calibrated: bool
     calibration_runs: list[str] = Field(default_factory=list, description="Run ids fitted on.")
+    calibration_other_precisions: bool = Field(
+        False, description="Calibrated on the engine's runs at other precision classes only."
+    )
     expected_error: float | None = Field(
         None, description="Median |relative error| of the capacity validation of this kind."
     )
@@ -364,6 +367,7 @@ def predict_stage_capacity(
         high_rps=high,
         calibrated=setup.calibration.calibrated,
         calibration_runs=setup.calibration.runs,
+        calibration_other_precisions=setup.calibration.other_precisions,
         expected_error=expected_error,
         binding_constraint=binding,
         notes=notes,
