@@ -72,7 +72,10 @@ def test_the_cli_refuses_in_one_line_with_exit_2(args: list[str], said: str) -> 
 
 
 def _stored_switch(config: dict[str, Any]) -> bool | None:
-    """The prefix caching a stored config said as an engine argument, as it was written."""
+    """The prefix caching a stored config said, as it was written: the run setting itself
+    (runs stored since it exists), or an engine argument (runs stored before)."""
+    if config.get("prefix_caching") is not None:
+        return config["prefix_caching"]
     args = config.get("engine_args") or {}
     if config.get("backend") == "openai" and args.get("launch") == "vllm":
         args = args.get("server_args") or {}
