@@ -119,6 +119,16 @@ class Validation(Strict):
         return sum(r.covered for r in self.capacities) / len(self.capacities)
 
 
+def search_slo_words(run: RunResult) -> str:
+    """A capacity search's SLO as the tables print it: `TTFT p99 <= 300 ms, TPOT p99 <= 50 ms`."""
+    slo, percentile = run.config.slo, run.config.load.percentile
+    return ", ".join(
+        f"{name} {percentile} <= {value:g} ms"
+        for name, value in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms))
+        if value is not None
+    )
+
+
 def latency_figures(summary) -> dict[str, float]:  # MetricsSummary or LatencyAtLoad
     """TTFT, TPOT and E2E percentiles of a measured or simulated level, by LATENCY_FIGURES name."""
     out: dict[str, float] = {}
@@ -195,23 +205,13 @@ def validate(runs: Iterable[tuple[RunResult, str | None]]) -> Validation:
             rate, low, high = run_capacity(item, factors, errors)
             plain, _, _ = run_capacity(item, Factors(), ())
             measured = report.max_rate_rps
-            slo = item.run.config.slo
             load = item.run.config.load
-            limits = [
-                f"{name} {load.percentile} <= {value:g} ms"
-                for name, value in (
-                    ("TTFT", slo.ttft_ms),
-                    ("TPOT", slo.tpot_ms),
-                    ("E2E", slo.e2e_ms),
-                )
-                if value is not None
-            ]
             validation.capacities.append(
                 CapacityRow(
                     run_id=item.run.run_id,
                     reference=reference,
                     precision_class=item.precision_class,
-                    slo=", ".join(limits),
+                    slo=search_slo_words(item.run),
                     measured_rps=measured,
                     first_infeasible_rps=report.first_infeasible_rps,
                     smoothed_boundary_rps=report.smoothed_boundary_level,
@@ -235,6 +235,7 @@ __all__ = [
     "LevelRow",
     "Validation",
     "latency_figures",
+    "search_slo_words",
     "simulated_level",
     "uncalibrated_step_errors",
     "validate",

@@ -38,7 +38,12 @@ from advisor.sizing.serving_model import (
     step_errors,
     uncalibrated_step_errors,
 )
-from advisor.sizing.serving_validation import LATENCY_FIGURES, latency_figures, simulated_level
+from advisor.sizing.serving_validation import (
+    LATENCY_FIGURES,
+    latency_figures,
+    search_slo_words,
+    simulated_level,
+)
 from bench.core.calibration import CalibrationRecord
 from bench.core.pattern_reports import CapacityReport
 from bench.core.schema import RunResult
@@ -262,19 +267,12 @@ def check_unseen_gpu(
         for phase, over, level in steady_phases(held_out)
         if phase.name in feasible
     ]
-    slo = held_out.config.slo
-    load = held_out.config.load
-    limits = [
-        f"{name} {load.percentile} <= {value:g} ms"
-        for name, value in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E", slo.e2e_ms))
-        if value is not None
-    ]
     return UnseenGpuCheck(
         gpu=target.gpu,
         run_id=held_out.run_id,
         reference=reference,
         shape=f"{target.prompt.mean:g}/{target.output.mean:g}",
-        slo=", ".join(limits),
+        slo=search_slo_words(held_out),
         measured_rps=measured,
         first_infeasible_rps=report.first_infeasible_rps,
         smoothed_boundary_rps=report.smoothed_boundary_level,
