@@ -81,14 +81,17 @@ def test_settle_is_bounded_like_any_duration():
 
 
 SETTLED_FILE = "h200_llama2-7b_capacity_settled_runs.json"
-"""The one shipped search made with settled probes; the others ran before settling existed."""
+"""The shipped H200 search made with settled probes."""
+SETTLED_FILES = {SETTLED_FILE, "h100_llama2-7b_capacity_heldout_runs.json"}
+"""The shipped searches made with settled probes (the H100 one too); the others ran before
+settling existed."""
 
 
 def test_stored_searches_read_as_judged_from_their_first_request():
     files = sorted(REFERENCE.glob("*capacity*_runs.json"))
     assert len(files) > 1
     for path in files:
-        if path.name == SETTLED_FILE:
+        if path.name in SETTLED_FILES:
             continue
         for data in json.loads(path.read_text(encoding="utf-8"))["runs"]:
             run = RunResult.model_validate(data)
@@ -100,8 +103,9 @@ def test_stored_searches_read_as_judged_from_their_first_request():
             assert all(probe.settle_s is None for probe in run.pattern_report.probes)
 
 
-def test_the_settled_search_shipped_keeps_its_rule_and_each_probes_settle():
-    data = json.loads((REFERENCE / SETTLED_FILE).read_text(encoding="utf-8"))
+@pytest.mark.parametrize("name", sorted(SETTLED_FILES))
+def test_the_settled_search_shipped_keeps_its_rule_and_each_probes_settle(name):
+    data = json.loads((REFERENCE / name).read_text(encoding="utf-8"))
     (run,) = [RunResult.model_validate(raw) for raw in data["runs"]]
     assert run.config.load.settle_s == "slo"
     report = run.pattern_report
