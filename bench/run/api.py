@@ -482,9 +482,12 @@ def launch(
         stored = "; stored as FAILED" if landed else ""
         # A failed record write stops the worker; a failed result write comes after its end.
         stopped = "; worker stopped" if sink.failure is not None else ""
+        # A later problem that begins with the same failure (the store full for the records,
+        # then for the result too) says only what it adds: the store is named once.
+        rest = [p.removeprefix(first).lstrip("; ") for p in problems if p != first]
         raise RunAborted(
             f"run {result.run_id} FAILED: {first}{stopped}; records kept: "
-            f"{sink.kept_where()}{stored}" + "".join(f"; {p}" for p in problems if p != first),
+            f"{sink.kept_where()}{stored}" + "".join(f"; {p}" for p in rest if p),
             result,
         )
     return result
