@@ -22,6 +22,7 @@ from advisor.sizing.engine_model.prefix import (
     caches_prefixes,
     prefix_reuse,
 )
+from advisor.sizing.measured import run_gpu_name
 from bench.core.config import GenerateWorkload
 from bench.core.schema import RunResult, RunStatus
 from bench.core.strict import Strict
@@ -65,11 +66,12 @@ def _reuse_words(workload: GenerateWorkload) -> str | None:
 
 
 def _device(run: RunResult) -> str:
-    gpus = run.environment.gpus if run.environment else []
-    if run.config.device == "cpu" or not gpus:
-        cores = run.environment.cpu.logical_cores if run.environment else None
-        return f"CPU ({cores} cores)" if cores else "CPU"
-    return gpus[0].name
+    """The run's GPU as the catalogue names it (measured.run_gpu_name), else its CPU."""
+    gpu = run_gpu_name(run)
+    if gpu is not None:
+        return gpu
+    cores = run.environment.cpu.logical_cores if run.environment else None
+    return f"CPU ({cores} cores)" if cores else "CPU"
 
 
 def prefix_row(run: RunResult, reference: str | None = None) -> PrefixRow | None:
