@@ -1014,10 +1014,15 @@ def serving_summary_table(validation) -> str:
 
 # ------------------------------------------------------- the serving model on an unseen GPU
 
-UNSEEN_GPU_RUNS = "h100_llama2-7b_capacity_heldout_runs.json"
-"""The held-out capacity search on the GPU no other shipped run is on (docs/capacity-model.md)."""
+UNSEEN_GPU_RUNS = (
+    "h100_llama2-7b_capacity_heldout_runs.json",
+    "h100_llama2-7b_capacity_heldout_long_runs.json",
+)
+"""The held-out capacity searches on the GPU no other shipped run is on, one per workload the
+calibration did not contain (docs/capacity-model.md)."""
 UNSEEN_GPU_SERVE = "h100_llama2-7b_calibration/vllm-bench-serve.tar.xz"
-"""`vllm bench serve --save-result` files of the same GPU and workload (members vbs/*.json)."""
+"""`vllm bench serve --save-result` files of the same GPU (members vbs/*.json), each set beside
+the search of its prompt length."""
 BASIS_NAMES = {
     "uncalibrated": "uncalibrated",
     "other GPU only": "calibrated on {other} only",
@@ -1025,9 +1030,9 @@ BASIS_NAMES = {
 }
 
 
-def unseen_gpu_check(reference_dir: Path = REFERENCE_DIR):  # -> advisor UnseenGpuCheck | None
-    """The held-out search predicted uncalibrated, from the other GPU's runs and from the
-    GPU's own calibration record (advisor/sizing/unseen_gpu.py)."""
+def unseen_gpu_checks(reference_dir: Path = REFERENCE_DIR) -> list:  # advisor UnseenGpuCheck
+    """Each held-out search predicted uncalibrated, from the other GPU's runs and from the
+    GPU's own calibration record (advisor/sizing/unseen_gpu.py); [] when none is shipped."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     import tarfile
@@ -1039,20 +1044,6 @@ def unseen_gpu_check(reference_dir: Path = REFERENCE_DIR):  # -> advisor UnseenG
     from advisor.workload.gpus import find_gpu
 
     runs = measured_reference_runs(reference_dir)
-    held_out = runs.get(UNSEEN_GPU_RUNS)
-    if not held_out:
-        return None
-    (run,) = held_out
-    target = run_shape(run)
-    if target is None:
-        return None
-    records = [
-        record
-        for record in shipped_records(reference_dir)
-        if (gpu := find_gpu(record.device_type)) is not None and gpu.name == target.gpu
-    ]
-    if not records:
-        return None
     shapes = [s for s in (run_shape(r) for rs in runs.values() for r in rs) if s is not None]
     serve = []
     archive = reference_dir / UNSEEN_GPU_SERVE
@@ -1064,7 +1055,42 @@ def unseen_gpu_check(reference_dir: Path = REFERENCE_DIR):  # -> advisor UnseenG
                     source = f"data/reference/{UNSEEN_GPU_SERVE}:{member.name}"
                     result = VllmBenchServeResult.model_validate_json(data)
                     serve.append(serve_level(result, source))
-    return check_unseen_gpu(run, records[0], shapes, f"data/reference/{UNSEEN_GPU_RUNS}", serve)
+    checks = []
+    for name in UNSEEN_GPU_RUNS:
+        for run in runs.get(name, []):
+            target = run_shape(run, require_valid=False)
+            if target is None:
+                continue
+            records = [
+                record
+                for record in shipped_records(reference_dir)
+                if (gpu := find_gpu(record.device_type)) is not None and gpu.name == target.gpu
+            ]
+            if not records:
+                continue
+            found = check_unseen_gpu(run, records[0], shapes, f"data/reference/{name}", serve)
+            if found is not None:
+                checks.append(found)
+    return checks
+
+
+def unseen_summary_table(checks) -> str:
+    """Per basis over every held-out search: median and worst |error|, intervals that hold."""
+    if not checks:
+        return ""
+    from advisor.sizing.unseen_gpu import summarize_unseen
+
+    lines = [
+        "| basis | searches | median abs error | worst abs error | intervals that hold |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in summarize_unseen(checks):
+        lines.append(
+            f"| {basis_name(checks[0], row.kind)} | {row.searches} | "
+            f"{fmt(100 * row.median_abs_error, 1)}% | {fmt(100 * row.worst_abs_error, 1)}% | "
+            f"{row.covered} of {row.searches} |"
+        )
+    return "\n".join(lines)
 
 
 def basis_name(check, kind: str) -> str:
@@ -1136,6 +1162,92 @@ def unseen_serve_table(check) -> str:
     return "\n".join(lines)
 
 
+LONG_CONTEXT_RUNS = "h100_llama3.1-8b_long_context_prefill_runs.json"
+"""The long-context prefill sweep: one request at a time, prompts 8,000-112,000 tokens."""
+LONG_CONTEXT_RECORDS = "h100_llama3.1-8b_long_context/steps-lc.tgz"
+"""Its raw campaign folder, whose records.jsonl gives each request's prompt length and TTFT."""
+
+
+def long_context_check(reference_dir: Path = REFERENCE_DIR):  # advisor LongContextCheck | None
+    """The sweep's requests predicted one by one (advisor/sizing/long_context.py)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import tarfile
+
+    from advisor.sizing.calibration_fit import shipped_records
+    from advisor.sizing.long_context import check_long_context
+    from advisor.sizing.measured import measured_reference_runs, run_gpu_name
+    from advisor.sizing.serving_model import run_shape
+    from advisor.workload.gpus import find_gpu
+    from bench.core.schema import RequestRecord
+
+    runs = measured_reference_runs(reference_dir)
+    archive = reference_dir / LONG_CONTEXT_RECORDS
+    if not runs.get(LONG_CONTEXT_RUNS) or not archive.is_file():
+        return None
+    (run,) = runs[LONG_CONTEXT_RUNS]
+    with tarfile.open(archive) as tar:
+        (member,) = [m for m in tar.getmembers() if m.name.endswith("records.jsonl")]
+        lines = tar.extractfile(member).read().decode("utf-8").splitlines()
+    records = [RequestRecord.model_validate_json(line) for line in lines if line.strip()]
+    run_gpu = run_gpu_name(run)
+    found = [
+        record
+        for record in shipped_records(reference_dir)
+        if (gpu := find_gpu(record.device_type)) is not None and gpu.name == run_gpu
+    ]
+    if not found:
+        return None
+    shapes = [s for s in (run_shape(r) for rs in runs.values() for r in rs) if s is not None]
+    return check_long_context(run, records, found[0], shapes, f"data/reference/{LONG_CONTEXT_RUNS}")
+
+
+def long_context_table(check) -> str:
+    """Each request: prompt tokens, measured TTFT, each basis' TTFT (error); then the errors."""
+    if check is None:
+        return "(no long-context prefill sweep is shipped)"
+    names = {
+        "uncalibrated": "uncalibrated",
+        "other GPU only": "calibrated on H200 only",
+        "this GPU": f"{check.gpu} record",
+        "this GPU, no attention FLOPs": f"{check.gpu} record, no attention FLOPs",
+    }
+    lines = [
+        "| prompt tokens | TTFT ms measured | "
+        + " | ".join(names.get(b, b) for b in check.bases)
+        + " |",
+        "|---:|---:|" + "---:|" * len(check.bases),
+    ]
+    for row in check.rows:
+        cells = []
+        for basis in check.bases:
+            value = row.predicted_ttft_ms.get(basis)
+            cells.append(
+                "-"
+                if value is None
+                else f"{fmt(value)} ({pct((value - row.measured_ttft_ms) / row.measured_ttft_ms)})"
+            )
+        lines.append(
+            f"| {row.prompt_tokens:,} | {fmt(row.measured_ttft_ms)} | " + " | ".join(cells) + " |"
+        )
+    lines.append(
+        "| median (worst) error | | "
+        + " | ".join(
+            next(
+                (
+                    f"{pct(e.median_error)} ({fmt(100 * e.worst_abs_error)}%)"
+                    for e in check.errors
+                    if e.basis == basis
+                ),
+                "-",
+            )
+            for basis in check.bases
+        )
+        + " |"
+    )
+    return "\n".join(lines)
+
+
 def prefix_table(reference_dir: Path = REFERENCE_DIR) -> str:
     """Each shipped run with reused prompt tokens: the engine model's served-from-cache share
     beside vLLM's own counters (advisor/sizing/prefix_validation.py)."""
@@ -1171,7 +1283,8 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
     files, folders = run_files(reference_dir), campaign_dirs(reference_dir)
     runs = load_runs(files)
     serving = serving_validation(reference_dir)
-    unseen = unseen_gpu_check(reference_dir)
+    unseen = unseen_gpu_checks(reference_dir)
+    long_context = long_context_check(reference_dir)
     context = {
         "runs": runs,
         "folders": folders,
@@ -1192,14 +1305,17 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
             "serving_capacity": serving_capacity_table(serving),
             "serving_levels": serving_level_table(serving),
             "serving_summary": serving_summary_table(serving),
-            "unseen_capacity": unseen_capacity_table(unseen),
-            "unseen_latency": unseen_latency_table(unseen),
-            "unseen_serve": unseen_serve_table(unseen),
+            "unseen_summary": unseen_summary_table(unseen),
             "prefix": prefix_table(reference_dir),
+            "long_context": long_context_table(long_context),
         },
         "serving": serving,
         "unseen": unseen,
-        "basis_name": lambda kind: basis_name(unseen, kind),
+        "long_context": long_context,
+        "unseen_capacity": unseen_capacity_table,
+        "unseen_latency": unseen_latency_table,
+        "unseen_serve": unseen_serve_table,
+        "basis_name": lambda kind: basis_name(unseen[0], kind),
         "fmt": fmt,
         "pct": pct,
         "tok_s": lambda *a: tok_s(runs, *a),

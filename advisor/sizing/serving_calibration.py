@@ -105,17 +105,30 @@ def _engine_args(run: RunResult) -> dict:
     return args
 
 
-def run_shape(run: RunResult) -> RunShape | None:
+MAX_PROMPT_SPREAD = 0.25
+"""A run whose prompt lengths spread wider than this share of their mean is not fitted on."""
+
+
+def run_shape(run: RunResult, require_valid: bool = True) -> RunShape | None:
     """The run's shape when the model covers it: a VALID completed generate run of a
-    continuous-batching engine on a catalogued GPU with a known model size; else None."""
+    continuous-batching engine on a catalogued GPU with a known model size, its prompts within
+    `MAX_PROMPT_SPREAD` of their mean; else None.
+    `require_valid=False` also takes an INVALID one: only to predict a held-out search that did
+    not converge (advisor/sizing/unseen_gpu.py says so beside it), never to fit or size."""
     config = run.config
     if not isinstance(config.workload, GenerateWorkload):
         return None
     if engine_family(config.backend) not in CONTINUOUS_BATCHING:
         return None
     if run.status != RunStatus.COMPLETED or (
-        run.validity is not None and run.validity.status != ValidityStatus.VALID
+        require_valid and run.validity is not None and run.validity.status != ValidityStatus.VALID
     ):
+        return None
+    prompt_spread = config.workload.prompt_tokens
+    if prompt_spread.spread > MAX_PROMPT_SPREAD * prompt_spread.mean:
+        # the model gives every request the mean prompt's attention work (keys per prefilled
+        # token from the mean); prompts spread this wide (a long-context length sweep) are
+        # checked request by request instead (advisor/sizing/long_context.py)
         return None
     gpu_name = run_gpu_name(run)
     gpu = GPUS.get(gpu_name) if gpu_name else None
@@ -363,10 +376,11 @@ def capacity_with_interval(
     attainment_target: float,
     replicas: int,
     errors: Sequence[float],
+    residuals: Sequence[float] = (),
 ) -> tuple[float, float, float, list[CapacitySearch]]:
     """(capacity, low, high, the searches): the median capacity over the request streams; low
     and high with the step time scaled by `error_scales` (three streams, 2% precision), widened
-    to the streams' own spread."""
+    to the streams' own spread and to `residuals` (`widen_to_residuals`)."""
     args = (slo, percentile, attainment_target, replicas)
     rate, searches = median_capacity(shape, factors, workloads, *args)
     slow, fast = error_scales(errors)
@@ -380,12 +394,31 @@ def capacity_with_interval(
         high, _ = median_capacity(
             shape, scaled(factors, fast), workloads[:3], *args, rate / fast, 2 * CAPACITY_PRECISION
         )
+    low, high = widen_to_residuals(rate, low, high, residuals)
     return rate, min(low, *seeds, rate), max(high, *seeds, rate), searches
 
 
-def run_capacity(item: RunShape, factors: Factors, errors: Sequence[float]) -> tuple[float, ...]:
+def widen_to_residuals(
+    rate: float, low: float, high: float, residuals: Sequence[float]
+) -> tuple[float, float]:
+    """(low, high) widened so that the interval also holds the capacity the model would have
+    missed by any of `residuals` ((predicted - measured) / measured of measured searches it did
+    not see, `capacity_errors`): the step errors alone miss what a whole search adds (queues
+    near the edge, the tail a 500-request probe sees), which the shipped settled searches show
+    as capacities below the step-error interval. As a jackknife+ interval does, with the
+    extremes of the residuals (few searches: no quantile in between is estimable)."""
+    if rate <= 0 or not residuals:
+        return low, high
+    over, under = max(max(residuals), 0.0), min(min(residuals), 0.0)
+    return min(low, rate / (1 + over)), max(high, rate / (1 + under))
+
+
+def run_capacity(
+    item: RunShape, factors: Factors, errors: Sequence[float], residuals: Sequence[float] = ()
+) -> tuple[float, ...]:
     """(predicted, low, high) capacity of a measured capacity search's run under its own SLO
-    and rule; `errors` = log step errors for the interval."""
+    and rule; `errors` = log step errors and `residuals` = capacity errors on other searches,
+    for the interval."""
     load = item.run.config.load
     requests = item.run.pattern_report.probe_requests or 500
     workloads = [
@@ -401,6 +434,7 @@ def run_capacity(item: RunShape, factors: Factors, errors: Sequence[float]) -> t
         load.attainment_target,
         item.replicas,
         errors,
+        residuals,
     )
     return rate, low, high
 
@@ -424,13 +458,18 @@ def capacity_errors(shapes: Sequence[RunShape], calibrated: bool) -> list[float]
     return errors
 
 
-_CAPACITY_ERRORS: dict[tuple[tuple[str, ...], bool], float | None] = {}
+_CAPACITY_ERRORS: dict[tuple[tuple[str, ...], bool], tuple[float, ...]] = {}
+
+
+def capacity_residuals(shapes: Sequence[RunShape], calibrated: bool) -> tuple[float, ...]:
+    """`capacity_errors`, cached per set of runs (every prediction of a plan reuses them)."""
+    key = (tuple(s.run.run_id for s in shapes), calibrated)
+    if key not in _CAPACITY_ERRORS:
+        _CAPACITY_ERRORS[key] = tuple(capacity_errors(shapes, calibrated))
+    return _CAPACITY_ERRORS[key]
 
 
 def capacity_error(shapes: Sequence[RunShape], calibrated: bool) -> float | None:
     """Median |relative error| of `capacity_errors` (cached per set of runs)."""
-    key = (tuple(s.run.run_id for s in shapes), calibrated)
-    if key not in _CAPACITY_ERRORS:
-        errors = capacity_errors(shapes, calibrated)
-        _CAPACITY_ERRORS[key] = statistics.median(abs(e) for e in errors) if errors else None
-    return _CAPACITY_ERRORS[key]
+    errors = capacity_residuals(shapes, calibrated)
+    return statistics.median(abs(e) for e in errors) if errors else None

@@ -73,6 +73,7 @@ from advisor.sizing.serving_calibration import (
     calibrate,
     capacity_error,
     capacity_errors,
+    capacity_residuals,
     capacity_with_interval,
     engine_family,
     error_scales,
@@ -307,6 +308,8 @@ def predict_stage_capacity(
     factors = setup.calibration.factors
     errors = interval_errors(setup)
     slow, fast = error_scales(errors)
+    # a record's prediction is widened by the calibrated model's errors on the shipped searches
+    residuals = capacity_residuals(setup.shapes, setup.calibration.calibrated or bool(calibration))
     if interval:
         rate, low, high, searches = capacity_with_interval(
             setup.shape,
@@ -317,6 +320,7 @@ def predict_stage_capacity(
             attainment_target,
             setup.replicas,
             errors,
+            residuals,
         )
     else:  # a screen: the capacity alone, to 2%
         rate, searches = median_capacity(
@@ -350,7 +354,13 @@ def predict_stage_capacity(
             if setup.calibration.calibrated
             else "step errors of the default factors on the measured runs"
         )
-        + f") and the spread of {seeds} request stream(s)"
+        + f"), the spread of {seeds} request stream(s)"
+        + (
+            f" and the capacity errors on {len(residuals)} measured searches it did not see "
+            f"({min(residuals):+.0%}..{max(residuals):+.0%})"
+            if residuals
+            else ""
+        )
     )
     notes.append(
         f"sustained load: {requests} requests per level after {requests} warm-up requests at "
@@ -457,6 +467,7 @@ __all__ = [
     "calibrate",
     "capacity_error",
     "capacity_errors",
+    "capacity_residuals",
     "engine_shape",
     "fit_factors",
     "in_flight",

@@ -26,6 +26,7 @@ from advisor.sizing.serving_model import (
     RunShape,
     Workload,
     calibrate,
+    capacity_errors,
     engine_family,
     observations,
     run_capacity,
@@ -167,7 +168,7 @@ def validate(runs: Iterable[tuple[RunResult, str | None]]) -> Validation:
                     + (
                         "its adapter forms static batches, not modelled"
                         if engine_family(run.config.backend) not in CONTINUOUS_BATCHING
-                        else "not VALID, or GPU or model sizes unknown"
+                        else "not VALID, prompts spread too wide, or GPU or model sizes unknown"
                     )
                 )
             continue
@@ -202,7 +203,9 @@ def validate(runs: Iterable[tuple[RunResult, str | None]]) -> Validation:
         report = item.run.pattern_report
         if isinstance(report, CapacityReport) and report.over == "rate" and report.max_rate_rps:
             errors = step_errors(others, item.family, item.gpu, item.precision_class)
-            rate, low, high = run_capacity(item, factors, errors)
+            # each other search's error from a fit without it and without this one
+            residuals = capacity_errors(others, calibrated=True)
+            rate, low, high = run_capacity(item, factors, errors, residuals)
             plain, _, _ = run_capacity(item, Factors(), ())
             measured = report.max_rate_rps
             load = item.run.config.load

@@ -31,6 +31,7 @@ from advisor.sizing.serving_model import (
     RunShape,
     Workload,
     calibrate,
+    capacity_errors,
     run_capacity,
     run_shape,
     simulate,
@@ -50,6 +51,7 @@ from bench.core.schema import RunResult
 from bench.core.strict import Strict
 
 BasisKind = Literal["uncalibrated", "other GPU only", "this GPU"]
+SAME_PROMPT = 0.02  # a `vllm bench serve` level belongs to a search within 2% of its prompt length
 
 
 class VllmBenchServeResult(BaseModel):
@@ -59,6 +61,7 @@ class VllmBenchServeResult(BaseModel):
 
     request_rate: float
     completed: int
+    total_input_tokens: int
     request_throughput: float
     request_goodput: float
     p50_ttft_ms: float
@@ -75,6 +78,10 @@ class UnseenBasis(Strict):
     words: str = Field(description="Where the factors come from, in words.")
     factors: Factors
     step_errors: list[float] = Field(description="Log step errors behind the interval.")
+    residuals: list[float] = Field(
+        description="Capacity errors on the other GPU's searches (each predicted without "
+        "itself) that widen the interval (serving_calibration.widen_to_residuals)."
+    )
 
 
 class UnseenCapacity(Strict):
@@ -114,6 +121,7 @@ class ServeLevel(Strict):
     source: str = Field(description="The data file and member it was read from.")
     rate_rps: float
     requests: int
+    prompt_tokens: float = Field(description="Mean prompt tokens of its requests.")
     throughput_rps: float
     goodput_rps: float = Field(description="Requests/s within the run's --goodput limits.")
     measured: dict[str, float]
@@ -135,6 +143,11 @@ class UnseenGpuCheck(Strict):
     shape: str = Field(description="prompt/output tokens of the held-out search.")
     slo: str
     measured_rps: float
+    search_invalid: list[str] = Field(
+        default_factory=list,
+        description="Why the search is INVALID (did not converge, ...); empty when VALID: its "
+        "max_rate_rps is then the highest rate it saw pass, not a confirmed edge.",
+    )
     first_infeasible_rps: float | None
     smoothed_boundary_rps: float | None
     calibration_id: str = Field(description="The `bench calibrate` record of this GPU.")
@@ -153,6 +166,7 @@ def serve_level(result: VllmBenchServeResult, source: str) -> ServeLevel:
         source=source,
         rate_rps=result.request_rate,
         requests=result.completed,
+        prompt_tokens=result.total_input_tokens / max(result.completed, 1),
         throughput_rps=result.request_throughput,
         goodput_rps=result.request_goodput,
         measured={
@@ -165,7 +179,7 @@ def serve_level(result: VllmBenchServeResult, source: str) -> ServeLevel:
     )
 
 
-def _other_gpu(target: RunShape, shapes: Sequence[RunShape]) -> str | None:
+def other_gpu_of(target: RunShape, shapes: Sequence[RunShape]) -> str | None:
     """The GPU with the most runs of the held-out's engine family and precision class."""
     counts: dict[str, int] = {}
     for item in shapes:
@@ -174,7 +188,7 @@ def _other_gpu(target: RunShape, shapes: Sequence[RunShape]) -> str | None:
     return max(counts, key=lambda gpu: counts[gpu]) if counts else None
 
 
-def _bases(
+def prediction_bases(
     target: RunShape, record: CalibrationRecord, others: Sequence[RunShape], other_gpu: str | None
 ) -> list[UnseenBasis]:
     bases = [
@@ -183,8 +197,10 @@ def _bases(
             words="default efficiencies (80% of the datasheet bandwidth, 60% of the tensor peak)",
             factors=Factors(),
             step_errors=uncalibrated_step_errors(others),
+            residuals=capacity_errors(others, calibrated=False),
         )
     ]
+    calibrated_residuals = capacity_errors(others, calibrated=True)
     if other_gpu is not None:
         fitted = calibrate(target.family, other_gpu, target.precision_class, others)
         if fitted.calibrated:
@@ -196,6 +212,7 @@ def _bases(
                     step_errors=step_errors(
                         others, target.family, other_gpu, target.precision_class
                     ),
+                    residuals=calibrated_residuals,
                 )
             )
     fit = fit_record(record, "shipped")
@@ -206,9 +223,17 @@ def _bases(
                 words=fit.basis.words,
                 factors=fit.calibration.factors,
                 step_errors=fit.step_errors,
+                residuals=calibrated_residuals,
             )
         )
     return bases
+
+
+def _invalid_reasons(run: RunResult) -> list[str]:
+    validity = run.validity
+    if validity is None or validity.status.value != "INVALID":
+        return []
+    return list(validity.reasons)
 
 
 def _feasible_phases(run: RunResult) -> set[str]:
@@ -227,20 +252,24 @@ def check_unseen_gpu(
 ) -> UnseenGpuCheck | None:
     """The held-out capacity search predicted uncalibrated, from the other GPU's runs and from
     the record; None when the model does not cover the run or it is not a rate search.
-    `shapes`: every run the product ships (those on the held-out GPU are left out here)."""
-    target = run_shape(held_out)
+    `shapes`: every run the product ships (those on the held-out GPU are left out here);
+    `serve`: `vllm bench serve` levels, of which those with the search's prompt length are set
+    beside it."""
+    # a search that did not converge is still a measurement of the edge (its highest passing
+    # rate); it is predicted, and `search_invalid` says why it is INVALID
+    target = run_shape(held_out, require_valid=False)
     report = held_out.pattern_report
     if target is None or not isinstance(report, CapacityReport) or report.over != "rate":
         return None
     if not report.max_rate_rps:
         return None
     others = [s for s in shapes if s.gpu != target.gpu and s.run.run_id != held_out.run_id]
-    other_gpu = _other_gpu(target, others)
-    bases = _bases(target, record, others, other_gpu)
+    other_gpu = other_gpu_of(target, others)
+    bases = prediction_bases(target, record, others, other_gpu)
     measured = report.max_rate_rps
     capacities = []
     for basis in bases:
-        rate, low, high = run_capacity(target, basis.factors, basis.step_errors)
+        rate, low, high = run_capacity(target, basis.factors, basis.step_errors, basis.residuals)
         capacities.append(
             UnseenCapacity(
                 kind=basis.kind,
@@ -274,6 +303,7 @@ def check_unseen_gpu(
         shape=f"{target.prompt.mean:g}/{target.output.mean:g}",
         slo=search_slo_words(held_out),
         measured_rps=measured,
+        search_invalid=_invalid_reasons(held_out),
         first_infeasible_rps=report.first_infeasible_rps,
         smoothed_boundary_rps=report.smoothed_boundary_level,
         calibration_id=record.calibration_id,
@@ -300,7 +330,8 @@ def check_unseen_gpu(
                     for basis in bases
                 },
             )
-            for level in serve
+            for level in sorted(serve, key=lambda level: level.rate_rps)
+            if abs(level.prompt_tokens - target.prompt.mean) <= SAME_PROMPT * target.prompt.mean
         ],
     )
 
@@ -337,3 +368,35 @@ __all__ = [
     "check_unseen_gpu",
     "serve_level",
 ]
+
+
+class UnseenSummary(Strict):
+    """One basis over every held-out search of the unseen GPU: the capacity errors the
+    validation states (median, worst, how many intervals hold the measured rate)."""
+
+    kind: BasisKind
+    searches: int
+    median_abs_error: float
+    worst_abs_error: float
+    covered: int
+
+
+def summarize_unseen(checks: Sequence[UnseenGpuCheck]) -> list[UnseenSummary]:
+    """Per basis, in the checks' basis order, over the searches it predicted."""
+    kinds: list[BasisKind] = []
+    for check in checks:
+        kinds += [c.kind for c in check.capacities if c.kind not in kinds]
+    out = []
+    for kind in kinds:
+        rows = [c for check in checks for c in check.capacities if c.kind == kind]
+        errors = [abs(c.error) for c in rows]
+        out.append(
+            UnseenSummary(
+                kind=kind,
+                searches=len(rows),
+                median_abs_error=statistics.median(errors),
+                worst_abs_error=max(errors),
+                covered=sum(c.covered for c in rows),
+            )
+        )
+    return out

@@ -1,7 +1,8 @@
 """The serving model on a GPU it was never fitted on, from the shipped H100 measurements: the
 `bench calibrate` record (data/reference/h100_llama2-7b_openai_calibration.json), the held-out
-512/256 capacity search (h100_llama2-7b_capacity_heldout_runs.json) and `vllm bench serve` at
-the found rate (h100_llama2-7b_calibration/vllm-bench-serve.tar.xz)."""
+512/256 and 2,048/128 capacity searches (h100_llama2-7b_capacity_heldout_runs.json,
+h100_llama2-7b_capacity_heldout_long_runs.json) and `vllm bench serve` at 1, 1.1 and 1.25 times
+each found rate (h100_llama2-7b_calibration/vllm-bench-serve.tar.xz)."""
 
 from __future__ import annotations
 
@@ -29,23 +30,103 @@ def _reference_tables():
 
 
 @pytest.fixture(scope="module")
-def check():
-    found = _reference_tables().unseen_gpu_check(SHIPPED_REFERENCE_DIR)
-    assert found is not None, "the shipped H100 held-out search is not covered by the model"
+def checks():
+    found = _reference_tables().unseen_gpu_checks(SHIPPED_REFERENCE_DIR)
+    assert [c.shape for c in found] == ["512/256", "2048/128"], (
+        "both shipped H100 held-out searches must be covered by the model"
+    )
     return found
 
 
-def test_no_basis_has_seen_the_held_out_search(check):
+@pytest.fixture(scope="module")
+def check(checks):
+    return checks[0]
+
+
+@pytest.fixture(scope="module")
+def long_check(checks):
+    return checks[1]
+
+
+def test_no_basis_has_seen_the_held_out_searches(checks):
     (record,) = [r for r in shipped_records(SHIPPED_REFERENCE_DIR) if "H100" in r.device_type]
-    assert check.calibration_id == record.calibration_id
-    # the record's mixes leave the held-out shape out, and the search is not among its runs
     mixes = {f"{m.prompt_tokens}/{m.output_tokens}" for m in record.plan.mixes}
-    assert check.shape == "512/256" and check.shape not in mixes
-    assert check.run_id not in record.run_ids
-    # the other GPU's basis is fitted on H200 runs only (no run of the held-out GPU)
-    (other,) = [b for b in check.bases if b.kind == "other GPU only"]
-    assert check.other_gpu == "H200" and "on H200" in other.words and "H100" not in other.words
-    assert [b.kind for b in check.bases] == ["uncalibrated", "other GPU only", "this GPU"]
+    for check in checks:
+        assert check.calibration_id == record.calibration_id
+        # the record's mixes leave the held-out shape out, and the search is not among its runs
+        assert check.shape not in mixes
+        assert check.run_id not in record.run_ids
+        # the other GPU's basis is fitted on H200 runs only (no run of the held-out GPU)
+        (other,) = [b for b in check.bases if b.kind == "other GPU only"]
+        assert check.other_gpu == "H200" and "on H200" in other.words
+        assert "H100" not in other.words
+        assert [b.kind for b in check.bases] == ["uncalibrated", "other GPU only", "this GPU"]
+
+
+def test_over_both_held_out_searches_the_gpus_own_record_meets_the_goal(checks):
+    """The issue's bar on held-out rows, calibrated: median |error| <= 10%, intervals that
+    hold >= 80%; and the uncalibrated error on the unseen GPU is stated (larger)."""
+    from advisor.sizing.unseen_gpu import summarize_unseen
+
+    rows = {row.kind: row for row in summarize_unseen(checks)}
+    this, plain = rows["this GPU"], rows["uncalibrated"]
+    assert this.searches == plain.searches == 2
+    assert this.median_abs_error <= 0.10 and this.covered / this.searches >= 0.8
+    assert plain.median_abs_error > this.median_abs_error
+    table = _reference_tables().unseen_summary_table(checks)
+    assert f"{100 * this.median_abs_error:.1f}%" in table and "2 of 2" in table
+
+
+def test_each_interval_holds_the_capacity_errors_of_the_other_gpus_searches(checks):
+    from advisor.sizing.serving_calibration import widen_to_residuals
+
+    for check in checks:
+        for basis, row in zip(check.bases, check.capacities, strict=True):
+            assert basis.residuals, basis.kind  # the H200 searches, each without itself
+            worst = max(basis.residuals)
+            assert row.low_rps <= row.predicted_rps / (1 + max(worst, 0)) + 1e-9
+    # the rule itself: a model that over-predicted others by up to 25% widens the low end
+    assert widen_to_residuals(20.0, 19.0, 21.0, [0.25, -0.05]) == pytest.approx((16.0, 21.05), 1e-3)
+    assert widen_to_residuals(20.0, 19.0, 21.0, []) == (19.0, 21.0)
+
+
+def test_the_long_prompt_search_is_invalid_and_says_so_but_never_sizes_a_fleet(long_check):
+    """It stopped at its time budget (9 passed once, failed its confirmation; 10 and 12 failed):
+    kept as a held-out check with its reasons, left out of every fit and every fleet."""
+    from advisor.evidence.rows import capacity_runs_for
+    from advisor.sizing.measured import measured_reference_runs
+    from advisor.sizing.serving_model import run_shape
+
+    assert long_check.search_invalid and any("converge" in r for r in long_check.search_invalid)
+    (run,) = measured_reference_runs(SHIPPED_REFERENCE_DIR)[
+        "h100_llama2-7b_capacity_heldout_long_runs.json"
+    ]
+    assert run_shape(run) is None  # never fitted on
+    stage = StageProfile(
+        model="llama-2-7b",
+        prompt_tokens={"mean": 2048},
+        output_tokens={"mean": 128},
+        peak_request_rate_rps=30,
+        slo={"ttft_ms": 1000, "tpot_ms": 50},
+        gpu={"type": "H100-SXM"},
+        precision={"dtype": "bfloat16"},
+    )
+    kept, notes = capacity_runs_for(stage, [run])
+    assert kept == [] and any(run.run_id in note for note in notes)
+
+
+def test_serve_levels_go_to_the_search_of_their_prompt_length(checks):
+    for check in checks:
+        prompt = float(check.shape.split("/")[0])
+        rates = [item.level.rate_rps for item in check.serve_levels]
+        assert len(rates) == 3 and rates == sorted(rates)
+        assert rates[0] == pytest.approx(check.measured_rps, rel=0.01)
+        assert rates[1] == pytest.approx(1.1 * check.measured_rps, rel=0.01)
+        assert rates[2] == pytest.approx(1.25 * check.measured_rps, rel=0.01)
+        for item in check.serve_levels:
+            assert item.level.prompt_tokens == pytest.approx(prompt, rel=0.02)
+            # past the found rate the engine's throughput stops growing: goodput falls
+            assert item.level.goodput_rps < item.level.rate_rps
 
 
 def test_calibrating_on_the_gpu_itself_gives_the_closest_capacity_and_an_interval_that_holds(
@@ -73,7 +154,7 @@ def test_latency_errors_are_over_the_feasible_probes_and_shrink_with_calibration
 
 
 def test_vllm_bench_serve_at_the_found_rate_is_read_from_the_shipped_archive(check):
-    (serve,) = check.serve_levels
+    serve = check.serve_levels[0]
     level = serve.level
     assert level.source.endswith("vllm-bench-serve.tar.xz:vbs/vbs-chat-r20.25-n1500.json")
     assert level.rate_rps == pytest.approx(check.measured_rps)

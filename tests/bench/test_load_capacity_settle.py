@@ -82,8 +82,12 @@ def test_settle_is_bounded_like_any_duration():
 
 SETTLED_FILE = "h200_llama2-7b_capacity_settled_runs.json"
 """The shipped H200 search made with settled probes."""
-SETTLED_FILES = {SETTLED_FILE, "h100_llama2-7b_capacity_heldout_runs.json"}
-"""The shipped searches made with settled probes (the H100 one too); the others ran before
+SETTLED_FILES = {
+    SETTLED_FILE,
+    "h100_llama2-7b_capacity_heldout_runs.json",
+    "h100_llama2-7b_capacity_heldout_long_runs.json",
+}
+"""The shipped searches made with settled probes (the two H100 ones too); the others ran before
 settling existed."""
 
 
@@ -110,8 +114,12 @@ def test_the_settled_search_shipped_keeps_its_rule_and_each_probes_settle(name):
     assert run.config.load.settle_s == "slo"
     report = run.pattern_report
     assert isinstance(report, CapacityReport)
-    assert report.settle_rule.startswith("13.1 s, the end-to-end time the SLO allows")
-    assert all(probe.settle_s == pytest.approx(13.05) for probe in report.probes)
+    # the rule: TTFT limit + (output - 1) x TPOT limit (chat 300 + 255 x 50 = 13.05 s; the
+    # long-prompt search 1,000 + 127 x 50 = 7.35 s)
+    slo, output = run.config.slo, run.config.workload.output_tokens.mean
+    settle = (slo.ttft_ms + (output - 1) * slo.tpot_ms) / 1000
+    assert report.settle_rule.startswith(f"{settle:.1f} s, the end-to-end time the SLO allows")
+    assert all(probe.settle_s == pytest.approx(settle) for probe in report.probes)
     # each judged probe's settle phase ended before its judged requests began
     for probe in report.probes:
         settle = report.phase_windows[f"{probe.phase}-settle"]

@@ -1,0 +1,69 @@
+"""Long-context prefill, request by request, from the shipped H100 sweep
+(data/reference/h100_llama3.1-8b_long_context_prefill_runs.json and the records in its raw
+campaign folder): llama-3.1-8b, one request at a time, prompts 8,000-112,000 tokens."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from advisor.sizing.long_context import NO_ATTENTION
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _reference_tables():
+    spec = importlib.util.spec_from_file_location(
+        "reference_tables", ROOT / "benchmarks" / "reference_tables.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def check():
+    found = _reference_tables().long_context_check(SHIPPED_REFERENCE_DIR)
+    assert found is not None, "the shipped long-context sweep is not covered by the model"
+    return found
+
+
+def test_the_sweep_is_not_fitted_on_but_every_measured_request_is_predicted(check):
+    from advisor.sizing.measured import measured_reference_runs
+    from advisor.sizing.serving_model import run_shape
+
+    (run,) = measured_reference_runs(SHIPPED_REFERENCE_DIR)[
+        "h100_llama3.1-8b_long_context_prefill_runs.json"
+    ]
+    assert run.validity is not None and run.validity.status.value == "VALID"
+    # prompts spread far around their mean: the mean-shape model leaves it out of every fit
+    assert run_shape(run) is None
+    assert len(check.rows) == run.summary.requests == 24
+    lengths = [row.prompt_tokens for row in check.rows]
+    assert lengths == sorted(lengths) and lengths[0] < 10_000 and lengths[-1] > 100_000
+    assert check.gpu == "H100-SXM" and check.max_num_batched_tokens == 2048
+    for row in check.rows:
+        assert set(row.predicted_ttft_ms) == set(check.bases)
+
+
+def test_ttft_grows_faster_than_the_prompt_and_attention_flops_explain_it(check):
+    first, last = check.rows[0], check.rows[-1]
+    per_token = [row.measured_ttft_ms / row.prompt_tokens for row in (first, last)]
+    assert per_token[1] > 1.8 * per_token[0]  # quadratic attention, measured
+    errors = {e.basis: e for e in check.errors}
+    # the GEMM-only floor misses most of a long prefill; with attention the defaults are close
+    assert errors[NO_ATTENTION].median_error < -0.4
+    assert errors["uncalibrated"].median_abs_error < 0.15
+    assert check.attention_share_longest > 0.5
+
+
+def test_the_h100_record_fitted_on_short_prompts_under_predicts_long_prefill(check):
+    """The finding the docs state: the record's compute efficiency comes from prompts of at
+    most 1,024 tokens, so long-context attention runs slower than it predicts."""
+    errors = {e.basis: e for e in check.errors}
+    assert errors["this GPU"].median_error < -0.1
+    table = _reference_tables().long_context_table(check)
+    assert f"{check.rows[-1].prompt_tokens:,}" in table and "median (worst) error" in table
