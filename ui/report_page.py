@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from advisor.report.intervals import IntervalCache
 
 PREVIEW_HEIGHT_PX = 900
+DOWNLOAD_CLICK = "ignore"
+"""A download does not rerun the page. A rerun starts with the download and can replace the file
+the browser is still fetching (Streamlit's download_button docs warn of this race; 1 of 13
+downloads was cancelled in a 20-session run of tests/e2e/test_app_under_load.py), and it
+redraws the whole report for nothing."""
 PDF_REQUEST_KEY = "report_pdf_for"
 """Session key: which profile + runs the user asked a PDF for (rendering one takes seconds)."""
 
@@ -204,6 +209,7 @@ def pdf_button(container: Any, report_json: str, request: str, stem: str) -> Non
             mime="application/pdf",
             icon=":material/download:",
             key=f"pdf_{request}",
+            on_click=DOWNLOAD_CLICK,
         )
     elif container.button("Make the PDF", icon=":material/picture_as_pdf:", key=f"make_{request}"):
         st.session_state[PDF_REQUEST_KEY] = request
@@ -257,6 +263,7 @@ def render() -> None:
         mime="application/zip",
         icon=":material/download:",
         key=f"md_{request}",
+        on_click=DOWNLOAD_CLICK,
     )
     buttons.download_button(
         "HTML (one file)",
@@ -265,6 +272,7 @@ def render() -> None:
         mime="text/html",
         icon=":material/download:",
         key=f"html_{request}",
+        on_click=DOWNLOAD_CLICK,
     )
     pdf_button(buttons, report_json, request, stem)
     buttons.download_button(
@@ -274,6 +282,7 @@ def render() -> None:
         mime="application/json",
         icon=":material/download:",
         key=f"json_{request}",
+        on_click=DOWNLOAD_CLICK,
     )
     status.empty()
     with preview.container():
