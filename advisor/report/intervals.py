@@ -77,12 +77,14 @@ class IntervalCache:
     each). Only finished runs are kept: their records are all written before the run is marked
     finished and never change after. The key is the run's id, the digest of its stored JSON and
     its record count, so a run deleted and stored again with other figures is computed afresh.
-    Bounded (least recently used out first) and safe to share between threads."""
+    Bounded (least recently used out first) and safe to share between threads; sessions that
+    ask for the same run at once wait for one computation instead of each making its own."""
 
     def __init__(self, max_entries: int = 256) -> None:
         self.max_entries = max_entries
         self._entries: OrderedDict[tuple[str, str, int], Intervals] = OrderedDict()
         self._lock = threading.Lock()
+        self._computing: dict[tuple[str, str, int], threading.Lock] = {}
 
     def intervals(self, run: RunResult, kept: KeptRecords | None) -> Intervals:
         """`run_intervals(run, kept)`, from the cache when this run was computed before."""
@@ -92,15 +94,19 @@ class IntervalCache:
         digest = hashlib.sha256(run.model_dump_json().encode()).hexdigest()
         key = (run.run_id, digest, len(records))
         with self._lock:
-            found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-                return dict(found)
-        computed = run_intervals(run, kept)
-        with self._lock:
-            self._entries[key] = dict(computed)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            computing = self._computing.setdefault(key, threading.Lock())
+        with computing:  # one computation per run at a time; the others find its result
+            with self._lock:
+                found = self._entries.get(key)
+                if found is not None:
+                    self._entries.move_to_end(key)
+                    return dict(found)
+            computed = run_intervals(run, kept)
+            with self._lock:
+                self._entries[key] = dict(computed)
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+                self._computing.pop(key, None)
         return computed
 
 

@@ -80,3 +80,40 @@ def test_a_run_stored_again_with_other_figures_is_computed_afresh(
         again.output_throughput_low,
         again.output_throughput_high,
     )
+
+
+def test_sessions_asking_for_one_run_at_once_compute_it_once(monkeypatch: pytest.MonkeyPatch):
+    """Four threads (the app's sessions) ask for the same run's intervals together; the
+    computation is slowed so that, without the cache's per-run lock, each would make its own."""
+    import threading
+    import time
+
+    from advisor.report.intervals import KeptRecords
+
+    run, records = synthetic_run("pytorch", "concurrency", seed=7)
+    calls: list[str] = []
+    real = intervals_module.run_intervals
+
+    def slow(result, kept):
+        calls.append(result.run_id)
+        time.sleep(0.3)
+        return real(result, kept)
+
+    monkeypatch.setattr(intervals_module, "run_intervals", slow)
+    cache = IntervalCache()
+    start = threading.Barrier(4)
+    found: list[dict] = []
+
+    def ask() -> None:
+        kept = KeptRecords(records)
+        list(kept)  # read as build_report reads them (into columns) before the intervals
+        start.wait()
+        found.append(cache.intervals(run, kept))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert calls == [run.run_id]
+    assert len(found) == 4 and all(value == found[0] for value in found) and found[0]
