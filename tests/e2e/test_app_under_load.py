@@ -16,16 +16,27 @@ so the runner's ordering and bookkeeping are what is measured, not an engine.
 
 Sessions: ADVISOR_LOAD_SESSIONS (default 4; the issue's goal is 20); ADVISOR_LOAD_SERIAL=1 runs
 them one after another and prints each step's own server CPU. The server is warmed by one
-session first (its first script run imports the advisor and bench packages once per process; a
-person meets that once per server start, not per page).
+session first (`warm_up`: the first script run's imports, the first report's reads of the
+shipped runs; a person meets these once per server start, not per page). Printed besides: where
+the host's CPU went (the app server, the browser driving the sessions, every other process).
 
-Measured on the shared 2-core test host (2026-12-06, ADVISOR_LOAD_SESSIONS=2 ADVISOR_LOAD_SERIAL=1,
-load average 15 from other work): per step, the app server's own CPU is open 0.76 s, form edit
-0.78 s, Benchmark page 0.15 s, Quick plan 0.26 s, Report page 0.08 s, JSON report export 4.91 s
-(5.7 s a session). Streamlit runs every session's script in one Python process, so these add up
-on about one core: 20 sessions at once cannot answer within 5 s on two cores (the export alone
-takes 4.9 s of CPU), and this test fails on its time check there until the export is cheaper;
-its state and job checks are printed apart and held in the runs made.
+Measured on the shared 2-core test host (2026-12-06; the host also ran other people's tests):
+- One session after another (ADVISOR_LOAD_SESSIONS=4 ADVISOR_LOAD_SERIAL=1, load average 7-11):
+  the server's CPU per step, median: open 0.48 s, form edit 0.43 s, Benchmark page 0.21 s, Quick
+  plan 0.26 s, Report page 0.10 s, JSON report export 0.37 s (1.86 s before the report's
+  intervals and charts were cached, same command, load 1.7-4.6); every answer within 5 s
+  (slowest 4.7 s).
+- Four at once (the suite's run, load average 9-10): both cores busy throughout (96 s of CPU
+  in about 47 s: 36 s of sessions and about 11 s of browser start and warm-up): app server
+  16 s, browser 38 s, other processes 42 s; answers up to 15 s.
+- Twenty at once (ADVISOR_LOAD_SESSIONS=20, load average 2.5 before, 37 after; a run before
+  the warm-up built a report): 18 of 20 sessions finished; both cores busy throughout (352 s of
+  CPU in about 175 s): app server 46 s, browser 244 s (twenty Chromium tabs), other processes
+  63 s; opening the app took 34 s (median).
+The server's own work is now a small share: the browsers that drive the sessions need five times
+its CPU on the same two cores. So this test fails its time check on such a host (an expected
+failure, with the figures); its state and job checks are asserted and held in every run. The
+time goal can be judged with the browsers on another machine or more cores than sessions/5.
 """
 
 from __future__ import annotations
@@ -46,8 +57,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SESSIONS = int(os.environ.get("ADVISOR_LOAD_SESSIONS", "4"))
 """Sessions at once. The issue's figure is 20 (`ADVISOR_LOAD_SESSIONS=20`); the suite runs 4 (one
-job, three exports), which finish on a 2-core host: at 20 most sessions there wait out their
-2-minute limits (7 of 20 finished in the run the docstring cites)."""
+job, three exports), which finish on a 2-core host: at 20 some sessions there wait out their
+2-minute limits (18 of 20 finished in the run the module docstring cites)."""
 SERIAL = os.environ.get("ADVISOR_LOAD_SERIAL") == "1"
 """One session after another instead of at once: each step's own server CPU cost, printed
 (what sizes the sessions a host can serve within the limit)."""
@@ -313,10 +324,10 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, t
     load_before = os.getloadavg()
     SERVER["url"] = app_url
     cpu_before = server_cpu_s(app_url)
-    host_before = host_busy_s()
+    host_before, elapsed_s = host_busy_s(), time.monotonic()
     queued, wall_s = asyncio.run(drive(app_url, store_path, sessions))
     cpu_after = server_cpu_s(app_url)
-    host_used = host_busy_s() - host_before
+    host_used, elapsed_s = host_busy_s() - host_before, time.monotonic() - elapsed_s
 
     # The figures, printed whatever the verdicts below.
     names = sorted({name for s in sessions for name in s.timings})
@@ -330,7 +341,8 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, t
         # Where the host's CPU went: a page answer waits for the server and the browser, both
         # on this host, beside whatever else it runs.
         browser = CPU.get("browser", 0.0)
-        print(f"  host CPU busy {host_used:.1f} s of {wall_s * (os.cpu_count() or 1):.0f} s: "
+        print(f"  host CPU busy {host_used:.1f} s in {elapsed_s:.0f} s on {os.cpu_count()} CPUs "
+              "(browser start and warm-up included): "
               f"app server {used:.1f} s, browser {browser:.1f} s, "
               f"other processes {max(0.0, host_used - used - browser):.1f} s")  # fmt: skip
     for name in names:
@@ -393,9 +405,9 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, t
           + ("held" if not slow else f"NOT MET ({len(slow)}): {slow[:3]}"))  # fmt: skip
     if slow:
         # The state and job checks above held and are asserted. The time limit is the
-        # issue's goal, not met on a 2-core host (the report export alone costs about 5 s of
-        # the server's CPU, module docstring): an expected failure with its figures, not a
-        # pass, until the export is cheaper.
+        # issue's goal, not met when the browsers share a small host with the server (on 2
+        # cores they take about five times the server's CPU, module docstring): an expected
+        # failure with its figures, not a pass.
         pytest.xfail(
             f"{len(slow)} page answer(s) over {PAGE_LIMIT_S:g} s with {SESSIONS} sessions on "
             f"{os.cpu_count()} CPUs: {slow[:3]}"
