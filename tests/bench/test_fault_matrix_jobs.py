@@ -1,8 +1,10 @@
 """The fault matrix's cells for the app's job runner (`python -m bench.orchestrate.jobs`): the
-engine worker of a job killed mid-load, and a store whose write lock another process holds
-when the runner looks for work. Each ends with the job FAILED naming the reason, or COMPLETED
-once the fault is gone, never RUNNING or lost; the runner goes on to the next job; no process
-is left behind (checked by pid); and the Benchmark page shows the failed job with its reason.
+engine worker of a job killed mid-load, a store whose write lock another process holds when the
+runner looks for work, and the store's disk filling up mid-load (a real 16 MiB tmpfs, as in
+tests/bench/test_fault_matrix_store.py; skipped where this process cannot mount one). Each ends
+with the job FAILED naming the reason, or COMPLETED once the fault is gone, never RUNNING or
+lost; the runner goes on; no process is left behind (checked by pid); and the Benchmark page
+shows the failed job with its reason.
 
 A killed runner and a SIGTERM to it are tests/bench/test_store_jobs.py's. The engine is the
 `fake` backend (a test double: timed fake tokens, no inference); the runner process, its
@@ -11,6 +13,7 @@ spawned worker, the SIGKILL, the other writer's lock and the SQLite store are re
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -20,7 +23,7 @@ import pytest
 from bench.core.schema import RunStatus
 from bench.storage.store import open_store
 from tests.bench.test_fault_matrix import gone
-from tests.bench.test_fault_matrix_store import hold_write_lock
+from tests.bench.test_fault_matrix_store import hold_write_lock, small_disk  # noqa: F401
 from tests.bench.test_jobs import fake_config, wait_for
 from tests.bench.test_store_jobs import start_runner, stop_runner
 
@@ -140,3 +143,57 @@ def test_a_store_locked_by_another_writer_keeps_the_job_queued_until_it_is_free(
     assert "Traceback" not in text
     lines = [line for line in text.splitlines() if "cannot claim a job" in line]
     assert lines and all("locked" in line for line in lines), lines
+
+
+def test_a_full_disk_under_the_store_fails_the_job_and_leaves_nothing_running(
+    tmp_path,
+    small_disk,  # noqa: F811 (the fixture imported above)
+):
+    """The store's disk fills while a job's run is recording: the run stops, and once there is
+    room again (a user frees the disk) the job and its run read FAILED with the reason, the
+    measured records kept, the runner alive for the next job."""
+    store_path = small_disk / "results.sqlite"
+    store_url = f"sqlite:///{store_path}"
+    with open_store(store_url) as store:
+        job_id = store.create_job([fake_config(duration_s=120, itl_s=0.01)], label="full")
+    runner, log = start_runner(store_url, tmp_path / "host", "--idle-exit-s", "60")
+    filler = small_disk / "fill"
+    try:
+        with open_store(store_url, create=False) as store:
+            job = wait_for(
+                lambda: (
+                    (found := store.get_job(job_id)).current_run_id
+                    and store.count_records(found.current_run_id, include_warmup=False) > 0
+                    and found
+                ),
+                120,
+                "the job's run to record measured requests",
+            )
+        worker = wait_for(lambda: engine_worker(runner), 30, "the engine worker")
+        family = [worker, *worker.children(recursive=True)]
+        with open(filler, "wb", buffering=0) as handle:
+            for chunk in (1 << 16, 1 << 12, 1):
+                try:
+                    while True:
+                        handle.write(bytes(chunk))
+                except OSError:
+                    pass
+        assert gone(family, timeout_s=90) == []  # the run stopped: its worker is gone
+        time.sleep(3)
+        filler.unlink()  # room again
+        with open_store(store_url, create=False) as store:
+            ended = wait_for(
+                lambda: (found := store.get_job(job_id)).finished and found, 180, "the job's end"
+            )
+            run = store.get_run(job.current_run_id)
+            assert ended.status == RunStatus.FAILED
+            assert ended.error == f"results store {store_path}: database or disk is full"
+            assert run.status == RunStatus.FAILED and run.failure.cause == ended.error
+            assert store.count_records(run.run_id, include_warmup=False) > 0
+        assert runner.poll() is None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            filler.unlink()
+        stop_runner(runner)
+    # The runner's log keeps the crash's traceback for whoever reads it; the job says one line.
+    assert "cannot mark job" in log.read_text()
