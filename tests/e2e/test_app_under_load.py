@@ -23,9 +23,9 @@ the host's CPU went (the app server, the browser driving the sessions, every oth
 Measured on the shared 2-core test host (2026-12-06; the host also ran other people's tests):
 - One session after another (ADVISOR_LOAD_SESSIONS=4 ADVISOR_LOAD_SERIAL=1, load average 7-11):
   the server's CPU per step, median: open 0.48 s, form edit 0.43 s, Benchmark page 0.21 s, Quick
-  plan 0.26 s, Report page 0.10 s, JSON report export 0.37 s (1.86 s before the report's
-  intervals and charts were cached, same command, load 1.7-4.6); every answer within 5 s
-  (slowest 4.7 s).
+  plan 0.25 s, Report page 0.10 s, JSON report export 0.37 s (1.86 s before the report's
+  intervals and charts were cached, same command, load 1.7-4.6; the other steps were within
+  0.1 s of their figures then); every answer within 5 s (slowest 4.7 s).
 - Four at once (the suite's run, load average 9-10): both cores busy throughout (96 s of CPU
   in about 47 s: 36 s of sessions and about 11 s of browser start and warm-up): app server
   16 s, browser 38 s, other processes 42 s; answers up to 15 s.
