@@ -24,8 +24,14 @@ from ui.components import empty_state, run_title
 
 if TYPE_CHECKING:
     from advisor.decide.recommend import Report as AdvisorReport
+    from advisor.report.intervals import IntervalCache
 
 PREVIEW_HEIGHT_PX = 900
+DOWNLOAD_CLICK = "ignore"
+"""A download does not rerun the page. A rerun starts with the download and can replace the file
+the browser is still fetching (Streamlit's download_button docs warn of this race; 1 of 13
+downloads was cancelled in a 20-session run of tests/e2e/test_app_under_load.py), and it
+redraws the whole report for nothing."""
 PDF_REQUEST_KEY = "report_pdf_for"
 """Session key: which profile + runs the user asked a PDF for (rendering one takes seconds)."""
 
@@ -43,14 +49,40 @@ def build(
     from advisor.report.build import report_for
 
     answer = state.advise(_profile, store_location)
-    return report_for(_profile, answer, state.get_store(), state.reference_files(), run_ids)
+    return report_for(
+        _profile,
+        answer,
+        state.get_store(),
+        state.reference_files(),
+        run_ids,
+        interval_cache=interval_cache(),
+    )
+
+
+@st.cache_resource(show_spinner=False)
+def interval_cache() -> IntervalCache:
+    """Bootstrap intervals of finished runs, shared by every session: each report cites the
+    shipped runs again, and their intervals were most of a report's build time."""
+    from advisor.report.intervals import IntervalCache
+
+    return IntervalCache()
+
+
+@st.cache_data(ttl=3600, max_entries=256, show_spinner=False)
+def chart_svg(chart_json: str) -> str:
+    """One chart's SVG, by the chart's content: charts that do not depend on the profile (most
+    of a report's) are drawn once for every session, not once per report."""
+    from advisor.report.charts import render_svg
+    from advisor.report.model import Chart
+
+    return render_svg(Chart.model_validate_json(chart_json))
 
 
 @st.cache_data(ttl=60, max_entries=16, show_spinner=False)
 def chart_svgs(report_json: str) -> dict[str, str]:
-    from advisor.report.charts import render_all_svg
-
-    return render_all_svg(Report.model_validate_json(report_json).charts)
+    """`render_all_svg(report.charts)`, chart by chart through `chart_svg`."""
+    charts = Report.model_validate_json(report_json).charts
+    return {chart.id: chart_svg(chart.model_dump_json()) for chart in charts if chart.available}
 
 
 def _report_and_svgs(report: Report) -> tuple[Report, dict[str, str]]:
@@ -74,7 +106,8 @@ def markdown_zip(report_json: str, stem: str) -> bytes:
     from advisor.report import generate
 
     with tempfile.TemporaryDirectory(prefix="advisor-md-") as folder:
-        generate(_report(report_json), folder, formats=["md"], stem=stem)
+        # The charts the HTML preview drew (cached): the same SVGs, not drawn a second time.
+        generate(_report(report_json), folder, ["md"], stem, svgs=chart_svgs(report_json))
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
             for path in sorted(Path(folder).rglob("*")):
@@ -176,6 +209,7 @@ def pdf_button(container: Any, report_json: str, request: str, stem: str) -> Non
             mime="application/pdf",
             icon=":material/download:",
             key=f"pdf_{request}",
+            on_click=DOWNLOAD_CLICK,
         )
     elif container.button("Make the PDF", icon=":material/picture_as_pdf:", key=f"make_{request}"):
         st.session_state[PDF_REQUEST_KEY] = request
@@ -229,6 +263,7 @@ def render() -> None:
         mime="application/zip",
         icon=":material/download:",
         key=f"md_{request}",
+        on_click=DOWNLOAD_CLICK,
     )
     buttons.download_button(
         "HTML (one file)",
@@ -237,6 +272,7 @@ def render() -> None:
         mime="text/html",
         icon=":material/download:",
         key=f"html_{request}",
+        on_click=DOWNLOAD_CLICK,
     )
     pdf_button(buttons, report_json, request, stem)
     buttons.download_button(
@@ -246,6 +282,7 @@ def render() -> None:
         mime="application/json",
         icon=":material/download:",
         key=f"json_{request}",
+        on_click=DOWNLOAD_CLICK,
     )
     status.empty()
     with preview.container():

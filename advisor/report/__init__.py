@@ -6,7 +6,7 @@ self-contained HTML, PDF and JSON atomically into one folder (see writer.py for 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from advisor.report.model import REPORT_SCHEMA_VERSION, SECTIONS, Report
@@ -16,9 +16,16 @@ FORMATS = ("md", "html", "pdf", "json")
 
 
 def generate(
-    report: Report, out_dir: str | Path, formats: Iterable[str] = FORMATS, stem: str = "report"
+    report: Report,
+    out_dir: str | Path,
+    formats: Iterable[str] = FORMATS,
+    stem: str = "report",
+    svgs: Mapping[str, str] | None = None,
 ) -> dict[str, Path]:
-    """Write the report in each format into `out_dir`; returns format -> file written."""
+    """Write the report in each format into `out_dir`; returns format -> file written.
+
+    `svgs`: the report's charts already rendered (`render_all_svg(report.charts)`, as the app
+    keeps them); rendered here when not given."""
     from advisor.report.charts import render_all_svg
     from advisor.report.html import write_html
     from advisor.report.json import write_json
@@ -35,7 +42,8 @@ def generate(
     check_name(stem)
     writer = ReportWriter(out_dir)
     # Charts are rendered once and shared: the same SVG in the Markdown files, HTML and PDF.
-    svgs = render_all_svg(report.charts) if set(wanted) & {"md", "html", "pdf"} else {}
+    if svgs is None:
+        svgs = render_all_svg(report.charts) if set(wanted) & {"md", "html", "pdf"} else {}
     written: dict[str, Path] = {}
     for name in wanted:
         if name == "md":

@@ -42,7 +42,13 @@ from advisor.report.evidence_view import (
     run_stage_concurrency,
 )
 from advisor.report.feasibility import floor_distance, primary_estimate
-from advisor.report.intervals import KeptRecords, phase_intervals, run_intervals, with_interval
+from advisor.report.intervals import (
+    IntervalCache,
+    KeptRecords,
+    phase_intervals,
+    run_intervals,
+    with_interval,
+)
 from advisor.report.model import (
     Caveat,
     Chart,
@@ -94,6 +100,7 @@ def build_report(
     now: datetime | None = None,
     extra_runs: Mapping[str, RunResult] | None = None,
     published_files: Mapping[str, str] | None = None,
+    interval_cache: IntervalCache | None = None,
 ) -> Report:
     """The report's data from the advisor's answer for `profile` and the runs it shows.
 
@@ -102,12 +109,15 @@ def build_report(
     `extra_runs`: runs the capacity appendix may cite that are not among `runs`.
     `published_files`: run_id -> data/reference file of the runs this project ships (their
     provenance is `published` even where the advisor did not cite them).
+    `interval_cache`: intervals of finished runs kept between reports (the app's, shared by
+    its sessions); without it every run's interval is computed.
     """
     extra_runs = extra_runs or {}
     profile_stages = {stage.name: stage for stage in profile.stages}
     kept = {run_id: KeptRecords(items) for run_id, items in records.items()}
     requests = {run_id: RequestColumns.from_records(items) for run_id, items in kept.items()}
-    intervals = {run.run_id: run_intervals(run, kept.get(run.run_id)) for run in runs}
+    interval_of = run_intervals if interval_cache is None else interval_cache.intervals
+    intervals = {run.run_id: interval_of(run, kept.get(run.run_id)) for run in runs}
     stages = [
         stage_report(
             stage, profile_stages[stage.stage].gpu.type if stage.stage in profile_stages else None
@@ -289,11 +299,13 @@ def report_for(
     reference: measured.ReferenceFiles,
     run_ids: Sequence[str] = (),
     profile_file: str | None = None,
+    interval_cache: IntervalCache | None = None,
 ) -> Report:
     """The report for an answer already computed (the app asks the advisor once per view).
 
     Runs: those named (each must exist in the store or the reference folder), else every run
     the advisor's evidence cites. Records are streamed from the store into columns.
+    `interval_cache`: see `build_report`.
     """
     from bench.run.environment import fingerprint, preflight
 
@@ -329,6 +341,7 @@ def report_for(
         reference=table,
         reference_absent_reason=absent,
         profile_file=profile_file,
+        interval_cache=interval_cache,
     )
 
 

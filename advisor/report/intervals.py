@@ -3,10 +3,13 @@ request records kept as they stream past (up to INTERVAL_MAX_RECORDS a run)."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
 from advisor.report.model import EvidenceFigures
-from bench.core.schema import RequestRecord, RunResult
+from bench.core.schema import RequestRecord, RunResult, RunStatus
 
 INTERVAL_MAX_RECORDS = 100_000
 """Runs with more records get no interval in the report (the records are not kept in memory)."""
@@ -62,6 +65,49 @@ def run_intervals(
             key = None if phase is None else targets[phase]
             out[key] = (metric.interval.low, metric.interval.high)
     return out
+
+
+Intervals = dict[str | None, tuple[float, float]]
+FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STOPPED)
+
+
+class IntervalCache:
+    """Intervals already computed, by run content, for a process that builds many reports from
+    the same runs (the app: every session's report cites the shipped runs, ~0.2 s of bootstrap
+    each). Only finished runs are kept: their records are all written before the run is marked
+    finished and never change after. The key is the run's id, the digest of its stored JSON and
+    its record count, so a run deleted and stored again with other figures is computed afresh.
+    Bounded (least recently used out first) and safe to share between threads; sessions that
+    ask for the same run at once wait for one computation instead of each making its own."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, str, int], Intervals] = OrderedDict()
+        self._lock = threading.Lock()
+        self._computing: dict[tuple[str, str, int], threading.Lock] = {}
+
+    def intervals(self, run: RunResult, kept: KeptRecords | None) -> Intervals:
+        """`run_intervals(run, kept)`, from the cache when this run was computed before."""
+        records = kept.kept if kept is not None else None
+        if run.status not in FINISHED or records is None:
+            return run_intervals(run, kept)
+        digest = hashlib.sha256(run.model_dump_json().encode()).hexdigest()
+        key = (run.run_id, digest, len(records))
+        with self._lock:
+            computing = self._computing.setdefault(key, threading.Lock())
+        with computing:  # one computation per run at a time; the others find its result
+            with self._lock:
+                found = self._entries.get(key)
+                if found is not None:
+                    self._entries.move_to_end(key)
+                    return dict(found)
+            computed = run_intervals(run, kept)
+            with self._lock:
+                self._entries[key] = dict(computed)
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+                self._computing.pop(key, None)
+        return computed
 
 
 def phase_intervals(

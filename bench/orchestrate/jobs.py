@@ -168,19 +168,52 @@ def serve(
     return jobs_run
 
 
+FAILED_MARK_RETRY_S = 600.0
+"""How long a runner keeps trying to record a job's failure in a store that cannot be written
+(a full disk, a lost database) before it leaves the job to the heartbeat grace of the next."""
+
+
 def _run_claimed(executor: Executor, store: Store, job: Job, log_dir: Path | None) -> None:
     """Run one claimed job; never leave it RUNNING with a live, heartbeat-less runner."""
+    from bench.core.errors import UserError
+
     try:
         status = executor.run_job(store, job, log_dir=log_dir)
         log.info("job %s: %s", job.job_id, status.value)
-    except Exception:
+    except Exception as error:
         log.exception("job %s crashed", job.job_id)
-        with contextlib.suppress(Exception):
-            store.update_job(
-                job.job_id,
-                status=RunStatus.FAILED.value,
-                error="job runner error: " + traceback.format_exc(limit=3)[-1500:],
-            )
+        # A store problem is the user's one line (its cause and where); only a harness bug
+        # carries the end of its traceback, for the report.
+        reason = (
+            str(error)
+            if isinstance(error, UserError)
+            else "job runner error: " + traceback.format_exc(limit=3)[-1500:]
+        )
+        _mark_failed(store, job.job_id, reason)
+
+
+def _mark_failed(store: Store, job_id: str, reason: str) -> None:
+    """Record the job FAILED with `reason`, and its run in progress with it, retrying while
+    the store cannot be written (it is often the cause): once a user frees the disk the job
+    reads FAILED with why, instead of RUNNING until another runner's grace period ends."""
+    from bench.core.schema import Failure
+
+    deadline = time.monotonic() + FAILED_MARK_RETRY_S
+    delay_s = 1.0
+    while True:
+        try:
+            run_id = store.get_job(job_id).current_run_id
+            if run_id:
+                store.fail_run(run_id, Failure(cause=reason))  # False when it ended already
+            store.update_job(job_id, status=RunStatus.FAILED.value, error=reason)
+            return
+        except Exception as error:
+            if time.monotonic() > deadline:
+                log.error("job %s left for the grace period: %s", job_id, error)
+                return
+            log.warning("cannot mark job %s FAILED yet (%s); retrying", job_id, error)
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 30.0)
 
 
 def ensure_runner(

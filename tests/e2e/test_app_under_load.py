@@ -16,16 +16,27 @@ so the runner's ordering and bookkeeping are what is measured, not an engine.
 
 Sessions: ADVISOR_LOAD_SESSIONS (default 4; the issue's goal is 20); ADVISOR_LOAD_SERIAL=1 runs
 them one after another and prints each step's own server CPU. The server is warmed by one
-session first (its first script run imports the advisor and bench packages once per process; a
-person meets that once per server start, not per page).
+session first (`warm_up`: the first script run's imports, the first report's reads of the
+shipped runs; a person meets these once per server start, not per page). Printed besides: where
+the host's CPU went (the app server, the browser driving the sessions, every other process).
 
-Measured on the shared 2-core test host (2026-12-06, ADVISOR_LOAD_SESSIONS=2 ADVISOR_LOAD_SERIAL=1,
-load average 15 from other work): per step, the app server's own CPU is open 0.76 s, form edit
-0.78 s, Benchmark page 0.15 s, Quick plan 0.26 s, Report page 0.08 s, JSON report export 4.91 s
-(5.7 s a session). Streamlit runs every session's script in one Python process, so these add up
-on about one core: 20 sessions at once cannot answer within 5 s on two cores (the export alone
-takes 4.9 s of CPU), and this test fails on its time check there until the export is cheaper;
-its state and job checks are printed apart and held in the runs made.
+Measured on the shared 2-core test host (2026-12-06; the host also ran other people's tests):
+- One session after another (ADVISOR_LOAD_SESSIONS=4 ADVISOR_LOAD_SERIAL=1, load average 7-11):
+  the server's CPU per step, median: open 0.48 s, form edit 0.43 s, Benchmark page 0.21 s, Quick
+  plan 0.25 s, Report page 0.10 s, JSON report export 0.37 s (1.86 s before the report's
+  intervals and charts were cached, same command, load 1.7-4.6; the other steps were within
+  0.1 s of their figures then); every answer within 5 s (slowest 4.7 s).
+- Four at once (the suite's run, load average 9-10): both cores busy throughout (96 s of CPU
+  in about 47 s: 36 s of sessions and about 11 s of browser start and warm-up): app server
+  16 s, browser 38 s, other processes 42 s; answers up to 15 s.
+- Twenty at once (ADVISOR_LOAD_SESSIONS=20, load average 2.5 before, 37 after; a run before
+  the warm-up built a report): 18 of 20 sessions finished; both cores busy throughout (352 s of
+  CPU in about 175 s): app server 46 s, browser 244 s (twenty Chromium tabs), other processes
+  63 s; opening the app took 34 s (median).
+The server's own work is now a small share: the browsers that drive the sessions need five times
+its CPU on the same two cores. So this test fails its time check on such a host (an expected
+failure, with the figures); its state and job checks are asserted and held in every run. The
+time goal can be judged with the browsers on another machine or more cores than sessions/5.
 """
 
 from __future__ import annotations
@@ -46,8 +57,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SESSIONS = int(os.environ.get("ADVISOR_LOAD_SESSIONS", "4"))
 """Sessions at once. The issue's figure is 20 (`ADVISOR_LOAD_SESSIONS=20`); the suite runs 4 (one
-job, three exports), which finish on a 2-core host: at 20 most sessions there wait out their
-2-minute limits (7 of 20 finished in the run the docstring cites)."""
+job, three exports), which finish on a 2-core host: at 20 some sessions there wait out their
+2-minute limits (18 of 20 finished in the run the module docstring cites)."""
 SERIAL = os.environ.get("ADVISOR_LOAD_SERIAL") == "1"
 """One session after another instead of at once: each step's own server CPU cost, printed
 (what sizes the sessions a host can serve within the limit)."""
@@ -212,11 +223,7 @@ async def drive(url: str, store_path: Path, sessions: list[Session]) -> tuple[li
             executable_path=str(CHROMIUM), args=CHROMIUM_ARGS
         )
         try:
-            warm = await browser.new_context(viewport=DESKTOP)
-            page = await warm.new_page()
-            await page.goto(url)
-            await page.locator(PROFILE_MARKER).first.wait_for(timeout=180_000)
-            await warm.close()
+            await warm_up(browser, url)
             started = time.monotonic()
             if SERIAL:
                 for session in sessions:
@@ -225,9 +232,74 @@ async def drive(url: str, store_path: Path, sessions: list[Session]) -> tuple[li
                 await asyncio.gather(
                     *(one_session(browser, url, s, store_path, queued) for s in sessions)
                 )
-            return queued, time.monotonic() - started
+            wall_s = time.monotonic() - started
+            # Read while the browser lives: its closed tabs' CPU sits in its reaped children.
+            CPU["browser"] = tree_cpu_s()
+            return queued, wall_s
         finally:
             await browser.close()
+
+
+WARM_UP: dict[str, float] = {}
+"""Seconds the warm-up session took per step (the once-per-server-start costs), printed."""
+
+
+async def warm_up(browser, url: str) -> None:
+    """One session before the measured ones: the Advisor page (the first script run imports
+    the advisor and bench packages) and the default profile's report (the first report reads
+    the shipped runs' records, bootstraps their intervals and starts the chart renderer; later
+    reports take these from the app's caches). A person meets both once per server start."""
+    from playwright.async_api import expect
+
+    warm = await browser.new_context(viewport=DESKTOP)
+    try:
+        page = await warm.new_page()
+        started = time.monotonic()
+        await page.goto(url)
+        await page.locator(PROFILE_MARKER).first.wait_for(timeout=180_000)
+        WARM_UP["first Advisor page"] = time.monotonic() - started
+        started = time.monotonic()
+        await page.get_by_role("link", name="Report").first.click()
+        json_button = page.get_by_role("button", name="JSON (data)")
+        await expect(json_button).to_be_enabled(timeout=180_000)
+        WARM_UP["first report"] = time.monotonic() - started
+    finally:
+        await warm.close()
+
+
+CPU: dict[str, float] = {}
+"""The browser's CPU seconds (Playwright's driver and Chromium, warm-up included)."""
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds of Playwright's driver and everything below it (Chromium and its renderers:
+    a renderer that exited counts in its parent's reaped-children times). The app server and
+    the job runner, also started from this process, are not below the driver."""
+    import psutil
+
+    total = 0.0
+    for driver in psutil.Process().children():
+        try:
+            if "playwright" not in " ".join(driver.cmdline()):
+                continue
+            tree = [driver, *driver.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for process in tree:
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def host_busy_s() -> float:
+    """CPU seconds the whole host has spent busy (every process, every core)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
 def server_cpu_s(url: str) -> float | None:
@@ -252,16 +324,27 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, t
     load_before = os.getloadavg()
     SERVER["url"] = app_url
     cpu_before = server_cpu_s(app_url)
+    host_before, elapsed_s = host_busy_s(), time.monotonic()
     queued, wall_s = asyncio.run(drive(app_url, store_path, sessions))
     cpu_after = server_cpu_s(app_url)
+    host_used, elapsed_s = host_busy_s() - host_before, time.monotonic() - elapsed_s
 
     # The figures, printed whatever the verdicts below.
     names = sorted({name for s in sessions for name in s.timings})
     print(f"\n{SESSIONS} sessions in {wall_s:.1f} s; load average before {load_before[0]:.2f}, "
           f"after {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")  # fmt: skip
+    print("  warm-up, once per server start (not measured below): "
+          + ", ".join(f"{name} {value:.1f} s" for name, value in WARM_UP.items()))  # fmt: skip
     if cpu_before is not None and cpu_after is not None:
         used = cpu_after - cpu_before  # the warm-up session included
         print(f"  app server CPU: {used:.1f} s in all, {used / (SESSIONS + 1):.2f} s per session")
+        # Where the host's CPU went: a page answer waits for the server and the browser, both
+        # on this host, beside whatever else it runs.
+        browser = CPU.get("browser", 0.0)
+        print(f"  host CPU busy {host_used:.1f} s in {elapsed_s:.0f} s on {os.cpu_count()} CPUs "
+              "(browser start and warm-up included): "
+              f"app server {used:.1f} s, browser {browser:.1f} s, "
+              f"other processes {max(0.0, host_used - used - browser):.1f} s")  # fmt: skip
     for name in names:
         values = sorted(s.timings[name] for s in sessions if name in s.timings)
         cpu = [s.cpu[name] for s in sessions if name in s.cpu]
@@ -322,9 +405,9 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, t
           + ("held" if not slow else f"NOT MET ({len(slow)}): {slow[:3]}"))  # fmt: skip
     if slow:
         # The state and job checks above held and are asserted. The time limit is the
-        # issue's goal, not met on a 2-core host (the report export alone costs about 5 s of
-        # the server's CPU, module docstring): an expected failure with its figures, not a
-        # pass, until the export is cheaper.
+        # issue's goal, not met when the browsers share a small host with the server (on 2
+        # cores they take about five times the server's CPU, module docstring): an expected
+        # failure with its figures, not a pass.
         pytest.xfail(
             f"{len(slow)} page answer(s) over {PAGE_LIMIT_S:g} s with {SESSIONS} sessions on "
             f"{os.cpu_count()} CPUs: {slow[:3]}"

@@ -55,3 +55,30 @@ def test_report_formatters_produce_the_files(store_path):
     names = zipfile.ZipFile(io.BytesIO(markdown_zip(report_json, "r"))).namelist()
     assert "r.md" in names
     assert pdf_bytes(report_json).startswith(b"%PDF")
+
+
+def test_the_pages_cached_charts_and_zip_equal_the_reports_own(store_path, tmp_path):
+    """The page draws each chart once by its content (shared by sessions) and zips the Markdown
+    with those drawings: the same files `advisor.report.generate` writes on its own."""
+    import io
+    import zipfile
+
+    from advisor.report import generate
+    from advisor.report.charts import render_all_svg
+    from ui.report_page import build, chart_svgs, markdown_zip
+    from ui.state import default_profile
+
+    run = stored_run(store_path)
+    profile = default_profile()
+    report = build.__wrapped__(profile.model_dump_json(), (run.run_id,), str(store_path), profile)
+    report_json = report.model_dump_json()
+    assert chart_svgs(report_json) == render_all_svg(report.charts)
+    generate(report, tmp_path / "own", ["md"], "r")
+    own = {
+        path.relative_to(tmp_path / "own").as_posix(): path.read_bytes()
+        for path in (tmp_path / "own").rglob("*")
+        if path.is_file()
+    }
+    archive = zipfile.ZipFile(io.BytesIO(markdown_zip(report_json, "r")))
+    assert {name: archive.read(name) for name in archive.namelist()} == own
+    assert any(name.endswith(".svg") for name in own)
