@@ -225,14 +225,15 @@ def _layouts(stage: StageProfile, framework: str) -> list[int]:
 
 
 LONG_CONTEXT_TOKENS = 8192
-"""Served prompts from this length on are outside every shipped measurement (at most 1,024)."""
+"""Served prompts from this length on are outside every shipped load measurement (their prefill
+alone is checked one request at a time: docs/capacity-model.md, "Long context")."""
 
 
 def unvalidated_mechanics(stage: StageProfile) -> list[str]:
     """What the stage asks of the engine model that no shipped measurement has checked: what
     prefix reuse saves on a GPU (the share served from the cache is checked against vLLM's own
-    counters, on its CPU build), mixture-of-experts routing, long context
-    (docs/capacity-model.md)."""
+    counters, on its CPU build), mixture-of-experts routing, long context under load (its
+    prefill is checked request by request on an H100; docs/capacity-model.md)."""
     out = []
     if stage.declares_shared_prefixes():
         out.append("prefix reuse's GPU speed-up")
@@ -240,7 +241,7 @@ def unvalidated_mechanics(stage: StageProfile) -> list[str]:
     if architecture is not None and getattr(architecture, "is_moe", False):
         out.append("mixture-of-experts routing")
     if stage.prompt_tokens.mean >= LONG_CONTEXT_TOKENS:
-        out.append("long context")
+        out.append("long context under load")
     return out
 
 
@@ -256,7 +257,8 @@ def _basis(
         return CapacityBasis(
             source="calibrated",
             calibration=f"{basis.source}: record {basis.calibration_id}, {basis.engine} on "
-            f"{basis.device_type}, {basis.levels} levels ({basis.settled_levels} settled)",
+            f"{basis.device_type}, {basis.levels} levels ({basis.settled_levels} settled)"
+            + (f"; {prediction.prompt_extrapolated}" if prediction.prompt_extrapolated else ""),
             low_rps=prediction.low_rps or None,
             high_rps=prediction.high_rps or None,
             error_words=(
@@ -275,6 +277,8 @@ def _basis(
         )
         if prediction.calibration_other_precisions:
             calibration += f" at other precisions ({prediction.precision_class} not measured there)"
+        if prediction.prompt_extrapolated:
+            calibration += f"; {prediction.prompt_extrapolated}"
         error_words = (
             f"median capacity error {prediction.expected_error:.0%} in the serving model's "
             "validation (docs/capacity-model.md)"

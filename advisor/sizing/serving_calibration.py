@@ -229,6 +229,11 @@ class Calibration(Strict):
         description="A calibration record's leave-one-level-out log step errors (the interval); "
         "None = the leave-one-run-out errors of the runs it was fitted on.",
     )
+    longest_prompt_tokens: float | None = Field(
+        None,
+        description="The longest mean prompt among what was fitted on: past it, long-context "
+        "attention is extrapolated (docs/capacity-model.md, Long context).",
+    )
     other_precisions: bool = Field(
         False,
         description="Fitted on runs of the engine at other precision classes only: the one "
@@ -306,6 +311,7 @@ def calibrate(
                 calibrated=True,
                 runs=runs,
                 levels=len(observed),
+                longest_prompt_tokens=max(item.prompt.mean for item in pool if observations(item)),
                 basis=f"fitted on {len(observed)} measured level(s) of {len(runs)} run(s): {words}",
                 other_precisions=other,
             )

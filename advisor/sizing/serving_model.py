@@ -127,6 +127,11 @@ class CapacityPrediction(Strict):
     expected_error: float | None = Field(
         None, description="Median |relative error| of the capacity validation of this kind."
     )
+    prompt_extrapolated: str | None = Field(
+        None,
+        description="Set when the stage's prompts are far longer than any the calibration was "
+        "fitted on: what that means, in words.",
+    )
     binding_constraint: str | None = None
     notes: list[str] = Field(default_factory=list)
     framework: str
@@ -253,6 +258,28 @@ def interval_errors(setup: _Setup) -> list[float]:
     return uncalibrated_step_errors(setup.shapes)
 
 
+LONG_PROMPT_FACTOR = 2.0
+"""A stage whose prompts are more than this many times the calibration's longest is past its
+fit (the H100 record, fitted on 1,024-token prompts, over-predicted the 2,048-token search)."""
+
+
+def _prompt_extrapolated(calibration: Calibration, traffic: TrafficShape) -> str | None:
+    """Words for a stage whose prompts are far past the calibration's: its compute efficiency
+    comes from prompts where the weights' GEMMs dominate, and attention over a long context
+    runs further from the tensor peak (measured: a record fitted on <= 1,024-token prompts
+    under-predicted 8k-110k-token prefill on an H100, docs/capacity-model.md)."""
+    longest = calibration.longest_prompt_tokens
+    prompt = float(traffic.served_prompt().mean)
+    if not calibration.calibrated or not longest or prompt <= LONG_PROMPT_FACTOR * longest:
+        return None
+    return (
+        f"prompts of {prompt:,.0f} tokens, {prompt / longest:.0f}x the longest the calibration "
+        f"was fitted on ({longest:,.0f}): long-context attention is extrapolated, and a "
+        "calibration from short prompts under-predicts long prefill (docs/capacity-model.md, "
+        '"Long context")'
+    )
+
+
 def predict_stage_capacity(
     stage: StageProfile,
     deployment: Deployment,
@@ -340,6 +367,9 @@ def predict_stage_capacity(
     if expected_error is None and calibration is None:  # a record's is not the runs' error
         expected_error = capacity_error(setup.shapes, setup.calibration.calibrated)
     notes.append(setup.calibration.basis)
+    extrapolated = _prompt_extrapolated(setup.calibration, TrafficShape.of_stage(stage))
+    if extrapolated:
+        notes.append(extrapolated)
     if not setup.calibration.calibrated and expected_error is not None:
         measured_on = sorted({s.gpu for s in setup.shapes}) or ["no GPU"]
         notes.append(
@@ -379,6 +409,7 @@ def predict_stage_capacity(
         calibration_runs=setup.calibration.runs,
         calibration_other_precisions=setup.calibration.other_precisions,
         expected_error=expected_error,
+        prompt_extrapolated=extrapolated,
         binding_constraint=binding,
         notes=notes,
         framework=deployment.framework,

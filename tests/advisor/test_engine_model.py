@@ -257,5 +257,5 @@ def test_what_no_measurement_has_checked_is_said():
     assert unvalidated_mechanics(
         stage_of({"model": "mixtral-8x7b", "shared_prefix": {"tokens": 500},
                   "prompt_tokens": {"mean": 9000}})
-    ) == ["prefix reuse's GPU speed-up", "mixture-of-experts routing", "long context"]  # fmt: skip
+    ) == ["prefix reuse's GPU speed-up", "mixture-of-experts routing", "long context under load"]  # fmt: skip
     assert unvalidated_mechanics(stage_of({"model": "llama-2-7b"})) == []

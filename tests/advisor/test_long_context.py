@@ -67,3 +67,34 @@ def test_the_h100_record_fitted_on_short_prompts_under_predicts_long_prefill(che
     assert errors["this GPU"].median_error < -0.1
     table = _reference_tables().long_context_table(check)
     assert f"{check.rows[-1].prompt_tokens:,}" in table and "median (worst) error" in table
+
+
+def test_a_prediction_for_prompts_far_past_the_calibrations_says_it_extrapolates():
+    from advisor.sizing.calibration_fit import shipped_records, stage_calibration
+    from advisor.sizing.configurations import Deployment
+    from advisor.sizing.serving_model import predict_stage_capacity
+    from advisor.workload.profile import StageProfile
+    from bench.core.config import PrecisionConfig
+
+    vllm = Deployment(framework="vllm", precision=PrecisionConfig(dtype="float16"))
+    records = shipped_records(SHIPPED_REFERENCE_DIR)
+
+    def predicted(prompt: int):
+        stage = StageProfile(
+            model="llama-2-7b",
+            prompt_tokens={"mean": prompt},
+            output_tokens={"mean": 128},
+            peak_request_rate_rps=2,
+            slo={"ttft_ms": 5000, "tpot_ms": 50},
+            gpu={"type": "H100-SXM"},
+        )
+        fit = stage_calibration(stage, vllm, shipped=records)
+        assert fit.basis.calibration_id == "cal-8bcea2af8fe9"  # mixes of at most 1,024 tokens
+        return predict_stage_capacity(stage, vllm, [], calibration=fit.calibration, seeds=1)
+
+    long = predicted(3900)
+    assert long is not None and long.prompt_extrapolated is not None
+    assert "1,024" in long.prompt_extrapolated and "Long context" in long.prompt_extrapolated
+    assert long.prompt_extrapolated in long.notes
+    short = predicted(1024)
+    assert short is not None and short.prompt_extrapolated is None
