@@ -254,8 +254,12 @@ def test_a_mixtral_class_model_is_sized_from_its_active_parameters():
 def test_what_no_measurement_has_checked_is_said():
     from advisor.sizing.fleet import unvalidated_mechanics
 
-    assert unvalidated_mechanics(
-        stage_of({"model": "mixtral-8x7b", "shared_prefix": {"tokens": 500},
-                  "prompt_tokens": {"mean": 9000}})
-    ) == ["prefix reuse's GPU speed-up", "mixture-of-experts routing", "long context under load"]  # fmt: skip
+    stage = stage_of(
+        {"model": "mixtral-8x7b", "shared_prefix": {"tokens": 500}, "prompt_tokens": {"mean": 9000}}
+    )
+    assert unvalidated_mechanics(stage) == [
+        "prefix reuse's GPU speed-up",
+        "mixture-of-experts routing",
+        "long context under load",
+    ]
     assert unvalidated_mechanics(stage_of({"model": "llama-2-7b"})) == []
