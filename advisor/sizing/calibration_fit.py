@@ -234,7 +234,7 @@ def fit_record(
         levels=len(pairs),
         basis=words,
         step_errors=errors,
-        longest_prompt_tokens=max((m.prompt_tokens for m in record.plan.mixes), default=None),
+        longest_prompt_tokens=max(item.level.prompt_tokens for item, _ in pairs),
     )
     basis = CalibrationBasis(
         source=source,

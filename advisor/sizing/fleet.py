@@ -295,7 +295,9 @@ def _basis(
         )
         error_words = (
             f"no calibration of {prediction.framework} on {prediction.gpu}: its error there is "
-            f"not measured (docs/capacity-model.md); run `{command}` on one to calibrate it"
+            "not measured (how far the defaults miss on a GPU they were never fitted on: "
+            'docs/capacity-model.md, "On a GPU the model was never fitted on"); '
+            f"run `{command}` on one to calibrate it"
         )
         expected = None
     unchecked = unvalidated_mechanics(stage) if stage is not None else []
