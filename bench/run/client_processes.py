@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import multiprocessing as mp
 import threading
@@ -434,7 +435,11 @@ async def _helper(
             go = await messages.get()
             if go[0] == "close":
                 return
-            await _helper_phase(index, name, requests, go[1], backend.stream, stop, outgoing)
+            gc.freeze()  # as the worker does for a phase (bench/run/runner.py)
+            try:
+                await _helper_phase(index, name, requests, go[1], backend.stream, stop, outgoing)
+            finally:
+                gc.unfreeze()
     finally:
         await backend.close()
 

@@ -8,6 +8,7 @@ callbacks. `config.load.max_duration_s` bounds warm-up and every phase together.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from array import array
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -323,6 +324,11 @@ async def execute(
         waits_before = source.waits
         cpu_before, loop_cpu_before = time.process_time(), time.thread_time()
         helper_cpu_before = 0.0 if clients is None else clients.helper_cpu_s()
+        # What exists now (the prepared requests, the tokenizer, the modules) lives through the
+        # phase: the collector need not walk it again on every full pass while requests are
+        # sent (~6% of the sending loop's CPU at 3,000 req/s before). Freed by reference
+        # counting as usual; unfrozen after the phase.
+        gc.freeze()
         try:
             if clients is not None and source is requests and splits(spec, clients.count):
                 outcome = await clients.run_phase(
@@ -341,6 +347,7 @@ async def execute(
                     spec, send, source, events.on_record, timeout_s, stop, deadline_ns, outcome
                 )
         finally:
+            gc.unfreeze()
             if source is not requests:
                 source.close()
         if not spec.warmup:

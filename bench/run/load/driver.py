@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from array import array
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ TIMER_SLACK_NS = 2_000_000
 """asyncio timers on Linux wake up to ~1 ms late (epoll rounds its timeout up to whole ms), so
 the open loop sleeps until this long before a planned send and yields in a loop for the rest.
 A virtual clock (tests' `time_travel`) has exact timers and sets this to 0."""
+
+_yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
+"""Called on every turn of that wait: the wait keeps the core only while nothing else wants it
+(another client process, the server, the parent writing records), so a client that is ahead of
+its schedule no longer takes the CPU from one that is behind on a small machine."""
 
 
 class PlanInterrupted(Exception):
@@ -389,6 +395,7 @@ class _PhaseRun:
         end_ns = self.issue_end_ns
         deadline_ns = self.deadline_ns
         slack_ns = TIMER_SLACK_NS
+        yield_cpu = _yield_cpu
         create_task = self.loop.create_task
         pending = self.outcome.pending
         first = True
@@ -413,6 +420,7 @@ class _PhaseRun:
                 yielded = True
             if slack_ns:
                 while now_ns() < planned_ns:
+                    yield_cpu()
                     await asyncio.sleep(0)
                     yielded = True
             if not yielded:

@@ -21,7 +21,6 @@ from bench.engines.backends.openai import (
     DEFAULT_METRIC_NAMES,
     OpenAIBackend,
     OpenAIServerError,
-    SSEDecoder,
     _chunks_from_sse,
     error_message,
     event_token_count,
@@ -33,16 +32,63 @@ from tests.bench.backends.test_vllm import cpu_attention_compatible
 # --------------------------------------------------------------------------- pure parsing
 
 
-def test_sse_decoder_joins_data_lines_and_skips_comments() -> None:
-    decoder = SSEDecoder()
-    assert decoder.feed(b": keep-alive\n") is None
-    assert decoder.feed(b"event: message\n") is None
-    assert decoder.feed(b'data: {"a":\n') is None
-    assert decoder.feed(b"data: 1}\r\n") is None
-    assert decoder.feed(b"\n") == '{"a":\n1}'
-    assert decoder.feed(b"\n") is None  # a blank line alone is no event
-    assert decoder.feed("data: [DONE]") is None
-    assert decoder.flush() == "[DONE]"
+async def _blocks(*blocks: bytes):
+    for block in blocks:
+        yield block
+
+
+def _fields(chunks: list[Chunk]) -> list[tuple]:
+    return [
+        (c.tokens, c.usage_output_tokens, c.usage_input_tokens, c.token_ids, c.text) for c in chunks
+    ]
+
+
+def _canned_answer() -> bytes:
+    """benchmarks/client_capacity.py's nginx answer: 16 one-token events, usage, [DONE]."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "client_capacity.py"
+    spec = importlib.util.spec_from_file_location("client_capacity", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    # nginx's string escapes (\n) as the bytes nginx sends
+    return module.canned_stream(chat=False).replace("\\n", "\n").encode()
+
+
+async def test_sse_events_are_the_same_however_the_bytes_arrive() -> None:
+    """The stream is read in blocks as they arrive (a whole answer in one, or a line cut
+    anywhere): the chunks are the same as line by line, and each event is stamped no earlier
+    than the one before."""
+    body = _canned_answer()
+    by_lines = [c async for c in _chunks_from_sse(_blocks(*body.splitlines(keepends=True)))]
+    assert len(by_lines) == 17 and [c.text for c in by_lines[:16]] == [" a"] * 16
+    assert by_lines[-1].usage_output_tokens == 16 and by_lines[-1].usage_input_tokens == 128
+    whole = [c async for c in _chunks_from_sse(_blocks(body))]
+    cuts = [0, 1, 7, 40, 41, 300, 777, len(body) // 2, len(body) - 3, len(body)]
+    pieces = [body[a:b] for a, b in itertools.pairwise(cuts)]
+    cut = [c async for c in _chunks_from_sse(_blocks(*pieces))]
+    byte_by_byte = [c async for c in _chunks_from_sse(_blocks(*(bytes([b]) for b in body)))]
+    for chunks in (whole, cut, byte_by_byte):
+        assert _fields(chunks) == _fields(by_lines)
+        assert all(a.t_ns <= b.t_ns for a, b in itertools.pairwise(chunks))
+
+
+async def test_sse_joins_data_lines_and_skips_comments_and_other_fields() -> None:
+    stream = _blocks(
+        b": keep-alive\r\n\r\n",  # a comment alone is no event
+        b"event: message\r\nid: 7\r\n",
+        b'data: {"choices": [{"text": "ab",\r\n',
+        b'data: "token_ids": [1, 2]}]}\r\n\r\n',  # one event over two data lines
+        b'data:{"choices": [{"text": "c"}]}\n\n',  # no space after the colon
+        b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}',
+    )  # the stream ends without a newline after its last event
+    chunks = [c async for c in _chunks_from_sse(stream)]
+    assert _fields(chunks) == [(2, None, None, (1, 2), "ab"), (1, 3, 5, None, "c")]
+
+
+async def test_sse_line_over_the_limit_fails_the_request() -> None:
+    with pytest.raises(OpenAIServerError, match="longer than 64 bytes"):
+        [c async for c in _chunks_from_sse(_blocks(b"data: " + b"x" * 100), max_line_bytes=64)]
 
 
 def test_event_token_count_prefers_exact_sources() -> None:
