@@ -4,29 +4,15 @@ campaign folder): llama-3.1-8b, one request at a time, prompts 8,000-112,000 tok
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from advisor.sizing.long_context import NO_ATTENTION
-from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _reference_tables():
-    spec = importlib.util.spec_from_file_location(
-        "reference_tables", ROOT / "benchmarks" / "reference_tables.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR, reference_tables
 
 
 @pytest.fixture(scope="module")
 def check():
-    found = _reference_tables().long_context_check(SHIPPED_REFERENCE_DIR)
+    found = reference_tables().long_context_check(SHIPPED_REFERENCE_DIR)
     assert found is not None, "the shipped long-context sweep is not covered by the model"
     return found
 
@@ -65,7 +51,7 @@ def test_the_h100_record_fitted_on_short_prompts_under_predicts_long_prefill(che
     most 1,024 tokens, so long-context attention runs slower than it predicts."""
     errors = {e.basis: e for e in check.errors}
     assert errors["this GPU"].median_error < -0.1
-    table = _reference_tables().long_context_table(check)
+    table = reference_tables().long_context_table(check)
     assert f"{check.rows[-1].prompt_tokens:,}" in table and "median (worst) error" in table
 
 

@@ -6,7 +6,6 @@ each found rate (h100_llama2-7b_calibration/vllm-bench-serve.tar.xz)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,23 +14,14 @@ from advisor.sizing.calibration_fit import shipped_records, stage_calibration
 from advisor.sizing.configurations import Deployment
 from advisor.workload.profile import StageProfile
 from bench.core.config import PrecisionConfig
-from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+from tests.advisor.conftest import SHIPPED_REFERENCE_DIR, reference_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _reference_tables():
-    spec = importlib.util.spec_from_file_location(
-        "reference_tables", ROOT / "benchmarks" / "reference_tables.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def checks():
-    found = _reference_tables().unseen_gpu_checks(SHIPPED_REFERENCE_DIR)
+    found = reference_tables().unseen_gpu_checks(SHIPPED_REFERENCE_DIR)
     assert [c.shape for c in found] == ["512/256", "2048/128"], (
         "both shipped H100 held-out searches must be covered by the model"
     )
@@ -73,7 +63,7 @@ def test_over_both_held_out_searches_the_gpus_own_record_meets_the_goal(checks):
     assert this.searches == plain.searches == 2
     assert this.median_abs_error <= 0.10 and this.covered / this.searches >= 0.8
     assert plain.median_abs_error > this.median_abs_error
-    table = _reference_tables().unseen_summary_table(checks)
+    table = reference_tables().unseen_summary_table(checks)
     assert f"{100 * this.median_abs_error:.1f}%" in table and "2 of 2" in table
 
 
