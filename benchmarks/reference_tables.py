@@ -1041,7 +1041,6 @@ def unseen_gpu_checks(reference_dir: Path = REFERENCE_DIR) -> list:  # advisor U
     from advisor.sizing.measured import measured_reference_runs
     from advisor.sizing.serving_model import run_shape
     from advisor.sizing.unseen_gpu import VllmBenchServeResult, check_unseen_gpu, serve_level
-    from advisor.workload.gpus import find_gpu
 
     runs = measured_reference_runs(reference_dir)
     shapes = [s for s in (run_shape(r) for rs in runs.values() for r in rs) if s is not None]
@@ -1055,23 +1054,29 @@ def unseen_gpu_checks(reference_dir: Path = REFERENCE_DIR) -> list:  # advisor U
                     source = f"data/reference/{UNSEEN_GPU_SERVE}:{member.name}"
                     result = VllmBenchServeResult.model_validate_json(data)
                     serve.append(serve_level(result, source))
+    records = shipped_records(reference_dir)
     checks = []
     for name in UNSEEN_GPU_RUNS:
         for run in runs.get(name, []):
             target = run_shape(run, require_valid=False)
-            if target is None:
+            record = _shipped_record(records, target) if target is not None else None
+            if record is None:
                 continue
-            records = [
-                record
-                for record in shipped_records(reference_dir)
-                if (gpu := find_gpu(record.device_type)) is not None and gpu.name == target.gpu
-            ]
-            if not records:
-                continue
-            found = check_unseen_gpu(run, records[0], shapes, f"data/reference/{name}", serve)
+            found = check_unseen_gpu(run, record, shapes, f"data/reference/{name}", serve)
             if found is not None:
                 checks.append(found)
     return checks
+
+
+def _shipped_record(records, target):  # advisor CalibrationRecord | None
+    """The shipped `bench calibrate` record of the run's engine, GPU and precision class (the
+    rule every prediction uses: calibration_fit.record_matches), newest first."""
+    from advisor.sizing.calibration_fit import record_matches
+
+    matching = [
+        r for r in records if record_matches(r, target.family, target.gpu, target.precision_class)
+    ]
+    return max(matching, key=lambda r: r.created_at, default=None)
 
 
 def unseen_summary_table(checks) -> str:
@@ -1175,10 +1180,9 @@ def long_context_check(reference_dir: Path = REFERENCE_DIR):  # advisor LongCont
     import tarfile
 
     from advisor.sizing.calibration_fit import shipped_records
-    from advisor.sizing.long_context import check_long_context
-    from advisor.sizing.measured import measured_reference_runs, run_gpu_name
+    from advisor.sizing.long_context import check_long_context, shape_at
+    from advisor.sizing.measured import measured_reference_runs
     from advisor.sizing.serving_model import run_shape
-    from advisor.workload.gpus import find_gpu
     from bench.core.schema import RequestRecord
 
     runs = measured_reference_runs(reference_dir)
@@ -1189,17 +1193,17 @@ def long_context_check(reference_dir: Path = REFERENCE_DIR):  # advisor LongCont
     with tarfile.open(archive) as tar:
         (member,) = [m for m in tar.getmembers() if m.name.endswith("records.jsonl")]
         lines = tar.extractfile(member).read().decode("utf-8").splitlines()
-    records = [RequestRecord.model_validate_json(line) for line in lines if line.strip()]
-    run_gpu = run_gpu_name(run)
-    found = [
-        record
-        for record in shipped_records(reference_dir)
-        if (gpu := find_gpu(record.device_type)) is not None and gpu.name == run_gpu
-    ]
-    if not found:
+    requests = [RequestRecord.model_validate_json(line) for line in lines if line.strip()]
+    if not requests:
+        return None
+    # the record of the sweep's engine, GPU and precision (its prompts spread too wide for
+    # run_shape: one request's length stands for them)
+    target = shape_at(run, requests[0].input_tokens)
+    record = _shipped_record(shipped_records(reference_dir), target) if target else None
+    if record is None:
         return None
     shapes = [s for s in (run_shape(r) for rs in runs.values() for r in rs) if s is not None]
-    return check_long_context(run, records, found[0], shapes, f"data/reference/{LONG_CONTEXT_RUNS}")
+    return check_long_context(run, requests, record, shapes, f"data/reference/{LONG_CONTEXT_RUNS}")
 
 
 def long_context_table(check) -> str:

@@ -256,7 +256,10 @@ def calibrate_command(engine: str, model: str, device_type: str) -> str:
     return f"python -m bench calibrate --backend {engine} --model {shlex.quote(model)}{device}"
 
 
-def _matches(record: CalibrationRecord, engine: str, device_type: str, precision: str) -> bool:
+def record_matches(
+    record: CalibrationRecord, engine: str, device_type: str, precision: str
+) -> bool:
+    """The record calibrates this engine (family), device (catalogue GPU) and precision class."""
     if engine_family(record.engine) != engine_family(engine):
         return False
     if record.precision_class != precision:
@@ -280,7 +283,7 @@ def calibration_for(
     """The newest matching record's fit, yours before shipped; else the uncalibrated basis,
     saying so and giving the `bench calibrate` command."""
     for source, pool in (("yours", yours), ("shipped", shipped)):
-        matching = [r for r in pool if _matches(r, engine, device_type, precision_class)]
+        matching = [r for r in pool if record_matches(r, engine, device_type, precision_class)]
         for record in sorted(matching, key=lambda r: r.created_at, reverse=True):
             fit = fit_record(record, source)  # type: ignore[arg-type]
             if fit is not None:
@@ -439,6 +442,7 @@ __all__ = [
     "level_step_error",
     "observation",
     "predict_capacity",
+    "record_matches",
     "shipped_records",
     "stage_calibration",
     "stored_records",

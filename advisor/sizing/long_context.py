@@ -65,7 +65,7 @@ class LongContextCheck(Strict):
     )
 
 
-def _shape_at(run: RunResult, prompt_tokens: int) -> RunShape | None:
+def shape_at(run: RunResult, prompt_tokens: int) -> RunShape | None:
     """The run's engine shape with every prompt `prompt_tokens` long."""
     config = run.config.model_copy(deep=True)
     config.workload.prompt_tokens = LengthDistribution(mean=prompt_tokens)
@@ -95,7 +95,7 @@ def check_long_context(
     )
     if not measured:
         return None
-    longest = _shape_at(run, measured[-1].input_tokens)
+    longest = shape_at(run, measured[-1].input_tokens)
     if longest is None:
         return None
     others = [s for s in shapes if s.gpu != longest.gpu]
@@ -103,7 +103,7 @@ def check_long_context(
     record_factors = next(b.factors for b in bases if b.kind == "this GPU")
     rows = []
     for request in measured:
-        shape = _shape_at(run, request.input_tokens)
+        shape = shape_at(run, request.input_tokens)
         if shape is None:
             continue
         predicted: dict[str, float] = {}
@@ -162,4 +162,5 @@ __all__ = [
     "LongContextError",
     "LongContextRow",
     "check_long_context",
+    "shape_at",
 ]

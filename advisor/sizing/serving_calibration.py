@@ -299,7 +299,8 @@ def calibrate(
             True,
         ),
     ):
-        observed = [o for item in pool for o in observations(item)]
+        by_run = [(item, observations(item)) for item in pool]
+        observed = [o for _, found in by_run for o in found]
         if observed:
             factors = fit_factors(observed)
             factors = factors.model_copy(
@@ -311,7 +312,7 @@ def calibrate(
                 calibrated=True,
                 runs=runs,
                 levels=len(observed),
-                longest_prompt_tokens=max(item.prompt.mean for item in pool if observations(item)),
+                longest_prompt_tokens=max(item.prompt.mean for item, found in by_run if found),
                 basis=f"fitted on {len(observed)} measured level(s) of {len(runs)} run(s): {words}",
                 other_precisions=other,
             )

@@ -31,7 +31,7 @@ from advisor.sizing.serving_model import (
     RunShape,
     Workload,
     calibrate,
-    capacity_errors,
+    capacity_residuals,
     run_capacity,
     run_shape,
     simulate,
@@ -197,10 +197,11 @@ def prediction_bases(
             words="default efficiencies (80% of the datasheet bandwidth, 60% of the tensor peak)",
             factors=Factors(),
             step_errors=uncalibrated_step_errors(others),
-            residuals=capacity_errors(others, calibrated=False),
+            residuals=list(capacity_residuals(others, calibrated=False)),
         )
     ]
-    calibrated_residuals = capacity_errors(others, calibrated=True)
+    # cached per set of runs: each held-out check and the long-context check share them
+    calibrated_residuals = list(capacity_residuals(others, calibrated=True))
     if other_gpu is not None:
         fitted = calibrate(target.family, other_gpu, target.precision_class, others)
         if fitted.calibrated:
