@@ -3,8 +3,10 @@
 `open_encoder_scorer(engine, model_dir, precision)` gives a scorer whose `logits(sequences)`
 returns one row of class logits (float32) per token-id sequence; `bench/run/quality.py` compares
 each precision's rows with the baseline's (top-1 agreement, max abs logit difference). Engines:
-- pytorch: the transformers model; fp32 / bf16 / fp16 weights and activations, or torch's
-  dynamic INT8 (`torch.ao.quantization.quantize_dynamic`) of every Linear layer, on the CPU;
+- pytorch: the transformers model; fp32 / bf16 / fp16 weights and activations; int8: on a GPU
+  INT8 weights per channel and activations per token through `torch._int_mm` (bench/engines/
+  w8a8.py), on the CPU torch's dynamic INT8 (`torch.ao.quantization.quantize_dynamic`) of every
+  Linear layer; fp8 (GPU only): e4m3 weights and activations through `torch._scaled_mm`;
 - onnxruntime: the checkpoint's ONNX export (bench/engines/onnx_export.py, dynamic batch and
   sequence) in an InferenceSession: fp32 (checked against eager PyTorch before it is used), fp16
   (onnxruntime's float16 conversion), int8 (`onnxruntime.quantization.quantize_dynamic`: INT8
@@ -41,6 +43,9 @@ ENCODER_METHODS: dict[str, dict[str, str]] = {
         "int8": "PyTorch eager on the CPU, torch dynamic INT8 quantization (torch.ao "
         "quantize_dynamic): every Linear weight int8 per tensor, activations quantized per batch "
         "at run time, float32 elsewhere",
+        "fp8": "PyTorch eager on a GPU with FP8 tensor cores: every Linear through "
+        "torch._scaled_mm, e4m3 weights per output channel and activations per token (dynamic), "
+        "bfloat16 elsewhere (bench/engines/w8a8.py)",
     },
     "onnxruntime": {
         "fp32": "ONNX Runtime, the float32 ONNX export (checked against eager PyTorch)",
@@ -51,6 +56,13 @@ ENCODER_METHODS: dict[str, dict[str, str]] = {
         "time)",
     },
 }
+
+
+GPU_INT8_METHOD = (
+    "PyTorch eager on a GPU: every Linear through torch._int_mm, INT8 weights per output channel "
+    "and activations per token (dynamic), bfloat16 elsewhere (bench/engines/w8a8.py)"
+)
+"""What `int8` means on pytorch where a GPU is present (the table's entry is the CPU path)."""
 
 
 class EncoderScorer(Protocol):
@@ -110,12 +122,25 @@ class TorchEncoderScorer:
 
         from bench.engines.backends.pytorch import load_hf_model
 
-        self.method = ENCODER_METHODS["pytorch"][precision]
         self.pad_id = pad_id
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        on_gpu_8bit = self.device == "cuda" and precision in ("int8", "fp8")
+        self.method = (
+            GPU_INT8_METHOD
+            if on_gpu_8bit and precision == "int8"
+            else (ENCODER_METHODS["pytorch"][precision])
+        )
+        if precision == "fp8" and self.device != "cuda":
+            raise RuntimeError("fp8 needs a GPU with FP8 tensor cores; this machine has no GPU")
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-        self.device = "cuda" if torch.cuda.is_available() and precision != "int8" else "cpu"
+        if on_gpu_8bit:
+            dtype = torch.bfloat16  # what runs between the 8-bit Linear layers
         self.model = load_hf_model(model_dir, dtype, self.device, attn_implementation="eager")
-        if precision == "int8":
+        if on_gpu_8bit:
+            from bench.engines.w8a8 import quantize_linears
+
+            self.model = quantize_linears(self.model, precision)  # type: ignore[arg-type]
+        elif precision == "int8":
             self.model = int8_dynamic(self.model)
         self.logits([[pad_id + 1, pad_id + 2]])  # a dtype the device cannot compute fails here
 

@@ -8,13 +8,19 @@ longest prompt + longest output). Every bucket is compiled by a warm-up `generat
 `load()`; that time is reported as compile_s. Prompt and output lengths do not recompile (the
 prefill runs eagerly, decode shapes only depend on the bucket). Filler rows in a padded batch
 cost compute; on a GPU, decode at small batch is memory-bound, so that cost is small.
-forward kind: `torch.compile(model, mode=...)` warmed up at the workload's shape.
+forward kind: `torch.compile(model, mode=...)` warmed up at the workload's shape. Behind the
+dynamic batcher (`max_queue_delay_ms` set) batches vary in size, and each new size would compile
+(and, with CUDA graphs, record) a graph while requests wait: as vLLM does with its CUDA-graph
+capture sizes, a batch is padded up to the next of the compiled batch buckets (the same default
+as generate's), every bucket compiled during `load()`. A request larger than `max_batch_size`
+runs alone at its own size (compiled on first sight).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
@@ -23,6 +29,7 @@ from bench.core.config import ForwardWorkload, GenerateWorkload, LengthDistribut
 from bench.core.errors import UserError
 from bench.engines.backends.base import (
     Availability,
+    ForwardRequest,
     GenerateRequest,
     WorkloadShape,
     register_backend,
@@ -58,8 +65,9 @@ class TorchCompileOptions(PyTorchOptions):
     )
     batch_buckets: list[int] | None = Field(
         None,
-        description="generate kind: batch sizes compiled with a static cache each (batches are "
-        "padded up to the next); default powers of 4 up to max_batch_size, plus it.",
+        description="Batch sizes compiled ahead (batches are padded up to the next): generate "
+        "kind, each with a static cache; forward kind behind the dynamic batcher "
+        "(max_queue_delay_ms set). Default powers of 4 up to max_batch_size, plus it.",
     )
     max_cache_len: int | None = Field(
         None, gt=0, description="generate kind: static KV cache length (prompt + output tokens)."
@@ -132,6 +140,7 @@ class TorchCompileBackend(PyTorchBackend):
     ) -> None:
         super().__init__(engine_args, prefix_caching)
         self.buckets: list[int] = []
+        self.forward_buckets: list[int] = []
         self.max_cache_len = 0
         self.compiled_graphs = 0
         self._caches: dict[int, Any] = {}
@@ -172,23 +181,44 @@ class TorchCompileBackend(PyTorchBackend):
         import torch
 
         dynamic = options.dynamic if options.dynamic is not None else workload.dynamic_shapes
+        request = self._warmup_forward_request(workload)
+        if options.max_queue_delay_ms is not None:
+            # One static graph per bucket: a dynamic-batch graph would serve every size with
+            # kernels tuned for none, and CUDA graphs need static shapes anyway.
+            self.forward_buckets = self._buckets(options)
+            _raise_recompile_limit(len(self.forward_buckets) + 8)
+            dynamic = False
+            self.engine_info["batch_buckets"] = self.forward_buckets
         self._forward_call = torch.compile(
             self.model, mode=options.mode, fullgraph=options.fullgraph, dynamic=dynamic or None
         )
         self.engine_info["dynamic_shapes"] = bool(dynamic)
-        request = self._warmup_forward_request(workload)
-        for _ in range(FORWARD_WARMUP_RUNS):
-            self._run_forward(request)
+        sizes = self.forward_buckets or [request.batch_size]
+        for size in sizes:
+            for _ in range(FORWARD_WARMUP_RUNS):
+                self._run_forward(replace(request, batch_size=size))
+
+    @staticmethod
+    def _buckets(options: TorchCompileOptions) -> list[int]:
+        buckets = sorted(set(options.batch_buckets or default_buckets(options.max_batch_size)))
+        if buckets[0] < 1 or buckets[-1] < options.max_batch_size:
+            raise UserError(
+                f"batch_buckets {buckets} must be positive and reach max_batch_size "
+                f"{options.max_batch_size}"
+            )
+        return buckets
+
+    def _run_forward(self, request: ForwardRequest) -> tuple[int, Any]:
+        """A batch padded up to its bucket (the filler rows cost compute, not a recompile)."""
+        if self.forward_buckets and request.batch_size <= self.forward_buckets[-1]:
+            bucket = next(size for size in self.forward_buckets if size >= request.batch_size)
+            request = replace(request, batch_size=bucket)
+        return super()._run_forward(request)
 
     def _prepare_generate(self, workload: GenerateWorkload, options: TorchCompileOptions) -> None:
         from transformers import CompileConfig
 
-        self.buckets = sorted(set(options.batch_buckets or default_buckets(options.max_batch_size)))
-        if self.buckets[0] < 1 or self.buckets[-1] < options.max_batch_size:
-            raise UserError(
-                f"batch_buckets {self.buckets} must be positive and reach max_batch_size "
-                f"{options.max_batch_size}"
-            )
+        self.buckets = self._buckets(options)
         self.max_cache_len = options.max_cache_len or (
             length_upper_bound(workload.prompt_tokens) + length_upper_bound(workload.output_tokens)
         )

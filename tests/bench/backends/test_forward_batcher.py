@@ -146,3 +146,36 @@ def test_onnxruntime_batcher_needs_dynamic_shapes(tiny_bert) -> None:
     fixed = ForwardWorkload(batch_size=1, sequence_length=LengthDistribution(mean=16))
     with pytest.raises(UserError, match="dynamic_shapes"):
         asyncio.run(backend.load(tiny_bert, fixed, FP32, "cpu"))
+
+
+@pytest.mark.slow
+def test_torch_compile_behind_the_batcher_pads_to_buckets_compiled_at_load(tiny_bert) -> None:
+    """Batches of any size run on the graphs compiled during load: a batch of 2 is padded to
+    the 4 bucket and nothing compiles while requests wait."""
+    from bench.engines.backends.torch_compile import _unique_graphs
+
+    backend = get_backend("torch_compile")(
+        {"intra_op_num_threads": 1, "max_batch_size": 4, "max_queue_delay_ms": 50}
+    )
+
+    async def scenario():
+        info = await backend.load(tiny_bert, WORKLOAD, FP32, "cpu")
+        graphs_after_load = _unique_graphs()
+        requests = [ForwardRequest(f"r{i}", 1, 16) for i in range(6)]
+
+        async def run(request):
+            return [chunk async for chunk in backend.stream(request)]
+
+        outputs = await asyncio.gather(*(run(request) for request in requests))
+        sizes = list(backend.forward_batcher.stats.batch_samples)
+        graphs_after_serving = _unique_graphs()
+        await backend.close()
+        return info, outputs, sizes, graphs_after_load, graphs_after_serving
+
+    info, outputs, sizes, after_load, after_serving = asyncio.run(scenario())
+    assert info.engine.extra["batch_buckets"] == [1, 4]
+    assert info.engine.extra["dynamic_shapes"] is False
+    assert info.compile_s is not None and info.engine.extra["compiled_graphs"] >= 2
+    assert sizes == [4, 2]  # the batcher's sizes in samples; the 2 ran padded to 4
+    assert after_serving == after_load, "a batch size compiled while requests waited"
+    assert all(len(chunks) == 1 and chunks[0].tokens == 1 for chunks in outputs)
