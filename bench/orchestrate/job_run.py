@@ -116,6 +116,12 @@ class JobProgress:
 # --------------------------------------------------------------------------- one job
 
 
+def failed_runs_line(failed: int, total: int) -> str:
+    """The head of a FAILED job's error, before each failed run's `backend: cause`. The Benchmark
+    page reads it to tell a job whose failures its run panels already say (ui/run_card.py)."""
+    return f"{failed} of {total} runs failed"
+
+
 class _StopWatcher(threading.Thread):
     """Sets `stop` once the job's stop flag is seen; heartbeats the job and its current run.
 
@@ -214,7 +220,7 @@ def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunSta
         status, error = RunStatus.STOPPED, "stopped on request"
     elif failures:
         status = RunStatus.FAILED
-        error = f"{len(failures)} of {len(configs)} runs failed: " + "; ".join(failures)
+        error = f"{failed_runs_line(len(failures), len(configs))}: " + "; ".join(failures)
     else:
         status, error = RunStatus.COMPLETED, None
     store.update_job(job_id, status=status.value, run_ids=run_ids, error=error)
