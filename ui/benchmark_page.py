@@ -562,12 +562,14 @@ def job_panel(job: Job) -> None:
     where = describe_placement(job.progress.placement)
     if where:
         (st.info if where.startswith("Queued") else st.caption)(where)
-    if job.error:
-        (st.warning if job.status == RunStatus.STOPPED else st.error)(job.error)
     from bench.orchestrate.jobs import queued_runs
+    from ui.run_card import job_notice
 
     # Until the runner claims the job it has written no progress: show every run as queued.
     runs = job.progress.runs or queued_runs(job.configs)
+    notice = job_notice(job.status, job.error, runs, len(job.configs))
+    if notice is not None:
+        {"error": st.error, "warning": st.warning, "caption": st.caption}[notice.level](notice.text)
     for run in runs:
         run_section(run, job)
     if job.finished and job.status != RunStatus.QUEUED and job.run_ids:
@@ -791,8 +793,7 @@ def finished_run(run: JobRunProgress) -> None:
                 help="No GPU readings on this machine: "
                 + (result.telemetry.reason or "no NVIDIA GPU"),
             )
-    run_verdicts(result)
-    if result.failure is not None:
+    if result.failure is not None:  # the cause first: the one red box of a failed run
         st.error(
             f"**{result.failure.cause}**"
             + (f"  \n{result.failure.advice}" if result.failure.advice else "")
@@ -801,6 +802,9 @@ def finished_run(run: JobRunProgress) -> None:
         if log_tail:
             with st.expander("Engine log (last lines)", expanded=result.status == RunStatus.FAILED):
                 st.code(log_tail, language="text")
+    elif result.status == RunStatus.FAILED and run.error:  # a failure with no cause stored
+        st.error(run.error)
+    run_verdicts(result)
     st.caption(f"Run id `{result.run_id}` · reproduce: `{result.command}`")
 
 
@@ -813,6 +817,8 @@ def run_verdicts(result: Any) -> None:
     with st.container(key=f"validity_{result.run_id}"):
         if mark.valid is True:
             st.success(mark.text, icon=":material/verified:")
+        elif mark.valid is False and mark.after_failure:  # the failure above is the news
+            st.caption(f":material/report: {mark.text}")
         elif mark.valid is False:
             st.error(mark.text, icon=":material/report:")
         for note in mark.notes:

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.core.config import LoadPattern, RunConfig
+from bench.core.job_progress import JobRunProgress
 from bench.core.metric_catalog import REQUEST_SLO_BOUNDS
 from bench.core.progress import ProgressPoint, RunProgress
-from bench.core.schema import RunResult, ValidityStatus
+from bench.core.schema import RunResult, RunStatus, ValidityStatus
 
 RATE_WINDOW_S = 10.0
 """The live chart's trailing window (s): tokens are counted when a request completes, so a
@@ -199,6 +200,10 @@ class ValidityMark:
     valid: bool | None
     reasons: list[str]
     notes: list[str]
+    after_failure: bool = False
+    """INVALID because the run failed: its failure (drawn on its own, the one red box) is the
+    news; this verdict follows from it and is drawn as a quiet line, its `reasons` the ones
+    the failure does not already say."""
 
     @property
     def text(self) -> str:
@@ -206,6 +211,9 @@ class ValidityMark:
             return "No validity verdict: the run measured nothing"
         if self.valid:
             return "VALID: the run met its duration, request count and error budget"
+        if self.after_failure:
+            also = f"; also {'; '.join(self.reasons)}" if self.reasons else ""
+            return f"INVALID: the run failed (its figures cover what it measured before){also}"
         return "INVALID: " + "; ".join(self.reasons)
 
 
@@ -214,7 +222,54 @@ def validity_mark(result: RunResult) -> ValidityMark:
     if validity is None:
         return ValidityMark("—", None, [], [])
     valid = validity.status == ValidityStatus.VALID
-    return ValidityMark(validity.status.value, valid, list(validity.reasons), list(validity.notes))
+    reasons = list(validity.reasons)
+    after_failure = result.failure is not None and not valid
+    if after_failure:
+        # Reasons that only repeat the failure: the run's status (bench/run/api.py's
+        # "run failed", the store's sweep of a dead runner) or the failure's own cause
+        # (a failed analysis, bench/run/api.py's _fail_after_measuring).
+        repeats = {f"run {result.status.value.lower()}", "run failed", result.failure.cause}
+        reasons = [reason for reason in reasons if reason not in repeats]
+    return ValidityMark(validity.status.value, valid, reasons, list(validity.notes), after_failure)
+
+
+# --------------------------------------------------------------------------- the job's line
+
+
+@dataclass(frozen=True)
+class JobNotice:
+    """What the job's head says about how it ended, and how loud: `error` (a red box),
+    `warning` (stopped on request) or `caption` (a line, when the run panels say the rest)."""
+
+    level: str
+    text: str
+
+
+def job_notice(
+    status: RunStatus, error: str | None, runs: Sequence[JobRunProgress], total: int
+) -> JobNotice | None:
+    """The job's own message above its runs. A FAILED job whose error is only the job runner's
+    summary of its failed runs (bench/orchestrate/job_run.py's `failed_runs_line`, then each
+    run's cause) would repeat, in a second red box, the cause each failed run's panel says:
+    then the head says only how many failed. Any other error (the runner interrupted, a
+    runner that died, a count the panels do not match) is the job's own news: a red box."""
+    from bench.orchestrate.job_run import failed_runs_line
+
+    if not error:
+        return None
+    if status == RunStatus.STOPPED:
+        return JobNotice("warning", error)
+    failed = [run for run in runs if run.status == RunStatus.FAILED]
+    line = failed_runs_line(len(failed), total)
+    if (
+        status == RunStatus.FAILED
+        and failed
+        and all(run.error for run in failed)  # each failed run's panel has a cause to say
+        and error.startswith(f"{line}: ")
+    ):
+        below = "its panel below says why" if len(failed) == 1 else "each one's panel says why"
+        return JobNotice("caption", f"{line}: {below}.")
+    return JobNotice("error", error)
 
 
 def load_of(configs: Sequence[RunConfig], index: int) -> LoadPattern | None:
@@ -224,10 +279,12 @@ def load_of(configs: Sequence[RunConfig], index: int) -> LoadPattern | None:
 
 __all__ = [
     "RATE_WINDOW_S",
+    "JobNotice",
     "ProgressLine",
     "SloCheck",
     "ThroughputPoint",
     "ValidityMark",
+    "job_notice",
     "load_of",
     "progress_line",
     "slo_checks",

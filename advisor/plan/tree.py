@@ -7,6 +7,7 @@ Evaluation returns the path taken (question, answer, why) and the leaf's ranked 
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -245,8 +246,32 @@ def known_fields() -> set[str]:
 
 
 def load_tree(path: str | Path | None = None) -> DecisionTree:
-    """Load and validate the tree; any defect is a UserError naming the node."""
+    """Load and validate the tree; any defect is a UserError naming the node.
+
+    A file read before and unchanged since (same inode, size and modification time) is not
+    parsed again: every recommendation loads the tree, and on the web app each form edit makes
+    one, where the YAML parse was ~24 ms of the ~0.2 s of server CPU the edit costs. The caller
+    gets its own copy (a deep copy costs ~0.5 ms), so nothing it does reaches the cache."""
     file = Path(path) if path is not None else DEFAULT_TREE_PATH
+    try:
+        stat = file.stat()
+    except OSError:  # missing or unreadable: the uncached read says why, as before
+        return _parse_tree(file)
+    # The path as given (the tree's `source` and its messages name it so) and the file it
+    # names now: a relative path read from another folder is another file, another key.
+    key = (str(file), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    return _parsed_tree(*key).model_copy(deep=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_tree(path: str, device: int, inode: int, size: int, mtime_ns: int) -> DecisionTree:
+    """The tree file's parse, by what identifies its content on disk (a defect is not kept:
+    lru_cache stores no exception, so a fixed file is read again)."""
+    del device, inode, size, mtime_ns  # the cache key only
+    return _parse_tree(Path(path))
+
+
+def _parse_tree(file: Path) -> DecisionTree:
     from bench.core.files import load_user_mapping
 
     data = _yes_no_keys(load_user_mapping(file, "decision tree"))

@@ -80,6 +80,14 @@ class JobProgress:
                 run.error = error
         self.flush(force=True)
 
+    def started(self, index: int) -> tuple[str | None, int | None]:
+        """Run `index`'s stored run id and its engine worker's pid, as its progress last said:
+        `launch` reports the id right after the run's row is written, the pid once the worker
+        is up; (None, None) for a run that never got that far."""
+        with self.lock:
+            run = self.state.runs[index]
+            return run.run_id, run.latest.worker_pid if run.latest is not None else None
+
     def on_progress(self, index: int, progress: RunProgress) -> None:
         """`launch`'s on_progress for run `index`: keep the latest, append history, throttle."""
         with self.lock:
@@ -116,6 +124,12 @@ class JobProgress:
 # --------------------------------------------------------------------------- one job
 
 
+def failed_runs_line(failed: int, total: int) -> str:
+    """The head of a FAILED job's error, before each failed run's `backend: cause`. The Benchmark
+    page reads it to tell a job whose failures its run panels already say (ui/run_card.py)."""
+    return f"{failed} of {total} runs failed"
+
+
 class _StopWatcher(threading.Thread):
     """Sets `stop` once the job's stop flag is seen; heartbeats the job and its current run.
 
@@ -149,7 +163,9 @@ def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunSta
 
     Job status: STOPPED when a stop was requested, FAILED when any run failed (its error names
     them), COMPLETED otherwise. A run that cannot start (unavailable backend, bad engine argument)
-    counts as failed and the next run still goes.
+    counts as failed and the next run still goes; so does one that raises after its row was
+    written (a harness or store error: launch marks the row FAILED), which the job keeps among
+    its `run_ids` and its log line says started.
     """
     from bench.core.errors import RunInterrupted
     from bench.run.api import launch
@@ -193,10 +209,22 @@ def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunSta
                 raise
             except Exception as exc:  # UserError before start, or a harness bug: keep going
                 message = f"{config.backend}: {type(exc).__name__}: {exc}"
-                log.warning("run %d of job %s did not start: %s", index, job_id, message)
+                # Started or not is read from what the run left, not assumed: its row exists
+                # once launch reported its id, or the error carries the stored result.
+                run_id, worker_pid = progress.started(index)
+                run_id = getattr(getattr(exc, "result", None), "run_id", None) or run_id
+                if run_id is None:
+                    log.warning("run %d of job %s did not start: %s", index, job_id, message)
+                else:  # its row is FAILED (launch marks it); the job keeps it as one of its runs
+                    worker = "was up" if worker_pid else "had not come up"
+                    log.warning(
+                        "run %d of job %s failed after it started (run %s, engine worker %s): %s",
+                        index, job_id, run_id, worker, message,
+                    )  # fmt: skip
+                    run_ids.append(run_id)
                 failures.append(message)
                 watcher.current_run_id = None
-                progress.finish_run(index, RunStatus.FAILED, None, message)
+                progress.finish_run(index, RunStatus.FAILED, run_id, message)
                 continue
             watcher.current_run_id = None
             run_ids.append(result.run_id)
@@ -214,7 +242,7 @@ def run_job(store: JobRunStore, job: Job, log_dir: Path | None = None) -> RunSta
         status, error = RunStatus.STOPPED, "stopped on request"
     elif failures:
         status = RunStatus.FAILED
-        error = f"{len(failures)} of {len(configs)} runs failed: " + "; ".join(failures)
+        error = f"{failed_runs_line(len(failures), len(configs))}: " + "; ".join(failures)
     else:
         status, error = RunStatus.COMPLETED, None
     store.update_job(job_id, status=status.value, run_ids=run_ids, error=error)

@@ -420,3 +420,25 @@ def test_cycle_message_shows_the_loop(tmp_path: Path) -> None:
 def test_missing_tree_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="does not exist"):
         load_tree(tmp_path / "none.yaml")
+
+
+def test_an_unchanged_tree_file_is_parsed_once_and_an_edit_is_read(tmp_path: Path) -> None:
+    """load_tree keeps a file's parse while the file is unchanged (each recommendation loads
+    the tree): every caller still gets its own copy, a defect is never kept, and a file that
+    changes (a fixed defect, an edited leaf) is read again."""
+    import advisor.plan.tree as tree_module
+
+    path = write_tree(tmp_path, lambda data: None)
+    parses = tree_module._parsed_tree.cache_info().misses
+    first = load_tree(path)
+    first.leaves.clear()  # the caller's copy: the next load must not see this
+    second = load_tree(path)
+    assert set(second.leaves) == set(TREE.leaves) and second.source == str(path)
+    assert tree_module._parsed_tree.cache_info().misses == parses + 1  # parsed once
+
+    with pytest.raises(UserError, match="no_such_leaf"):
+        load_tree(write_tree(tmp_path, _missing_leaf))
+    with pytest.raises(UserError, match="no_such_leaf"):  # still broken: said again
+        load_tree(path)
+    fixed = load_tree(write_tree(tmp_path, lambda data: None))
+    assert set(fixed.leaves) == set(TREE.leaves)

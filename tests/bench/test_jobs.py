@@ -219,3 +219,53 @@ def test_real_cpu_engine_job(store, tmp_path):
     run = store.get_run(job.run_ids[0])
     assert run.summary is not None and run.summary.successful > 0
     assert run.summary.output_throughput_tok_s > 0
+
+
+class JobRowRefusedOnce(ResultStore):
+    """A test double of the store: its first progress write of a run that is measuring fails as
+    a store locked past its busy timeout by another writer does (sqlite3.OperationalError);
+    every other read and write is the real store's."""
+
+    refused = False
+
+    def update_job(self, job_id: str, **fields) -> None:
+        state = fields.get("progress")
+        latest = state.runs[0].latest if state is not None else None
+        if not self.refused and latest is not None and latest.stage == "running":
+            import sqlite3
+
+            self.refused = True
+            raise sqlite3.OperationalError("database is locked")
+        super().update_job(job_id, **fields)
+
+
+def test_the_log_says_whether_a_failed_run_had_started(tmp_path, caplog):
+    """An error out of launch after the run's row exists (here the job row's progress write,
+    raised through launch's progress callback while the worker measures) is logged as a run
+    that failed after it started, naming the run, and the job keeps the FAILED run; a run
+    refused before it starts (a model path that does not exist) is logged as not started."""
+    from bench.orchestrate.job_run import run_job
+
+    store = JobRowRefusedOnce(tmp_path / "store.sqlite")
+    unknown = fake_config().model_copy(update={"model": str(tmp_path / "no-model")})
+    job_id = store.create_job([fake_config(duration_s=5.0), unknown])
+    job = store.claim_next_job(pid=os.getpid(), runner="test")
+    with caplog.at_level("WARNING", logger="bench.orchestrate.jobs"):
+        assert run_job(store, job, tmp_path / "logs") == RunStatus.FAILED
+    assert store.refused
+    done = store.get_job(job_id)
+    [run] = store.list_runs()
+    assert done.run_ids == [run.run_id]
+    assert (
+        run.status == RunStatus.FAILED and run.failure.cause == "harness error: database is locked"
+    )
+    lines = [record.getMessage() for record in caplog.records if "of job" in record.getMessage()]
+    assert lines[0] == (
+        f"run 0 of job {job_id} failed after it started (run {run.run_id}, engine worker was "
+        "up): fake: OperationalError: database is locked"
+    )
+    assert lines[1].startswith(f"run 1 of job {job_id} did not start: fake: ")
+    assert len(lines) == 2
+    runs = done.progress.runs
+    assert [r.run_id for r in runs] == [run.run_id, None]
+    assert [r.status for r in runs] == [RunStatus.FAILED, RunStatus.FAILED]

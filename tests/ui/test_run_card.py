@@ -173,3 +173,28 @@ def test_a_loading_run_shows_its_timer_on_the_page(app_test, store_path):
     assert not at.exception
     texts = [p.text or "" for p in at.get("progress")]
     assert any(t.startswith("Loading the model: 9") and "s elapsed" in t for t in texts), texts
+
+
+def test_the_jobs_own_error_stays_a_red_box_unless_the_run_panels_say_it() -> None:
+    """`job_notice` quiets only the job runner's summary of failures its run panels show."""
+    from bench.core.schema import RunStatus
+    from bench.orchestrate.job_run import failed_runs_line, queued_runs
+    from tests.bench.test_jobs import fake_config
+    from ui.run_card import job_notice
+
+    runs = queued_runs([fake_config(), fake_config()])
+    runs[1].status, runs[1].error = RunStatus.FAILED, "worker exited with code -9"
+    summary = f"{failed_runs_line(1, 2)}: fake: worker exited with code -9"
+    quiet = job_notice(RunStatus.FAILED, summary, runs, 2)
+    assert quiet is not None and (quiet.level, quiet.text) == (
+        "caption",
+        "1 of 2 runs failed: its panel below says why.",
+    )
+    # A failure the panels do not hold (a runner interrupted, a run left RUNNING by a runner
+    # that died) and a count they do not match are the job's own news.
+    for error in ("job runner interrupted by signal 15", f"{failed_runs_line(2, 2)}: a; b"):
+        assert job_notice(RunStatus.FAILED, error, runs, 2).level == "error"
+    runs[1].error = None
+    assert job_notice(RunStatus.FAILED, summary, runs, 2).level == "error"
+    assert job_notice(RunStatus.STOPPED, "stopped on request", runs, 2).level == "warning"
+    assert job_notice(RunStatus.COMPLETED, None, runs, 2) is None
