@@ -24,6 +24,14 @@ INT8_MAX = 127.0
 FP8_E4M3_MAX = 448.0
 INT_MM_MIN_ROWS = 17
 """torch._int_mm on CUDA needs more than 16 rows; shorter inputs are padded with zero rows."""
+ALIGN = 16
+"""The GPU kernels want both matrix widths in multiples of 16 (8 for INT8): a classifier's
+2-class head is padded with zero channels (and a narrow input with zero columns), which adds
+nothing to the product, and the padding is cut from the output."""
+
+
+def _padded(width: int) -> int:
+    return -(-width // ALIGN) * ALIGN
 
 
 def _row_scales(x: torch.Tensor, limit: float) -> torch.Tensor:
@@ -43,6 +51,16 @@ class W8A8Linear(torch.nn.Module):
         self.out_features = linear.out_features
         self.out_dtype = linear.weight.dtype
         weight = linear.weight.detach().float()
+        self.in_features = weight.shape[1]
+        weight = torch.nn.functional.pad(
+            weight,
+            (
+                0,
+                _padded(weight.shape[1]) - weight.shape[1],
+                0,
+                _padded(weight.shape[0]) - weight.shape[0],
+            ),
+        )
         self.register_buffer("weight_scale", _row_scales(weight, self._limit()).reshape(1, -1))
         codes = weight / self.weight_scale.reshape(-1, 1)
         if fmt == "int8":
@@ -60,6 +78,8 @@ class W8A8Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         rows = x.reshape(-1, shape[-1]).float()
+        if self.weight_t.shape[0] > self.in_features:
+            rows = torch.nn.functional.pad(rows, (0, self.weight_t.shape[0] - self.in_features))
         scale = _row_scales(rows, self._limit())
         if self.fmt == "int8":
             codes = (rows / scale).round().clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
@@ -77,6 +97,7 @@ class W8A8Linear(torch.nn.Module):
                 scale_b=self.weight_scale.float(),
                 out_dtype=torch.bfloat16,
             ).float()
+        out = out[:, : self.out_features]
         if self.bias is not None:
             out = out + self.bias.float()
         return out.to(self.out_dtype).reshape(*shape[:-1], self.out_features)

@@ -25,9 +25,10 @@ def _shipped(model: str):
                 and config.model == model
                 and config.workload.kind == "forward"
                 and config.workload.batch_size == 1
+                and config.load.pattern == "concurrency"
             ):
                 return run
-    raise AssertionError(f"no shipped pytorch {model} batch-1 run")
+    raise AssertionError(f"no shipped pytorch {model} batch-1 run at one steady load")
 
 
 def _stage(model: str, **shape) -> StageProfile:

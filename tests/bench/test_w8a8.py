@@ -38,3 +38,18 @@ def test_every_linear_of_a_model_is_replaced() -> None:
     kinds = [type(module) for module in model.modules()]
     assert torch.nn.Linear not in kinds and kinds.count(W8A8Linear) == 2
     assert model(torch.randn(5, 8)).shape == (5, 4)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+def test_a_narrow_head_is_padded_to_the_kernels_widths(fmt) -> None:
+    """A 2-class head over 20 inputs (neither a multiple of 16): zero channels and columns are
+    added for the kernels and cut from the output."""
+    torch.manual_seed(1)
+    head = torch.nn.Linear(20, 2)
+    layer = W8A8Linear(head, fmt)
+    assert tuple(layer.weight_t.shape) == (32, 16)
+    x = torch.randn(4, 20)
+    out = layer(x)
+    assert out.shape == (4, 2)
+    error = (out - head(x)).norm() / head(x).norm()
+    assert error < 0.1, float(error)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import importlib.util
 import shutil
 import time
@@ -374,6 +375,13 @@ class PyTorchBackend(Backend):
             self._forward_call = self.model
             request = self._warmup_forward_request(workload)
             self._run_forward(request)
+            if self.options.max_queue_delay_ms is not None:
+                # Behind the batcher every size up to max_batch_size will occur; on a GPU each
+                # size's first forward picks its kernels (~50 ms for bert-base on an H100, seen
+                # by data/reference/h100_encoders), so warm them all now, as TEI and Triton do.
+                for size in range(1, self.options.max_batch_size + 1):
+                    self._run_forward(dataclasses.replace(request, batch_size=size))
+                self.engine_info["warmed_batch_sizes"] = self.options.max_batch_size
             return False
         assert isinstance(workload, GenerateWorkload)
         # A full-size batch of typical lengths primes the CUDA allocator (the dynamic KV cache

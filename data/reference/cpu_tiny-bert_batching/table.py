@@ -2,91 +2,18 @@
 
     python data/reference/cpu_tiny-bert_batching/table.py
 
-The ladder from `cpu_tiny-bert_batching_runs.json` (one batch in flight: ms per batch =
-1000 / batches per second); the capacity searches from the same file, with the batches the
-batcher formed at each search's boundary probe counted from its records in `steps-*.tgz` (the
-requests of one batch share the batch's end time, their first chunk's ns).
+(benchmarks/forward_tables.py does the reading.)
 """
 
 from __future__ import annotations
 
-import collections
-import io
-import json
-import tarfile
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RUNS = HERE.parent / f"{HERE.name}_runs.json"
+sys.path.insert(0, str(HERE.parents[2]))
 
-
-def records_of(run_folder_name: str) -> list[dict]:
-    for archive in sorted(HERE.glob("steps-*.tgz")):
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                if member.name.endswith(f"/{run_folder_name}/records.jsonl"):
-                    data = tar.extractfile(member)
-                    assert data is not None
-                    text = io.TextIOWrapper(data, encoding="utf-8")
-                    return [json.loads(line) for line in text if line.strip()]
-    return []
-
-
-def main() -> None:
-    runs = json.loads(RUNS.read_text())["runs"]
-    print("| engine | batch | ms per batch | samples/s | E2E p99 ms | requests |")
-    print("|---|---|---|---|---|---|")
-    ladder = [run for run in runs if run["config"]["load"]["pattern"] == "concurrency"]
-    ladder.sort(key=lambda run: (run["config"]["backend"], run["config"]["workload"]["batch_size"]))
-    for run in ladder:
-        config, summary = run["config"], run["summary"]
-        batch, rps = config["workload"]["batch_size"], summary["request_throughput_rps"]
-        print(
-            f"| {config['backend']} | {batch} | {1000 / rps:.2f} | {batch * rps:,.0f} | "
-            f"{summary['e2e_ms']['p99']:.2f} | {summary['e2e_ms']['count']:,} |"
-        )
-    print()
-    print(
-        "| engine | batcher | capacity (samples/s) | first infeasible | E2E p99 at capacity ms "
-        "| attainment | batches at capacity: mean (max) samples | probes |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for run in runs:
-        config, report = run["config"], run.get("pattern_report")
-        if config["load"]["pattern"] != "capacity" or report is None:
-            continue
-        args = config["engine_args"]
-        batcher = (
-            f"max batch {args['max_batch_size']}, delay {args['max_queue_delay_ms']:g} ms"
-            if "max_queue_delay_ms" in args
-            else "none (batch 1)"
-        )
-        boundary = next(
-            (p for p in report["probes"] if p["phase"] == report.get("boundary_phase")), None
-        )
-        folder = Path(run["log_path"]).parent.name  # the run's folder in the steps archive
-        sizes = collections.Counter(
-            record["chunk_ns"][0]
-            for record in records_of(folder)
-            if boundary is not None
-            and record["phase"] == boundary["phase"]
-            and not record["warmup"]
-            and record["error"] is None
-            and record["chunk_ns"]
-        )
-        batches = (
-            f"{sum(sizes.values()) / len(sizes):.1f} ({max(sizes.values())})" if sizes else "-"
-        )
-        p99 = (boundary.get("e2e_ms") or {}).get("p99") if boundary else None
-        attained = "-" if boundary is None else f"{boundary['attainment']:.1%}"
-        print(
-            f"| {config['backend']} | {batcher} | {report['max_rate_rps'] or 0:g} | "
-            f"{report['first_infeasible_rps'] or 0:g} | "
-            f"{'-' if p99 is None else f'{p99:.1f}'} | "
-            f"{attained} | "
-            f"{batches} | {len(report['probes'])} |"
-        )
-
+from benchmarks.forward_tables import print_tables  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    print_tables(HERE)

@@ -133,6 +133,8 @@ def test_real_backends_batch_one_sample_requests(tiny_bert, backend_name, args) 
     info, outputs, sizes = asyncio.run(scenario())
     assert info.engine.extra["max_queue_delay_ms"] == 50
     assert info.engine.extra["intra_op_num_threads"] == 1
+    # every size the batcher can form ran once during load (a GPU picks kernels per size)
+    assert info.engine.extra["warmed_batch_sizes"] == 4
     assert sizes == [4, 2]  # six one-sample requests at once: a full batch, then the rest
     assert all(len(chunks) == 1 and chunks[0].tokens == 1 for chunks in outputs)
     ends = [chunks[0].t_ns for chunks in outputs]
