@@ -330,11 +330,20 @@ def report_for(
     published_files = {
         run.run_id: name for name, shipped_runs in reference.runs.items() for run in shipped_runs
     }
+    # A forward stage's batcher sizing reads every shipped ladder of its engine and model (its
+    # GPU's, else another GPU's carried over), as the fleet answer does, not only the cited runs.
+    shown = {run.run_id for run in runs}
+    forward_ladders = {
+        run_id: run
+        for run_id, run in reference_runs.items()
+        if run.config.workload.kind == "forward" and run_id not in shown
+    }
     return build_report(
         profile,
         answer,
         runs,
         records,
+        extra_runs=forward_ladders,
         published_files=published_files,
         environment=environment,
         preflight=preflight(environment),

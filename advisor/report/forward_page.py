@@ -24,18 +24,24 @@ def forward_sizing(
 def sizing_words(sized: ForwardSizing) -> str:
     """`3 × H200 (2–3 within the model's error) for 12,800 samples/s ... Basis: ...`."""
     batching = sized.batching
+    calibrated = sized.basis in ("measured ladder", "carried ladder")
     basis = (
         f"predicted, {sized.basis_words}"
-        if sized.basis == "measured ladder"
+        if calibrated
         else "the floor alone (no measured batch ladder of this framework on this GPU: a lower "
         "bound on the count, not a prediction)"
     )
+    if sized.basis == "carried ladder":
+        basis += (
+            f"; error assumed {sized.error:.0%} (a ladder carried between the H100 and the H200 "
+            "missed measured batch times by up to 53%)"
+        )
     if batching is None:
         return (
             f"not sized: no batch size on {sized.gpu_type} meets the SLO (see the risks). "
             f"Basis: {basis}"
         )
-    gives = "gives" if sized.basis == "measured ladder" else "gives at most"
+    gives = "gives" if calibrated else "gives at most"
     limits = (
         f"dynamic batching with max batch {batching.max_batch} and max queue delay "
         f"{number(batching.max_queue_delay_ms)} ms {gives} "

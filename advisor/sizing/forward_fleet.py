@@ -91,7 +91,7 @@ def _precision(stage: StageProfile, fmt: WeightFormat | None) -> PrecisionConfig
 def _basis(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, float, float]:
     """The basis, and the capacity interval (requests/s): a fitted ladder's error either way;
     the floor alone is an upper bound on the capacity (a lower bound on the GPU count)."""
-    calibrated = sized.basis == "measured ladder"
+    calibrated = sized.basis in ("measured ladder", "carried ladder")
     low = rate * (1 - min(sized.error, 0.9))
     high = rate * (1 + sized.error) if calibrated else rate
     if calibrated:
@@ -101,8 +101,13 @@ def _basis(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, float, flo
             low_rps=low,
             high_rps=high,
             expected_error=sized.error,
-            error_words=f"assumed error {sized.error:.0%} (the fit's largest error on its ladder, "
-            "at least 20%)",
+            error_words=(
+                f"assumed error {sized.error:.0%} (a ladder carried between the H100 and the H200 "
+                "missed measured batch times by up to 53%)"
+                if sized.basis == "carried ladder"
+                else f"assumed error {sized.error:.0%} (the fit's largest error on its ladder, "
+                "at least 20%)"
+            ),
         )
     else:
         basis = CapacityBasis(

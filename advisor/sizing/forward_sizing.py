@@ -32,6 +32,12 @@ from bench.core.strict import Strict
 
 UNCALIBRATED_ERROR = 0.5
 """The error assumed for a model with no ladder to fit (its batch time is the floor alone)."""
+CARRIED_ERROR = 0.55
+"""The error assumed where a ladder of the same engine, model and shape on another GPU stands in
+(its overhead, efficiency and shape carried to this GPU's floor): carried between the H100 and
+the H200 either way (PyTorch and ONNX Runtime bert-base, data/reference/h100_encoders_runs.json
+and h200_llama2-7b_engines_bert_resnet_runs.json), such a carry missed measured batch times by
+up to 53% (tests/advisor/test_forward_h100.py recomputes it)."""
 TRANSFERRED_ERROR = 0.3
 """The least error assumed where a 16-bit ladder's overhead and efficiency stand for an INT8 or
 FP8 run that was not measured (quantised kernels reach another fraction of their peak)."""
@@ -44,7 +50,7 @@ class ForwardSizing(Strict):
     stage: str
     framework: str
     gpu_type: str
-    basis: Literal["measured ladder", "floor only"]
+    basis: Literal["measured ladder", "carried ladder", "floor only"]
     basis_words: str = Field(description="Which runs the batch-time model was fitted to, or none.")
     batch_time: BatchTimeModel
     weight_format: WeightFormat | None = Field(
@@ -107,6 +113,24 @@ def size_forward_stage(
     model = calibrate(floor, ladder)
     calibrated = model.fit_error is not None
     error = max(model.fit_error or 0.0, 0.2) if calibrated else UNCALIBRATED_ERROR
+    carried_from = None
+    if not calibrated:
+        carried = carried_ladder(runs, framework, stage, gpu.name)
+        if carried is not None:
+            carried_from, other = carried
+            model = floor.model_copy(
+                update={
+                    "overhead_ms": other.overhead_ms,
+                    "efficiency": other.efficiency,
+                    "overlapped": other.overlapped,
+                    "fit_error": other.fit_error,
+                    "largest_measured_batch": other.largest_measured_batch,
+                    "basis": f"the {framework} ladder on {carried_from} carried to the "
+                    f"{gpu.name} floor ({other.basis})",
+                }
+            )
+            calibrated = True
+            error = max(other.fit_error or 0.0, CARRIED_ERROR)
     if weight_format is not None:
         quantised = floor_model(architecture, gpu, weight_format, sequence, stage.image_size)
         if quantised is None:
@@ -117,6 +141,7 @@ def size_forward_stage(
                 update={
                     "overhead_ms": model.overhead_ms,
                     "efficiency": model.efficiency,
+                    "overlapped": model.overlapped,
                     "fit_error": model.fit_error,
                     "largest_measured_batch": model.largest_measured_batch,
                     "basis": f"the {weight_format.upper()} floor with the overhead and "
@@ -126,7 +151,13 @@ def size_forward_stage(
             )
         model = quantised
     notes = []
-    if not calibrated:
+    if carried_from is not None:
+        notes.append(
+            f"no measured batch ladder of {framework} on {gpu.name} at this shape: the one on "
+            f"{carried_from} is carried over (its overhead and efficiency on this GPU's floor), "
+            f"error assumed {error:.0%}; a ladder on {gpu.name} settles it"
+        )
+    elif not calibrated:
         notes.append(
             f"no measured batch ladder of {framework} on {gpu.name} at this shape: batch times "
             "are the floor alone, a lower bound; the GPU count is a lower bound too"
@@ -163,7 +194,11 @@ def size_forward_stage(
         stage=stage.name,
         framework=framework,
         gpu_type=gpu.name,
-        basis="measured ladder" if calibrated else "floor only",
+        basis="carried ladder"
+        if carried_from is not None
+        else "measured ladder"
+        if calibrated
+        else "floor only",
         basis_words=model.basis,
         batch_time=model,
         weight_format=weight_format,
@@ -175,6 +210,44 @@ def size_forward_stage(
         feasibility=feasibility,
         notes=notes,
     )
+
+
+def carried_ladder(
+    runs: Iterable[RunResult], framework: str, stage: StageProfile, gpu_name: str
+) -> tuple[str, BatchTimeModel] | None:
+    """(GPU, its fitted model) of the best ladder of `framework` at the stage's model, dtype and
+    shape on another catalogued GPU (the most batch sizes, then the GPU's name), fitted on that
+    GPU's own floor; None where there is none."""
+    architecture, _ = architecture_for(stage.model)
+    if architecture is None:
+        return None
+    sequence = stage.sequence_length.mean if stage.sequence_length is not None else None
+    by_gpu: dict[str, list[RunResult]] = {}
+    for run in runs:
+        other = _run_gpu(run)
+        if (
+            other is not None
+            and other != gpu_name
+            and run.config.backend == framework
+            and run.config.model == stage.model
+            and _same_shape(run, stage)
+        ):
+            by_gpu.setdefault(other, []).append(run)
+    best: tuple[int, str, BatchTimeModel] | None = None
+    for other, other_runs in sorted(by_gpu.items()):
+        spec = find_gpu(other)
+        points = ladder_points(other_runs)
+        floor = (
+            floor_model(architecture, spec, stage.precision.dtype, sequence, stage.image_size)
+            if spec is not None
+            else None
+        )
+        if floor is None or len({batch for batch, _, _ in points}) < 2:
+            continue
+        fitted = calibrate(floor, points)
+        if best is None or len(points) > best[0]:
+            best = (len(points), other, fitted)
+    return (best[1], best[2]) if best is not None else None
 
 
 def _run_gpu(run: RunResult) -> str | None:

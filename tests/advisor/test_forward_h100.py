@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.sizing.forward_sizing import size_forward_stage
+from advisor.sizing.forward_model import ladder_points
+from advisor.sizing.forward_sizing import CARRIED_ERROR, size_forward_stage
 from advisor.sizing.forward_validation import LadderFit, SearchCheck, ladder_fits, search_checks
 from advisor.sizing.measured import read_reference_folder
 from advisor.workload.gpus import find_gpu
@@ -116,3 +117,53 @@ def test_the_gpu_quality_files_say_what_ran(name, measured, not_run) -> None:
     assert {n for n, s in statuses.items() if s == "measured"} == measured
     assert {n for n, s in statuses.items() if s == "not run"} == not_run
     assert result.environment is not None
+
+
+def _stage(gpu: str) -> StageProfile:
+    return StageProfile(
+        name="embedder",
+        kind="forward",
+        model="bert-base",
+        sequence_length={"kind": "fixed", "mean": 128},
+        request_rate_rps=500,
+        slo={"e2e_ms": 50},
+        gpu={"type": gpu},
+        precision={"dtype": "float16"},
+    )
+
+
+def test_a_gpu_without_a_ladder_gets_the_ladder_of_another_carried_over() -> None:
+    """On a T4 (no ladder) the H100's five-point ladder stands in, on the T4's own floor, with
+    the carried error; without any ladder the floor alone is a bound, not a prediction."""
+    sized = size_forward_stage(_stage("T4"), "onnxruntime", RUNS)
+    assert sized is not None and sized.basis == "carried ladder"
+    assert "carried to the T4 floor" in sized.basis_words
+    assert "20261206-134937-ec115bcd" in sized.basis_words
+    assert sized.error == CARRIED_ERROR and sized.gpus_range is not None
+    alone = size_forward_stage(_stage("T4"), "onnxruntime", [])
+    assert alone is not None and alone.basis == "floor only"
+    # the floor is a lower bound on batch time: the carried model serves fewer samples/s
+    assert sized.batching.samples_per_s_per_gpu < alone.batching.samples_per_s_per_gpu
+
+
+def test_the_carried_error_covers_a_carry_between_the_h100_and_the_h200() -> None:
+    """Each engine's bert-base ladder fitted on one GPU and carried to the other GPU's floor
+    predicts that GPU's measured batch times within CARRIED_ERROR (worst measured: 53%)."""
+    shipped = read_reference_folder(SHIPPED_REFERENCE_DIR).runs
+    h200 = shipped["h200_llama2-7b_engines_bert_resnet_runs.json"]
+    worst = 0.0
+    for engine in ("pytorch", "onnxruntime"):
+        for source, target, target_gpu in ((h200, RUNS, "H100-SXM"), (RUNS, h200, "H200")):
+            carried = size_forward_stage(_stage(target_gpu), engine, source)
+            assert carried is not None and carried.basis == "carried ladder"
+            for batch, ms, _ in ladder_points(
+                r
+                for r in target
+                if r.config.backend == engine
+                and r.config.model == "bert-base"
+                and r.config.precision.dtype == "float16"
+                and r.config.workload.sequence_length is not None
+                and r.config.workload.sequence_length.mean == 128
+            ):
+                worst = max(worst, abs(carried.batch_time.batch_ms(batch) - ms) / ms)
+    assert 0.4 < worst <= CARRIED_ERROR, worst
