@@ -75,7 +75,10 @@ def classifier(tmp_path_factory):
     [
         (["--engine", "vllm", "--precision", "fp32"], "does not serve encoders"),
         (["--engine", "onnxruntime", "--precision", "bf16"], "onnxruntime runs fp32, fp16, int8"),
-        (["--engine", "pytorch", "--precision", "fp8"], "pytorch runs fp32, bf16, fp16, int8"),
+        (
+            ["--engine", "pytorch", "--precision", "fp8-kv"],
+            "pytorch runs fp32, bf16, fp16, int8, fp8",
+        ),
         (["--precision", "fp32", "--labelled", "choices.jsonl"], "choices are for causal LMs"),
         (["--precision", "fp32", "--labelled", "unknown.jsonl"], "not one of the model's labels"),
     ],

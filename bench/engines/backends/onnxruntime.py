@@ -389,9 +389,9 @@ class _ForwardRunner:
                     "onnxruntime's forward batcher runs batches of varying size: set "
                     "workload.dynamic_shapes = true (a fixed-shape export serves one batch size)"
                 )
-            # Every batch size up to the limit will occur; each one's first run picks its
-            # kernels (a ViT's patch convolution searches cuDNN algorithms per shape), so warm
-            # them all before the first request, as TEI and Triton do.
+            # Every batch size up to the limit will occur, and on a GPU a size's first run
+            # selects its kernels (tens of ms: data/reference/README.md, h100_encoders), so
+            # warm them all before the first request, as TEI and Triton do.
             for size in range(1, self.options.max_batch_size + 1):
                 self._run_once(dataclasses.replace(shape, batch_size=size))
             engine["warmed_batch_sizes"] = self.options.max_batch_size
