@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from advisor.report.numbers import number
-from advisor.sizing.forward_sizing import ForwardSizing, size_forward_stage
+from advisor.sizing.forward_sizing import CARRIED_ERROR_WHY, ForwardSizing, size_forward_stage
 from advisor.workload.profile import StageProfile
 from bench.core.schema import RunResult
 
@@ -24,7 +24,7 @@ def forward_sizing(
 def sizing_words(sized: ForwardSizing) -> str:
     """`3 × H200 (2–3 within the model's error) for 12,800 samples/s ... Basis: ...`."""
     batching = sized.batching
-    calibrated = sized.basis in ("measured ladder", "carried ladder")
+    calibrated = sized.calibrated
     basis = (
         f"predicted, {sized.basis_words}"
         if calibrated
@@ -32,10 +32,7 @@ def sizing_words(sized: ForwardSizing) -> str:
         "bound on the count, not a prediction)"
     )
     if sized.basis == "carried ladder":
-        basis += (
-            f"; error assumed {sized.error:.0%} (a ladder carried between the H100 and the H200 "
-            "missed measured batch times by up to 53%)"
-        )
+        basis += f"; error assumed {sized.error:.0%} ({CARRIED_ERROR_WHY})"
     if batching is None:
         return (
             f"not sized: no batch size on {sized.gpu_type} meets the SLO (see the risks). "

@@ -19,7 +19,12 @@ from collections.abc import Sequence
 
 from advisor.sizing.capacity import EstimatedCapacity, fleet_for_stage
 from advisor.sizing.fleet import CapacityBasis, FleetOption
-from advisor.sizing.forward_sizing import ForwardSizing, WeightFormat, size_forward_stage
+from advisor.sizing.forward_sizing import (
+    CARRIED_ERROR_WHY,
+    ForwardSizing,
+    WeightFormat,
+    size_forward_stage,
+)
 from advisor.workload.gpus import find_gpu
 from advisor.workload.profile import StageProfile
 from advisor.workload.quality import profile_quality_name, stage_quality
@@ -91,7 +96,7 @@ def _precision(stage: StageProfile, fmt: WeightFormat | None) -> PrecisionConfig
 def _basis(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, float, float]:
     """The basis, and the capacity interval (requests/s): a fitted ladder's error either way;
     the floor alone is an upper bound on the capacity (a lower bound on the GPU count)."""
-    calibrated = sized.basis in ("measured ladder", "carried ladder")
+    calibrated = sized.calibrated
     low = rate * (1 - min(sized.error, 0.9))
     high = rate * (1 + sized.error) if calibrated else rate
     if calibrated:
@@ -102,8 +107,7 @@ def _basis(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, float, flo
             high_rps=high,
             expected_error=sized.error,
             error_words=(
-                f"assumed error {sized.error:.0%} (a ladder carried between the H100 and the H200 "
-                "missed measured batch times by up to 53%)"
+                f"assumed error {sized.error:.0%} ({CARRIED_ERROR_WHY})"
                 if sized.basis == "carried ladder"
                 else f"assumed error {sized.error:.0%} (the fit's largest error on its ladder, "
                 "at least 20%)"

@@ -127,6 +127,20 @@ class BatchTimeModel(Strict):
             return max(self.overhead_ms, device_ms)
         return self.overhead_ms + device_ms
 
+    def carried_to(self, floor: BatchTimeModel, basis: str) -> BatchTimeModel:
+        """`floor` (another GPU's, or another weight format's) with this model's calibration:
+        its overhead, efficiency, shape, fit error and measured range."""
+        return floor.model_copy(
+            update={
+                "overhead_ms": self.overhead_ms,
+                "efficiency": self.efficiency,
+                "overlapped": self.overlapped,
+                "fit_error": self.fit_error,
+                "largest_measured_batch": self.largest_measured_batch,
+                "basis": basis,
+            }
+        )
+
 
 def floor_model(
     architecture: Architecture,
@@ -195,15 +209,12 @@ def calibrate(floor: BatchTimeModel, points: Sequence[tuple[int, float, str]]) -
             + ", ".join(f"batch {batch} ({run_id})" for batch, _, run_id in points),
         }
     )
-    fitted = fitted.model_copy(update={"fit_error": _worst_error(fitted, points)})
+    errors = [abs(fitted.batch_ms(batch) - ms) / ms for batch, ms, _ in points]
+    fitted = fitted.model_copy(update={"fit_error": max(errors)})
     overlapped = _fit_overlapped(fitted, points)
     if overlapped is not None and overlapped.fit_error < fitted.fit_error:  # type: ignore[operator]
         return overlapped
     return fitted
-
-
-def _worst_error(model: BatchTimeModel, points: Sequence[tuple[int, float, str]]) -> float:
-    return max(abs(model.batch_ms(batch) - ms) / ms for batch, ms, _ in points)
 
 
 def _fit_overlapped(
@@ -215,20 +226,28 @@ def _fit_overlapped(
     so a small batch costs the dispatch alone and a large one the device time alone (H100
     PyTorch bert-base: 5.8, 4.7, 4.5, 5.0, 16.0 ms at batch 1 to 256 in
     data/reference/h100_encoders_runs.json), which a sum of the two cannot follow."""
-    best: BatchTimeModel | None = None
+    # Searched on plain numbers (the model is built once, for the best pair): the grid is
+    # 300 efficiencies per candidate overhead, and every sizing of a stage fits its ladder.
+    floors = [(serial.floor_ms(batch), ms) for batch, ms, _ in points]
+    best: tuple[float, float, float] | None = None  # (worst error, overhead, efficiency)
     for overhead in sorted({ms for _, ms, _ in points}):
         for step in range(1, 301):
-            candidate = serial.model_copy(
-                update={"overhead_ms": overhead, "efficiency": step / 200, "overlapped": True}
-            )
-            error = _worst_error(candidate, points)
-            if best is None or error < best.fit_error:  # type: ignore[operator]
-                best = candidate.model_copy(update={"fit_error": error})
-    if best is not None:
-        best = best.model_copy(
-            update={"basis": serial.basis + " (launch work overlapping the device's)"}
-        )
-    return best
+            efficiency = step / 200
+            error = max(abs(max(overhead, floor / efficiency) - ms) / ms for floor, ms in floors)
+            if best is None or error < best[0]:
+                best = (error, overhead, efficiency)
+    if best is None:
+        return None
+    error, overhead, efficiency = best
+    return serial.model_copy(
+        update={
+            "overhead_ms": overhead,
+            "efficiency": efficiency,
+            "overlapped": True,
+            "fit_error": error,
+            "basis": serial.basis + " (launch work overlapping the device's)",
+        }
+    )
 
 
 class BatchingChoice(Strict):

@@ -38,6 +38,10 @@ CARRIED_ERROR = 0.55
 the H200 either way (PyTorch and ONNX Runtime bert-base, data/reference/h100_encoders_runs.json
 and h200_llama2-7b_engines_bert_resnet_runs.json), such a carry missed measured batch times by
 up to 53% (tests/advisor/test_forward_h100.py recomputes it)."""
+CARRIED_ERROR_WHY = (
+    "a ladder carried between the H100 and the H200 missed measured batch times by up to 53%"
+)
+"""Why CARRIED_ERROR, in the words the report and the fleet answer give."""
 TRANSFERRED_ERROR = 0.3
 """The least error assumed where a 16-bit ladder's overhead and efficiency stand for an INT8 or
 FP8 run that was not measured (quantised kernels reach another fraction of their peak)."""
@@ -67,6 +71,11 @@ class ForwardSizing(Strict):
     )
     feasibility: FloorVerdict | None = None
     notes: list[str] = Field(default_factory=list)
+
+    @property
+    def calibrated(self) -> bool:
+        """Batch times from a measured ladder (this GPU's or another's), not the floor alone."""
+        return self.basis != "floor only"
 
 
 def _same_shape(run: RunResult, stage: StageProfile) -> bool:
@@ -113,23 +122,18 @@ def size_forward_stage(
     model = calibrate(floor, ladder)
     calibrated = model.fit_error is not None
     error = max(model.fit_error or 0.0, 0.2) if calibrated else UNCALIBRATED_ERROR
+    basis = "measured ladder" if calibrated else "floor only"
     carried_from = None
     if not calibrated:
         carried = carried_ladder(runs, framework, stage, gpu.name)
         if carried is not None:
             carried_from, other = carried
-            model = floor.model_copy(
-                update={
-                    "overhead_ms": other.overhead_ms,
-                    "efficiency": other.efficiency,
-                    "overlapped": other.overlapped,
-                    "fit_error": other.fit_error,
-                    "largest_measured_batch": other.largest_measured_batch,
-                    "basis": f"the {framework} ladder on {carried_from} carried to the "
-                    f"{gpu.name} floor ({other.basis})",
-                }
+            model = other.carried_to(
+                floor,
+                f"the {framework} ladder on {carried_from} carried to the {gpu.name} floor "
+                f"({other.basis})",
             )
-            calibrated = True
+            calibrated, basis = True, "carried ladder"
             error = max(other.fit_error or 0.0, CARRIED_ERROR)
     if weight_format is not None:
         quantised = floor_model(architecture, gpu, weight_format, sequence, stage.image_size)
@@ -137,17 +141,11 @@ def size_forward_stage(
             return None
         if calibrated:
             error = max(error, TRANSFERRED_ERROR)
-            quantised = quantised.model_copy(
-                update={
-                    "overhead_ms": model.overhead_ms,
-                    "efficiency": model.efficiency,
-                    "overlapped": model.overlapped,
-                    "fit_error": model.fit_error,
-                    "largest_measured_batch": model.largest_measured_batch,
-                    "basis": f"the {weight_format.upper()} floor with the overhead and "
-                    f"efficiency of the {stage.precision.dtype} ladder ({model.basis}); "
-                    f"{weight_format.upper()} itself not measured",
-                }
+            quantised = model.carried_to(
+                quantised,
+                f"the {weight_format.upper()} floor with the overhead and "
+                f"efficiency of the {stage.precision.dtype} ladder ({model.basis}); "
+                f"{weight_format.upper()} itself not measured",
             )
         model = quantised
     notes = []
@@ -194,11 +192,7 @@ def size_forward_stage(
         stage=stage.name,
         framework=framework,
         gpu_type=gpu.name,
-        basis="carried ladder"
-        if carried_from is not None
-        else "measured ladder"
-        if calibrated
-        else "floor only",
+        basis=basis,
         basis_words=model.basis,
         batch_time=model,
         weight_format=weight_format,
@@ -233,7 +227,7 @@ def carried_ladder(
             and _same_shape(run, stage)
         ):
             by_gpu.setdefault(other, []).append(run)
-    best: tuple[int, str, BatchTimeModel] | None = None
+    best: tuple[int, str, BatchTimeModel, list[tuple[int, float, str]]] | None = None
     for other, other_runs in sorted(by_gpu.items()):
         spec = find_gpu(other)
         points = ladder_points(other_runs)
@@ -244,10 +238,12 @@ def carried_ladder(
         )
         if floor is None or len({batch for batch, _, _ in points}) < 2:
             continue
-        fitted = calibrate(floor, points)
         if best is None or len(points) > best[0]:
-            best = (len(points), other, fitted)
-    return (best[1], best[2]) if best is not None else None
+            best = (len(points), other, floor, points)
+    if best is None:
+        return None
+    _, other, floor, points = best
+    return other, calibrate(floor, points)  # only the chosen ladder is fitted
 
 
 def _run_gpu(run: RunResult) -> str | None:

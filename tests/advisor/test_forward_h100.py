@@ -26,6 +26,20 @@ DOC = (Path(__file__).resolve().parents[2] / "docs" / "forward-serving.md").read
 QUALITY = SHIPPED_REFERENCE_DIR / "quality" / "h100_tiny-bert-classifier"
 
 
+def _stage(gpu: str, rate: float = 500) -> StageProfile:
+    """A bert-base embedder at 128 tokens, fp16, p99 50 ms, on `gpu`."""
+    return StageProfile(
+        name="embedder",
+        kind="forward",
+        model="bert-base",
+        sequence_length={"kind": "fixed", "mean": 128},
+        request_rate_rps=rate,
+        slo={"e2e_ms": 50},
+        gpu={"type": gpu},
+        precision={"dtype": "float16"},
+    )
+
+
 def fit_row(fit: LadderFit) -> str:
     shape = "max(overhead, device)" if fit.overlapped else "overhead + device"
     return (
@@ -87,17 +101,7 @@ def test_the_model_is_near_onnx_runtime_and_far_above_eager_pytorch_in_process()
 
 
 def test_an_h100_stage_is_sized_from_the_shipped_ladder() -> None:
-    stage = StageProfile(
-        name="embedder",
-        kind="forward",
-        model="bert-base",
-        sequence_length={"kind": "fixed", "mean": 128},
-        request_rate_rps=5000,
-        slo={"e2e_ms": 50},
-        gpu={"type": "H100-SXM"},
-        precision={"dtype": "float16"},
-    )
-    sized = size_forward_stage(stage, "onnxruntime", RUNS)
+    sized = size_forward_stage(_stage("H100-SXM", rate=5000), "onnxruntime", RUNS)
     assert sized is not None and sized.basis == "measured ladder"
     assert "20261206-134937-ec115bcd" in sized.basis_words  # the batch-1 ladder run
     assert sized.batching is not None and sized.batching.max_batch <= 256
@@ -117,19 +121,6 @@ def test_the_gpu_quality_files_say_what_ran(name, measured, not_run) -> None:
     assert {n for n, s in statuses.items() if s == "measured"} == measured
     assert {n for n, s in statuses.items() if s == "not run"} == not_run
     assert result.environment is not None
-
-
-def _stage(gpu: str) -> StageProfile:
-    return StageProfile(
-        name="embedder",
-        kind="forward",
-        model="bert-base",
-        sequence_length={"kind": "fixed", "mean": 128},
-        request_rate_rps=500,
-        slo={"e2e_ms": 50},
-        gpu={"type": gpu},
-        precision={"dtype": "float16"},
-    )
 
 
 def test_a_gpu_without_a_ladder_gets_the_ladder_of_another_carried_over() -> None:
