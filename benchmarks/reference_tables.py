@@ -1279,6 +1279,84 @@ def prefix_table(reference_dir: Path = REFERENCE_DIR) -> str:
     return "\n".join(lines)
 
 
+def mechanism_checks(reference_dir: Path = REFERENCE_DIR):  # list[advisor MechanismRun]
+    """Every shipped GPU run of prefix caching, MoE or long context under load, predicted
+    level by level (advisor/sizing/mechanism_validation.py)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from advisor.sizing.calibration_fit import shipped_records
+    from advisor.sizing.measured import measured_reference_runs
+    from advisor.sizing.mechanism_validation import check_mechanisms
+
+    runs = measured_reference_runs(reference_dir)
+    pairs = [(run, f"data/reference/{name}") for name, rs in runs.items() for run in rs]
+    return check_mechanisms(pairs, shipped_records(reference_dir))
+
+
+def mechanism_table(checks, mechanism: str) -> str:
+    """One mechanic's runs: per closed-loop level, measured TTFT/TPOT p50 and p99 beside each
+    basis' prediction (error)."""
+    from advisor.sizing.mechanism_validation import FIGURES, LEFT_OUT_WORDS
+
+    rows = [c for c in checks if c.mechanism == mechanism]
+    if not rows:
+        return f"(no shipped GPU run measures {mechanism})"
+    names = {"uncalibrated": "uncalibrated", "this GPU": "GPU's record"}
+    labels = {
+        "ttft_p50": "TTFT p50",
+        "ttft_p99": "TTFT p99",
+        "tpot_p50": "TPOT p50",
+        "tpot_p99": "TPOT p99",
+    }
+    out = []
+    for check in rows:
+        bases = check.bases
+        out.append(
+            f"**{check.traffic}**, {check.model}, caching {'on' if check.caching else 'off'}, "
+            f"chunk {check.token_budget:,} tokens — run {check.run_id} (`{check.reference}`)"
+            + (f"; GPU's record {check.record}" if check.record else "")
+            + f"; left out = {LEFT_OUT_WORDS[check.mechanism]}"
+        )
+        out.append("")
+        out.append(
+            "| level | figure | measured ms | " + " | ".join(names.get(b, b) for b in bases) + " |"
+        )
+        out.append("|---|---|---:|" + "---:|" * len(bases))
+        for level in check.levels:
+            for figure in FIGURES:
+                measured = level.measured.get(figure)
+                if measured is None:
+                    continue
+                cells = []
+                for basis in bases:
+                    value = level.predicted.get(basis, {}).get(figure)
+                    error = level.error(basis, figure)
+                    cells.append("-" if value is None else f"{fmt(value)} ({pct(error)})")
+                out.append(
+                    f"| c{level.concurrency} | {labels[figure]} | {fmt(measured)} | "
+                    + " | ".join(cells)
+                    + " |"
+                )
+        out.append(
+            "| median abs error | TPOT p50 | | "
+            + " | ".join(
+                "-" if (e := check.median_abs_error(b, "tpot_p50")) is None else f"{100 * e:.0f}%"
+                for b in bases
+            )
+            + " |"
+        )
+        out.append(
+            "| median abs error | TTFT p50 | | "
+            + " | ".join(
+                "-" if (e := check.median_abs_error(b, "ttft_p50")) is None else f"{100 * e:.0f}%"
+                for b in bases
+            )
+            + " |"
+        )
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
 # --------------------------------------------------------------------------- the docs
 
 
@@ -1289,6 +1367,7 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
     serving = serving_validation(reference_dir)
     unseen = unseen_gpu_checks(reference_dir)
     long_context = long_context_check(reference_dir)
+    mechanisms = mechanism_checks(reference_dir)
     context = {
         "runs": runs,
         "folders": folders,
@@ -1312,10 +1391,14 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
             "unseen_summary": unseen_summary_table(unseen),
             "prefix": prefix_table(reference_dir),
             "long_context": long_context_table(long_context),
+            "mechanism_prefix": mechanism_table(mechanisms, "prefix caching"),
+            "mechanism_moe": mechanism_table(mechanisms, "mixture-of-experts"),
+            "mechanism_long": mechanism_table(mechanisms, "long context"),
         },
         "serving": serving,
         "unseen": unseen,
         "long_context": long_context,
+        "mechanisms": mechanisms,
         "unseen_capacity": unseen_capacity_table,
         "unseen_latency": unseen_latency_table,
         "unseen_serve": unseen_serve_table,

@@ -35,7 +35,7 @@ from advisor.sizing.serving_sim import (
     engine_shape,
     median_capacity,
 )
-from advisor.workload.architectures import architecture_for
+from advisor.workload.architectures import Architecture, architecture_for
 from advisor.workload.gpus import GPUS
 from bench.core.config import (
     SLO,
@@ -109,12 +109,16 @@ MAX_PROMPT_SPREAD = 0.25
 """A run whose prompt lengths spread wider than this share of their mean is not fitted on."""
 
 
-def run_shape(run: RunResult, require_valid: bool = True) -> RunShape | None:
+def run_shape(
+    run: RunResult, require_valid: bool = True, architecture: Architecture | None = None
+) -> RunShape | None:
     """The run's shape when the model covers it: a VALID completed generate run of a
     continuous-batching engine on a catalogued GPU with a known model size, its prompts within
     `MAX_PROMPT_SPREAD` of their mean; else None.
     `require_valid=False` also takes an INVALID one: only to predict a held-out search that did
-    not converge (advisor/sizing/unseen_gpu.py says so beside it), never to fit or size."""
+    not converge (advisor/sizing/unseen_gpu.py says so beside it), never to fit or size.
+    `architecture` replaces the model's own (a check of what the engine model would predict
+    with one of its mechanics left out: advisor/sizing/mechanism_validation.py)."""
     config = run.config
     if not isinstance(config.workload, GenerateWorkload):
         return None
@@ -132,7 +136,8 @@ def run_shape(run: RunResult, require_valid: bool = True) -> RunShape | None:
         return None
     gpu_name = run_gpu_name(run)
     gpu = GPUS.get(gpu_name) if gpu_name else None
-    architecture, _ = architecture_for(config.model)
+    if architecture is None:
+        architecture, _ = architecture_for(config.model)
     if gpu is None or architecture is None or not architecture.parameters:
         return None
     deployment = Deployment(

@@ -655,8 +655,18 @@ PRESET_LAYOUT_VERSION = 2
 """Bumped whenever a preset's config changes, so stale cached checkpoints are never reused."""
 
 
-def preset_dir(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
-    return model_cache_dir() / f"{name}-seed{seed}-{dtype}-v{PRESET_LAYOUT_VERSION}"
+def preset_dir(name: str, seed: int = 0, dtype: str = "bfloat16", weights: bool = True) -> Path:
+    """Where preset `name` is written; a config-only copy (`weights=False`) has its own folder,
+    so a later run that needs the weights never finds a folder without them."""
+    suffix = "" if weights else "-config-only"
+    return model_cache_dir() / f"{name}-seed{seed}-{dtype}-v{PRESET_LAYOUT_VERSION}{suffix}"
+
+
+def engine_initialises_weights(backend: str, engine_args: dict[str, Any]) -> bool:
+    """True when the engine fills the weights itself and reads only config.json and the
+    tokenizer: vLLM's `load_format=dummy` (random values, the same shapes, dtypes and kernels as
+    a checkpoint). A 30-50B preset then needs no 60-100 GB write before the engine starts."""
+    return backend == "vllm" and engine_args.get("load_format") == "dummy"
 
 
 def _get_preset(name: str) -> Preset:
@@ -686,24 +696,30 @@ def _check_disk(name: str, folder: Path, weight_bytes: int) -> None:
         )
 
 
-def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
+def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16", weights: bool = True) -> Path:
     """Write preset `name` with random weights (once) and return its checkpoint directory.
 
+    `weights=False` writes config.json and the tokenizer only, for an engine that initialises
+    the weights itself (`engine_initialises_weights`); a trained preset always has its weights.
     Written into a temporary directory beside the final one and renamed into place, so a
     half-written checkpoint is never used; a concurrent writer that loses the race drops its copy.
     """
     preset = _get_preset(name)
     _check_dtype(dtype)
-    final_dir = preset_dir(name, seed, dtype)
+    weights = weights or preset.trained
+    final_dir = preset_dir(name, seed, dtype, weights=weights)
     if (final_dir / "config.json").exists():
         return final_dir
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     config = preset.build_config()
-    _check_disk(name, final_dir.parent, parameter_count(config) * DTYPE_BYTES[dtype])
+    if weights:
+        _check_disk(name, final_dir.parent, parameter_count(config) * DTYPE_BYTES[dtype])
     staging_dir = final_dir.parent / f".tmp-{final_dir.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging_dir.mkdir()
     try:
-        if preset.trained and preset.kind == "forward":
+        if not weights:
+            _write_config(config, staging_dir, dtype)
+        elif preset.trained and preset.kind == "forward":
             train_tiny_classifier(config, staging_dir, seed=seed, dtype=dtype)
         elif preset.trained:
             train_tiny_checkpoint(config, staging_dir, seed=seed, dtype=dtype)
@@ -718,6 +734,7 @@ def ensure_preset(name: str, seed: int = 0, dtype: str = "bfloat16") -> Path:
                     "seed": seed,
                     "dtype": dtype,
                     "random_weights": not preset.trained,
+                    "weights_on_disk": weights,
                     "format_version": CHECKPOINT_FORMAT_VERSION,
                 },
                 indent=2,
@@ -1290,13 +1307,15 @@ def resolve_model(
     dtype: str = "bfloat16",
     trust_remote_code: bool = False,
     seed: int = 0,
+    weights: bool = True,
 ) -> ModelInfo:
-    """A preset name (written on first use) or a local checkpoint directory -> its ModelInfo."""
+    """A preset name (written on first use; config and tokenizer only with `weights=False`) or a
+    local checkpoint directory -> its ModelInfo."""
     _check_dtype(dtype)
     check_model_name(name_or_path)
     name_or_path = canonical_model(name_or_path)
     if name_or_path in PRESETS:
-        model_dir = ensure_preset(name_or_path, seed=seed, dtype=dtype)
+        model_dir = ensure_preset(name_or_path, seed=seed, dtype=dtype, weights=weights)
         info = _info_from_dir(model_dir, name_or_path, dtype, trust_remote_code=False)
         return info.model_copy(update={"random_weights": not PRESETS[name_or_path].trained})
     path = Path(name_or_path).expanduser()

@@ -396,13 +396,16 @@ def launch(
     raise RunInterrupted and a failing store or output file RunAborted, each after the worker is
     stopped and the run marked FAILED where the store still allows.
     """
-    from bench.engines.models import resolve_model
+    from bench.engines.models import engine_initialises_weights, resolve_model
     from bench.run.environment import fingerprint
 
     placement = check_runnable(config)
     config = with_explicit_prompt_form(config)
     model = resolve_model(
-        config.model, dtype=config.precision.dtype, trust_remote_code=config.trust_remote_code
+        config.model,
+        dtype=config.precision.dtype,
+        trust_remote_code=config.trust_remote_code,
+        weights=not engine_initialises_weights(config.backend, config.engine_args),
     )
     progress = on_progress or (lambda _p: None)
 

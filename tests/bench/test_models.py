@@ -299,3 +299,27 @@ def test_a_qwen3_moe_checkpoint_is_written_in_the_hub_layout_and_loads(tmp_path)
         str(tmp_path), dtype=torch.float32, output_loading_info=True
     )
     assert not loading["missing_keys"] and not loading["unexpected_keys"], loading
+
+
+def test_config_only_preset_for_an_engine_that_fills_its_weights(tmp_path, monkeypatch) -> None:
+    """vLLM's load_format=dummy reads config.json and the tokenizer only: the preset is written
+    without weights, in its own folder, with the same sizes as the checkpoint would have."""
+    monkeypatch.setenv("ADVISOR_MODEL_CACHE", str(tmp_path))
+    assert models.engine_initialises_weights("vllm", {"load_format": "dummy"})
+    assert not models.engine_initialises_weights("vllm", {})
+    assert not models.engine_initialises_weights("pytorch", {"load_format": "dummy"})
+    bare = resolve_model("tiny-llama", dtype="float32", weights=False)
+    folder = Path(bare.path)
+    assert folder.name.endswith("-config-only")
+    assert not list(folder.glob("*.safetensors"))
+    assert (folder / "tokenizer.json").is_file() and (folder / "config.json").is_file()
+    marker = json.loads((folder / "advisor_preset.json").read_text())
+    assert marker["random_weights"] is True and marker["weights_on_disk"] is False
+    full = resolve_model("tiny-llama", dtype="float32")
+    assert full.path != bare.path and list(Path(full.path).glob("*.safetensors"))
+    assert (bare.parameters, bare.weight_bytes, bare.random_weights, bare.name) == (
+        full.parameters,
+        full.weight_bytes,
+        True,
+        "tiny-llama",
+    )
