@@ -1293,6 +1293,36 @@ def mechanism_checks(reference_dir: Path = REFERENCE_DIR):  # list[advisor Mecha
     return check_mechanisms(pairs, shipped_records(reference_dir))
 
 
+def mechanism_summary_table(checks) -> str:
+    """Per run: the median |error| of TPOT p50 and TTFT p50 over its levels, per basis."""
+    if not checks:
+        return "(no shipped GPU run measures prefix caching, MoE or long context)"
+    names = {"uncalibrated": "uncalibrated", "this GPU": "GPU's record"}
+    bases = []
+    for check in checks:
+        bases += [b for b in check.bases if b not in bases]
+    lines = [
+        "| mechanic | traffic | caching | chunk | median abs error TPOT p50 / TTFT p50: "
+        + " | ".join(names.get(b, b) for b in bases)
+        + " |",
+        "|---|---|---|---:|" + "---:|" * len(bases),
+    ]
+
+    def cell(check, basis) -> str:
+        if basis not in check.bases:
+            return "-"
+        tpot = check.median_abs_error(basis, "tpot_p50")
+        ttft = check.median_abs_error(basis, "ttft_p50")
+        return " / ".join("-" if e is None else f"{100 * e:.0f}%" for e in (tpot, ttft))
+
+    for check in checks:
+        lines.append(
+            f"| {check.mechanism} | {check.traffic} | {'on' if check.caching else 'off'} | "
+            f"{check.token_budget:,} | " + " | ".join(cell(check, b) for b in bases) + " |"
+        )
+    return "\n".join(lines)
+
+
 def mechanism_table(checks, mechanism: str) -> str:
     """One mechanic's runs: per closed-loop level, measured TTFT/TPOT p50 and p99 beside each
     basis' prediction (error)."""
@@ -1391,6 +1421,7 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
             "unseen_summary": unseen_summary_table(unseen),
             "prefix": prefix_table(reference_dir),
             "long_context": long_context_table(long_context),
+            "mechanism_summary": mechanism_summary_table(mechanisms),
             "mechanism_prefix": mechanism_table(mechanisms, "prefix caching"),
             "mechanism_moe": mechanism_table(mechanisms, "mixture-of-experts"),
             "mechanism_long": mechanism_table(mechanisms, "long context"),

@@ -234,7 +234,7 @@ def points_from_shapes(shapes: Sequence[tuple[RunShape, str | None]]) -> list[Ca
                 continue
             if summary.output_throughput_tok_s <= 0:
                 continue
-            tpot = item.shape.step_ms(fit.factors, obs.decode, obs.prefill, obs.context)
+            tpot = item.shape.step_ms(fit.factors, obs.decode, obs.prefill, obs.context, obs.decode)
             throughput = item.replicas * obs.decode * 1e3 / tpot
             measured_tpot = obs.measured_step_ms
             measured_tok_s = summary.output_throughput_tok_s

@@ -178,7 +178,7 @@ def level_step_error(
 
 
 def _predicted(item: _Level, obs: StepObservation, factors: Factors) -> float:
-    return item.shape.step_ms(factors, obs.decode, obs.prefill, obs.context)
+    return item.shape.step_ms(factors, obs.decode, obs.prefill, obs.context, obs.decode)
 
 
 def fit_levels(pairs: Sequence[tuple[_Level, StepObservation]]) -> Factors:

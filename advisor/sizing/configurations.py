@@ -330,9 +330,9 @@ def step_floor_ms(
     prefill = batch * uncached / output
     context = batch * (inputs.prompt_tokens + inputs.output_tokens / 2)
     if factors is not None:  # the serving model's step, as its simulation takes it
-        step = shape.step_ms(factors, batch, prefill, context)
+        step = shape.step_ms(factors, batch, prefill, context, batch)
     else:  # the floor is pure physics: the assumed TP efficiency is the factors' to apply
-        step = shape.step_ms(FLOOR, batch, prefill, context) * shape.tp_efficiency
+        step = shape.step_ms(FLOOR, batch, prefill, context, batch) * shape.tp_efficiency
     per_token = shape.kv_bytes_per_token * deployment.parallelism.tensor_parallel_size
     own = inputs.prompt_tokens + inputs.output_tokens - shape.pooled_prompt_tokens
     return step, per_token * own / GB

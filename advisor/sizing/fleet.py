@@ -28,6 +28,7 @@ from advisor.sizing.capacity import Capacity, EstimatedCapacity, fleet_for_stage
 from advisor.sizing.configurations import Deployment, deployment_formats, supports
 from advisor.sizing.engine_model.prefix import caches_prefixes
 from advisor.sizing.estimate import TP_DEGREES
+from advisor.sizing.mechanics import LONG_CONTEXT_TOKENS
 from advisor.sizing.serving_model import (
     CapacityPrediction,
     engine_family,
@@ -224,24 +225,32 @@ def _layouts(stage: StageProfile, framework: str) -> list[int]:
     ]
 
 
-LONG_CONTEXT_TOKENS = 8192
-"""Served prompts from this length on are outside every shipped load measurement (their prefill
-alone is checked one request at a time: docs/capacity-model.md, "Long context")."""
+def mechanism_notes(stage: StageProfile) -> list[str]:
+    """What the stage asks of the engine model beyond plain dense serving, each with what the
+    shipped GPU runs say of it (advisor/sizing/mechanism_validation.py: the median error of the
+    checks) or that no measurement has checked it yet: prefix reuse's GPU speed-up,
+    mixture-of-experts routing, long context under load."""
+    from advisor.sizing.mechanism_validation import shipped_evidence
 
-
-def unvalidated_mechanics(stage: StageProfile) -> list[str]:
-    """What the stage asks of the engine model that no shipped measurement has checked: what
-    prefix reuse saves on a GPU (the share served from the cache is checked against vLLM's own
-    counters, on its CPU build), mixture-of-experts routing, long context under load (its
-    prefill is checked request by request on an H100; docs/capacity-model.md)."""
-    out = []
+    asked = []
     if stage.declares_shared_prefixes():
-        out.append("prefix reuse's GPU speed-up")
+        asked.append(("prefix caching", "prefix reuse's GPU speed-up"))
     architecture, _ = architecture_for(stage.model)
     if architecture is not None and getattr(architecture, "is_moe", False):
-        out.append("mixture-of-experts routing")
+        asked.append(("mixture-of-experts", "mixture-of-experts routing"))
     if stage.prompt_tokens.mean >= LONG_CONTEXT_TOKENS:
-        out.append("long context under load")
+        asked.append(("long context", "long context under load"))
+    if not asked:
+        return []
+    found = shipped_evidence()
+    out = []
+    for mechanism, words in asked:
+        checked = found.get(mechanism)
+        out.append(
+            f"its {checked.words()}"
+            if checked is not None
+            else f"its {words} not yet checked against a measurement"
+        )
     return out
 
 
@@ -300,11 +309,9 @@ def _basis(
             f"run `{command}` on one to calibrate it"
         )
         expected = None
-    unchecked = unvalidated_mechanics(stage) if stage is not None else []
-    if unchecked:
-        error_words += (
-            "; " if error_words else ""
-        ) + f"its {' and '.join(unchecked)} not yet checked against a measurement"
+    notes = mechanism_notes(stage) if stage is not None else []
+    if notes:
+        error_words += ("; " if error_words else "") + "; ".join(notes)
     return CapacityBasis(
         source="calibrated" if prediction.calibrated else "uncalibrated",
         calibration=calibration,

@@ -21,6 +21,7 @@ from advisor.sizing.engine_model.prefix import (
 from advisor.sizing.engine_model.step import EngineShape
 from advisor.sizing.engine_shape import registered_backend
 from advisor.sizing.measured import run_gpu_name
+from advisor.sizing.mechanics import mechanisms_of
 from advisor.sizing.serving_sim import (
     CAPACITY_PRECISION,
     CONTINUOUS_BATCHING,
@@ -114,7 +115,7 @@ def run_shape(
 ) -> RunShape | None:
     """The run's shape when the model covers it: a VALID completed generate run of a
     continuous-batching engine on a catalogued GPU with a known model size, its prompts within
-    `MAX_PROMPT_SPREAD` of their mean; else None.
+    `MAX_PROMPT_SPREAD` of their mean, not a trace replay; else None.
     `require_valid=False` also takes an INVALID one: only to predict a held-out search that did
     not converge (advisor/sizing/unseen_gpu.py says so beside it), never to fit or size.
     `architecture` replaces the model's own (a check of what the engine model would predict
@@ -123,6 +124,10 @@ def run_shape(
     if not isinstance(config.workload, GenerateWorkload):
         return None
     if engine_family(config.backend) not in CONTINUOUS_BATCHING:
+        return None
+    if config.load.pattern == "replay":
+        # a trace's own lengths and shared blocks drive the run; the workload's lengths (the
+        # defaults) do not describe it, so the model's shape of it would be wrong
         return None
     if run.status != RunStatus.COMPLETED or (
         require_valid and run.validity is not None and run.validity.status != ValidityStatus.VALID
@@ -294,7 +299,10 @@ def calibrate(
     family: str, gpu: str, precision_class: str, shapes: Sequence[RunShape]
 ) -> Calibration:
     """Factors from the runs of the same engine family and GPU, the same precision class first."""
-    same_engine = [s for s in shapes if s.family == family and s.gpu == gpu]
+    # a run of a mechanic checks it and is not fitted on (advisor/sizing/mechanics.py)
+    same_engine = [
+        s for s in shapes if s.family == family and s.gpu == gpu and not mechanisms_of(s.run)
+    ]
     same_class = [s for s in same_engine if s.precision_class == precision_class]
     for pool, words, other in (
         (same_class, f"{family} on {gpu}, {precision_class}", False),
@@ -345,7 +353,7 @@ def step_errors(
         others = [s for s in shapes if s.run.run_id != item.run.run_id]
         factors = calibrate(family, gpu, precision_class, others).factors
         for o in observations(item):
-            predicted = item.shape.step_ms(factors, o.decode, o.prefill, o.context)
+            predicted = item.shape.step_ms(factors, o.decode, o.prefill, o.context, o.decode)
             errors.append(math.log(o.measured_step_ms / predicted))
     return errors
 
@@ -353,7 +361,10 @@ def step_errors(
 def uncalibrated_step_errors(shapes: Sequence[RunShape]) -> list[float]:
     """log(measured / predicted) step time of every level with the default factors."""
     return [
-        math.log(o.measured_step_ms / item.shape.step_ms(Factors(), o.decode, o.prefill, o.context))
+        math.log(
+            o.measured_step_ms
+            / item.shape.step_ms(Factors(), o.decode, o.prefill, o.context, o.decode)
+        )
         for item in shapes
         for o in observations(item)
     ]

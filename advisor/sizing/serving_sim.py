@@ -39,6 +39,9 @@ from bench.run.load.capacity import judge_probe
 CONTINUOUS_BATCHING = frozenset({"vllm", "openai", "tensorrt_llm"})
 """Engines that schedule vLLM-style (iteration-level batching, chunked prefill): the ones this
 model describes. `openai` is a served engine (vllm serve in every shipped run)."""
+CASCADE_ENGINES = frozenset({"vllm", "openai"})
+"""Engines whose attention reads a prefix common to the whole batch once per step (vLLM's
+cascade attention: `EngineShape.common_prefix_tokens`); `openai` is vllm serve."""
 DEFAULT_OVERHEAD_MS = 0.5
 DEFAULT_MEMORY_FACTOR = 1.25
 DEFAULT_COMPUTE_FACTOR = 1.6
@@ -99,6 +102,7 @@ def engine_shape(
         bandwidth_tb_s=bandwidth_tb_s,
         reuse=reuse,
         prompt_tokens=prompt_tokens,
+        cascade=deployment.framework in CASCADE_ENGINES,
     )
 
 
@@ -236,17 +240,19 @@ def _simulate(
                 horizon = min(horizon, int(eligible[waiting[0]]) - step)
             if arrivals_ms is not None and next_arrival < n and not waiting:
                 gap = float(arrival[next_arrival]) - t
-                horizon = min(horizon, _steps_within(shape, factors, decoding, context, gap))
+                horizon = min(
+                    horizon, _steps_within(shape, factors, decoding, context, gap, running)
+                )
             if horizon > 1 and JUMP_DECODE_STRETCHES:
                 jump = horizon - 1
-                d0 = shape.step_ms(factors, decoding, 0, context)
+                d0 = shape.step_ms(factors, decoding, 0, context, running)
                 slope = shape.context_slope_ms(factors, decoding)
                 t += jump * d0 + slope * jump * (jump - 1) / 2
                 context += decoding * jump
                 step += jump
                 batch_steps += running * jump
                 steps += jump
-        dt = shape.step_ms(factors, decoding, prefill, context)
+        dt = shape.step_ms(factors, decoding, prefill, context, running)
         t += dt
         step += 1
         steps += 1
@@ -302,13 +308,18 @@ def _simulate(
 
 
 def _steps_within(
-    shape: EngineShape, factors: Factors, decoding: int, context: float, gap_ms: float
+    shape: EngineShape,
+    factors: Factors,
+    decoding: int,
+    context: float,
+    gap_ms: float,
+    sequences: float = 0.0,
 ) -> int:
     """Decode-only steps that end before `gap_ms` has passed, plus one (the step during which
     the next request arrives): step j takes d0 + j x slope."""
     if gap_ms <= 0:
         return 1
-    d0 = shape.step_ms(factors, decoding, 0, context)
+    d0 = shape.step_ms(factors, decoding, 0, context, sequences)
     slope = shape.context_slope_ms(factors, decoding)
     if slope <= 1e-12:
         return int(gap_ms // d0) + 1

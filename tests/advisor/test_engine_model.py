@@ -251,15 +251,34 @@ def test_a_mixtral_class_model_is_sized_from_its_active_parameters():
     assert chosen.configuration.parallelism.replicas == chosen.capacity.gpus_needed
 
 
-def test_what_no_measurement_has_checked_is_said():
-    from advisor.sizing.fleet import unvalidated_mechanics
+def test_each_mechanic_says_what_the_shipped_gpu_runs_checked(monkeypatch):
+    """The shipped H100 runs check prefix caching and long context under load (their median
+    error is stated, recomputed here from the runs); nothing shipped checks MoE routing; a
+    folder without such runs says each is unchecked."""
+    from advisor.sizing import measured
+    from advisor.sizing.fleet import mechanism_notes
+    from advisor.sizing.mechanism_validation import shipped_evidence
+    from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+
+    seed_only = mechanism_notes(stage_of({"model": "llama-2-7b", "shared_prefix": {"tokens": 500}}))
+    assert seed_only == ["its prefix reuse's GPU speed-up not yet checked against a measurement"]
+    monkeypatch.setattr(measured, "DEFAULT_REFERENCE_DIR", SHIPPED_REFERENCE_DIR)
 
     stage = stage_of(
         {"model": "mixtral-8x7b", "shared_prefix": {"tokens": 500}, "prompt_tokens": {"mean": 9000}}
     )
-    assert unvalidated_mechanics(stage) == [
-        "prefix reuse's GPU speed-up",
-        "mixture-of-experts routing",
-        "long context under load",
-    ]
-    assert unvalidated_mechanics(stage_of({"model": "llama-2-7b"})) == []
+    notes = mechanism_notes(stage)
+    found = shipped_evidence()
+    assert set(found) == {"prefix caching", "long context"}
+    prefix, moe, long_context = notes
+    assert prefix.startswith("its prefix caching checked on H100-SXM")
+    checked = found["prefix caching"]
+    assert (
+        f"TPOT p50 off by {100 * checked.tpot_p50_error:.0f}% at the median level, "
+        f"{100 * checked.tpot_p50_worst:.0f}% at worst" in prefix
+    )
+    assert checked.tpot_p50_worst >= checked.tpot_p50_error
+    assert moe == "its mixture-of-experts routing not yet checked against a measurement"
+    assert long_context.startswith("its long context checked on H100-SXM (2 run(s)")
+    assert found["long context"].basis == "its bench calibrate record"
+    assert mechanism_notes(stage_of({"model": "llama-2-7b"})) == []

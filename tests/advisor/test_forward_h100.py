@@ -113,6 +113,7 @@ def test_an_h100_stage_is_sized_from_the_shipped_ladder() -> None:
     [
         ("quality.json", {"fp32", "bf16", "fp16"}, {"int8", "fp8"}),
         ("onnxruntime/quality.json", {"fp32", "fp16", "int8"}, set()),
+        ("pytorch-8bit/quality.json", {"fp32", "int8", "fp8"}, set()),
     ],
 )
 def test_the_gpu_quality_files_say_what_ran(name, measured, not_run) -> None:

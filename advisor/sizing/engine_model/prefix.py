@@ -59,7 +59,7 @@ class TrafficShape:
         if prefix_mean:
             prompt = prompt.model_copy(
                 update={
-                    "mean": prompt.mean + prefix_mean,
+                    "mean": prompt.mean + int(prefix_mean),
                     "min": prompt.min + int(prefix_mean),
                     "max": None if prompt.max is None else prompt.max + int(prefix_mean),
                 }
@@ -88,7 +88,8 @@ class TrafficShape:
         prompt = self.first_prompt
         return prompt.model_copy(
             update={
-                "mean": prompt.mean + history,
+                # whole tokens: the field is an int (model_copy does not validate)
+                "mean": prompt.mean + round(history),
                 "max": None if prompt.max is None else prompt.max + int(2 * history),
             }
         )
@@ -104,6 +105,9 @@ class PrefixReuse:
     """KV tokens held once in the block pool for all sequences (the shared contexts)."""
     per_sequence_shared_tokens: float = 0.0
     """Of each sequence's context, the tokens that live in the shared pool, not its own blocks."""
+    common_tokens: float = 0.0
+    """Tokens of the one context every request starts with (a single shared prefix): what a
+    batch-wide shared-prefix attention reads once per step (`EngineShape.common_prefix_tokens`)."""
     words: str = ""
 
     @classmethod
@@ -153,6 +157,7 @@ def prefix_reuse(
             cached_tokens=shared,
             shared_kv_tokens=shared * count,
             per_sequence_shared_tokens=shared,
+            common_tokens=shared if count == 1 else 0.0,
             words=f"prefix caching: {shared:,.0f} of each prompt's tokens served from the cache "
             f"({count} shared context{'s' if count > 1 else ''} held once)",
         )

@@ -64,9 +64,11 @@ def replica_shape(
     bandwidth_tb_s: float | None = None,
     reuse: PrefixReuse | None = None,
     prompt_tokens: float = 0.0,
+    cascade: bool = False,
 ) -> EngineShape | None:
     """The replica's shape; None when the KV size or the GPU's tensor peak is unknown.
-    `prompt_tokens` is the mean served prompt (for the keys a prefilled token attends over)."""
+    `prompt_tokens` is the mean served prompt (for the keys a prefilled token attends over);
+    `cascade`: the engine reads a batch-wide common prefix once per step (vLLM)."""
     per_token = kv_bytes_per_token(facts, formats)
     tflops = gemm_peak_tflops(gpu, formats)
     if per_token is None or tflops is None:
@@ -94,6 +96,7 @@ def replica_shape(
         cached_prompt_tokens=cached,
         prefill_keys_per_token=cached + (prompt_tokens - cached) / 2,
         pooled_prompt_tokens=min(reuse.per_sequence_shared_tokens, cached),
+        common_prefix_tokens=min(reuse.common_tokens, cached) if cascade else 0.0,
     )
 
 

@@ -5,7 +5,9 @@
 - bytes read = the weights the step touches (all of them for a dense model; for a
   mixture-of-experts the experts its tokens were routed to, `ModelFacts.weight_fraction_read`)
   + the KV cache of every running sequence (decode attention reads each sequence's whole
-  context, shared prefix blocks included);
+  context, shared prefix blocks included), except a prefix common to the whole batch where the
+  engine attends over it once for all sequences (vLLM's cascade attention:
+  `common_prefix_tokens`);
 - FLOPs = 2 x active parameters x tokens (decode + prefill) + attention: each decoded token
   attends over its sequence's context, each prefilled token over the cached prefix and the
   part of its own prompt before it;
@@ -22,6 +24,11 @@ from functools import cached_property
 from typing import Protocol
 
 from advisor.sizing.engine_model.facts import ModelFacts
+
+CASCADE_MIN_PREFIX_TOKENS = 256
+"""vLLM uses cascade attention only for a common prefix at least this long ..."""
+CASCADE_MIN_SEQUENCES = 8
+"""... shared by at least this many running sequences (`use_cascade_attention`)."""
 
 TP_EFFICIENCY_ASSUMED: dict[int, float] = {1: 1.0, 2: 0.9, 4: 0.8, 8: 0.7}
 """Assumed share of the TP=1 efficiency kept at each TP degree, used only where no run of that
@@ -72,6 +79,13 @@ class EngineShape:
     """Mean keys a prefilled token attends over (cached prefix + half its own uncached part)."""
     pooled_prompt_tokens: float = 0.0
     """Of each prompt, the tokens held once in the shared pool (not in the sequence's blocks)."""
+    common_prefix_tokens: float = 0.0
+    """Tokens of a prefix every running sequence shares whose KV one step reads once for the
+    whole batch, not once per sequence: vLLM's cascade attention over a common prefix
+    (vllm/v1/attention/backends/flash_attn.py, `use_cascade_attention`: a common prefix of
+    CASCADE_MIN_PREFIX_TOKENS or more and CASCADE_MIN_SEQUENCES or more sequences; FlashInfer's
+    "Cascade Inference: Memory Bandwidth Efficient Shared Prefix Batch Decoding"). 0 = every
+    sequence reads its own copy (other engines, several shared contexts, no caching)."""
 
     @property
     def flops_per_token(self) -> float:
@@ -117,10 +131,27 @@ class EngineShape:
         keys = self.attention_keys(tokens - prefill, decode_context, prefill)
         return per_token * tokens + per_key * keys
 
-    def step_ms(self, factors: StepFactors, decode: float, prefill: float, context: float) -> float:
+    def kv_read_tokens(self, context: float, sequences: float) -> float:
+        """KV tokens one step reads from memory when `sequences` running sequences hold
+        `context` tokens in all: a common prefix is read once, not once per sequence, where
+        the engine attends over it batch-wide (`common_prefix_tokens`)."""
+        common = self.common_prefix_tokens
+        if common < CASCADE_MIN_PREFIX_TOKENS or sequences < CASCADE_MIN_SEQUENCES:
+            return context
+        return max(context - common * (sequences - 1), common)
+
+    def step_ms(
+        self,
+        factors: StepFactors,
+        decode: float,
+        prefill: float,
+        context: float,
+        sequences: float = 0.0,
+    ) -> float:
         """One step with `decode` sequences decoding over `context` KV tokens in all and
         `prefill` prompt tokens prefilled (read_ms and compute_ms, written out flat: the
-        simulation calls this once per engine step)."""
+        simulation calls this once per engine step). `sequences`: the running sequences that
+        share a common prefix (0: none counted, every token read)."""
         tokens = decode + prefill
         weight_ms, per_kv, per_token, per_key = self._rates
         facts = self.facts
@@ -132,7 +163,7 @@ class EngineShape:
             keys = context + prefill * self.prefill_keys_per_token
         return (
             factors.overhead_ms
-            + factors.memory * (weight_ms + per_kv * context)
+            + factors.memory * (weight_ms + per_kv * self.kv_read_tokens(context, sequences))
             + factors.compute * (per_token * tokens + per_key * keys)
         )
 
@@ -143,4 +174,12 @@ class EngineShape:
         return (factors.memory * per_kv + factors.compute * per_key) * decoding
 
 
-__all__ = ["FLOOR", "TP_EFFICIENCY_ASSUMED", "EngineShape", "Floor", "StepFactors"]
+__all__ = [
+    "CASCADE_MIN_PREFIX_TOKENS",
+    "CASCADE_MIN_SEQUENCES",
+    "FLOOR",
+    "TP_EFFICIENCY_ASSUMED",
+    "EngineShape",
+    "Floor",
+    "StepFactors",
+]
