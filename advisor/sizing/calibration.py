@@ -35,6 +35,7 @@ from advisor.sizing.configurations import (
     MeasuredLevel,
 )
 from advisor.sizing.engine_shape import SHAPE_TOLERANCE
+from advisor.sizing.mechanics import mechanisms_of
 from advisor.sizing.serving_model import (
     Calibration as Fit,
 )
@@ -207,7 +208,10 @@ def _shapes(
 ) -> list[tuple[RunShape, str | None]]:
     out = []
     for run, reference in runs:
-        item = run_shape(run)
+        # a run of a mechanic (a shared prefix, a MoE model, long context) checks that mechanic
+        # (advisor/sizing/mechanism_validation.py); it is no level of plain traffic to fit on or
+        # to quote as this shape's measurement
+        item = run_shape(run) if not mechanisms_of(run) else None
         if item is not None:
             out.append((item, reference))
     return out

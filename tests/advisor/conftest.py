@@ -43,6 +43,8 @@ def seed_only_reference(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -
 def shipped_h200_record():
     """A `bench calibrate` record derived from the shipped vLLM 16-bit llama-2-7b runs on the
     H200 (bench.core.calibration.record_from_runs): the record the calibration tests fit."""
+    from advisor.sizing.measured import run_gpu_name
+    from advisor.sizing.mechanics import mechanisms_of
     from advisor.sizing.serving_model import run_shape
     from bench.core.calibration import record_from_runs
 
@@ -51,6 +53,8 @@ def shipped_h200_record():
         for file_runs in measured.measured_reference_runs(SHIPPED_REFERENCE_DIR).values()
         for run in file_runs
         if run_shape(run) is not None
+        and run_gpu_name(run) == "H200"
+        and not mechanisms_of(run)
         and run.config.backend == "vllm"
         and run.config.model == "llama-2-7b"
         and run.config.precision.quantization is None

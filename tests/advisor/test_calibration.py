@@ -17,6 +17,7 @@ from advisor.sizing.calibration import (
 from advisor.sizing.calibration_fit import fit_record
 from advisor.sizing.configurations import Deployment, search_configurations
 from advisor.sizing.measured import measured_reference_runs, read_reference_folder
+from advisor.sizing.mechanics import mechanisms_of
 from advisor.sizing.serving_model import (
     calibrate,
     observations,
@@ -166,6 +167,7 @@ def test_a_record_comes_before_the_runs_and_no_calibration_offers_the_command() 
         for file_runs in measured_reference_runs(SHIPPED_REFERENCE_DIR).values()
         for run in file_runs
         if run_shape(run) is not None
+        and not mechanisms_of(run)
         and run.config.backend == "vllm"
         and run.config.model == "llama-2-7b"
         and run.config.precision.quantization is None

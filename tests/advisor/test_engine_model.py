@@ -164,6 +164,45 @@ def test_a_shared_prefix_is_cached_and_held_once():
     assert traffic.served_prompt().mean == 500 + 1.5 * 300
 
 
+def test_a_prefix_common_to_the_batch_is_read_once_per_step_on_vllm():
+    """vLLM's cascade attention reads a common prefix's KV once for the batch (from 256 tokens
+    and 8 sequences on); other engines, several shared contexts, or a short prefix or batch
+    read it once per sequence."""
+    from advisor.sizing.engine_model.step import FLOOR
+    from advisor.sizing.serving_sim import engine_shape
+    from advisor.workload.architectures import architecture_for
+
+    def shape(framework: str, count: int = 1, tokens: int = 1024):
+        stage = stage_of(
+            {
+                "model": "llama-2-7b",
+                "prompt_tokens": {"mean": tokens + 128},
+                "shared_prefix": {"tokens": tokens, "count": count},
+            }
+        )
+        architecture, _ = architecture_for("llama-2-7b")
+        return engine_shape(
+            architecture.parameters,
+            architecture,
+            GPUS["H100-SXM"],
+            Deployment(framework=framework),
+            reuse=prefix_reuse(TrafficShape.of_stage(stage), caching=True),
+            prompt_tokens=tokens + 128.0,
+        )
+
+    vllm = shape("vllm")
+    assert vllm.common_prefix_tokens == 1024
+    context = 64 * (1024 + 128)
+    assert vllm.kv_read_tokens(context, 64) == context - 63 * 1024
+    assert vllm.kv_read_tokens(7 * 1152, 7) == 7 * 1152  # too few sequences
+    cached = vllm.step_ms(FLOOR, 64, 0, context, 64)
+    assert cached < vllm.step_ms(FLOOR, 64, 0, context)  # 0 sequences counted: every read
+    assert shape("tensorrt_llm").common_prefix_tokens == 0
+    assert shape("vllm", count=2).common_prefix_tokens == 0
+    short = shape("vllm", tokens=192)
+    assert short.kv_read_tokens(64 * 320, 64) == 64 * 320  # under 256 tokens
+
+
 def test_a_shared_prefix_fits_where_its_copies_would_not():
     """The issue's 8B case: every request opens with the same 3,000 tokens; one copy in the
     pool, not one per sequence, so the model fits one 80 GB GPU (no tensor-parallel branch)."""
