@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from advisor.sizing.calibration_fit import fit_record
 from advisor.sizing.measured import measured_reference_runs
+from advisor.sizing.mechanics import mechanisms_of
 from advisor.sizing.run_prediction import predict_run
 from advisor.sizing.serving_model import run_shape
 from bench.core.calibration import record_from_runs
@@ -19,6 +20,7 @@ def _vllm_16_bit_runs():
         for file_runs in measured_reference_runs(SHIPPED_REFERENCE_DIR).values()
         for run in file_runs
         if run_shape(run) is not None
+        and not mechanisms_of(run)  # the H100 prefix-caching runs check that mechanic
         and run.config.backend == "vllm"
         and run.config.model == "llama-2-7b"
         and run.config.precision.quantization is None

@@ -33,6 +33,7 @@ from bench.core.pattern_reports import (
     ConcurrencyReport,
     PulseReport,
     RateReport,
+    ReplayReport,
     SteadyReport,
     StepReport,
 )
@@ -48,6 +49,7 @@ REPORT_CLASS = {
     "steady": SteadyReport,
     "pulse": PulseReport,
     "capacity": CapacityReport,
+    "replay": ReplayReport,
 }
 
 
@@ -316,7 +318,7 @@ def test_every_shipped_result_loads_with_a_typed_report_that_keeps_every_field(
                 assert report.knee_concurrency == report.stages[report.knee_stage].concurrency
             store.put_run(result, [])
             assert store.get_run(result.run_id) == result, where
-    assert patterns == {"step", "concurrency", "steady", "pulse", "capacity", "rate"}
+    assert patterns == {"step", "concurrency", "steady", "pulse", "capacity", "rate", "replay"}
 
 
 def test_older_report_shapes_load() -> None:
