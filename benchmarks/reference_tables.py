@@ -1039,6 +1039,7 @@ def unseen_gpu_checks(reference_dir: Path = REFERENCE_DIR) -> list:  # advisor U
 
     from advisor.sizing.calibration_fit import shipped_records
     from advisor.sizing.measured import measured_reference_runs
+    from advisor.sizing.mechanism_validation import matching_record
     from advisor.sizing.serving_model import run_shape
     from advisor.sizing.unseen_gpu import VllmBenchServeResult, check_unseen_gpu, serve_level
 
@@ -1059,24 +1060,13 @@ def unseen_gpu_checks(reference_dir: Path = REFERENCE_DIR) -> list:  # advisor U
     for name in UNSEEN_GPU_RUNS:
         for run in runs.get(name, []):
             target = run_shape(run, require_valid=False)
-            record = _shipped_record(records, target) if target is not None else None
+            record = matching_record(records, target) if target is not None else None
             if record is None:
                 continue
             found = check_unseen_gpu(run, record, shapes, f"data/reference/{name}", serve)
             if found is not None:
                 checks.append(found)
     return checks
-
-
-def _shipped_record(records, target):  # advisor CalibrationRecord | None
-    """The shipped `bench calibrate` record of the run's engine, GPU and precision class (the
-    rule every prediction uses: calibration_fit.record_matches), newest first."""
-    from advisor.sizing.calibration_fit import record_matches
-
-    matching = [
-        r for r in records if record_matches(r, target.family, target.gpu, target.precision_class)
-    ]
-    return max(matching, key=lambda r: r.created_at, default=None)
 
 
 def unseen_summary_table(checks) -> str:
@@ -1182,6 +1172,7 @@ def long_context_check(reference_dir: Path = REFERENCE_DIR):  # advisor LongCont
     from advisor.sizing.calibration_fit import shipped_records
     from advisor.sizing.long_context import check_long_context, shape_at
     from advisor.sizing.measured import measured_reference_runs
+    from advisor.sizing.mechanism_validation import matching_record
     from advisor.sizing.serving_model import run_shape
     from bench.core.schema import RequestRecord
 
@@ -1199,7 +1190,7 @@ def long_context_check(reference_dir: Path = REFERENCE_DIR):  # advisor LongCont
     # the record of the sweep's engine, GPU and precision (its prompts spread too wide for
     # run_shape: one request's length stands for them)
     target = shape_at(run, requests[0].input_tokens)
-    record = _shipped_record(shipped_records(reference_dir), target) if target else None
+    record = matching_record(shipped_records(reference_dir), target) if target else None
     if record is None:
         return None
     shapes = [s for s in (run_shape(r) for rs in runs.values() for r in rs) if s is not None]
@@ -1367,22 +1358,13 @@ def mechanism_table(checks, mechanism: str) -> str:
                     + " | ".join(cells)
                     + " |"
                 )
-        out.append(
-            "| median abs error | TPOT p50 | | "
-            + " | ".join(
-                "-" if (e := check.median_abs_error(b, "tpot_p50")) is None else f"{100 * e:.0f}%"
-                for b in bases
+        for figure, label in (("tpot_p50", "TPOT p50"), ("ttft_p50", "TTFT p50")):
+            errors = (check.median_abs_error(b, figure) for b in bases)
+            out.append(
+                f"| median abs error | {label} | | "
+                + " | ".join("-" if e is None else f"{100 * e:.0f}%" for e in errors)
+                + " |"
             )
-            + " |"
-        )
-        out.append(
-            "| median abs error | TTFT p50 | | "
-            + " | ".join(
-                "-" if (e := check.median_abs_error(b, "ttft_p50")) is None else f"{100 * e:.0f}%"
-                for b in bases
-            )
-            + " |"
-        )
         out.append("")
     return "\n".join(out).rstrip()
 

@@ -24,7 +24,6 @@ import statistics
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field
 
@@ -39,7 +38,6 @@ from bench.core.config import GenerateWorkload
 from bench.core.schema import RunResult
 from bench.core.strict import Strict
 
-Basis = Literal["uncalibrated", "this GPU", "left out", "per-sequence reads"]
 PER_SEQUENCE = "per-sequence reads"
 """A cached common prefix's KV read once per sequence instead of once per step (the record's
 factors): what the engine model said before it knew vLLM's cascade attention."""
@@ -132,7 +130,11 @@ def traffic_words(run: RunResult) -> str:
     return f"{prompt:,.0f}/{output:,.0f} tokens"
 
 
-def _record_for(item: RunShape, records: Sequence[CalibrationRecord]) -> CalibrationRecord | None:
+def matching_record(
+    records: Sequence[CalibrationRecord], item: RunShape
+) -> CalibrationRecord | None:
+    """The newest `bench calibrate` record of the run's engine, GPU and precision class (the
+    rule every prediction uses: calibration_fit.record_matches)."""
     matching = [
         r for r in records if record_matches(r, item.family, item.gpu, item.precision_class)
     ]
@@ -151,7 +153,7 @@ def check_run(
     plain = left_out_shape(run, mechanism)
     if item is None or plain is None or item.gpu == "cpu":
         return None
-    record = _record_for(item, records)
+    record = matching_record(records, item)
     fit = fit_record(record, "shipped") if record is not None else None
     factors: dict[str, Factors] = {"uncalibrated": Factors()}
     if fit is not None:
@@ -313,5 +315,6 @@ __all__ = [
     "check_run",
     "evidence",
     "left_out_shape",
+    "matching_record",
     "shipped_evidence",
 ]
