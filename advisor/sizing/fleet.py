@@ -105,8 +105,8 @@ class FleetOption(Strict):
     )
     weight_format: Literal["int8", "fp8"] | None = Field(
         None,
-        description="A forward stage's INT8 or FP8 weights and activations (INT8 has no "
-        "PrecisionConfig field); None = the precision's own formats.",
+        description="A forward stage's INT8 or FP8 W8A8 weights and activations (also its "
+        "precision.quantization); None = the precision's own formats.",
     )
     prefix_caching: bool = False
     capacity: Capacity
@@ -150,7 +150,7 @@ class FleetOption(Strict):
         )
 
     def precision_words(self) -> str:
-        """The precision as the alternatives group it (INT8 is not in PrecisionConfig)."""
+        """The precision as the alternatives group it: a forward stage's `int8`/`fp8`."""
         return self.weight_format or self.precision.label()
 
     def line(self, gpu: str) -> str:

@@ -87,10 +87,9 @@ def _format_quality(
 
 
 def _precision(stage: StageProfile, fmt: WeightFormat | None) -> PrecisionConfig:
-    """The run precision of a format: FP8 is PrecisionConfig's own; INT8 has no field there
-    and is carried by the option's `weight_format`."""
-    precision = PrecisionConfig(dtype=stage.precision.dtype)
-    return precision.model_copy(update={"quantization": "fp8"}) if fmt == "fp8" else precision
+    """The run precision of a format: INT8 and FP8 W8A8 at the profile's dtype (what the
+    pytorch backend runs for a forward stage; bench/engines/w8a8.py)."""
+    return PrecisionConfig(dtype=stage.precision.dtype, quantization=fmt)
 
 
 def _basis(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, float, float]:

@@ -6,7 +6,7 @@ does the arithmetic; this module reads the stage, the GPU and the matching batch
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from pydantic import Field
@@ -78,9 +78,15 @@ class ForwardSizing(Strict):
         return self.basis != "floor only"
 
 
-def _same_shape(run: RunResult, stage: StageProfile) -> bool:
+def _same_shape(
+    run: RunResult, stage: StageProfile, weight_format: WeightFormat | None = None
+) -> bool:
+    """The run is a forward run at the stage's dtype, shape and weight format (an INT8 or FP8
+    W8A8 run is never a rung of the 16-bit ladder, nor the other way round)."""
     workload = run.config.workload
     if workload.kind != "forward" or run.config.precision.dtype != stage.precision.dtype:
+        return False
+    if run.config.precision.quantization != weight_format:
         return False
     if stage.sequence_length is not None:
         length = workload.sequence_length
@@ -111,15 +117,8 @@ def size_forward_stage(
     floor = floor_model(architecture, gpu, stage.precision.dtype, sequence, stage.image_size)
     if floor is None:
         return None
-    ladder = ladder_points(
-        run
-        for run in runs
-        if run.config.backend == framework
-        and run.config.model == stage.model
-        and _run_gpu(run) == gpu.name
-        and _same_shape(run, stage)
-    )
-    model = calibrate(floor, ladder)
+    runs = list(runs)
+    model = calibrate(floor, _ladder(runs, framework, stage, gpu.name, None))
     calibrated = model.fit_error is not None
     error = max(model.fit_error or 0.0, 0.2) if calibrated else UNCALIBRATED_ERROR
     basis = "measured ladder" if calibrated else "floor only"
@@ -139,15 +138,20 @@ def size_forward_stage(
         quantised = floor_model(architecture, gpu, weight_format, sequence, stage.image_size)
         if quantised is None:
             return None
-        if calibrated:
+        measured = calibrate(quantised, _ladder(runs, framework, stage, gpu.name, weight_format))
+        if measured.fit_error is not None:  # this format's own ladder on this GPU
+            model, calibrated, basis, carried_from = measured, True, "measured ladder", None
+            error = max(measured.fit_error, 0.2)
+        elif calibrated:
             error = max(error, TRANSFERRED_ERROR)
-            quantised = model.carried_to(
+            model = model.carried_to(
                 quantised,
                 f"the {weight_format.upper()} floor with the overhead and "
                 f"efficiency of the {stage.precision.dtype} ladder ({model.basis}); "
                 f"{weight_format.upper()} itself not measured",
             )
-        model = quantised
+        else:
+            model = quantised
     notes = []
     if carried_from is not None:
         notes.append(
@@ -203,6 +207,25 @@ def size_forward_stage(
         gpus_range=gpus_range,
         feasibility=feasibility,
         notes=notes,
+    )
+
+
+def _ladder(
+    runs: Sequence[RunResult],
+    framework: str,
+    stage: StageProfile,
+    gpu_name: str,
+    weight_format: WeightFormat | None,
+) -> list[tuple[int, float, str]]:
+    """The batch ladder of `framework` at the stage's model, dtype, shape and weight format on
+    `gpu_name` (its one-batch-in-flight runs as points)."""
+    return ladder_points(
+        run
+        for run in runs
+        if run.config.backend == framework
+        and run.config.model == stage.model
+        and _run_gpu(run) == gpu_name
+        and _same_shape(run, stage, weight_format)
     )
 
 

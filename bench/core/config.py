@@ -1051,6 +1051,11 @@ class PrecisionConfig(StrictInput):
     time with per-tensor scales, no calibration data); `kv_cache_dtype: fp8` stores the KV cache
     in FP8. On random-weight checkpoints both measure speed and memory only: whether FP8 keeps a
     real model's accuracy is for the user to check on their own checkpoint and evaluation set.
+
+    For forward (encoder, vision) runs of the `pytorch` backend, `quantization: int8` or `fp8`
+    is W8A8 of every Linear layer: weights 8-bit per output channel, activations per token at
+    run time (bench/engines/w8a8.py on a GPU; torch's dynamic INT8 on the CPU), the rest at
+    `dtype`. `bench quality` measures what either costs a real model's accuracy.
     """
 
     dtype: Literal["float16", "bfloat16", "float32"] = Field(
@@ -1059,9 +1064,10 @@ class PrecisionConfig(StrictInput):
     allow_tf32: bool = Field(
         False, description="Allow TF32 matmuls for float32 (ONNX Runtime CUDA allows by default)."
     )
-    quantization: Literal["fp8"] | None = Field(
+    quantization: Literal["fp8", "int8"] | None = Field(
         None,
-        description="Weight quantisation: fp8 = vLLM's dynamic FP8 weights (no calibration); "
+        description="Weight quantisation: fp8 = vLLM's dynamic FP8 weights (no calibration), "
+        "or W8A8 FP8 for pytorch forward runs; int8 = W8A8 INT8 (pytorch forward runs only); "
         "none = weights at `dtype`.",
     )
     kv_cache_dtype: Literal["auto", "fp8"] = Field(

@@ -12,6 +12,8 @@ plan's figures; its runs are CPU runs of a tiny model and are labelled so.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from bench.core.config import (
     GenerateWorkload,
     LengthDistribution,
@@ -129,12 +131,20 @@ def rehearse_config(config: RunConfig) -> RunConfig:
             "workload": workload,
             "load": config.load.rehearsal(REHEARSAL_BOUNDS),
             "validity": ValidityRules(min_duration_s=1.0, min_requests=2),
-            "precision": PrecisionConfig(dtype="float32"),
+            "precision": PrecisionConfig(dtype="float32", quantization=_cpu_w8a8(config)),
             "parallelism": ParallelismConfig(replicas=min(parallel.replicas, MAX_REPLICAS)),
             "watchdog_s": 600.0,
             "label": f"CPU rehearsal: {config.label or config.backend}",
         }
     )
+
+
+def _cpu_w8a8(config: RunConfig) -> Literal["int8"] | None:
+    """A pytorch forward run's INT8/FP8 W8A8 rehearses as torch's dynamic INT8 (the CPU's
+    8-bit path), so the rehearsal still loads, quantizes and runs an 8-bit model."""
+    quantized = config.precision.quantization is not None
+    forward = not isinstance(config.workload, GenerateWorkload)
+    return "int8" if quantized and forward and config.backend == "pytorch" else None
 
 
 def rehearsal_changes(step: CampaignStep) -> list[str]:
@@ -147,7 +157,9 @@ def rehearsal_changes(step: CampaignStep) -> list[str]:
             changes.append(f"TP={config.parallelism.tensor_parallel_size} -> TP=1")
         if config.parallelism.replicas > MAX_REPLICAS:
             changes.append(f"{config.parallelism.replicas} replicas -> {MAX_REPLICAS}")
-        if config.precision.uses_fp8:
+        if _cpu_w8a8(config):
+            changes.append(f"{config.precision.label()} -> float32 + int8 dynamic (the CPU's)")
+        elif config.precision.uses_fp8:
             changes.append(f"{config.precision.label()} -> float32 (no FP8 on the CPU)")
         if config.load.held_at_capacity:
             changes.append(f"capacity {REHEARSAL_CAPACITY_RPS:g} req/s assumed (no search)")

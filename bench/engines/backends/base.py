@@ -233,10 +233,11 @@ class Backend(ABC):
                 f"{parallelism.tensor_parallel_size} is not implemented for it; use "
                 f"parallelism.replicas to spread independent engines over GPUs instead"
             )
-        if precision is not None and precision.uses_fp8:
+        if precision is not None and (precision.uses_fp8 or precision.quantization):
             raise UserError(
                 f"backend {cls.name!r} does not map precision.quantization / kv_cache_dtype "
-                f"(FP8 weights and FP8 KV cache are vLLM options here: backend vllm or openai)"
+                f"(FP8 weights and FP8 KV cache are vLLM options here: backend vllm or openai; "
+                f"INT8/FP8 W8A8 of an encoder is the pytorch backend's)"
             )
         if prefix_caching is not None:
             raise UserError(

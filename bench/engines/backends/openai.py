@@ -288,7 +288,7 @@ class OpenAIBackend(Backend):
         refuse_restated_axes(engine_args)
         tensor_parallel = parallelism.tensor_parallel_size if parallelism is not None else 1
         replicas = parallelism.replicas if parallelism is not None else 1
-        fp8 = precision is not None and precision.uses_fp8
+        fp8 = precision is not None and (precision.uses_fp8 or precision.quantization is not None)
         if options.launch is None:
             if tensor_parallel > 1 or replicas > 1 or fp8 or prefix_caching is not None:
                 raise UserError(
@@ -307,6 +307,12 @@ class OpenAIBackend(Backend):
             return args
         if options.launch == "sglang":
             from bench.engines.launchers import sglang_args
+
+            if precision is not None and precision.quantization == "int8":
+                raise UserError(
+                    "launch=sglang: precision.quantization int8 is W8A8 of an encoder through the "
+                    "pytorch backend; give SGLang a checkpoint quantized to INT8 as the model"
+                )
 
             args["server_args"] = sglang_args(
                 options.server_args,

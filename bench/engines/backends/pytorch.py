@@ -234,6 +234,22 @@ class PyTorchBackend(Backend):
 
     kinds: ClassVar[frozenset[str]] = frozenset({"generate", "forward"})
     options_model: ClassVar[type[BaseModel] | None] = PyTorchOptions
+    maps_w8a8: ClassVar[bool] = True
+    """Forward runs take precision.quantization int8/fp8 as W8A8 (bench/engines/w8a8.py)."""
+
+    @classmethod
+    def framework_args(
+        cls,
+        engine_args: dict[str, Any],
+        parallelism: ParallelismConfig | None = None,
+        precision: Precision | None = None,
+        prefix_caching: bool | None = None,
+    ) -> dict[str, Any]:
+        """The default mapping, with INT8/FP8 W8A8 weights taken (applied at `load`, forward
+        runs only); an FP8 KV cache is still refused (the HF cache has no FP8 store)."""
+        if cls.maps_w8a8 and precision is not None and precision.quantization is not None:
+            precision = precision.model_copy(update={"quantization": None})
+        return super().framework_args(engine_args, parallelism, precision, prefix_caching)
 
     @classmethod
     def recommended_args(cls, shape: WorkloadShape) -> dict[str, Any]:
@@ -278,8 +294,11 @@ class PyTorchBackend(Backend):
         device: str,
         parallelism: ParallelismConfig = ONE_ENGINE_ONE_DEVICE,
     ) -> LoadInfo:
-        if precision.quantization:
-            raise UserError(f"{self.name} does not support quantization {precision.quantization!r}")
+        if precision.quantization and not (self.maps_w8a8 and workload.kind == "forward"):
+            raise UserError(
+                f"{self.name} does not support quantization {precision.quantization!r} for "
+                f"{workload.kind} runs (W8A8 INT8/FP8 is the pytorch backend's, forward runs only)"
+            )
         if model.kind != workload.kind:
             raise UserError(
                 f"model {model.name} is a {model.kind} model, workload is {workload.kind}"
@@ -324,8 +343,14 @@ class PyTorchBackend(Backend):
         torch.backends.cuda.matmul.allow_tf32 = precision.allow_tf32
         torch.backends.cudnn.allow_tf32 = precision.allow_tf32
         self._compute_dtype = getattr(torch, precision.dtype)
-        use_autocast = self.options.autocast and precision.dtype != "float32"
+        quantization = precision.quantization
+        # W8A8 layers carry their own scales: the model runs at dtype, never under autocast.
+        use_autocast = self.options.autocast and precision.dtype != "float32" and not quantization
         weights_dtype = torch.float32 if use_autocast else self._compute_dtype
+        if quantization and self.device == "cpu":
+            if quantization == "fp8":
+                raise UserError("quantization fp8 needs a GPU with FP8 tensor cores; run on cuda")
+            weights_dtype = self._compute_dtype = torch.float32  # torch's dynamic INT8 is fp32
         # Forward models: transformers' default (SDPA where the architecture has it; ResNet has
         # no attention, and asking it for a kernel would be an error).
         attn = self.options.attn_implementation if model.kind == "generate" else None
@@ -334,6 +359,7 @@ class PyTorchBackend(Backend):
         )
         self._pad_token_id = pad_token_id_of(self.model) if model.kind == "generate" else 0
         self._autocast = use_autocast
+        quantized_with = self._quantize(quantization)
         self.engine_info = {
             "framework": "transformers",
             "torch_version": torch.__version__,
@@ -353,6 +379,8 @@ class PyTorchBackend(Backend):
             "compiled": False,
             "intra_op_num_threads": torch.get_num_threads(),
         }
+        if quantized_with:
+            self.engine_info["quantization"] = quantized_with
         if model.kind == "generate":
             self.engine_info.update(
                 max_batch_size=self.options.max_batch_size,
@@ -365,6 +393,24 @@ class PyTorchBackend(Backend):
                 max_batch_size=self.options.max_batch_size,
                 max_queue_delay_ms=self.options.max_queue_delay_ms,
             )
+
+    def _quantize(self, quantization: str | None) -> str | None:
+        """Swap the Linear layers for their 8-bit form; the method's words, None when unquantized.
+
+        On a GPU, W8A8 as serving engines run it (INT8 `torch._int_mm` / FP8 `torch._scaled_mm`,
+        activations quantized per token by separate elementwise kernels, not fused into the
+        GEMM); on the CPU, torch's dynamic INT8 (the CPU path `bench quality` measures too)."""
+        if not quantization:
+            return None
+        if self.device == "cpu":
+            from bench.engines.scoring import int8_dynamic
+
+            self.model = int8_dynamic(self.model)
+            return "int8 dynamic (torch.ao quantize_dynamic, Linear layers)"
+        from bench.engines.w8a8 import quantize_linears
+
+        self.model = quantize_linears(self.model, quantization)  # type: ignore[arg-type]
+        return f"{quantization} W8A8 (bench/engines/w8a8.py, Linear layers)"
 
     def _prepare_sync(self, workload: GenerateWorkload | ForwardWorkload) -> bool:
         """Warm up at the shapes the run will use; returns True when that compiled something."""

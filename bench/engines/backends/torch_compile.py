@@ -121,6 +121,7 @@ class TorchCompileBackend(PyTorchBackend):
     """transformers `generate` with a static cache, decode step compiled; compiled forward."""
 
     options_model: ClassVar[type[BaseModel] | None] = TorchCompileOptions
+    maps_w8a8: ClassVar[bool] = False  # W8A8 under torch.compile is not measured here
 
     @classmethod
     def recommended_args(cls, shape: WorkloadShape) -> dict[str, Any]:

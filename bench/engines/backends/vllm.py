@@ -171,6 +171,11 @@ def vllm_args(
     args = dict(engine_args)
     if parallelism is not None:
         args["tensor_parallel_size"] = parallelism.tensor_parallel_size
+    if precision is not None and precision.quantization == "int8":
+        raise UserError(
+            "precision.quantization int8 is W8A8 of an encoder through the pytorch backend; "
+            "vLLM runs INT8 from a checkpoint quantized for it (give that checkpoint as the model)"
+        )
     if precision is not None:
         wanted = {
             "quantization": precision.quantization,

@@ -141,3 +141,19 @@ def test_engine_options_read_back_what_the_engine_runs_with() -> None:
     assert openai.engine_options({"base_url": "http://127.0.0.1:8000"}) == {}
     vllm_args = get_backend("vllm").framework_args({"block_size": 16}, prefix_caching=False)
     assert get_backend("vllm").engine_options(vllm_args) == vllm_args
+
+
+def test_w8a8_weights_are_the_pytorch_backends_alone() -> None:
+    """INT8/FP8 W8A8 of an encoder maps to the pytorch backend (applied at load); every other
+    framework refuses it in one line, vLLM saying how it does take INT8."""
+    for quantization in ("int8", "fp8"):
+        w8a8 = PrecisionConfig(dtype="float16", quantization=quantization)
+        assert get_backend("pytorch").framework_args({}, TWO_REPLICAS, w8a8) == {}
+        for name in ("torch_compile", "onnxruntime", "tensorrt"):
+            with pytest.raises(UserError, match="quantization"):
+                get_backend(name).framework_args({}, ParallelismConfig(), w8a8)
+    int8 = PrecisionConfig(dtype="float16", quantization="int8")
+    with pytest.raises(UserError, match="checkpoint quantized for it"):
+        get_backend("vllm").framework_args({}, ParallelismConfig(), int8)
+    with pytest.raises(UserError, match="FP8"):  # the HF cache has no FP8 store
+        get_backend("pytorch").framework_args({}, ParallelismConfig(), FP8_KV)

@@ -141,3 +141,39 @@ async def test_kind_mismatch_is_a_user_error(tiny_bert: ModelInfo) -> None:
     with pytest.raises(UserError, match="forward model"):
         await backend.load(tiny_bert, GenerateWorkload(), FP32, "cpu")
     await backend.close()
+
+
+async def test_forward_int8_runs_the_quantized_model(tiny_bert: ModelInfo) -> None:
+    """precision.quantization int8 on the CPU is torch's dynamic INT8 of the Linear layers:
+    the engine says so, and its output is near float32's but not equal to it."""
+    import torch
+
+    workload = ForwardWorkload(batch_size=2, sequence_length=LengthDistribution(mean=8))
+    outputs = {}
+    for precision in (FP32, Precision(dtype="float32", quantization="int8")):
+        backend = get_backend("pytorch")({})
+        info = await backend.load(tiny_bert, workload, precision, "cpu")
+        outputs[precision.quantization] = await backend.forward_output(2, 8)
+        quantized_with = info.engine.extra.get("quantization")
+        await backend.close()
+    assert quantized_with is not None and "int8 dynamic" in str(quantized_with)
+    assert not torch.equal(outputs["int8"], outputs[None])
+    torch.testing.assert_close(outputs["int8"], outputs[None], rtol=0.1, atol=0.1)
+
+
+async def test_w8a8_is_refused_where_it_cannot_run(tiny_bert: ModelInfo, tiny_llama) -> None:
+    workload = ForwardWorkload(batch_size=1, sequence_length=LengthDistribution(mean=8))
+    backend = get_backend("pytorch")({})
+    with pytest.raises(UserError, match="FP8 tensor cores"):
+        await backend.load(
+            tiny_bert, workload, Precision(dtype="float32", quantization="fp8"), "cpu"
+        )
+    with pytest.raises(UserError, match="forward runs only"):
+        await backend.load(tiny_llama, GenerateWorkload(), Precision(quantization="int8"), "cpu")
+    await backend.close()
+    compiled = get_backend("torch_compile")({})
+    with pytest.raises(UserError, match="does not support quantization"):
+        await compiled.load(
+            tiny_bert, workload, Precision(dtype="float32", quantization="int8"), "cpu"
+        )
+    await compiled.close()
