@@ -45,6 +45,12 @@ CARRIED_ERROR_WHY = (
 TRANSFERRED_ERROR = 0.3
 """The least error assumed where a 16-bit ladder's overhead and efficiency stand for an INT8 or
 FP8 run that was not measured (quantised kernels reach another fraction of their peak)."""
+TRANSFER_CAVEAT = (
+    "on eager PyTorch, whose W8A8 quantizes activations in separate kernels, the measured INT8 "
+    "and FP8 batches were 3.6-7.0x slower than float16 where this transfer says up to 2x faster: "
+    "data/reference/h100_encoders_8bit_runs.json, docs/forward-serving.md"
+)
+"""What the one measurement of an 8-bit transfer found, said wherever the transfer is used."""
 WeightFormat = Literal["int8", "fp8"]
 
 
@@ -138,17 +144,28 @@ def size_forward_stage(
         quantised = floor_model(architecture, gpu, weight_format, sequence, stage.image_size)
         if quantised is None:
             return None
+        fmt = weight_format.upper()
         measured = calibrate(quantised, _ladder(runs, framework, stage, gpu.name, weight_format))
+        carried_format = carried_ladder(runs, framework, stage, gpu.name, weight_format)
         if measured.fit_error is not None:  # this format's own ladder on this GPU
             model, calibrated, basis, carried_from = measured, True, "measured ladder", None
             error = max(measured.fit_error, 0.2)
+        elif carried_format is not None:  # this format's ladder on another GPU
+            carried_from, other = carried_format
+            model = other.carried_to(
+                quantised,
+                f"the {framework} {fmt} ladder on {carried_from} carried to the {gpu.name} "
+                f"{fmt} floor ({other.basis})",
+            )
+            calibrated, basis = True, "carried ladder"
+            error = max(other.fit_error or 0.0, CARRIED_ERROR)
         elif calibrated:
             error = max(error, TRANSFERRED_ERROR)
             model = model.carried_to(
                 quantised,
-                f"the {weight_format.upper()} floor with the overhead and "
-                f"efficiency of the {stage.precision.dtype} ladder ({model.basis}); "
-                f"{weight_format.upper()} itself not measured",
+                f"the {fmt} floor with the overhead and efficiency of the "
+                f"{stage.precision.dtype} ladder ({model.basis}); {fmt} itself not measured "
+                f"on {framework} ({TRANSFER_CAVEAT})",
             )
         else:
             model = quantised
@@ -230,11 +247,15 @@ def _ladder(
 
 
 def carried_ladder(
-    runs: Iterable[RunResult], framework: str, stage: StageProfile, gpu_name: str
+    runs: Iterable[RunResult],
+    framework: str,
+    stage: StageProfile,
+    gpu_name: str,
+    weight_format: WeightFormat | None = None,
 ) -> tuple[str, BatchTimeModel] | None:
-    """(GPU, its fitted model) of the best ladder of `framework` at the stage's model, dtype and
-    shape on another catalogued GPU (the most batch sizes, then the GPU's name), fitted on that
-    GPU's own floor; None where there is none."""
+    """(GPU, its fitted model) of the best ladder of `framework` at the stage's model, dtype,
+    shape and weight format on another catalogued GPU (the most batch sizes, then the GPU's
+    name), fitted on that GPU's own floor; None where there is none."""
     architecture, _ = architecture_for(stage.model)
     if architecture is None:
         return None
@@ -247,15 +268,16 @@ def carried_ladder(
             and other != gpu_name
             and run.config.backend == framework
             and run.config.model == stage.model
-            and _same_shape(run, stage)
+            and _same_shape(run, stage, weight_format)
         ):
             by_gpu.setdefault(other, []).append(run)
     best: tuple[int, str, BatchTimeModel, list[tuple[int, float, str]]] | None = None
     for other, other_runs in sorted(by_gpu.items()):
         spec = find_gpu(other)
         points = ladder_points(other_runs)
+        dtype = weight_format or stage.precision.dtype
         floor = (
-            floor_model(architecture, spec, stage.precision.dtype, sequence, stage.image_size)
+            floor_model(architecture, spec, dtype, sequence, stage.image_size)
             if spec is not None
             else None
         )

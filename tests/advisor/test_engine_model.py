@@ -291,9 +291,9 @@ def test_a_mixtral_class_model_is_sized_from_its_active_parameters():
 
 
 def test_each_mechanic_says_what_the_shipped_gpu_runs_checked(monkeypatch):
-    """The shipped H100 runs check prefix caching and long context under load (their median
-    error is stated, recomputed here from the runs); nothing shipped checks MoE routing; a
-    folder without such runs says each is unchecked."""
+    """The shipped H100 runs check prefix caching, long context under load and MoE routing
+    (their median error is stated, recomputed here from the runs); a folder without such runs
+    says each is unchecked."""
     from advisor.sizing import measured
     from advisor.sizing.fleet import mechanism_notes
     from advisor.sizing.mechanism_validation import shipped_evidence
@@ -308,7 +308,7 @@ def test_each_mechanic_says_what_the_shipped_gpu_runs_checked(monkeypatch):
     )
     notes = mechanism_notes(stage)
     found = shipped_evidence()
-    assert set(found) == {"prefix caching", "long context"}
+    assert set(found) == {"prefix caching", "long context", "mixture-of-experts"}
     prefix, moe, long_context = notes
     assert prefix.startswith("its prefix caching checked on H100-SXM")
     checked = found["prefix caching"]
@@ -317,7 +317,8 @@ def test_each_mechanic_says_what_the_shipped_gpu_runs_checked(monkeypatch):
         f"{100 * checked.tpot_p50_worst:.0f}% at worst" in prefix
     )
     assert checked.tpot_p50_worst >= checked.tpot_p50_error
-    assert moe == "its mixture-of-experts routing not yet checked against a measurement"
+    assert moe.startswith("its mixture-of-experts checked on H100-SXM (2 run(s)")
+    assert found["mixture-of-experts"].tpot_p50_error < 0.12  # the record's TPOT, every level
     assert long_context.startswith("its long context checked on H100-SXM (2 run(s)")
     assert found["long context"].basis == "its bench calibrate record"
     assert mechanism_notes(stage_of({"model": "llama-2-7b"})) == []

@@ -1,6 +1,7 @@
 """The engine model's mechanics checked level by level on the shipped H100 runs
-(data/reference/h100_llama2-7b_prefix_caching_runs.json and
-data/reference/h100_llama3.1-8b_long_context_load_runs.json): what each mechanic is worth to the
+(data/reference/h100_llama2-7b_prefix_caching_runs.json,
+data/reference/h100_llama3.1-8b_long_context_load_runs.json and
+data/reference/h100_qwen3-30b-a3b_moe_runs.json): what each mechanic is worth to the
 prediction, against the measurement, and the docs' tables computed from the same checks."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from tests.advisor.conftest import SHIPPED_REFERENCE_DIR, reference_tables
 
 PREFIX_RUNS = "data/reference/h100_llama2-7b_prefix_caching_runs.json"
 LONG_RUNS = "data/reference/h100_llama3.1-8b_long_context_load_runs.json"
+MOE_RUNS = "data/reference/h100_qwen3-30b-a3b_moe_runs.json"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,8 @@ def test_every_shipped_gpu_run_of_a_mechanic_is_checked_at_every_level(checks):
     runs = measured_reference_runs(SHIPPED_REFERENCE_DIR)
     prefix = runs["h100_llama2-7b_prefix_caching_runs.json"]
     long_runs = runs["h100_llama3.1-8b_long_context_load_runs.json"]
-    assert all(run.validity.status.value == "VALID" for run in prefix + long_runs)
+    moe = runs["h100_qwen3-30b-a3b_moe_runs.json"]
+    assert all(run.validity.status.value == "VALID" for run in prefix + long_runs + moe)
     # the trace replay has no closed-loop level: the shared-prefix and 4-turn runs are checked
     stepped = [run for run in prefix if run.config.load.pattern == "step"]
     assert {c.run_id for c in checks if c.reference == PREFIX_RUNS} == {
@@ -47,12 +50,19 @@ def test_every_shipped_gpu_run_of_a_mechanic_is_checked_at_every_level(checks):
     assert {c.run_id for c in checks if c.reference == LONG_RUNS} == {
         run.run_id for run in long_runs
     }
+    assert {c.run_id for c in checks if c.reference == MOE_RUNS} == {run.run_id for run in moe}
     for check in checks:
         assert check.gpu == "H100-SXM" and check.record is not None
-        assert [lvl.concurrency for lvl in check.levels] in ([1, 16, 64], [1, 4, 16])
+        assert [lvl.concurrency for lvl in check.levels] in (
+            [1, 16, 64],
+            [1, 4, 16],
+            [1, 8, 32, 128],
+            [1, 4],
+        )
         for level in check.levels:
             assert set(level.predicted) == set(check.bases)
     assert mechanisms_of(long_runs[0]) == ["long context"]
+    assert {tuple(mechanisms_of(run)) for run in moe} == {("mixture-of-experts",)}
 
 
 def test_a_cached_shared_prefix_is_read_once_per_step(checks):
@@ -93,13 +103,27 @@ def test_long_context_under_load(checks, budget):
     )
 
 
+def test_a_moe_step_reads_the_experts_its_tokens_were_routed_to(checks):
+    """qwen3-30b-a3b (8 of 128 experts per token): the decode step follows the experts a batch
+    touches (TPOT within about a tenth at 1 to 128 in flight on the H100's record), where the
+    dense reading predicts one sequence's step several times too slow; the 4,096-token prefill
+    follows the active parameters' FLOPs."""
+    decode = _one(checks, "mixture-of-experts", "128/256")
+    for level in decode.levels:
+        assert abs(level.error("this GPU", "tpot_p50")) < 0.12, level
+    first, last = decode.levels[0], decode.levels[-1]
+    assert first.error("left out", "tpot_p50") > 2.0  # dense: every expert every step
+    # the two readings meet as the batch grows to touch nearly every expert
+    assert last.error("left out", "tpot_p50") < first.error("left out", "tpot_p50") / 5
+    prefill = _one(checks, "mixture-of-experts", "4,096/32")
+    one = prefill.levels[0]
+    assert abs(one.error("this GPU", "ttft_p50")) < 0.15
+    assert one.error("left out", "ttft_p50") > 1.5
+
+
 def test_the_docs_tables_come_from_these_checks(checks):
     tables = reference_tables()
     doc = (SHIPPED_REFERENCE_DIR.parents[1] / "docs" / "capacity-model.md").read_text()
-    for mechanism in ("prefix caching", "long context"):
+    for mechanism in ("prefix caching", "long context", "mixture-of-experts"):
         assert tables.mechanism_table(checks, mechanism) in doc
     assert tables.mechanism_summary_table(checks) in doc
-    assert (
-        tables.mechanism_table(checks, "mixture-of-experts")
-        == "(no shipped GPU run measures mixture-of-experts)"
-    )
