@@ -168,7 +168,9 @@ def recommend(
     ] = None,
     gpu: Annotated[str | None, _flag("GPU type (e.g. H200, A100-80GB-SXM, L4).")] = None,
     gpu_count: Annotated[int | None, _flag("GPUs for the stage.")] = None,
-    gpu_memory_gb: Annotated[float | None, _flag("Memory per GPU (GB).")] = None,
+    gpu_memory_gb: Annotated[
+        float | None, _flag("Memory per GPU as its datasheet states it (GB, read as GiB).")
+    ] = None,
     dtype: Annotated[str | None, _flag("float16, bfloat16 or float32.")] = None,
     quantization: Annotated[str | None, _flag("Weight quantisation: awq, gptq, int4, fp8.")] = None,
     build_time_tolerance: Annotated[str | None, _flag("none, minutes or hours.")] = None,

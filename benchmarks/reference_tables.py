@@ -1372,6 +1372,26 @@ def mechanism_table(checks, mechanism: str) -> str:
 # --------------------------------------------------------------------------- the docs
 
 
+def kv_pool_table(reference_dir: Path = REFERENCE_DIR) -> str:
+    """The memory rule's KV pool beside the one vLLM reported, per shipped engine start."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from advisor.sizing.memory_validation import kv_pool_checks
+
+    lines = [
+        "| GPU | model | precision | gpu_memory_utilization | vLLM's pool (tokens) | "
+        "the rule's (tokens) | error | run |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    for check in kv_pool_checks(reference_dir):
+        lines.append(
+            f"| {check.gpu} | {check.model} | {check.precision} | {check.utilization:g} | "
+            f"{check.reported_tokens:,} | {check.predicted_tokens:,} | {check.error:+.1%} | "
+            f"{check.run_id} |"
+        )
+    return "\n".join(lines)
+
+
 def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
     """Each generated doc's text (path relative to docs/ -> Markdown)."""
     files, folders = run_files(reference_dir), campaign_dirs(reference_dir)
@@ -1404,6 +1424,7 @@ def render(reference_dir: Path = REFERENCE_DIR) -> dict[str, str]:
             "prefix": prefix_table(reference_dir),
             "long_context": long_context_table(long_context),
             "mechanism_summary": mechanism_summary_table(mechanisms),
+            "kv_pool": kv_pool_table(reference_dir),
             "mechanism_prefix": mechanism_table(mechanisms, "prefix caching"),
             "mechanism_moe": mechanism_table(mechanisms, "mixture-of-experts"),
             "mechanism_long": mechanism_table(mechanisms, "long context"),

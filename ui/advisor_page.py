@@ -715,7 +715,6 @@ def show_estimate(estimate: Any, scope: str = "s0") -> None:
     parts = {
         "weights": estimate.weights_gb,
         "KV cache": estimate.kv_cache_gb,
-        "activations": estimate.activation_margin_gb,
         "runtime overhead": estimate.runtime_overhead_gb,
     }
     parts = {name: value for name, value in parts.items() if value}
@@ -981,16 +980,18 @@ def provenance_caption(rows: list[Any]) -> str:
 
 
 @st.cache_data(ttl=600, show_spinner=False)
-def shipped_gpus() -> list[str]:
+def shipped_gpus(model: str | None = None) -> list[str]:
     """GPU types of the measured runs shipped in data/reference (catalogue names, e.g. H200),
-    the most measured first: the view offers that one."""
+    the one with the most runs of `model` first, then the most runs of any: the view offers
+    that one (the GPU whose runs say most about this workload)."""
     from collections import Counter
 
     from advisor.sizing.measured import run_gpu_name
 
     runs = [run for runs in state.reference_files().runs.values() for run in runs]
     counts = Counter(gpu for gpu in map(run_gpu_name, runs) if gpu)
-    return sorted(counts, key=lambda gpu: (-counts[gpu], gpu))
+    of_model = Counter(run_gpu_name(run) for run in runs if run.config.model == model)
+    return sorted(counts, key=lambda gpu: (-of_model[gpu], -counts[gpu], gpu))
 
 
 def published_gpu_view(profile: WorkloadProfile, index: int, gpu: str) -> WorkloadProfile:
@@ -1010,7 +1011,7 @@ def evidence_gpu_notice(
     were taken on and offer a view of what they say (the answer here is the tree's alone)."""
     from advisor.sizing.measured import same_gpu_type
 
-    gpus = shipped_gpus()
+    gpus = shipped_gpus(stage.model)
     covered = any(same_gpu_type(gpu, stage.gpu.type) for gpu in gpus)
     measured_here = any(row.source == "measured-here" for row in stage_result.evidence)
     if covered or measured_here or not gpus:

@@ -120,8 +120,15 @@ def run_features(run: RunResult) -> dict[str, float]:
         "concurrency": level if kind == "concurrency" else 0.0,
         "request_rate_rps": level if kind == "rate" else 0.0,
         "gpu_memory_gb": float(GPUS[gpu].memory_gb) if gpu in GPUS else 0.0,
-        "dtype_bytes": DTYPE_BYTES[config.precision.dtype],
+        "dtype_bytes": _weight_bytes(config.precision.dtype, config.precision.quantization),
     }
+
+
+def _weight_bytes(dtype: str, quantization: str | None) -> float:
+    """Bytes a weight takes: 8-bit formats (FP8, INT8 W8A8) are their own precision, never a
+    rung of the 16-bit group (a run of each would average two precisions into one winner)."""
+    scheme = (quantization or "").lower()
+    return 1.0 if "fp8" in scheme or "int8" in scheme else DTYPE_BYTES[dtype]
 
 
 def stage_features(stage: StageProfile, parameters_b: float | None) -> dict[str, float]:
@@ -135,7 +142,7 @@ def stage_features(stage: StageProfile, parameters_b: float | None) -> dict[str,
         "concurrency": float(stage.concurrency or 0),
         "request_rate_rps": float(stage.request_rate_rps or 0),
         "gpu_memory_gb": float(stage.gpu.memory_gb or 0),
-        "dtype_bytes": DTYPE_BYTES[stage.precision.dtype],
+        "dtype_bytes": _weight_bytes(stage.precision.dtype, stage.precision.quantization),
     }
 
 

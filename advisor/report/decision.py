@@ -317,7 +317,10 @@ def _estimate_fact(stage: StageRecommendation) -> Fact | None:
         count = estimate.gpu_count or 1
         have = figure(estimate.available_gb, "GB")
         verb = "fits" if estimate.fits else "does not fit"
-        text = f"Needs {need}{detail}: {verb} {count} × {estimate.gpu or 'GPU'} ({have})"
+        text = (
+            f"Needs {need}{detail} with the runtime: {verb} {count} × {estimate.gpu or 'GPU'} "
+            f"({have}, the 90% of its memory a serving engine takes)"
+        )
         if estimate.decode_floor_ms_per_token:
             text += (
                 f"; decode floor {figure(estimate.decode_floor_ms_per_token, 'ms')} per token "

@@ -5,8 +5,8 @@ degrees that divide the GPU count (and the model's KV heads), replicas = GPUs / 
 profile's dtype or FP8, KV cache at the dtype or FP8 — and each is estimated per GPU:
 
 - weights per GPU = parameters x weight bytes / TP; KV per GPU = KV bytes per token / TP x
-  context x the sequences one replica holds; fit as in `advisor.sizing.estimate` (10% margin, 1 GB
-  runtime per GPU);
+  context x the sequences one replica holds; fit by the engine model's one memory rule
+  (advisor/sizing/engine_model/replica.py: 90% of the GPU, 1.5 GiB runtime per GPU);
 - one decode step of a replica at batch b (the floor, no overlap assumed between reading and
   computing): read (weights + b x mean in-flight context x KV per token) / TP at the memory
   bandwidth, plus compute 2 x parameters x (b decode tokens + the prefill tokens a closed loop
@@ -40,9 +40,11 @@ from advisor.sizing.engine_model.prefix import (
     prefix_reuse,
 )
 from advisor.sizing.engine_model.replica import (
-    ACTIVATION_MARGIN_FRACTION,
     GB,
-    RUNTIME_OVERHEAD_GB_PER_GPU,
+    GIB,
+    RUNTIME_OVERHEAD_GIB_PER_GPU,
+    engine_memory_bytes,
+    free_after_weights,
     replica_shape,
 )
 from advisor.sizing.engine_model.replica import kv_bytes_per_token as model_kv_bytes_per_token
@@ -452,13 +454,11 @@ def estimate_deployment(
     per_token = kv_bytes_per_token(inputs.architecture, deployment)
     shared_gb = reuse.shared_kv_tokens * per_token / GB if per_token else 0.0
     kv_gpu = (kv_per_sequence * per_replica + shared_gb) * GB / tp if kv_per_sequence else None
-    margin = 1 + ACTIVATION_MARGIN_FRACTION
-    overhead = RUNTIME_OVERHEAD_GB_PER_GPU * GB
-    required = (weights_gpu + (kv_gpu or 0.0)) * margin + overhead
+    required = weights_gpu + (kv_gpu or 0.0) + RUNTIME_OVERHEAD_GIB_PER_GPU * GIB
     max_per_replica = None
     if kv_per_sequence:
-        free = memory * GB - overhead - weights_gpu * margin - shared_gb * GB / tp * margin
-        max_per_replica = max(0, int(free // (kv_per_sequence * GB / tp * margin)))
+        free = free_after_weights(weights_gpu, memory) - shared_gb * GB / tp
+        max_per_replica = max(0, int(free // (kv_per_sequence * GB / tp)))
     notes: list[str] = []
     if reuse.words:
         notes.append(reuse.words)
@@ -485,7 +485,7 @@ def estimate_deployment(
         kv_cache_gb_per_gpu=kv_gpu / GB if kv_gpu is not None else None,
         required_gb_per_gpu=required / GB,
         memory_per_gpu_gb=memory,
-        fits=required <= memory * GB,
+        fits=required <= engine_memory_bytes(memory),
         max_concurrency_per_replica=max_per_replica,
         decode_floor_ms_per_token=weights_gpu
         * (model_facts(inputs.architecture, inputs.parameters) or _DENSE).weight_fraction_read(1)
@@ -641,7 +641,8 @@ def search_configurations(
         if not estimate.fits:
             search.excluded.append(
                 f"{estimate.label}: needs {estimate.required_gb_per_gpu:.1f} GB per GPU of "
-                f"{estimate.memory_per_gpu_gb:g}"
+                f"the {engine_memory_bytes(estimate.memory_per_gpu_gb) / GB:.1f} GB a serving "
+                f"engine takes of {estimate.memory_per_gpu_gb:g} GiB"
             )
             return
         if measured is not None:

@@ -16,8 +16,10 @@ Units: GB = 1e9 bytes, TB/s = 1e12 bytes/s (datasheet units). Formulas:
   use, and a sequence at the end of its output holds its full context, so concurrency x mean
   context is the steady-state peak. The near-worst-case single context (`max_context_tokens`,
   mean + 2 std or the clip) is what the context-window check refuses on;
-- required = weights + KV + 10% of both (activations of the largest batch, allocator
-  fragmentation) + 1 GB per GPU (CUDA context, cuBLAS/attention workspaces, NCCL buffers);
+- required = weights + KV + 1.5 GiB per GPU (CUDA context, the activations of the engine's
+  largest batch, workspaces, CUDA graphs), against the 90% of each GPU a serving engine takes
+  (the one memory rule: advisor/sizing/engine_model/replica.py, checked against vLLM's own
+  KV pool in advisor/sizing/memory_validation.py);
 - decode floor (batch 1, per output token) = weight bytes / memory bandwidth, the time just to
   stream the weights once (KV reads excluded, so the true floor is a little higher);
 - prefill floor = 2 x parameters x prompt tokens / peak dense tensor FLOP/s.
@@ -35,6 +37,12 @@ from pydantic import Field
 from advisor.sizing.engine_model.facts import ModelFacts, model_facts
 from advisor.sizing.engine_model.formats import formats_for
 from advisor.sizing.engine_model.prefix import TrafficShape, prefix_reuse
+from advisor.sizing.engine_model.replica import (
+    GB,
+    GIB,
+    RUNTIME_OVERHEAD_GIB_PER_GPU,
+    engine_memory_bytes,
+)
 from advisor.sizing.engine_model.replica import kv_bytes_per_token as model_kv_bytes_per_token
 from advisor.workload.architectures import (
     Architecture,
@@ -48,9 +56,6 @@ from advisor.workload.profile import StageProfile
 from advisor.workload.stage_load import stage_load
 from bench.core.strict import Strict
 
-GB = 1e9
-RUNTIME_OVERHEAD_GB_PER_GPU = 1.0
-ACTIVATION_MARGIN_FRACTION = 0.10
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 FOUR_BIT_GROUP_OVERHEAD = 4 / 128
 """Bytes per weight for a 4-bit group of 128 with an fp16 scale and an fp16 zero point."""
@@ -97,7 +102,6 @@ class Estimate(Strict):
     concurrency: int = 1
     concurrency_source: str = ""
     kv_cache_gb: float | None = None
-    activation_margin_gb: float | None = None
     runtime_overhead_gb: float | None = None
     required_gb: float | None = None
     gpu: str | None = None
@@ -288,32 +292,25 @@ def estimate_stage(stage: StageProfile) -> Estimate:
         notes.append(estimate.context.warning)
     # ---- memory fit
     if weight_bytes is not None:
-        margin = ACTIVATION_MARGIN_FRACTION * (weight_bytes + kv_bytes)
-        overhead = RUNTIME_OVERHEAD_GB_PER_GPU * GB * gpu_count
-        estimate.activation_margin_gb = margin / GB
+        overhead = RUNTIME_OVERHEAD_GIB_PER_GPU * GIB * gpu_count
         estimate.runtime_overhead_gb = overhead / GB
-        required = weight_bytes + kv_bytes + margin + overhead
+        required = weight_bytes + kv_bytes + overhead
         estimate.required_gb = required / GB
         if memory_per_gpu is not None:
+            source = f"{stage.gpu.type} datasheet" if stage.gpu.type else "memory_gb in the profile"
             estimate.memory_source = (
-                f"{stage.gpu.type} datasheet" if stage.gpu.type else "memory_gb in the profile"
+                f"{source}: {memory_per_gpu:g} GiB a GPU, of which a serving engine takes 90% "
+                "(vLLM's gpu_memory_utilization default)"
             )
-            available = memory_per_gpu * GB * gpu_count
+            available = engine_memory_bytes(memory_per_gpu) * gpu_count
             estimate.available_gb = available / GB
             estimate.fits = required <= available
             estimate.headroom_gb = (available - required) / GB
             if kv_per_sequence > 0:
                 shared = kv_bytes - kv_per_sequence * concurrency
-                free_for_kv = (
-                    available
-                    - overhead
-                    - (weight_bytes + shared) * (1 + ACTIVATION_MARGIN_FRACTION)
-                )
-                per_sequence = kv_per_sequence * (1 + ACTIVATION_MARGIN_FRACTION)
-                estimate.max_concurrency_that_fits = max(0, int(free_for_kv // per_sequence))
-            estimate.tensor_parallel_needed = _tp_needed(
-                weight_bytes, kv_bytes, memory_per_gpu * GB
-            )
+                free_for_kv = available - overhead - weight_bytes - shared
+                estimate.max_concurrency_that_fits = max(0, int(free_for_kv // kv_per_sequence))
+            estimate.tensor_parallel_needed = _tp_needed(weight_bytes, kv_bytes, memory_per_gpu)
         else:
             notes.append(
                 "no GPU to fit against (GPU not decided: set gpu.type or gpu.memory_gb); "
@@ -401,11 +398,10 @@ def _prefill_flops(facts: ModelFacts | None, prompt: float, cached: float) -> fl
     return 2 * facts.active_parameters * uncached + facts.prefill_attention_flops(prompt, cached)
 
 
-def _tp_needed(weight_bytes: float, kv_bytes: float, memory_per_gpu: float) -> int | None:
+def _tp_needed(weight_bytes: float, kv_bytes: float, memory_per_gpu_gb: float) -> int | None:
     for degree in TP_DEGREES:
-        required = (weight_bytes + kv_bytes) * (1 + ACTIVATION_MARGIN_FRACTION)
-        required += RUNTIME_OVERHEAD_GB_PER_GPU * GB * degree
-        if required <= memory_per_gpu * degree:
+        required = weight_bytes + kv_bytes + RUNTIME_OVERHEAD_GIB_PER_GPU * GIB * degree
+        if required <= engine_memory_bytes(memory_per_gpu_gb) * degree:
             return degree
     return None
 
@@ -435,7 +431,7 @@ def _suggestions(
 ) -> list[str]:
     """What would make it fit: tensor parallelism, weight quantisation, FP8 KV, fewer sequences."""
     out: list[str] = []
-    memory_per_gpu = (estimate.memory_per_gpu_gb or 0) * GB
+    memory_per_gpu = engine_memory_bytes(estimate.memory_per_gpu_gb or 0)
     count = estimate.gpu_count
     needed = estimate.tensor_parallel_needed
     if needed is not None and needed > count:
@@ -449,8 +445,7 @@ def _suggestions(
         options = [("fp8", 1.0), ("awq", QUANTIZATION_BYTES["awq"])]
         for name, size in options:
             weights = parameters * size
-            required = (weights + kv_bytes) * (1 + ACTIVATION_MARGIN_FRACTION)
-            required += RUNTIME_OVERHEAD_GB_PER_GPU * GB * count
+            required = weights + kv_bytes + RUNTIME_OVERHEAD_GIB_PER_GPU * GIB * count
             fits = required <= memory_per_gpu * count
             hardware = ""
             if name == "fp8" and gpu_spec is not None and not gpu_spec.fp8:

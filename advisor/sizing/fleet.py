@@ -260,7 +260,9 @@ def _basis(
     stage: StageProfile | None = None,
 ) -> CapacityBasis:
     """Which calibration sized the prediction: a `bench calibrate` record (named by its id),
-    the serving model's fit on stored runs, or none (saying so, with the command)."""
+    the serving model's fit on stored runs, or none (saying so, with the command); each with
+    what the shipped GPU runs checked of the mechanics the stage asks for (`mechanism_notes`)."""
+    notes = mechanism_notes(stage) if stage is not None else []
     if isinstance(record, RecordFit):
         basis = record.basis
         return CapacityBasis(
@@ -270,13 +272,16 @@ def _basis(
             + (f"; {prediction.prompt_extrapolated}" if prediction.prompt_extrapolated else ""),
             low_rps=prediction.low_rps or None,
             high_rps=prediction.high_rps or None,
-            error_words=(
-                "the interval is the record's leave-one-level-out step error; its capacity "
-                "error on a search the record did not contain is in docs/capacity-model.md "
-                f'("On a GPU the model was never fitted on", record {basis.calibration_id})'
-                if basis.source == "shipped"
-                else "the interval is the record's leave-one-level-out step error; its "
-                "capacity error is measured by `python -m bench calibrate --check`"
+            error_words="; ".join(
+                [
+                    "the interval is the record's leave-one-level-out step error; its capacity "
+                    "error on a search the record did not contain is in docs/capacity-model.md "
+                    f'("On a GPU the model was never fitted on", record {basis.calibration_id})'
+                    if basis.source == "shipped"
+                    else "the interval is the record's leave-one-level-out step error; its "
+                    "capacity error is measured by `python -m bench calibrate --check`",
+                    *notes,
+                ]
             ),
         )
     if prediction.calibrated:
@@ -309,7 +314,6 @@ def _basis(
             f"run `{command}` on one to calibrate it"
         )
         expected = None
-    notes = mechanism_notes(stage) if stage is not None else []
     if notes:
         error_words += ("; " if error_words else "") + "; ".join(notes)
     return CapacityBasis(

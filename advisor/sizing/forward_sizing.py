@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field
 
@@ -124,42 +124,19 @@ def size_forward_stage(
     if floor is None:
         return None
     runs = list(runs)
-    model = calibrate(floor, _ladder(runs, framework, stage, gpu.name, None))
-    calibrated = model.fit_error is not None
-    error = max(model.fit_error or 0.0, 0.2) if calibrated else UNCALIBRATED_ERROR
-    basis = "measured ladder" if calibrated else "floor only"
-    carried_from = None
-    if not calibrated:
-        carried = carried_ladder(runs, framework, stage, gpu.name)
-        if carried is not None:
-            carried_from, other = carried
-            model = other.carried_to(
-                floor,
-                f"the {framework} ladder on {carried_from} carried to the {gpu.name} floor "
-                f"({other.basis})",
-            )
-            calibrated, basis = True, "carried ladder"
-            error = max(other.fit_error or 0.0, CARRIED_ERROR)
+    found = _from_ladders(runs, framework, stage, gpu.name, floor, None)
+    model, basis, error, carried_from = found or (floor, "floor only", UNCALIBRATED_ERROR, None)
+    calibrated = found is not None
     if weight_format is not None:
         quantised = floor_model(architecture, gpu, weight_format, sequence, stage.image_size)
         if quantised is None:
             return None
-        fmt = weight_format.upper()
-        measured = calibrate(quantised, _ladder(runs, framework, stage, gpu.name, weight_format))
-        carried_format = carried_ladder(runs, framework, stage, gpu.name, weight_format)
-        if measured.fit_error is not None:  # this format's own ladder on this GPU
-            model, calibrated, basis, carried_from = measured, True, "measured ladder", None
-            error = max(measured.fit_error, 0.2)
-        elif carried_format is not None:  # this format's ladder on another GPU
-            carried_from, other = carried_format
-            model = other.carried_to(
-                quantised,
-                f"the {framework} {fmt} ladder on {carried_from} carried to the {gpu.name} "
-                f"{fmt} floor ({other.basis})",
-            )
-            calibrated, basis = True, "carried ladder"
-            error = max(other.fit_error or 0.0, CARRIED_ERROR)
+        own = _from_ladders(runs, framework, stage, gpu.name, quantised, weight_format)
+        if own is not None:  # this format's own ladder, on this GPU or carried from another
+            model, basis, error, carried_from = own
+            calibrated = True
         elif calibrated:
+            fmt = weight_format.upper()
             error = max(error, TRANSFERRED_ERROR)
             model = model.carried_to(
                 quantised,
@@ -224,6 +201,41 @@ def size_forward_stage(
         gpus_range=gpus_range,
         feasibility=feasibility,
         notes=notes,
+    )
+
+
+class _Calibrated(NamedTuple):
+    model: BatchTimeModel
+    basis: Literal["measured ladder", "carried ladder"]
+    error: float
+    carried_from: str | None
+
+
+def _from_ladders(
+    runs: Sequence[RunResult],
+    framework: str,
+    stage: StageProfile,
+    gpu_name: str,
+    floor: BatchTimeModel,
+    weight_format: WeightFormat | None,
+) -> _Calibrated | None:
+    """`floor` calibrated by `framework`'s ladder at this weight format on this GPU, else by one
+    on another GPU carried over (its overhead and efficiency); None without either."""
+    measured = calibrate(floor, _ladder(runs, framework, stage, gpu_name, weight_format))
+    if measured.fit_error is not None:
+        return _Calibrated(measured, "measured ladder", max(measured.fit_error, 0.2), None)
+    carried = carried_ladder(runs, framework, stage, gpu_name, weight_format)
+    if carried is None:
+        return None
+    other_gpu, other = carried
+    fmt = f" {weight_format.upper()}" if weight_format else ""
+    model = other.carried_to(
+        floor,
+        f"the {framework}{fmt} ladder on {other_gpu} carried to the {gpu_name}{fmt} floor "
+        f"({other.basis})",
+    )
+    return _Calibrated(
+        model, "carried ladder", max(other.fit_error or 0.0, CARRIED_ERROR), other_gpu
     )
 
 

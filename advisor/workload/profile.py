@@ -116,7 +116,8 @@ class GpuProfile(StrictInput):
         None,
         gt=0,
         le=MAX_GPU_MEMORY_GB,
-        description="Memory per GPU (GB); derived from the GPU type when not given.",
+        description='Memory per GPU as its datasheet states it ("80 GB", read as GiB, as '
+        "nvidia-smi counts it); derived from the GPU type when not given.",
     )
     memory_bandwidth_tb_s: float | None = Field(
         None,

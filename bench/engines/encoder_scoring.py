@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bench.core.errors import UserError
-from bench.engines.scoring import int8_dynamic
+from bench.engines.cpu_int8 import int8_dynamic
 
 if TYPE_CHECKING:
     import numpy as np

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from bench.core.errors import UserError
+from bench.engines.cpu_int8 import int8_dynamic
 
 if TYPE_CHECKING:
     import torch
@@ -84,25 +85,6 @@ def _simulate_fp8(model: torch.nn.Module) -> int:
         module.register_forward_pre_hook(lambda _module, args: (_round_fp8(args[0]), *args[1:]))
         changed += 1
     return changed
-
-
-def int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
-    """torch's dynamic INT8 quantization of the Linear layers except the LM head (a model
-    without one, such as a classifier, has every Linear quantized)."""
-    import warnings
-
-    import torch
-    from torch.ao.quantization import quantize_dynamic
-
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    names = {
-        name
-        for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and module is not head
-    }
-    with warnings.catch_warnings():  # torch deprecates quantized tensors in favour of torchao
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(model, names, dtype=torch.qint8)
 
 
 PYTORCH_METHODS = {

@@ -152,9 +152,12 @@ def test_vllm_bench_serve_at_the_found_rate_is_read_from_the_shipped_archive(che
     # the 1,500-request run missed the TTFT limit at the rate the 500-request probes passed
     assert level.goodput_rps < 0.9 * level.throughput_rps
     assert level.measured["ttft_p99"] > 300
-    # the record's simulation of it is overloaded too: within a third of the measured p99 TTFT
+    # the record's simulation of it is overloaded too (over the 300 ms limit), but queues less
+    # than vLLM did: -42% of the measured p99 TTFT since the KV pool is vLLM's own size
+    # (memory_validation.py; with a pool 10% too small it was within a third, by queueing more)
     predicted = serve.predicted["this GPU"]["ttft_p99"]
-    assert abs(predicted - level.measured["ttft_p99"]) / level.measured["ttft_p99"] < 1 / 3
+    assert predicted > 300
+    assert abs(predicted - level.measured["ttft_p99"]) / level.measured["ttft_p99"] < 0.45
 
 
 def test_a_16_bit_vllm_stage_on_an_h100_is_calibrated_by_the_shipped_record():

@@ -1,10 +1,13 @@
 """One replica's shape from the model facts, the formats, the GPU, the engine's limits and the
 traffic's prefix reuse: what the memory fit, the floors and the serving model read.
 
-Memory (per GPU): weights / TP + KV / TP, plus 10% of both (activations of the largest batch,
-allocator fragmentation) and 1 GB (CUDA context, cuBLAS/attention workspaces, NCCL buffers).
-A serving engine takes `gpu_memory_utilization` of the GPU (vLLM's default 0.9) and gives the
-KV pool what the weights leave; shared prefix blocks sit in that pool once.
+Memory (per GPU), the one rule the memory fit, the configuration search and the serving model
+use: a serving engine takes `gpu_memory_utilization` of the GPU (vLLM's default 0.9; a
+datasheet's "80 GB" of HBM is 80 GiB), holds the weights / TP and RUNTIME_OVERHEAD_GIB_PER_GPU
+(CUDA context, the activations of its largest batch, workspaces, CUDA graphs), and gives the KV
+pool the rest; shared prefix blocks sit in that pool once. Checked against the KV pool vLLM
+reported on every shipped GPU run whose engine log has it (advisor/sizing/memory_validation.py,
+docs/capacity-model.md "The KV pool").
 """
 
 from __future__ import annotations
@@ -18,8 +21,14 @@ from advisor.sizing.engine_model.step import TP_EFFICIENCY_ASSUMED, EngineShape
 from advisor.workload.gpus import GpuSpec
 
 GB = 1e9
-RUNTIME_OVERHEAD_GB_PER_GPU = 1.0
-ACTIVATION_MARGIN_FRACTION = 0.10
+"""Weights and KV are stated in decimal GB, as model cards state weights."""
+GIB = 2**30
+RUNTIME_OVERHEAD_GIB_PER_GPU = 1.5
+"""What an engine's share of a GPU holds besides weights and the KV pool. vLLM's own accounting
+(KV pool = utilization x memory - weights - the rest) left 0.9-1.9 GiB on the shipped runs of
+llama-2-7b, llama-3.1-8b and qwen3-30b-a3b on the H100 and H200 (memory_validation.py): a
+constant, not a share of the weights (a 10% share claimed 6 GiB for a 61 GB MoE and cut its
+KV pool to a third)."""
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_TOKEN_BUDGET = 2048
 """max_num_batched_tokens the shipped H200 vLLM runs recorded (run.engine) when not set."""
@@ -38,15 +47,34 @@ def weight_bytes(facts: ModelFacts, formats: Formats) -> float:
     return facts.parameters * formats.weight_bytes
 
 
-def free_for_kv_bytes(
-    facts: ModelFacts, formats: Formats, memory_gb: float, tensor_parallel: int
+def engine_memory_bytes(
+    memory_gb: float, utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
 ) -> float:
-    """Bytes per GPU left for the KV cache after the weights, their margin and the runtime."""
+    """Bytes of one GPU a serving engine takes: `utilization` of the datasheet size, read as
+    binary (nvidia-smi shows an "80 GB" H100 as 79.6 GiB, a "141 GB" H200 as 140.4 GiB)."""
+    return memory_gb * GIB * utilization
+
+
+def free_for_kv_bytes(
+    facts: ModelFacts,
+    formats: Formats,
+    memory_gb: float,
+    tensor_parallel: int,
+    utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+) -> float:
+    """Bytes per GPU left for the KV pool after the weights and the runtime."""
     weights = weight_bytes(facts, formats) / tensor_parallel
+    return free_after_weights(weights, memory_gb, utilization)
+
+
+def free_after_weights(
+    weights_per_gpu: float, memory_gb: float, utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+) -> float:
+    """Bytes per GPU left for the KV pool once `weights_per_gpu` and the runtime are held."""
     return (
-        memory_gb * GB
-        - RUNTIME_OVERHEAD_GB_PER_GPU * GB
-        - weights * (1 + ACTIVATION_MARGIN_FRACTION)
+        engine_memory_bytes(memory_gb, utilization)
+        - RUNTIME_OVERHEAD_GIB_PER_GPU * GIB
+        - weights_per_gpu
     )
 
 
@@ -77,9 +105,8 @@ def replica_shape(
     reuse = reuse or PrefixReuse.none()
     tp = tensor_parallel
     utilization = _positive(args.get("gpu_memory_utilization"), DEFAULT_GPU_MEMORY_UTILIZATION)
-    memory = (memory_gb or gpu.memory_gb) * utilization
     kv_token = per_token / tp
-    free = free_for_kv_bytes(facts, formats, memory, tp)
+    free = free_for_kv_bytes(facts, formats, memory_gb or gpu.memory_gb, tp, utilization)
     capacity = max(0, int(free // kv_token) - int(reuse.shared_kv_tokens))
     cached = min(reuse.cached_tokens, max(prompt_tokens - 1, 0.0))
     return EngineShape(
@@ -101,12 +128,14 @@ def replica_shape(
 
 
 __all__ = [
-    "ACTIVATION_MARGIN_FRACTION",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_MAX_NUM_SEQS",
     "DEFAULT_TOKEN_BUDGET",
     "GB",
-    "RUNTIME_OVERHEAD_GB_PER_GPU",
+    "GIB",
+    "RUNTIME_OVERHEAD_GIB_PER_GPU",
+    "engine_memory_bytes",
+    "free_after_weights",
     "free_for_kv_bytes",
     "kv_bytes_per_token",
     "replica_shape",

@@ -403,7 +403,7 @@ class PyTorchBackend(Backend):
         if not quantization:
             return None
         if self.device == "cpu":
-            from bench.engines.scoring import int8_dynamic
+            from bench.engines.cpu_int8 import int8_dynamic
 
             self.model = int8_dynamic(self.model)
             return "int8 dynamic (torch.ao quantize_dynamic, Linear layers)"
