@@ -737,7 +737,7 @@ def show_estimate(estimate: Any, scope: str = "s0") -> None:
             available = pd.DataFrame(
                 {
                     "GB": [estimate.available_gb],
-                    "label": [f"available {estimate.available_gb:g} GB"],
+                    "label": [f"available {estimate.available_gb:.1f} GB"],
                 }
             )
             rule = alt.Chart(available).mark_rule(color="#d33", strokeWidth=3).encode(x="GB:Q")
@@ -754,7 +754,8 @@ def show_estimate(estimate: Any, scope: str = "s0") -> None:
             st.altair_chart(chart)
         st.caption(
             f"Memory breakdown for {estimate.gpu_count} × {estimate.gpu or 'GPU'} "
-            f"({estimate.precision}); red line = memory available"
+            f"({estimate.precision}); red line = the memory a serving engine takes (90% of "
+            "the GPU's, vLLM's gpu_memory_utilization default)"
             + (
                 f" · parameters: {estimate.parameters_label} ({estimate.parameters_source})"
                 if estimate.parameters

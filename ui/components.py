@@ -97,6 +97,7 @@ def runs_frame(runs: Iterable[RunResult]) -> pd.DataFrame:
                 "created": run.created_at[:19].replace("T", " "),
                 "backend": run.config.backend,
                 "model": run.config.model,
+                "precision": run.config.precision.label(),
                 "pattern": run.config.load.pattern,
                 "status": run.status.value,
                 "validity": run.validity.status.value if run.validity else "—",
