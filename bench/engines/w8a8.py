@@ -6,10 +6,15 @@ activations per token at run time, the product accumulated at full precision and
 - fp8: e4m3 (scale = max |x| / 448), `torch._scaled_mm` with row-wise scales (FP8 tensor cores:
   compute capability 8.9 and later; elsewhere the first batch fails and the caller says why).
 
+The activation quantization runs as separate elementwise kernels (amax, scale, round, cast),
+which serving engines fuse into the GEMM: the accuracy is theirs, the speed is eager PyTorch's
+(3.6-7.0x slower than float16 on an H100, data/reference/h100_encoders_8bit_runs.json).
+
 `quantize_linears(model, fmt)` swaps every `torch.nn.Linear` (a classifier's head too, as the CPU
 INT8 path does) for its 8-bit counterpart; everything else runs at the model's own dtype. Used by
 `bench quality` (bench/engines/encoder_scoring.py) to measure what INT8 and FP8 cost an encoder's
-accuracy on the GPU that would serve it. Imports torch at the top: callers import this module
+accuracy on the GPU that would serve it, and by the `pytorch` backend for forward runs at
+`precision.quantization` int8/fp8. Imports torch at the top: callers import this module
 inside the function that needs it.
 """
 

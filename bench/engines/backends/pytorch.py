@@ -397,9 +397,11 @@ class PyTorchBackend(Backend):
     def _quantize(self, quantization: str | None) -> str | None:
         """Swap the Linear layers for their 8-bit form; the method's words, None when unquantized.
 
-        On a GPU, W8A8 as serving engines run it (INT8 `torch._int_mm` / FP8 `torch._scaled_mm`,
-        activations quantized per token by separate elementwise kernels, not fused into the
-        GEMM); on the CPU, torch's dynamic INT8 (the CPU path `bench quality` measures too)."""
+        On a GPU, W8A8 with the 8-bit GEMMs serving engines use (INT8 `torch._int_mm` / FP8
+        `torch._scaled_mm`), its activations quantized per token by separate elementwise kernels
+        where serving engines fuse that step into the GEMM (so it measures eager PyTorch's
+        8-bit speed, not theirs: docs/forward-serving.md); on the CPU, torch's dynamic INT8 (the
+        CPU path `bench quality` measures too)."""
         if not quantization:
             return None
         if self.device == "cpu":
