@@ -18,9 +18,7 @@ from pydantic import Field
 
 from advisor.sizing.engine_model.replica import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
-    GIB,
-    RUNTIME_OVERHEAD_GIB_PER_GPU,
-    engine_memory_bytes,
+    free_after_weights,
 )
 from advisor.sizing.serving_calibration import _engine_args, run_shape
 from advisor.workload.gpus import GPUS
@@ -100,11 +98,7 @@ def _checks_of(folder: str) -> tuple[KvPoolCheck, ...]:
             args = _engine_args(run)
             utilization = float(args.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
             shape = item.shape
-            free = (
-                engine_memory_bytes(gpu.memory_gb, utilization)
-                - RUNTIME_OVERHEAD_GIB_PER_GPU * GIB
-                - shape.weight_bytes
-            )
+            free = free_after_weights(shape.weight_bytes, gpu.memory_gb, utilization)
             check = KvPoolCheck(
                 run_id=run.run_id,
                 reference=f"data/reference/{reference}",
