@@ -5,11 +5,9 @@ encoder or a text embedder)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel
 
-Modality = Literal["text", "image", "audio"]
+from advisor.workload.profile import Modality
 
 FAMILIES: tuple[tuple[str, str, Modality], ...] = (
     # (name fragment, family, modality): the most specific fragment first.
@@ -77,7 +75,14 @@ def forward_traits(
 
 def trait_differences(run: ForwardTraits, stage: ForwardTraits) -> list[str]:
     """Why a run of one modality or family is no evidence for a stage of another, in words;
-    empty where they agree or either side does not say."""
+    empty where they agree or neither side says. A run whose modality is known is no match for a
+    stage that does not say its own: a ResNet-50 batch of 8 is not evidence for an unnamed model
+    that happens to take batches of 8."""
+    if run.modality and not stage.modality:
+        return [
+            f"a {run.words} measured, the stage does not say what its model takes in "
+            "(name its model, or give `modality`, `image_size` or `sequence_length`)"
+        ]
     if run.modality and stage.modality and run.modality != stage.modality:
         return [f"a {run.words} measured, the stage serves a {stage.words}: a different modality"]
     if run.family and stage.family and run.family != stage.family:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-from advisor.evidence.modality import forward_traits, trait_differences
+from advisor.evidence.modality import ForwardTraits, forward_traits, trait_differences
 from advisor.sizing.capacity import run_gpu_type
 from advisor.sizing.engine_shape import SHAPE_TOLERANCE, stage_tensor_parallel
 from advisor.sizing.measured import (
@@ -316,6 +316,20 @@ def _ratio(run_value: float, stage_value: float) -> float:
     return high / low
 
 
+def _stage_traits(stage: StageProfile) -> ForwardTraits:
+    """The stage's modality and family: its `modality` where given, else its model's name or
+    its input shape."""
+    traits = forward_traits(
+        stage.model,
+        sequence_length=stage.sequence_length is not None,
+        image_size=stage.image_size is not None,
+    )
+    if stage.modality and stage.modality != traits.modality:
+        # The user's word for what the model takes in outranks a guess from its name.
+        return ForwardTraits(modality=stage.modality)
+    return traits
+
+
 def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
     """The match rule (WorkloadMatch) for one run against one stage."""
     config = run.config
@@ -344,11 +358,7 @@ def workload_match(run: RunResult, stage: StageProfile) -> WorkloadMatch:
                 sequence_length=workload.sequence_length is not None,
                 image_size=workload.image_size is not None,
             ),
-            forward_traits(
-                stage.model,
-                sequence_length=stage.sequence_length is not None,
-                image_size=stage.image_size is not None,
-            ),
+            _stage_traits(stage),
         )
         model_kind = not different
         differences.extend(different)

@@ -330,7 +330,16 @@ def _estimate_fact(stage: StageRecommendation) -> Fact | None:
 
 
 def _nearest_fact(chosen: Recommendation) -> Fact | None:
-    row = next((r for r in chosen.nearest if r.objective_value is not None), None)
+    # A run of another modality or model family says nothing about this stage (the evidence
+    # table still lists it, with why it is context only): it is not a reason on page 1.
+    row = next(
+        (
+            r
+            for r in chosen.nearest
+            if r.objective_value is not None and (r.match is None or r.match.model_kind)
+        ),
+        None,
+    )
     if row is None:
         return None
     fact = _measured_fact(row, prefix="Nearest measurement, context only: ")

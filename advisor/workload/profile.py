@@ -44,6 +44,10 @@ QUANTIZATION_SCHEMES = ("awq", "gptq", "int4", "fp8", "int8", "w8a8")
 name containing one (`gptq-int4`, `awq-marlin`) is that scheme."""
 
 
+Modality = Literal["text", "image", "audio"]
+"""What a forward model takes in."""
+
+
 class ProfilePrecision(StrictInput):
     """The precision a deployment plans for: any weight quantisation name for the estimates
     (awq, gptq, int4, fp8), of which the bench runs fp8 (see `run_precision`)."""
@@ -269,6 +273,12 @@ class StageProfile(StrictInput):
     )
     image_size: int | None = Field(
         None, gt=0, le=MAX_IMAGE_SIDE, description="CV models: square input side in px."
+    )
+    modality: Modality | None = Field(
+        None,
+        description="Forward kind: what the model takes in. Read from the model's name or the "
+        "input shape where not given; evidence of another modality is never a match "
+        "(advisor/evidence/modality.py).",
     )
     concurrency: int | None = Field(
         None,

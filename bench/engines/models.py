@@ -380,6 +380,19 @@ def _bert_base() -> PretrainedConfig:
     return _bert()
 
 
+def _bert_large() -> PretrainedConfig:
+    # bert-large-uncased; BAAI/bge-large-en-v1.5 and intfloat/e5-large-v2 have its config.json.
+    return _bert(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                 intermediate_size=4096)  # fmt: skip
+
+
+def _minilm(layers: int) -> PretrainedConfig:
+    # MiniLM-H384: sentence-transformers/all-MiniLM-L6-v2 (6 layers), all-MiniLM-L12-v2,
+    # BAAI/bge-small-en-v1.5 and intfloat/e5-small-v2 (12): BERT layers at width 384.
+    return _bert(hidden_size=384, num_hidden_layers=layers, num_attention_heads=12,
+                 intermediate_size=1536)  # fmt: skip
+
+
 def _tiny_bert() -> PretrainedConfig:
     return _bert(
         vocab_size=1024,
@@ -411,6 +424,12 @@ def _vit(num_labels: int, **overrides: Any) -> PretrainedConfig:
 
 def _vit_base() -> PretrainedConfig:
     return _vit(1000)
+
+
+def _vit_large() -> PretrainedConfig:
+    # google/vit-large-patch16-224: ViT-L/16, 24 layers, hidden 1024, 16 heads.
+    return _vit(1000, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                intermediate_size=4096)  # fmt: skip
 
 
 def _tiny_vit() -> PretrainedConfig:
@@ -541,10 +560,40 @@ PRESETS: dict[str, Preset] = {
             positions=512,
         ),
         Preset(
+            "bert-large",
+            "forward",
+            _bert_large,
+            "BERT-large encoder (BertModel, 24 layers, hidden 1024; the shape of BGE-large and "
+            "E5-large), up to 512 tokens.",
+            positions=512,
+        ),
+        Preset(
+            "minilm-l6-h384",
+            "forward",
+            lambda: _minilm(6),
+            "MiniLM encoder (BertModel, 6 layers, hidden 384: all-MiniLM-L6-v2's shape), up to "
+            "512 tokens.",
+            positions=512,
+        ),
+        Preset(
+            "minilm-l12-h384",
+            "forward",
+            lambda: _minilm(12),
+            "MiniLM encoder (BertModel, 12 layers, hidden 384: the shape of all-MiniLM-L12-v2, "
+            "BGE-small and E5-small), up to 512 tokens.",
+            positions=512,
+        ),
+        Preset(
             "vit-base",
             "forward",
             _vit_base,
             "ViT-B/16 image classifier (ViTForImageClassification, 224 px), random weights.",
+        ),
+        Preset(
+            "vit-large",
+            "forward",
+            _vit_large,
+            "ViT-L/16 image classifier (ViTForImageClassification, 224 px), random weights.",
         ),
         Preset("tiny-resnet", "forward", _tiny_resnet, "Two-stage basic-block ResNet (tests)."),
         Preset(

@@ -72,3 +72,55 @@ def test_traits_come_from_names_then_shape() -> None:
     assert forward_traits("/models/my-encoder", image_size=True).modality == "image"
     assert forward_traits("/models/my-encoder", sequence_length=True).modality == "text"
     assert forward_traits("/models/my-encoder").modality is None
+
+
+def test_a_stage_that_does_not_say_its_modality_is_never_matched_by_a_known_one() -> None:
+    """An unnamed model taking batches of one is no match for a ResNet-50 batch of one: the run
+    is context only, and the summary says what the stage would need to state."""
+    run = _shipped("resnet-50")
+    unnamed = StageProfile(
+        kind="forward", batch_size=1, concurrency=1, precision={"dtype": "float16"}
+    )  # fmt: skip
+    match = workload_match(run, unnamed)
+    assert not match.matches and not match.model_kind
+    assert "does not say what its model takes in" in match.summary
+    # Stating the modality settles it: an image stage of the run's shape matches ...
+    image = unnamed.model_copy(update={"modality": "image", "image_size": 224})
+    assert workload_match(run, image).matches
+    # ... and the user's word outranks a guess from the model's name.
+    said_audio = _stage("/models/my-encoder", image_size=224).model_copy(
+        update={"modality": "audio"}
+    )
+    assert "different modality" in workload_match(run, said_audio).summary
+
+
+@pytest.mark.parametrize(
+    ("model_id", "preset", "parameters"),
+    [
+        ("BAAI/bge-large-en-v1.5", "bert-large", 335_141_888),
+        ("sentence-transformers/all-MiniLM-L6-v2", "minilm-l6-h384", 22_713_216),
+        ("BAAI/bge-small-en-v1.5", "minilm-l12-h384", 33_360_000),
+        ("intfloat/e5-base-v2", "bert-base", 109_482_240),
+        ("google/vit-large-patch16-224", "vit-large", 304_326_632),
+    ],
+)
+def test_the_encoders_people_serve_are_sized_from_their_hub_ids(model_id, preset, parameters):
+    """Published counts: BGE-large 335M, all-MiniLM-L6-v2 22.7M, BGE-small 33.4M, ViT-L/16
+    304M (their model cards); test_estimate checks each preset's count against transformers."""
+    from advisor.sizing.forward_sizing import size_forward_stage
+    from advisor.workload.architectures import architecture_for
+    from bench.engines.models import check_model_name
+
+    check_model_name(model_id)  # a known id: no refusal, no config.json needed
+    architecture, source = architecture_for(model_id)
+    assert architecture is not None and architecture.name == preset
+    assert architecture.parameters == parameters and preset in source
+    shape = {"image_size": 224} if "vit" in preset else {"sequence_length": {"mean": 256}}
+    stage = StageProfile(
+        kind="forward", model=model_id, batch_size=1, concurrency=8,
+        peak_request_rate_rps=500, slo={"e2e_ms": 100}, gpu={"type": "L4"},
+        precision={"dtype": "float16"}, **shape,
+    )  # fmt: skip
+    sized = size_forward_stage(stage, "onnxruntime", [])
+    assert sized is not None and sized.batching is not None
+    assert sized.batching.samples_per_s_per_gpu > 0

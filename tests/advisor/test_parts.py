@@ -59,3 +59,18 @@ def test_a_bad_split_is_refused_in_one_line(parts, message):
     data["stages"][0]["parts"] = parts
     with pytest.raises(UserError, match=message):
         profile_from_dict(data)
+
+
+def test_the_split_example_names_no_run_of_another_modality_as_a_reason():
+    """The speech example is an audio model: the shipped ResNet-50 and BERT runs are context in
+    the evidence table (with why), never "nearest measurement" on page 1."""
+    from advisor.report.decision import decision_facts
+    from tests.advisor.conftest import SHIPPED_REFERENCE_DIR
+
+    profile = load_profile(SPEECH)
+    assert profile.stages[0].modality == "audio"
+    stage = recommend(profile, reference_dir=SHIPPED_REFERENCE_DIR).stages[0]
+    assert stage.recommendation.nearest  # the shipped forward runs are there as context ...
+    assert all(not row.match.matches for row in stage.recommendation.nearest if row.match)
+    facts = " ".join(fact.text for fact in decision_facts(stage))
+    assert "Nearest measurement" not in facts  # ... and none of them is a reason
