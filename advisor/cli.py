@@ -236,6 +236,7 @@ def bench_plan_command(
     """Print one run configuration per candidate (and its `python -m bench run` command)."""
     flags = {k: v for k, v in locals().items() if k in _FLAG_NAMES}
     workload = build_profile(profile, stage, flags)
+    from advisor.plan.run_configs import unplannable
     from advisor.plan.stage_plan import plan_for_stage
     from advisor.plan.tree import load_tree
     from bench.engines.models import check_model_name
@@ -243,6 +244,7 @@ def bench_plan_command(
 
     for each in workload.stages:  # as `bench run` would, before planning anything
         if each.model is not None:
+            unplannable(each)
             check_model_name(each.model)
     tree = load_tree()
     # A quick plan stays one run per candidate (minutes); a full plan adds the configurations.

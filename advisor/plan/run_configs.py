@@ -3,6 +3,8 @@ workload shape, with the quick or full plan's load."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from advisor.plan.context_window import engine_limit
 from advisor.plan.tree import BENCHMARKABLE_FRAMEWORKS, Decision, run_backend
 from advisor.sizing.configurations import expert_parallelism
@@ -24,6 +26,21 @@ from bench.core.errors import UserError
 
 QUICK_DURATION_S = 15.0
 FULL_DURATION_S = 120.0
+
+
+def unplannable(stage: StageProfile) -> None:
+    """A UserError where the bench cannot run the stage's model: none named, or a published
+    speech model the advisor sizes from its config but the bench has no preset of."""
+    from advisor.workload.architectures import published_encoder
+
+    if stage.model is None:
+        raise UserError(f"stage {stage.name!r} has no model; set `model` to plan benchmarks")
+    if published_encoder(stage.model) is not None and not Path(stage.model).is_dir():
+        raise UserError(
+            f"stage {stage.name!r}: {stage.model} is sized from its published config, but the "
+            "bench has no preset of it to write and run; give `model` as a local folder with "
+            "its checkpoint to benchmark it"
+        )
 
 
 def bench_plan(stage: StageProfile, decision: Decision, quick: bool = False) -> list[RunConfig]:

@@ -26,7 +26,7 @@ from pydantic import Field, computed_field
 from advisor.plan.capacity_search import capacity_plan, capacity_search_s
 from advisor.plan.context_window import engine_limit, fit_to_window, scale_to_window
 from advisor.plan.cpu_plan import cpu_quick_load, cpu_sized_model, on_the_cpu
-from advisor.plan.run_configs import bench_plan
+from advisor.plan.run_configs import bench_plan, unplannable
 from advisor.plan.run_estimate import ENGINE_START_S, RunEstimate, estimate_runs
 from advisor.plan.tree import (
     BENCHMARKABLE_FRAMEWORKS,
@@ -139,6 +139,7 @@ def plan_for_stage(
     decision = evaluate(tree or load_tree(), stage, estimate_stage(stage))
     if decision.refused:
         raise UserError(f"stage {stage.name!r} cannot be planned: {decision.refused}")
+    unplannable(stage)  # a model the bench cannot write and run
     traffic.check_history(stage)  # later turns resend the history: they must fit the window
     planned, clip_note = fit_to_window(stage)
     notes = [clip_note] if clip_note else []

@@ -93,6 +93,13 @@ def _precision(stage: StageProfile, fmt: WeightFormat | None) -> PrecisionConfig
 
 
 def _basis(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, float, float]:
+    basis, low, high = _basis_of_model(sized, rate)
+    if sized.scope:  # e.g. a speech model's decoder loop, which the figures leave out
+        basis = basis.model_copy(update={"error_words": f"{basis.error_words}; {sized.scope}"})
+    return basis, low, high
+
+
+def _basis_of_model(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, float, float]:
     """The basis, and the capacity interval (requests/s): a fitted ladder's error either way;
     the floor alone is an upper bound on the capacity (a lower bound on the GPU count)."""
     calibrated = sized.calibrated

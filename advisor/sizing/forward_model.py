@@ -45,15 +45,19 @@ def forward_flops_per_sample(
     architecture: Architecture, sequence_length: int | None, image_size: int | None
 ) -> float | None:
     """FLOPs of one sample's forward pass (2 per multiply-add): a transformer encoder's
-    L x (24 h^2 s + 4 s^2 h) over s tokens (a ViT's s = patches + 1), a CNN's datasheet figure
-    scaled by the image area; None where the architecture lacks the sizes."""
+    L x (24 h^2 s + 4 s^2 h) over s tokens (a ViT's s = patches + 1; a speech encoder's s = its
+    fixed frames, Whisper's 1,500 for every clip, its two stem convolutions, about 2% of the
+    work, left out), a CNN's datasheet figure scaled by the image area; None where the
+    architecture lacks the sizes."""
     if architecture.gflops_per_image_224 is not None:
         side = image_size or 224
         return architecture.gflops_per_image_224 * 1e9 * (side / 224) ** 2
     layers, hidden = architecture.layers, architecture.hidden_size
     if not layers or not hidden:
         return None
-    if architecture.patch_size:
+    if architecture.encoder_frames:
+        tokens = architecture.encoder_frames
+    elif architecture.patch_size:
         side = image_size or 224
         tokens = (side // architecture.patch_size) ** 2 + 1
     elif sequence_length:
@@ -155,7 +159,10 @@ def floor_model(
     if flops is None or peak is None:
         return None
     per_sample = flops / (peak * 1e12) * 1e3
-    weights = architecture.parameters * DTYPE_BYTES.get(dtype, 2)
+    # An encoder-decoder's forward pass reads the encoder's weights only.
+    weights = (architecture.encoder_parameters or architecture.parameters) * DTYPE_BYTES.get(
+        dtype, 2
+    )
     memory = weights / (gpu.memory_bandwidth_tb_s * 1e12) * 1e3
     return BatchTimeModel(
         floor_ms_per_batch_1=max(per_sample, memory),

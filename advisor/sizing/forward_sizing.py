@@ -77,6 +77,11 @@ class ForwardSizing(Strict):
     )
     feasibility: FloorVerdict | None = None
     notes: list[str] = Field(default_factory=list)
+    scope: str | None = Field(
+        None,
+        description="What the figures leave out of the served model, said beside every GPU "
+        "count from them (an encoder-decoder's decoder loop); None = the whole forward pass.",
+    )
 
     @property
     def calibrated(self) -> bool:
@@ -158,6 +163,15 @@ def size_forward_stage(
             f"no measured batch ladder of {framework} on {gpu.name} at this shape: batch times "
             "are the floor alone, a lower bound; the GPU count is a lower bound too"
         )
+    scope = None
+    if architecture.encoder_parameters:
+        scope = (
+            f"the encoder's pass over its {architecture.encoder_frames:,} frames only: the "
+            "decoder's loop (one step per transcript token, its weights read every step) is not "
+            "in these figures, so the GPU count is a lower bound and the p99 leaves the loop's "
+            "time out"
+        )
+        notes.append(scope)
     slo = stage.slo.e2e_ms
     if slo is None:
         notes.append("no end-to-end SLO: the batcher is sized for throughput alone")
@@ -201,6 +215,7 @@ def size_forward_stage(
         gpus_range=gpus_range,
         feasibility=feasibility,
         notes=notes,
+        scope=scope,
     )
 
 

@@ -79,6 +79,13 @@ class Architecture:
     DeepSeek's n_shared_experts x moe_intermediate_size), all of them together; None = none."""
     moe_layers: int | None = None
     """Layers whose FFN is the mixture (the others are dense); None = every layer for an MoE."""
+    encoder_frames: int | None = None
+    """Speech encoders: the positions one clip's encoder attends over, fixed by the model
+    (Whisper pads every clip to its 30 s window: 3,000 log-mel frames, 1,500 after its
+    stride-2 stem); `layers`, `hidden_size` and `attention_heads` are then the encoder's."""
+    encoder_parameters: int | None = None
+    """Encoder-decoder models: the encoder's share of `parameters` (what one forward pass over
+    the clip multiplies); the decoder's loop is autoregressive and sized apart."""
 
     @property
     def head_dim(self) -> int | None:
@@ -280,6 +287,106 @@ ARCHITECTURES: dict[str, Architecture] = {
 }
 
 
+PUBLISHED_ENCODERS: dict[str, Architecture] = {
+    architecture.name: architecture
+    for architecture in (
+        # openai/whisper-* config.json: d_model, encoder_layers, encoder_attention_heads,
+        # max_source_positions 1500; counts are transformers' WhisperForConditionalGeneration
+        # built from those configs (the proj_out tied to the token embedding, counted once):
+        # 37.8M, 72.6M, 241.7M, 763.9M, 1,543.5M and 808.9M, as the model cards round them.
+        Architecture(
+            "whisper-tiny",
+            "forward",
+            37_760_640,
+            4,
+            384,
+            6,
+            None,
+            None,
+            encoder_frames=1500,
+            encoder_parameters=8_208_384,
+        ),
+        Architecture(
+            "whisper-base",
+            "forward",
+            72_593_920,
+            6,
+            512,
+            8,
+            None,
+            None,
+            encoder_frames=1500,
+            encoder_parameters=20_590_592,
+        ),
+        Architecture(
+            "whisper-small",
+            "forward",
+            241_734_912,
+            12,
+            768,
+            12,
+            None,
+            None,
+            encoder_frames=1500,
+            encoder_parameters=88_154_112,
+        ),
+        Architecture(
+            "whisper-medium",
+            "forward",
+            763_857_920,
+            24,
+            1024,
+            16,
+            None,
+            None,
+            encoder_frames=1500,
+            encoder_parameters=307_216_384,
+        ),
+        Architecture(
+            "whisper-large-v3",
+            "forward",
+            1_543_490_560,
+            32,
+            1280,
+            20,
+            None,
+            None,
+            encoder_frames=1500,
+            encoder_parameters=636_968_960,
+        ),
+        Architecture(
+            "whisper-large-v3-turbo",
+            "forward",
+            808_878_080,
+            32,
+            1280,
+            20,
+            None,
+            None,
+            encoder_frames=1500,
+            encoder_parameters=636_968_960,
+        ),
+    )
+}
+"""Speech models the advisor sizes from their published config.json though the bench has no
+preset of them (it cannot write or run one: measure them from a local checkpoint folder)."""
+
+PUBLISHED_IDS: dict[str, str] = {f"openai/{name}": name for name in PUBLISHED_ENCODERS} | {
+    "openai/whisper-large-v2": "whisper-large-v3",
+    "openai/whisper-large": "whisper-large-v3",
+}
+"""Hub ids of PUBLISHED_ENCODERS (case-insensitive). Whisper large and large-v2 have large-v3's
+layers with 80 mel bins instead of 128 (about 0.2M parameters apart, in the stem)."""
+
+_PUBLISHED_BY_LOWER = {model_id.lower(): name for model_id, name in PUBLISHED_IDS.items()}
+
+
+def published_encoder(model: str) -> Architecture | None:
+    """The published speech architecture a name or Hub id stands for, else None."""
+    name = _PUBLISHED_BY_LOWER.get(model.strip().lower(), model.strip().lower())
+    return PUBLISHED_ENCODERS.get(name)
+
+
 SCALED_WINDOW_ENGINES = ("vllm", "tensorrt_llm", "openai")
 """Engines whose maximum sequence length is the model's window with rope scaling applied
 (vLLM's `_get_and_verify_max_len`, TensorRT-LLM's max_seq_len inference, an OpenAI-compatible
@@ -345,6 +452,12 @@ def architecture_for(model: str | None) -> tuple[Architecture | None, str]:
     if preset in ARCHITECTURES:  # a Hugging Face id the bench maps to a preset of its shape
         return ARCHITECTURES[preset], f"{model} = preset {preset} (same config.json, exact count)"
     config_file = Path(model).expanduser() / "config.json"
+    published = None if config_file.is_file() else published_encoder(model)
+    if published is not None:
+        return published, (
+            f"{model}: {published.name}'s published config.json (the bench has no preset of it: "
+            "measure it from a local checkpoint folder)"
+        )
     if config_file.is_file():
         try:
             config = json.loads(config_file.read_text(encoding="utf-8"))
@@ -578,11 +691,14 @@ def _longer_models(tokens: int, kind: str) -> str:
 
 __all__ = [
     "ARCHITECTURES",
+    "PUBLISHED_ENCODERS",
+    "PUBLISHED_IDS",
     "Architecture",
     "ContextWindow",
     "architecture_for",
     "check_context",
     "context_limits",
     "high_tokens",
+    "published_encoder",
     "upper_tokens",
 ]

@@ -37,16 +37,20 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> Workload
 
 
 def check_model_names(profile: WorkloadProfile, source: str = "profile") -> None:
-    """Every stage's model is a preset, a known Hugging Face id or a local folder with a
-    config.json (the bench's rule, `check_model_name`); a typo is one line with a "did you mean",
+    """Every stage's model is a preset, a known Hugging Face id, a published speech model the
+    advisor sizes (PUBLISHED_ENCODERS) or a local folder with a config.json (the bench's rule,
+    `check_model_name`); a typo is one line with a "did you mean",
     never an unsized stage or a run of another model. A stage that states its own size
     (`parameters_b`) may name a checkpoint this machine does not hold (planned elsewhere)."""
+    from advisor.workload.architectures import published_encoder
     from bench.engines.models import check_model_name
 
     single = len(profile.stages) == 1
     for index, stage in enumerate(profile.stages):
         if stage.model is None or stage.parameters_b is not None:
             continue
+        if published_encoder(stage.model) is not None:
+            continue  # sized from its published config; `bench-plan` says the bench lacks it
         where = "" if single else f"stages[{index}]."
         try:
             check_model_name(stage.model)

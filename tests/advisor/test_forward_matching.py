@@ -124,3 +124,29 @@ def test_the_encoders_people_serve_are_sized_from_their_hub_ids(model_id, preset
     sized = size_forward_stage(stage, "onnxruntime", [])
     assert sized is not None and sized.batching is not None
     assert sized.batching.samples_per_s_per_gpu > 0
+
+
+def test_a_whisper_stage_is_sized_from_its_encoder_and_says_the_loop_is_left_out():
+    """openai/whisper-small: its published config (encoder 12 x 768 over 1,500 frames), no
+    parameters_b needed; the encoder's FLOPs by hand; the basis of every GPU count from it says
+    the decoder's loop is not in the figures; the bench, which has no preset of it, refuses to
+    plan it in one line."""
+    from advisor.sizing.forward_model import forward_flops_per_sample
+    from advisor.sizing.forward_sizing import size_forward_stage
+    from advisor.workload.architectures import architecture_for
+    from advisor.workload.profile_input import profile_from_dict
+
+    architecture, source = architecture_for("openai/whisper-small")
+    assert architecture is not None and architecture.name == "whisper-small"
+    assert "published config.json" in source and "no preset" in source
+    by_hand = 12 * (24 * 768**2 * 1500 + 4 * 1500**2 * 768)  # 340 GFLOP a 30 s clip
+    assert forward_flops_per_sample(architecture, None, None) == by_hand
+    profile = profile_from_dict(
+        {"kind": "forward", "model": "openai/Whisper-Small", "batch_size": 1,
+         "peak_request_rate_rps": 60, "slo": {"e2e_ms": 500}, "gpu": {"type": "L4"}}
+    )  # fmt: skip
+    sized = size_forward_stage(profile.stages[0], "onnxruntime", [])
+    assert sized is not None and sized.batching is not None and sized.fleet is not None
+    assert sized.scope is not None and "decoder's loop" in sized.scope
+    # An L4's 121 dense FP16 TFLOP/s bound the encoder at 357 clips/s: the floor cannot exceed it.
+    assert sized.batching.samples_per_s_per_gpu <= 121e12 / by_hand

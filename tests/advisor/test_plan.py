@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,47 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_PROFILES = sorted((ROOT / "examples" / "profiles").glob("*.yaml"))
 
 
+def _bench_runs_its_model(stage) -> bool:
+    """Whether the bench can run the stage's model (a model named, not a published speech
+    model the advisor only sizes: `unplannable`, tested below)."""
+    from advisor.plan.run_configs import unplannable
+    from bench.core.errors import UserError
+
+    try:
+        unplannable(stage)
+    except UserError:
+        return False
+    return True
+
+
+def test_a_published_speech_model_is_sized_but_not_planned_in_one_line(tmp_path: Path) -> None:
+    """The speech example names openai/whisper-small: the advisor sizes it from its published
+    config (its report has a fleet), the bench has no preset of it, so the plan is refused in
+    one line, by the library and by `bench-plan` (exit 2)."""
+    import subprocess
+    import sys
+
+    from bench.core.errors import UserError
+
+    speech = ROOT / "examples" / "profiles" / "speech_split_stage.yaml"
+    stage = load_profile(speech).stages[0]
+    with pytest.raises(UserError, match="no preset of it"):
+        plan_for_stage(stage, quick=True, tree=load_tree())
+    done = subprocess.run(
+        [sys.executable, "-m", "advisor", "bench-plan", "--profile", str(speech)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**os.environ, "ADVISOR_STORE": str(tmp_path / "store.sqlite")},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "local folder with its checkpoint" in done.stderr
+
+
 @pytest.mark.parametrize("path", EXAMPLE_PROFILES, ids=lambda p: p.stem)
 @pytest.mark.parametrize("quick", [True, False])
 def test_plan_for_stage_is_the_tree_walk_plus_bench_plan(path: Path, quick: bool) -> None:
     tree = load_tree()
     for stage in load_profile(path).stages:
-        if stage.model is None:
+        if not _bench_runs_its_model(stage):
             continue
         decision = evaluate(tree, stage, estimate_stage(stage))
         if decision.refused:  # over_long_context: refused before planning, by both
@@ -154,7 +190,7 @@ def test_each_planned_run_carries_its_backends_recommended_args(path: Path) -> N
     from bench.engines.backends import registry
 
     for stage in load_profile(path).stages:
-        if stage.model is None or estimate_stage(stage).refused:
+        if not _bench_runs_its_model(stage) or estimate_stage(stage).refused:
             continue  # a refused stage is never planned (test above)
         # sized for what the engine holds: a conversation's history at its last turn
         shape = workload_shape(sized_for_engine(stage))
