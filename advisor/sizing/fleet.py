@@ -11,9 +11,10 @@ prediction (calibrated on runs of the engine on this GPU type, else the uncalibr
 fleet = ceil(peak x (1 + headroom) / capacity) x GPUs per unit (advisor/sizing/capacity.py).
 
 The choice: fewest GPUs, then lowest monthly cost, then a measured basis over a prediction, then
-the profile's own precision, then the smaller unit (replicas over tensor parallelism). Where the
-first alternative's GPU count lies within the chosen configuration's interval, the two are a tie
-within the prediction's error, and the answer says so.
+the profile's own precision (a precision unvetted for quality, or a prediction whose expected
+error is over 100%, only after every other), then the smaller unit (replicas over tensor
+parallelism). Where the first alternative's GPU count lies within the chosen configuration's
+interval, the two are a tie within the prediction's error, and the answer says so.
 """
 
 from __future__ import annotations
@@ -126,12 +127,21 @@ class FleetOption(Strict):
     def gpus(self) -> int:
         return self.capacity.gpus_needed
 
+    @property
+    def uninformative(self) -> bool:
+        """A prediction whose expected error is over 100% (a calibration the model cannot fit:
+        runs faster than the GPU's measured ceilings, or of another shape): it cannot tell one
+        GPU count from twice it, so it is shown, never chosen."""
+        error = self.basis.expected_error
+        return not self.basis.measured and error is not None and error > 1.0
+
     def order(self) -> tuple:
         cost = self.capacity.monthly_cost if self.capacity.monthly_cost is not None else 0.0
         # At equal cost: a measurement over a prediction, the profile's own precision, then
         # replicas over tensor parallelism (smaller units: simpler, and a failure takes less).
         return (
             self.unvetted,
+            self.uninformative,
             self.gpus,
             cost,
             BASIS_RANK[self.basis.source],

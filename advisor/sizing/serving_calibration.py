@@ -29,6 +29,8 @@ from advisor.sizing.serving_sim import (
     DEFAULT_MEMORY_FACTOR,
     DEFAULT_OVERHEAD_MS,
     INTERVAL_QUANTILES,
+    MIN_COMPUTE_FACTOR,
+    MIN_MEMORY_FACTOR,
     SEEDS,
     CapacitySearch,
     Factors,
@@ -255,12 +257,17 @@ def fit_factors(observed: Sequence[StepObservation], front_end: Sequence[float] 
     """Non-negative least squares of step = overhead + memory x read + compute x compute, in
     relative error; fewer than three levels scale the default factors by one median ratio."""
     if len(observed) >= 3:
-        from scipy.optimize import nnls
+        from scipy.optimize import lsq_linear
 
         matrix = np.array(
             [[1.0, o.read_ms, o.compute_ms] for o in observed], dtype=float
         ) / np.array([[o.measured_step_ms] for o in observed])
-        solution, _ = nnls(matrix, np.ones(len(observed)))
+        # No faster GEMMs or weight reads than the GPU runs them: levels dominated by weight
+        # reads leave `compute` loosely pinned, and a free fit made a record's prefill 95% of
+        # the datasheet peak (27% short on long prompts, docs/capacity-model.md); bounding
+        # compute alone then pushed `memory` past the datasheet bandwidth.
+        lower = [0.0, MIN_MEMORY_FACTOR, MIN_COMPUTE_FACTOR]
+        solution = lsq_linear(matrix, np.ones(len(observed)), bounds=(lower, np.inf)).x
         overhead, memory, compute = (float(v) for v in solution)
     else:
         ratio = statistics.median(

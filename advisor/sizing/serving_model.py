@@ -37,13 +37,14 @@ Calibration: every VALID generate run of the same engine family on the same GPU 
 observed step time per measured level: closed-loop levels (b = min(concurrency, max_num_seqs)
 sequences, b x prompt / output prefill tokens per step) and open-loop levels (b = rate x decode
 time by Little's law, rate x TPOT x prompt prefill tokens per step); its TPOT p50 is the step
-time. The three factors are a non-negative least-squares fit in relative error over the runs of
-the stage's precision class (weights and KV formats), else of any precision of that engine, else
-defaults. The interval: each calibration level's step time is predicted from factors fitted
-without its own run (leave-one-out); the 10th/90th percentiles of log(measured / predicted)
-scale the step time to give the low and high capacity, widened to the spread of the request
-streams. The capacity's expected error is the median |error| of the leave-one-out check over
-the measured capacity searches given (`capacity_error`; the table is
+time. The three factors are a bounded least-squares fit in relative error (no weight read or
+GEMM faster than the GPU runs them: `serving_sim.MIN_MEMORY_FACTOR`, `MIN_COMPUTE_FACTOR`) over
+the runs of the stage's precision class (weights and KV formats), else of any precision of that
+engine, else defaults. The interval: each calibration level's step time is predicted from
+factors fitted without its own run (leave-one-out); the 10th/90th percentiles of
+log(measured / predicted) scale the step time to give the low and high capacity, widened to the
+spread of the request streams. The capacity's expected error is the median |error| of the
+leave-one-out check over the measured capacity searches given (`capacity_error`; the table is
 advisor.sizing.serving_validation).
 """
 
