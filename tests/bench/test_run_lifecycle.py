@@ -28,6 +28,7 @@ from bench.core.schema import RunStatus
 from bench.engines.models import resolve_model
 from bench.run.api import launch
 from bench.run.worker import Worker
+from bench.run.worker_events import Records
 from bench.storage.store import open_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -242,10 +243,12 @@ def test_stopping_a_worker_that_died_returns(tmp_path):
     worker = Worker(config, model, tmp_path / "engine.log")
     worker.start()
     deadline = time.monotonic() + 120
+    measuring = False
     while time.monotonic() < deadline:  # until it measures: its stop watcher is waiting
-        kind, *_ = worker.events.get(timeout=120)
-        if kind == "records":
+        if isinstance(worker.events.get(timeout=120), Records):
+            measuring = True
             break
+    assert measuring, "the worker sent no records within 120 s"
     os.kill(worker.pid, signal.SIGKILL)
     stop = threading.Event()
     stop.set()
