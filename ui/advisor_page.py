@@ -75,15 +75,16 @@ def model_presets() -> dict[str, tuple[str, str]]:
 
 
 def unknown_model(model: str | None) -> str | None:
-    """Why a typed model is refused (bench.engines.models.check_model_name: a preset, a known
-    Hugging Face id or a local folder with a config.json), or None when it is known or empty.
-    As for a profile file, a model whose size is typed (parameters) is not checked."""
-    from bench.engines.models import check_model_name
+    """Why a typed model is refused (the profile's rule, `check_stage_model`: a preset, a known
+    Hugging Face id, a published speech model or a local folder with a config.json), or None
+    when it is known or empty. As for a profile file, a model whose size is typed (parameters)
+    is not checked."""
+    from advisor.workload.profile_input import check_stage_model
 
     if not model or not model.strip():
         return None
     try:
-        check_model_name(model.strip())
+        check_stage_model(model.strip())
     except UserError as exc:
         return str(exc)
     return None

@@ -36,24 +36,30 @@ def profile_from_dict(data: dict[str, Any], source: str = "profile") -> Workload
     return profile
 
 
+def check_stage_model(model: str) -> None:
+    """A UserError unless the advisor can size `model`: the bench's rule (`check_model_name`),
+    or a published speech model sized from its config (the bench has none of these: `bench-plan`
+    says so)."""
+    from advisor.workload.architectures import published_encoder
+    from bench.engines.models import check_model_name
+
+    if published_encoder(model) is None:
+        check_model_name(model)
+
+
 def check_model_names(profile: WorkloadProfile, source: str = "profile") -> None:
     """Every stage's model is a preset, a known Hugging Face id, a published speech model the
     advisor sizes (PUBLISHED_ENCODERS) or a local folder with a config.json (the bench's rule,
     `check_model_name`); a typo is one line with a "did you mean",
     never an unsized stage or a run of another model. A stage that states its own size
     (`parameters_b`) may name a checkpoint this machine does not hold (planned elsewhere)."""
-    from advisor.workload.architectures import published_encoder
-    from bench.engines.models import check_model_name
-
     single = len(profile.stages) == 1
     for index, stage in enumerate(profile.stages):
         if stage.model is None or stage.parameters_b is not None:
             continue
-        if published_encoder(stage.model) is not None:
-            continue  # sized from its published config; `bench-plan` says the bench lacks it
         where = "" if single else f"stages[{index}]."
         try:
-            check_model_name(stage.model)
+            check_stage_model(stage.model)
         except UserError as exc:
             raise UserError(f"{source}: {where}model: {exc}") from None
 
@@ -189,6 +195,7 @@ def profile_from_flags(
 
 __all__ = [
     "check_model_names",
+    "check_stage_model",
     "check_traffic_files",
     "load_profile",
     "parse_yes_no",

@@ -313,6 +313,18 @@ def test_an_unknown_model_is_refused_at_the_field_and_nothing_is_advised(app_tes
     assert at.session_state[state.PROFILE_KEY].stages[0].model == "Qwen/Qwen2.5-7B-Instruct"
 
 
+def test_the_form_takes_a_published_speech_model_as_a_profile_does() -> None:
+    """One rule for the field and the profile file (`check_stage_model`): a Whisper id the
+    advisor sizes from its published config is accepted, a near miss is refused with a "did you
+    mean"-style line."""
+    from ui.advisor_page import unknown_model
+
+    assert unknown_model("openai/whisper-small") is None
+    assert unknown_model("OpenAI/Whisper-Large-v3") is None
+    problem = unknown_model("openai/whisper-smal")
+    assert problem is not None and "unknown model 'openai/whisper-smal'" in problem
+
+
 def test_a_forward_slo_below_the_floor_is_said_under_the_form() -> None:
     """ui.advisor_page.forward_floor_message on a ViT-B/16 stage on a T4 (issue 48): two
     batches of 32 in flight cannot meet 20 ms at the floor; one can, but only within error."""
