@@ -209,7 +209,9 @@ def build_report(
         decisions=decisions,
         workload=workload_tables(profile),
         reproduce_commands=reproduce_commands(
-            profile_file, all_refused=bool(decisions) and all(d.refused for d in decisions)
+            profile_file,
+            all_refused=bool(decisions) and all(d.refused for d in decisions),
+            unplannable=_unplannable_models(profile),
         ),
         stages=stages,
         evidence=evidence_rows,
@@ -264,6 +266,24 @@ def build_report(
             )
             for run in runs
         ],
+    )
+
+
+def _unplannable_models(profile: WorkloadProfile) -> str | None:
+    """What to do first where a stage names a model the bench cannot write and run (a published
+    speech model sized from its config), in words; None when every model is plannable."""
+    from advisor.workload.architectures import published_encoder
+
+    named = [
+        stage.model
+        for stage in profile.stages
+        if stage.model and published_encoder(stage.model) and not Path(stage.model).is_dir()
+    ]
+    if not named:
+        return None
+    return (
+        f"`model` names a local folder with the checkpoint of {', '.join(named)} (the bench has "
+        "no preset of it to write)"
     )
 
 

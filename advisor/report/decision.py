@@ -591,19 +591,20 @@ def stage_decision(
     )
 
 
-def reproduce_commands(profile_file: str | None, all_refused: bool = False) -> list[KeyValue]:
+def reproduce_commands(
+    profile_file: str | None, all_refused: bool = False, unplannable: str | None = None
+) -> list[KeyValue]:
     """The commands that re-create the evidence and this report (no measuring command when
-    every stage was refused: there is no candidate to measure)."""
+    every stage was refused: there is no candidate to measure). `unplannable`: why the bench
+    cannot run a stage's model as named (a published speech model): said with the command."""
     profile = profile_file or "PROFILE.yaml"
+    key = "Measure the candidates on your GPU (prints one bench command per candidate)"
+    if unplannable:
+        key = f"Measure the candidates on your GPU, once {unplannable}"
     commands = (
         []
         if all_refused
-        else [
-            KeyValue(
-                key="Measure the candidates on your GPU (prints one bench command per candidate)",
-                value=f"python -m advisor bench-plan --profile {profile}",
-            ),
-        ]
+        else [KeyValue(key=key, value=f"python -m advisor bench-plan --profile {profile}")]
     )
     commands += [
         KeyValue(

@@ -249,3 +249,14 @@ def test_a_capacity_search_row_counts_only_engine_failures(reports) -> None:
     ]
     assert rows, "the FP8 capacity search is cited as context by a shipped profile"
     assert all(row.error_rate == 0 for row in rows)
+
+
+def test_a_model_the_bench_cannot_run_is_said_with_the_measuring_command(empty_store) -> None:
+    """The speech example names openai/whisper-small, which `bench-plan` refuses as named (no
+    preset): page 1's measuring command says what to give first; other profiles' do not."""
+    speech = assemble_report(PROFILES / "speech_split_stage.yaml", store_location=empty_store)
+    measure = speech.reproduce_commands[0]
+    assert measure.value.startswith("python -m advisor bench-plan")
+    assert "local folder with the checkpoint of openai/whisper-small" in measure.key
+    chat = assemble_report(PROFILES / "chat_7b_h200.yaml", store_location=empty_store)
+    assert "local folder" not in chat.reproduce_commands[0].key
