@@ -265,19 +265,21 @@ fit (the H100 record, fitted on 1,024-token prompts, over-predicted the 2,048-to
 
 
 def _prompt_extrapolated(calibration: Calibration, traffic: TrafficShape) -> str | None:
-    """Words for a stage whose prompts are far past the calibration's: its compute efficiency
+    """Words for a stage whose prompts are far past the calibration's: its compute factor
     comes from prompts where the weights' GEMMs dominate, and attention over a long context
-    runs further from the tensor peak (measured: a record fitted on <= 1,024-token prompts
-    under-predicted 8k-110k-token prefill on an H100, docs/capacity-model.md)."""
+    runs at its own share of the tensor peak (measured on an H100: a record fitted on <= 1,024-
+    token prompts, its GEMMs held to the GPU's measured ceiling, predicted 8k-110k-token prefill
+    5% short at the median; flash attention there ran 13-19% slower than the fastest GEMM,
+    docs/capacity-model.md)."""
     longest = calibration.longest_prompt_tokens
     prompt = float(traffic.served_prompt().mean)
     if not calibration.calibrated or not longest or prompt <= LONG_PROMPT_FACTOR * longest:
         return None
     return (
         f"prompts of {prompt:,.0f} tokens, {prompt / longest:.0f}x the longest the calibration "
-        f"was fitted on ({longest:,.0f}): long-context attention is extrapolated, and a "
-        "calibration from short prompts under-predicts long prefill (docs/capacity-model.md, "
-        '"Long context")'
+        f"was fitted on ({longest:,.0f}): long-context attention is extrapolated (on an H100 "
+        "such a calibration predicted 8k-110k-token prefill 5% short at the median; "
+        'docs/capacity-model.md, "Long context")'
     )
 
 

@@ -67,7 +67,7 @@ def test_the_h100_record_predicts_long_prefill_once_its_gemms_are_held_to_the_gp
     assert {e.basis: e for e in free.errors}["this GPU"].median_error < -0.2
 
 
-def test_a_prediction_for_prompts_far_past_the_calibrations_says_it_extrapolates():
+def test_a_prediction_for_prompts_far_past_the_calibrations_says_it_extrapolates(check):
     from advisor.sizing.calibration_fit import shipped_records, stage_calibration
     from advisor.sizing.configurations import Deployment
     from advisor.sizing.serving_model import predict_stage_capacity
@@ -93,6 +93,9 @@ def test_a_prediction_for_prompts_far_past_the_calibrations_says_it_extrapolates
     long = predicted(3900)
     assert long is not None and long.prompt_extrapolated is not None
     assert "1,024" in long.prompt_extrapolated and "Long context" in long.prompt_extrapolated
+    # the figure it quotes is the shipped sweep's, recomputed
+    short_by = -100 * {e.basis: e for e in check.errors}["this GPU"].median_error
+    assert f"prefill {short_by:.0f}% short at the median" in long.prompt_extrapolated
     assert long.prompt_extrapolated in long.notes
     short = predicted(1024)
     assert short is not None and short.prompt_extrapolated is None
