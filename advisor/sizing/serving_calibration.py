@@ -254,8 +254,10 @@ class Calibration(Strict):
 
 
 def fit_factors(observed: Sequence[StepObservation], front_end: Sequence[float] = ()) -> Factors:
-    """Non-negative least squares of step = overhead + memory x read + compute x compute, in
-    relative error; fewer than three levels scale the default factors by one median ratio."""
+    """Bounded least squares of step = overhead + memory x read + compute x compute, in
+    relative error (overhead non-negative; memory and compute no faster than the GPU runs:
+    MIN_MEMORY_FACTOR, MIN_COMPUTE_FACTOR); fewer than three levels scale the default factors
+    by one median ratio, held to the same bounds."""
     if len(observed) >= 3:
         from scipy.optimize import lsq_linear
 
@@ -284,7 +286,11 @@ def fit_factors(observed: Sequence[StepObservation], front_end: Sequence[float] 
             DEFAULT_MEMORY_FACTOR * ratio,
             DEFAULT_COMPUTE_FACTOR * ratio,
         )
-    factors = Factors(overhead_ms=overhead, memory=memory, compute=compute)
+    factors = Factors(
+        overhead_ms=overhead,
+        memory=max(memory, MIN_MEMORY_FACTOR),
+        compute=max(compute, MIN_COMPUTE_FACTOR),
+    )
     return factors.model_copy(
         update={"front_end_ms": statistics.median(front_end) if front_end else 0.0}
     )
