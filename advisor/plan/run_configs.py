@@ -3,8 +3,6 @@ workload shape, with the quick or full plan's load."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from advisor.plan.context_window import engine_limit
 from advisor.plan.tree import BENCHMARKABLE_FRAMEWORKS, Decision, run_backend
 from advisor.sizing.configurations import expert_parallelism
@@ -31,11 +29,11 @@ FULL_DURATION_S = 120.0
 def unplannable(stage: StageProfile) -> None:
     """A UserError where the bench cannot run the stage's model: none named, or a published
     speech model the advisor sizes from its config but the bench has no preset of."""
-    from advisor.workload.architectures import published_encoder
+    from advisor.workload.architectures import sized_but_not_runnable
 
     if stage.model is None:
         raise UserError(f"stage {stage.name!r} has no model; set `model` to plan benchmarks")
-    if published_encoder(stage.model) is not None and not Path(stage.model).is_dir():
+    if sized_but_not_runnable(stage.model):
         raise UserError(
             f"stage {stage.name!r}: {stage.model} is sized from its published config, but the "
             "bench has no preset of it to write and run; give `model` as a local folder with "

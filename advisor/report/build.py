@@ -272,12 +272,12 @@ def build_report(
 def _unplannable_models(profile: WorkloadProfile) -> str | None:
     """What to do first where a stage names a model the bench cannot write and run (a published
     speech model sized from its config), in words; None when every model is plannable."""
-    from advisor.workload.architectures import published_encoder
+    from advisor.workload.architectures import sized_but_not_runnable
 
     named = [
         stage.model
         for stage in profile.stages
-        if stage.model and published_encoder(stage.model) and not Path(stage.model).is_dir()
+        if stage.model and sized_but_not_runnable(stage.model)
     ]
     if not named:
         return None

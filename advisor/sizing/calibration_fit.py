@@ -28,6 +28,7 @@ from pydantic import Field
 from advisor.sizing import measured
 from advisor.sizing.configurations import Deployment
 from advisor.sizing.measured import CALIBRATION_SUFFIX
+from advisor.sizing.serving_calibration import within_ceilings
 from advisor.sizing.serving_model import (
     CAPACITY_PRECISION,
     SEEDS,
@@ -42,7 +43,6 @@ from advisor.sizing.serving_model import (
     fit_factors,
     scaled,
 )
-from advisor.sizing.serving_sim import MIN_COMPUTE_FACTOR, MIN_MEMORY_FACTOR
 from advisor.workload.architectures import architecture_for
 from advisor.workload.gpus import GpuSpec, find_gpu
 from advisor.workload.profile import StageProfile
@@ -190,14 +190,8 @@ def fit_levels(pairs: Sequence[tuple[_Level, StepObservation]]) -> Factors:
         ratio = statistics.median(
             o.measured_step_ms / _predicted(i, o, factors) for i, o in settled
         )
-        factors = scaled(factors, ratio)
         # the settled levels' scale may not make GEMMs faster than the GPU runs them either
-        factors = factors.model_copy(
-            update={
-                "compute": max(factors.compute, MIN_COMPUTE_FACTOR),
-                "memory": max(factors.memory, MIN_MEMORY_FACTOR),
-            }
-        )
+        factors = within_ceilings(scaled(factors, ratio))
     fronts = [
         max(0.0, o.front_end_ms - i.shape.step_ms(factors, 0, i.level.prompt_tokens, 0))
         for i, o in pairs

@@ -286,13 +286,20 @@ def fit_factors(observed: Sequence[StepObservation], front_end: Sequence[float] 
             DEFAULT_MEMORY_FACTOR * ratio,
             DEFAULT_COMPUTE_FACTOR * ratio,
         )
-    factors = Factors(
-        overhead_ms=overhead,
-        memory=max(memory, MIN_MEMORY_FACTOR),
-        compute=max(compute, MIN_COMPUTE_FACTOR),
-    )
+    factors = within_ceilings(Factors(overhead_ms=overhead, memory=memory, compute=compute))
     return factors.model_copy(
         update={"front_end_ms": statistics.median(front_end) if front_end else 0.0}
+    )
+
+
+def within_ceilings(factors: Factors) -> Factors:
+    """`factors` with no weight read or GEMM faster than the GPU runs them (MIN_MEMORY_FACTOR,
+    MIN_COMPUTE_FACTOR): what every fit and every rescaling of one is held to."""
+    return factors.model_copy(
+        update={
+            "memory": max(factors.memory, MIN_MEMORY_FACTOR),
+            "compute": max(factors.compute, MIN_COMPUTE_FACTOR),
+        }
     )
 
 

@@ -48,15 +48,14 @@ DEFAULT_COMPUTE_FACTOR = 1.6
 MIN_COMPUTE_FACTOR = 989 / 738.3
 """The least a calibration may set `compute` to: the datasheet's dense 16-bit peak over the
 fastest GEMM measured at an engine step's shapes (H100-SXM: 738 of 989 TFLOP/s, a 2,048-token
-chunk of Llama-3.1-8B gate and up projections;
-data/reference/h100_kernel_peaks/gemm_attention_peak.json),
-taken as the same share of the peak on every GPU."""
+chunk of Llama-3.1-8B's gate and up projections,
+data/reference/h100_kernel_peaks/gemm_attention_peak.json), taken as the same share of the peak
+on every GPU."""
 MIN_MEMORY_FACTOR = 1.0
 """The least a calibration may set `memory` to: no weight or KV read faster than the datasheet
 bandwidth. (A 64-sequence decode step's gate and up projections read 239 MB in 0.084 ms on the
-H100, 2.85 of its 3.35 TB/s, data/reference/h100_kernel_peaks/gemm_attention_peak.json; a
-tighter bound from
-that one shape cost the dense record's own fit more than it gained.)"""
+H100, 2.85 of its 3.35 TB/s, in the same file; a tighter bound from that one shape cost the
+dense record's own fit more than it gained.)"""
 DEFAULT_FRONT_END_MS = 0.0
 DEFAULT_LAG_STEPS = 1
 LAG_CHOICES = (0, 1, 2, 3)

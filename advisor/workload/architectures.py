@@ -287,6 +287,22 @@ ARCHITECTURES: dict[str, Architecture] = {
 }
 
 
+WHISPER_ENCODER_FRAMES = 1500
+"""Whisper's max_source_positions: every clip padded to 30 s, 3,000 log-mel frames, 1,500 after
+its stride-2 stem."""
+
+
+def _whisper(
+    name: str, parameters: int, layers: int, hidden: int, heads: int, encoder: int
+) -> Architecture:
+    """A Whisper model: its encoder's layers, width and heads, its whole count for memory and its
+    encoder's count for a forward pass."""
+    return Architecture(
+        name, "forward", parameters, layers, hidden, heads, None, None,
+        encoder_frames=WHISPER_ENCODER_FRAMES, encoder_parameters=encoder,
+    )  # fmt: skip
+
+
 PUBLISHED_ENCODERS: dict[str, Architecture] = {
     architecture.name: architecture
     for architecture in (
@@ -294,78 +310,12 @@ PUBLISHED_ENCODERS: dict[str, Architecture] = {
         # max_source_positions 1500; counts are transformers' WhisperForConditionalGeneration
         # built from those configs (the proj_out tied to the token embedding, counted once):
         # 37.8M, 72.6M, 241.7M, 763.9M, 1,543.5M and 808.9M, as the model cards round them.
-        Architecture(
-            "whisper-tiny",
-            "forward",
-            37_760_640,
-            4,
-            384,
-            6,
-            None,
-            None,
-            encoder_frames=1500,
-            encoder_parameters=8_208_384,
-        ),
-        Architecture(
-            "whisper-base",
-            "forward",
-            72_593_920,
-            6,
-            512,
-            8,
-            None,
-            None,
-            encoder_frames=1500,
-            encoder_parameters=20_590_592,
-        ),
-        Architecture(
-            "whisper-small",
-            "forward",
-            241_734_912,
-            12,
-            768,
-            12,
-            None,
-            None,
-            encoder_frames=1500,
-            encoder_parameters=88_154_112,
-        ),
-        Architecture(
-            "whisper-medium",
-            "forward",
-            763_857_920,
-            24,
-            1024,
-            16,
-            None,
-            None,
-            encoder_frames=1500,
-            encoder_parameters=307_216_384,
-        ),
-        Architecture(
-            "whisper-large-v3",
-            "forward",
-            1_543_490_560,
-            32,
-            1280,
-            20,
-            None,
-            None,
-            encoder_frames=1500,
-            encoder_parameters=636_968_960,
-        ),
-        Architecture(
-            "whisper-large-v3-turbo",
-            "forward",
-            808_878_080,
-            32,
-            1280,
-            20,
-            None,
-            None,
-            encoder_frames=1500,
-            encoder_parameters=636_968_960,
-        ),
+        _whisper("whisper-tiny", 37_760_640, 4, 384, 6, 8_208_384),
+        _whisper("whisper-base", 72_593_920, 6, 512, 8, 20_590_592),
+        _whisper("whisper-small", 241_734_912, 12, 768, 12, 88_154_112),
+        _whisper("whisper-medium", 763_857_920, 24, 1024, 16, 307_216_384),
+        _whisper("whisper-large-v3", 1_543_490_560, 32, 1280, 20, 636_968_960),
+        _whisper("whisper-large-v3-turbo", 808_878_080, 32, 1280, 20, 636_968_960),
     )
 }
 """Speech models the advisor sizes from their published config.json though the bench has no
@@ -385,6 +335,12 @@ def published_encoder(model: str) -> Architecture | None:
     """The published speech architecture a name or Hub id stands for, else None."""
     name = _PUBLISHED_BY_LOWER.get(model.strip().lower(), model.strip().lower())
     return PUBLISHED_ENCODERS.get(name)
+
+
+def sized_but_not_runnable(model: str) -> bool:
+    """Whether `model` names a published speech model as such (not a local folder): the advisor
+    sizes it from its config, the bench has no preset of it to write and run."""
+    return published_encoder(model) is not None and not Path(model).is_dir()
 
 
 SCALED_WINDOW_ENGINES = ("vllm", "tensorrt_llm", "openai")
@@ -700,5 +656,6 @@ __all__ = [
     "context_limits",
     "high_tokens",
     "published_encoder",
+    "sized_but_not_runnable",
     "upper_tokens",
 ]
