@@ -18,7 +18,8 @@ from advisor.decide.recommend import NO_PEAK_NOTE
 from advisor.report.capacity import CapacityView, capacity_view, capacity_view_for_runs
 from advisor.report.numbers import figure, fixed
 from advisor.sizing.capacity import choose_price
-from advisor.sizing.configurations import PREDICTED_OUTPUT, PREDICTED_TPOT, RecommendedDeployment
+from advisor.sizing.configurations import PREDICTED_OUTPUT, PREDICTED_TPOT
+from advisor.sizing.deployments import RecommendedDeployment
 from advisor.workload.gpus import GPUS
 from advisor.workload.profile import (
     Constraint,

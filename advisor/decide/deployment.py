@@ -8,7 +8,8 @@ from __future__ import annotations
 from advisor.decide.fleet_answer import basis_words, deployed_parallelism
 from advisor.decide.models import Recommendation
 from advisor.sizing.calibration import Calibration
-from advisor.sizing.configurations import ConfigurationSearch, DeploymentFigures
+from advisor.sizing.configurations import ConfigurationSearch
+from advisor.sizing.deployments import DeploymentFigures
 from advisor.sizing.fleet import FleetOption
 from advisor.workload.profile import StageProfile
 from advisor.workload.quality import (
@@ -103,9 +104,15 @@ def add_deployment(
             f"{calibration.accuracy_of(best.deployment, search_gpu)})"
         )
     if not best.within_gpu_budget:
+        within = [e for e in search.estimates if e.within_gpu_budget]
+        why = (
+            f"the fleet answer finds it cheaper for the peak than {within[0].label}"
+            if within
+            else f"nothing holds the model on {search.gpu_budget} at its precision"
+        )
         recommendation.caveats.append(
             f"{best.label} needs {deployment.gpus} GPUs, more than the profile's "
-            f"{search.gpu_budget}: nothing holds the model on {search.gpu_budget} at its precision"
+            f"{search.gpu_budget}: {why}"
         )
     if search.quality_note is not None:  # the stage measured quality: name the deltas
         recommendation.caveats.append(search.quality_note)

@@ -17,10 +17,8 @@ from advisor.evidence.rows import (
 from advisor.plan.tree import Decision
 from advisor.sizing.calibration import Calibration
 from advisor.sizing.capacity import Capacity
-from advisor.sizing.configurations import (
-    ConfigurationSearch,
-    RecommendedDeployment,
-)
+from advisor.sizing.configurations import ConfigurationSearch
+from advisor.sizing.deployments import RecommendedDeployment
 from advisor.sizing.estimate import Estimate
 from advisor.sizing.fleet import FleetAnswer
 from advisor.workload.profile import WorkloadProfile

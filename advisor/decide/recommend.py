@@ -60,10 +60,8 @@ from advisor.plan.stage_plan import bench_plan
 from advisor.plan.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
 from advisor.sizing.calibration import Calibration, StepCalibration, calibration_from
 from advisor.sizing.calibration_fit import RecordSet, shipped_records, stored_records
-from advisor.sizing.configurations import (
-    RecommendedDeployment,
-    search_configurations,
-)
+from advisor.sizing.configurations import search_configurations
+from advisor.sizing.deployments import Deployment, RecommendedDeployment
 from advisor.sizing.estimate import estimate_stage
 from advisor.sizing.measured import ReferenceFiles, read_reference_folder, stored_runs
 from advisor.workload.profile import Objective, StageProfile, WorkloadProfile
@@ -193,18 +191,7 @@ def _recommend_stage(
         capacities=capacities,
         threshold=threshold,
     )
-    configurations = None
-    if recommendation.benchmarked and not decision.refused:
-        configurations = search_configurations(
-            stage,
-            recommendation.framework,
-            factors.lookup(stage),
-            lambda deployment: calibration.measured_levels(stage, deployment),
-        )
-    if configurations is not None and configurations.best() is not None:
-        add_deployment(recommendation, configurations, calibration, stage.gpu.type)
-    elif configurations is None and stage.quality_result and not decision.refused:
-        add_fixed_precision_quality(recommendation, stage)
+    answer = None
     if not decision.refused:
         other = (
             other_precision_searches(stage, runs, published_ids, files)
@@ -219,6 +206,30 @@ def _recommend_stage(
             runs,
             records=RecordSet(tuple(factors.yours), tuple(factors.shipped)),
         )
+    configurations = None
+    if recommendation.benchmarked and not decision.refused:
+        # The fleet answer's configuration leads the table of layouts (one answer, not two).
+        chosen = answer.chosen if answer is not None else None
+        configurations = search_configurations(
+            stage,
+            recommendation.framework,
+            factors.lookup(stage),
+            lambda deployment: calibration.measured_levels(stage, deployment),
+            deployed=(
+                Deployment(
+                    framework=chosen.framework,
+                    parallelism=chosen.parallelism,
+                    precision=chosen.precision,
+                )
+                if chosen is not None and chosen.framework == recommendation.framework
+                else None
+            ),
+        )
+    if configurations is not None and configurations.best() is not None:
+        add_deployment(recommendation, configurations, calibration, stage.gpu.type)
+    elif configurations is None and stage.quality_result and not decision.refused:
+        add_fixed_precision_quality(recommendation, stage)
+    if answer is not None:
         # The capacity tables and charts list measured searches; a prediction joins them where
         # it sized the fleet or nothing of the framework is measured (page 1 names the rest).
         measured_here = any(c.framework == recommendation.framework for c in capacities)

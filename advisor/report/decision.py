@@ -24,7 +24,7 @@ from advisor.evidence.rows import EvidenceRow
 from advisor.report.forward_page import feasibility_risk, forward_sizing, sizing_words
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
-from advisor.sizing.configurations import RecommendedDeployment
+from advisor.sizing.deployments import RecommendedDeployment
 from advisor.workload.profile import StageProfile
 from advisor.workload.quality import QUALITY_NOTE_PREFIX
 from bench.core.config import (
@@ -316,11 +316,22 @@ def _estimate_fact(stage: StageRecommendation) -> Fact | None:
         detail = f" ({' + '.join(parts)})" if parts else ""
         count = estimate.gpu_count or 1
         have = figure(estimate.available_gb, "GB")
-        verb = "fits" if estimate.fits else "does not fit"
-        text = (
-            f"Needs {need}{detail} with the runtime: {verb} {count} × {estimate.gpu or 'GPU'} "
-            f"({have}, the 90% of its memory a serving engine takes)"
+        gpus = (
+            f"{count} × {estimate.gpu or 'GPU'} ({have}, the 90% of its memory a serving "
+            "engine takes)"
         )
+        if estimate.fits and estimate.kv_limited:
+            # All the peak's sequences in one engine would not fit; the fleet's replicas hold
+            # them, each engine as many as its KV cache takes.
+            text = (
+                f"The weights and the KV cache of {estimate.max_concurrency_that_fits} of the "
+                f"{estimate.concurrency} sequences in flight fit {gpus}; all "
+                f"{estimate.concurrency} in one engine would need {need}{detail}, so the fleet's "
+                "replicas hold the rest"
+            )
+        else:
+            verb = "fits" if estimate.fits else "does not fit"
+            text = f"Needs {need}{detail} with the runtime: {verb} {gpus}"
         if estimate.decode_floor_ms_per_token:
             text += (
                 f"; decode floor {figure(estimate.decode_floor_ms_per_token, 'ms')} per token "

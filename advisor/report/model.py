@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from advisor.sizing.configurations import RecommendedDeployment
+from advisor.sizing.deployments import RecommendedDeployment
 from bench.core.metric_catalog import Metric
 from bench.core.metric_catalog import metric as catalogue_metric
 from bench.core.strict import Strict

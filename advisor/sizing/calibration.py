@@ -28,12 +28,8 @@ from dataclasses import dataclass, field
 from pydantic import Field
 
 from advisor.sizing.calibration_fit import RecordFit, stage_calibration
-from advisor.sizing.configurations import (
-    OUTPUT_WORDS,
-    TPOT_WORDS,
-    Deployment,
-    MeasuredLevel,
-)
+from advisor.sizing.configurations import OUTPUT_WORDS, TPOT_WORDS
+from advisor.sizing.deployments import Deployment, MeasuredLevel
 from advisor.sizing.engine_shape import SHAPE_TOLERANCE
 from advisor.sizing.mechanics import mechanisms_of
 from advisor.sizing.serving_model import (

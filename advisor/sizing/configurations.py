@@ -27,10 +27,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
+from advisor.sizing.deployments import (
+    ConfigurationEstimate,
+    Deployment,
+    MeasuredLevel,
+    Prediction,
+    deployment_label,
+)
 from advisor.sizing.engine_model.facts import ModelFacts, model_facts
 from advisor.sizing.engine_model.formats import Formats, formats_for, gemm_peak_tflops
 from advisor.sizing.engine_model.prefix import (
@@ -57,12 +64,9 @@ from advisor.workload.profile import Objective, StageProfile
 from advisor.workload.quality import beyond_tolerance, quality_cell, quality_note, stage_quality
 from advisor.workload.stage_load import stage_load
 from bench.core.config import (
-    RESTATED_AXES,
-    LoadPattern,
     ParallelismConfig,
     PrecisionConfig,
     RunConfig,
-    Workload,
 )
 from bench.core.errors import UserError
 from bench.core.metric_catalog import metric as catalogue_metric
@@ -92,163 +96,6 @@ PREDICTED_TPOT, PREDICTED_OUTPUT = (
 """The two figures the step model predicts; sentences name them `TPOT p50` and `output tok/s`
 (the catalogue's label and unit)."""
 TPOT_WORDS, OUTPUT_WORDS = PREDICTED_TPOT.label, f"output {PREDICTED_OUTPUT.unit}"
-
-
-class Deployment(Strict):
-    """One configuration: the engine, GPUs per engine and side by side, and the precision."""
-
-    model_config = ConfigDict(frozen=True)
-
-    framework: str
-    parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
-    precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
-
-    @property
-    def gpus(self) -> int:
-        return self.parallelism.gpus_needed
-
-    @property
-    def precision_key(self) -> str:
-        """The calibration's precision partition: weights and KV cache formats, not the dtype."""
-        weights = "fp8 weights" if self.precision.quantization == "fp8" else "16-bit weights"
-        return weights + (" + fp8 KV" if self.precision.kv_cache_dtype == "fp8" else "")
-
-    def label(self) -> str:
-        return f"{self.framework} {self.parallelism.label()} {self.precision.label()}"
-
-
-class DeploymentFigures(Strict):
-    """What the recommended configuration is expected to do, and on what basis."""
-
-    basis: str = Field(description="measured or estimate: what chose the configuration.")
-    predicted_tpot_ms: float | None = None
-    predicted_output_throughput_tok_s: float | None = None
-    predicted_tok_s_per_gpu: float | None = None
-    predicted_tok_s_per_user: float | None = None
-    at_concurrency: int | None = None
-
-
-class RecommendedDeployment(Strict):
-    """What a recommendation says to deploy: the framework's configuration (parallelism,
-    precision, engine arguments, GPUs) and where its settings come from.
-
-    One model for every case: a measured run's settings, the benchmark plan's defaults (with the
-    planned workload and load), the configuration search's choice (label, figures, trade-offs,
-    estimate accuracy), or no configuration at all (`source` says why). `parallelism` is set
-    only where the configuration search named one; None = not chosen."""
-
-    source: str = Field(description="Where the settings come from (measured run ids, plan...).")
-    framework: str | None = Field(None, description="The backend registry name.")
-    label: str | None = Field(None, description="The configuration search's label for it.")
-    parallelism: ParallelismConfig | None = None
-    precision: PrecisionConfig | None = None
-    weight_format: Literal["int8"] | None = Field(
-        None, description="INT8 weights and activations of a forward stage (not in precision)."
-    )
-    engine_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="The framework's own options (never parallelism or precision).",
-    )
-    shape: str | None = Field(None, description="The measured workload, in words.")
-    workload: Workload | None = Field(None, description="The planned benchmark workload.")
-    load: LoadPattern | None = Field(None, description="The planned benchmark load.")
-    figures: DeploymentFigures | None = None
-    trade_offs: list[str] = Field(default_factory=list)
-    estimate_accuracy: str | None = None
-
-    @property
-    def gpus(self) -> int | None:
-        return None if self.parallelism is None else self.parallelism.gpus_needed
-
-    def typed_engine_args(self) -> dict[str, Any]:
-        """The engine arguments as an engineer types them into the framework: its options plus,
-        for a chosen configuration, the parallelism and precision under the framework's names,
-        as its backend maps them (`Backend.framework_args`: vLLM's `tensor_parallel_size`,
-        `quantization`, `kv_cache_dtype`; TensorRT-LLM's `tensor_parallel_size`). A prefix
-        caching the options already name (`options_with_caching`) stays where it is."""
-        args = dict(self.engine_args)
-        if self.parallelism is None or self.precision is None:
-            return args
-        backend = registered_backend(self.framework or "")
-        if backend is None:
-            return args
-        caching = {k for k, axis in RESTATED_AXES.items() if axis == "prefix_caching"}
-        options = {k: v for k, v in args.items() if k not in caching}
-        try:
-            return {**args, **backend.framework_args(options, self.parallelism, self.precision)}
-        except UserError:
-            # Options that contradict the chosen precision (a measured run's awq beside an FP8
-            # choice): the options as measured; the GPUs and precision rows say the choice.
-            return args
-
-    def deployment(self) -> Deployment | None:
-        """The typed (framework, parallelism, precision) triple, when all three are known."""
-        if self.framework is None or self.parallelism is None or self.precision is None:
-            return None
-        return Deployment(
-            framework=self.framework, parallelism=self.parallelism, precision=self.precision
-        )
-
-
-class Prediction(Strict):
-    """The estimate of one configuration at one load level."""
-
-    concurrency: int
-    batch_per_replica: int
-    step_floor_ms: float = Field(description="Memory + compute floor of one decode step.")
-    efficiency: float = Field(description="Floor / predicted step: what the factors imply.")
-    tpot_ms: float
-    output_throughput_tok_s: float
-    output_throughput_tok_s_per_gpu: float
-    tok_s_per_user: float
-
-
-class MeasuredLevel(Strict):
-    """A stored measurement of a configuration at one load level, beside its prediction."""
-
-    concurrency: int
-    run_id: str
-    reference: str | None = None
-    measured_tpot_ms: float
-    measured_output_tok_s: float
-    measured_tok_s_per_gpu: float
-    measured_tok_s_per_user: float
-    predicted_tpot_ms: float | None = None
-    predicted_output_tok_s: float | None = None
-    tpot_error: float | None = Field(
-        None, description="Leave-one-out (predicted - measured) / measured."
-    )
-    throughput_error: float | None = None
-
-
-class ConfigurationEstimate(Strict):
-    """A configuration's memory fit per GPU, floors and predicted speed at the stage's load."""
-
-    deployment: Deployment
-    label: str
-    within_gpu_budget: bool = True
-    weights_gb_per_gpu: float
-    kv_cache_gb_per_gpu: float | None
-    required_gb_per_gpu: float
-    memory_per_gpu_gb: float
-    fits: bool
-    max_concurrency_per_replica: int | None = None
-    decode_floor_ms_per_token: float | None = Field(
-        None, description="Batch-1 floor: weight bytes per GPU / memory bandwidth."
-    )
-    efficiency: float | None = None
-    efficiency_source: str = ""
-    prediction: Prediction | None = Field(None, description="At the stage's concurrency.")
-    ladder: list[Prediction] = Field(
-        default_factory=list, description="Predictions at the Pareto ladder's load levels."
-    )
-    measured: list[MeasuredLevel] = Field(
-        default_factory=list, description="Stored measurements of exactly this configuration."
-    )
-    quality: str | None = Field(
-        None, description="Measured quality at this precision (the stage's quality_result)."
-    )
-    notes: list[str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -384,7 +231,7 @@ def stage_inputs(stage: StageProfile) -> ShapeInputs | None:
         bandwidth_tb_s=stage.gpu.memory_bandwidth_tb_s or gpu.memory_bandwidth_tb_s,
         prompt_tokens=TrafficShape.of_stage(stage).served_prompt().mean,
         output_tokens=stage.output_tokens.mean,
-        scheme=stage.precision.quantization,
+        scheme=stage.precision.checkpoint_scheme(),
         stage=stage,
     )
 
@@ -447,19 +294,31 @@ def estimate_deployment(
     replicas = deployment.parallelism.replicas
     memory = stage.gpu.memory_gb or inputs.gpu.memory_gb
     weights_gpu = inputs.parameters * weight_bytes_per_parameter(deployment, inputs.scheme) / tp
-    concurrency = stage_load(stage).per_engine
+    load = stage_load(stage)
+    concurrency = load.per_engine
     per_replica = math.ceil(concurrency / replicas)
     _, kv_per_sequence = step_floor_ms(inputs, deployment, 1)
     reuse = deployment_reuse(inputs, deployment)
     per_token = kv_bytes_per_token(inputs.architecture, deployment)
     shared_gb = reuse.shared_kv_tokens * per_token / GB if per_token else 0.0
-    kv_gpu = (kv_per_sequence * per_replica + shared_gb) * GB / tp if kv_per_sequence else None
-    required = weights_gpu + (kv_gpu or 0.0) + RUNTIME_OVERHEAD_GIB_PER_GPU * GIB
     max_per_replica = None
     if kv_per_sequence:
         free = free_after_weights(weights_gpu, memory) - shared_gb * GB / tp
         max_per_replica = max(0, int(free // (kv_per_sequence * GB / tp)))
     notes: list[str] = []
+    # With a peak rate the fleet answer adds replicas until the peak is served, so an engine
+    # that holds the weights and some of the sequences in flight is a configuration (as vLLM
+    # runs it: its KV pool bounds the batch, the scheduler queues the rest), sized at what it
+    # holds; without one, the profile's sequences must all fit the GPUs it names.
+    held = per_replica
+    if load.rate_rps is not None and max_per_replica and max_per_replica < per_replica:
+        held = max_per_replica
+        notes.append(
+            f"one engine holds {held} of the {per_replica} sequences in flight in its KV cache: "
+            "the fleet answer's replicas take the rest"
+        )
+    kv_gpu = (kv_per_sequence * held + shared_gb) * GB / tp if kv_per_sequence else None
+    required = weights_gpu + (kv_gpu or 0.0) + RUNTIME_OVERHEAD_GIB_PER_GPU * GIB
     if reuse.words:
         notes.append(reuse.words)
     if kv_gpu is None:
@@ -479,7 +338,7 @@ def estimate_deployment(
     ]
     return ConfigurationEstimate(
         deployment=deployment,
-        label=deployment.label(),
+        label=deployment_label(deployment, inputs.scheme),
         within_gpu_budget=within_budget,
         weights_gb_per_gpu=weights_gpu / GB,
         kv_cache_gb_per_gpu=kv_gpu / GB if kv_gpu is not None else None,
@@ -512,6 +371,7 @@ __all__ = [
     "estimate_deployment",
     "plan_runs",
     "predict",
+    "same_configuration",
     "search_configurations",
     "stage_inputs",
     "step_floor_ms",
@@ -593,14 +453,29 @@ def _meets_tpot(estimate: ConfigurationEstimate, stage: StageProfile) -> bool:
     return limit is None or estimate.prediction is None or estimate.prediction.tpot_ms <= limit
 
 
+def same_configuration(a: Deployment, b: Deployment) -> bool:
+    """One engine configuration, however many replicas: framework, TP degree, weights, KV."""
+    return (
+        a.framework == b.framework
+        and a.parallelism.tensor_parallel_size == b.parallelism.tensor_parallel_size
+        and a.precision.quantization == b.precision.quantization
+        and (a.precision.kv_cache_dtype == "fp8") == (b.precision.kv_cache_dtype == "fp8")
+    )
+
+
 def search_configurations(
     stage: StageProfile,
     framework: str,
     factors: StepLookup,
     measured: MeasuredLookup | None = None,
+    deployed: Deployment | None = None,
 ) -> ConfigurationSearch | None:
     """Enumerate, estimate and rank the configurations of `framework` for a generate stage on
-    its GPU budget; None when the stage is not a generate stage with a known GPU and size."""
+    its GPU budget; None when the stage is not a generate stage with a known GPU and size.
+
+    `deployed` is the fleet answer's configuration (advisor/sizing/fleet.py), the one a
+    recommendation deploys: it leads the ranking and is the search's recommended one, so the
+    table of layouts never names another (estimated here if the budget's layouts leave it out)."""
     inputs = stage_inputs(stage)
     if inputs is None:
         return None
@@ -671,8 +546,22 @@ def search_configurations(
                     f"TP={tp} needs {tp} GPUs (more than the profile's {budget})"
                 )
                 break
+    if deployed is not None and not any(
+        same_configuration(e.deployment, deployed) for e in fitting
+    ):
+        tp = deployed.parallelism.tensor_parallel_size
+        replicas = budget // tp if budget % tp == 0 else 1
+        consider(
+            deployed.model_copy(
+                update={
+                    "parallelism": ParallelismConfig(tensor_parallel_size=tp, replicas=replicas)
+                }
+            ),
+            tp <= budget,
+        )
     fitting.sort(
         key=lambda e: (
+            deployed is None or not same_configuration(e.deployment, deployed),
             not e.within_gpu_budget,
             not _meets_tpot(e, stage),
             _departures(stage, e.deployment),

@@ -310,7 +310,11 @@ def estimate_stage(stage: StageProfile) -> Estimate:
                 shared = kv_bytes - kv_per_sequence * concurrency
                 free_for_kv = available - overhead - weight_bytes - shared
                 estimate.max_concurrency_that_fits = max(0, int(free_for_kv // kv_per_sequence))
-            estimate.tensor_parallel_needed = _tp_needed(weight_bytes, kv_bytes, memory_per_gpu)
+            estimate.tensor_parallel_needed = _tp_needed(
+                weight_bytes,
+                _kv_one_engine_must_hold(stage, kv_bytes, kv_per_sequence),
+                memory_per_gpu,
+            )
         else:
             notes.append(
                 "no GPU to fit against (GPU not decided: set gpu.type or gpu.memory_gb); "
@@ -378,8 +382,25 @@ def estimate_stage(stage: StageProfile) -> Estimate:
         estimate.tensor_parallel_needed = None
         notes.append(f"refused before any run: {estimate.refused}")
     if estimate.fits is False:
-        estimate.suggestions = _suggestions(stage, estimate, parameters, kv_bytes, gpu_spec)
+        estimate.suggestions = _suggestions(
+            stage,
+            estimate,
+            parameters,
+            kv_bytes,
+            _kv_one_engine_must_hold(stage, kv_bytes, kv_per_sequence),
+            gpu_spec,
+        )
     return estimate
+
+
+def _kv_one_engine_must_hold(stage: StageProfile, kv_bytes: float, kv_per_sequence: float) -> float:
+    """The KV cache an engine must hold to count as fitting: with a peak rate (the fleet answer
+    adds replicas for the peak's sequences) one sequence and any shared prefix; with the
+    profile's own concurrency on its own GPUs, every sequence it names."""
+    load = stage_load(stage)
+    if load.source != "little's law" or kv_per_sequence <= 0:
+        return kv_bytes
+    return kv_bytes - kv_per_sequence * (load.per_engine - 1)
 
 
 def _concurrency(stage: StageProfile) -> tuple[int, str]:
@@ -427,17 +448,24 @@ def _suggestions(
     estimate: Estimate,
     parameters: int | None,
     kv_bytes: float,
+    kv_must_hold: float,
     gpu_spec: GpuSpec | None,
 ) -> list[str]:
-    """What would make it fit: tensor parallelism, weight quantisation, FP8 KV, fewer sequences."""
+    """What would make it fit: tensor parallelism, weight quantisation, FP8 KV, fewer sequences.
+    An engine must hold `kv_must_hold` of the KV cache (`_kv_one_engine_must_hold`)."""
     out: list[str] = []
+    replicas = (
+        " (with replicas for the rest of the sequences in flight)"
+        if kv_must_hold < kv_bytes
+        else ""
+    )
     memory_per_gpu = engine_memory_bytes(estimate.memory_per_gpu_gb or 0)
     count = estimate.gpu_count
     needed = estimate.tensor_parallel_needed
     if needed is not None and needed > count:
         out.append(
             f"tensor parallelism: {needed} x {estimate.gpu or 'GPU'} "
-            f"(tensor_parallel_size={needed}) holds it at {estimate.precision}"
+            f"(tensor_parallel_size={needed}) holds it at {estimate.precision}{replicas}"
         )
     elif needed is None:
         out.append(f"even 8-way tensor parallelism does not hold it at {estimate.precision}")
@@ -445,14 +473,19 @@ def _suggestions(
         options = [("fp8", 1.0), ("awq", QUANTIZATION_BYTES["awq"])]
         for name, size in options:
             weights = parameters * size
-            required = weights + kv_bytes + RUNTIME_OVERHEAD_GIB_PER_GPU * GIB * count
+            required = weights + kv_must_hold + RUNTIME_OVERHEAD_GIB_PER_GPU * GIB * count
             fits = required <= memory_per_gpu * count
             hardware = ""
             if name == "fp8" and gpu_spec is not None and not gpu_spec.fp8:
                 hardware = f" ({gpu_spec.name} has no FP8 tensor cores: weight-only FP8 kernels)"
+            verdict = f"fits{replicas}" if fits else "still does not fit"
+            if not fits and (
+                needed_q := _tp_needed(weights, kv_must_hold, estimate.memory_per_gpu_gb or 0)
+            ):
+                verdict += f" on 1; tensor_parallel_size={needed_q} holds it{replicas}"
             out.append(
                 f"weight quantisation {name}: weights {weights / GB:.1f} GB, needs "
-                f"{required / GB:.1f} GB -> {'fits' if fits else 'still does not fit'}{hardware}"
+                f"{required / GB:.1f} GB -> {verdict}{hardware}"
             )
     if kv_bytes > 0:
         out.append(

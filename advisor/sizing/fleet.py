@@ -27,6 +27,7 @@ from pydantic import Field
 from advisor.sizing.calibration_fit import CalibrationBasis, RecordFit, RecordSet
 from advisor.sizing.capacity import Capacity, EstimatedCapacity, fleet_for_stage
 from advisor.sizing.configurations import Deployment, deployment_formats, supports
+from advisor.sizing.deployments import precision_words
 from advisor.sizing.engine_model.prefix import caches_prefixes
 from advisor.sizing.estimate import TP_DEGREES
 from advisor.sizing.mechanics import LONG_CONTEXT_TOKENS
@@ -537,8 +538,7 @@ def _full_option(
     tp = deployment.parallelism.tensor_parallel_size
     precision = deployment.precision
     scheme = weight_scheme(stage, deployment)  # the profile's pre-quantised checkpoint
-    label = f"{deployment.framework}, {precision.label()}"
-    label += f" + {scheme} weights, TP={tp}" if scheme else f", TP={tp}"
+    label = f"{deployment.framework}, {precision_words(deployment, scheme)}, TP={tp}"
     if args:
         label += f", max_num_batched_tokens={args['max_num_batched_tokens']}"
     basis = _basis(prediction, record, stage)

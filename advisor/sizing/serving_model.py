@@ -180,7 +180,7 @@ def stage_traffic(stage: StageProfile, deployment: Deployment) -> tuple[TrafficS
 def weight_scheme(stage: StageProfile, deployment: Deployment) -> str | None:
     """The profile's pre-quantised weight scheme where the deployment keeps the profile's
     weights (a deployment at FP8 reads FP8)."""
-    return None if deployment.precision.quantization else stage.precision.quantization
+    return None if deployment.precision.quantization else stage.precision.checkpoint_scheme()
 
 
 def _setup(

@@ -96,6 +96,17 @@ GPUS: dict[str, GpuSpec] = {
             (r"l40s",),
         ),
         GpuSpec(
+            "A10",
+            24,
+            0.6,
+            125,
+            125,
+            False,
+            "NVIDIA A10 Tensor Core GPU datasheet (2021): 125 TFLOP/s BF16/FP16 dense (250 with "
+            "sparsity), 600 GB/s GDDR6, 24 GB",
+            (r"\ba10\b",),
+        ),
+        GpuSpec(
             "A10G",
             24,
             0.6,

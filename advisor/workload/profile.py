@@ -77,6 +77,13 @@ class ProfilePrecision(StrictInput):
             )
         return value
 
+    def checkpoint_scheme(self) -> str | None:
+        """The pre-quantised checkpoint's scheme (awq, gptq-int4, int8...), None where the
+        weights are the dtype's or FP8 (which a run applies itself: `run_precision`)."""
+        if (self.quantization or "").lower() == "fp8":
+            return None
+        return self.quantization
+
     def run_precision(self) -> PrecisionConfig:
         """The RunConfig precision a benchmark of this profile runs at: weight schemes other
         than fp8 need a pre-quantised checkpoint, so they reach the engine through the model

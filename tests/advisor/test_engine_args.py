@@ -8,7 +8,8 @@ import pytest
 
 from advisor.plan.stage_plan import plan_for_stage
 from advisor.sizing.calibration import calibration_from
-from advisor.sizing.configurations import RecommendedDeployment, search_configurations
+from advisor.sizing.configurations import search_configurations
+from advisor.sizing.deployments import RecommendedDeployment
 from advisor.sizing.measured import read_reference_folder
 from advisor.workload import traffic
 from advisor.workload.profile_input import profile_from_dict, profile_from_flags

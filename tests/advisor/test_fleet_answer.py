@@ -12,6 +12,8 @@ import pytest
 from advisor.decide.recommend import recommend
 from advisor.report.decision import stage_decision
 from advisor.sizing.capacity import Capacity
+from advisor.sizing.configurations import same_configuration
+from advisor.sizing.deployments import Deployment
 from advisor.sizing.fleet import CapacityBasis, FleetOption, choose
 from advisor.workload.profile_input import load_profile, profile_from_dict
 from bench.core.config import ParallelismConfig, PrecisionConfig
@@ -31,6 +33,13 @@ ASSISTANT_13B = {
     "gpu": {"type": "H100-SXM", "count": 1},
     "precision": {"dtype": "bfloat16"},
 }
+
+
+def fleet_deployment(recommendation) -> Deployment:
+    option = recommendation.fleet.chosen
+    return Deployment(
+        framework=option.framework, parallelism=option.parallelism, precision=option.precision
+    )
 
 
 def chosen_of(data: dict, reference_dir=None):
@@ -102,6 +111,13 @@ def test_page_one_agrees_with_itself(name):
         counted = re.search(r" on (\d+) × ", sentence)
         assert counted is not None, sentence
         assert int(counted.group(1)) == chosen.capacity.gpus_needed, sentence
+        # The table of layouts recommends the configuration the fleet deploys.
+        search = stage.configurations
+        if search is not None and search.best() is not None:
+            assert same_configuration(search.best().deployment, fleet_deployment(chosen)), (
+                search.recommended,
+                chosen.fleet.chosen.label,
+            )
 
 
 FINANCIAL = EXAMPLES / "financial_risk_control.yaml"
@@ -200,3 +216,100 @@ def test_a_quantised_precision_beyond_tolerance_is_left_out():
     )
     fp8 = [o for o in options if o.weight_format == "fp8"]
     assert fp8 and not fp8[0].unvetted and "measured" in fp8[0].quality
+
+
+LONG_DOCUMENTS_8B = {
+    "title": "Long-document QA, 32k-token prompts",
+    "kind": "generate",
+    "model": "meta-llama/Llama-3.1-8B-Instruct",
+    "prompt_tokens": {"mean": 32000},
+    "output_tokens": {"mean": 256},
+    "peak_request_rate_rps": 2,
+    "slo": {"ttft_ms": 5000, "tpot_ms": 60},
+    "gpu": {"type": "H100-SXM"},
+    "precision": {"dtype": "bfloat16"},
+}
+
+
+def test_an_engine_holding_part_of_the_peak_is_a_configuration_and_the_table_follows_the_fleet():
+    """8B at 32k tokens: one H100 holds the weights and 14 of the 41 sequences in flight. Before,
+    the layouts table excluded every one-GPU layout ("needs 191 GB") and recommended TP=4 with
+    the caveat "nothing holds the model on 1", beside a fleet of one-GPU replicas."""
+    report = recommend(profile_from_dict(LONG_DOCUMENTS_8B), reference_dir=SHIPPED_REFERENCE_DIR)
+    (stage,) = report.stages
+    chosen = stage.recommendation
+    search = stage.configurations
+    assert chosen.fleet is not None and search is not None
+    one_gpu_bf16 = next(
+        e for e in search.estimates if e.label == "vllm TP=1 bfloat16" and e.within_gpu_budget
+    )
+    held = one_gpu_bf16.max_concurrency_per_replica
+    assert held is not None and 1 <= held < search.concurrency
+    assert one_gpu_bf16.prediction.batch_per_replica == held
+    assert any(f"holds {held} of the {search.concurrency}" in n for n in one_gpu_bf16.notes)
+    assert same_configuration(search.best().deployment, fleet_deployment(chosen))
+    assert search.recommended == search.best().label
+    assert not any("nothing holds the model" in c for c in chosen.caveats)
+    fact = stage_decision(stage, report.profile.stages[0], {}, set())
+    assert any(f"{held} of the 41 sequences in flight fit" in f.text for f in fact.facts), fact
+
+
+def test_a_pre_quantised_checkpoint_is_named_in_the_layouts_and_fp8_is_not_read_twice():
+    awq = recommend(
+        profile_from_dict(
+            {
+                "kind": "generate",
+                "model": "Qwen/Qwen2.5-7B-Instruct",
+                "prompt_tokens": {"mean": 600},
+                "output_tokens": {"mean": 250},
+                "peak_request_rate_rps": 4,
+                "slo": {"ttft_ms": 1000, "tpot_ms": 60},
+                "gpu": {"type": "L4"},
+                "precision": {"dtype": "float16", "quantization": "awq"},
+            }
+        )
+    ).stages[0]
+    labels = [e.label for e in awq.configurations.estimates]
+    assert "vllm TP=1 float16 + awq weights" in labels
+    awq_row = next(e for e in awq.configurations.estimates if e.label.endswith("awq weights"))
+    assert awq_row.weights_gb_per_gpu < 4.5  # 7.6 B parameters at 4 bits and their scales
+    # A profile at FP8 runs FP8 itself: its 16-bit layout reads 2 bytes a weight, not FP8's 1.
+    fp8 = recommend(
+        profile_from_dict(
+            {**LONG_DOCUMENTS_8B, "precision": {"dtype": "bfloat16", "quantization": "fp8"}}
+        )
+    ).stages[0]
+    rows = {e.label: e for e in fp8.configurations.estimates}
+    assert not any(label.count("fp8 weights") > 1 for label in rows)
+    assert rows["vllm TP=1 bfloat16"].weights_gb_per_gpu == pytest.approx(
+        2 * rows["vllm TP=1 bfloat16 + fp8 weights"].weights_gb_per_gpu
+    )
+
+
+def test_a_model_that_needs_tensor_parallelism_is_told_the_smallest_layout_the_fleet_can_use():
+    """70B at bf16 on H100 with a peak rate: TP=2 holds the weights and some sequences (the
+    fleet's replicas take the rest), FP8 weights fit one GPU; before, TP=4 and "FP8 still does
+    not fit", counting all 156 sequences in flight in one engine."""
+    from advisor.sizing.estimate import estimate_stage
+
+    profile = profile_from_dict(
+        {
+            "kind": "generate",
+            "model": "meta-llama/Llama-3.1-70B-Instruct",
+            "prompt_tokens": {"mean": 1500},
+            "output_tokens": {"mean": 300},
+            "peak_request_rate_rps": 8,
+            "slo": {"ttft_ms": 1500, "tpot_ms": 60},
+            "gpu": {"type": "H100-SXM"},
+            "precision": {"dtype": "bfloat16"},
+        }
+    )
+    estimate = estimate_stage(profile.stages[0])
+    assert estimate.fits is False and estimate.tensor_parallel_needed == 2
+    fp8 = next(s for s in estimate.suggestions if s.startswith("weight quantisation fp8"))
+    assert "-> fits (with replicas" in fp8
+    with_concurrency = profile_from_dict(
+        {**profile.stages[0].model_dump(exclude_none=True), "concurrency": 156}
+    )
+    # The profile's own concurrency on its own GPUs: every sequence must fit, as before.
+    assert estimate_stage(with_concurrency.stages[0]).tensor_parallel_needed == 4

@@ -242,7 +242,7 @@ def test_configuration_rows_read_the_typed_configuration():
     """The page's setting/value rows come from the typed configuration's fields: the layout
     from parallelism, the precision from precision, the TP degree and FP8 shown as the vLLM
     engine arguments an engineer types (they are not in engine_args themselves)."""
-    from advisor.sizing.configurations import DeploymentFigures, RecommendedDeployment
+    from advisor.sizing.deployments import DeploymentFigures, RecommendedDeployment
     from bench.core.config import ParallelismConfig, PrecisionConfig
     from ui.advisor_page import configuration_rows
 
