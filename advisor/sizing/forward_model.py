@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import Field
 
+from advisor.sizing.engine_model.replica import free_after_weights
 from advisor.workload.architectures import Architecture
 from advisor.workload.gpus import GpuSpec
 from bench.core.schema import RunResult
@@ -116,6 +117,24 @@ class BatchTimeModel(Strict):
     largest_measured_batch: int | None = Field(
         None, description="The ladder's largest batch: the search does not extrapolate past it."
     )
+    loop_steps: int = Field(
+        0,
+        ge=0,
+        description="An encoder-decoder's decoder steps per sample (transcript tokens); 0 = "
+        "an encoder alone.",
+    )
+    loop_weights_ms: float = Field(0.0, ge=0, description="One step's decoder weight read.")
+    loop_read_ms_per_sample: float = Field(
+        0.0, ge=0, description="One step's reads per sample: cross- and self-attention K/V."
+    )
+    loop_compute_ms_per_sample: float = Field(
+        0.0, ge=0, description="One step's FLOPs per sample at the GEMM peak."
+    )
+    largest_batch_in_memory: int | None = Field(
+        None,
+        description="The most samples whose decoder K/V fit the GPU beside the weights (the "
+        "batcher's limit); None = not bounded here.",
+    )
     overlapped: bool = Field(
         False,
         description="The host's launch work overlaps the device's (asynchronous GPU launches): "
@@ -123,7 +142,12 @@ class BatchTimeModel(Strict):
     )
 
     def floor_ms(self, batch: int) -> float:
-        return max(batch * self.compute_ms_per_sample, self.memory_floor_ms)
+        encoder = max(batch * self.compute_ms_per_sample, self.memory_floor_ms)
+        step = max(
+            self.loop_weights_ms + batch * self.loop_read_ms_per_sample,
+            batch * self.loop_compute_ms_per_sample,
+        )
+        return encoder + self.loop_steps * step
 
     def batch_ms(self, batch: int) -> float:
         device_ms = self.floor_ms(batch) / self.efficiency
@@ -152,8 +176,10 @@ def floor_model(
     dtype: str,
     sequence_length: int | None = None,
     image_size: int | None = None,
+    decode_steps: int = 0,
 ) -> BatchTimeModel | None:
-    """The uncalibrated model: the floor alone (a lower bound on every batch time)."""
+    """The uncalibrated model: the floor alone (a lower bound on every batch time). With
+    `decode_steps` an encoder-decoder's loop is in it (`decoder_loop`)."""
     flops = forward_flops_per_sample(architecture, sequence_length, image_size)
     peak = gemm_peak(gpu, dtype)
     if flops is None or peak is None:
@@ -164,12 +190,54 @@ def floor_model(
         dtype, 2
     )
     memory = weights / (gpu.memory_bandwidth_tb_s * 1e12) * 1e3
-    return BatchTimeModel(
+    model = BatchTimeModel(
         floor_ms_per_batch_1=max(per_sample, memory),
         compute_ms_per_sample=per_sample,
         memory_floor_ms=memory,
         basis="floor only (a lower bound, not a prediction)",
     )
+    loop = decoder_loop(architecture, gpu, dtype, decode_steps, peak)
+    if loop is None:
+        return model
+    model = model.model_copy(update=loop)
+    return model.model_copy(update={"floor_ms_per_batch_1": model.floor_ms(1)})
+
+
+def decoder_loop(
+    architecture: Architecture, gpu: GpuSpec, dtype: str, steps: int, peak_tflops: float
+) -> dict[str, float | int] | None:
+    """An encoder-decoder's loop at the floor, `steps` tokens a sample: every step reads the
+    decoder's weights once for the batch and, per sample, the cross-attention's keys and values
+    over the encoder's frames in every decoder layer (Whisper-large: 32 x 2 x 1,500 x 1,280 x 2
+    bytes = 246 MB, 0.4 ms a sample a step on an A10's 600 GB/s) and its own growing self-
+    attention cache (half the transcript on average); its FLOPs are 2 x the decoder's weights
+    per token plus the attention. Keys and values of every sample in a batch stay in memory
+    for the whole loop: the batch is bounded by what fits beside the weights and the runtime
+    (the serving rule of advisor/sizing/engine_model/replica.py). None for an encoder alone."""
+    layers, hidden, frames = (
+        architecture.decoder_layers,
+        architecture.hidden_size,
+        architecture.encoder_frames,
+    )
+    encoder = architecture.encoder_parameters
+    if not (steps and layers and hidden and frames and encoder):
+        return None
+    size = DTYPE_BYTES.get(dtype, 2)
+    kv_size = 2 if dtype in ("int8", "fp8") else size  # 8-bit GEMMs keep a 16-bit K/V cache
+    bandwidth = gpu.memory_bandwidth_tb_s * 1e12
+    decoder = architecture.parameters - encoder
+    cross = layers * 2 * frames * hidden * kv_size
+    own = layers * 2 * (steps / 2) * hidden * kv_size
+    step_flops = 2 * decoder + layers * 4 * hidden * (frames + steps / 2)
+    kept = layers * 2 * (frames + steps) * hidden * kv_size
+    free = free_after_weights(architecture.parameters * size, gpu.memory_gb)
+    return {
+        "loop_steps": steps,
+        "loop_weights_ms": decoder * size / bandwidth * 1e3,
+        "loop_read_ms_per_sample": (cross + own) / bandwidth * 1e3,
+        "loop_compute_ms_per_sample": step_flops / (peak_tflops * 1e12) * 1e3,
+        "largest_batch_in_memory": max(1, int(free // kept)),
+    }
 
 
 def ladder_points(runs: Iterable[RunResult]) -> list[tuple[int, float, str]]:
@@ -327,6 +395,8 @@ def choose_batching(
     for max_batch in max_batches:
         if largest is not None and max_batch > largest:
             continue  # beyond the measured ladder the fit is an extrapolation
+        if model.largest_batch_in_memory is not None and max_batch > model.largest_batch_in_memory:
+            continue  # a decoder's keys and values for every sample must fit the GPU
         for delay in delays_ms:
             full_rate = MAX_UTILISATION * max_batch / model.batch_ms(max_batch) * 1e3
             choice = batching_at(model, full_rate, max_batch, delay)

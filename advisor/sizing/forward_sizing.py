@@ -125,7 +125,8 @@ def size_forward_stage(
     if architecture is None or gpu is None:
         return None
     sequence = stage.sequence_length.mean if stage.sequence_length is not None else None
-    floor = floor_model(architecture, gpu, stage.precision.dtype, sequence, stage.image_size)
+    steps, steps_source = transcript_tokens(stage) if architecture.decoder_layers else (0, "")
+    floor = floor_model(architecture, gpu, stage.precision.dtype, sequence, stage.image_size, steps)
     if floor is None:
         return None
     runs = list(runs)
@@ -133,7 +134,7 @@ def size_forward_stage(
     model, basis, error, carried_from = found or (floor, "floor only", UNCALIBRATED_ERROR, None)
     calibrated = found is not None
     if weight_format is not None:
-        quantised = floor_model(architecture, gpu, weight_format, sequence, stage.image_size)
+        quantised = floor_model(architecture, gpu, weight_format, sequence, stage.image_size, steps)
         if quantised is None:
             return None
         own = _from_ladders(runs, framework, stage, gpu.name, quantised, weight_format)
@@ -164,12 +165,13 @@ def size_forward_stage(
             "are the floor alone, a lower bound; the GPU count is a lower bound too"
         )
     scope = None
-    if architecture.encoder_parameters:
+    if architecture.encoder_parameters and steps:
         scope = (
-            f"the encoder's pass over its {architecture.encoder_frames:,} frames only: the "
-            "decoder's loop (one step per transcript token, its weights read every step) is not "
-            "in these figures, so the GPU count is a lower bound and the p99 leaves the loop's "
-            "time out"
+            f"the encoder's pass over its {architecture.encoder_frames:,} frames and the "
+            f"decoder's loop of {steps} steps a clip ({steps_source}), each reading the "
+            "decoder's weights and every clip's cross-attention keys and values, at the floor; "
+            f"at most {floor.largest_batch_in_memory} clips' keys and values fit one "
+            f"{gpu.name} beside the weights"
         )
         notes.append(scope)
     slo = stage.slo.e2e_ms
@@ -216,6 +218,22 @@ def size_forward_stage(
         feasibility=feasibility,
         notes=notes,
         scope=scope,
+    )
+
+
+WHISPER_TRANSCRIPT_TOKENS = 100
+"""Transcript tokens of a 30 s clip where the profile does not say (`output_tokens`): speech at
+about 150 words a minute is 75 words, about 1.3 BPE tokens a word, plus Whisper's 3-4 task
+tokens. An assumption, said beside every figure it sizes; a profile's output_tokens replaces it."""
+
+
+def transcript_tokens(stage: StageProfile) -> tuple[int, str]:
+    """(Decoder steps a clip, where the figure comes from): the profile's output_tokens where it
+    sets them, else WHISPER_TRANSCRIPT_TOKENS."""
+    if "output_tokens" in stage.model_fields_set:
+        return max(1, round(stage.output_tokens.mean)), "the profile's output_tokens"
+    return WHISPER_TRANSCRIPT_TOKENS, (
+        "assumed: about 150 spoken words a minute; set output_tokens to your transcripts' length"
     )
 
 
@@ -336,7 +354,8 @@ def floor_feasibility(stage: StageProfile) -> FloorVerdict | None:
     if architecture is None or gpu is None:
         return None
     sequence = stage.sequence_length.mean if stage.sequence_length is not None else None
-    floor = floor_model(architecture, gpu, stage.precision.dtype, sequence, stage.image_size)
+    steps, _ = transcript_tokens(stage) if architecture.decoder_layers else (0, "")
+    floor = floor_model(architecture, gpu, stage.precision.dtype, sequence, stage.image_size, steps)
     if floor is None:
         return None
     return slo_below_floor(

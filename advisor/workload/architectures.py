@@ -86,6 +86,9 @@ class Architecture:
     encoder_parameters: int | None = None
     """Encoder-decoder models: the encoder's share of `parameters` (what one forward pass over
     the clip multiplies); the decoder's loop is autoregressive and sized apart."""
+    decoder_layers: int | None = None
+    """Encoder-decoder models: the decoder's layers (its width is `hidden_size`); each step of
+    its loop attends over the encoder's `encoder_frames` in every one of them."""
 
     @property
     def head_dim(self) -> int | None:
@@ -293,13 +296,20 @@ its stride-2 stem."""
 
 
 def _whisper(
-    name: str, parameters: int, layers: int, hidden: int, heads: int, encoder: int
+    name: str,
+    parameters: int,
+    layers: int,
+    hidden: int,
+    heads: int,
+    encoder: int,
+    decoder_layers: int | None = None,
 ) -> Architecture:
-    """A Whisper model: its encoder's layers, width and heads, its whole count for memory and its
-    encoder's count for a forward pass."""
+    """A Whisper model: its encoder's layers, width and heads, its whole count for memory, its
+    encoder's count for a forward pass and its decoder's layers (the encoder's unless given)."""
     return Architecture(
         name, "forward", parameters, layers, hidden, heads, None, None,
         encoder_frames=WHISPER_ENCODER_FRAMES, encoder_parameters=encoder,
+        decoder_layers=decoder_layers or layers,
     )  # fmt: skip
 
 
@@ -307,15 +317,16 @@ PUBLISHED_ENCODERS: dict[str, Architecture] = {
     architecture.name: architecture
     for architecture in (
         # openai/whisper-* config.json: d_model, encoder_layers, encoder_attention_heads,
-        # max_source_positions 1500; counts are transformers' WhisperForConditionalGeneration
-        # built from those configs (the proj_out tied to the token embedding, counted once):
+        # max_source_positions 1500, decoder_layers (the encoder's, but turbo's 4); counts are
+        # transformers' WhisperForConditionalGeneration built from those configs (the proj_out
+        # tied to the token embedding, counted once):
         # 37.8M, 72.6M, 241.7M, 763.9M, 1,543.5M and 808.9M, as the model cards round them.
         _whisper("whisper-tiny", 37_760_640, 4, 384, 6, 8_208_384),
         _whisper("whisper-base", 72_593_920, 6, 512, 8, 20_590_592),
         _whisper("whisper-small", 241_734_912, 12, 768, 12, 88_154_112),
         _whisper("whisper-medium", 763_857_920, 24, 1024, 16, 307_216_384),
         _whisper("whisper-large-v3", 1_543_490_560, 32, 1280, 20, 636_968_960),
-        _whisper("whisper-large-v3-turbo", 808_878_080, 32, 1280, 20, 636_968_960),
+        _whisper("whisper-large-v3-turbo", 808_878_080, 32, 1280, 20, 636_968_960, 4),
     )
 }
 """Speech models the advisor sizes from their published config.json though the bench has no

@@ -126,10 +126,10 @@ def test_the_encoders_people_serve_are_sized_from_their_hub_ids(model_id, preset
     assert sized.batching.samples_per_s_per_gpu > 0
 
 
-def test_a_whisper_stage_is_sized_from_its_encoder_and_says_the_loop_is_left_out():
+def test_a_whisper_stage_is_sized_from_its_encoder_and_its_loop():
     """openai/whisper-small: its published config (encoder 12 x 768 over 1,500 frames), no
     parameters_b needed; the encoder's FLOPs by hand; the basis of every GPU count from it says
-    the decoder's loop is not in the figures; the bench, which has no preset of it, refuses to
+    how many decoder steps a clip it assumed; the bench, which has no preset of it, refuses to
     plan it in one line."""
     from advisor.sizing.forward_model import forward_flops_per_sample
     from advisor.sizing.forward_sizing import size_forward_stage
@@ -147,6 +147,54 @@ def test_a_whisper_stage_is_sized_from_its_encoder_and_says_the_loop_is_left_out
     )  # fmt: skip
     sized = size_forward_stage(profile.stages[0], "onnxruntime", [])
     assert sized is not None and sized.batching is not None and sized.fleet is not None
-    assert sized.scope is not None and "decoder's loop" in sized.scope
+    assert sized.scope is not None and "decoder's loop of 100 steps a clip (assumed" in sized.scope
     # An L4's 121 dense FP16 TFLOP/s bound the encoder at 357 clips/s: the floor cannot exceed it.
     assert sized.batching.samples_per_s_per_gpu <= 121e12 / by_hand
+
+
+def test_the_decoder_loop_is_in_a_speech_floor_by_hand_and_bounds_the_batch():
+    """whisper-large-v3 on an A10: each of 100 steps reads the decoder's weights once and, per
+    clip, the cross-attention K/V over 1,500 frames in 32 layers plus half the transcript's own
+    cache; the K/V of a whole batch stays for the loop, so 70 clips fit beside the weights. The
+    loop sizes the fleet: more GPUs than the encoder alone, and more for longer transcripts."""
+    from advisor.sizing.engine_model.replica import GIB
+    from advisor.sizing.forward_model import floor_model
+    from advisor.sizing.forward_sizing import size_forward_stage
+    from advisor.workload.architectures import architecture_for
+    from advisor.workload.gpus import GPUS
+    from advisor.workload.profile_input import profile_from_dict
+
+    architecture, _ = architecture_for("openai/whisper-large-v3")
+    a10 = GPUS["A10"]
+    model = floor_model(architecture, a10, "float16", None, None, decode_steps=100)
+    encoder_only = floor_model(architecture, a10, "float16", None, None)
+    assert model is not None and encoder_only is not None
+    bandwidth = 600e9
+    cross = 32 * 2 * 1500 * 1280 * 2  # 246 MB a clip
+    own = 32 * 2 * 50 * 1280 * 2
+    assert model.loop_read_ms_per_sample == pytest.approx((cross + own) / bandwidth * 1e3)
+    decoder = 1_543_490_560 - 636_968_960
+    assert model.loop_weights_ms == pytest.approx(decoder * 2 / bandwidth * 1e3)
+    by_hand = encoder_only.floor_ms(16) + 100 * (
+        decoder * 2 / bandwidth * 1e3 + 16 * (cross + own) / bandwidth * 1e3
+    )
+    assert model.floor_ms(16) == pytest.approx(by_hand)
+    free = 0.9 * 24 * GIB - 1.5 * GIB - 1_543_490_560 * 2
+    assert model.largest_batch_in_memory == int(free // (32 * 2 * 1600 * 1280 * 2)) == 70
+
+    def fleet(**extra):
+        stage = profile_from_dict(
+            {"kind": "forward", "model": "openai/whisper-large-v3", "batch_size": 1,
+             "peak_request_rate_rps": 20, "slo": {"e2e_ms": 2000}, "gpu": {"type": "A10"},
+             **extra}
+        ).stages[0]  # fmt: skip
+        sized = size_forward_stage(stage, "pytorch", [])
+        assert sized is not None and sized.batching is not None and sized.fleet is not None
+        assert sized.batching.max_batch <= 70
+        return sized
+
+    assumed, longer = fleet(), fleet(output_tokens={"mean": 200})
+    assert "200 steps a clip (the profile's output_tokens)" in longer.scope
+    encoder_rate = 64 / (encoder_only.floor_ms(64) / 1e3)  # clips/s of the encoder alone
+    assert assumed.batching.samples_per_s_per_gpu < encoder_rate
+    assert longer.fleet.gpus > assumed.fleet.gpus >= 2
