@@ -522,10 +522,10 @@ def _quality_fields(index: int, previous: StageProfile, values: StageFormValues)
 
 
 def show_field_problems(draft: StageProfile | None) -> None:
-    """The advisor's per-field feasibility problems (advisor.sizing.estimate.feasibility_problems)
+    """The advisor's per-field feasibility problems (advisor.sizing.field_problems)
     for the lengths just entered, shown under those fields; nothing until the draft is valid
     (None: the form's own validation message says what is missing)."""
-    from advisor.sizing.estimate import feasibility_problems
+    from advisor.sizing.field_problems import feasibility_problems
 
     if draft is None:
         return
@@ -547,7 +547,7 @@ def forward_floor_message(draft: StageProfile) -> tuple[bool, str] | None:
     if verdict is None or (verdict.feasible and not verdict.within_error):
         return None
     head = (
-        f"**SLO**: {draft.concurrency or 1} batches of {draft.batch_size} in flight on one "
+        f"**SLO**: {verdict.in_flight} batch(es) of {verdict.batch} in flight on one "
         f"{draft.gpu.type} need at least {verdict.floor_ms:.3g} ms at the floor against the "
         f"{verdict.slo_ms:g} ms p99"
     )

@@ -13,6 +13,7 @@ from advisor.evidence.rows import (
     dtype_stand_in,
 )
 from advisor.sizing.capacity import Capacity, EstimatedCapacity, fleet_for_stage
+from advisor.sizing.llm_feasibility import llm_floor_verdict
 from advisor.sizing.speed_class import speed_class_pairs
 from advisor.workload.profile import StageProfile
 from bench.core.errors import UserError
@@ -30,6 +31,11 @@ NO_PEAK_NOTE = (
     "the profile gives no peak traffic (peak_request_rate_rps, or request_rate_rps): the GPU "
     "count and the cost are not computed"
 )
+
+
+NO_NVIDIA_GPU = ("cpu_only", "non_nvidia_hardware", "edge")
+"""Constraints under which a stage runs without an NVIDIA GPU (data/decision_tree.yaml's
+hardware_constraint question reads the same names)."""
 
 
 def _capacity_order(capacity: Capacity) -> tuple:
@@ -208,6 +214,13 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
             text += f"; a tie: {chosen.fleet.tie}"
         return text
     if stage.gpu.type is None:
+        hardware = [c.value for c in stage.constraints if c.value in NO_NVIDIA_GPU]
+        if hardware:
+            return text + (
+                f"; served without an NVIDIA GPU ({', '.join(hardware)}): no GPU count; the "
+                "advisor does not size CPU or other machines: measure a capacity search on one "
+                "(python -m bench run with load.pattern capacity) and divide the peak by it"
+            )
         return text + "; no GPU type in the profile: the GPU count is not known"
     if peak is None:
         if chosen.measured_capacities():
@@ -219,6 +232,9 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
             f"; no capacity measured on {gpu} for this workload and no peak traffic in the "
             "profile (peak_request_rate_rps): the GPU count is not known"
         )
+    verdict = llm_floor_verdict(stage)
+    if verdict is not None:  # why nothing was predicted: no load meets the SLO
+        return text + f"; the SLO cannot hold on {gpu}: {verdict.words()}"
     return text + (
         f"; no capacity measured on {gpu} for this workload and none predicted: the GPU count "
         "is not known"

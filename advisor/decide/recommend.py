@@ -63,6 +63,7 @@ from advisor.sizing.calibration_fit import RecordSet, shipped_records, stored_re
 from advisor.sizing.configurations import search_configurations
 from advisor.sizing.deployments import Deployment, RecommendedDeployment
 from advisor.sizing.estimate import estimate_stage
+from advisor.sizing.llm_feasibility import llm_floor_verdict
 from advisor.sizing.measured import ReferenceFiles, read_reference_folder, stored_runs
 from advisor.workload.profile import Objective, StageProfile, WorkloadProfile
 from bench.core.errors import UserError
@@ -254,6 +255,9 @@ def _recommend_stage(
                 ),
                 None,
             )
+    verdict = llm_floor_verdict(stage)
+    if verdict is not None:
+        recommendation.caveats.insert(0, "The SLO cannot hold: " + verdict.words())
     recommendation.headline = headline(stage, recommendation)
     diagnostics: list[Diagnostic] = []
     candidates = {c.framework for c in decision.candidates}

@@ -47,7 +47,18 @@ def run_backend(framework: str) -> tuple[str, dict[str, str]]:
     return framework, {}
 
 
-COMPARISONS = ("equals", "not_equals", "lt", "le", "gt", "ge", "in", "not_in", "is_set")
+COMPARISONS = (
+    "equals",
+    "not_equals",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "in",
+    "not_in",
+    "contains_any",
+    "is_set",
+)
 
 
 class Condition(Strict):
@@ -62,6 +73,8 @@ class Condition(Strict):
     ge: float | None = None
     in_: list[Any] | None = Field(None, alias="in")
     not_in: list[Any] | None = None
+    contains_any: list[Any] | None = None
+    """A list field (constraints) holds at least one of these."""
     is_set: bool | None = None
     all_: list[Condition] | None = Field(None, alias="all")
     any_: list[Condition] | None = Field(None, alias="any")
@@ -110,6 +123,8 @@ class Condition(Strict):
             return value in expected
         if op == "not_in":
             return value not in expected
+        if op == "contains_any":
+            return isinstance(value, list | tuple | set) and any(v in expected for v in value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
         return {

@@ -63,16 +63,20 @@ def sizing_words(sized: ForwardSizing) -> str:
     )
 
 
-def feasibility_risk(sized: ForwardSizing, concurrency: int | None) -> str | None:
+def feasibility_risk(sized: ForwardSizing) -> str | None:
     """A page-1 risk when the SLO is out of reach at the stated load, or within the model's
     error of it; None when it holds with room."""
     verdict = sized.feasibility
     if verdict is None or (verdict.feasible and not verdict.within_error):
         return None
-    in_flight = concurrency or 1
+    batches = (
+        f"{verdict.in_flight} batches of {verdict.batch} in flight"
+        if verdict.in_flight > 1
+        else f"one batch of {verdict.batch}"
+    )
     load = (
-        f"{in_flight} batches of {sized.samples_per_request} in flight on one {sized.gpu_type} "
-        f"need {number(verdict.model_ms)} ms (floor {number(verdict.floor_ms)} ms)"
+        f"{batches} on one {sized.gpu_type} need {number(verdict.model_ms)} ms (floor "
+        f"{number(verdict.floor_ms)} ms)"
     )
     if not verdict.feasible:
         head = (

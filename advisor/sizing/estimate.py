@@ -30,8 +30,6 @@ in advisor/workload/architectures.py, below the profile's loading.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from advisor.sizing.engine_model.facts import ModelFacts, model_facts
@@ -68,15 +66,6 @@ QUANTIZATION_BYTES = {
     "w8a8": 1.0,
 }
 TP_DEGREES = (1, 2, 4, 8)
-
-
-class FieldProblem(Strict):
-    """A problem of one profile field found before anything runs (for the form and the CLI)."""
-
-    stage: str
-    field: str = Field(description="Stage field path, e.g. prompt_tokens or gpu.type.")
-    severity: Literal["error", "warning"]
-    message: str
 
 
 class Estimate(Strict):
@@ -186,28 +175,6 @@ def bytes_per_parameter(dtype: str, quantization: str | None) -> tuple[float, st
             f"({', '.join(QUANTIZATION_BYTES)}); weights counted at {dtype}"
         )
     return DTYPE_BYTES[dtype], None
-
-
-def feasibility_problems(profile_stages: list[StageProfile]) -> list[FieldProblem]:
-    """Per-field problems the form and the CLI show before anything runs: the context window
-    (errors refuse the stage; warnings say what the runs will clip)."""
-    problems: list[FieldProblem] = []
-    for stage in profile_stages:
-        architecture, _ = architecture_for(stage.model)
-        check = check_context(stage, architecture)
-        if check is None:
-            continue
-        field = "prompt_tokens" if stage.kind == "generate" else "sequence_length"
-        if check.problem:
-            severity, message = "error", check.problem
-        elif check.warning:
-            severity, message = "warning", check.warning
-        else:
-            continue
-        problems.append(
-            FieldProblem(stage=stage.name, field=field, severity=severity, message=message)
-        )
-    return problems
 
 
 def estimate_stage(stage: StageProfile) -> Estimate:
@@ -502,9 +469,7 @@ def _suggestions(
 
 __all__ = [
     "Estimate",
-    "FieldProblem",
     "bytes_per_parameter",
     "estimate_stage",
-    "feasibility_problems",
     "format_parameters",
 ]

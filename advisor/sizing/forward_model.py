@@ -452,6 +452,8 @@ class FloorVerdict(Strict):
     need at the floor (and at the calibrated model) against the SLO."""
 
     slo_ms: float
+    batch: int = Field(1, ge=1, description="Samples in each batch judged.")
+    in_flight: int = Field(1, ge=1, description="Batches queued on one GPU, the last waiting.")
     floor_ms: float = Field(description="in_flight x the floor time of one batch.")
     model_ms: float = Field(description="in_flight x the model's batch time.")
     ratio_to_floor: float = Field(description="SLO / floor time: below 1, impossible.")
@@ -489,6 +491,8 @@ def slo_below_floor(
         remedies.append("a GPU with more compute and bandwidth")
     return FloorVerdict(
         slo_ms=slo_ms,
+        batch=batch,
+        in_flight=in_flight,
         floor_ms=floor_ms,
         model_ms=model_ms,
         ratio_to_floor=slo_ms / floor_ms if floor_ms > 0 else math.inf,

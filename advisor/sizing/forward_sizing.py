@@ -193,11 +193,20 @@ def size_forward_stage(
         )
     feasibility = None
     if slo is not None:
+        requests = stage.concurrency or 1
+        batch, in_flight = stage.batch_size, requests
+        if fleet is not None and batching is not None:
+            # The fleet spreads the requests in flight over its GPUs and each GPU's batcher
+            # joins its share into batches of up to max_batch samples, run one after another.
+            share = math.ceil(requests / fleet.gpus)
+            per_batch = max(1, batching.max_batch // stage.batch_size)
+            batch = min(share, per_batch) * stage.batch_size
+            in_flight = math.ceil(share / per_batch)
         feasibility = slo_below_floor(
             model,
             slo,
-            batch=stage.batch_size,
-            in_flight=stage.concurrency or 1,
+            batch=batch,
+            in_flight=in_flight,
             model_error=error,
             # Every catalogued GPU (T4 onwards) has INT8 tensor cores.
             int8_possible=weight_format is None,
@@ -343,26 +352,13 @@ def _run_gpu(run: RunResult) -> str | None:
 
 
 def floor_feasibility(stage: StageProfile) -> FloorVerdict | None:
-    """Before anything runs: the stage's p99 SLO against its in-flight batches at the floor of
-    its GPU type (no engine chosen, no overhead: infeasible here is infeasible on every
-    engine; within UNCALIBRATED_ERROR of the SLO is flagged as doubtful). None where the stage
-    is not forward or lacks an SLO, a GPU type or a model the catalogue sizes."""
+    """Before anything runs: the stage's p99 SLO against the batches one GPU holds at the floor
+    of its GPU type (no engine chosen, no overhead: infeasible here is infeasible on every
+    engine; within UNCALIBRATED_ERROR of the SLO is flagged as doubtful): the profile's
+    concurrency on one GPU, or with a peak rate its share on each GPU of the fleet the floor
+    sizes, batched. None where the stage is not forward or lacks an SLO, a GPU type or a model
+    the catalogue sizes."""
     if stage.kind != "forward" or stage.slo.e2e_ms is None or not stage.gpu.type:
         return None
-    architecture, _ = architecture_for(stage.model)
-    gpu = find_gpu(stage.gpu.type)
-    if architecture is None or gpu is None:
-        return None
-    sequence = stage.sequence_length.mean if stage.sequence_length is not None else None
-    steps, _ = transcript_tokens(stage) if architecture.decoder_layers else (0, "")
-    floor = floor_model(architecture, gpu, stage.precision.dtype, sequence, stage.image_size, steps)
-    if floor is None:
-        return None
-    return slo_below_floor(
-        floor,
-        stage.slo.e2e_ms,
-        batch=stage.batch_size,
-        in_flight=stage.concurrency or 1,
-        model_error=UNCALIBRATED_ERROR,
-        int8_possible=True,
-    )
+    sized = size_forward_stage(stage, "any engine")  # no runs: the floor alone
+    return sized.feasibility if sized is not None else None

@@ -124,8 +124,9 @@ def test_flags_build_the_profile() -> None:
     data = json.loads(result.output)
     stage = data["stages"][0]
     assert stage["recommendation"]["framework"] == "vllm"
-    answers = [s["answer"] for s in stage["decision"]["path"][:5]]
-    assert answers == ["no", "no", "no", "no", "yes"]  # window, prefixes, control flow, shapes
+    answers = [s["answer"] for s in stage["decision"]["path"][:6]]
+    # window, prefixes, control flow, hardware, shapes, long generation
+    assert answers == ["no", "no", "no", "no", "no", "yes"]
     assert stage["estimate"]["gpu"] == "H200"
 
 

@@ -226,7 +226,7 @@ def test_llama_2_70b_6000_prompt_is_not_fits_on_four_h200() -> None:
 
 
 def test_200k_prompt_on_llama_2_7b_is_refused_with_the_field() -> None:
-    from advisor.sizing.estimate import feasibility_problems
+    from advisor.sizing.field_problems import feasibility_problems
 
     refused = stage(model="llama-2-7b", prompt_tokens={"mean": 200_000})
     (problem,) = feasibility_problems([refused])
@@ -237,7 +237,7 @@ def test_200k_prompt_on_llama_2_7b_is_refused_with_the_field() -> None:
 
 def test_only_the_tail_past_the_window_warns() -> None:
     """Normal 3,000 ± 300 + 256: near-worst 3,856 fits 4,096; mean + 5 std (4,756) does not."""
-    from advisor.sizing.estimate import feasibility_problems
+    from advisor.sizing.field_problems import feasibility_problems
 
     tail = stage(model="llama-2-7b", prompt_tokens={"kind": "normal", "mean": 3000, "spread": 300})
     estimate = estimate_stage(tail)

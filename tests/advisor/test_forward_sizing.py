@@ -51,8 +51,15 @@ def test_a_bert_stage_on_h200_is_sized_from_the_shipped_ladder() -> None:
     assert low <= fleet.gpus <= high
     price = load_price_catalogue().for_gpu("H200").usd_per_gpu_hour
     assert fleet.usd_per_month == pytest.approx(fleet.gpus * price * HOURS_PER_MONTH)
-    # 4 batches of 64 in flight at ~7.6 ms each cannot meet a 20 ms p99 on one GPU.
+    # The 4 requests in flight spread over the fleet's GPUs: 2 batches of 64 a GPU hold 20 ms.
     verdict = sized.feasibility
+    share = math.ceil(4 / fleet.gpus)
+    assert (verdict.in_flight, verdict.batch) == (share, 64)
+    assert verdict.feasible and verdict.model_ms <= 20
+    # Without a peak rate all 4 land on the profile's one GPU: ~7.6 ms each cannot meet 20 ms.
+    one_gpu = {k: v for k, v in BERT_H200.items() if k != "peak_request_rate_rps"}
+    verdict = size_forward_stage(_stage(**one_gpu), "pytorch", RUNS).feasibility
+    assert (verdict.in_flight, verdict.batch) == (4, 64)
     assert not verdict.feasible and verdict.model_ms > 20 > verdict.floor_ms
     assert verdict.remedies[0].startswith("fewer batches in flight per GPU: 2")
 

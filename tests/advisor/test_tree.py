@@ -48,49 +48,49 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
         "fixed forward deterministic",
         {"fixed_input_shapes": True, "kind": "forward", "determinism_required": True},
         "tensorrt_deterministic",
-        ["no", "no", "no", "yes", "yes", "yes"],
+        ["no", "no", "no", "no", "yes", "yes", "yes"],
     ),
     (
         "fixed forward no build",
         {"fixed_input_shapes": True, "kind": "forward", "build_time_tolerance": "none"},
         "onnxruntime_no_build",
-        ["no", "no", "no", "yes", "yes", "no", "yes"],
+        ["no", "no", "no", "no", "yes", "yes", "no", "yes"],
     ),
     (
         "fixed forward",
         {"fixed_input_shapes": True, "kind": "forward"},
         "tensorrt_fixed",
-        ["no", "no", "no", "yes", "yes", "no", "no"],
+        ["no", "no", "no", "no", "yes", "yes", "no", "no"],
     ),
     (
         "fixed generate does not fit",
         {"fixed_input_shapes": True, **BIG_MODEL_SMALL_GPU},
         "trtllm_needs_more_memory",
-        ["no", "no", "no", "yes", "no", "yes"],
+        ["no", "no", "no", "no", "yes", "no", "yes"],
     ),
     (
         "fixed generate, no hours-long builds",
         {"fixed_input_shapes": True, "build_time_tolerance": "minutes", **FITS},
         "vllm_no_long_build",
-        ["no", "no", "no", "yes", "no", "no", "yes"],
+        ["no", "no", "no", "no", "yes", "no", "no", "yes"],
     ),
     (
         "fixed generate deterministic",
         {"fixed_input_shapes": True, "determinism_required": True, "build_time_tolerance": "hours"},
         "trtllm_deterministic",
-        ["no", "no", "no", "yes", "no", "no", "no", "yes"],
+        ["no", "no", "no", "no", "yes", "no", "no", "no", "yes"],
     ),
     (
         "fixed generate",
         {"fixed_input_shapes": True, **FITS},
         "trtllm_fixed",
-        ["no", "no", "no", "yes", "no", "no", "no", "no"],
+        ["no", "no", "no", "no", "yes", "no", "no", "no", "no"],
     ),
     (
         "long does not fit",
         {"long_sequence_generation": True, **BIG_MODEL_SMALL_GPU},
         "vllm_needs_more_memory",
-        ["no", "no", "no", "no", "yes", "yes"],
+        ["no", "no", "no", "no", "no", "yes", "yes"],
     ),
     (
         "long, latency objective, hours ok",
@@ -100,7 +100,7 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
             "build_time_tolerance": "hours",
         },
         "trtllm_low_latency",
-        ["no", "no", "no", "no", "yes", "no", "yes"],
+        ["no", "no", "no", "no", "no", "yes", "no", "yes"],
     ),
     (
         "long, TTFT under 300 ms, hours ok",
@@ -110,7 +110,7 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
             "build_time_tolerance": "hours",
         },
         "trtllm_low_latency",
-        ["no", "no", "no", "no", "yes", "no", "yes"],
+        ["no", "no", "no", "no", "no", "yes", "no", "yes"],
     ),
     (
         "long, TTFT 300 ms is not under 300",
@@ -120,38 +120,55 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
             "build_time_tolerance": "hours",
         },
         "vllm_long",
-        ["no", "no", "no", "no", "yes", "no", "no"],
+        ["no", "no", "no", "no", "no", "yes", "no", "no"],
     ),
     (
         "long",
         {"long_sequence_generation": True, **FITS},
         "vllm_long",
-        ["no", "no", "no", "no", "yes", "no", "no"],
+        ["no", "no", "no", "no", "no", "yes", "no", "no"],
     ),
     (
         "multi backend",
         {"multi_backend": True},
         "onnxruntime_portable",
-        ["no", "no", "no", "no", "no", "yes"],
+        ["no", "no", "no", "no", "no", "no", "yes"],
     ),
     (
-        "edge constraint",
-        {"constraints": ["edge"]},
+        "edge constraint: decided before input shapes (TensorRT needs an NVIDIA GPU)",
+        {"constraints": ["edge"], "fixed_input_shapes": True, "kind": "forward"},
         "onnxruntime_portable",
-        ["no", "no", "no", "no", "no", "yes"],
+        ["no", "no", "no", "yes"],
+    ),
+    (
+        "cpu only, fixed-shape encoder",
+        {"constraints": ["cpu_only"], "fixed_input_shapes": True, "kind": "forward"},
+        "onnxruntime_portable",
+        ["no", "no", "no", "yes"],
+    ),
+    (
+        "several runtimes (a preference, not hardware): after the article's traits",
+        {"constraints": ["multiple_runtimes"]},
+        "onnxruntime_portable",
+        ["no", "no", "no", "no", "no", "no", "yes"],
     ),
     (
         "no trait, does not fit",
         BIG_MODEL_SMALL_GPU,
         "vllm_needs_more_memory",
-        ["no", "no", "no", "no", "no", "no", "yes", "yes"],
+        ["no", "no", "no", "no", "no", "no", "no", "yes", "yes"],
     ),
-    ("no trait, generate", FITS, "vllm_default", ["no", "no", "no", "no", "no", "no", "yes", "no"]),
+    (
+        "no trait, generate",
+        FITS,
+        "vllm_default",
+        ["no", "no", "no", "no", "no", "no", "no", "yes", "no"],
+    ),
     (
         "no trait, forward",
         {"kind": "forward"},
         "forward_default",
-        ["no", "no", "no", "no", "no", "no", "no"],
+        ["no", "no", "no", "no", "no", "no", "no", "no"],
     ),
     (
         "context longer than the model's window",
@@ -163,7 +180,7 @@ BRANCH_CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
         "shared prefixes, no trait, generate",
         {**FITS, "prompt_tokens": {"mean": 1152}, "shared_prefix": {"tokens": 1024, "count": 8}},
         "vllm_default",
-        ["no", "yes", "no", "no", "no", "no", "yes", "no"],
+        ["no", "yes", "no", "no", "no", "no", "no", "yes", "no"],
     ),
 ]
 
@@ -214,7 +231,8 @@ def test_why_names_the_tested_facts() -> None:
     _, _, decision = decide({"long_sequence_generation": True, **BIG_MODEL_SMALL_GPU})
     fit_step = next(step for step in decision.path if step.node == "long_fits")
     assert "estimate.fits = false" in fit_step.why
-    assert "long_sequence_generation = true" in decision.path[4].why
+    long_step = next(step for step in decision.path if step.node == "long_sequence_generation")
+    assert "long_sequence_generation = true" in long_step.why
     assert "estimate.context.fits = true" in decision.path[0].why
 
 
@@ -310,6 +328,9 @@ def test_what_would_change() -> None:
         ({"field": "a", "not_equals": "none"}, {"a": None}, False),
         ({"field": "a", "is_set": True}, {"a": []}, False),
         ({"field": "a", "is_set": True}, {"a": ["edge"]}, True),
+        ({"field": "a", "contains_any": ["edge", "cpu_only"]}, {"a": ["cpu_only"]}, True),
+        ({"field": "a", "contains_any": ["edge"]}, {"a": ["multiple_runtimes"]}, False),
+        ({"field": "a", "contains_any": ["edge"]}, {"a": "edge"}, False),  # not a list
         ({"field": "a", "is_set": False}, {"a": None}, True),
         ({"field": "a", "gt": 1}, {"a": True}, False),  # booleans are not numbers here
         ({"not": {"field": "a", "equals": 1}}, {"a": 2}, True),
@@ -442,3 +463,10 @@ def test_an_unchanged_tree_file_is_parsed_once_and_an_edit_is_read(tmp_path: Pat
         load_tree(path)
     fixed = load_tree(write_tree(tmp_path, lambda data: None))
     assert set(fixed.leaves) == set(TREE.leaves)
+
+
+def test_the_hardware_question_and_the_sizing_line_name_the_same_constraints() -> None:
+    from advisor.decide.capacities import NO_NVIDIA_GPU
+
+    question = TREE.questions["hardware_constraint"]
+    assert set(question.test.contains_any or []) == set(NO_NVIDIA_GPU)
