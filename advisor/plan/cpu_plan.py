@@ -18,6 +18,7 @@ CPU_SIZED_PRESETS = {
     "llama-3-8b": "tiny-llama",
     "llama-3.1-8b": "tiny-llama",
     "llama-3.1-70b": "tiny-llama",
+    "llama-3.1-405b": "tiny-llama",
     "llama-2-70b": "tiny-llama",
     "mistral-7b": "tiny-llama",
     "qwen2.5-7b": "tiny-llama",

@@ -129,12 +129,20 @@ def _remedies(stage: StageProfile, failing: list[FloorCheck]) -> list[str]:
 
 
 def llm_floor_verdict(stage: StageProfile) -> LlmFloorVerdict | None:
-    """The stage's limits below their floors on its GPUs, with remedies; None where every limit
-    is above its floor or the floors cannot be computed (not a generate stage, no GPU type, a
-    model of unknown size)."""
+    """The stage's limits below their floors on its GPUs (or the fewest that hold the model),
+    with remedies; None where every limit is above its floor or the floors cannot be computed
+    (not a generate stage, no GPU type, a model of unknown size or one no layout holds)."""
     if stage.kind != "generate" or stage.gpu.type not in GPUS:
         return None
     estimate = estimate_stage(stage)
+    if estimate.fits is False:
+        # Judged on the fewest GPUs that hold the model, as it would be served; none at its
+        # precision up to 8-way: the memory fit says so, the floors have nothing to stand on.
+        needed = estimate.tensor_parallel_needed
+        if needed is None:
+            return None
+        stage = stage.model_copy(update={"gpu": stage.gpu.model_copy(update={"count": needed})})
+        estimate = estimate_stage(stage)
     failing = _failing(stage, estimate)
     if not failing:
         return None

@@ -212,6 +212,19 @@ ARCHITECTURES: dict[str, Architecture] = {
             intermediate_size=28672,
             vocab_size=128256,
         ),
+        Architecture(
+            "llama-3.1-405b",
+            "generate",
+            405_853_388_800,
+            126,
+            16384,
+            128,
+            8,
+            131072,
+            rope_scaling=RopeScaling("llama3", 8.0, 8192),
+            intermediate_size=53248,
+            vocab_size=128256,
+        ),
         # Mixtral-8x7B: "46.7B total parameters but only uses 12.9B parameters per token"
         # (Mistral AI, "Mixtral of experts", https://mistral.ai/news/mixtral-of-experts/,
         # Dec 2023); the formula gives 46,702,792,704 total, 12,879,925,248 active.

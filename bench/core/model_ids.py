@@ -24,6 +24,10 @@ HUGGING_FACE_IDS: dict[str, str] = {
     "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
     "meta-llama/Meta-Llama-3.1-70B": "llama-3.1-70b",
     "meta-llama/Meta-Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "meta-llama/Llama-3.1-405B": "llama-3.1-405b",
+    "meta-llama/Llama-3.1-405B-Instruct": "llama-3.1-405b",
+    "meta-llama/Meta-Llama-3.1-405B": "llama-3.1-405b",
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": "llama-3.1-405b",
     # Llama-3.3-70B-Instruct has Llama-3.1-70B's config.json (same shape and 128k window).
     "meta-llama/Llama-3.3-70B-Instruct": "llama-3.1-70b",
     "mistralai/Mistral-7B-v0.1": "mistral-7b",

@@ -238,6 +238,16 @@ def _llama_3_1_70b() -> PretrainedConfig:
     )
 
 
+def _llama_3_1_405b() -> PretrainedConfig:
+    # meta-llama/Llama-3.1-405B's config.json: 126 layers, hidden 16384, FFN 53248, 128 heads.
+    return _llama_3_1(
+        hidden_size=16384,
+        intermediate_size=53248,
+        num_hidden_layers=126,
+        num_attention_heads=128,
+    )
+
+
 def _mixtral(**overrides: Any) -> PretrainedConfig:
     from transformers import MixtralConfig
 
@@ -506,6 +516,14 @@ PRESETS: dict[str, Preset] = {
             _llama_3_1_70b,
             "Llama-3.1-70B architecture (80 layers, GQA 8 KV heads, 128k window), random weights "
             "(~141 GB in bf16: multi-GPU hosts).",
+            positions=131072,
+        ),
+        Preset(
+            "llama-3.1-405b",
+            "generate",
+            _llama_3_1_405b,
+            "Llama-3.1-405B architecture (126 layers, GQA 8 KV heads, 128k window), random "
+            "weights (~812 GB in bf16: a multi-node or 8-GPU FP8 host).",
             positions=131072,
         ),
         Preset(

@@ -67,3 +67,31 @@ def test_page_one_the_sizing_line_the_form_and_the_cli_say_so():
 def test_the_shipped_examples_limits_are_above_their_floors(name):
     for stage in load_profile(EXAMPLES / name).stages:
         assert llm_floor_verdict(stage) is None
+
+
+def test_a_model_that_needs_several_gpus_is_judged_on_the_fewest_that_hold_it():
+    """Llama-3.1-70B in bf16 on H100s: TP=2 is the fewest that hold it (70.6 GB a GPU), whose
+    decode floor is 141 GB / 2 / 3.35 TB/s = 21 ms; one GPU's 42 ms is no layout anyone serves.
+    A 405B that nothing holds at bf16 up to 8-way gets no floor verdict (the memory fit says
+    why; the fleet serves it at FP8 over 8 GPUs)."""
+    base = {
+        "kind": "generate",
+        "model": "meta-llama/Llama-3.1-70B-Instruct",
+        "prompt_tokens": {"mean": 1000},
+        "output_tokens": {"mean": 200},
+        "peak_request_rate_rps": 4,
+        "gpu": {"type": "H100-SXM"},
+        "precision": {"dtype": "bfloat16"},
+    }
+    holds = profile_from_dict({**base, "slo": {"ttft_ms": 2000, "tpot_ms": 30}}).stages[0]
+    assert llm_floor_verdict(holds) is None  # 21 ms on 2 GPUs meets 30 ms
+    tight = profile_from_dict({**base, "slo": {"ttft_ms": 2000, "tpot_ms": 15}}).stages[0]
+    verdict = llm_floor_verdict(tight)
+    assert verdict is not None and verdict.gpus == 2
+    (check,) = verdict.failing
+    assert check.floor_ms == pytest.approx(70_553_706_496 * 2 / 2 / 3.35e12 * 1e3, rel=1e-3)
+    assert "tensor parallelism over 4 × H100-SXM" in verdict.remedies[0]
+    big = profile_from_dict(
+        {**base, "model": "meta-llama/Llama-3.1-405B-Instruct", "slo": {"tpot_ms": 80}}
+    ).stages[0]
+    assert llm_floor_verdict(big) is None

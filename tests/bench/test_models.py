@@ -167,6 +167,7 @@ def test_llama_2_13b_sizes_from_config_alone(tmp_path, monkeypatch) -> None:
         # Qwen2.5-7B "7.61B", Qwen3-30B-A3B "30.5B".
         ("llama-3.1-8b", 8_030_261_248),
         ("llama-3.1-70b", 70_553_706_496),
+        ("llama-3.1-405b", 405_853_388_800),
         ("mixtral-8x7b", 46_702_792_704),
         ("qwen2.5-7b", 7_615_616_512),
         ("qwen3-30b-a3b", 30_532_122_624),
