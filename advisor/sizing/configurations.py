@@ -454,9 +454,11 @@ def _meets_tpot(estimate: ConfigurationEstimate, stage: StageProfile) -> bool:
 
 
 def same_configuration(a: Deployment, b: Deployment) -> bool:
-    """One engine configuration, however many replicas: framework, TP degree, weights, KV."""
+    """One engine configuration, however many replicas: framework, TP degree, dtype, weights,
+    KV."""
     return (
         a.framework == b.framework
+        and a.precision.dtype == b.precision.dtype
         and a.parallelism.tensor_parallel_size == b.parallelism.tensor_parallel_size
         and a.precision.quantization == b.precision.quantization
         and (a.precision.kv_cache_dtype == "fp8") == (b.precision.kv_cache_dtype == "fp8")
