@@ -36,6 +36,7 @@ from advisor.workload.stage_input import (
     draft_stage,
     load_kind_shown,
     profile_from_form,
+    stage_from_form,
 )
 from bench.core.config import GenerateWorkload, LengthDistribution
 from bench.core.errors import UserError
@@ -395,6 +396,7 @@ def stage_form(index: int, previous: StageProfile, name: str) -> StageFormValues
         help=field_help(StageProfile, "constraints"),
     )
     _quality_fields(index, previous, values)
+    show_slo_problems(previous, values)  # the SLO against its floor, once GPU and SLO are set
     return values
 
 
@@ -521,20 +523,32 @@ def _quality_fields(index: int, previous: StageProfile, values: StageFormValues)
 # --------------------------------------------------------------------------- profile actions
 
 
-def show_field_problems(draft: StageProfile | None) -> None:
-    """The advisor's per-field feasibility problems (advisor.sizing.field_problems)
-    for the lengths just entered, shown under those fields; nothing until the draft is valid
-    (None: the form's own validation message says what is missing)."""
+def show_field_problems(draft: StageProfile | None, slo: bool = False) -> None:
+    """The advisor's per-field feasibility problems (advisor.sizing.field_problems): the
+    lengths' (the context window) under the length fields, or with `slo` the SLO's against its
+    floor under the SLO and GPU fields; nothing until the draft is valid (None: the form's own
+    validation message says what is missing)."""
     from advisor.sizing.field_problems import feasibility_problems
 
     if draft is None:
         return
     for problem in feasibility_problems([draft]):
+        if problem.field.startswith("slo.") != slo:
+            continue
         show = st.error if problem.severity == "error" else st.warning
         show(f"**{problem.field}**: {problem.message}")
-    message = forward_floor_message(draft)
+    message = forward_floor_message(draft) if slo else None
     if message is not None:
         (st.error if message[0] else st.warning)(message[1])
+
+
+def show_slo_problems(previous: StageProfile, values: StageFormValues) -> None:
+    """The stage as the whole form describes it, its SLO judged against its floor."""
+    try:
+        stage = stage_from_form(previous, values)
+    except (ValidationError, ValueError):  # the form's own validation line says why
+        return
+    show_field_problems(stage, slo=True)
 
 
 def forward_floor_message(draft: StageProfile) -> tuple[bool, str] | None:

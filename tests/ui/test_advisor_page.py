@@ -154,6 +154,36 @@ def test_an_over_long_context_is_refused_at_the_field(app_test):
     assert not any(m.value == "fits" for m in at.metric)
 
 
+def test_an_llm_slo_below_its_floor_is_an_error_at_its_fields(app_test):
+    """A 32,000-token prompt within 100 ms on an L4 (its prefill floor is 6.5 s) and 20 ms a
+    token (its decode floor 53.5 ms): both fields say so before anything runs."""
+    at = _seeded(
+        app_test,
+        model="llama-3.1-8b",
+        prompt_tokens={"mean": 32000},
+        output_tokens={"mean": 100},
+        peak_request_rate_rps=1,
+        slo={"ttft_ms": 100, "tpot_ms": 20},
+        gpu={"type": "L4"},
+        precision={"dtype": "bfloat16"},
+    )
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("**slo.ttft_ms**") and "below the floor" in e for e in errors), errors
+    assert any(e.startswith("**slo.tpot_ms**") and "floor of 54 ms" in e for e in errors), errors
+
+
+def test_a_forward_slo_below_the_floor_is_said_in_the_app(app_test):
+    """The form shows the forward floor check once its SLO and GPU are set (the check at the
+    length fields sees neither): two batches of 32 ViT-B/16 images on a T4 within 20 ms."""
+    at = _seeded(
+        app_test, kind="forward", model="vit-base", batch_size=32, image_size=224,
+        concurrency=2, slo={"e2e_ms": 20}, gpu={"type": "T4"},
+    )  # fmt: skip
+    assert not at.exception
+    assert any("below the floor: no engine can meet it" in e.value for e in at.error)
+
+
 def test_no_gpu_decided_says_there_is_no_gpu_to_fit_against(app_test):
     at = _seeded(app_test, model="tiny-llama")
     assert not at.exception
