@@ -6,7 +6,9 @@ profile's dtype or FP8, KV cache at the dtype or FP8 — and each is estimated p
 
 - weights per GPU = parameters x weight bytes / TP; KV per GPU = KV bytes per token / TP x
   context x the sequences one replica holds; fit by the engine model's one memory rule
-  (advisor/sizing/engine_model/replica.py: 90% of the GPU, 1.5 GiB runtime per GPU);
+  (advisor/sizing/engine_model/replica.py: 90% of the GPU, 1.5 GiB runtime per GPU). With a
+  peak rate, an engine that holds the weights and some of the sequences in flight fits, sized
+  at what its KV pool holds: the fleet answer's replicas take the rest;
 - one decode step of a replica at batch b (the floor, no overlap assumed between reading and
   computing): read (weights + b x mean in-flight context x KV per token) / TP at the memory
   bandwidth, plus compute 2 x parameters x (b decode tokens + the prefill tokens a closed loop
@@ -19,7 +21,8 @@ profile's dtype or FP8, KV cache at the dtype or FP8 — and each is estimated p
 
 The assumed TP efficiencies below stand only until a measurement of that TP degree replaces them.
 Configurations that need more GPUs than the profile has are listed only when nothing fits within
-the budget at the profile's dtype, flagged `within_gpu_budget=False`.
+the budget at the profile's dtype, or when the fleet answer deploys one, flagged
+`within_gpu_budget=False`. The fleet answer's configuration (`deployed`) leads the ranking.
 """
 
 from __future__ import annotations
