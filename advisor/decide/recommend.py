@@ -255,8 +255,8 @@ def _recommend_stage(
                 ),
                 None,
             )
-    verdict = llm_floor_verdict(stage)
-    if verdict is not None:
+    verdict = None if decision.refused else llm_floor_verdict(stage)
+    if verdict is not None:  # a refused stage's first caveat stays its refusal
         recommendation.caveats.insert(0, "The SLO cannot hold: " + verdict.words())
     recommendation.headline = headline(stage, recommendation)
     diagnostics: list[Diagnostic] = []

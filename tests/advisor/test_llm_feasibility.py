@@ -95,3 +95,14 @@ def test_a_model_that_needs_several_gpus_is_judged_on_the_fewest_that_hold_it():
         {**base, "model": "meta-llama/Llama-3.1-405B-Instruct", "slo": {"tpot_ms": 80}}
     ).stages[0]
     assert llm_floor_verdict(big) is None
+
+
+def test_a_refused_stage_keeps_its_refusal_first():
+    """Prompts past the model's window are refused before anything else is judged: no floor
+    verdict is put ahead of the refusal."""
+    profile = profile_from_dict(
+        {**IMPOSSIBLE, "model": "llama-2-7b", "prompt_tokens": {"mean": 6000}}
+    )
+    chosen = recommend(profile).stages[0].recommendation
+    assert chosen.caveats[0].startswith("Refused")
+    assert not any(c.startswith("The SLO cannot hold") for c in chosen.caveats)
