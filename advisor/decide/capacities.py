@@ -13,7 +13,6 @@ from advisor.evidence.rows import (
     dtype_stand_in,
 )
 from advisor.sizing.capacity import Capacity, EstimatedCapacity, fleet_for_stage
-from advisor.sizing.llm_feasibility import llm_floor_verdict
 from advisor.sizing.speed_class import speed_class_pairs
 from advisor.workload.profile import StageProfile
 from bench.core.errors import UserError
@@ -232,9 +231,8 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
             f"; no capacity measured on {gpu} for this workload and no peak traffic in the "
             "profile (peak_request_rate_rps): the GPU count is not known"
         )
-    verdict = llm_floor_verdict(stage)
-    if verdict is not None:  # why nothing was predicted: no load meets the SLO
-        return text + f"; the SLO cannot hold on {gpu}: {verdict.words()}"
+    if chosen.slo_floor is not None:  # why nothing was predicted: no load meets the SLO
+        return text + f"; the SLO cannot hold on {gpu}: {chosen.slo_floor.words()}"
     return text + (
         f"; no capacity measured on {gpu} for this workload and none predicted: the GPU count "
         "is not known"

@@ -21,6 +21,7 @@ from advisor.sizing.configurations import ConfigurationSearch
 from advisor.sizing.deployments import RecommendedDeployment
 from advisor.sizing.estimate import Estimate
 from advisor.sizing.fleet import FleetAnswer
+from advisor.sizing.llm_feasibility import LlmFloorVerdict
 from advisor.workload.profile import WorkloadProfile
 from bench.core.stats import PRACTICAL_THRESHOLD, CandidateVerdict
 
@@ -144,6 +145,11 @@ class Recommendation(BaseModel):
         None,
         description="The one fleet answer: the chosen configuration for the peak (what "
         "`configuration`, `capacity` and the headline say), the next two, and a tie.",
+    )
+    slo_floor: LlmFloorVerdict | None = Field(
+        None,
+        description="An LLM stage's TTFT or TPOT limit below its floor on every engine, judged "
+        "once (advisor/sizing/llm_feasibility.py): the caveat, the headline and page 1 read it.",
     )
 
     @property

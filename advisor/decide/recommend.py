@@ -255,9 +255,10 @@ def _recommend_stage(
                 ),
                 None,
             )
-    verdict = None if decision.refused else llm_floor_verdict(stage)
-    if verdict is not None:  # a refused stage's first caveat stays its refusal
-        recommendation.caveats.insert(0, "The SLO cannot hold: " + verdict.words())
+    # Not for a refused stage: its first caveat stays its refusal.
+    recommendation.slo_floor = None if decision.refused else llm_floor_verdict(stage)
+    if recommendation.slo_floor is not None:
+        recommendation.caveats.insert(0, recommendation.slo_floor.risk())
     recommendation.headline = headline(stage, recommendation)
     diagnostics: list[Diagnostic] = []
     candidates = {c.framework for c in decision.candidates}

@@ -25,7 +25,6 @@ from advisor.report.forward_page import feasibility_risk, forward_sizing, sizing
 from advisor.report.model import Fact, KeyValue, StageDecision
 from advisor.report.numbers import figure, number, percent, scalar_text
 from advisor.sizing.deployments import RecommendedDeployment
-from advisor.sizing.llm_feasibility import llm_floor_verdict
 from advisor.workload.profile import StageProfile
 from advisor.workload.quality import QUALITY_NOTE_PREFIX
 from bench.core.config import (
@@ -586,9 +585,8 @@ def stage_decision(
         infeasible = feasibility_risk(forward)
         if infeasible:
             risks.insert(0, infeasible)
-    verdict = llm_floor_verdict(stage_profile) if stage_profile is not None else None
-    if verdict is not None:  # an LLM's TTFT or TPOT limit below its floor, on every engine
-        risks.insert(0, "The SLO cannot hold: " + verdict.words())
+    if chosen.slo_floor is not None:  # an LLM's TTFT or TPOT limit below its floor
+        risks.insert(0, chosen.slo_floor.risk())
         sentence += " As set, its SLO cannot hold on any engine: see the risks below."
     return StageDecision(
         stage=stage.stage,

@@ -309,12 +309,13 @@ def estimate_deployment(
         free = free_after_weights(weights_gpu, memory) - shared_gb * GB / tp
         max_per_replica = max(0, int(free // (kv_per_sequence * GB / tp)))
     notes: list[str] = []
-    # With a peak rate the fleet answer adds replicas until the peak is served, so an engine
+    # Where the in-flight count is the fleet's (a peak rate, no concurrency of the profile's:
+    # StageLoad.replicas_take_the_rest) the fleet answer adds replicas, so an engine
     # that holds the weights and some of the sequences in flight is a configuration (as vLLM
     # runs it: its KV pool bounds the batch, the scheduler queues the rest), sized at what it
     # holds; without one, the profile's sequences must all fit the GPUs it names.
     held = per_replica
-    if load.rate_rps is not None and max_per_replica and max_per_replica < per_replica:
+    if load.replicas_take_the_rest and max_per_replica and max_per_replica < per_replica:
         held = max_per_replica
         notes.append(
             f"one engine holds {held} of the {per_replica} sequences in flight in its KV cache: "

@@ -225,7 +225,8 @@ def estimate_stage(stage: StageProfile) -> Estimate:
     # ---- KV cache (generate kind)
     kv_bytes = 0.0
     kv_per_sequence = 0.0
-    concurrency, estimate.concurrency_source = _concurrency(stage)
+    load = stage_load(stage)
+    concurrency, estimate.concurrency_source = load.per_engine, load.rule
     estimate.concurrency = concurrency
     facts = model_facts(architecture, parameters)
     traffic = TrafficShape.of_stage(stage)
@@ -254,6 +255,11 @@ def estimate_stage(stage: StageProfile) -> Estimate:
                 )
         else:
             notes.append("KV cache not estimated: layer/head sizes unknown for this model")
+    # The KV cache an engine must hold to count as fitting: one sequence and any shared prefix
+    # where the fleet's replicas take the rest, else every sequence the profile names.
+    kv_must_hold = kv_bytes
+    if load.replicas_take_the_rest and kv_per_sequence > 0:
+        kv_must_hold = kv_bytes - kv_per_sequence * (concurrency - 1)
     estimate.context = check_context(stage, architecture)
     if estimate.context is not None and estimate.context.warning:
         notes.append(estimate.context.warning)
@@ -277,11 +283,7 @@ def estimate_stage(stage: StageProfile) -> Estimate:
                 shared = kv_bytes - kv_per_sequence * concurrency
                 free_for_kv = available - overhead - weight_bytes - shared
                 estimate.max_concurrency_that_fits = max(0, int(free_for_kv // kv_per_sequence))
-            estimate.tensor_parallel_needed = _tp_needed(
-                weight_bytes,
-                _kv_one_engine_must_hold(stage, kv_bytes, kv_per_sequence),
-                memory_per_gpu,
-            )
+            estimate.tensor_parallel_needed = _tp_needed(weight_bytes, kv_must_hold, memory_per_gpu)
         else:
             notes.append(
                 "no GPU to fit against (GPU not decided: set gpu.type or gpu.memory_gb); "
@@ -324,10 +326,9 @@ def estimate_stage(stage: StageProfile) -> Estimate:
                 estimate.forward_floor_ms = max(compute_ms, read_ms)
             else:
                 notes.append("forward floor not estimated: set sequence_length or image_size")
-    load = stage_load(stage)
     if (
         estimate.fits is False
-        and load.source == "little's law"
+        and load.replicas_take_the_rest
         and (estimate.max_concurrency_that_fits or 0) >= 1
     ):
         # A rate's in-flight count is the whole fleet's: an engine that holds the weights and
@@ -350,31 +351,9 @@ def estimate_stage(stage: StageProfile) -> Estimate:
         notes.append(f"refused before any run: {estimate.refused}")
     if estimate.fits is False:
         estimate.suggestions = _suggestions(
-            stage,
-            estimate,
-            parameters,
-            kv_bytes,
-            _kv_one_engine_must_hold(stage, kv_bytes, kv_per_sequence),
-            gpu_spec,
+            stage, estimate, parameters, kv_bytes, kv_must_hold, gpu_spec
         )
     return estimate
-
-
-def _kv_one_engine_must_hold(stage: StageProfile, kv_bytes: float, kv_per_sequence: float) -> float:
-    """The KV cache an engine must hold to count as fitting: with a peak rate (the fleet answer
-    adds replicas for the peak's sequences) one sequence and any shared prefix; with the
-    profile's own concurrency on its own GPUs, every sequence it names."""
-    load = stage_load(stage)
-    if load.source != "little's law" or kv_per_sequence <= 0:
-        return kv_bytes
-    return kv_bytes - kv_per_sequence * (load.per_engine - 1)
-
-
-def _concurrency(stage: StageProfile) -> tuple[int, str]:
-    """The stage's one load rule (`advisor.workload.stage_load`): its in-flight count and the
-    rule."""
-    load = stage_load(stage)
-    return load.per_engine, load.rule
 
 
 def _prefill_flops(facts: ModelFacts | None, prompt: float, cached: float) -> float:
@@ -419,7 +398,7 @@ def _suggestions(
     gpu_spec: GpuSpec | None,
 ) -> list[str]:
     """What would make it fit: tensor parallelism, weight quantisation, FP8 KV, fewer sequences.
-    An engine must hold `kv_must_hold` of the KV cache (`_kv_one_engine_must_hold`)."""
+    An engine must hold `kv_must_hold` of the KV cache (`estimate_stage`'s rule)."""
     out: list[str] = []
     replicas = (
         " (with replicas for the rest of the sequences in flight)"

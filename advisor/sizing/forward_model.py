@@ -196,16 +196,17 @@ def floor_model(
         memory_floor_ms=memory,
         basis="floor only (a lower bound, not a prediction)",
     )
-    loop = decoder_loop(architecture, gpu, dtype, decode_steps, peak)
-    if loop is None:
-        return model
-    model = model.model_copy(update=loop)
-    return model.model_copy(update={"floor_ms_per_batch_1": model.floor_ms(1)})
+    return decoder_loop(model, architecture, gpu, dtype, decode_steps, peak)
 
 
 def decoder_loop(
-    architecture: Architecture, gpu: GpuSpec, dtype: str, steps: int, peak_tflops: float
-) -> dict[str, float | int] | None:
+    model: BatchTimeModel,
+    architecture: Architecture,
+    gpu: GpuSpec,
+    dtype: str,
+    steps: int,
+    peak_tflops: float,
+) -> BatchTimeModel:
     """An encoder-decoder's loop at the floor, `steps` tokens a sample: every step reads the
     decoder's weights once for the batch and, per sample, the cross-attention's keys and values
     over the encoder's frames in every decoder layer (Whisper-large: 32 x 2 x 1,500 x 1,280 x 2
@@ -213,7 +214,8 @@ def decoder_loop(
     attention cache (half the transcript on average); its FLOPs are 2 x the decoder's weights
     per token plus the attention. Keys and values of every sample in a batch stay in memory
     for the whole loop: the batch is bounded by what fits beside the weights and the runtime
-    (the serving rule of advisor/sizing/engine_model/replica.py). None for an encoder alone."""
+    (the serving rule of advisor/sizing/engine_model/replica.py). `model` (the encoder's
+    floor) with the loop added; unchanged for an encoder alone."""
     layers, hidden, frames = (
         architecture.decoder_layers,
         architecture.hidden_size,
@@ -221,7 +223,7 @@ def decoder_loop(
     )
     encoder = architecture.encoder_parameters
     if not (steps and layers and hidden and frames and encoder):
-        return None
+        return model
     size = DTYPE_BYTES.get(dtype, 2)
     kv_size = 2 if dtype in ("int8", "fp8") else size  # 8-bit GEMMs keep a 16-bit K/V cache
     bandwidth = gpu.memory_bandwidth_tb_s * 1e12
@@ -231,13 +233,16 @@ def decoder_loop(
     step_flops = 2 * decoder + layers * 4 * hidden * (frames + steps / 2)
     kept = layers * 2 * (frames + steps) * hidden * kv_size
     free = free_after_weights(architecture.parameters * size, gpu.memory_gb)
-    return {
-        "loop_steps": steps,
-        "loop_weights_ms": decoder * size / bandwidth * 1e3,
-        "loop_read_ms_per_sample": (cross + own) / bandwidth * 1e3,
-        "loop_compute_ms_per_sample": step_flops / (peak_tflops * 1e12) * 1e3,
-        "largest_batch_in_memory": max(1, int(free // kept)),
-    }
+    looped = model.model_copy(
+        update={
+            "loop_steps": steps,
+            "loop_weights_ms": decoder * size / bandwidth * 1e3,
+            "loop_read_ms_per_sample": (cross + own) / bandwidth * 1e3,
+            "loop_compute_ms_per_sample": step_flops / (peak_tflops * 1e12) * 1e3,
+            "largest_batch_in_memory": max(1, int(free // kept)),
+        }
+    )
+    return looped.model_copy(update={"floor_ms_per_batch_1": looped.floor_ms(1)})
 
 
 def ladder_points(runs: Iterable[RunResult]) -> list[tuple[int, float, str]]:

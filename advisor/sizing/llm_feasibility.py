@@ -59,6 +59,10 @@ class LlmFloorVerdict(Strict):
         text = "; ".join(parts) + ": no engine meets it at any load"
         return text + ". Would bring the floor under the limit: " + "; ".join(self.remedies)
 
+    def risk(self) -> str:
+        """The caveat and page 1's first risk."""
+        return "The SLO cannot hold: " + self.words()
+
 
 def _ms(value: float) -> str:
     """6,466 or 53.5: three significant figures, thousands separated."""

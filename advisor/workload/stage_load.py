@@ -55,6 +55,13 @@ class StageLoad(Strict):
     )
     rule: str = Field(description="How in_flight was derived, in one sentence.")
 
+    @property
+    def replicas_take_the_rest(self) -> bool:
+        """The in-flight count is the whole fleet's (derived from the peak rate): an engine that
+        holds the weights and some of those sequences serves, and the fleet answer's replicas
+        take the rest. A profile's own concurrency is what one engine must hold."""
+        return self.source == "little's law"
+
 
 def slo_e2e_bound_ms(stage: StageProfile) -> tuple[float | None, str]:
     """(E2E the SLO allows at its percentile, how it follows from the SLO), None if unbounded:
