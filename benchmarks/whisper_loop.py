@@ -114,6 +114,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="float16")
     args = parser.parse_args()
+    import transformers
+
     rows = []
     for name in args.models:
         model, config = build(name, args.device, args.dtype)
@@ -128,7 +130,10 @@ def main() -> None:
         "command": "python benchmarks/whisper_loop.py "
         f"--models {' '.join(args.models)} --batches {' '.join(map(str, args.batches))} "
         f"--steps {args.steps} --rounds {args.rounds} --dtype {args.dtype}",
-        "environment": fingerprint() if args.device == "cuda" else {"device": args.device},
+        "environment": {
+            **(fingerprint() if args.device == "cuda" else {"device": args.device}),
+            "transformers": transformers.__version__,
+        },
         "rows": rows,
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
