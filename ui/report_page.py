@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import tempfile
 import zipfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
@@ -102,18 +100,20 @@ def html_text(report_json: str) -> str:
 
 @st.cache_data(ttl=300, max_entries=8, show_spinner=False)
 def markdown_zip(report_json: str, stem: str) -> bytes:
-    """The Markdown report and its SVG chart files (it links them by relative path), zipped."""
-    from advisor.report import generate
+    """The Markdown report and its SVG chart files (it links them by relative path), zipped in
+    memory: the files `advisor report --format md` writes (`write_markdown`), not written to
+    disk first (a folder of synced files per report was most of a busy server's report time)."""
+    from advisor.report.markdown import chart_links, render_markdown
 
-    with tempfile.TemporaryDirectory(prefix="advisor-md-") as folder:
-        # The charts the HTML preview drew (cached): the same SVGs, not drawn a second time.
-        generate(_report(report_json), folder, ["md"], stem, svgs=chart_svgs(report_json))
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path in sorted(Path(folder).rglob("*")):
-                if path.is_file():
-                    archive.write(path, path.relative_to(folder).as_posix())
-        return buffer.getvalue()
+    report = _report(report_json)
+    svgs = chart_svgs(report_json)  # the charts the HTML preview drew (cached): not redrawn
+    links = chart_links(svgs, stem)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(f"{stem}.md", render_markdown(report, links))
+        for chart_id, path in sorted(links.items()):
+            archive.writestr(path, svgs[chart_id])
+    return buffer.getvalue()
 
 
 @st.cache_data(ttl=300, max_entries=8, show_spinner="Rendering the PDF…")
@@ -129,11 +129,13 @@ def json_text(report_json: str) -> str:
     return render_json(_report(report_json))
 
 
-def markdown_text(report: Report, stem: str) -> str:
+@st.cache_data(ttl=300, max_entries=8, show_spinner=False)
+def markdown_text(report_json: str, stem: str) -> str:
     """The Markdown as in the zip: charts linked as `<stem>-charts/<id>.svg` beside it."""
-    from advisor.report.markdown import render_markdown
+    from advisor.report.markdown import chart_links, render_markdown
 
-    links = {chart.id: f"{stem}-charts/{chart.id}.svg" for chart in report.available_charts()}
+    report = _report(report_json)
+    links = chart_links({chart.id: "" for chart in report.available_charts()}, stem)
     return render_markdown(report, links)
 
 
@@ -290,7 +292,7 @@ def render() -> None:
         with html_tab:
             st.iframe(html, height=PREVIEW_HEIGHT_PX, alt=f"Report preview: {profile.title}")
         with markdown_tab:
-            st.code(markdown_text(report, stem), language="markdown")
+            st.code(markdown_text(report_json, stem), language="markdown")
 
 
 # Streamlit runs a page file as __main__; importing it (tests) only defines its functions.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -180,6 +181,28 @@ def learned_opinion(
 ) -> LearnedOpinion:
     """Fit the tree on the runs' workload groups; predict for `stage` when given."""
     x, y, used = labelled_groups(runs)
+    rows = tuple(tuple(row[name] for name in FEATURES) for row in x)
+    fitted, classifier = _fit(rows, tuple(y), used)
+    opinion = fitted.model_copy(deep=True)
+    if classifier is not None and stage is not None:
+        import numpy as np
+
+        features = stage_features(stage, parameters_b)
+        row = np.array([[features[name] for name in FEATURES]])
+        opinion.prediction = str(classifier.predict(row)[0])
+        if recommended is not None:
+            opinion.agrees_with = (
+                "agrees" if opinion.prediction == recommended else "disagrees"
+            ) + f" with the recommendation ({recommended})"
+    return opinion
+
+
+@lru_cache(maxsize=8)
+def _fit(rows: tuple[tuple[float, ...], ...], y: tuple[str, ...], used: int) -> tuple:
+    """The fitted opinion (no prediction yet) and its tree when it is shown, by the labelled
+    groups themselves: the same evidence gives the same fit, so every workload asked about
+    (the app asks once per form edit) reuses it; its cross-validation was most of an answer's
+    time. Callers copy the opinion before adding their prediction."""
     counts = dict(Counter(y))
     if len(y) < MIN_GROUPS or len(counts) < 2:
         why = (
@@ -193,12 +216,12 @@ def learned_opinion(
             runs=used,
             groups=len(y),
             class_counts=counts,
-        )
+        ), None
     import numpy as np
     from sklearn.model_selection import LeaveOneOut, StratifiedKFold, cross_val_predict
     from sklearn.tree import DecisionTreeClassifier, export_text
 
-    matrix = np.array([[row[name] for name in FEATURES] for row in x])
+    matrix = np.array(rows)
     labels = np.array(y)
     smallest = min(counts.values())
     if smallest >= 2:
@@ -234,16 +257,8 @@ def learned_opinion(
         # No better than guessing the most common winner, within its own interval: one line.
         opinion.message = f"{NOT_ENOUGH} (accuracy {accuracy:.2f} vs baseline {baseline:.2f})"
         opinion.tree_text = None
-        return opinion
-    if stage is not None:
-        features = stage_features(stage, parameters_b)
-        row = np.array([[features[name] for name in FEATURES]])
-        opinion.prediction = str(classifier.predict(row)[0])
-        if recommended is not None:
-            opinion.agrees_with = (
-                "agrees" if opinion.prediction == recommended else "disagrees"
-            ) + f" with the recommendation ({recommended})"
-    return opinion
+        return opinion, None
+    return opinion, classifier
 
 
 __all__ = [

@@ -3,6 +3,7 @@ store or the shipped reference archives (the verdicts compare them per request).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -16,11 +17,25 @@ if TYPE_CHECKING:
     from bench.storage.store import Store
 
 
-@lru_cache(maxsize=16)
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
 def shipped_records(folder: str) -> dict[str, list[RequestRecord]]:
     """Measured records by run id from the campaign archives of one reference folder
     (`bench.orchestrate.compare.reference_records`: it reads every archive there, so once per
-    process)."""
+    process). One reader per folder: the app's sessions build answers in threads, and
+    `lru_cache` alone lets every thread that misses read the same archives at once (three
+    reports opened together each read them); a folder already read is answered without
+    waiting for another folder's read."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault(folder, threading.Lock())
+    with lock:
+        return _read_archives(folder)
+
+
+@lru_cache(maxsize=16)
+def _read_archives(folder: str) -> dict[str, list[RequestRecord]]:
     from bench.orchestrate.compare import reference_records
 
     path = Path(folder)

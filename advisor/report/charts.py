@@ -474,6 +474,25 @@ def derive_charts(
 # --------------------------------------------------------------------------- rendering
 
 
+def inline(rows: list[dict[str, Any]]) -> Any:
+    """A layer's data written into the spec itself. Not a DataFrame: altair converts those with
+    its global data transformer, which Streamlit swaps for its own while it draws a chart in
+    another session's thread: stack samples of the app under load caught a report chart being
+    converted by Streamlit's transformer, which leaves the spec naming datasets it does not
+    carry. Non-finite numbers become null, as pandas would write them."""
+    import altair as alt
+
+    def clean(value: Any) -> Any:
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    return alt.InlineData(values=[{key: clean(value) for key, value in row.items()}
+                                  for row in rows])  # fmt: skip
+
+
+VALIDATE_SPECS = False
+"""Whether `vega_lite_spec` checks its spec against the Vega-Lite schema (tests turn it on)."""
+
+
 def vega_lite_spec(chart: Chart) -> dict[str, Any]:
     """The chart as a Vega-Lite spec (altair), ready for vl-convert."""
     import altair as alt
@@ -484,7 +503,6 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
         for series in chart.series
         for x, y in zip(series.x, series.y, strict=False)
     ]
-    frame = pd.DataFrame(rows, columns=["series", "x", "y"])
     domain = [series.name for series in chart.series]
     color = alt.Color(
         "series:N",
@@ -502,7 +520,7 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
         axis, scale = alt.Axis(), alt.Scale(zero=False, nice=True)
     x = alt.X("x:Q", title=chart.x_label, scale=scale, axis=axis)
     y = alt.Y("y:Q", title=chart.y_label, scale=alt.Scale(zero=True, nice=True))
-    base = alt.Chart(frame)
+    base = alt.Chart(inline(rows))
     if chart.kind == "step":
         layer = base.mark_line(interpolate="step-after", strokeWidth=2).encode(x, y, color)
     elif chart.kind == "bar":
@@ -519,13 +537,15 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
     ]
     if bars:  # 95% intervals as vertical error bars, in the series' colour
         layers.append(
-            alt.Chart(pd.DataFrame(bars))
+            alt.Chart(inline(bars))
             .mark_rule(strokeWidth=1.5)
             .encode(x=alt.X("x:Q"), y=alt.Y("low:Q"), y2="high:Q", color=color)
         )
     if chart.markers:
         marker_frame = pd.DataFrame([{"x": m.x, "label": m.label} for m in chart.markers])
-        rules = alt.Chart(marker_frame).mark_rule(strokeDash=[4, 3], color="#555")
+        rules = alt.Chart(inline(marker_frame.to_dict("records"))).mark_rule(
+            strokeDash=[4, 3], color="#555"
+        )
         # Staggered labels do not overprint each other; a marker in the right half of the plot
         # (the knee is often the last stage) is labelled to its left, one in the left half to
         # its right, so the label stays inside the plot.
@@ -539,7 +559,7 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
             )
             if part.empty:
                 continue
-            labels = alt.Chart(part).mark_text(
+            labels = alt.Chart(inline(part.to_dict("records"))).mark_text(
                 align=align, baseline="top", dx=dx, fontSize=10, color="#333"
             )
             layers.append(
@@ -548,7 +568,7 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
         points = [{"x": m.x, "y": m.y} for m in chart.markers if m.y is not None]
         if points:  # a marked point (the recommended configuration on the Pareto chart)
             layers.append(
-                alt.Chart(pd.DataFrame(points))
+                alt.Chart(inline(points))
                 .mark_point(shape="diamond", size=160, filled=True, color="#d62728")
                 .encode(x=alt.X("x:Q"), y=alt.Y("y:Q"))
             )
@@ -556,7 +576,9 @@ def vega_lite_spec(chart: Chart) -> dict[str, Any]:
         width=CHART_WIDTH_PX, height=CHART_HEIGHT_PX, title=chart.title
     )
     composed = composed.configure(font="DejaVu Sans").configure_view(stroke="#ccc")
-    return composed.to_dict()
+    # Not validated against Vega-Lite's schema on every draw (a third of a chart's time in the
+    # app's reports): tests/advisor/report validates each kind of chart once.
+    return composed.to_dict(validate=VALIDATE_SPECS)
 
 
 def render_svg(chart: Chart) -> str:

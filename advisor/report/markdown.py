@@ -31,11 +31,14 @@ def write_markdown(
     report: Report, writer: ReportWriter, stem: str, chart_svgs: Mapping[str, str]
 ) -> Path:
     """Write `<stem>.md` and its chart files; returns the Markdown file's path."""
-    check_name(stem)
-    folder = f"{stem}-charts"
-    links = {}
-    for chart_id, svg in chart_svgs.items():
-        name = check_name(f"{chart_id}.svg")
-        writer.write_text(name, svg, folder=folder)
-        links[chart_id] = f"{folder}/{name}"
+    links = chart_links(chart_svgs, stem)
+    for chart_id, link in links.items():
+        folder, _, name = link.rpartition("/")
+        writer.write_text(name, chart_svgs[chart_id], folder=folder)
     return writer.write_text(f"{stem}.md", render_markdown(report, links))
+
+
+def chart_links(chart_svgs: Mapping[str, str], stem: str) -> dict[str, str]:
+    """Where the Markdown links each chart: `<stem>-charts/<chart id>.svg`, beside the file."""
+    check_name(stem)
+    return {chart_id: f"{stem}-charts/{check_name(f'{chart_id}.svg')}" for chart_id in chart_svgs}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from bench.core.errors import UserError
 
@@ -145,8 +146,10 @@ def _squash(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
+@lru_cache(maxsize=256)
 def find_gpu(name: str) -> GpuSpec | None:
-    """The catalogue entry for a canonical name, a loose spelling or an NVML name; else None."""
+    """The catalogue entry for a canonical name, a loose spelling or an NVML name; else None.
+    Cached by name: the catalogue is fixed, and one answer looks GPUs up thousands of times."""
     wanted = _squash(name)
     for spec in GPUS.values():
         if _squash(spec.name) == wanted:

@@ -150,3 +150,17 @@ def test_number_formatting_is_stable() -> None:
         "0.85",
         "4,890",
     ]
+
+
+def test_every_chart_spec_is_valid_vega_lite(written, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drawing skips the schema check (advisor.report.charts.VALIDATE_SPECS): it is made here,
+    on every chart the report draws (altair raises on a spec the schema refuses)."""
+    from advisor.report import charts
+
+    report, _ = written
+    monkeypatch.setattr(charts, "VALIDATE_SPECS", True)
+    available = report.available_charts()
+    assert len(available) >= 4
+    for chart in available:
+        spec = charts.vega_lite_spec(chart)
+        assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
