@@ -41,6 +41,8 @@ if __name__ == "__main__":
 else:  # imported by the server (`streamlit run` hands `app:app` to uvicorn)
     from starlette.middleware import Middleware
 
+    from ui.answer_times import answer_times_middleware
     from ui.host_check import HostCheckMiddleware
 
-    app = st.App("app.py", middleware=[Middleware(HostCheckMiddleware)])
+    # The Host check first: a refused request is not an answer to time.
+    app = st.App("app.py", middleware=[Middleware(HostCheckMiddleware), *answer_times_middleware()])

@@ -1,10 +1,20 @@
 """The app under load: concurrent browser sessions (headless Chromium, one browser context per
 person) against one app and one store, each filling the Advisor form; one in four then opens the
 Benchmark page, makes a Quick plan and has a short CPU benchmark job queued, the others export
-the report. Checked: every page answers within PAGE_LIMIT_S (the jobs' own run time excluded),
-no session sees another's state (each keeps its own form value, and its exported report carries
-it), the job runner takes the jobs in the order they were queued, one at a time, and no job is
-lost or run twice (read back from the store). The figures are printed.
+the report. Checked: the server answers every page run and every file within PAGE_LIMIT_S (the
+jobs' own run time excluded), no session sees another's state (each keeps its own form value,
+and its exported report carries it), the job runner takes the jobs in the order they were
+queued, one at a time, and no job is lost or run twice (read back from the store). The figures
+are printed.
+
+What is timed, and where: the app server logs its own answer times (ui/answer_times.py, on with
+ADVISOR_ANSWER_TIMES): a page run from the browser's rerun request to the run's finished message
+leaving the server, an HTTP response from its request to its first bytes. Queueing behind the
+other sessions is in them. Each step's time in this host's browser (its drawing included) is
+printed beside them but not judged: twenty Chromium tabs need several times the server's CPU,
+which people's browsers spend on their own machines. Here the browsers stand for those machines:
+every thread of theirs runs in the idle scheduling class and takes only the CPU the server
+leaves (`lower_the_browsers_priority`).
 
 How a job is queued: the Run button sits under the plan's grid editor, which a browser drives
 only through pixel clicks and keystrokes (tests/e2e/test_app_flow.py does it for one session,
@@ -14,35 +24,27 @@ and the session then watches the job on the Benchmark page until it is drawn fin
 is the `fake` backend (a labelled test double of an engine: timed fake tokens, a few seconds),
 so the runner's ordering and bookkeeping are what is measured, not an engine.
 
-Sessions: ADVISOR_LOAD_SESSIONS (default 4; the issue's goal is 20); ADVISOR_LOAD_SERIAL=1 runs
+Sessions: ADVISOR_LOAD_SESSIONS (default 20, the issue's figure); ADVISOR_LOAD_SERIAL=1 runs
 them one after another and prints each step's own server CPU. The server is warmed by one
 session first (`warm_up`: the first script run's imports, the first report's reads of the
-shipped runs; a person meets these once per server start, not per page). Printed besides: where
-the host's CPU went (the app server, the browser driving the sessions, every other process).
+shipped runs; a person meets these once per server start, not per page).
 
-Measured on the shared 2-core test host (2026-12-06; the host also ran other people's tests):
-- One session after another (ADVISOR_LOAD_SESSIONS=4 ADVISOR_LOAD_SERIAL=1, load average 7-11):
-  the server's CPU per step, median: open 0.48 s, form edit 0.43 s, Benchmark page 0.21 s, Quick
-  plan 0.25 s, Report page 0.10 s, JSON report export 0.37 s (1.86 s before the report's
-  intervals and charts were cached, same command, load 1.7-4.6; the other steps were within
-  0.1 s of their figures then); every answer within 5 s (slowest 4.7 s).
-- Four at once (the suite's run, load average 9-10): both cores busy throughout (96 s of CPU
-  in about 47 s: 36 s of sessions and about 11 s of browser start and warm-up): app server
-  16 s, browser 38 s, other processes 42 s; answers up to 15 s.
-- Twenty at once (ADVISOR_LOAD_SESSIONS=20, load average 2.5 before, 37 after; a run before
-  the warm-up built a report): 18 of 20 sessions finished; both cores busy throughout (352 s of
-  CPU in about 175 s): app server 46 s, browser 244 s (twenty Chromium tabs), other processes
-  63 s; opening the app took 34 s (median).
-- Four at once again after the decision tree's parse was cached (2026-12-06, `python -m pytest
-  tests/e2e/test_app_under_load.py -m e2e -s`, load average 2.3 before, 4.6 after): 4 sessions
-  in 24 s; host CPU busy 61 s in 33 s (both cores near full): app server 15.2 s (the warm-up
-  included: about 6 s by benchmarks/app_page_cpu.py's first open and first report), browser
-  38.8 s, other processes 7.0 s; medians open 6.0 s, form edit 6.6 s,
-  export 7.2 s, Report 0.7 s; 10 answers over 5 s (slowest 9.7 s); every state and job check held.
-The server's own work is now a small share: the browsers that drive the sessions need five times
-its CPU on the same two cores. So this test fails its time check on such a host (an expected
-failure, with the figures); its state and job checks are asserted and held in every run. The
-time goal can be judged with the browsers on another machine or more cores than sessions/5.
+Measured on the shared 2-core test host (2026-12-07, `ADVISOR_LOAD_SESSIONS=20 python -m pytest
+tests/e2e/test_app_under_load.py -m e2e -s`), two runs: 20 sessions in 78 and 83 s; the server's
+page runs median 0.29 / 0.49 s, p90 1.2 / 2.8 s, max 3.0 / 3.3 s; HTTP responses max 1.0 /
+1.2 s; every state and job check held. The server used 24 s of CPU, the browsers 131-141 s.
+Before (same host, same day), each cause found by sampling the served app's stacks (py-spy):
+- Streamlit's full garbage collection after every page run (`runner.postScriptGC`, now off in
+  .streamlit/config.toml): one session at a time, the server's CPU for opening the app fell from
+  0.47 to 0.27 s, for a form edit from 0.43 to 0.24 s.
+- Concurrent reports each read the same shipped archives, then waited on one lock for every
+  folder (advisor/decide/records.py: one reader per folder now); each hashed every cited run's
+  JSON (advisor/report/intervals.py: once per run now); each wrote its Markdown to synced files
+  (ui/report_page.py: zipped in memory now); each answer refitted the second-opinion tree
+  (advisor/decide/learned.py: cached by its evidence).
+- The browsers at nice 19 still took most of the CPU: Chromium resets its renderers' priority
+  (0, the GPU process -8). With them in the idle class, 20 sessions' page runs went from up to
+  16-23 s to the figures above.
 """
 
 from __future__ import annotations
@@ -58,13 +60,12 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, DESKTOP
+from ui.answer_times import ENVIRONMENT_VARIABLE, finished_run, read_answers, rerun_request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SESSIONS = int(os.environ.get("ADVISOR_LOAD_SESSIONS", "4"))
-"""Sessions at once. The issue's figure is 20 (`ADVISOR_LOAD_SESSIONS=20`); the suite runs 4 (one
-job, three exports), which finish on a 2-core host: at 20 some sessions there wait out their
-2-minute limits (18 of 20 finished in the run the module docstring cites)."""
+SESSIONS = int(os.environ.get("ADVISOR_LOAD_SESSIONS", "20"))
+"""Sessions at once: 20, the issue's figure (five jobs, fifteen exports)."""
 SERIAL = os.environ.get("ADVISOR_LOAD_SERIAL") == "1"
 """One session after another instead of at once: each step's own server CPU cost, printed
 (what sizes the sessions a host can serve within the limit)."""
@@ -74,6 +75,7 @@ PAGE_LIMIT_S = 5.0
 """Every page answer (load, form edit, page switch, plan, export) within this."""
 JOB_LIMIT_S = 240.0
 MAIN = "[data-testid=stMain]"
+EXPORT = "export the JSON report"
 PROFILE_MARKER = "[class*=st-key-advisor_profile_]"
 
 
@@ -82,6 +84,8 @@ class Session:
     index: int
     concurrency: int
     timings: dict[str, float] = field(default_factory=dict)
+    """Seconds from the action to the page drawn and its script run finished, in this host's
+    browser (its rendering included)."""
     cpu: dict[str, float] = field(default_factory=dict)
     """The app server's CPU seconds over each step (its own cost only with one session)."""
     job_id: str | None = None
@@ -113,24 +117,63 @@ SERVER: dict[str, str] = {}
 """The app's URL, for `server_cpu_s` in `timed`."""
 
 
-async def timed(session: Session, name: str, action) -> None:
+class PageRuns:
+    """The page runs one browser page asked for and saw finish, read from its websocket
+    (Streamlit's protobuf messages: a BackMsg `rerun_script` asks, a ForwardMsg
+    `script_finished` says the run is over): a step ends when every run it asked for has
+    finished, not when its first widget is drawn."""
+
+    def __init__(self, page) -> None:
+        self.reruns: list[float] = []
+        """Monotonic times a rerun request left the browser."""
+        self.finished: list[float] = []
+        """Monotonic times a finished page run's message arrived."""
+        page.on("websocket", self._watch)
+
+    def _watch(self, socket) -> None:
+        socket.on("framesent", self._sent)
+        socket.on("framereceived", self._received)
+
+    def _sent(self, payload) -> None:
+        if isinstance(payload, bytes) and rerun_request(payload) is not None:
+            self.reruns.append(time.monotonic())
+
+    def _received(self, payload) -> None:
+        if isinstance(payload, bytes) and finished_run(payload) is False:
+            self.finished.append(time.monotonic())
+
+    async def settled(self, mark: float) -> None:
+        """Wait until the last run asked for since `mark` has finished."""
+        deadline = time.monotonic() + 120
+        while (asked := [t for t in self.reruns if t >= mark]) and not any(
+            t > asked[-1] for t in self.finished
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the page's run did not finish within 120 s")
+            await asyncio.sleep(0.05)
+
+
+async def timed(session: Session, name: str, action, runs: PageRuns) -> None:
+    """Run one step: its time in this host's browser and (one session at a time) the server's
+    CPU for it."""
     cpu = server_cpu_s(SERVER["url"]) if SERVER else None
     started = time.monotonic()
     await action()
+    await runs.settled(started)
     session.timings[name] = time.monotonic() - started
     after = server_cpu_s(SERVER["url"]) if SERVER else None
     if cpu is not None and after is not None:
         session.cpu[name] = after - cpu
 
 
-async def open_and_fill(page, url: str, session: Session) -> None:
+async def open_and_fill(page, url: str, session: Session, runs: PageRuns) -> None:
     from playwright.async_api import expect
 
     async def open_app() -> None:
         await page.goto(url)
         await page.locator(PROFILE_MARKER).first.wait_for(timeout=120_000)
 
-    await timed(session, "open the app", open_app)
+    await timed(session, "open the app", open_app, runs)
     before = await page.locator(PROFILE_MARKER).first.get_attribute("class")
     field = page.get_by_role("spinbutton", name="Requests in flight at peak")
 
@@ -145,10 +188,12 @@ async def open_and_fill(page, url: str, session: Session) -> None:
             timeout=120_000,
         )
 
-    await timed(session, "fill the form", fill)
+    await timed(session, "fill the form", fill, runs)
 
 
-async def queue_job(page, url: str, session: Session, store_path: Path, queued: list) -> None:
+async def queue_job(
+    page, url: str, session: Session, runs: PageRuns, store_path: Path, queued: list
+) -> None:
     from bench.orchestrate.jobs import ensure_runner
     from bench.storage.store import ResultStore
 
@@ -156,13 +201,13 @@ async def queue_job(page, url: str, session: Session, store_path: Path, queued: 
         await page.get_by_role("link", name="Benchmark").first.click()
         await page.get_by_role("button", name="Quick plan").wait_for(timeout=120_000)
 
-    await timed(session, "open Benchmark", benchmark_page)
+    await timed(session, "open Benchmark", benchmark_page, runs)
 
     async def quick_plan() -> None:
         await page.get_by_role("button", name="Quick plan").click()
         await page.locator("[class*=st-key-plan_chosen_]").first.wait_for(timeout=120_000)
 
-    await timed(session, "make a Quick plan", quick_plan)
+    await timed(session, "make a Quick plan", quick_plan, runs)
     # What the Run button does (see the module docstring), from this session's turn.
     store = ResultStore(store_path)
     session.job_id = store.create_job([job_config()], label=f"session {session.index}")
@@ -176,12 +221,12 @@ async def queue_job(page, url: str, session: Session, store_path: Path, queued: 
     session.timings["job (not a page answer)"] = time.monotonic() - started
 
 
-async def export_report(page, session: Session, folder: Path) -> None:
+async def export_report(page, session: Session, runs: PageRuns, folder: Path) -> None:
     async def report_page() -> None:
         await page.get_by_role("link", name="Report").first.click()
         await page.get_by_role("button", name="JSON (data)").wait_for(timeout=120_000)
 
-    await timed(session, "open Report", report_page)
+    await timed(session, "open Report", report_page, runs)
     saved = folder / f"report-{session.index}.json"
 
     async def download() -> None:
@@ -189,7 +234,7 @@ async def export_report(page, session: Session, folder: Path) -> None:
             await page.get_by_role("button", name="JSON (data)").click()
         await (await info.value).save_as(saved)
 
-    await timed(session, "export the JSON report", download)
+    await timed(session, EXPORT, download, runs)
     report = json.loads(saved.read_text())
     session.report_concurrency = report["profile_data"]["stages"][0]["concurrency"]
     # Back on the Advisor page the form still holds this session's own value.
@@ -205,11 +250,12 @@ async def one_session(browser, url: str, session: Session, store_path: Path, que
     context.set_default_navigation_timeout(120_000)
     try:
         page = await context.new_page()
-        await open_and_fill(page, url, session)
+        runs = PageRuns(page)
+        await open_and_fill(page, url, session, runs)
         if session.index % JOB_EVERY == 0:
-            await queue_job(page, url, session, store_path, queued)
+            await queue_job(page, url, session, runs, store_path, queued)
         else:
-            await export_report(page, session, store_path.parent)
+            await export_report(page, session, runs, store_path.parent)
         errors = await page.locator("[data-testid=stException]").all_inner_texts()
         if errors:
             session.error = f"exception on the page: {errors[0][:500]}"
@@ -228,8 +274,10 @@ async def drive(url: str, store_path: Path, sessions: list[Session]) -> tuple[li
         browser = await playwright.chromium.launch(
             executable_path=str(CHROMIUM), args=CHROMIUM_ARGS
         )
+        lower_the_browsers_priority()
         try:
             await warm_up(browser, url)
+            MEASURED_FROM["unix_s"] = time.time()
             started = time.monotonic()
             if SERIAL:
                 for session in sessions:
@@ -246,6 +294,8 @@ async def drive(url: str, store_path: Path, sessions: list[Session]) -> tuple[li
             await browser.close()
 
 
+MEASURED_FROM: dict[str, float] = {}
+"""When the warm-up ended (Unix seconds): the server's answers finished after it are judged."""
 WARM_UP: dict[str, float] = {}
 """Seconds the warm-up session took per step (the once-per-server-start costs), printed."""
 
@@ -284,20 +334,48 @@ def tree_cpu_s() -> float:
     import psutil
 
     total = 0.0
-    for driver in psutil.Process().children():
+    for process in browser_processes():
         try:
-            if "playwright" not in " ".join(driver.cmdline()):
-                continue
-            tree = [driver, *driver.children(recursive=True)]
+            times = process.cpu_times()
         except psutil.Error:
             continue
-        for process in tree:
-            try:
-                times = process.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system + times.children_user + times.children_system
+        total += times.user + times.system + times.children_user + times.children_system
     return total
+
+
+def browser_processes() -> list:
+    """Playwright's driver and everything below it (Chromium, its zygotes and renderers)."""
+    import psutil
+
+    found = []
+    for driver in psutil.Process().children():
+        try:
+            if "playwright" in " ".join(driver.cmdline()):
+                found += [driver, *driver.children(recursive=True)]
+        except psutil.Error:
+            continue
+    return found
+
+
+def lower_the_browsers_priority() -> None:
+    """The browsers stand for the people's own machines, which a server host does not share:
+    here every thread of theirs runs under the idle scheduling class (SCHED_IDLE) and takes
+    only the CPU the app server leaves. Not a nice value: Chromium sets its renderers' and GPU
+    process's own (0 and -8 were seen after a renice to 19). Processes forked later (each new
+    tab's renderer, from the zygotes) inherit the class."""
+    import psutil
+
+    idle = os.sched_param(0)
+    for process in browser_processes():
+        try:
+            threads = [thread.id for thread in process.threads()]
+        except psutil.Error:
+            continue
+        for thread in threads:
+            try:
+                os.sched_setscheduler(thread, os.SCHED_IDLE, idle)
+            except OSError:  # a thread that ended meanwhile
+                continue
 
 
 def host_busy_s() -> float:
@@ -322,11 +400,21 @@ def server_cpu_s(url: str) -> float | None:
     return None
 
 
-def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, tmp_path):
+@pytest.fixture
+def answer_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the app server writes its answer times (asked for before `app_url` starts it)."""
+    path = tmp_path / "answers.jsonl"
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(path))
+    return path
+
+
+def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(
+    answer_log: Path, app_url: str, tmp_path: Path
+):
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (apt-get install chromium)")
     store_path = tmp_path / "store.sqlite"
-    sessions = [Session(index=i, concurrency=10 + i) for i in range(SESSIONS)]
+    sessions = [Session(index=i, concurrency=40 + i) for i in range(SESSIONS)]
     load_before = os.getloadavg()
     SERVER["url"] = app_url
     cpu_before = server_cpu_s(app_url)
@@ -351,12 +439,22 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, t
               "(browser start and warm-up included): "
               f"app server {used:.1f} s, browser {browser:.1f} s, "
               f"other processes {max(0.0, host_used - used - browser):.1f} s")  # fmt: skip
+    # The server's answers, from its own log (ui/answer_times.py), the warm-up's left out.
+    answers = [a for a in read_answers(answer_log) if a.finished_at >= MEASURED_FROM["unix_s"]]
+    print("  the server's answers (its own times, ui/answer_times.py):")
+    for kind in ("page run", "fragment run", "http"):
+        seconds = sorted(a.seconds for a in answers if a.kind == kind)
+        if seconds:
+            p90 = seconds[min(len(seconds) - 1, int(0.9 * len(seconds)))]
+            print(f"    {kind:14} n={len(seconds):4}  median {statistics.median(seconds):5.2f} s  "
+                  f"p90 {p90:5.2f} s  max {seconds[-1]:5.2f} s")  # fmt: skip
+    print("  each step in this host's browsers, drawing included (not judged: module docstring):")
     for name in names:
         values = sorted(s.timings[name] for s in sessions if name in s.timings)
         cpu = [s.cpu[name] for s in sessions if name in s.cpu]
         # Serial sessions: the step's own server CPU (at once, steps overlap: not shown).
         own = f"  server CPU median {statistics.median(cpu):5.2f} s" if SERIAL and cpu else ""
-        print(f"  {name:28} n={len(values):2}  median {statistics.median(values):6.2f} s  "
+        print(f"    {name:28} n={len(values):2}  median {statistics.median(values):6.2f} s  "
               f"max {values[-1]:6.2f} s{own}")  # fmt: skip
 
     # Every check is made and printed before the test fails on any (a loaded host misses the
@@ -400,21 +498,19 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(app_url, t
     )
     started = [store.get_run(job.run_ids[0]).created_at for job in by_creation]
     check("jobs run in queue order", [] if started == sorted(started) else [started])
+    # Every step asked the server for a page run, or a file (an export): the log holds an
+    # answer for each, so none of the time checks below is vacuous.
+    exports = sum(EXPORT in s.timings for s in sessions)
+    runs_asked = sum(len(s.timings) for s in sessions) - exports
+    page_runs = sum(a.kind == "page run" for a in answers)
+    files = sum(a.kind == "http" and a.what.startswith("/media/") for a in answers)
+    check(
+        "the server's log holds an answer for every step",
+        [] if page_runs >= runs_asked and files >= exports
+        else [(f"{page_runs} page runs for {runs_asked} steps", f"{files} files for {exports}")],
+    )  # fmt: skip
+    check(
+        f"every answer of the server within {PAGE_LIMIT_S:g} s (jobs' runs excluded)",
+        [(a.kind, a.what, round(a.seconds, 1)) for a in answers if a.seconds > PAGE_LIMIT_S],
+    )
     assert not problems, "\n".join(problems)
-    slow = [
-        (s.index, name, round(value, 1))
-        for s in sessions
-        for name, value in s.timings.items()
-        if not name.startswith("job") and value > PAGE_LIMIT_S
-    ]
-    print(f"  every page answer within {PAGE_LIMIT_S:g} s (jobs excluded): "
-          + ("held" if not slow else f"NOT MET ({len(slow)}): {slow[:3]}"))  # fmt: skip
-    if slow:
-        # The state and job checks above held and are asserted. The time limit is the
-        # issue's goal, not met when the browsers share a small host with the server (on 2
-        # cores they take about five times the server's CPU, module docstring): an expected
-        # failure with its figures, not a pass.
-        pytest.xfail(
-            f"{len(slow)} page answer(s) over {PAGE_LIMIT_S:g} s with {SESSIONS} sessions on "
-            f"{os.cpu_count()} CPUs: {slow[:3]}"
-        )
