@@ -233,6 +233,11 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
         )
     if chosen.slo_floor is not None:  # why nothing was predicted: no load meets the SLO
         return text + f"; the SLO cannot hold on {gpu}: {chosen.slo_floor.words()}"
+    # A forward stage's configurations each left out by its SLO (forward_fleet.forward_options).
+    out = [note for note in chosen.capacity_notes if note.startswith(f"{chosen.framework}, ")]
+    if stage.kind == "forward" and out:
+        others = f" (and {len(out) - 1} more of {chosen.framework}'s)" if len(out) > 1 else ""
+        return text + f"; no configuration meets the SLO: {out[0]}{others}"
     return text + (
         f"; no capacity measured on {gpu} for this workload and none predicted: the GPU count "
         "is not known"

@@ -206,7 +206,16 @@ def forward_options(
         if sized is None:
             continue  # the catalogues cannot size this model or format on this GPU
         if sized.batching is None:
-            excluded.append(f"{framework}, {name}: no batch size meets the SLO on {stage.gpu.type}")
+            verdict = sized.feasibility
+            why = (
+                f" (one sample alone needs {sized.batch_time.batch_ms(1):,.0f} ms; would make it "
+                f"feasible: {'; '.join(verdict.remedies)})"
+                if verdict is not None and verdict.remedies
+                else ""
+            )
+            excluded.append(
+                f"{framework}, {name}: no batch size meets the SLO on {stage.gpu.type}{why}"
+            )
             continue
         option = _option(stage, sized, quality, unvetted)
         if option is not None and option.key() not in skip:

@@ -140,16 +140,38 @@ class BatchTimeModel(Strict):
         description="The host's launch work overlaps the device's (asynchronous GPU launches): "
         "t(b) = max(overhead, floor(b) / efficiency) instead of their sum.",
     )
+    loop_step_overhead_ms: float = Field(
+        0.0,
+        ge=0,
+        description="The host's work a decoder step on an eager framework (its kernel "
+        "launches), overlapping the device's step: each step takes the longer of the two "
+        "(measured: advisor/sizing/speech_loop.py); 0 = a loop without per-step launch cost.",
+    )
 
-    def floor_ms(self, batch: int) -> float:
-        encoder = max(batch * self.compute_ms_per_sample, self.memory_floor_ms)
-        step = max(
+    def _encoder_floor_ms(self, batch: int) -> float:
+        return max(batch * self.compute_ms_per_sample, self.memory_floor_ms)
+
+    def _step_floor_ms(self, batch: int) -> float:
+        return max(
             self.loop_weights_ms + batch * self.loop_read_ms_per_sample,
             batch * self.loop_compute_ms_per_sample,
         )
-        return encoder + self.loop_steps * step
+
+    def floor_ms(self, batch: int) -> float:
+        return self._encoder_floor_ms(batch) + self.loop_steps * self._step_floor_ms(batch)
 
     def batch_ms(self, batch: int) -> float:
+        if self.loop_steps and self.loop_step_overhead_ms:
+            # An eager loop: every step waits for the host's launches or the device, whichever
+            # is longer; the encoder's pass as an encoder alone.
+            encoder_ms = self._encoder_floor_ms(batch) / self.efficiency
+            step_ms = max(self.loop_step_overhead_ms, self._step_floor_ms(batch) / self.efficiency)
+            before = (
+                max(self.overhead_ms, encoder_ms)
+                if self.overlapped
+                else self.overhead_ms + encoder_ms
+            )
+            return before + self.loop_steps * step_ms
         device_ms = self.floor_ms(batch) / self.efficiency
         if self.overlapped:
             return max(self.overhead_ms, device_ms)
@@ -163,6 +185,7 @@ class BatchTimeModel(Strict):
                 "overhead_ms": self.overhead_ms,
                 "efficiency": self.efficiency,
                 "overlapped": self.overlapped,
+                "loop_step_overhead_ms": self.loop_step_overhead_ms,
                 "fit_error": self.fit_error,
                 "largest_measured_batch": self.largest_measured_batch,
                 "basis": basis,
@@ -484,16 +507,30 @@ def slo_below_floor(
     within = feasible and model_ms * (1 + model_error) > slo_ms
     remedies = []
     if not feasible or within:
-        if in_flight > 1:
+        launches_ms = model.loop_steps * model.loop_step_overhead_ms
+        if launches_ms:
             remedies.append(
-                f"fewer batches in flight per GPU: {max(1, int(slo_ms // model.batch_ms(batch)))}"
-                " fit the SLO; spread the rest over more GPUs"
+                "a decoder loop without per-step launches (CUDA graphs: torch.compile "
+                "mode='reduce-overhead', or a fused engine such as TensorRT-LLM's Whisper): "
+                f"eager PyTorch spends {model.loop_step_overhead_ms:.1f} ms a step launching "
+                f"kernels, {launches_ms / 1e3:.2f} s a batch"
             )
-        if batch > 1:
-            remedies.append("smaller batches (dynamic batching with a short max queue delay)")
-        if int8_possible:
-            remedies.append("INT8 (or FP8) weights and activations: about half the floor time")
-        remedies.append("a GPU with more compute and bandwidth")
+        if launches_ms > slo_ms:
+            # The host's launches alone exceed the SLO: batching, 8-bit weights and a faster
+            # GPU shorten the device's work, not these.
+            remedies.append("shorter transcripts (fewer decoder steps a clip)")
+        else:
+            fitting = int(slo_ms // model.batch_ms(batch))
+            if in_flight > 1 and fitting >= 1:
+                remedies.append(
+                    f"fewer batches in flight per GPU: {fitting} fit the SLO; spread the rest "
+                    "over more GPUs"
+                )
+            if batch > 1:
+                remedies.append("smaller batches (dynamic batching with a short max queue delay)")
+            if int8_possible:
+                remedies.append("INT8 (or FP8) weights and activations: about half the floor time")
+            remedies.append("a GPU with more compute and bandwidth")
     return FloorVerdict(
         slo_ms=slo_ms,
         batch=batch,

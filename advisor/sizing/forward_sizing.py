@@ -24,6 +24,7 @@ from advisor.sizing.forward_model import (
     ladder_points,
     slo_below_floor,
 )
+from advisor.sizing.speech_loop import EAGER_LOOP_FRAMEWORKS, eager_loop_note, eager_step_ms
 from advisor.workload.architectures import architecture_for
 from advisor.workload.gpus import find_gpu
 from advisor.workload.profile import StageProfile
@@ -174,6 +175,16 @@ def size_forward_stage(
             f"{gpu.name} beside the weights"
         )
         notes.append(scope)
+        step_ms = eager_step_ms(architecture.decoder_layers or 0)
+        if framework in EAGER_LOOP_FRAMEWORKS and not calibrated and step_ms is not None:
+            # No ladder of this model: the loop's steps cost at least eager PyTorch's measured
+            # launches (a ladder of the model itself would include them in its fit).
+            model = model.model_copy(update={"loop_step_overhead_ms": step_ms})
+            eager = eager_loop_note(architecture.decoder_layers or 0, steps, applied=True)
+            notes.append(eager)
+            scope = f"{scope}; {eager}"
+        elif step_ms is not None:
+            notes.append(eager_loop_note(architecture.decoder_layers or 0, steps, applied=False))
     slo = stage.slo.e2e_ms
     if slo is None:
         notes.append("no end-to-end SLO: the batcher is sized for throughput alone")

@@ -188,7 +188,9 @@ def test_the_decoder_loop_is_in_a_speech_floor_by_hand_and_bounds_the_batch():
              "peak_request_rate_rps": 20, "slo": {"e2e_ms": 2000}, "gpu": {"type": "A10"},
              **extra}
         ).stages[0]  # fmt: skip
-        sized = size_forward_stage(stage, "pytorch", [])
+        # The floor's loop (a loop without per-step launches); eager PyTorch's measured
+        # launches are tests/advisor/test_speech_loop.py's.
+        sized = size_forward_stage(stage, "any engine", [])
         assert sized is not None and sized.batching is not None and sized.fleet is not None
         assert sized.batching.max_batch <= 70
         return sized

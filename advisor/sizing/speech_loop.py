@@ -1,0 +1,128 @@
+"""What eager PyTorch's encoder-decoder loop costs, read from the shipped Whisper measurement
+(data/reference/h100_whisper_loop/, made by benchmarks/whisper_loop.py): transformers' Whisper on
+an H100, a greedy loop of 100 tokens at batches 1 to 64. The loop was launch-bound at every batch:
+each step costs the host's kernel launches, about the same per decoder layer whatever the batch,
+far above the floor the advisor sizes speech stages with (which assumes a loop without per-step
+launch cost: CUDA graphs or a fused engine). The speech stages' notes say so with this figure.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from advisor.sizing.measured import REPO_ROOT
+from advisor.workload.architectures import PUBLISHED_ENCODERS
+
+FOLDER = "h100_whisper_loop"
+FILE = "whisper_loop_reverse.json"
+"""The falling-order run (5 rounds): its rows are the steadier (data/reference/README.md)."""
+
+
+class LoopRow(BaseModel):
+    """One measured batch (benchmarks/whisper_loop.py's row)."""
+
+    model: str
+    dtype: str
+    batch: int = Field(gt=0)
+    steps: int = Field(gt=0)
+    encoder_ms: float = Field(gt=0)
+    batch_ms: float = Field(gt=0)
+    loop_ms: float = Field(gt=0)
+
+
+class LoopMeasurement(BaseModel):
+    """The rows of one run of benchmarks/whisper_loop.py and the GPU they ran on."""
+
+    command: str
+    gpu: str
+    rows: list[LoopRow]
+    source: str = Field(description="The file, relative to the repository.")
+
+    def step_ms_per_layer(self) -> list[float]:
+        """Each row's loop time a step a decoder layer (ms)."""
+        found = []
+        for row in self.rows:
+            architecture = PUBLISHED_ENCODERS.get(row.model)
+            if architecture is not None and architecture.decoder_layers:
+                found.append(row.loop_ms / row.steps / architecture.decoder_layers)
+        return found
+
+    def median_step_ms_per_layer(self) -> float:
+        return statistics.median(self.step_ms_per_layer())
+
+
+def read_loop_measurement(path: Path) -> LoopMeasurement:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return LoopMeasurement(
+        command=data["command"],
+        gpu=data["environment"]["gpu"],
+        rows=[LoopRow.model_validate(row) for row in data["rows"]],
+        source=f"data/reference/{FOLDER}/{path.name}",
+    )
+
+
+SHIPPED_FOLDER = REPO_ROOT / "data" / "reference"
+"""The repository's own data/reference: the measurement ships with the code that reads it, as a
+published table does (not the reference folder a caller passes for runs to compare)."""
+
+
+@lru_cache(maxsize=2)
+def shipped_loop_measurement(reference_dir: str | None = None) -> LoopMeasurement | None:
+    """The shipped measurement, or None where the folder lacks it."""
+    folder = Path(reference_dir) if reference_dir is not None else SHIPPED_FOLDER
+    path = folder / FOLDER / FILE
+    return read_loop_measurement(path) if path.is_file() else None
+
+
+EAGER_LOOP_FRAMEWORKS = ("pytorch",)
+"""Frameworks whose decoder loop launches every kernel from Python, as measured: sized with the
+measured step (torch.compile's default mode still launches per step; not measured, not applied)."""
+
+
+def eager_step_ms(decoder_layers: int, reference_dir: str | None = None) -> float | None:
+    """A decoder step's launch work on eager PyTorch: the measured median per decoder layer
+    times the layers; None without the measurement or a decoder."""
+    measured = shipped_loop_measurement(reference_dir)
+    if measured is None or not decoder_layers:
+        return None
+    return measured.median_step_ms_per_layer() * decoder_layers
+
+
+def eager_loop_note(
+    decoder_layers: int, steps: int, applied: bool, reference_dir: str | None = None
+) -> str:
+    """What the measured launch-bound step says about this loop on eager PyTorch, and whether
+    the sizing above counts it (it does for eager PyTorch without a ladder of the model)."""
+    measured = shipped_loop_measurement(reference_dir)
+    assert measured is not None  # callers ask after eager_step_ms found it
+    per_layer = measured.median_step_ms_per_layer()
+    batches = sorted({row.batch for row in measured.rows})
+    least = per_layer * decoder_layers * steps
+    counted = (
+        "each step is sized at the longer of that and the device's floor"
+        if applied
+        else "the floor assumes a loop without per-step launch cost (CUDA graphs, a compiled "
+        "decoder or a fused engine)"
+    )
+    return (
+        f"on eager PyTorch the loop is launch-bound: {per_layer:.2f} ms a decoder layer a step "
+        f"at every batch from {batches[0]} to {batches[-1]} on an {measured.gpu} "
+        f"({measured.source}), so {steps} steps of {decoder_layers} layers take at least about "
+        f"{least / 1e3:.2f} s a batch (the host's work: a slower GPU can take longer); {counted}"
+    )
+
+
+__all__ = [
+    "EAGER_LOOP_FRAMEWORKS",
+    "LoopMeasurement",
+    "LoopRow",
+    "eager_loop_note",
+    "eager_step_ms",
+    "read_loop_measurement",
+    "shipped_loop_measurement",
+]

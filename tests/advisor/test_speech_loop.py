@@ -1,0 +1,97 @@
+"""The speech floor against eager PyTorch's Whisper measured on an H100
+(data/reference/h100_whisper_loop/, benchmarks/whisper_loop.py), and the eager loop's measured
+step in the sizing of a PyTorch speech stage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from advisor.sizing.forward_model import floor_model
+from advisor.sizing.forward_sizing import size_forward_stage
+from advisor.sizing.measured import DEFAULT_REFERENCE_DIR
+from advisor.sizing.speech_loop import eager_step_ms, shipped_loop_measurement
+from advisor.workload.architectures import PUBLISHED_ENCODERS
+from advisor.workload.gpus import get_gpu
+from advisor.workload.profile import GpuProfile, ProfileSLO, StageProfile
+
+FOLDER = DEFAULT_REFERENCE_DIR / "h100_whisper_loop"
+
+
+@pytest.mark.parametrize("name", ["whisper_loop.json", "whisper_loop_reverse.json"])
+def test_every_measured_batch_is_above_its_floor(name):
+    """The floor is a lower bound: no measured encoder pass or loop beats it (a row below it
+    would mean the floor overstates what the GPU can do)."""
+    data = json.loads((FOLDER / name).read_text())
+    gpu = get_gpu(data["environment"]["gpu"])
+    assert gpu.name == "H100-SXM"
+    for row in data["rows"]:
+        architecture = PUBLISHED_ENCODERS[row["model"]]
+        encoder = floor_model(architecture, gpu, row["dtype"])
+        whole = floor_model(architecture, gpu, row["dtype"], decode_steps=row["steps"])
+        batch = row["batch"]
+        encoder_floor = encoder.floor_ms(batch)
+        loop_floor = whole.floor_ms(batch) - encoder_floor
+        assert row["encoder_ms"] >= encoder_floor, row
+        assert row["loop_ms"] >= loop_floor, row
+        assert row["loop_ms"] / loop_floor >= 2.9  # data/reference/README.md: 3-60x
+
+
+def test_the_eager_loop_is_launch_bound_at_every_batch():
+    """A decoder layer's step costs about the same from batch 1 to 64 (the host's launches, not
+    the device's work, which grows with the batch): the basis of sizing it per step."""
+    measured = shipped_loop_measurement()
+    assert measured is not None and {row.batch for row in measured.rows} == {1, 8, 16, 32, 64}
+    per_layer = measured.step_ms_per_layer()
+    assert len(per_layer) == 10
+    assert max(per_layer) / min(per_layer) < 1.4
+    assert 0.4 < measured.median_step_ms_per_layer() < 0.6
+    assert eager_step_ms(12) == pytest.approx(12 * measured.median_step_ms_per_layer())
+
+
+def whisper_stage(slo_ms: float, gpu: str = "L4") -> StageProfile:
+    return StageProfile(
+        name="asr",
+        kind="forward",
+        model="openai/whisper-small",
+        modality="audio",
+        batch_size=1,
+        concurrency=16,
+        peak_request_rate_rps=60,
+        slo=ProfileSLO(e2e_ms=slo_ms),
+        gpu=GpuProfile(type=gpu),
+    )
+
+
+def test_eager_pytorch_sizes_each_step_at_least_at_the_measured_launches():
+    stage = whisper_stage(2000)
+    eager = size_forward_stage(stage, "pytorch")
+    floor = size_forward_stage(stage, "any engine")
+    assert eager is not None and floor is not None
+    step_ms = eager_step_ms(12)
+    assert eager.batch_time.loop_step_overhead_ms == pytest.approx(step_ms)
+    assert floor.batch_time.loop_step_overhead_ms == 0  # a loop without launches: the floor
+    # 100 steps (the assumed transcript) at the launches at least, well above the floor's loop.
+    assert eager.batch_time.batch_ms(1) >= 100 * step_ms
+    # whisper-small on an L4: 576 ms against the floor's 124 (its loop reads at 300 GB/s).
+    assert eager.batch_time.batch_ms(1) > 4 * floor.batch_time.batch_ms(1)
+    assert any("launch-bound" in note and "whisper_loop" in note for note in eager.notes)
+    assert "launch-bound" in (eager.scope or "")
+    # More GPUs than the floor's answer for the same peak.
+    assert eager.fleet is not None and floor.fleet is not None
+    assert eager.fleet.gpus >= floor.fleet.gpus
+
+
+def test_an_slo_below_the_eager_loop_is_flagged_with_the_remedy_that_helps():
+    """500 ms for a 100-token transcript: the eager loop's launches alone take about 0.57 s, so
+    no batch meets it; the remedy is a loop without per-step launches, not 8-bit weights or a
+    faster GPU (they shorten the device's work, not the host's)."""
+    sized = size_forward_stage(whisper_stage(500), "pytorch")
+    assert sized is not None and sized.batching is None and sized.fleet is None
+    verdict = sized.feasibility
+    assert verdict is not None and not verdict.feasible
+    assert verdict.remedies[0].startswith("a decoder loop without per-step launches")
+    assert not any("INT8" in remedy or "more compute" in remedy for remedy in verdict.remedies)
+    # At the floor alone (a loop without launches) the same SLO holds.
+    assert size_forward_stage(whisper_stage(500), "any engine").batching is not None
