@@ -238,7 +238,7 @@ def forward_basis_words(option: FleetOption) -> str:
         f"{option.samples_per_s_per_gpu:,.0f} samples/s per GPU "
         f"({_rate(capacity.max_rate_rps)} req/s of {option.samples_per_request} "
         f"sample{'s' if option.samples_per_request != 1 else ''}; p99 bound "
-        f"{option.p99_bound_ms:.3g} ms) with {option.weights}"
+        f"{_rate(option.p99_bound_ms)} ms) with {option.weights}"
     )
     if capacity.gpus_range is not None and capacity.gpus_range[0] != capacity.gpus_range[1]:
         text += f", so {capacity.gpus_range[0]}-{capacity.gpus_range[1]} GPUs"
