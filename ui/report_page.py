@@ -102,16 +102,15 @@ def html_text(report_json: str) -> str:
 def markdown_zip(report_json: str, stem: str) -> bytes:
     """The Markdown report and its SVG chart files (it links them by relative path), zipped in
     memory: the files `advisor report --format md` writes (`write_markdown`), not written to
-    disk first (a folder of synced files per report was most of a busy server's report time)."""
-    from advisor.report.markdown import chart_links, render_markdown
+    disk first (a folder of synced files per report was most of a busy server's report time).
+    The Markdown is the preview's (`markdown_text`, cached), not rendered a second time."""
+    from advisor.report.markdown import chart_links
 
-    report = _report(report_json)
     svgs = chart_svgs(report_json)  # the charts the HTML preview drew (cached): not redrawn
-    links = chart_links(svgs, stem)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(f"{stem}.md", render_markdown(report, links))
-        for chart_id, path in sorted(links.items()):
+        archive.writestr(f"{stem}.md", markdown_text(report_json, stem))
+        for chart_id, path in sorted(chart_links(svgs, stem).items()):
             archive.writestr(path, svgs[chart_id])
     return buffer.getvalue()
 
@@ -135,7 +134,7 @@ def markdown_text(report_json: str, stem: str) -> str:
     from advisor.report.markdown import chart_links, render_markdown
 
     report = _report(report_json)
-    links = chart_links({chart.id: "" for chart in report.available_charts()}, stem)
+    links = chart_links((chart.id for chart in report.available_charts()), stem)
     return render_markdown(report, links)
 
 

@@ -7,7 +7,7 @@ committed or zipped as is. Profile text is escaped (`md` filter): raw HTML never
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from advisor.report.model import SECTIONS, Report
@@ -38,7 +38,7 @@ def write_markdown(
     return writer.write_text(f"{stem}.md", render_markdown(report, links))
 
 
-def chart_links(chart_svgs: Mapping[str, str], stem: str) -> dict[str, str]:
+def chart_links(chart_ids: Iterable[str], stem: str) -> dict[str, str]:
     """Where the Markdown links each chart: `<stem>-charts/<chart id>.svg`, beside the file."""
     check_name(stem)
-    return {chart_id: f"{stem}-charts/{check_name(f'{chart_id}.svg')}" for chart_id in chart_svgs}
+    return {chart_id: f"{stem}-charts/{check_name(f'{chart_id}.svg')}" for chart_id in chart_ids}

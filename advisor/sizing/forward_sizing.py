@@ -175,16 +175,17 @@ def size_forward_stage(
             f"{gpu.name} beside the weights"
         )
         notes.append(scope)
-        step_ms = eager_step_ms(architecture.decoder_layers or 0)
+        layers = architecture.decoder_layers or 0
+        step_ms = eager_step_ms(layers)
         if framework in EAGER_LOOP_FRAMEWORKS and not calibrated and step_ms is not None:
             # No ladder of this model: the loop's steps cost at least eager PyTorch's measured
             # launches (a ladder of the model itself would include them in its fit).
             model = model.model_copy(update={"loop_step_overhead_ms": step_ms})
-            eager = eager_loop_note(architecture.decoder_layers or 0, steps, applied=True)
+            eager = eager_loop_note(layers, steps, applied=True)
             notes.append(eager)
             scope = f"{scope}; {eager}"
         elif step_ms is not None:
-            notes.append(eager_loop_note(architecture.decoder_layers or 0, steps, applied=False))
+            notes.append(eager_loop_note(layers, steps, applied=False))
     slo = stage.slo.e2e_ms
     if slo is None:
         notes.append("no end-to-end SLO: the batcher is sized for throughput alone")
