@@ -233,11 +233,12 @@ def headline(stage: StageProfile, chosen: Recommendation) -> str:
         )
     if chosen.slo_floor is not None:  # why nothing was predicted: no load meets the SLO
         return text + f"; the SLO cannot hold on {gpu}: {chosen.slo_floor.words()}"
-    # A forward stage's configurations each left out by its SLO (forward_fleet.forward_options).
+    # Every configuration of a forward stage left out (forward_fleet.forward_options: by its
+    # SLO or by the profile's quality tolerance), each note naming its own reason.
     out = [note for note in chosen.capacity_notes if note.startswith(f"{chosen.framework}, ")]
     if stage.kind == "forward" and out:
         others = f" (and {len(out) - 1} more of {chosen.framework}'s)" if len(out) > 1 else ""
-        return text + f"; no configuration meets the SLO: {out[0]}{others}"
+        return text + f"; no configuration is left: {out[0]}{others}"
     return text + (
         f"; no capacity measured on {gpu} for this workload and none predicted: the GPU count "
         "is not known"

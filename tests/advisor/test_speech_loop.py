@@ -95,3 +95,20 @@ def test_an_slo_below_the_eager_loop_is_flagged_with_the_remedy_that_helps():
     assert not any("INT8" in remedy or "more compute" in remedy for remedy in verdict.remedies)
     # At the floor alone (a loop without launches) the same SLO holds.
     assert size_forward_stage(whisper_stage(500), "any engine").batching is not None
+
+
+def test_the_headline_says_why_no_configuration_is_left():
+    """The whole answer for the 500 ms stage: no GPU count, and the first configuration left
+    out with its reason and remedy (was 'none predicted: the GPU count is not known')."""
+    from advisor.decide.recommend import recommend
+    from advisor.workload.profile import WorkloadProfile
+
+    # A data-dependent loop: the tree routes the stage to eager PyTorch.
+    stage = whisper_stage(500).model_copy(update={"dynamic_control_flow": True})
+    profile = WorkloadProfile(title="asr", stages=[stage])
+    assert recommend(profile).stages[0].recommendation.framework == "pytorch"
+    headline = recommend(profile).stages[0].recommendation.headline
+    assert "no configuration is left: " in headline
+    assert "no batch size meets the SLO on L4" in headline
+    assert "a decoder loop without per-step launches" in headline
+    assert "none predicted" not in headline
