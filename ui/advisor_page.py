@@ -699,6 +699,47 @@ def show_candidates(stage_result: Any, scope: str = "s0") -> None:
     show_estimate(estimate, scope)
 
 
+def memory_chart_spec(parts: dict[str, float], available_gb: float | None) -> dict[str, Any]:
+    """The memory breakdown as a Vega-Lite spec: the parts stacked in one bar, the GPU's memory
+    as a red rule. Written as the spec itself, not through altair: Streamlit validates an altair
+    chart against the whole Vega-Lite schema on every draw (0.8 of 6 s of the Advisor page's
+    server time with 20 sessions at once, py-spy --gil)."""
+    bars = [{"what": name, "GB": value, "row": "needed"} for name, value in parts.items()]
+    layers: list[dict[str, Any]] = [
+        {
+            "data": {"values": bars},
+            "mark": {"type": "bar", "size": 28},
+            "encoding": {
+                "x": {"aggregate": "sum", "field": "GB", "type": "quantitative",
+                      "title": "GB needed (stacked) and available"},
+                "y": {"field": "row", "type": "nominal", "title": None, "axis": None},
+                "color": {"field": "what", "type": "nominal",
+                          "legend": {"orient": "top", "title": None}},
+                "order": {"field": "what", "type": "nominal"},
+                "tooltip": [{"field": "what", "type": "nominal"},
+                            {"field": "GB", "type": "quantitative", "format": ".2f"}],
+            },
+        }
+    ]  # fmt: skip
+    if available_gb:
+        available = {"values": [{"GB": available_gb, "label": f"available {available_gb:.1f} GB"}]}
+        rule = {"type": "rule", "color": "#d33", "strokeWidth": 3}
+        layers.append({"data": available, "mark": rule,
+                       "encoding": {"x": {"field": "GB", "type": "quantitative"}}})  # fmt: skip
+        layers.append(
+            {
+                "data": available,
+                "mark": {"type": "text", "align": "right", "dx": -4, "dy": -22,
+                         "color": "#d33", "fontSize": 11},
+                "encoding": {"x": {"field": "GB", "type": "quantitative"},
+                             "text": {"field": "label", "type": "nominal"}},
+            }
+        )  # fmt: skip
+    # The plot's own height, with the legend and axis added around it: Streamlit's default
+    # autosize (fit) squeezes a short chart's plot to nothing and clips the axis.
+    return {"layer": layers, "height": 44, "autosize": {"type": "fit-x", "contains": "padding"}}
+
+
 def show_estimate(estimate: Any, scope: str = "s0") -> None:
     columns = st.columns(4)
     verdict = estimate.fit_verdict  # "no GPU to fit against" when the GPU is not decided
@@ -735,39 +776,8 @@ def show_estimate(estimate: Any, scope: str = "s0") -> None:
     }
     parts = {name: value for name, value in parts.items() if value}
     if parts:
-        bars = pd.DataFrame(
-            [{"what": name, "GB": value, "row": "needed"} for name, value in parts.items()]
-        )
-        chart = (
-            alt.Chart(bars)
-            .mark_bar(size=28)
-            .encode(
-                x=alt.X("sum(GB):Q", title="GB needed (stacked) and available"),
-                y=alt.Y("row:N", title=None, axis=None),
-                color=alt.Color("what:N", legend=alt.Legend(orient="top", title=None)),
-                order=alt.Order("what:N"),
-                tooltip=["what", alt.Tooltip("GB:Q", format=".2f")],
-            )
-        )
-        if estimate.available_gb:
-            available = pd.DataFrame(
-                {
-                    "GB": [estimate.available_gb],
-                    "label": [f"available {estimate.available_gb:.1f} GB"],
-                }
-            )
-            rule = alt.Chart(available).mark_rule(color="#d33", strokeWidth=3).encode(x="GB:Q")
-            label = (
-                alt.Chart(available)
-                .mark_text(align="right", dx=-4, dy=-22, color="#d33", fontSize=11)
-                .encode(x="GB:Q", text="label:N")
-            )
-            chart = chart + rule + label
-        # The plot's own height, with the legend and axis added around it: Streamlit's default
-        # autosize (fit) squeezes a short chart's plot to nothing and clips the axis.
-        chart = chart.properties(height=44, autosize={"type": "fit-x", "contains": "padding"})
         with st.container(key=f"memory_chart_{scope}"):
-            st.altair_chart(chart)
+            st.vega_lite_chart(memory_chart_spec(parts, estimate.available_gb))
         st.caption(
             f"Memory breakdown for {estimate.gpu_count} × {estimate.gpu or 'GPU'} "
             f"({estimate.precision}); red line = the memory a serving engine takes (90% of "

@@ -143,6 +143,12 @@ class AnswerTimesMiddleware:
                     self._write(Answer(kind="fragment run" if fragment else "page run",
                                        what=page, seconds=time.monotonic() - since,
                                        finished_at=time.time()))  # fmt: skip
+                if fragment is False:
+                    # A fragment's request that waited while the page ran is never run itself
+                    # (Streamlit drops it: "the fragment ... does not exist anymore"); the page
+                    # run redrew that fragment and is timed as a page run. Kept, it would time
+                    # the fragment's next, unrelated answer from this old request.
+                    waiting.pop(True, None)
 
         await self.app(scope, timed_receive, timed_send)
 

@@ -23,6 +23,8 @@ from ui.components import empty_state, run_title
 if TYPE_CHECKING:
     from advisor.decide.recommend import Report as AdvisorReport
     from advisor.report.intervals import IntervalCache
+    from bench.core.fingerprint import Fingerprint
+    from ui.chart_renderer import ChartRenderer
 
 PREVIEW_HEIGHT_PX = 900
 DOWNLOAD_CLICK = "ignore"
@@ -54,7 +56,18 @@ def build(
         state.reference_files(),
         run_ids,
         interval_cache=interval_cache(),
+        environment=machine_fingerprint(),
     )
+
+
+@st.cache_data(ttl=60, max_entries=1, show_spinner=False)
+def machine_fingerprint() -> Fingerprint:
+    """This machine's fingerprint for the report's environment section, read at most once a
+    minute: reading every library's version from package metadata was a tenth of a new
+    report's time on a busy server, and the machine does not change from report to report."""
+    from bench.run.environment import fingerprint
+
+    return fingerprint()
 
 
 @st.cache_resource(show_spinner=False)
@@ -66,21 +79,23 @@ def interval_cache() -> IntervalCache:
     return IntervalCache()
 
 
-@st.cache_data(ttl=3600, max_entries=256, show_spinner=False)
-def chart_svg(chart_json: str) -> str:
-    """One chart's SVG, by the chart's content: charts that do not depend on the profile (most
-    of a report's) are drawn once for every session, not once per report."""
-    from advisor.report.charts import render_svg
-    from advisor.report.model import Chart
+@st.cache_resource(show_spinner=False)
+def chart_renderer() -> ChartRenderer:
+    """The processes that draw report charts, shared by every session (ui/chart_renderer.py:
+    drawn in the server's own process, each chart held every other session's page)."""
+    from ui.chart_renderer import ChartRenderer
 
-    return render_svg(Chart.model_validate_json(chart_json))
+    return ChartRenderer()
 
 
 @st.cache_data(ttl=60, max_entries=16, show_spinner=False)
 def chart_svgs(report_json: str) -> dict[str, str]:
-    """`render_all_svg(report.charts)`, chart by chart through `chart_svg`."""
+    """`render_all_svg(report.charts)`, drawn by the chart processes; a chart drawn for an
+    earlier report (most do not depend on the profile) is taken from them, not drawn again."""
     charts = Report.model_validate_json(report_json).charts
-    return {chart.id: chart_svg(chart.model_dump_json()) for chart in charts if chart.available}
+    return chart_renderer().svgs(
+        {chart.id: chart.model_dump_json() for chart in charts if chart.available}
+    )
 
 
 def _report_and_svgs(report: Report) -> tuple[Report, dict[str, str]]:

@@ -27,6 +27,7 @@ from bench.storage.store import ResultStore
 
 if TYPE_CHECKING:  # the advisor's modules load scikit-learn: imported when first asked
     from advisor.decide.recommend import Report as AdvisorReport
+    from advisor.sizing.calibration import Calibration, StepCalibration
     from advisor.sizing.measured import ReferenceFiles
 
 PROFILE_KEY = "profile"
@@ -136,22 +137,52 @@ def reference_files() -> ReferenceFiles:
     return read_reference_folder()
 
 
+def runs_version(store_location: str | None) -> str:
+    """The stored runs as the advisor's answer depends on them (each run's id and state), as a
+    cache key: an answer is made again when a run lands or finishes, seen within the 5 s that
+    `stored_runs` keeps its list."""
+    import hashlib
+
+    runs = stored_runs(store_location)
+    text = "|".join(f"{run.run_id}:{run.status.value}" for run in runs)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def advise(profile: WorkloadProfile, store_location: str | None) -> AdvisorReport:
-    """`advisor.decide.recommend.recommend` on the profile and the stored runs (re-read every 10 s).
-    Every page asks through here, so one view runs the advisor once whatever uses the answer."""
-    return _advise(profile.model_dump_json(), store_location, profile)
+    """`advisor.decide.recommend.recommend` on the profile and the stored runs (made again when
+    they change, and at least once a minute for the store's `bench calibrate` records). Every
+    page asks through here, so one view runs the advisor once whatever uses the answer, and the
+    Report page reuses the answer the Advisor page showed."""
+    return _advise(profile.model_dump_json(), store_location, runs_version(store_location), profile)
 
 
-@st.cache_data(ttl=10, max_entries=32, show_spinner="Walking the decision tree…")
+@st.cache_data(ttl=60, max_entries=64, show_spinner="Walking the decision tree…")
 def _advise(
-    profile_json: str, store_location: str | None, _profile: WorkloadProfile
+    profile_json: str, store_location: str | None, runs: str, _profile: WorkloadProfile
 ) -> AdvisorReport:
-    # The profile's JSON is only the cache key (its content); the advisor reads the model.
+    # The profile's JSON and the runs' version are only the cache key; the advisor reads the
+    # model and the store.
     from advisor.decide.recommend import recommend
 
     return recommend(
-        _profile, store=get_store(), availability=availability_map(), reference=reference_files()
+        _profile,
+        store=get_store(),
+        availability=availability_map(),
+        reference=reference_files(),
+        calibrated=calibration(store_location, runs),
     )
+
+
+@st.cache_resource(ttl=60, max_entries=4, show_spinner=False)
+def calibration(store_location: str | None, runs: str) -> tuple[Calibration, StepCalibration]:
+    """The one calibration on the stored and shipped evidence, shared by every session's answers
+    (made again when `_advise` is: the runs changed, or a minute passed): made per answer, it
+    was a sixth of the Advisor page's server time with 20 sessions at once, and the shared
+    lookup fits each (GPU, engine, precision) once instead of once per answer. Not copied per
+    session: the lookup only adds fits it has made, the same whoever asks first."""
+    from advisor.decide.recommend import evidence_calibration
+
+    return evidence_calibration(get_store(), reference_files())
 
 
 def profile_yaml(profile: WorkloadProfile) -> str:

@@ -58,8 +58,8 @@ from advisor.evidence.rows import (
 )
 from advisor.plan.stage_plan import bench_plan
 from advisor.plan.tree import Decision, DecisionTree, evaluate, load_tree, what_would_change
-from advisor.sizing.calibration import Calibration, StepCalibration, calibration_from
-from advisor.sizing.calibration_fit import RecordSet, shipped_records, stored_records
+from advisor.sizing.calibration import Calibration, StepCalibration, evidence_calibration
+from advisor.sizing.calibration_fit import RecordSet
 from advisor.sizing.configurations import search_configurations
 from advisor.sizing.deployments import Deployment, RecommendedDeployment
 from advisor.sizing.estimate import estimate_stage
@@ -113,12 +113,15 @@ def recommend(
     reference: ReferenceFiles | None = None,
     threshold: float | None = None,
     records: Mapping[str, Sequence[RequestRecord]] | None = None,
+    calibrated: tuple[Calibration, StepCalibration] | None = None,
 ) -> Report:
     """Recommend per stage. `store` = a ResultStore (anything with list_runs()) or None; `runs`
     adds RunResults directly (tests, the web app's unsaved runs), `records` their request
     records by run id; `reference` = the reference folder already read (else `reference_dir`,
     default data/reference, is read once here); `threshold` overrides each stage's
-    `practical_threshold` for the verdicts."""
+    `practical_threshold` for the verdicts; `calibrated` = `evidence_calibration` of the same
+    store and reference, when the caller keeps one (the app: one for every session's answers
+    until the store changes), else made here."""
     if threshold is not None and not (0 < threshold < 1):
         raise UserError(f"the practical threshold must be in (0, 1), got {threshold}")
     tree = tree or load_tree()
@@ -126,11 +129,8 @@ def recommend(
     all_runs = stored_runs(store) + list(runs or [])
     reference = reference or read_reference_folder(reference_dir)
     every_run = all_runs + [run for file_runs in reference.runs.values() for run in file_runs]
-    calibration, factors = calibration_from(
-        all_runs,
-        reference.runs,
-        yours=stored_records(store),
-        shipped=shipped_records(Path(reference_dir) if reference_dir is not None else None),
+    calibration, factors = calibrated or evidence_calibration(
+        store, reference, reference_dir, extra_runs=runs or ()
     )
     lookup = RecordsLookup(store, records, reference)
     files = {run.run_id: name for name, file_runs in reference.runs.items() for run in file_runs}

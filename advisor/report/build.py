@@ -320,12 +320,14 @@ def report_for(
     run_ids: Sequence[str] = (),
     profile_file: str | None = None,
     interval_cache: IntervalCache | None = None,
+    environment: Fingerprint | None = None,
 ) -> Report:
     """The report for an answer already computed (the app asks the advisor once per view).
 
     Runs: those named (each must exist in the store or the reference folder), else every run
     the advisor's evidence cites. Records are streamed from the store into columns.
-    `interval_cache`: see `build_report`.
+    `interval_cache`: see `build_report`. `environment`: this machine's fingerprint when the
+    caller keeps one (the app reads it once a minute, not once per report); read here otherwise.
     """
     from bench.run.environment import fingerprint, preflight
 
@@ -345,7 +347,7 @@ def report_for(
             raise UserError(f"no run {run_id}: not in data/reference and no results store yet")
         runs.append(store.get_run(run_id))  # UserError names a run that is nowhere
         records[run_id] = store.iter_records(run_id)
-    environment = fingerprint()
+    environment = environment or fingerprint()
     table, absent = load_seed_reference(reference.folder)
     published_files = {
         run.run_id: name for name, shipped_runs in reference.runs.items() for run in shipped_runs

@@ -474,19 +474,19 @@ def derive_charts(
 # --------------------------------------------------------------------------- rendering
 
 
-def inline(rows: list[dict[str, Any]]) -> Any:
-    """A layer's data written into the spec itself. Not a DataFrame: altair converts those with
-    its global data transformer, which Streamlit swaps for its own while it draws a chart in
-    another session's thread: stack samples of the app under load caught a report chart being
-    converted by Streamlit's transformer, which leaves the spec naming datasets it does not
-    carry. Non-finite numbers become null, as pandas would write them."""
-    import altair as alt
+def inline(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """A layer's data written into the spec itself, as Vega-Lite's inline data object. Not a
+    DataFrame: altair converts those with its global data transformer, which Streamlit swaps
+    for its own while it draws a chart in another session's thread: stack samples of the app
+    under load caught a report chart being converted by Streamlit's transformer, which leaves
+    the spec naming datasets it does not carry. Not `alt.InlineData` either: altair validates
+    that against the schema as it is made, value by value (half a new report's chart time in
+    the app; the spec is the same). Non-finite numbers become null, as pandas would write them."""
 
     def clean(value: Any) -> Any:
         return None if isinstance(value, float) and not math.isfinite(value) else value
 
-    return alt.InlineData(values=[{key: clean(value) for key, value in row.items()}
-                                  for row in rows])  # fmt: skip
+    return {"values": [{key: clean(value) for key, value in row.items()} for row in rows]}
 
 
 VALIDATE_SPECS = False
@@ -588,6 +588,12 @@ def render_svg(chart: Chart) -> str:
     import vl_convert
 
     return vl_convert.vegalite_to_svg(vega_lite_spec(chart))
+
+
+def render_svg_json(chart_json: str) -> str:
+    """`render_svg` of a chart given as its JSON: what the app's chart processes are sent
+    (ui/chart_renderer.py; a plain string crosses a process boundary cheaply)."""
+    return render_svg(Chart.model_validate_json(chart_json))
 
 
 def render_png(chart: Chart, scale: float = 2.0) -> bytes:

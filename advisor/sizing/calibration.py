@@ -24,13 +24,21 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from advisor.sizing.calibration_fit import RecordFit, stage_calibration
+from advisor.sizing.calibration_fit import (
+    RecordFit,
+    shipped_records,
+    stage_calibration,
+    stored_records,
+)
 from advisor.sizing.configurations import OUTPUT_WORDS, TPOT_WORDS
 from advisor.sizing.deployments import Deployment, MeasuredLevel
 from advisor.sizing.engine_shape import SHAPE_TOLERANCE
+from advisor.sizing.measured import stored_runs
 from advisor.sizing.mechanics import mechanisms_of
 from advisor.sizing.serving_model import (
     Calibration as Fit,
@@ -48,6 +56,9 @@ from bench.core.calibration import CalibrationRecord
 from bench.core.config import GenerateWorkload
 from bench.core.schema import RunResult
 from bench.core.strict import Strict
+
+if TYPE_CHECKING:
+    from advisor.sizing.measured import ReferenceFiles
 
 GATE_MAPE = 0.10
 
@@ -344,6 +355,23 @@ def calibration_from(
     return accuracy(points_from_shapes(shapes)), lookup
 
 
+def evidence_calibration(
+    store: object | None,
+    reference: ReferenceFiles,
+    reference_dir: str | Path | None = None,
+    extra_runs: Sequence[RunResult] = (),
+) -> tuple[Calibration, StepCalibration]:
+    """The one calibration on the evidence the advisor reads (the store's runs and `bench
+    calibrate` records, the shipped runs and records): its accuracy and its factor lookup. The
+    lookup remembers each fit, so a caller that keeps it for many answers fits each once."""
+    return calibration_from(
+        stored_runs(store) + list(extra_runs),
+        reference.runs,
+        yours=stored_records(store),
+        shipped=shipped_records(Path(reference_dir) if reference_dir is not None else None),
+    )
+
+
 __all__ = [
     "GATE_MAPE",
     "Calibration",
@@ -352,6 +380,7 @@ __all__ = [
     "StepCalibration",
     "accuracy",
     "calibration_from",
+    "evidence_calibration",
     "gate_verdict",
     "partition_of",
     "points_from_shapes",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_default_profile_shows_path_and_recommendation(app_test):
     at = app_test().run()
@@ -372,3 +374,44 @@ def test_a_forward_slo_below_the_floor_is_said_under_the_form() -> None:
     assert forward_floor_message(one)[0] is False
     generate = profile_from_dict({"title": "t", "model": "llama-2-7b"}).stages[0]
     assert forward_floor_message(generate) is None
+
+
+def test_memory_chart_spec_is_valid_vega_lite_with_each_part_and_the_gpu_line():
+    """The memory chart is written as a Vega-Lite spec (not through altair, which Streamlit
+    validates on every draw): checked here against the schema, as altair would."""
+    import altair as alt
+
+    from ui.advisor_page import memory_chart_spec
+
+    spec = memory_chart_spec({"weights": 14.9, "KV cache": 20.0, "runtime overhead": 1.5}, 79.6)
+    alt.LayerChart.from_dict(spec)  # raises on a spec the schema refuses
+    bars, rule, label = spec["layer"]
+    assert [row["what"] for row in bars["data"]["values"]] == ["weights", "KV cache",
+                                                              "runtime overhead"]  # fmt: skip
+    assert rule["mark"]["type"] == "rule" and rule["data"]["values"][0]["GB"] == 79.6
+    assert label["data"]["values"][0]["label"] == "available 79.6 GB"
+    assert len(memory_chart_spec({"weights": 1.0}, None)["layer"]) == 1  # no GPU line unknown
+    with pytest.raises(Exception):  # noqa: B017 - the check itself refuses a wrong spec
+        alt.LayerChart.from_dict({**spec, "height": "tall"})
+
+
+def test_the_kept_answer_is_made_again_when_a_run_lands_or_finishes(store_path):
+    """The app keeps each profile's answer while the stored runs stay as they were (the Report
+    page reuses the Advisor page's): a run that lands changes the key the answer is kept by."""
+    import streamlit as st
+
+    from tests.ui.conftest import stored_run
+    from ui import state
+
+    st.cache_data.clear()
+    before = state.runs_version(str(store_path))
+    assert state.runs_version(str(store_path)) == before  # nothing changed, same key
+    run = stored_run(store_path)
+    st.cache_data.clear()  # what the 5 s of `stored_runs` do in the app
+    landed = state.runs_version(str(store_path))
+    assert landed != before
+    from bench.core.schema import RunStatus
+
+    state.get_store().update_run(run.model_copy(update={"status": RunStatus.FAILED}))
+    st.cache_data.clear()
+    assert state.runs_version(str(store_path)) not in (before, landed)

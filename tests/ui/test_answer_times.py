@@ -110,3 +110,37 @@ def test_a_page_run_is_timed_from_its_first_request_to_its_end(tmp_path: Path):
     assert (fragment.kind, fragment.what) == ("fragment run", "benchmark_page")
     assert fragment.seconds < page.seconds
     assert (http.kind, http.what) == ("http", "/media/x.json") and 0.05 <= http.seconds < 1.0
+
+
+def test_a_fragment_request_the_page_run_answered_does_not_time_a_later_fragment(
+    tmp_path: Path,
+):
+    """TEST DOUBLE server: a fragment's rerun request arrives while a page run is under way;
+    Streamlit drops it (the page run redraws the fragment). The fragment's next request, 2 s
+    later, is answered at once: it is timed from its own request, not from the dropped one."""
+    path = tmp_path / "answers.jsonl"
+    incoming = [rerun("benchmark_page"), rerun("benchmark_page", "frag"),
+                rerun("benchmark_page", "frag")]  # fmt: skip
+
+    async def streamlit_double(scope, receive, send):
+        await receive()  # the page's request
+        await receive()  # the fragment's, while the page runs: dropped
+        await send({"type": "websocket.send", "bytes": finished(ForwardMsg.FINISHED_SUCCESSFULLY)})
+        await asyncio.sleep(2.0)
+        await receive()  # the fragment's next request
+        fragment_done = finished(ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY)
+        await send({"type": "websocket.send", "bytes": fragment_done})
+
+    queue = list(incoming)
+
+    async def receive():
+        return {"type": "websocket.receive", "bytes": queue.pop(0)}
+
+    async def send(message):
+        return None
+
+    asyncio.run(AnswerTimesMiddleware(streamlit_double, path=path)({"type": "websocket"},
+                                                                   receive, send))  # fmt: skip
+    page, fragment = read_answers(path)
+    assert page.kind == "page run" and fragment.kind == "fragment run"
+    assert fragment.seconds < 0.5, fragment  # 2 s and more when timed from the dropped request
