@@ -163,9 +163,12 @@ class BatchTimeModel(Strict):
     def batch_ms(self, batch: int) -> float:
         if self.loop_steps and self.loop_step_overhead_ms:
             # An eager loop: every step waits for the host's launches or the device, whichever
-            # is longer; the encoder's pass as an encoder alone.
+            # is longer; the encoder's pass as an encoder alone, at the efficiency measured for
+            # it. The device's step stays at its floor: in every measured row the loop was
+            # launch-bound (advisor/sizing/speech_loop.py), so no step efficiency was observed,
+            # and the encoder's compute-bound fraction says nothing of a memory-bound step.
             encoder_ms = self._encoder_floor_ms(batch) / self.efficiency
-            step_ms = max(self.loop_step_overhead_ms, self._step_floor_ms(batch) / self.efficiency)
+            step_ms = max(self.loop_step_overhead_ms, self._step_floor_ms(batch))
             before = (
                 max(self.overhead_ms, encoder_ms)
                 if self.overlapped

@@ -24,7 +24,16 @@ from advisor.sizing.forward_model import (
     ladder_points,
     slo_below_floor,
 )
-from advisor.sizing.speech_loop import EAGER_LOOP_FRAMEWORKS, eager_loop_note, eager_step_ms
+from advisor.sizing.speech_loop import (
+    EAGER_LOOP_FRAMEWORKS,
+    eager_encoder_fit,
+    eager_encoder_note,
+    eager_loop_note,
+    eager_step_ms,
+)
+from advisor.sizing.speech_loop import (
+    measured_gpu as fitted_gpu,
+)
 from advisor.workload.architectures import architecture_for
 from advisor.workload.gpus import find_gpu
 from advisor.workload.profile import StageProfile
@@ -43,6 +52,10 @@ CARRIED_ERROR_WHY = (
     "a ladder carried between the H100 and the H200 missed measured batch times by up to 53%"
 )
 """Why CARRIED_ERROR, in the words the report and the fleet answer give."""
+MEASURED_ENCODER_ERROR = 0.25
+"""The least error assumed where a speech encoder's pass is sized from eager PyTorch's own
+measured rows on the same GPU and model (the fit is within 4% of them; the loop beside it and
+the batcher's queueing are modelled, not measured together)."""
 TRANSFERRED_ERROR = 0.3
 """The least error assumed where a 16-bit ladder's overhead and efficiency stand for an INT8 or
 FP8 run that was not measured (quantised kernels reach another fraction of their peak)."""
@@ -153,12 +166,36 @@ def size_forward_stage(
             )
         else:
             model = quantised
+    eager_encoder = None
+    if (architecture.encoder_parameters and steps and framework in EAGER_LOOP_FRAMEWORKS
+            and not calibrated and not stage.parts):  # fmt: skip
+        # No ladder of this model on eager PyTorch: its encoder's pass at the overhead and
+        # efficiency measured with its loop (advisor/sizing/speech_loop.py). Not for a split
+        # stage: there the encoder is exported to the engine its part is routed to.
+        eager_encoder = eager_encoder_fit(architecture)
+        if eager_encoder is not None:
+            fitted, measured_on = eager_encoder
+            model = fitted.carried_to(
+                model, f"the floor on {gpu.name} with the overhead and efficiency of {fitted.basis}"
+            )
+            own = measured_on == architecture.name and find_gpu(fitted_gpu()) == gpu
+            error = max(fitted.fit_error or 0.0, MEASURED_ENCODER_ERROR) if own else CARRIED_ERROR
+            basis = "measured ladder" if own else "carried ladder"
     notes = []
     if carried_from is not None:
         notes.append(
             f"no measured batch ladder of {framework} on {gpu.name} at this shape: the one on "
             f"{carried_from} is carried over (its overhead and efficiency on this GPU's floor), "
             f"error assumed {error:.0%}; a ladder on {gpu.name} settles it"
+        )
+    elif eager_encoder is not None:
+        notes.append(eager_encoder_note(eager_encoder[1], architecture.name, gpu.name, error))
+    elif stage.parts and framework in EAGER_LOOP_FRAMEWORKS and not calibrated:
+        notes.append(
+            f"a split stage: its encoder is exported to the engine its part is routed to, which "
+            f"is not measured here, so the encoder's pass is its floor on {gpu.name} (a lower "
+            "bound; eager PyTorch's own encoder ran at 23-31% of it: "
+            "data/reference/h100_whisper_loop/); the loop stays on eager PyTorch"
         )
     elif not calibrated:
         notes.append(
@@ -179,7 +216,8 @@ def size_forward_stage(
         step_ms = eager_step_ms(layers)
         if framework in EAGER_LOOP_FRAMEWORKS and not calibrated and step_ms is not None:
             # No ladder of this model: the loop's steps cost at least eager PyTorch's measured
-            # launches (a ladder of the model itself would include them in its fit).
+            # launches (a ladder of the model itself would include them in its fit), and the
+            # encoder's pass runs at the overhead and efficiency measured with that loop.
             model = model.model_copy(update={"loop_step_overhead_ms": step_ms})
             eager = eager_loop_note(layers, steps, applied=True)
             notes.append(eager)

@@ -9,14 +9,17 @@ launch cost: CUDA graphs or a fused engine). The speech stages' notes say so wit
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from advisor.sizing.forward_model import BatchTimeModel, calibrate, floor_model
 from advisor.sizing.measured import REPO_ROOT
-from advisor.workload.architectures import PUBLISHED_ENCODERS
+from advisor.workload.architectures import PUBLISHED_ENCODERS, Architecture
+from advisor.workload.gpus import find_gpu
 
 FOLDER = "h100_whisper_loop"
 FILE = "whisper_loop_reverse.json"
@@ -93,6 +96,74 @@ def eager_step_ms(decoder_layers: int, reference_dir: str | None = None) -> floa
     return measured.median_step_ms_per_layer() * decoder_layers
 
 
+ENCODER_FIT_LEAST_BATCH = 1
+"""The encoder's rows fitted: every measured batch (1 to 64), so the fit's overhead is the
+launch-bound batch of one and its efficiency the large batches' fraction of the floor."""
+
+
+def eager_encoder_fit(
+    architecture: Architecture, reference_dir: str | None = None
+) -> tuple[BatchTimeModel, str] | None:
+    """Eager PyTorch's encoder pass (the forward before the loop) fitted to the measured rows:
+    overhead and efficiency over the floor on the measured GPU (`forward_model.calibrate`, the
+    ladder fit), with the Whisper model they were measured on. The rows of this architecture's
+    own model where it was measured, else of the measured model nearest in encoder parameters
+    (whisper-small and whisper-large-v3 reached 22-24% and 31% of the encoder's floor at batch
+    8 to 64: a larger encoder keeps the GPU busier). None without the measurement, a catalogue
+    GPU or an encoder-decoder."""
+    measured = shipped_loop_measurement(reference_dir)
+    gpu = find_gpu(measured.gpu) if measured is not None else None
+    if measured is None or gpu is None or not architecture.encoder_parameters:
+        return None
+    models = {row.model for row in measured.rows if row.model in PUBLISHED_ENCODERS}
+    if not models:
+        return None
+
+    def distance(name: str) -> float:
+        other = PUBLISHED_ENCODERS[name].encoder_parameters or 1
+        return abs(math.log(other / architecture.encoder_parameters))  # type: ignore[operator]
+
+    chosen = architecture.name if architecture.name in models else min(models, key=distance)
+    rows = [row for row in measured.rows
+            if row.model == chosen and row.batch >= ENCODER_FIT_LEAST_BATCH]  # fmt: skip
+    floor = floor_model(PUBLISHED_ENCODERS[chosen], gpu, rows[0].dtype) if rows else None
+    if floor is None:
+        return None
+    points = [(row.batch, row.encoder_ms, f"{measured.source} batch {row.batch}") for row in rows]
+    fitted = calibrate(floor, points)
+    if fitted is floor:
+        return None
+    batches = sorted(row.batch for row in rows)
+    error = fitted.fit_error or 0.0
+    words = (
+        f"eager PyTorch's {chosen} encoder on an {measured.gpu} at batches {batches[0]} to "
+        f"{batches[-1]} ({measured.source}), within {error:.0%} of its rows"
+    )
+    return fitted.model_copy(update={"basis": words}), chosen
+
+
+def measured_gpu(reference_dir: str | None = None) -> str:
+    """The GPU the loop was measured on, as NVML names it ('' without the measurement)."""
+    measured = shipped_loop_measurement(reference_dir)
+    return measured.gpu if measured is not None else ""
+
+
+def eager_encoder_note(measured_model: str, model: str, gpu: str, error: float) -> str:
+    """Where the encoder's batch times come from when `eager_encoder_fit` sized them."""
+    measured = shipped_loop_measurement()
+    assert measured is not None  # callers ask after eager_encoder_fit found it
+    carried = (
+        ""
+        if measured_model == model and find_gpu(measured.gpu) == find_gpu(gpu)
+        else f", carried to {model} on {gpu} (its floor with their overhead and efficiency)"
+    )
+    return (
+        f"no measured batch ladder of eager PyTorch on {gpu} for {model}: the encoder's pass is "
+        f"sized from {measured_model}'s on an {measured.gpu} ({measured.source}){carried}; the "
+        f"loop's steps from its launches (below); error assumed {error:.0%}"
+    )
+
+
 def eager_loop_note(
     decoder_layers: int, steps: int, applied: bool, reference_dir: str | None = None
 ) -> str:
@@ -121,8 +192,11 @@ __all__ = [
     "EAGER_LOOP_FRAMEWORKS",
     "LoopMeasurement",
     "LoopRow",
+    "eager_encoder_fit",
+    "eager_encoder_note",
     "eager_loop_note",
     "eager_step_ms",
+    "measured_gpu",
     "read_loop_measurement",
     "shipped_loop_measurement",
 ]
