@@ -699,6 +699,10 @@ def show_candidates(stage_result: Any, scope: str = "s0") -> None:
     show_estimate(estimate, scope)
 
 
+PART_COLOURS = ["#f58518", "#4c78a8", "#9ecae9"]
+"""Weights, KV cache, runtime overhead (in that order in the chart's legend)."""
+
+
 def memory_chart_spec(parts: dict[str, float], available_gb: float | None) -> dict[str, Any]:
     """The memory breakdown as a Vega-Lite spec: the parts stacked in one bar, the GPU's memory
     as a red rule. Written as the spec itself, not through altair: Streamlit validates an altair
@@ -713,7 +717,9 @@ def memory_chart_spec(parts: dict[str, float], available_gb: float | None) -> di
                 "x": {"aggregate": "sum", "field": "GB", "type": "quantitative",
                       "title": "GB needed (stacked) and available"},
                 "y": {"field": "row", "type": "nominal", "title": None, "axis": None},
+                # Blues and orange, never red: red is the GPU's memory line beside them.
                 "color": {"field": "what", "type": "nominal",
+                          "scale": {"domain": list(parts), "range": PART_COLOURS[: len(parts)]},
                           "legend": {"orient": "top", "title": None}},
                 "order": {"field": "what", "type": "nominal"},
                 "tooltip": [{"field": "what", "type": "nominal"},
