@@ -1488,6 +1488,7 @@ def render() -> None:
     except UserError as exc:
         st.error(str(exc))
     else:
+        state.warm_report(report, state.store_location())
         for index, (stage, stage_result) in enumerate(
             zip(profile.stages, report.stages, strict=True)
         ):

@@ -22,7 +22,6 @@ from ui.components import empty_state, run_title
 
 if TYPE_CHECKING:
     from advisor.decide.recommend import Report as AdvisorReport
-    from advisor.report.intervals import IntervalCache
     from bench.core.fingerprint import Fingerprint
     from ui.chart_renderer import ChartRenderer
 
@@ -55,7 +54,7 @@ def build(
         state.get_store(),
         state.reference_files(),
         run_ids,
-        interval_cache=interval_cache(),
+        interval_cache=state.interval_cache(),
         environment=machine_fingerprint(),
     )
 
@@ -68,15 +67,6 @@ def machine_fingerprint() -> Fingerprint:
     from bench.run.environment import fingerprint
 
     return fingerprint()
-
-
-@st.cache_resource(show_spinner=False)
-def interval_cache() -> IntervalCache:
-    """Bootstrap intervals of finished runs, shared by every session: each report cites the
-    shipped runs again, and their intervals were most of a report's build time."""
-    from advisor.report.intervals import IntervalCache
-
-    return IntervalCache()
 
 
 @st.cache_resource(show_spinner=False)

@@ -312,6 +312,34 @@ def relevant_run_ids(answer: AdvisorReport) -> list[str]:
     return ids
 
 
+def warm_intervals(
+    answer: AdvisorReport,
+    store: Store | None,
+    reference: measured.ReferenceFiles,
+    interval_cache: IntervalCache,
+) -> int:
+    """Compute into `interval_cache` the intervals of the runs the answer's report cites by
+    default (`relevant_run_ids`), from the records `report_for` reads: the slow part of a
+    report the first time it cites a run (its records' bootstrap), done before the report is
+    asked for. Returns how many runs had records to compute from."""
+    reference_runs = {run.run_id: run for runs in reference.runs.values() for run in runs}
+    shipped = RecordsLookup(reference=reference)
+    warmed = 0
+    for run_id in relevant_run_ids(answer):
+        if run_id in reference_runs:
+            run, records = reference_runs[run_id], shipped(run_id)
+        elif store is not None and store.has_run(run_id):
+            run, records = store.get_run(run_id), list(store.iter_records(run_id))
+        else:
+            continue
+        if records:
+            kept = KeptRecords(records)
+            list(kept)  # read through, as build_report reads it: `kept` holds the records
+            interval_cache.intervals(run, kept)
+            warmed += 1
+    return warmed
+
+
 def report_for(
     profile: WorkloadProfile,
     answer: AdvisorReport,

@@ -54,7 +54,7 @@ def run_intervals(
     for phase in phases[1:] if len(phases) > 2 else phases[:1]:
         try:
             summary = summarize_group(
-                [run_sample(run, records, phase)],
+                [run_sample(run, records, phase, rates_only=True)],
                 bootstrap=INTERVAL_BOOTSTRAP,
                 metrics=["output_throughput_tok_s"],
             )

@@ -148,12 +148,16 @@ def run_sample(
     records: Iterable[RequestRecord] | None,
     phase: str | None = None,
     slo: SLO | None = None,
+    rates_only: bool = False,
 ) -> RunSample:
     """The bootstrap's view of one run, or of one of its phases (`phase` = the phase name).
 
     The point figures are the run's (or phase's) summary; the arrays come from its measured,
     successful records (warm-up excluded, failures excluded from latencies as in the summary).
-    Without records (None) the sample is summary-only.
+    Without records (None) the sample is summary-only. `rates_only`: only what the rate
+    metrics draw (block rates, tokens, SLO hits; their draws are the same), not the sorted
+    latencies and inter-token gaps (most of a sample's time: the report's throughput intervals
+    need none of them).
     """
     summary = result.summary
     if phase is not None:
@@ -175,6 +179,11 @@ def run_sample(
         sample.summary_only = True
         return sample
     latencies = np.array([request_latencies_ms(r) for r in ok], dtype=np.float64).reshape(-1, 3)
+    if rates_only:
+        sample.block_rates, sample.tokens, sample.meets_slo = _block_rates(
+            measured, ok, slo, latencies
+        )
+        return sample
     for column, family in enumerate(("ttft", "tpot", "e2e")):
         values = latencies[:, column]
         defined = ~np.isnan(values)
@@ -213,23 +222,34 @@ def _block_rates(
     blocks = max(2, min(RATE_BLOCKS, len(ok) // MIN_BLOCK_REQUESTS))
     block_s = span_ns / blocks / NS_PER_S
     chunk_times: list[int] = []
-    chunk_tokens: list[float] = []
+    chunk_counts: list[int] = []
+    outputs: list[int] = []
+    totals: list[int] = []
+    lengths: list[int] = []
     for record in ok:
         # Each request's chunks carry its output_tokens in all (the summary's numerator), in
         # proportion to their token counts; a request without chunks counts at its end.
         times_ = record.chunk_ns or [record.end_ns]
         counts = record.chunk_tokens or [1] * len(times_)
-        total = sum(counts) or 1
         chunk_times.extend(times_)
-        chunk_tokens.extend(count * record.output_tokens / total for count in counts)
+        chunk_counts.extend(counts)
+        outputs.append(record.output_tokens)
+        totals.append(sum(counts) or 1)
+        lengths.append(len(counts))
+    # count * output_tokens / total, chunk by chunk, as whole arrays: integer products, then
+    # one correctly rounded division each, the same floats a per-chunk loop gives (that loop
+    # was most of a report's interval time: a run has a million chunks).
+    chunk_tokens = (
+        np.asarray(chunk_counts, dtype=np.int64)
+        * np.repeat(np.asarray(outputs, dtype=np.int64), lengths)
+    ) / np.repeat(np.asarray(totals, dtype=np.int64), lengths)
     times = np.asarray(chunk_times, dtype=np.int64)
     which = np.clip(((times - start) * blocks) // span_ns, 0, blocks - 1)
     ends = np.array([r.end_ns for r in ok], dtype=np.int64)
     ended = np.clip(((ends - start) * blocks) // span_ns, 0, blocks - 1)
     rates = {
         "output_throughput_tok_s": (
-            np.bincount(which, weights=np.asarray(chunk_tokens, dtype=np.float64), minlength=blocks)
-            / block_s
+            np.bincount(which, weights=chunk_tokens, minlength=blocks) / block_s
         ),
         "completions_rps": np.bincount(ended, minlength=blocks) / block_s,
     }

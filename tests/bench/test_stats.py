@@ -243,3 +243,36 @@ async def test_ladder_phases_get_their_own_percentile_notes(time_travel):
     validity = judge_validity(long.summary, ValidityRules(), phases)
     assert any(n.startswith("phase step-c1: TTFT p90/p99 from 30 values") for n in validity.notes)
     assert not any(n.startswith("phase step-c16") for n in validity.notes)
+
+
+def test_a_rates_only_sample_draws_the_same_rate_intervals():
+    """`run_sample(rates_only=True)` (the report's throughput intervals) skips the latency and
+    gap arrays: on a shipped run with its archived records, each phase's rate intervals equal
+    the full sample's, to the last bit, and the skipped arrays are absent."""
+    import json
+    from pathlib import Path
+
+    from bench.core.stats import run_sample, summarize_group
+    from bench.orchestrate.compare import reference_records
+
+    reference = Path(__file__).resolve().parents[2] / "data" / "reference"
+    name = "h200_llama2-7b_capacity_chat_slo"
+    records = reference_records(reference / name)
+    data = json.loads((reference / f"{name}_runs.json").read_text())
+    run = next(RunResult.model_validate(r) for r in data["runs"] if r["run_id"] in records)
+    rates = ["output_throughput_tok_s", "request_throughput_rps", "goodput_rps"]
+    phases = [None] + [phase.name for phase in run.phases]
+    for phase in phases[:3]:
+        full = run_sample(run, records[run.run_id], phase)
+        light = run_sample(run, records[run.run_id], phase, rates_only=True)
+        assert not light.latencies and light.itl_sorted is None and full.latencies
+        assert np.array_equal(light.block_rates["output_throughput_tok_s"],
+                              full.block_rates["output_throughput_tok_s"])  # fmt: skip
+        one = summarize_group([full], bootstrap=200, metrics=rates)
+        other = summarize_group([light], bootstrap=200, metrics=rates)
+        assert one.metric("output_throughput_tok_s").interval is not None  # not vacuous
+        for metric in rates:
+            a, b = one.metric(metric), other.metric(metric)
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert a.interval == b.interval and a.value == b.value

@@ -42,10 +42,12 @@ validated by Streamlit 0.8 s), static files and sockets most of the rest. Now re
 drawn in two processes beside the server (ui/chart_renderer.py), layer data is a plain inline
 object, the memory chart a Vega-Lite spec, the calibration shared until the stored runs change
 and each answer kept until then (the Report page reuses the Advisor page's), the machine's
-fingerprint read once a minute. Four runs (sessions 0 or 1 s apart): server CPU 19-21 s,
-page runs median 0.18-0.28 s, p90 0.8-1.7 s, max 2.4-5.6 s; the Report page's lock 2.6 s, the
-Advisor page's 4.1 s. What is left is the convoy: browsers starved of CPU reach the same step
-together, and runs in one interpreter share it, so a burst's runs all end near its end.
+fingerprint read once a minute. The slowest Report pages were the first to cite a run: its
+records' bootstrap (0.9 s alone for the four runs cited at 40 in flight) held every report
+waiting on it; it is computed when the Advisor page shows the answer (`state.warm_report`),
+on rates alone (`run_sample(rates_only=True)`, the same intervals). Sessions arrive 1 s apart
+and think 0-6 s between steps. Two runs: server CPU 18.5-19.0 s, page runs median 0.14-0.18 s,
+p90 0.70-0.73 s, max 1.35-1.70 s.
 Before (same host, same day), each cause found by sampling the served app's stacks (py-spy):
 - Streamlit's full garbage collection after every page run (`runner.postScriptGC`, now off in
   .streamlit/config.toml): one session at a time, the server's CPU for opening the app fell from
@@ -65,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -87,6 +90,12 @@ ARRIVAL_GAP_S = float(os.environ.get("ADVISOR_LOAD_ARRIVAL_S", "1.0"))
 do not open the app in the same millisecond; each session then stays open for over a minute,
 so all of them are open at once (checked: `most_open_at_once`). With 0, every tab asks for the
 app at the same instant and the page runs queue behind each other's first run."""
+THINK_S = (0.0, 6.0)
+"""Seconds a person spends on a page before the next step (uniform, seeded per session; a load
+tester's wait time, as Locust's `between`): people read the answer before they act on it. Without
+it the sessions move in step: twenty browsers starved of this host's CPU reach each step
+together (a person's browser runs on their own machine), and the server meets a burst of the
+same page at once."""
 JOB_EVERY = 4
 """One session in JOB_EVERY queues a benchmark job; the others export the report."""
 PAGE_LIMIT_S = 5.0
@@ -114,6 +123,11 @@ class Session:
     open_from: float | None = None
     open_until: float | None = None
     """Monotonic seconds this session's browser context was open."""
+    think: random.Random = field(init=False)
+    """This session's think times (seeded by its index: the same run to run)."""
+
+    def __post_init__(self) -> None:
+        self.think = random.Random(self.index)
 
 
 def job_config():
@@ -175,8 +189,10 @@ class PageRuns:
 
 
 async def timed(session: Session, name: str, action, runs: PageRuns) -> None:
-    """Run one step: its time in this host's browser and (one session at a time) the server's
-    CPU for it."""
+    """Run one step, after the person's think time (none before the first): its time in this
+    host's browser and (one session at a time) the server's CPU for it."""
+    if session.timings and not SERIAL:
+        await asyncio.sleep(session.think.uniform(*THINK_S))
     cpu = server_cpu_s(SERVER["url"]) if SERVER else None
     started = time.monotonic()
     await action()
@@ -464,7 +480,8 @@ def test_sessions_at_once_keep_their_state_and_jobs_run_once_in_order(
     # The figures, printed whatever the verdicts below.
     names = sorted({name for s in sessions for name in s.timings})
     load_after = os.getloadavg()[0]
-    print(f"\n{SESSIONS} sessions in {wall_s:.1f} s, arriving {ARRIVAL_GAP_S:g} s apart, "
+    print(f"\n{SESSIONS} sessions in {wall_s:.1f} s, arriving {ARRIVAL_GAP_S:g} s apart, thinking "
+          f"{THINK_S[0]:g}-{THINK_S[1]:g} s between steps, "
           f"{most_open_at_once(sessions)} open at once at most; load average before "
           f"{load_before[0]:.2f}, after {load_after:.2f} ({os.cpu_count()} CPUs)")  # fmt: skip
     print("  warm-up, once per server start (not measured below): "

@@ -117,3 +117,31 @@ def test_sessions_asking_for_one_run_at_once_compute_it_once(monkeypatch: pytest
         thread.join(timeout=30)
     assert calls == [run.run_id]
     assert len(found) == 4 and all(value == found[0] for value in found) and found[0]
+
+
+def test_warming_computes_what_the_report_then_reads_from_the_cache(
+    tmp_path: Path, counted: list[str]
+) -> None:
+    """`warm_intervals` (the app starts it when the Advisor page shows an answer) computes the
+    intervals of the runs the report cites, from the same records: the report built after it
+    computes none, and equals one built without the cache. Stored and shipped runs both."""
+    from advisor.report.build import relevant_run_ids, warm_intervals
+
+    gpu = synthetic_run("vllm", "concurrency", gpu=True, seed=3, engine_args={"enforce_eager": 1})
+    step = synthetic_run("pytorch", "step", seed=1)
+    store = store_with(tmp_path / "s.sqlite", [gpu, step])
+    profile = workload_profile("t")
+    reference = read_reference_folder(SHIPPED_REFERENCE_DIR)
+    answer = real_answer(profile, store, SHIPPED_REFERENCE_DIR)
+    cited = relevant_run_ids(answer)
+    assert cited
+    cache = IntervalCache()
+    warmed = warm_intervals(answer, store, reference, cache)
+    assert warmed >= 1 and set(counted) <= set(cited) and len(counted) == warmed
+    counted.clear()
+    cached = report_for(profile, answer, store, reference, interval_cache=cache)
+    assert counted == []  # every interval was there already
+    plain = report_for(profile, answer, store, reference)  # every interval computed anew
+    assert any(row.output_throughput_low is not None for row in plain.evidence)
+    dump = {"generated_at", "environment"}
+    assert cached.model_dump(exclude=dump) == plain.model_dump(exclude=dump)
