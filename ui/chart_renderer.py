@@ -10,8 +10,9 @@ Here a small pool of worker processes (started with `spawn`: the server has thre
 `fork` does not copy safely) draws them: the server sends a chart's JSON and waits without the
 lock. A pool that cannot start or has broken (a worker killed) is replaced once; if that fails
 too the chart is drawn in the server process, as before, so a report is never lost to it.
-The workers are the server's children, in its process group, and exit with it (a worker whose
-parent is gone reads the end of its task pipe and stops).
+The workers are the server's children, in its process group; each watches the server's pid
+from its start and exits once it is no longer its parent (a server killed outright, SIGKILL,
+would otherwise leave them waiting on their task pipe: seen, before the watch).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -33,9 +35,25 @@ WORKERS = max(1, min(2, os.cpu_count() or 1))
 Python at a time, so a second core is otherwise mostly idle), one on a single core."""
 CHART_TIMEOUT_S = 120.0
 """Longest wait for one chart before it is drawn in the server process instead."""
+PARENT_CHECK_S = 0.5
+"""How often a worker looks at its parent pid."""
 KEPT_CHARTS = 256
 """Drawn charts kept by content (least recently used out first): most of a report's charts do
 not depend on the profile, and every session's report shows them."""
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Each worker's first code (the pool's initializer): a thread that ends the worker once
+    `parent_pid`, the server that started it, is no longer its parent (re-parented: the server
+    is gone). The pid comes from the server, so a server gone before the watch starts is seen
+    at the first look."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 class ChartRenderer:
@@ -55,7 +73,10 @@ class ChartRenderer:
         with self._lock:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
-                    max_workers=self.workers, mp_context=multiprocessing.get_context("spawn")
+                    max_workers=self.workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=exit_with_parent,
+                    initargs=(os.getpid(),),
                 )
             return self._pool
 

@@ -72,3 +72,39 @@ def test_a_killed_worker_is_replaced_and_the_chart_still_drawn(charts):
         assert renderer.worker_pids() and worker not in renderer.worker_pids()
     finally:
         renderer.close()
+
+
+SERVER_STAND_IN = """
+import sys, time
+from advisor.report.model import Chart, Series
+from ui.chart_renderer import ChartRenderer
+if __name__ == "__main__":
+    renderer = ChartRenderer(workers=2)
+    chart = Chart(id="x", title="t", kind="line", x_label="x", y_label="y",
+                  series=[Series(name="a", x=[1, 2], y=[1, 2])])
+    renderer.svgs({"x": chart.model_dump_json()})
+    print(" ".join(map(str, renderer.worker_pids())), flush=True)
+    time.sleep(120)
+"""
+
+
+def test_the_workers_exit_when_the_server_is_killed_outright(tmp_path):
+    """A process that holds a renderer (the app server's part, nothing else of it) is killed
+    with SIGKILL: its chart workers, re-parented, see it and exit (before the watch they
+    waited on their task pipe for ever)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_STAND_IN)
+    root = Path(__file__).resolve().parents[2]
+    server = subprocess.Popen([sys.executable, str(script)], cwd=root, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    try:
+        workers = [int(pid) for pid in server.stdout.readline().split()]
+        assert workers and all(psutil.pid_exists(pid) for pid in workers)
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+    assert gone(workers, within_s=10)
