@@ -186,6 +186,11 @@ def interval_cache() -> IntervalCache:
 
 
 _WARMING: set[tuple[str, ...]] = set()
+_WARMED: dict[tuple[tuple[str, ...], str], None] = {}
+"""Run sets already warmed, with the stored runs' version then (oldest first, at most
+WARMED_KEPT): an Advisor page run for the same answer starts no thread, and reads no stored
+records again."""
+WARMED_KEPT = 256
 _WARMING_GUARD = threading.Lock()
 
 
@@ -199,8 +204,9 @@ def warm_report(answer: AdvisorReport, store_location: str | None) -> None:
     from advisor.report.build import relevant_run_ids, warm_intervals
 
     runs = tuple(relevant_run_ids(answer))
+    done = (runs, runs_version(store_location))
     with _WARMING_GUARD:
-        if not runs or runs in _WARMING:
+        if not runs or runs in _WARMING or done in _WARMED:
             return
         _WARMING.add(runs)
     store, reference, cache = get_store(), reference_files(), interval_cache()
@@ -208,6 +214,10 @@ def warm_report(answer: AdvisorReport, store_location: str | None) -> None:
     def work() -> None:
         try:
             warm_intervals(answer, store, reference, cache)
+            with _WARMING_GUARD:
+                _WARMED[done] = None
+                while len(_WARMED) > WARMED_KEPT:
+                    del _WARMED[next(iter(_WARMED))]
         except Exception:  # a report asked for later computes (and reports) it itself
             logging.getLogger(__name__).exception("warming the report's intervals failed")
         finally:

@@ -415,3 +415,35 @@ def test_the_kept_answer_is_made_again_when_a_run_lands_or_finishes(store_path):
     state.get_store().update_run(run.model_copy(update={"status": RunStatus.FAILED}))
     st.cache_data.clear()
     assert state.runs_version(str(store_path)) not in (before, landed)
+
+
+def test_the_answers_report_is_warmed_once_until_the_runs_change(store_path, monkeypatch):
+    """The Advisor page starts the report's slow part (its cited runs' intervals) in the
+    background; the same answer shown again starts nothing, a run that lands warms again."""
+    import time
+
+    import advisor.report.build
+    from tests.ui.conftest import stored_run
+    from ui import state
+
+    calls: list[int] = []
+    monkeypatch.setattr(advisor.report.build, "warm_intervals", lambda *args: calls.append(1) or 1)
+    monkeypatch.setattr(state, "_WARMED", {})
+
+    def warm_and_wait() -> None:
+        state.warm_report(answer, str(store_path))
+        deadline = time.monotonic() + 10
+        while state._WARMING and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    import streamlit as st
+
+    st.cache_data.clear()
+    answer = state.advise(state.default_profile(), str(store_path))
+    warm_and_wait()
+    warm_and_wait()
+    assert calls == [1]  # the second view of the same answer started nothing
+    stored_run(store_path)
+    st.cache_data.clear()
+    warm_and_wait()
+    assert calls == [1, 1]
