@@ -699,8 +699,8 @@ def show_candidates(stage_result: Any, scope: str = "s0") -> None:
     show_estimate(estimate, scope)
 
 
-PART_COLOURS = ["#f58518", "#4c78a8", "#9ecae9"]
-"""Weights, KV cache, runtime overhead (in that order in the chart's legend)."""
+PART_COLOURS = {"weights": "#f58518", "KV cache": "#4c78a8", "runtime overhead": "#9ecae9"}
+"""Each memory part's colour, whichever parts a breakdown has."""
 
 
 def memory_chart_spec(parts: dict[str, float], available_gb: float | None) -> dict[str, Any]:
@@ -709,6 +709,7 @@ def memory_chart_spec(parts: dict[str, float], available_gb: float | None) -> di
     chart against the whole Vega-Lite schema on every draw (0.8 of 6 s of the Advisor page's
     server time with 20 sessions at once, py-spy --gil)."""
     bars = [{"what": name, "GB": value, "row": "needed"} for name, value in parts.items()]
+    colours = {"domain": list(parts), "range": [PART_COLOURS[name] for name in parts]}
     layers: list[dict[str, Any]] = [
         {
             "data": {"values": bars},
@@ -719,7 +720,7 @@ def memory_chart_spec(parts: dict[str, float], available_gb: float | None) -> di
                 "y": {"field": "row", "type": "nominal", "title": None, "axis": None},
                 # Blues and orange, never red: red is the GPU's memory line beside them.
                 "color": {"field": "what", "type": "nominal",
-                          "scale": {"domain": list(parts), "range": PART_COLOURS[: len(parts)]},
+                          "scale": colours,
                           "legend": {"orient": "top", "title": None}},
                 "order": {"field": "what", "type": "nominal"},
                 "tooltip": [{"field": "what", "type": "nominal"},

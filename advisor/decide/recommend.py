@@ -130,7 +130,7 @@ def recommend(
     reference = reference or read_reference_folder(reference_dir)
     every_run = all_runs + [run for file_runs in reference.runs.values() for run in file_runs]
     calibration, factors = calibrated or evidence_calibration(
-        store, reference, reference_dir, extra_runs=runs or ()
+        store, reference, reference_dir, runs=all_runs
     )
     lookup = RecordsLookup(store, records, reference)
     files = {run.run_id: name for name, file_runs in reference.runs.items() for run in file_runs}

@@ -359,13 +359,14 @@ def evidence_calibration(
     store: object | None,
     reference: ReferenceFiles,
     reference_dir: str | Path | None = None,
-    extra_runs: Sequence[RunResult] = (),
+    runs: Sequence[RunResult] | None = None,
 ) -> tuple[Calibration, StepCalibration]:
     """The one calibration on the evidence the advisor reads (the store's runs and `bench
     calibrate` records, the shipped runs and records): its accuracy and its factor lookup. The
-    lookup remembers each fit, so a caller that keeps it for many answers fits each once."""
+    lookup remembers each fit, so a caller that keeps it for many answers fits each once.
+    `runs`: the store's runs (and any unsaved ones) where the caller has read them already."""
     return calibration_from(
-        stored_runs(store) + list(extra_runs),
+        stored_runs(store) if runs is None else runs,
         reference.runs,
         yours=stored_records(store),
         shipped=shipped_records(Path(reference_dir) if reference_dir is not None else None),

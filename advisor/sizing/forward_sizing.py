@@ -31,9 +31,6 @@ from advisor.sizing.speech_loop import (
     eager_loop_note,
     eager_step_ms,
 )
-from advisor.sizing.speech_loop import (
-    measured_gpu as fitted_gpu,
-)
 from advisor.workload.architectures import architecture_for
 from advisor.workload.gpus import find_gpu
 from advisor.workload.profile import StageProfile
@@ -174,11 +171,11 @@ def size_forward_stage(
         # stage: there the encoder is exported to the engine its part is routed to.
         eager_encoder = eager_encoder_fit(architecture)
         if eager_encoder is not None:
-            fitted, measured_on = eager_encoder
+            fitted = eager_encoder.model
             model = fitted.carried_to(
                 model, f"the floor on {gpu.name} with the overhead and efficiency of {fitted.basis}"
             )
-            own = measured_on == architecture.name and find_gpu(fitted_gpu()) == gpu
+            own = eager_encoder.measured_on(architecture.name, gpu)
             error = max(fitted.fit_error or 0.0, MEASURED_ENCODER_ERROR) if own else CARRIED_ERROR
             basis = "measured ladder" if own else "carried ladder"
     notes = []
@@ -189,7 +186,7 @@ def size_forward_stage(
             f"error assumed {error:.0%}; a ladder on {gpu.name} settles it"
         )
     elif eager_encoder is not None:
-        notes.append(eager_encoder_note(eager_encoder[1], architecture.name, gpu.name, error))
+        notes.append(eager_encoder_note(eager_encoder, architecture.name, gpu, error))
     elif stage.parts and framework in EAGER_LOOP_FRAMEWORKS and not calibrated:
         notes.append(
             f"a split stage: its encoder is exported to the engine its part is routed to, which "

@@ -13,13 +13,14 @@ import math
 import statistics
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
 from advisor.sizing.forward_model import BatchTimeModel, calibrate, floor_model
 from advisor.sizing.measured import REPO_ROOT
 from advisor.workload.architectures import PUBLISHED_ENCODERS, Architecture
-from advisor.workload.gpus import find_gpu
+from advisor.workload.gpus import GpuSpec, find_gpu
 
 FOLDER = "h100_whisper_loop"
 FILE = "whisper_loop_reverse.json"
@@ -96,17 +97,26 @@ def eager_step_ms(decoder_layers: int, reference_dir: str | None = None) -> floa
     return measured.median_step_ms_per_layer() * decoder_layers
 
 
-ENCODER_FIT_LEAST_BATCH = 1
-"""The encoder's rows fitted: every measured batch (1 to 64), so the fit's overhead is the
-launch-bound batch of one and its efficiency the large batches' fraction of the floor."""
+class EncoderFit(NamedTuple):
+    """Eager PyTorch's encoder pass fitted to measured rows, and what it was measured on."""
+
+    model: BatchTimeModel
+    measured_model: str
+    measured_gpu: GpuSpec
+
+    def measured_on(self, model: str, gpu: GpuSpec) -> bool:
+        """Whether the fit is of this model on this GPU type (else it is carried to them)."""
+        return self.measured_model == model and self.measured_gpu == gpu
 
 
 def eager_encoder_fit(
     architecture: Architecture, reference_dir: str | None = None
-) -> tuple[BatchTimeModel, str] | None:
-    """Eager PyTorch's encoder pass (the forward before the loop) fitted to the measured rows:
-    overhead and efficiency over the floor on the measured GPU (`forward_model.calibrate`, the
-    ladder fit), with the Whisper model they were measured on. The rows of this architecture's
+) -> EncoderFit | None:
+    """Eager PyTorch's encoder pass (the forward before the loop) fitted to every measured
+    batch (1 to 64: the overhead is the launch-bound batch of one, the efficiency the large
+    batches' fraction of the floor): overhead and efficiency over the floor on the measured GPU
+    (`forward_model.calibrate`, the ladder fit), with the Whisper model and GPU they were
+    measured on. The rows of this architecture's
     own model where it was measured, else of the measured model nearest in encoder parameters
     (whisper-small and whisper-large-v3 reached 22-24% and 31% of the encoder's floor at batch
     8 to 64: a larger encoder keeps the GPU busier). None without the measurement, a catalogue
@@ -124,8 +134,7 @@ def eager_encoder_fit(
         return abs(math.log(other / architecture.encoder_parameters))  # type: ignore[operator]
 
     chosen = architecture.name if architecture.name in models else min(models, key=distance)
-    rows = [row for row in measured.rows
-            if row.model == chosen and row.batch >= ENCODER_FIT_LEAST_BATCH]  # fmt: skip
+    rows = [row for row in measured.rows if row.model == chosen]
     floor = floor_model(PUBLISHED_ENCODERS[chosen], gpu, rows[0].dtype) if rows else None
     if floor is None:
         return None
@@ -139,28 +148,22 @@ def eager_encoder_fit(
         f"eager PyTorch's {chosen} encoder on an {measured.gpu} at batches {batches[0]} to "
         f"{batches[-1]} ({measured.source}), within {error:.0%} of its rows"
     )
-    return fitted.model_copy(update={"basis": words}), chosen
+    return EncoderFit(fitted.model_copy(update={"basis": words}), chosen, gpu)
 
 
-def measured_gpu(reference_dir: str | None = None) -> str:
-    """The GPU the loop was measured on, as NVML names it ('' without the measurement)."""
-    measured = shipped_loop_measurement(reference_dir)
-    return measured.gpu if measured is not None else ""
-
-
-def eager_encoder_note(measured_model: str, model: str, gpu: str, error: float) -> str:
+def eager_encoder_note(fit: EncoderFit, model: str, gpu: GpuSpec, error: float) -> str:
     """Where the encoder's batch times come from when `eager_encoder_fit` sized them."""
     measured = shipped_loop_measurement()
     assert measured is not None  # callers ask after eager_encoder_fit found it
     carried = (
         ""
-        if measured_model == model and find_gpu(measured.gpu) == find_gpu(gpu)
-        else f", carried to {model} on {gpu} (its floor with their overhead and efficiency)"
+        if fit.measured_on(model, gpu)
+        else f", carried to {model} on {gpu.name} (its floor with their overhead and efficiency)"
     )
     return (
-        f"no measured batch ladder of eager PyTorch on {gpu} for {model}: the encoder's pass is "
-        f"sized from {measured_model}'s on an {measured.gpu} ({measured.source}){carried}; the "
-        f"loop's steps from its launches (below); error assumed {error:.0%}"
+        f"no measured batch ladder of eager PyTorch on {gpu.name} for {model}: the encoder's "
+        f"pass is sized from {fit.measured_model}'s on an {measured.gpu} ({measured.source})"
+        f"{carried}; the loop's steps from its launches (below); error assumed {error:.0%}"
     )
 
 
@@ -190,13 +193,13 @@ def eager_loop_note(
 
 __all__ = [
     "EAGER_LOOP_FRAMEWORKS",
+    "EncoderFit",
     "LoopMeasurement",
     "LoopRow",
     "eager_encoder_fit",
     "eager_encoder_note",
     "eager_loop_note",
     "eager_step_ms",
-    "measured_gpu",
     "read_loop_measurement",
     "shipped_loop_measurement",
 ]

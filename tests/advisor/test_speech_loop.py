@@ -125,7 +125,8 @@ def test_the_encoder_fit_follows_its_own_measured_rows(model):
     """Eager PyTorch's encoder pass, fitted to the shipped rows (overhead and efficiency over the
     floor): within a few percent of every row it was fitted to, at a fraction of the floor's
     speed that a large encoder beats a small one at."""
-    fitted, measured_on = eager_encoder_fit(PUBLISHED_ENCODERS[model])
+    fit = eager_encoder_fit(PUBLISHED_ENCODERS[model])
+    fitted, measured_on = fit.model, fit.measured_model
     assert measured_on == model
     rows = measured_encoder_rows(model)
     for row in rows:
@@ -140,7 +141,7 @@ def test_the_encoder_fit_carried_to_another_model_holds_within_its_stated_error(
     sizing states for a carried fit."""
     from advisor.sizing.forward_sizing import CARRIED_ERROR
 
-    small, _ = eager_encoder_fit(PUBLISHED_ENCODERS["whisper-small"])
+    small = eager_encoder_fit(PUBLISHED_ENCODERS["whisper-small"]).model
     large = PUBLISHED_ENCODERS["whisper-large-v3"]
     floor = floor_model(large, get_gpu("H100-SXM"), "float16")
     carried = small.carried_to(floor, "carried")
@@ -161,7 +162,7 @@ def test_eager_pytorch_sizes_the_encoder_from_the_measured_rows():
     on_h100 = size_forward_stage(whisper_stage(2000, gpu="H100-SXM"), "pytorch")
     assert on_h100 is not None and on_h100.basis == "measured ladder"
     assert on_h100.error == pytest.approx(0.25)
-    fitted, _ = eager_encoder_fit(PUBLISHED_ENCODERS["whisper-small"])
+    fitted = eager_encoder_fit(PUBLISHED_ENCODERS["whisper-small"]).model
     assert on_h100.batch_time.efficiency == pytest.approx(fitted.efficiency)
     on_l4 = size_forward_stage(whisper_stage(2000), "pytorch")
     assert on_l4 is not None and on_l4.basis == "carried ladder" and on_l4.error == 0.55
