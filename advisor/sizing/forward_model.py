@@ -147,18 +147,34 @@ class BatchTimeModel(Strict):
         "launches), overlapping the device's step: each step takes the longer of the two "
         "(measured: advisor/sizing/speech_loop.py); 0 = a loop without per-step launch cost.",
     )
+    loop_step_fixed_ms: float = Field(
+        0.0,
+        ge=0,
+        description="A captured loop's time a step that no batch size shrinks: each kernel's "
+        "own time on the GPU, which a CUDA graph does not remove (measured: "
+        "advisor/sizing/speech_loop.py's graph_loop_fit); 0 = none counted.",
+    )
+    loop_efficiency: float | None = Field(
+        None,
+        gt=0,
+        le=1.5,
+        description="A captured loop's fraction of its step floor's speed, fitted to measured "
+        "steps; None = the loop's steps at their floor (or at the encoder's efficiency where a "
+        "ladder of the whole model calibrated both).",
+    )
 
-    def _encoder_floor_ms(self, batch: int) -> float:
+    def encoder_floor_ms(self, batch: int) -> float:
         return max(batch * self.compute_ms_per_sample, self.memory_floor_ms)
 
-    def _step_floor_ms(self, batch: int) -> float:
+    def step_floor_ms(self, batch: int) -> float:
+        """One decoder step's floor for `batch` samples (ms): the larger of its reads and FLOPs."""
         return max(
             self.loop_weights_ms + batch * self.loop_read_ms_per_sample,
             batch * self.loop_compute_ms_per_sample,
         )
 
     def floor_ms(self, batch: int) -> float:
-        return self._encoder_floor_ms(batch) + self.loop_steps * self._step_floor_ms(batch)
+        return self.encoder_floor_ms(batch) + self.loop_steps * self.step_floor_ms(batch)
 
     def batch_ms(self, batch: int) -> float:
         if self.loop_steps and self.loop_step_overhead_ms:
@@ -167,15 +183,21 @@ class BatchTimeModel(Strict):
             # it. The device's step stays at its floor: in every measured row the loop was
             # launch-bound (advisor/sizing/speech_loop.py), so no step efficiency was observed,
             # and the encoder's compute-bound fraction says nothing of a memory-bound step.
-            encoder_ms = self._encoder_floor_ms(batch) / self.efficiency
-            step_ms = max(self.loop_step_overhead_ms, self._step_floor_ms(batch))
+            encoder_ms = self.encoder_floor_ms(batch) / self.efficiency
+            step_ms = max(self.loop_step_overhead_ms, self.step_floor_ms(batch))
             before = (
                 max(self.overhead_ms, encoder_ms)
                 if self.overlapped
                 else self.overhead_ms + encoder_ms
             )
             return before + self.loop_steps * step_ms
-        device_ms = self.floor_ms(batch) / self.efficiency
+        if self.loop_steps and self.loop_efficiency is not None:
+            # A captured loop: its steps at the fit of measured graph replays, the encoder's
+            # pass at the encoder's own efficiency.
+            step_ms = self.loop_step_fixed_ms + self.step_floor_ms(batch) / self.loop_efficiency
+            device_ms = self.encoder_floor_ms(batch) / self.efficiency + self.loop_steps * step_ms
+        else:
+            device_ms = self.floor_ms(batch) / self.efficiency
         if self.overlapped:
             return max(self.overhead_ms, device_ms)
         return self.overhead_ms + device_ms
@@ -189,6 +211,8 @@ class BatchTimeModel(Strict):
                 "efficiency": self.efficiency,
                 "overlapped": self.overlapped,
                 "loop_step_overhead_ms": self.loop_step_overhead_ms,
+                "loop_step_fixed_ms": self.loop_step_fixed_ms,
+                "loop_efficiency": self.loop_efficiency,
                 "fit_error": self.fit_error,
                 "largest_measured_batch": self.largest_measured_batch,
                 "basis": basis,

@@ -26,10 +26,13 @@ from advisor.sizing.forward_model import (
 )
 from advisor.sizing.speech_loop import (
     EAGER_LOOP_FRAMEWORKS,
+    GRAPH_LOOP_FRAMEWORKS,
     eager_encoder_fit,
     eager_encoder_note,
     eager_loop_note,
     eager_step_ms,
+    graph_loop_fit,
+    graph_loop_note,
 )
 from advisor.workload.architectures import architecture_for
 from advisor.workload.gpus import find_gpu
@@ -178,8 +181,27 @@ def size_forward_stage(
             own = eager_encoder.measured_on(architecture.name, gpu)
             error = max(fitted.fit_error or 0.0, MEASURED_ENCODER_ERROR) if own else CARRIED_ERROR
             basis = "measured ladder" if own else "carried ladder"
+    graph_loop = None
+    if steps and framework in GRAPH_LOOP_FRAMEWORKS and not calibrated:
+        # No ladder of this model on the engine: its loop's steps at the fit of measured graph
+        # replays (advisor/sizing/speech_loop.py), the encoder's pass at its floor.
+        graph_loop = graph_loop_fit(architecture)
+        if graph_loop is not None:
+            words = graph_loop_note(graph_loop, architecture.name, gpu, steps)
+            model = graph_loop.applied_to(model, architecture.decoder_layers or 0).model_copy(
+                update={"basis": f"{words}; the encoder's pass at its floor on {gpu.name}"}
+            )
+            own = graph_loop.measured_on(architecture.name, gpu)
+            error = max(graph_loop.worst_error, MEASURED_ENCODER_ERROR) if own else CARRIED_ERROR
+            basis = "measured ladder" if own else "carried ladder"
     notes = []
-    if carried_from is not None:
+    if graph_loop is not None:
+        notes.append(
+            f"no measured batch ladder of {framework} on {gpu.name} for {architecture.name}: "
+            f"{model.basis} (a lower bound: {framework}'s encoder is not measured here); error "
+            f"assumed {error:.0%}"
+        )
+    elif carried_from is not None:
         notes.append(
             f"no measured batch ladder of {framework} on {gpu.name} at this shape: the one on "
             f"{carried_from} is carried over (its overhead and efficiency on this GPU's floor), "
@@ -201,10 +223,11 @@ def size_forward_stage(
         )
     scope = None
     if architecture.encoder_parameters and steps:
+        timed = "as measured graph replays" if graph_loop is not None else "at the floor"
         scope = (
             f"the encoder's pass over its {architecture.encoder_frames:,} frames and the "
             f"decoder's loop of {steps} steps a clip ({steps_source}), each reading the "
-            "decoder's weights and every clip's cross-attention keys and values, at the floor; "
+            f"decoder's weights and every clip's cross-attention keys and values, {timed}; "
             f"at most {floor.largest_batch_in_memory} clips' keys and values fit one "
             f"{gpu.name} beside the weights"
         )
@@ -219,7 +242,7 @@ def size_forward_stage(
             eager = eager_loop_note(layers, steps, applied=True)
             notes.append(eager)
             scope = f"{scope}; {eager}"
-        elif step_ms is not None:
+        elif step_ms is not None and graph_loop is None:
             notes.append(eager_loop_note(layers, steps, applied=False))
     slo = stage.slo.e2e_ms
     if slo is None:

@@ -4,6 +4,12 @@ an H100, a greedy loop of 100 tokens at batches 1 to 64. The loop was launch-bou
 each step costs the host's kernel launches, about the same per decoder layer whatever the batch,
 far above the floor the advisor sizes speech stages with (which assumes a loop without per-step
 launch cost: CUDA graphs or a fused engine). The speech stages' notes say so with this figure.
+
+The same loop was also measured as a serving engine runs it (`whisper_graph_*.json`, made with
+`--cuda-graphs`): the decoder step captured once as a CUDA graph and replayed. A step then costs
+a fixed time (each kernel's own time on the GPU, about 0.09 ms a decoder layer) plus the step's
+floor stretched by an efficiency; `graph_loop_fit` fits both to those rows and sizes the loop of
+an engine that captures its decoder (`GRAPH_LOOP_FRAMEWORKS`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,12 @@ class LoopRow(BaseModel):
     encoder_ms: float = Field(gt=0)
     batch_ms: float = Field(gt=0)
     loop_ms: float = Field(gt=0)
+    graph_loop_ms: float | None = Field(
+        None, gt=0, description="With --cuda-graphs: cross-attention K/V once + the replays."
+    )
+    compiled_graph_loop_ms: float | None = Field(
+        None, gt=0, description="With --compile: the same with the step compiled first."
+    )
 
 
 class LoopMeasurement(BaseModel):
@@ -82,6 +94,21 @@ def shipped_loop_measurement(reference_dir: str | None = None) -> LoopMeasuremen
     path = folder / FOLDER / FILE
     return read_loop_measurement(path) if path.is_file() else None
 
+
+GRAPH_FILES = "whisper_graph_*.json"
+"""The runs made with `--cuda-graphs` (one file per model: whisper-small, whisper-large-v3)."""
+
+
+@lru_cache(maxsize=2)
+def shipped_graph_measurements(reference_dir: str | None = None) -> tuple[LoopMeasurement, ...]:
+    """The shipped runs with graph-captured loops; empty where the folder lacks them."""
+    folder = (Path(reference_dir) if reference_dir is not None else SHIPPED_FOLDER) / FOLDER
+    return tuple(read_loop_measurement(path) for path in sorted(folder.glob(GRAPH_FILES)))
+
+
+GRAPH_LOOP_FRAMEWORKS = ("torch_compile",)
+"""Frameworks that run the decoder loop as captured CUDA graphs (torch.compile's reduce-overhead
+mode, which the bench's `torch_compile` engine serves): sized with `graph_loop_fit`."""
 
 EAGER_LOOP_FRAMEWORKS = ("pytorch",)
 """Frameworks whose decoder loop launches every kernel from Python, as measured: sized with the
@@ -151,6 +178,126 @@ def eager_encoder_fit(
     return EncoderFit(fitted.model_copy(update={"basis": words}), chosen, gpu)
 
 
+class GraphLoopFit(NamedTuple):
+    """A graph-captured decoder step fitted to measured rows: step = fixed + floor / efficiency."""
+
+    fixed_ms_per_layer: float
+    efficiency: float
+    worst_error: float
+    measured_model: str
+    measured_gpu: GpuSpec
+    kind: str
+    """'compiled_graph' (torch.compile's kernels, captured) or 'graph' (eager's, captured)."""
+    batches: tuple[int, ...]
+    source: str
+
+    def measured_on(self, model: str, gpu: GpuSpec) -> bool:
+        return self.measured_model == model and self.measured_gpu == gpu
+
+    def applied_to(self, model: BatchTimeModel, decoder_layers: int) -> BatchTimeModel:
+        """`model` (a floor with its loop) with its steps at this fit."""
+        return model.model_copy(
+            update={
+                "loop_step_fixed_ms": self.fixed_ms_per_layer * decoder_layers,
+                "loop_efficiency": self.efficiency,
+            }
+        )
+
+
+def _fit_steps(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(fixed ms, efficiency) of t = fixed + floor / efficiency by least squares on relative
+    errors (each step weighed by its own time: a batch of one counts as much as one of 128)."""
+    # minimise sum(((a + k f - t) / t)^2) over a, k: the normal equations of two unknowns.
+    s11 = sum(1 / t**2 for _, t in points)
+    s12 = sum(f / t**2 for f, t in points)
+    s22 = sum(f * f / t**2 for f, t in points)
+    b1 = sum(1 / t for _, t in points)
+    b2 = sum(f / t for f, t in points)
+    det = s11 * s22 - s12 * s12
+    fixed = (b1 * s22 - b2 * s12) / det
+    slope = (s11 * b2 - s12 * b1) / det
+    if fixed < 0:  # no fixed time: the floor alone, stretched
+        fixed, slope = 0.0, b2 / s22
+    slope = max(slope, 1 / 1.5)  # no engine beats the floor by more than its error
+    return fixed, min(1 / slope, 1.5)
+
+
+def graph_loop_fit(
+    architecture: Architecture, kind: str = "compiled_graph", reference_dir: str | None = None
+) -> GraphLoopFit | None:
+    """The graph-captured loop of `architecture`'s decoder, fitted to the shipped rows of
+    `kind` ('compiled_graph', else 'graph' where no compiled rows were measured): the rows of
+    its own model where measured, else of the measured model nearest in decoder layers. Each
+    row's step is its whole loop (cross-attention keys and values once, then the replays) over
+    its steps; its floor is `decoder_loop`'s step on the measured GPU. None without rows, a
+    catalogue GPU or a decoder."""
+    if not architecture.decoder_layers:
+        return None
+    field = f"{kind}_loop_ms"
+    found = [
+        (measured, row)
+        for measured in shipped_graph_measurements(reference_dir)
+        for row in measured.rows
+        if getattr(row, field, None) is not None and row.model in PUBLISHED_ENCODERS
+    ]
+    if not found:
+        return graph_loop_fit(architecture, "graph", reference_dir) if kind != "graph" else None
+    models = {row.model for _, row in found}
+
+    def distance(name: str) -> float:
+        layers = PUBLISHED_ENCODERS[name].decoder_layers or 1
+        return abs(math.log(layers / architecture.decoder_layers))  # type: ignore[operator]
+
+    chosen = architecture.name if architecture.name in models else min(models, key=distance)
+    rows = [(m, row) for m, row in found if row.model == chosen]
+    measured = rows[0][0]
+    gpu = find_gpu(measured.gpu)
+    layers = PUBLISHED_ENCODERS[chosen].decoder_layers
+    if gpu is None or not layers:
+        return None
+    points = []
+    for _, row in rows:
+        floor = floor_model(PUBLISHED_ENCODERS[chosen], gpu, row.dtype, decode_steps=row.steps)
+        if floor is None:
+            return None
+        points.append((floor.step_floor_ms(row.batch), getattr(row, field) / row.steps))
+    if len({f for f, _ in points}) < 2:
+        return None
+    fixed, efficiency = _fit_steps(points)
+    worst = max(abs(fixed + f / efficiency - t) / t for f, t in points)
+    return GraphLoopFit(
+        fixed / layers,
+        efficiency,
+        worst,
+        chosen,
+        gpu,
+        kind,
+        tuple(sorted(row.batch for _, row in rows)),
+        measured.source,
+    )
+
+
+def graph_loop_note(fit: GraphLoopFit, model: str, gpu: GpuSpec, steps: int) -> str:
+    """Where a captured loop's step times come from."""
+    what = (
+        "compiled by torch.compile and captured as a CUDA graph"
+        if fit.kind == "compiled_graph"
+        else "captured as a CUDA graph (eager PyTorch's kernels, not fused: a compiler that "
+        "fuses them is faster, so this is the slower side)"
+    )
+    carried = (
+        "" if fit.measured_on(model, gpu) else f", carried to {model} on {gpu.name} (its floor)"
+    )
+    return (
+        f"the loop's {steps} steps a clip timed as a decoder step {what}: "
+        f"{fit.fixed_ms_per_layer:.3f} ms a decoder layer a step (each kernel's own time on the "
+        f"GPU) plus the step's floor at {fit.efficiency:.0%} of its speed, fitted to "
+        f"{fit.measured_model}'s loop on an {fit.measured_gpu.name} at batches "
+        f"{fit.batches[0]} to {fit.batches[-1]} ({fit.source}; within {fit.worst_error:.0%} of "
+        f"its rows){carried}"
+    )
+
+
 def eager_encoder_note(fit: EncoderFit, model: str, gpu: GpuSpec, error: float) -> str:
     """Where the encoder's batch times come from when `eager_encoder_fit` sized them."""
     measured = shipped_loop_measurement()
@@ -193,13 +340,18 @@ def eager_loop_note(
 
 __all__ = [
     "EAGER_LOOP_FRAMEWORKS",
+    "GRAPH_LOOP_FRAMEWORKS",
     "EncoderFit",
+    "GraphLoopFit",
     "LoopMeasurement",
     "LoopRow",
     "eager_encoder_fit",
     "eager_encoder_note",
     "eager_loop_note",
     "eager_step_ms",
+    "graph_loop_fit",
+    "graph_loop_note",
     "read_loop_measurement",
+    "shipped_graph_measurements",
     "shipped_loop_measurement",
 ]

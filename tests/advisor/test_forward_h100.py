@@ -159,3 +159,21 @@ def test_the_carried_error_covers_a_carry_between_the_h100_and_the_h200() -> Non
             ):
                 worst = max(worst, abs(carried.batch_time.batch_ms(batch) - ms) / ms)
     assert 0.4 < worst <= CARRIED_ERROR, worst
+
+
+def test_the_long_probe_search_is_valid_and_in_the_docs() -> None:
+    """torch_compile's search rerun with 12,000 requests a probe (the 3,000-request one in the
+    ladder file measured under 10 s: INVALID) is VALID and its row is the docs' row."""
+    long_runs = read_reference_folder(SHIPPED_REFERENCE_DIR).runs[
+        "h100_bert_torch_compile_runs.json"
+    ]
+    assert [run.validity.status for run in long_runs] == ["VALID"]
+    short = [
+        run
+        for run in RUNS
+        if run.config.backend == "torch_compile" and run.config.load.pattern == "capacity"
+    ]
+    assert [run.validity.status for run in short] == ["INVALID"]
+    (check,) = search_checks(long_runs, GPU)
+    assert check.result == "found" and check.measured_rps == 4375
+    assert search_row(check) in DOC, search_row(check)
