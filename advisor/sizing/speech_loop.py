@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from advisor.sizing.forward_model import BatchTimeModel, calibrate, floor_model
@@ -207,19 +208,15 @@ class GraphLoopFit(NamedTuple):
 def _fit_steps(points: list[tuple[float, float]]) -> tuple[float, float]:
     """(fixed ms, efficiency) of t = fixed + floor / efficiency by least squares on relative
     errors (each step weighed by its own time: a batch of one counts as much as one of 128)."""
-    # minimise sum(((a + k f - t) / t)^2) over a, k: the normal equations of two unknowns.
-    s11 = sum(1 / t**2 for _, t in points)
-    s12 = sum(f / t**2 for f, t in points)
-    s22 = sum(f * f / t**2 for f, t in points)
-    b1 = sum(1 / t for _, t in points)
-    b2 = sum(f / t for f, t in points)
-    det = s11 * s22 - s12 * s12
-    fixed = (b1 * s22 - b2 * s12) / det
-    slope = (s11 * b2 - s12 * b1) / det
+    floors, times = np.array(points).T
+    # (fixed + k floor - t) / t for every point: rows [1/t, floor/t] against ones.
+    (fixed, slope), *_ = np.linalg.lstsq(
+        np.column_stack([1 / times, floors / times]), np.ones_like(times), rcond=None
+    )
     if fixed < 0:  # no fixed time: the floor alone, stretched
-        fixed, slope = 0.0, b2 / s22
+        fixed, slope = 0.0, float(np.sum(floors / times) / np.sum((floors / times) ** 2))
     slope = max(slope, 1 / 1.5)  # no engine beats the floor by more than its error
-    return fixed, min(1 / slope, 1.5)
+    return float(fixed), float(min(1 / slope, 1.5))
 
 
 def graph_loop_fit(

@@ -37,23 +37,30 @@ def test_the_benchmark_builds_the_models_the_advisor_sizes(whisper_loop, name):
     assert config.d_model == architecture.hidden_size
 
 
+def tiny_whisper(encoder_layers: int, decoder_layers: int):
+    """A small random Whisper (64 wide, 4 heads, 16 mel bins, 100 frames) in float32."""
+    import torch
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = WhisperConfig(
+        d_model=64, encoder_layers=encoder_layers, decoder_layers=decoder_layers,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+        decoder_ffn_dim=128, num_mel_bins=16, vocab_size=300, max_source_positions=50,
+        max_target_positions=32, pad_token_id=1, bos_token_id=1, eos_token_id=2,
+        decoder_start_token_id=3, attn_implementation="sdpa",
+    )  # fmt: skip
+    return WhisperForConditionalGeneration(config).eval(), config
+
+
 def test_the_graph_decoder_step_is_transformers_decoder_step(whisper_loop):
     """The `--cuda-graphs` loop times the same arithmetic as transformers' Whisper decoder:
     on the CPU (no capture), a small random model's greedy steps give the same logits and
     tokens as WhisperForConditionalGeneration with its own caches, step after step."""
     import torch
-    from transformers import WhisperConfig, WhisperForConditionalGeneration
     from transformers.modeling_outputs import BaseModelOutput
 
-    torch.manual_seed(0)
-    config = WhisperConfig(
-        d_model=64, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
-        vocab_size=300, max_source_positions=50, max_target_positions=32, pad_token_id=1,
-        bos_token_id=1, eos_token_id=2, decoder_start_token_id=3,
-        attn_implementation="sdpa",
-    )  # fmt: skip
-    model = WhisperForConditionalGeneration(config).eval()
+    model, config = tiny_whisper(encoder_layers=2, decoder_layers=3)
     features = torch.randn(3, config.num_mel_bins, 2 * config.max_source_positions)
     start = config.decoder_start_token_id
     steps = 6
@@ -81,17 +88,8 @@ def test_the_compiled_step_is_the_same_step(whisper_loop):
     """`--compile` times torch.compile's version of the same step: on the CPU (inductor's C++
     backend) it gives the eager step's logits, step after step, and starts over on reset."""
     import torch
-    from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-    torch.manual_seed(0)
-    config = WhisperConfig(
-        d_model=64, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
-        vocab_size=300, max_source_positions=50, max_target_positions=32, pad_token_id=1,
-        bos_token_id=1, eos_token_id=2, decoder_start_token_id=3,
-        attn_implementation="sdpa",
-    )  # fmt: skip
-    model = WhisperForConditionalGeneration(config).eval()
+    model, _ = tiny_whisper(encoder_layers=1, decoder_layers=2)
     with torch.inference_mode():
         encoded = model.model.encoder(torch.randn(2, 16, 100)).last_hidden_state
         eager = whisper_loop.GraphDecoder(model, encoded, 3, max_steps=4)
