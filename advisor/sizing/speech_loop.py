@@ -19,7 +19,7 @@ import math
 import statistics
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -113,7 +113,11 @@ mode, which the bench's `torch_compile` engine serves): sized with `graph_loop_f
 
 EAGER_LOOP_FRAMEWORKS = ("pytorch",)
 """Frameworks whose decoder loop launches every kernel from Python, as measured: sized with the
-measured step (torch.compile's default mode still launches per step; not measured, not applied)."""
+measured step."""
+
+LoopKind = Literal["compiled_graph", "graph"]
+"""Which captured loop a fit reads: the step compiled by torch.compile then captured
+(`--compile`), or eager's own kernels captured (`--cuda-graphs`)."""
 
 
 def eager_step_ms(decoder_layers: int, reference_dir: str | None = None) -> float | None:
@@ -187,8 +191,7 @@ class GraphLoopFit(NamedTuple):
     worst_error: float
     measured_model: str
     measured_gpu: GpuSpec
-    kind: str
-    """'compiled_graph' (torch.compile's kernels, captured) or 'graph' (eager's, captured)."""
+    kind: LoopKind
     batches: tuple[int, ...]
     source: str
 
@@ -220,7 +223,7 @@ def _fit_steps(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def graph_loop_fit(
-    architecture: Architecture, kind: str = "compiled_graph", reference_dir: str | None = None
+    architecture: Architecture, kind: LoopKind = "compiled_graph", reference_dir: str | None = None
 ) -> GraphLoopFit | None:
     """The graph-captured loop of `architecture`'s decoder, fitted to the shipped rows of
     `kind` ('compiled_graph', else 'graph' where no compiled rows were measured): the rows of
