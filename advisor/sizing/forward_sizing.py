@@ -27,6 +27,7 @@ from advisor.sizing.forward_model import (
 from advisor.sizing.speech_loop import (
     EAGER_LOOP_FRAMEWORKS,
     GRAPH_LOOP_FRAMEWORKS,
+    compiled_deviation,
     eager_encoder_fit,
     eager_encoder_note,
     eager_loop_note,
@@ -192,7 +193,12 @@ def size_forward_stage(
                 update={"basis": f"{words}; the encoder's pass at its floor on {gpu.name}"}
             )
             own = graph_loop.measured_on(architecture.name, gpu)
-            error = max(graph_loop.worst_error, MEASURED_ENCODER_ERROR) if own else CARRIED_ERROR
+            # torch.compile's own compiled step strays from the fit (both ways, by batch): the
+            # error covers the worst of it.
+            compiled = compiled_deviation() or 0.0
+            error = max(
+                graph_loop.worst_error, MEASURED_ENCODER_ERROR if own else CARRIED_ERROR, compiled
+            )
             basis = "measured ladder" if own else "carried ladder"
     notes = []
     if graph_loop is not None:

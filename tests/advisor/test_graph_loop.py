@@ -11,12 +11,19 @@ import pytest
 
 from advisor.sizing.forward_model import floor_model
 from advisor.sizing.forward_sizing import CARRIED_ERROR, size_forward_stage
-from advisor.sizing.speech_loop import graph_loop_fit, shipped_graph_measurements
+from advisor.sizing.speech_loop import (
+    compiled_deviation,
+    graph_loop_fit,
+    shipped_graph_measurements,
+)
 from advisor.workload.architectures import PUBLISHED_ENCODERS, architecture_for
 from advisor.workload.gpus import get_gpu
 from advisor.workload.profile import StageProfile
 
-MEASURED = {m.rows[0].model: m for m in shipped_graph_measurements()}
+FILES = {Path(m.source).name: m for m in shipped_graph_measurements()}
+MEASURED = {m.rows[0].model: m for name, m in FILES.items() if "compiled" not in name}
+"""The first H100's run of each model (batches 1 to 64 or 128); the second H100's files
+(`whisper_graph_compiled_*.json`) repeat some batches and add torch.compile's step."""
 
 
 def _stage(gpu: str, model: str = "openai/whisper-small") -> StageProfile:
@@ -45,7 +52,8 @@ def _rows(model: str):
 
 def test_both_models_were_measured_with_and_without_graphs():
     assert set(MEASURED) == {"whisper-small", "whisper-large-v3"}
-    for measured in MEASURED.values():
+    assert len(FILES) == 4
+    for measured in FILES.values():
         assert get_gpu(measured.gpu).name == "H100-SXM"
         assert "--cuda-graphs" in measured.command
         for row in measured.rows:
@@ -67,8 +75,8 @@ def test_every_graph_step_is_above_its_floor_and_grows_with_the_batch(model):
 @pytest.mark.parametrize("model", ["whisper-small", "whisper-large-v3"])
 def test_the_fit_follows_its_own_rows(model):
     fit = graph_loop_fit(PUBLISHED_ENCODERS[model])
-    assert fit is not None and fit.measured_model == model and fit.kind == "graph"
-    assert fit.worst_error < 0.05
+    assert fit is not None and fit.measured_model == model
+    assert fit.worst_error < 0.05  # rows of both H100s
     # About 0.07 ms a decoder layer a step that no batch removes, and the rest near the floor.
     assert 0.05 < fit.fixed_ms_per_layer < 0.1
     assert 0.6 < fit.efficiency < 0.85
@@ -96,7 +104,9 @@ def test_torch_compile_sizes_the_loop_from_the_graph_fit():
     measured rows' batch times; on an L4 the fit is carried with the carried error; eager
     PyTorch's loop, launch-bound, costs more at every batch on the H100."""
     own = size_forward_stage(_stage("H100-SXM"), "torch_compile", [])
-    assert own is not None and own.basis == "measured ladder" and own.error == 0.25
+    assert own is not None and own.basis == "measured ladder"
+    # The error covers torch.compile's own step, which strays from the fit by up to 38%.
+    assert own.error == pytest.approx(compiled_deviation()) and own.error > 0.25
     assert own.batch_time.loop_efficiency is not None
     assert "whisper_graph_small.json" in own.basis_words
     assert "encoder's pass at its floor" in own.basis_words
@@ -142,3 +152,26 @@ def test_the_eager_loop_note_says_what_a_captured_loop_measured():
     eager = size_forward_stage(_stage("L4"), "pytorch", [])
     (note,) = [n for n in eager.notes if n.startswith("on eager PyTorch the loop is launch-bound")]
     assert "captured as a CUDA graph, the same loop took 0.085-0.096 ms a decoder layer" in note
+
+
+def test_the_captured_loop_repeats_on_another_h100_and_the_eager_loop_does_not():
+    """Every batch timed on both H100s: the captured loop within 3% (the device's work), the
+    eager loop up to 2x apart (the host's launches: another host's CPU)."""
+    for model, again in (("whisper-small", "whisper_graph_compiled_small.json"),
+                         ("whisper-large-v3", "whisper_graph_compiled_large.json")):  # fmt: skip
+        first = {row.batch: row for row in MEASURED[model].rows}
+        rows = FILES[again].rows
+        assert rows
+        for row in rows:
+            assert abs(row.graph_loop_ms / first[row.batch].graph_loop_ms - 1) < 0.03
+        assert max(row.loop_ms / first[row.batch].loop_ms for row in rows) > 1.5
+
+
+def test_torch_compiles_own_step_is_faster_at_batch_one_and_slower_at_64():
+    """The step compiled by torch.compile, then captured: 15% faster than eager's kernels
+    captured at batch 1, 62% slower at 64. Neither side bounds the other, so the sizing takes
+    the fit with an error that covers the worst (compiled_deviation)."""
+    rows = {row.batch: row for row in FILES["whisper_graph_compiled_small.json"].rows}
+    assert rows[1].compiled_graph_loop_ms < 0.9 * rows[1].graph_loop_ms
+    assert rows[64].compiled_graph_loop_ms > 1.5 * rows[64].graph_loop_ms
+    assert 0.3 < compiled_deviation() < 0.45
