@@ -67,6 +67,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def median_ms(fn, device: str, rounds: int) -> float:
+    """Median wall ms of `fn` between synchronisations over `rounds`, after one warm-up call."""
+    fn()
+    _sync(device)
+    samples = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        fn()
+        _sync(device)
+        samples.append((time.perf_counter() - began) * 1e3)
+    return statistics.median(samples)
+
+
 class GraphDecoder:
     """Whisper's greedy decoder step over preallocated caches, for one batch of encoded clips.
 
@@ -92,7 +105,6 @@ class GraphDecoder:
         self.position = torch.zeros(1, dtype=torch.long, device=device)
         self.start_token = start_token
         self.token = torch.full((batch, 1), start_token, dtype=torch.long, device=device)
-        self.logits = None
         self.cross = self.cross_attention_states(encoded)
 
     def _heads(self, states):
@@ -190,17 +202,8 @@ def time_graph_loop(
             for _ in range(steps):
                 graph.replay()
 
-        timings = {}
-        for what, fn in (("cross", cross), ("steps", replays)):
-            fn()
-            torch.cuda.synchronize()
-            samples = []
-            for _ in range(rounds):
-                began = time.perf_counter()
-                fn()
-                torch.cuda.synchronize()
-                samples.append((time.perf_counter() - began) * 1e3)
-            timings[what] = statistics.median(samples)
+        timings = {what: median_ms(fn, "cuda", rounds) for what, fn in
+                   (("cross", cross), ("steps", replays))}  # fmt: skip
     prefix = "compiled_graph" if compiled else "graph"
     return {
         f"{prefix}_prepare_s": prepare_s,
@@ -236,18 +239,9 @@ def time_batch(model, config, batch: int, steps: int, device: str, rounds: int) 
             )
         return out
 
-    timings = {}
     with torch.inference_mode():
-        for what, fn in (("encoder", encoder), ("encoder and loop", whole)):
-            fn()
-            _sync(device)
-            samples = []
-            for _ in range(rounds):
-                began = time.perf_counter()
-                fn()
-                _sync(device)
-                samples.append((time.perf_counter() - began) * 1e3)
-            timings[what] = statistics.median(samples)
+        timings = {what: median_ms(fn, device, rounds) for what, fn in
+                   (("encoder", encoder), ("encoder and loop", whole))}  # fmt: skip
     if device == "cuda":
         torch.cuda.empty_cache()
     return {

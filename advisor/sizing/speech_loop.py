@@ -60,13 +60,17 @@ class LoopMeasurement(BaseModel):
     rows: list[LoopRow]
     source: str = Field(description="The file, relative to the repository.")
 
-    def step_ms_per_layer(self) -> list[float]:
-        """Each row's loop time a step a decoder layer (ms)."""
+    def step_ms_per_layer(self, captured: bool = False, batch: int | None = None) -> list[float]:
+        """Each row's loop time a step a decoder layer (ms): the eager loop's, or with
+        `captured` the graph-captured loop's (rows that have one); only `batch`'s where given."""
         found = []
         for row in self.rows:
             architecture = PUBLISHED_ENCODERS.get(row.model)
-            if architecture is not None and architecture.decoder_layers:
-                found.append(row.loop_ms / row.steps / architecture.decoder_layers)
+            loop_ms = row.graph_loop_ms if captured else row.loop_ms
+            if batch is not None and row.batch != batch:
+                continue
+            if architecture is not None and architecture.decoder_layers and loop_ms is not None:
+                found.append(loop_ms / row.steps / architecture.decoder_layers)
         return found
 
     def median_step_ms_per_layer(self) -> float:
@@ -108,6 +112,7 @@ def shipped_graph_measurements(reference_dir: str | None = None) -> tuple[LoopMe
     return tuple(read_loop_measurement(path) for path in sorted(folder.glob(GRAPH_FILES)))
 
 
+SHIPPED_GRAPH_WORDS = f"data/reference/{FOLDER}/{GRAPH_FILES}"
 COMPILED_FILES = f"data/reference/{FOLDER}/whisper_graph_compiled_*.json"
 """The files with torch.compile's compiled step beside the captured one."""
 
@@ -197,6 +202,10 @@ class GraphLoopFit(NamedTuple):
     def measured_on(self, model: str, gpu: GpuSpec) -> bool:
         return self.measured_model == model and self.measured_gpu == gpu
 
+    def step_ms(self, decoder_layers: int, step_floor_ms: float) -> float:
+        """One captured step of a decoder of `decoder_layers` whose step floor is given (ms)."""
+        return self.fixed_ms_per_layer * decoder_layers + step_floor_ms / self.efficiency
+
     def applied_to(self, model: BatchTimeModel, decoder_layers: int) -> BatchTimeModel:
         """`model` (a floor with its loop) with its steps at this fit."""
         return model.model_copy(
@@ -262,18 +271,20 @@ def graph_loop_fit(
     if len({f for f, _ in points}) < 2:
         return None
     fixed, efficiency = _fit_steps(points)
-    worst = max(abs(fixed + f / efficiency - t) / t for f, t in points)
-    return GraphLoopFit(
+    fit = GraphLoopFit(
         fixed / layers,
         efficiency,
-        worst,
+        0.0,
         chosen,
         gpu,
         tuple(sorted({row.batch for _, row in rows})),
         ", ".join(sorted({m.source for m, _ in rows})),
     )
+    worst = max(abs(fit.step_ms(layers, f) - t) / t for f, t in points)
+    return fit._replace(worst_error=worst)
 
 
+@lru_cache(maxsize=2)
 def compiled_deviation(reference_dir: str | None = None) -> float | None:
     """How far torch.compile's own step (the same step compiled, then captured: the rows made
     with `--compile`) lies from the graph fit of its model, at worst, relative to the compiled
@@ -290,9 +301,8 @@ def compiled_deviation(reference_dir: str | None = None) -> float | None:
             floor = floor_model(architecture, gpu, row.dtype, decode_steps=row.steps)
             if fit is None or floor is None:
                 continue
-            predicted = (
-                fit.fixed_ms_per_layer * (architecture.decoder_layers or 0)
-                + floor.step_floor_ms(row.batch) / fit.efficiency
+            predicted = fit.step_ms(
+                architecture.decoder_layers or 0, floor.step_floor_ms(row.batch)
             )
             compiled = row.compiled_graph_loop_ms / row.steps
             deviation = abs(predicted - compiled) / compiled
@@ -361,18 +371,7 @@ def eager_loop_note(
         f"{least / 1e3:.2f} s a batch (the host's work: a slower GPU can take longer); {counted}"
     )
     graphs = shipped_graph_measurements(reference_dir)
-    graphed = [
-        row
-        for graph in graphs
-        for row in graph.rows
-        if row.batch == 1 and row.graph_loop_ms is not None and row.model in PUBLISHED_ENCODERS
-    ]
-    elsewhere = [
-        row.loop_ms / row.steps / (PUBLISHED_ENCODERS[row.model].decoder_layers or 1)
-        for graph in graphs
-        for row in graph.rows
-        if row.model in PUBLISHED_ENCODERS
-    ]
+    elsewhere = [ms for graph in graphs for ms in graph.step_ms_per_layer()]
     if elsewhere:
         # The launches are the host's work: the same GPU type on other hosts took longer.
         text += (
@@ -380,23 +379,16 @@ def eager_loop_note(
             f"{min(elsewhere):.2f}-{max(elsewhere):.2f} ms a decoder layer a step "
             f"({SHIPPED_GRAPH_WORDS}): the host's CPU sets it, so measure on yours"
         )
+    graphed = [ms for graph in graphs for ms in graph.step_ms_per_layer(captured=True, batch=1)]
     if graphed:
         # What the remedy the feasibility check names (a loop without per-step launches) was
         # measured to save, on the same GPU type.
-        layers = [PUBLISHED_ENCODERS[row.model].decoder_layers or 1 for row in graphed]
-        low = min(row.graph_loop_ms / row.steps / n for row, n in zip(graphed, layers, strict=True))
-        high = max(
-            row.graph_loop_ms / row.steps / n for row, n in zip(graphed, layers, strict=True)
-        )
         text += (
-            f"; captured as a CUDA graph, the same loop took {low:.3f}-{high:.3f} ms a decoder "
-            f"layer a step at batch 1 on an {graphs[0].gpu} ({SHIPPED_GRAPH_WORDS}), what "
-            "torch_compile's sizing uses"
+            f"; captured as a CUDA graph, the same loop took {min(graphed):.3f}-"
+            f"{max(graphed):.3f} ms a decoder layer a step at batch 1 on an {graphs[0].gpu} "
+            f"({SHIPPED_GRAPH_WORDS}), what torch_compile's sizing uses"
         )
     return text
-
-
-SHIPPED_GRAPH_WORDS = f"data/reference/{FOLDER}/{GRAPH_FILES}"
 
 
 __all__ = [

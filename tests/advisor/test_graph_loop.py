@@ -88,7 +88,7 @@ def test_one_models_fit_predicts_the_other_models_loop():
     small = graph_loop_fit(PUBLISHED_ENCODERS["whisper-small"])
     layers = PUBLISHED_ENCODERS["whisper-large-v3"].decoder_layers
     for batch, step_ms, floor_ms in _rows("whisper-large-v3"):
-        predicted = small.fixed_ms_per_layer * layers + floor_ms / small.efficiency
+        predicted = small.step_ms(layers, floor_ms)
         assert abs(predicted / step_ms - 1) < 0.10, (batch, predicted, step_ms)
 
 
