@@ -99,6 +99,15 @@ def _basis(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, float, flo
     return basis, low, high
 
 
+def _error_why(sized: ForwardSizing) -> str:
+    """Why a calibrated sizing's error is what it is, in the fleet answer's words."""
+    if sized.error_why is not None:
+        return sized.error_why
+    if sized.basis == "carried ladder":
+        return CARRIED_ERROR_WHY
+    return "the fit's largest error on its ladder, at least 20%"
+
+
 def _basis_of_model(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, float, float]:
     """The basis, and the capacity interval (requests/s): a fitted ladder's error either way;
     the floor alone is an upper bound on the capacity (a lower bound on the GPU count)."""
@@ -112,12 +121,7 @@ def _basis_of_model(sized: ForwardSizing, rate: float) -> tuple[CapacityBasis, f
             low_rps=low,
             high_rps=high,
             expected_error=sized.error,
-            error_words=(
-                f"assumed error {sized.error:.0%} ({CARRIED_ERROR_WHY})"
-                if sized.basis == "carried ladder"
-                else f"assumed error {sized.error:.0%} (the fit's largest error on its ladder, "
-                "at least 20%)"
-            ),
+            error_words=f"assumed error {sized.error:.0%} ({_error_why(sized)})",
         )
     else:
         basis = CapacityBasis(

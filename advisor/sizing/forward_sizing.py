@@ -82,6 +82,11 @@ class ForwardSizing(Strict):
         None, description="INT8 or FP8 weights and activations; None = the profile's dtype."
     )
     error: float = Field(ge=0, description="The relative error the GPU count is given with.")
+    error_why: str | None = Field(
+        None,
+        description="Why `error`, where not the ladder fit's own rule (its largest error, at "
+        "least 20%) or the carried ladder's (CARRIED_ERROR_WHY).",
+    )
     samples_per_request: int = Field(gt=0)
     batching: BatchingChoice | None = Field(
         None, description="The batcher's limits; None when no batch size meets the SLO."
@@ -168,6 +173,7 @@ def size_forward_stage(
         else:
             model = quantised
     eager_encoder = None
+    error_why = None
     if (architecture.encoder_parameters and steps and framework in EAGER_LOOP_FRAMEWORKS
             and not calibrated and not stage.parts):  # fmt: skip
         # No ladder of this model on eager PyTorch: its encoder's pass at the overhead and
@@ -182,6 +188,11 @@ def size_forward_stage(
             own = eager_encoder.measured_on(architecture.name, gpu)
             error = max(fitted.fit_error or 0.0, MEASURED_ENCODER_ERROR) if own else CARRIED_ERROR
             basis = "measured ladder" if own else "carried ladder"
+            if own:
+                error_why = (
+                    f"the encoder fit's largest error on its rows, at least "
+                    f"{MEASURED_ENCODER_ERROR:.0%}: the loop beside it is modelled"
+                )
     graph_loop = None
     if steps and framework in GRAPH_LOOP_FRAMEWORKS and not calibrated:
         # No ladder of this model on the engine: its loop's steps at the fit of measured graph
@@ -200,6 +211,11 @@ def size_forward_stage(
                 graph_loop.worst_error, MEASURED_ENCODER_ERROR if own else CARRIED_ERROR, compiled
             )
             basis = "measured ladder" if own else "carried ladder"
+            if error == compiled:
+                error_why = (
+                    f"torch.compile's own step measured up to {compiled:.0%} from the "
+                    "captured-loop fit"
+                )
     notes = []
     if graph_loop is not None:
         notes.append(
@@ -296,6 +312,7 @@ def size_forward_stage(
         batch_time=model,
         weight_format=weight_format,
         error=error,
+        error_why=error_why,
         samples_per_request=stage.batch_size,
         batching=batching,
         fleet=fleet,

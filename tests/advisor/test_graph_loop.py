@@ -107,6 +107,8 @@ def test_torch_compile_sizes_the_loop_from_the_graph_fit():
     assert own is not None and own.basis == "measured ladder"
     # The error covers torch.compile's own step, which strays from the fit by up to 38%.
     assert own.error == pytest.approx(compiled_deviation()) and own.error > 0.25
+    # ... and says so, not the ladder fit's rule (its largest error, at least 20%)
+    assert own.error_why == "torch.compile's own step measured up to 38% from the captured-loop fit"
     assert own.batch_time.loop_efficiency is not None
     assert "whisper_graph_small.json" in own.basis_words
     assert "encoder's pass at its floor" in own.basis_words
@@ -183,3 +185,15 @@ def test_the_eager_note_says_the_launches_follow_the_host():
     eager = size_forward_stage(_stage("L4"), "pytorch", [])
     (note,) = [n for n in eager.notes if n.startswith("on eager PyTorch the loop is launch-bound")]
     assert "on other H100 hosts the same eager loop took 0.52-1.23 ms a decoder layer" in note
+
+
+def test_the_fleet_answer_gives_the_reason_for_the_error():
+    """The torch_compile option's basis words give the compiled step's spread as the reason
+    for its 38%, not the ladder fit's rule."""
+    from advisor.sizing.forward_fleet import forward_options
+
+    stage = _stage("H100-SXM").model_copy(update={"peak_request_rate_rps": 20})
+    options, _ = forward_options(stage, "torch_compile", [])
+    words = options[0].basis.error_words or ""
+    assert "assumed error 38% (torch.compile's own step measured up to 38%" in words
+    assert "at least 20%" not in words

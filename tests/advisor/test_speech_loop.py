@@ -163,6 +163,7 @@ def test_eager_pytorch_sizes_the_encoder_from_the_measured_rows():
     on_h100 = size_forward_stage(whisper_stage(2000, gpu="H100-SXM"), "pytorch")
     assert on_h100 is not None and on_h100.basis == "measured ladder"
     assert on_h100.error == pytest.approx(0.25)
+    assert on_h100.error_why is not None and "at least 25%" in on_h100.error_why
     fitted = eager_encoder_fit(PUBLISHED_ENCODERS["whisper-small"]).model
     assert on_h100.batch_time.efficiency == pytest.approx(fitted.efficiency)
     on_l4 = size_forward_stage(whisper_stage(2000), "pytorch")
