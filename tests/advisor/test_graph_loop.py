@@ -197,3 +197,15 @@ def test_the_fleet_answer_gives_the_reason_for_the_error():
     words = options[0].basis.error_words or ""
     assert "assumed error 38% (torch.compile's own step measured up to 38%" in words
     assert "at least 20%" not in words
+
+
+def test_the_step_fit_recovers_a_known_step_and_never_a_negative_fixed_time():
+    """_fit_steps on exact points returns their fixed time and efficiency; points that would
+    need a negative fixed time get none, and the floor stretched to fit them."""
+    from advisor.sizing.speech_loop import _fit_steps
+
+    floors = [0.1, 0.5, 2.0, 6.0]
+    fixed, efficiency = _fit_steps([(f, 0.2 + f / 0.8) for f in floors])
+    assert fixed == pytest.approx(0.2) and efficiency == pytest.approx(0.8)
+    fixed, efficiency = _fit_steps([(f, 2 * f - 0.05) for f in floors])
+    assert fixed == 0.0 and 0.5 < efficiency < 0.6  # the relative fit of a slope near 2
